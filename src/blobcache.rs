@@ -1,0 +1,84 @@
+//! The shared content-addressed blob cache: `<state>/blobs/<2 hex>/<38 hex>`.
+//!
+//! A base file's content is materialized here the first time any worktree opens it, and
+//! read from here afterwards by every worktree. A blob is written to `blobs/tmp`, then
+//! renamed into place, so a reader never sees a partial file; a file whose size does not
+//! match the object (a crash between write and rename on some filesystems) is rewritten.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use git2::Oid;
+use parking_lot::Mutex;
+
+use crate::gitlayer;
+
+const STRIPES: usize = 64;
+
+pub struct BlobCache {
+    dir: PathBuf,
+    tmp: PathBuf,
+    /// One fill at a time per stripe of object ids: a blob is materialized at most once.
+    fill_locks: Vec<Mutex<()>>,
+    pub fills: AtomicU64,
+}
+
+impl BlobCache {
+    pub fn new(dir: PathBuf, tmp: PathBuf) -> BlobCache {
+        BlobCache {
+            dir,
+            tmp,
+            fill_locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            fills: AtomicU64::new(0),
+        }
+    }
+
+    pub fn path(&self, oid: Oid) -> PathBuf {
+        let hex = oid.to_string();
+        self.dir.join(&hex[..2]).join(&hex[2..])
+    }
+
+    fn present(path: &Path, size: u64) -> bool {
+        fs::symlink_metadata(path)
+            .map(|m| m.is_file() && m.len() == size)
+            .unwrap_or(false)
+    }
+
+    /// The path of the cached content of `oid`, filling the cache first if needed.
+    pub fn ensure(&self, gitdir: &Path, oid: Oid, size: u64) -> std::io::Result<PathBuf> {
+        let path = self.path(oid);
+        if Self::present(&path, size) {
+            return Ok(path);
+        }
+        let _fill = self.fill_locks[oid.as_bytes()[0] as usize % STRIPES].lock();
+        if Self::present(&path, size) {
+            return Ok(path);
+        }
+        let data = gitlayer::read_blob(gitdir, oid).map_err(|e| {
+            std::io::Error::other(format!(
+                "reading blob {oid} from {}: {}",
+                gitdir.display(),
+                e.message()
+            ))
+        })?;
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let tmp = self.tmp.join(format!(
+            "{oid}.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let mut f = File::create(&tmp)?;
+        f.write_all(&data)?;
+        drop(f);
+        let mut perms = fs::metadata(&tmp)?.permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o444);
+        fs::set_permissions(&tmp, perms)?;
+        fs::rename(&tmp, &path)?;
+        self.fills.fetch_add(1, Ordering::Relaxed);
+        Ok(path)
+    }
+}

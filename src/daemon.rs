@@ -1,0 +1,365 @@
+//! The daemon: one per state directory. Takes the state dir's lock, checks the
+//! mountpoint, mounts, signals readiness to the process that started it, and serves until
+//! unmounted (by `worktreefs unmount`, `umount`, `fusermount3 -u`, or SIGTERM/SIGINT).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use fuser::{Config, MountOption, Session, SessionACL};
+
+use crate::fuse::WorktreeFs;
+use crate::state::StateDir;
+use crate::store::Store;
+use crate::view::View;
+use crate::worktree::{self, META_MOUNTPOINT};
+
+pub const READY_FD_ENV: &str = "WORKTREEFS_READY_FD";
+
+/// Who holds a state directory's lock, as written in the lock file.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    pub pid: i32,
+    pub mountpoint: PathBuf,
+}
+
+fn read_holder(path: &Path) -> Option<Holder> {
+    let text = fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    let pid = lines.next()?.trim().parse().ok()?;
+    let mountpoint = PathBuf::from(lines.next()?.trim());
+    Some(Holder { pid, mountpoint })
+}
+
+/// The daemon serving `state`, if one is running (its lock is held).
+pub fn running_daemon(state: &StateDir) -> Option<Holder> {
+    let file = OpenOptions::new().read(true).open(state.lock_file()).ok()?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if rc == 0 {
+        // SAFETY: as above.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        return None;
+    }
+    Some(read_holder(&state.lock_file()).unwrap_or(Holder {
+        pid: 0,
+        mountpoint: PathBuf::new(),
+    }))
+}
+
+/// Takes the state directory's exclusive lock, or says who has it.
+fn acquire_lock(state: &StateDir) -> anyhow::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(state.lock_file())
+        .with_context(|| format!("opening {}", state.lock_file().display()))?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let who = read_holder(&state.lock_file());
+        bail!(
+            "another worktreefs daemon{} is already serving state dir {}{}; unmount it first with `worktreefs unmount --state-dir {}`, or use another --state-dir",
+            who.as_ref().map(|h| format!(" (pid {})", h.pid)).unwrap_or_default(),
+            state.root.display(),
+            who.as_ref()
+                .map(|h| format!(" at {}", h.mountpoint.display()))
+                .unwrap_or_default(),
+            state.root.display()
+        );
+    }
+    Ok(file)
+}
+
+pub fn is_mountpoint(path: &Path) -> bool {
+    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .any(|m| unescape_mount_path(m) == want)
+}
+
+fn unescape_mount_path(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+fn check_mountpoint(path: &Path) -> anyhow::Result<()> {
+    let meta = fs::metadata(path).map_err(|e| {
+        anyhow!(
+            "mountpoint {} cannot be used: {e}; create an empty directory there first",
+            path.display()
+        )
+    })?;
+    if !meta.is_dir() {
+        bail!(
+            "mountpoint {} is not a directory; pass an empty directory",
+            path.display()
+        );
+    }
+    if is_mountpoint(path) {
+        bail!(
+            "mountpoint {} is already a mount; unmount it first or pick another directory",
+            path.display()
+        );
+    }
+    if fs::read_dir(path)?.next().is_some() {
+        bail!(
+            "mountpoint {} is not empty; worktreefs mounts only on an empty directory",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+pub struct MountRequest {
+    pub state: StateDir,
+    pub mountpoint: Option<PathBuf>,
+    pub threads: usize,
+}
+
+/// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
+pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
+    if let Some(h) = running_daemon(&req.state) {
+        bail!(
+            "another worktreefs daemon (pid {}) is already serving state dir {} at {}; unmount it first with `worktreefs unmount --state-dir {}`, or use another --state-dir",
+            h.pid,
+            req.state.root.display(),
+            h.mountpoint.display(),
+            req.state.root.display()
+        );
+    }
+    let mountpoint = match &req.mountpoint {
+        Some(m) => m.clone(),
+        None => {
+            let d = req.state.default_mountpoint();
+            fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            d
+        }
+    };
+    check_mountpoint(&mountpoint)?;
+    let mountpoint = fs::canonicalize(&mountpoint)?;
+    if !Path::new("/dev/fuse").exists() {
+        bail!("/dev/fuse is missing: the fuse kernel module is not loaded (try `modprobe fuse`), or this container was started without access to /dev/fuse");
+    }
+    if let Err(e) = OpenOptions::new().read(true).write(true).open("/dev/fuse") {
+        bail!("cannot open /dev/fuse: {e}; worktreefs needs permission to use FUSE (run as root or add the user to the fuse group)");
+    }
+    Ok(mountpoint)
+}
+
+/// Runs the daemon in this process until the filesystem is unmounted. `ready` receives one
+/// line: "ready" once the mount answers, or "error: …".
+pub fn serve(req: MountRequest, ready: Option<OwnedFd>) -> anyhow::Result<()> {
+    let mut ready = ready.map(File::from);
+    let result = serve_inner(&req, &mut ready);
+    if let (Err(e), Some(f)) = (&result, ready.as_mut()) {
+        let _ = writeln!(f, "error: {e:#}");
+    }
+    result
+}
+
+fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<()> {
+    let mountpoint = prepare(req)?;
+    let mut lock = acquire_lock(&req.state)?;
+    lock.set_len(0)?;
+    writeln!(lock, "{}\n{}", std::process::id(), mountpoint.display())?;
+
+    {
+        let store = Store::open(&req.state.root)?;
+        store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
+        worktree::repoint_admin_entries(&store, &mountpoint)?;
+    }
+    let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
+    let fs = WorktreeFs { view };
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("worktreefs".into()),
+        MountOption::Subtype("worktreefs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    config.acl = if nix::unistd::geteuid().is_root() {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(req.threads.max(1));
+    config.clone_fd = true;
+
+    block_signals();
+    let session = Session::new(fs, &mountpoint, &config).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EPERM) || e.kind() == std::io::ErrorKind::PermissionDenied
+        {
+            anyhow!(
+                "no permission to mount at {}: {e}; run as root or allow FUSE mounts for this user",
+                mountpoint.display()
+            )
+        } else {
+            anyhow!("mounting at {} failed: {e}", mountpoint.display())
+        }
+    })?;
+    tracing::info!(mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
+    if let Some(mut f) = ready.take() {
+        let _ = writeln!(f, "ready");
+    }
+    spawn_signal_thread(mountpoint.clone());
+    let r = session.run();
+    tracing::info!(mountpoint = %mountpoint.display(), "session ended");
+    drop(lock);
+    r.map_err(|e| anyhow!("FUSE session ended with an error: {e}"))
+}
+
+fn signal_set() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGHUP);
+    set
+}
+
+fn block_signals() {
+    let _ = signal_set().thread_block();
+}
+
+/// SIGTERM, SIGINT or SIGHUP unmount the filesystem, which ends the session cleanly.
+fn spawn_signal_thread(mountpoint: PathBuf) {
+    let _ = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Ok(sig) = signal_set().wait() {
+                tracing::info!("{sig:?}: unmounting {}", mountpoint.display());
+                if let Err(e) = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                    tracing::error!("unmount of {} failed: {e}", mountpoint.display());
+                }
+            }
+        });
+}
+
+/// Starts the daemon in the background and returns once the mount is ready (or failed).
+pub fn spawn_background(
+    state: &StateDir,
+    mountpoint: Option<&Path>,
+    log_level: Option<&str>,
+) -> anyhow::Result<i32> {
+    let (read_end, write_end) = nix::unistd::pipe()?;
+    let exe = std::env::current_exe()?;
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.log_file())?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount");
+    if let Some(m) = mountpoint {
+        cmd.arg(m);
+    }
+    cmd.arg("--state-dir").arg(&state.root).arg("--foreground");
+    if let Some(l) = log_level {
+        cmd.arg("--log-level").arg(l);
+    }
+    cmd.env(READY_FD_ENV, write_end.as_raw_fd().to_string())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    let fd = write_end.as_raw_fd();
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("starting the daemon")?;
+    drop(write_end);
+    let mut answer = String::new();
+    File::from(read_end).read_to_string(&mut answer)?;
+    let answer = answer.trim();
+    if answer == "ready" {
+        return Ok(child.id() as i32);
+    }
+    if let Some(msg) = answer.strip_prefix("error: ") {
+        bail!("{msg}");
+    }
+    bail!(
+        "the daemon exited before the mount was ready; see {}",
+        state.log_file().display()
+    )
+}
+
+pub fn ready_fd_from_env() -> Option<OwnedFd> {
+    let fd: i32 = std::env::var(READY_FD_ENV).ok()?.parse().ok()?;
+    std::env::remove_var(READY_FD_ENV);
+    // SAFETY: the parent passed us this descriptor for our exclusive use.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Unmounts the filesystem served for `state` and waits for its daemon to finish.
+pub fn unmount(state: &StateDir, timeout: Duration) -> anyhow::Result<PathBuf> {
+    let holder = running_daemon(state);
+    let mountpoint = match &holder {
+        Some(h) => h.mountpoint.clone(),
+        None => {
+            let store = Store::open(&state.root)?;
+            let m = worktree::mountpoint_of(state, &store);
+            if is_mountpoint(&m) {
+                // A daemon that died left its mount behind: detach it.
+                nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH)
+                    .with_context(|| format!("detaching the stale mount at {}", m.display()))?;
+                return Ok(m);
+            }
+            bail!(
+                "nothing is mounted for state dir {}: no worktreefs daemon is running; start one with `worktreefs mount`",
+                state.root.display()
+            );
+        }
+    };
+    match nix::mount::umount2(&mountpoint, nix::mount::MntFlags::empty()) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EBUSY) => bail!(
+            "{} is busy: processes still have their working directory or open files inside; leave it (cd out, close files) and run `worktreefs unmount` again",
+            mountpoint.display()
+        ),
+        Err(nix::errno::Errno::EPERM) => {
+            let status = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&mountpoint)
+                .status()
+                .context("running fusermount3 -u")?;
+            if !status.success() {
+                bail!("fusermount3 -u {} failed", mountpoint.display());
+            }
+        }
+        Err(e) => bail!("unmounting {} failed: {e}", mountpoint.display()),
+    }
+    let deadline = Instant::now() + timeout;
+    while running_daemon(state).is_some() {
+        if Instant::now() > deadline {
+            bail!(
+                "{} was unmounted but the daemon (pid {}) has not exited after {:?}; see {}",
+                mountpoint.display(),
+                holder.map(|h| h.pid).unwrap_or(0),
+                timeout,
+                state.log_file().display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(mountpoint)
+}

@@ -1,0 +1,471 @@
+//! The FUSE adapter: each method is one call into `View` and one `match` that turns the
+//! result into a reply or an errno. Every operation runs in a tracing span with the
+//! request's unique id, inode and pid; failures are logged (expected ones at debug).
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+
+use crate::error::FsError;
+use crate::view::{Attr, Caller, FType, SetAttr, View};
+
+pub struct WorktreeFs {
+    pub view: Arc<View>,
+}
+
+fn kind(k: FType) -> FileType {
+    match k {
+        FType::Dir => FileType::Directory,
+        FType::File => FileType::RegularFile,
+        FType::Symlink => FileType::Symlink,
+        FType::Fifo => FileType::NamedPipe,
+        FType::Socket => FileType::Socket,
+        FType::CharDev => FileType::CharDevice,
+        FType::BlockDev => FileType::BlockDevice,
+    }
+}
+
+fn fattr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.mtime,
+        kind: kind(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn errno(op: &str, e: FsError) -> Errno {
+    if e.expected {
+        tracing::debug!(op, errno = e.errno, "{}", e.message);
+    } else {
+        tracing::warn!(op, errno = e.errno, "{}", e.message);
+    }
+    Errno::from_i32(e.errno)
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn time(t: Option<TimeOrNow>) -> Option<Option<SystemTime>> {
+    t.map(|t| match t {
+        TimeOrNow::Now => None,
+        TimeOrNow::SpecificTime(s) => Some(s),
+    })
+}
+
+macro_rules! span {
+    ($op:expr, $req:expr, $ino:expr) => {
+        let _span = tracing::debug_span!($op, req = $req.unique().0, ino = $ino, pid = $req.pid())
+            .entered();
+    };
+}
+
+impl Filesystem for WorktreeFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_background(64);
+        tracing::info!("FUSE session initialised");
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        span!("lookup", req, parent.0);
+        match self.view.lookup(parent.0, name) {
+            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno("lookup", e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.view.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        span!("getattr", req, ino.0);
+        match self.view.getattr(ino.0, fh.map(|f| f.0)) {
+            Ok(e) => reply.attr(&e.ttl, &fattr(&e.attr)),
+            Err(e) => reply.error(errno("getattr", e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        span!("setattr", req, ino.0);
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: time(atime),
+            mtime: time(mtime),
+            fh: fh.map(|f| f.0),
+        };
+        match self.view.setattr(ino.0, set) {
+            Ok(e) => reply.attr(&e.ttl, &fattr(&e.attr)),
+            Err(e) => reply.error(errno("setattr", e)),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        span!("readlink", req, ino.0);
+        match self.view.readlink(ino.0) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno("readlink", e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        span!("mknod", req, parent.0);
+        match self
+            .view
+            .mknod(parent.0, name, mode, umask, rdev, caller(req))
+        {
+            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno("mknod", e)),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        span!("mkdir", req, parent.0);
+        match self.view.mkdir(parent.0, name, mode, umask, caller(req)) {
+            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno("mkdir", e)),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        span!("unlink", req, parent.0);
+        match self.view.unlink(parent.0, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("unlink", e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        span!("rmdir", req, parent.0);
+        match self.view.rmdir(parent.0, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("rmdir", e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        span!("symlink", req, parent.0);
+        match self.view.symlink(parent.0, link_name, target, caller(req)) {
+            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno("symlink", e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        span!("rename", req, parent.0);
+        match self
+            .view
+            .rename(parent.0, name, newparent.0, newname, flags.bits())
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("rename", e)),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        span!("link", req, ino.0);
+        match self.view.link(ino.0, newparent.0, newname) {
+            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
+            Err(e) => reply.error(errno("link", e)),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        span!("open", req, ino.0);
+        match self.view.open(ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno("open", e)),
+        }
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        span!("read", req, ino.0);
+        match self.view.read(fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno("read", e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        span!("write", req, ino.0);
+        match self.view.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno("write", e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.view.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        span!("fsync", req, ino.0);
+        match self.view.fsync(fh.0, datasync) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("fsync", e)),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        span!("opendir", req, ino.0);
+        match self.view.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno("opendir", e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        span!("readdir", req, ino.0);
+        match self.view.readdir(fh.0, offset) {
+            Ok(entries) => {
+                for (next, e) in entries {
+                    if reply.add(INodeNo(e.ino), next, kind(e.kind), &e.name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno("readdir", e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.view.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        span!("statfs", req, ino.0);
+        match self.view.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(errno("statfs", e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::from_i32(libc::ENOTSUP));
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::from_i32(libc::ENOTSUP));
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::from_i32(libc::ENOTSUP));
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::from_i32(libc::ENOTSUP));
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        span!("access", req, ino.0);
+        match self.view.access(ino.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno("access", e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        span!("create", req, parent.0);
+        match self
+            .view
+            .create(parent.0, name, mode, umask, flags, caller(req))
+        {
+            Ok((e, fh)) => reply.created(
+                &e.ttl,
+                &fattr(&e.attr),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno("create", e)),
+        }
+    }
+}

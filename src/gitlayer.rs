@@ -1,0 +1,375 @@
+//! The git layer: everything worktreefs asks of a repository.
+//!
+//! Reading base trees and blobs (through per-thread `git2::Repository` handles, so readers
+//! never share a lock), resolving revisions, and writing what git needs to see a managed
+//! worktree: the worktree's admin entry under `<gitdir>/worktrees/` and an index whose
+//! stat data matches what the view reports.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use git2::{ObjectType, Oid, Repository};
+use parking_lot::Mutex;
+use sha1::{Digest, Sha1};
+
+use crate::ino::path_ino_low;
+
+pub const MODE_TREE: u32 = 0o040000;
+pub const MODE_BLOB: u32 = 0o100644;
+pub const MODE_EXEC: u32 = 0o100755;
+pub const MODE_LINK: u32 = 0o120000;
+pub const MODE_GITLINK: u32 = 0o160000;
+
+thread_local! {
+    static REPOS: RefCell<HashMap<PathBuf, Repository>> = RefCell::new(HashMap::new());
+}
+
+/// Runs `f` with this thread's handle on the repository at `gitdir`, opening it on first use.
+pub fn with_repo<T>(
+    gitdir: &Path,
+    f: impl FnOnce(&Repository) -> Result<T, git2::Error>,
+) -> Result<T, git2::Error> {
+    REPOS.with(|cell| {
+        let mut map = cell.borrow_mut();
+        if !map.contains_key(gitdir) {
+            let repo = Repository::open_bare(gitdir).or_else(|_| Repository::open(gitdir))?;
+            map.insert(gitdir.to_path_buf(), repo);
+        }
+        let repo = map
+            .get(gitdir)
+            .ok_or_else(|| git2::Error::from_str("repo"))?;
+        f(repo)
+    })
+}
+
+#[derive(Debug, Clone)]
+pub struct TreeEntry {
+    pub name: OsString,
+    pub mode: u32,
+    pub oid: Oid,
+}
+
+/// One tree object, as the view needs it: entries in git order and a name index.
+#[derive(Debug)]
+pub struct TreeListing {
+    pub entries: Vec<TreeEntry>,
+    by_name: HashMap<OsString, usize>,
+}
+
+impl TreeListing {
+    pub fn get(&self, name: &OsStr) -> Option<&TreeEntry> {
+        self.by_name.get(name).map(|i| &self.entries[*i])
+    }
+}
+
+/// Trees and blob sizes, shared by every worktree of every repository: both are keyed by
+/// object id, which names the content.
+#[derive(Default)]
+pub struct ObjectCache {
+    trees: Mutex<HashMap<Oid, Arc<TreeListing>>>,
+    sizes: Mutex<HashMap<Oid, u64>>,
+}
+
+impl ObjectCache {
+    pub fn tree(&self, gitdir: &Path, oid: Oid) -> Result<Arc<TreeListing>, git2::Error> {
+        if let Some(t) = self.trees.lock().get(&oid) {
+            return Ok(t.clone());
+        }
+        let listing = with_repo(gitdir, |repo| {
+            let tree = repo.find_tree(oid)?;
+            let mut entries = Vec::with_capacity(tree.len());
+            for e in tree.iter() {
+                entries.push(TreeEntry {
+                    name: OsStr::from_bytes(e.name_bytes()).to_os_string(),
+                    mode: e.filemode() as u32,
+                    oid: e.id(),
+                });
+            }
+            Ok(entries)
+        })?;
+        let by_name = listing
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.clone(), i))
+            .collect();
+        let listing = Arc::new(TreeListing {
+            entries: listing,
+            by_name,
+        });
+        self.trees.lock().insert(oid, listing.clone());
+        Ok(listing)
+    }
+
+    pub fn blob_size(&self, gitdir: &Path, oid: Oid) -> Result<u64, git2::Error> {
+        if let Some(s) = self.sizes.lock().get(&oid) {
+            return Ok(*s);
+        }
+        let size = with_repo(gitdir, |repo| {
+            let odb = repo.odb()?;
+            let (size, _kind) = odb.read_header(oid)?;
+            Ok(size as u64)
+        })?;
+        self.sizes.lock().insert(oid, size);
+        Ok(size)
+    }
+
+    pub fn seed_size(&self, oid: Oid, size: u64) {
+        self.sizes.lock().insert(oid, size);
+    }
+}
+
+/// Reads a whole blob. Used to fill the blob cache, once per blob.
+pub fn read_blob(gitdir: &Path, oid: Oid) -> Result<Vec<u8>, git2::Error> {
+    with_repo(gitdir, |repo| {
+        let odb = repo.odb()?;
+        let obj = odb.read(oid)?;
+        if obj.kind() != ObjectType::Blob {
+            return Err(git2::Error::from_str("object is not a blob"));
+        }
+        Ok(obj.data().to_vec())
+    })
+}
+
+/// The repository's common git directory and its work tree (None when bare).
+pub fn discover(path: &Path) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let repo = Repository::open(path).with_context(|| {
+        format!(
+            "{} is not a git repository (or cannot be opened); pass the path of a repository's top directory",
+            path.display()
+        )
+    })?;
+    let common = common_dir(&repo);
+    let common = fs::canonicalize(&common).unwrap_or(common);
+    let workdir = repo
+        .workdir()
+        .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
+    Ok((common, workdir))
+}
+
+/// The common git directory (where refs, objects and `worktrees/` live), also when `repo`
+/// was opened through a linked worktree.
+pub fn common_dir(repo: &Repository) -> PathBuf {
+    let path = repo.path().to_path_buf();
+    match fs::read_to_string(path.join("commondir")) {
+        Ok(rel) => {
+            let joined = path.join(rel.trim());
+            fs::canonicalize(&joined).unwrap_or(joined)
+        }
+        Err(_) => path,
+    }
+}
+
+pub struct ResolvedBase {
+    pub commit: Oid,
+    pub tree: Oid,
+    pub commit_time: i64,
+}
+
+pub fn resolve_base(repo: &Repository, rev: &str) -> anyhow::Result<ResolvedBase> {
+    let obj = repo
+        .revparse_single(rev)
+        .map_err(|e| anyhow!("base revision '{rev}' does not resolve: {}", e.message()))?;
+    let commit = obj
+        .peel_to_commit()
+        .map_err(|_| anyhow!("base revision '{rev}' does not name a commit"))?;
+    let commit_time = commit.committer().when().seconds();
+    Ok(ResolvedBase {
+        commit: commit.id(),
+        tree: commit.tree_id(),
+        commit_time,
+    })
+}
+
+/// One index entry, with the stat data the view will report for it.
+pub struct IndexEntry {
+    pub path: Vec<u8>,
+    pub mode: u32,
+    pub oid: Oid,
+    pub size: u32,
+}
+
+/// Every blob, symlink and gitlink of `tree`, recursively, with sizes from the object headers.
+pub fn index_entries(repo: &Repository, tree: Oid) -> anyhow::Result<Vec<IndexEntry>> {
+    let tree = repo.find_tree(tree)?;
+    let odb = repo.odb()?;
+    let mut out = Vec::new();
+    let mut failure: Option<git2::Error> = None;
+    tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+        let mode = entry.filemode() as u32;
+        if mode == MODE_TREE {
+            return git2::TreeWalkResult::Ok;
+        }
+        let mut path = root.as_bytes().to_vec();
+        path.extend_from_slice(entry.name_bytes());
+        let size = if mode == MODE_GITLINK {
+            0
+        } else {
+            match odb.read_header(entry.id()) {
+                Ok((size, _)) => size as u32,
+                Err(e) => {
+                    failure = Some(e);
+                    return git2::TreeWalkResult::Abort;
+                }
+            }
+        };
+        out.push(IndexEntry {
+            path,
+            mode,
+            oid: entry.id(),
+            size,
+        });
+        git2::TreeWalkResult::Ok
+    })?;
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// Stat data the view reports for untouched base entries of one worktree.
+pub struct IndexStat {
+    pub mtime: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Serializes an index (version 2) in git's format: header, entries sorted by path, SHA-1.
+/// Written by hand so the stat fields are exactly what the view reports.
+pub fn encode_index(entries: &[IndexEntry], stat: &IndexStat) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(12 + entries.len() * 96 + 20);
+    buf.extend_from_slice(b"DIRC");
+    buf.extend_from_slice(&2u32.to_be_bytes());
+    buf.extend_from_slice(&(entries.len() as u32).to_be_bytes());
+    for e in entries {
+        let start = buf.len();
+        for v in [stat.mtime, 0, stat.mtime, 0, 0, path_ino_low(&e.path)] {
+            buf.extend_from_slice(&v.to_be_bytes()); // ctime s/ns, mtime s/ns, dev, ino
+        }
+        let (uid, gid) = if e.mode == MODE_GITLINK {
+            (0, 0)
+        } else {
+            (stat.uid, stat.gid)
+        };
+        for v in [e.mode, uid, gid, e.size] {
+            buf.extend_from_slice(&v.to_be_bytes());
+        }
+        buf.extend_from_slice(e.oid.as_bytes());
+        let flags = e.path.len().min(0xfff) as u16;
+        buf.extend_from_slice(&flags.to_be_bytes());
+        buf.extend_from_slice(&e.path);
+        // 1 to 8 NULs so the entry length is a multiple of 8.
+        let len = buf.len() - start;
+        let pad = 8 - (len % 8);
+        buf.extend(std::iter::repeat_n(0u8, pad));
+    }
+    let digest = Sha1::digest(&buf);
+    buf.extend_from_slice(&digest);
+    buf
+}
+
+pub fn write_file_synced(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("worktreefs-tmp");
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(content)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(&tmp, path)
+}
+
+/// Where git keeps a linked worktree's administrative files.
+pub fn admin_dir(gitdir: &Path, admin_name: &str) -> PathBuf {
+    gitdir.join("worktrees").join(admin_name)
+}
+
+/// Picks a free admin entry name for worktree `name`, the way git suffixes numbers.
+pub fn free_admin_name(gitdir: &Path, name: &str) -> String {
+    let base = format!("wtfs-{name}");
+    if !admin_dir(gitdir, &base).exists() {
+        return base;
+    }
+    (1..)
+        .map(|i| format!("{base}{i}"))
+        .find(|n| !admin_dir(gitdir, n).exists())
+        .unwrap_or(base)
+}
+
+/// What the branch of a checked-out worktree is, for every worktree git knows of.
+pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Ok(head) = repo.find_reference("HEAD") {
+        if let Some(target) = head.symbolic_target() {
+            out.push(("main worktree".to_string(), target.to_string()));
+        }
+    }
+    let dir = common_dir(repo).join("worktrees");
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if let Ok(head) = fs::read_to_string(e.path().join("HEAD")) {
+                if let Some(r) = head.trim().strip_prefix("ref: ") {
+                    out.push((e.file_name().to_string_lossy().into_owned(), r.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Writes the admin entry of a managed worktree: locked first, so that `git worktree prune`
+/// never sees a half-made one.
+pub fn write_admin_entry(
+    dir: &Path,
+    head: &str,
+    worktree_gitfile: &Path,
+    index: &[u8],
+    lock_reason: &str,
+) -> anyhow::Result<()> {
+    if dir.exists() {
+        bail!("git worktree entry {} already exists", dir.display());
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::write(dir.join("locked"), lock_reason)?;
+    fs::write(dir.join("commondir"), "../..\n")?;
+    fs::write(
+        dir.join("gitdir"),
+        format!("{}\n", worktree_gitfile.display()),
+    )?;
+    fs::write(dir.join("HEAD"), format!("{head}\n"))?;
+    write_file_synced(&dir.join("index"), index)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoded_index_has_git_layout() {
+        let entries = vec![IndexEntry {
+            path: b"a.txt".to_vec(),
+            mode: MODE_BLOB,
+            oid: Oid::from_str("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391").unwrap(),
+            size: 0,
+        }];
+        let buf = encode_index(
+            &entries,
+            &IndexStat {
+                mtime: 1000,
+                uid: 1,
+                gid: 2,
+            },
+        );
+        assert_eq!(&buf[0..4], b"DIRC");
+        // 12 header + 62 fixed + 5 name = 79, padded to 80, + 20 checksum.
+        assert_eq!(buf.len(), 12 + 80 + 20);
+        let body = &buf[..buf.len() - 20];
+        assert_eq!(&buf[buf.len() - 20..], Sha1::digest(body).as_slice());
+    }
+}

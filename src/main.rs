@@ -1,0 +1,389 @@
+//! The `worktreefs` command line. Exit codes: 0 success, 1 the request could not be carried
+//! out (the message names the thing, its state and the way out), 2 bad usage.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Parser, Subcommand};
+
+use worktreefs::daemon::{self, MountRequest};
+use worktreefs::gitlayer;
+use worktreefs::names::{sanitize_name, validate_name};
+use worktreefs::state::StateDir;
+use worktreefs::store::Store;
+use worktreefs::worktree::{self, CreateRequest};
+
+#[derive(Parser)]
+#[command(
+    name = "worktreefs",
+    version,
+    about = "Copy-on-write git worktrees for every agent, over FUSE"
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Global {
+    /// State directory (database, upper layers, caches); one daemon per state directory.
+    #[arg(long, global = true, env = "WORKTREEFS_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Log level (error, warn, info, debug, trace); RUST_LOG takes precedence.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Mount the filesystem (in the background once ready, unless --foreground). Inside a
+    /// git repository with no arguments: registers that repository and uses the defaults.
+    Mount {
+        mountpoint: Option<PathBuf>,
+        #[arg(short, long)]
+        foreground: bool,
+        /// FUSE worker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+    /// Unmount the filesystem served for the state directory.
+    Unmount,
+    /// Registered repositories.
+    #[command(subcommand)]
+    Repo(RepoCmd),
+    /// Create a worktree: REPO/NAME.
+    New {
+        target: String,
+        /// Base revision (default: HEAD of the repository, or the branch's tip with --branch).
+        #[arg(long)]
+        base: Option<String>,
+        /// Branch to check out (default: a new branch named after the worktree).
+        #[arg(long)]
+        branch: Option<String>,
+    },
+    /// List worktrees.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the state of every worktree as a table.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RepoCmd {
+    /// Register a repository.
+    Add {
+        path: PathBuf,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List registered repositories.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unregister a repository that has no worktrees.
+    Remove { name: String },
+}
+
+fn init_logging(level: Option<&str>) {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| level.map(str::to_string))
+        .unwrap_or_else(|| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let is_daemon = matches!(
+        cli.command,
+        Command::Mount {
+            foreground: true,
+            ..
+        }
+    );
+    if is_daemon {
+        init_logging(cli.global.log_level.as_deref());
+    } else {
+        init_logging(Some(cli.global.log_level.as_deref().unwrap_or("warn")));
+    }
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("worktreefs: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn open_state(global: &Global) -> anyhow::Result<StateDir> {
+    let root = StateDir::resolve(global.state_dir.clone());
+    StateDir::open(&root).with_context(|| format!("opening state dir {}", root.display()))
+}
+
+fn open_store(state: &StateDir) -> anyhow::Result<Store> {
+    Store::open(&state.root)
+        .with_context(|| format!("opening the database in {}", state.root.display()))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let state = open_state(&cli.global)?;
+    match cli.command {
+        Command::Mount {
+            mountpoint,
+            foreground,
+            threads,
+        } => cmd_mount(
+            &state,
+            mountpoint,
+            foreground,
+            threads,
+            cli.global.log_level.as_deref(),
+        ),
+        Command::Unmount => {
+            let m = daemon::unmount(&state, Duration::from_secs(30))?;
+            println!("unmounted {}", m.display());
+            Ok(())
+        }
+        Command::Repo(RepoCmd::Add { path, name }) => {
+            let store = open_store(&state)?;
+            let row = add_repo(&store, &path, name.as_deref())?;
+            println!(
+                "registered repository '{}' -> {}",
+                row.name,
+                row.path.display()
+            );
+            Ok(())
+        }
+        Command::Repo(RepoCmd::List { json }) => {
+            let store = open_store(&state)?;
+            let repos = store.repos()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&repos)?);
+            } else {
+                for r in repos {
+                    println!("{:<24} {}", r.name, r.path.display());
+                }
+            }
+            Ok(())
+        }
+        Command::Repo(RepoCmd::Remove { name }) => {
+            let store = open_store(&state)?;
+            let repo = store.repo_by_name(&name)?.ok_or_else(|| {
+                anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
+            })?;
+            let n = store.worktree_count(repo.id)?;
+            if n > 0 {
+                bail!("repository '{name}' still has {n} worktree(s); they must be removed first (see `worktreefs list`)");
+            }
+            store.remove_repo(repo.id)?;
+            println!("unregistered repository '{name}'");
+            Ok(())
+        }
+        Command::New {
+            target,
+            base,
+            branch,
+        } => {
+            let (repo, name) = target.split_once('/').ok_or_else(|| {
+                anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
+            })?;
+            let mut store = open_store(&state)?;
+            let row = worktree::create_worktree(
+                &state,
+                &mut store,
+                &CreateRequest {
+                    repo,
+                    name,
+                    base: base.as_deref(),
+                    branch: branch.as_deref(),
+                    uid: nix::unistd::geteuid().as_raw(),
+                    gid: nix::unistd::getegid().as_raw(),
+                },
+            )?;
+            let mountpoint = worktree::mountpoint_of(&state, &store);
+            println!(
+                "created {}/{} on branch {} at {}",
+                row.repo,
+                row.name,
+                row.branch.as_deref().unwrap_or("(detached)"),
+                &row.base_commit[..12]
+            );
+            let path = mountpoint.join(&row.repo).join(&row.name);
+            if daemon::running_daemon(&state).is_some() {
+                println!("  cd {}", path.display());
+            } else {
+                println!(
+                    "  (not mounted: run `worktreefs mount`, then cd {})",
+                    path.display()
+                );
+            }
+            Ok(())
+        }
+        Command::List { json } => {
+            let store = open_store(&state)?;
+            let rows = store.worktrees()?;
+            let mountpoint = worktree::mountpoint_of(&state, &store);
+            if json {
+                let out: Vec<_> = rows
+                    .iter()
+                    .map(|w| {
+                        let mut v = serde_json::to_value(w).unwrap_or_default();
+                        v["path"] = mountpoint
+                            .join(&w.repo)
+                            .join(&w.name)
+                            .display()
+                            .to_string()
+                            .into();
+                        v
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!("{}", worktreefs::report::status_table(&rows));
+            }
+            Ok(())
+        }
+        Command::Status { json } => {
+            let store = open_store(&state)?;
+            let rows = store.worktrees()?;
+            let daemon = daemon::running_daemon(&state);
+            if json {
+                let v = serde_json::json!({
+                    "state_dir": state.root,
+                    "mounted": daemon.as_ref().map(|d| d.mountpoint.clone()),
+                    "daemon_pid": daemon.as_ref().map(|d| d.pid),
+                    "worktrees": rows,
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                match daemon {
+                    Some(d) => println!(
+                        "mounted at {} (daemon pid {})",
+                        d.mountpoint.display(),
+                        d.pid
+                    ),
+                    None => println!("not mounted (state dir {})", state.root.display()),
+                }
+                print!("{}", worktreefs::report::status_table(&rows));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn add_repo(
+    store: &Store,
+    path: &Path,
+    name: Option<&str>,
+) -> anyhow::Result<worktreefs::store::RepoRow> {
+    let (gitdir, workdir) = gitlayer::discover(path)?;
+    let top = workdir.clone().unwrap_or_else(|| gitdir.clone());
+    let name = match name {
+        Some(n) => {
+            validate_name("repository", n).map_err(|e| anyhow!(e))?;
+            n.to_string()
+        }
+        None => {
+            let raw = top
+                .file_name()
+                .map(|n| n.to_string_lossy().trim_end_matches(".git").to_string())
+                .unwrap_or_default();
+            sanitize_name(&raw)
+        }
+    };
+    if let Some(existing) = store.repo_by_gitdir(&gitdir)? {
+        bail!(
+            "repository {} is already registered as '{}'",
+            top.display(),
+            existing.name
+        );
+    }
+    if let Some(existing) = store.repo_by_name(&name)? {
+        bail!(
+            "the name '{name}' is already used by repository {}; pass --name with another name",
+            existing.path.display()
+        );
+    }
+    Ok(store.add_repo(&name, &top, &gitdir)?)
+}
+
+fn cmd_mount(
+    state: &StateDir,
+    mountpoint: Option<PathBuf>,
+    foreground: bool,
+    threads: usize,
+    log_level: Option<&str>,
+) -> anyhow::Result<()> {
+    if foreground {
+        let req = MountRequest {
+            state: state.clone(),
+            mountpoint,
+            threads,
+        };
+        return daemon::serve(req, daemon::ready_fd_from_env());
+    }
+    // Embedded defaults: inside a git repository, register it if it is not yet.
+    let mut registered = None;
+    if mountpoint.is_none() {
+        if let Ok(cwd) = std::env::current_dir() {
+            if let Ok((gitdir, _)) = gitlayer::discover(&cwd) {
+                let store = open_store(state)?;
+                registered = Some(match store.repo_by_gitdir(&gitdir)? {
+                    Some(r) => r,
+                    None => add_repo(&store, &cwd, None)?,
+                });
+            }
+        }
+    }
+    let req = MountRequest {
+        state: state.clone(),
+        mountpoint: mountpoint.clone(),
+        threads,
+    };
+    daemon::prepare(&req)?;
+    let pid = daemon::spawn_background(state, mountpoint.as_deref(), log_level)?;
+    let store = open_store(state)?;
+    let mp = worktree::mountpoint_of(state, &store);
+    let mp = fs::canonicalize(&mp).unwrap_or(mp);
+    println!(
+        "worktreefs: mounted at {} (daemon pid {pid}, state dir {})",
+        mp.display(),
+        state.root.display()
+    );
+    let repos = store.repos()?;
+    for r in &repos {
+        println!("  repository {:<20} {}", r.name, r.path.display());
+    }
+    let example = registered
+        .map(|r| r.name)
+        .or_else(|| repos.first().map(|r| r.name.clone()));
+    println!("next:");
+    match example {
+        Some(repo) => {
+            println!(
+                "  worktreefs new {repo}/task-1        # or: mkdir {}/{repo}/task-1",
+                mp.display()
+            );
+            println!("  cd {}/{repo}/task-1", mp.display());
+        }
+        None => println!("  worktreefs repo add PATH             # register a repository"),
+    }
+    println!("  worktreefs list                      # every worktree and its state");
+    println!("  worktreefs unmount                   # when you are done");
+    Ok(())
+}

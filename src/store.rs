@@ -1,0 +1,406 @@
+//! The SQLite store: the one place that owns the schema and its migrations.
+//!
+//! Repositories, worktrees and their lifecycle state, and the lease, retained and event
+//! tables that the lease and cleanup work fills. WAL mode, a busy timeout so the CLI and
+//! the daemon can share the file, and versioned migrations keyed by `PRAGMA user_version`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+/// Each entry moves the schema one version forward. Never edit a released entry; append.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    r#"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE repos (
+        id       INTEGER PRIMARY KEY,
+        name     TEXT NOT NULL UNIQUE,
+        path     TEXT NOT NULL,
+        gitdir   TEXT NOT NULL,
+        added_at INTEGER NOT NULL
+    );
+    CREATE TABLE worktrees (
+        id               INTEGER PRIMARY KEY,
+        repo_id          INTEGER NOT NULL REFERENCES repos(id),
+        name             TEXT NOT NULL,
+        branch           TEXT,
+        branch_created   INTEGER NOT NULL,
+        base_commit      TEXT NOT NULL,
+        base_tree        TEXT NOT NULL,
+        base_mtime       INTEGER NOT NULL,
+        uid              INTEGER NOT NULL,
+        gid              INTEGER NOT NULL,
+        admin_name       TEXT NOT NULL,
+        state            TEXT NOT NULL DEFAULT 'ready'
+                         CHECK (state IN ('ready','active','lingering','deleting','removed','retained')),
+        created_at       INTEGER NOT NULL,
+        state_changed_at INTEGER NOT NULL,
+        UNIQUE (repo_id, name)
+    );
+    CREATE TABLE leases (
+        id          INTEGER PRIMARY KEY,
+        worktree_id INTEGER NOT NULL REFERENCES worktrees(id),
+        holder_kind TEXT NOT NULL CHECK (holder_kind IN ('process','session')),
+        holder      TEXT NOT NULL,
+        pid         INTEGER,
+        pid_start   INTEGER,
+        command     TEXT,
+        session     TEXT,
+        acquired_at INTEGER NOT NULL,
+        UNIQUE (worktree_id, holder)
+    );
+    CREATE TABLE retained (
+        worktree_id INTEGER PRIMARY KEY REFERENCES worktrees(id),
+        path        TEXT NOT NULL,
+        repo        TEXT NOT NULL,
+        branch      TEXT,
+        base_commit TEXT NOT NULL,
+        reason      TEXT NOT NULL,
+        entered_at  INTEGER NOT NULL
+    );
+    CREATE TABLE events (
+        id          INTEGER PRIMARY KEY,
+        at          INTEGER NOT NULL,
+        worktree_id INTEGER,
+        kind        TEXT NOT NULL,
+        holder      TEXT,
+        reason      TEXT
+    );
+    CREATE INDEX events_by_worktree ON events(worktree_id, at);
+    "#,
+];
+
+pub const DB_FILE: &str = "worktreefs.db";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RepoRow {
+    pub id: i64,
+    pub name: String,
+    pub path: PathBuf,
+    pub gitdir: PathBuf,
+    pub added_at: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WorktreeRow {
+    pub id: i64,
+    pub repo_id: i64,
+    pub repo: String,
+    pub name: String,
+    pub branch: Option<String>,
+    pub branch_created: bool,
+    pub base_commit: String,
+    pub base_tree: String,
+    pub base_mtime: i64,
+    pub uid: u32,
+    pub gid: u32,
+    pub admin_name: String,
+    pub state: String,
+    pub created_at: i64,
+    pub state_changed_at: i64,
+}
+
+pub struct NewWorktree<'a> {
+    pub repo_id: i64,
+    pub name: &'a str,
+    pub branch: Option<&'a str>,
+    pub branch_created: bool,
+    pub base_commit: &'a str,
+    pub base_tree: &'a str,
+    pub base_mtime: i64,
+    pub uid: u32,
+    pub gid: u32,
+    pub admin_name: &'a str,
+}
+
+pub struct Store {
+    conn: Connection,
+}
+
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+const WORKTREE_COLUMNS: &str = "w.id, w.repo_id, r.name, w.name, w.branch, w.branch_created, \
+     w.base_commit, w.base_tree, w.base_mtime, w.uid, w.gid, w.admin_name, w.state, \
+     w.created_at, w.state_changed_at";
+
+fn worktree_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<WorktreeRow> {
+    Ok(WorktreeRow {
+        id: row.get(0)?,
+        repo_id: row.get(1)?,
+        repo: row.get(2)?,
+        name: row.get(3)?,
+        branch: row.get(4)?,
+        branch_created: row.get(5)?,
+        base_commit: row.get(6)?,
+        base_tree: row.get(7)?,
+        base_mtime: row.get(8)?,
+        uid: row.get(9)?,
+        gid: row.get(10)?,
+        admin_name: row.get(11)?,
+        state: row.get(12)?,
+        created_at: row.get(13)?,
+        state_changed_at: row.get(14)?,
+    })
+}
+
+fn repo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RepoRow> {
+    Ok(RepoRow {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        path: PathBuf::from(row.get::<_, String>(2)?),
+        gitdir: PathBuf::from(row.get::<_, String>(3)?),
+        added_at: row.get(4)?,
+    })
+}
+
+impl Store {
+    /// Opens (creating if needed) the database in `state_dir` and brings the schema up to date.
+    pub fn open(state_dir: &Path) -> rusqlite::Result<Store> {
+        let conn = Connection::open(state_dir.join(DB_FILE))?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let mut store = Store { conn };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    pub fn schema_version(&self) -> rusqlite::Result<i64> {
+        self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+    }
+
+    fn migrate(&mut self) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        for (i, sql) in MIGRATIONS.iter().enumerate() {
+            let version = i as i64 + 1;
+            if version > current {
+                tx.execute_batch(sql)?;
+                tx.pragma_update(None, "user_version", version)?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// Changes whenever another connection commits; cheap enough to ask on every directory
+    /// lookup at the top of the mount.
+    pub fn data_version(&self) -> rusqlite::Result<i64> {
+        self.conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+    }
+
+    pub fn meta_get(&self, key: &str) -> rusqlite::Result<Option<String>> {
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+    }
+
+    pub fn meta_set(&self, key: &str, value: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
+    pub fn add_repo(&self, name: &str, path: &Path, gitdir: &Path) -> rusqlite::Result<RepoRow> {
+        self.conn.execute(
+            "INSERT INTO repos(name, path, gitdir, added_at) VALUES (?1, ?2, ?3, ?4)",
+            params![
+                name,
+                path.to_string_lossy(),
+                gitdir.to_string_lossy(),
+                now_secs()
+            ],
+        )?;
+        let id = self.conn.last_insert_rowid();
+        self.repo_by_id(id)?
+            .ok_or(rusqlite::Error::QueryReturnedNoRows)
+    }
+
+    pub fn remove_repo(&self, id: i64) -> rusqlite::Result<()> {
+        self.conn.execute("DELETE FROM repos WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    pub fn repos(&self) -> rusqlite::Result<Vec<RepoRow>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, name, path, gitdir, added_at FROM repos ORDER BY name")?;
+        let rows = stmt.query_map([], repo_from_row)?;
+        rows.collect()
+    }
+
+    pub fn repo_by_name(&self, name: &str) -> rusqlite::Result<Option<RepoRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, name, path, gitdir, added_at FROM repos WHERE name = ?1",
+                [name],
+                repo_from_row,
+            )
+            .optional()
+    }
+
+    pub fn repo_by_id(&self, id: i64) -> rusqlite::Result<Option<RepoRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, name, path, gitdir, added_at FROM repos WHERE id = ?1",
+                [id],
+                repo_from_row,
+            )
+            .optional()
+    }
+
+    pub fn repo_by_gitdir(&self, gitdir: &Path) -> rusqlite::Result<Option<RepoRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, name, path, gitdir, added_at FROM repos WHERE gitdir = ?1",
+                [gitdir.to_string_lossy()],
+                repo_from_row,
+            )
+            .optional()
+    }
+
+    /// Inserts a worktree in state `ready` and records the creation as an event, in one
+    /// transaction. Fails on a duplicate (repo, name).
+    pub fn insert_worktree(&mut self, w: &NewWorktree<'_>) -> rusqlite::Result<i64> {
+        let now = now_secs();
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO worktrees(repo_id, name, branch, branch_created, base_commit, base_tree,
+                 base_mtime, uid, gid, admin_name, state, created_at, state_changed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'ready', ?11, ?11)",
+            params![
+                w.repo_id,
+                w.name,
+                w.branch,
+                w.branch_created,
+                w.base_commit,
+                w.base_tree,
+                w.base_mtime,
+                w.uid,
+                w.gid,
+                w.admin_name,
+                now
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.execute(
+            "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, ?2, 'created', ?3)",
+            params![now, id, format!("base {}", w.base_commit)],
+        )?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    pub fn worktrees(&self) -> rusqlite::Result<Vec<WorktreeRow>> {
+        let sql = format!(
+            "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE w.state != 'removed' ORDER BY r.name, w.name"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([], worktree_from_row)?;
+        rows.collect()
+    }
+
+    pub fn worktree(&self, repo: &str, name: &str) -> rusqlite::Result<Option<WorktreeRow>> {
+        let sql = format!(
+            "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE r.name = ?1 AND w.name = ?2"
+        );
+        self.conn
+            .query_row(&sql, params![repo, name], worktree_from_row)
+            .optional()
+    }
+
+    /// Removes a row that never became a usable worktree (creation failed after the insert).
+    pub fn delete_worktree_row(&self, id: i64) -> rusqlite::Result<()> {
+        self.conn
+            .execute("DELETE FROM events WHERE worktree_id = ?1", [id])?;
+        self.conn
+            .execute("DELETE FROM worktrees WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    pub fn worktree_count(&self, repo_id: i64) -> rusqlite::Result<i64> {
+        self.conn.query_row(
+            "SELECT count(*) FROM worktrees WHERE repo_id = ?1 AND state != 'removed'",
+            [repo_id],
+            |r| r.get(0),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_run_once_and_reopen_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let mode: String = store
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn worktree_names_are_unique_per_repo() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let repo = store
+            .add_repo("r", Path::new("/x"), Path::new("/x/.git"))
+            .unwrap();
+        let w = NewWorktree {
+            repo_id: repo.id,
+            name: "a",
+            branch: Some("a"),
+            branch_created: true,
+            base_commit: "c",
+            base_tree: "t",
+            base_mtime: 1,
+            uid: 0,
+            gid: 0,
+            admin_name: "a",
+        };
+        store.insert_worktree(&w).unwrap();
+        assert!(store.insert_worktree(&w).is_err());
+        let rows = store.worktrees().unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].state, "ready");
+        assert_eq!(rows[0].repo, "r");
+        assert!(store.worktree("r", "a").unwrap().is_some());
+        assert!(store.worktree("r", "b").unwrap().is_none());
+    }
+
+    #[test]
+    fn data_version_moves_when_another_connection_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Store::open(dir.path()).unwrap();
+        let b = Store::open(dir.path()).unwrap();
+        let before = a.data_version().unwrap();
+        b.add_repo("r", Path::new("/x"), Path::new("/x/.git"))
+            .unwrap();
+        assert_ne!(a.data_version().unwrap(), before);
+    }
+}

@@ -1,0 +1,2480 @@
+//! The copy-on-write view: the namespace of a mount and every worktree's overlay.
+//!
+//! Everything here is callable without a mount; `fuse.rs` only translates. A worktree
+//! entry is the merge of a **base** (the tree of the base commit, read lazily through
+//! `ObjectCache`) and an **upper** layer (real files under `<state>/worktrees/<id>/upper`).
+//!
+//! ## Upper-layer format
+//!
+//! * A file, symlink or directory present in the upper layer wins over the base.
+//! * A whiteout for name `N` is an empty regular file `.wtfs-wh.N` in the same upper
+//!   directory; it hides the base entry `N`. An upper entry `N` next to a whiteout for
+//!   `N` still wins (that is how a crash between the two steps of a change resolves).
+//! * An opaque directory holds an empty file `.wtfs-opaque`: nothing of the base below it
+//!   shows through.
+//! * Names starting with `.wtfs-` are reserved in the view (EINVAL on create).
+//!
+//! Every change is ordered so a crash between its steps leaves either the old or the new
+//! view: a whiteout is written before the upper entry it replaces is removed, an upper
+//! entry is created before its whiteout is dropped, copy-up and opaque directories are
+//! built in the work directory and renamed into place.
+//!
+//! ## Locks (take them in this order, never the reverse)
+//!
+//! 1. `mutate`: one namespace change at a time (create, unlink, rename, copy-up, …).
+//! 2. `nodes`: the inode table (read-locked by lookups, getattr and path resolution).
+//! 3. `handles`: open file and directory handles.
+//! 4. `catalog` and `store`: repositories and worktrees known from SQLite (only taken at
+//!    the top of the mount and in `mkdir` of a worktree, never on the read path).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::{CString, OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use git2::Oid;
+use parking_lot::{Mutex, RwLock};
+
+use crate::blobcache::BlobCache;
+use crate::error::{FsError, FsResult};
+use crate::gitlayer::{self, ObjectCache, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
+use crate::ino;
+use crate::state::StateDir;
+use crate::store::{RepoRow, Store, WorktreeRow};
+use crate::worktree::{self, CreateRequest};
+
+pub const ROOT_INO: u64 = 1;
+const CONTROL_INO: u64 = 2;
+const CTRL_LEASES_INO: u64 = 3;
+const CTRL_WORKTREES_INO: u64 = 4;
+const CTRL_RETAINED_INO: u64 = 5;
+const CTRL_STATUS_INO: u64 = 6;
+const CTRL_STATS_INO: u64 = 7;
+const REPO_INO_BASE: u64 = 1 << 61;
+const DYNAMIC_INO_BIT: u64 = 1 << 62;
+
+pub const CONTROL_NAME: &str = ".control";
+pub const RESERVED_PREFIX: &[u8] = b".wtfs-";
+pub const WHITEOUT_PREFIX: &str = ".wtfs-wh.";
+pub const OPAQUE_MARKER: &str = ".wtfs-opaque";
+pub const GITFILE_NAME: &str = ".git";
+
+/// Worktree entries change only through this daemon, which keeps the kernel informed, so
+/// the kernel may cache them; the top of the mount changes from other processes (the CLI),
+/// so it is never cached.
+const WT_TTL: Duration = Duration::from_secs(1);
+const TOP_TTL: Duration = Duration::ZERO;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FType {
+    Dir,
+    File,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FType {
+    fn from_mode(mode: u32) -> FType {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => FType::Dir,
+            libc::S_IFLNK => FType::Symlink,
+            libc::S_IFIFO => FType::Fifo,
+            libc::S_IFSOCK => FType::Socket,
+            libc::S_IFCHR => FType::CharDev,
+            libc::S_IFBLK => FType::BlockDev,
+            _ => FType::File,
+        }
+    }
+    fn from_git_mode(mode: u32) -> FType {
+        match mode {
+            MODE_TREE | MODE_GITLINK => FType::Dir,
+            MODE_LINK => FType::Symlink,
+            _ => FType::File,
+        }
+    }
+}
+
+/// What `stat` reports; the FUSE adapter copies it into fuser's struct.
+#[derive(Debug, Clone, Copy)]
+pub struct Attr {
+    pub ino: u64,
+    pub size: u64,
+    pub blocks: u64,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub kind: FType,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub attr: Attr,
+    pub ttl: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: FType,
+    pub name: OsString,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Option<SystemTime>>,
+    pub mtime: Option<Option<SystemTime>>,
+    pub fh: Option<u64>,
+}
+
+pub struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// Who asks: used for the owner of what a request creates.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+/// A worktree as the view needs it, built from its row.
+#[derive(Debug)]
+pub struct WtCtx {
+    pub id: i64,
+    pub repo_id: i64,
+    pub repo: String,
+    pub name: String,
+    pub gitdir: PathBuf,
+    pub base_tree: Oid,
+    pub base_mtime: SystemTime,
+    pub uid: u32,
+    pub gid: u32,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub gitfile: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BaseRef {
+    oid: Oid,
+    mode: u32,
+}
+
+/// A worktree entry's place in the overlay.
+#[derive(Debug, Clone, Copy)]
+struct Overlay {
+    ftype: FType,
+    /// Directories: the base tree merged underneath (None when new or opaque).
+    /// Files and symlinks: the base object, used while the entry is not in the upper layer.
+    base: Option<BaseRef>,
+    in_upper: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ControlDir {
+    Top,
+    Leases,
+    Worktrees,
+    Retained,
+}
+
+#[derive(Debug, Clone)]
+enum NodeKind {
+    Root,
+    ControlDir(ControlDir),
+    ControlFile(ControlDir, String),
+    Repo(i64),
+    /// A worktree entry; `is_root` for the worktree's own directory.
+    Wt {
+        wt: Arc<WtCtx>,
+        ov: Overlay,
+        is_root: bool,
+    },
+    GitFile(Arc<WtCtx>),
+}
+
+#[derive(Debug)]
+struct Node {
+    kind: NodeKind,
+    parent: u64,
+    name: OsString,
+    /// Further names of a hard-linked upper file.
+    aliases: Vec<(u64, OsString)>,
+    lookups: u64,
+    unlinked: bool,
+}
+
+struct NodeTable {
+    nodes: HashMap<u64, Node>,
+    children: HashMap<(u64, OsString), u64>,
+    next_dynamic: u64,
+}
+
+impl NodeTable {
+    fn assign_ino(&mut self, natural: u64) -> u64 {
+        if natural > ROOT_INO && !self.nodes.contains_key(&natural) {
+            return natural;
+        }
+        // Collision (or a still-open unlinked entry at the same path): keep the low 32 bits
+        // git compares, change the high ones.
+        loop {
+            self.next_dynamic += 1;
+            let candidate = DYNAMIC_INO_BIT | (self.next_dynamic << 32) | (natural & 0xffff_ffff);
+            if !self.nodes.contains_key(&candidate) {
+                return candidate;
+            }
+        }
+    }
+
+    fn insert_child(&mut self, parent: u64, name: &OsStr, natural: u64, kind: NodeKind) -> u64 {
+        let key = (parent, name.to_os_string());
+        if let Some(&existing) = self.children.get(&key) {
+            if let Some(n) = self.nodes.get_mut(&existing) {
+                n.lookups += 1;
+                return existing;
+            }
+        }
+        let ino = self.assign_ino(natural);
+        self.nodes.insert(
+            ino,
+            Node {
+                kind,
+                parent,
+                name: name.to_os_string(),
+                aliases: Vec::new(),
+                lookups: 1,
+                unlinked: false,
+            },
+        );
+        self.children.insert(key, ino);
+        ino
+    }
+
+    /// Drops the name `(parent, name)`; the node stays while the kernel still knows it.
+    fn detach_name(&mut self, parent: u64, name: &OsStr) {
+        let Some(ino) = self.children.remove(&(parent, name.to_os_string())) else {
+            return;
+        };
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            if node.parent == parent && node.name == name {
+                if let Some((p, n)) = node.aliases.pop() {
+                    node.parent = p;
+                    node.name = n;
+                } else {
+                    node.unlinked = true;
+                }
+            } else {
+                node.aliases.retain(|(p, n)| !(*p == parent && n == name));
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Stats {
+    /// read() requests served on worktree content (not `.git` or `.control`).
+    pub content_reads: AtomicU64,
+    pub copy_ups: AtomicU64,
+}
+
+enum HandleKind {
+    File {
+        ino: u64,
+        file: RwLock<File>,
+        /// Opened on the blob cache; reopened on the upper file once the entry is copied up.
+        on_base: std::sync::atomic::AtomicBool,
+    },
+    Memory(Vec<u8>),
+    Dir(Vec<DirEntry>),
+}
+
+struct Catalog {
+    data_version: i64,
+    repos: Vec<RepoRow>,
+    worktrees: HashMap<(i64, String), Arc<WtCtx>>,
+}
+
+pub struct View {
+    state: StateDir,
+    mountpoint: PathBuf,
+    store: Mutex<Store>,
+    catalog: RwLock<Catalog>,
+    objects: ObjectCache,
+    blobs: BlobCache,
+    mutate: Mutex<()>,
+    nodes: RwLock<NodeTable>,
+    handles: Mutex<HashMap<u64, Arc<HandleKind>>>,
+    next_fh: AtomicU64,
+    pub stats: Stats,
+}
+
+fn cstr(p: &Path) -> FsResult<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| FsError::new(libc::EINVAL, format!("path {} contains NUL", p.display())))
+}
+
+fn lstat(p: &Path) -> io::Result<fs::Metadata> {
+    fs::symlink_metadata(p)
+}
+
+fn exists(p: &Path) -> bool {
+    lstat(p).is_ok()
+}
+
+fn whiteout_name(name: &OsStr) -> OsString {
+    let mut s = OsString::from(WHITEOUT_PREFIX);
+    s.push(name);
+    s
+}
+
+fn systime(secs: i64, nsecs: i64) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
+    } else {
+        UNIX_EPOCH
+    }
+}
+
+fn check_name(name: &OsStr) -> FsResult<()> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(FsError::new(libc::EINVAL, format!("invalid name {name:?}")));
+    }
+    if b.starts_with(RESERVED_PREFIX) {
+        return Err(FsError::new(
+            libc::EINVAL,
+            format!(
+                "name {name:?} uses the prefix '.wtfs-', which worktreefs reserves for its upper-layer markers"
+            ),
+        ));
+    }
+    if b.len() > 255 - WHITEOUT_PREFIX.len() {
+        return Err(FsError::new(
+            libc::ENAMETOOLONG,
+            format!(
+                "name of {} bytes is longer than worktreefs allows ({})",
+                b.len(),
+                255 - WHITEOUT_PREFIX.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn not_supported(what: &str) -> FsError {
+    FsError::new(libc::EPERM, format!("{what} is not possible here"))
+}
+
+impl View {
+    pub fn new(state: StateDir, mountpoint: PathBuf) -> anyhow::Result<View> {
+        let store = Store::open(&state.root)?;
+        let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
+        let mut nodes = NodeTable {
+            nodes: HashMap::new(),
+            children: HashMap::new(),
+            next_dynamic: 0,
+        };
+        let fixed = [
+            (ROOT_INO, NodeKind::Root, ROOT_INO, ""),
+            (
+                CONTROL_INO,
+                NodeKind::ControlDir(ControlDir::Top),
+                ROOT_INO,
+                CONTROL_NAME,
+            ),
+            (
+                CTRL_LEASES_INO,
+                NodeKind::ControlDir(ControlDir::Leases),
+                CONTROL_INO,
+                "leases",
+            ),
+            (
+                CTRL_WORKTREES_INO,
+                NodeKind::ControlDir(ControlDir::Worktrees),
+                CONTROL_INO,
+                "worktrees",
+            ),
+            (
+                CTRL_RETAINED_INO,
+                NodeKind::ControlDir(ControlDir::Retained),
+                CONTROL_INO,
+                "retained",
+            ),
+            (
+                CTRL_STATUS_INO,
+                NodeKind::ControlFile(ControlDir::Top, "status".into()),
+                CONTROL_INO,
+                "status",
+            ),
+            (
+                CTRL_STATS_INO,
+                NodeKind::ControlFile(ControlDir::Top, "stats".into()),
+                CONTROL_INO,
+                "stats",
+            ),
+        ];
+        for (i, kind, parent, name) in fixed {
+            nodes.nodes.insert(
+                i,
+                Node {
+                    kind,
+                    parent,
+                    name: name.into(),
+                    aliases: Vec::new(),
+                    lookups: u64::MAX / 2,
+                    unlinked: false,
+                },
+            );
+            if i != ROOT_INO {
+                nodes.children.insert((parent, name.into()), i);
+            }
+        }
+        let view = View {
+            state,
+            mountpoint,
+            store: Mutex::new(store),
+            catalog: RwLock::new(Catalog {
+                data_version: -1,
+                repos: Vec::new(),
+                worktrees: HashMap::new(),
+            }),
+            objects: ObjectCache::default(),
+            blobs,
+            mutate: Mutex::new(()),
+            nodes: RwLock::new(nodes),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            stats: Stats::default(),
+        };
+        view.refresh_catalog(true)?;
+        Ok(view)
+    }
+
+    pub fn blob_fills(&self) -> u64 {
+        self.blobs.fills.load(Ordering::Relaxed)
+    }
+
+    // ----- catalog: repositories and worktrees from the store -----
+
+    fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> anyhow::Result<WtCtx> {
+        let upper = self.state.upper(row.id);
+        let work = self.state.work(row.id);
+        fs::create_dir_all(&upper)?;
+        fs::create_dir_all(&work)?;
+        let admin = gitlayer::admin_dir(&repo.gitdir, &row.admin_name);
+        Ok(WtCtx {
+            id: row.id,
+            repo_id: row.repo_id,
+            repo: row.repo.clone(),
+            name: row.name.clone(),
+            gitdir: repo.gitdir.clone(),
+            base_tree: Oid::from_str(&row.base_tree)?,
+            base_mtime: systime(row.base_mtime, 0),
+            uid: row.uid,
+            gid: row.gid,
+            upper,
+            work,
+            gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
+        })
+    }
+
+    /// Reloads repositories and worktrees when another connection changed the store.
+    fn refresh_catalog(&self, force: bool) -> anyhow::Result<()> {
+        let store = self.store.lock();
+        let version = store.data_version()?;
+        if !force && self.catalog.read().data_version == version {
+            return Ok(());
+        }
+        let repos = store.repos()?;
+        let rows = store.worktrees()?;
+        drop(store);
+        let mut cat = self.catalog.write();
+        let mut worktrees = HashMap::new();
+        for row in rows {
+            let key = (row.repo_id, row.name.clone());
+            if let Some(existing) = cat.worktrees.get(&key).filter(|w| w.id == row.id) {
+                worktrees.insert(key, existing.clone());
+                continue;
+            }
+            let Some(repo) = repos.iter().find(|r| r.id == row.repo_id) else {
+                continue;
+            };
+            match self.wt_ctx(&row, repo) {
+                Ok(ctx) => {
+                    worktrees.insert(key, Arc::new(ctx));
+                }
+                Err(e) => {
+                    tracing::error!("worktree {}/{} cannot be served: {e:#}", row.repo, row.name)
+                }
+            }
+        }
+        cat.repos = repos;
+        cat.worktrees = worktrees;
+        cat.data_version = version;
+        Ok(())
+    }
+
+    fn refresh(&self) -> FsResult<()> {
+        self.refresh_catalog(false)
+            .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))
+    }
+
+    // ----- attributes -----
+
+    fn top_dir_attr(&self, ino: u64) -> Attr {
+        let now = SystemTime::now();
+        Attr {
+            ino,
+            size: 4096,
+            blocks: 8,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            kind: FType::Dir,
+            perm: if ino == ROOT_INO { 0o755 } else { 0o555 },
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+        }
+    }
+
+    fn memory_attr(&self, ino: u64, len: usize, mtime: SystemTime, uid: u32, gid: u32) -> Attr {
+        Attr {
+            ino,
+            size: len as u64,
+            blocks: (len as u64).div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            kind: FType::File,
+            perm: 0o444,
+            nlink: 1,
+            uid,
+            gid,
+            rdev: 0,
+        }
+    }
+
+    fn attr_from_meta(ino: u64, m: &fs::Metadata) -> Attr {
+        Attr {
+            ino,
+            size: m.len(),
+            blocks: m.blocks(),
+            atime: systime(m.atime(), m.atime_nsec()),
+            mtime: systime(m.mtime(), m.mtime_nsec()),
+            ctime: systime(m.ctime(), m.ctime_nsec()),
+            kind: FType::from_mode(m.mode()),
+            perm: (m.mode() & 0o7777) as u16,
+            nlink: m.nlink() as u32,
+            uid: m.uid(),
+            gid: m.gid(),
+            rdev: m.rdev() as u32,
+        }
+    }
+
+    fn base_attr(&self, ino: u64, wt: &WtCtx, ov: &Overlay) -> FsResult<Attr> {
+        let base = ov
+            .base
+            .ok_or_else(|| FsError::new(libc::EIO, "base entry without object"))?;
+        let (size, perm, nlink) = match ov.ftype {
+            FType::Dir => (4096, 0o755, 2),
+            FType::Symlink | FType::File => {
+                let size = self
+                    .objects
+                    .blob_size(&wt.gitdir, base.oid)
+                    .map_err(|e| FsError::git(format!("size of blob {}", base.oid), e))?;
+                let perm = match base.mode {
+                    MODE_EXEC => 0o755,
+                    MODE_LINK => 0o777,
+                    _ => 0o644,
+                };
+                (size, perm, 1)
+            }
+            _ => (0, 0o644, 1),
+        };
+        Ok(Attr {
+            ino,
+            size,
+            blocks: size.div_ceil(512),
+            atime: wt.base_mtime,
+            mtime: wt.base_mtime,
+            ctime: wt.base_mtime,
+            kind: ov.ftype,
+            perm,
+            nlink,
+            uid: wt.uid,
+            gid: wt.gid,
+            rdev: 0,
+        })
+    }
+
+    fn node_attr(&self, t: &NodeTable, ino: u64) -> FsResult<Attr> {
+        let node = t
+            .nodes
+            .get(&ino)
+            .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?;
+        match &node.kind {
+            NodeKind::Root | NodeKind::ControlDir(_) | NodeKind::Repo(_) => {
+                Ok(self.top_dir_attr(ino))
+            }
+            NodeKind::ControlFile(dir, name) => {
+                let content = self.control_content(*dir, name)?;
+                Ok(self.memory_attr(ino, content.len(), SystemTime::now(), 0, 0))
+            }
+            NodeKind::GitFile(wt) => {
+                Ok(self.memory_attr(ino, wt.gitfile.len(), wt.base_mtime, wt.uid, wt.gid))
+            }
+            NodeKind::Wt { wt, ov, .. } => {
+                if ov.in_upper {
+                    if node.unlinked {
+                        return Err(FsError::expected(libc::ENOENT, "entry was removed"));
+                    }
+                    let path = self.upper_path(t, ino)?;
+                    let m = lstat(&path)
+                        .map_err(|e| FsError::io(format!("stat {}", path.display()), e))?;
+                    Ok(Self::attr_from_meta(ino, &m))
+                } else {
+                    self.base_attr(ino, wt, ov)
+                }
+            }
+        }
+    }
+
+    // ----- paths -----
+
+    /// The path of a worktree entry relative to its worktree (empty for the root).
+    fn rel_path(&self, t: &NodeTable, ino: u64) -> FsResult<Vec<u8>> {
+        let mut parts: Vec<&OsStr> = Vec::new();
+        let mut cur = ino;
+        loop {
+            let node = t
+                .nodes
+                .get(&cur)
+                .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {cur} is not known")))?;
+            match &node.kind {
+                NodeKind::Wt { is_root: true, .. } => break,
+                NodeKind::Wt { .. } => {
+                    parts.push(&node.name);
+                    cur = node.parent;
+                }
+                _ => return Err(FsError::new(libc::EINVAL, "not a worktree entry")),
+            }
+        }
+        let mut out = Vec::new();
+        for (i, p) in parts.iter().rev().enumerate() {
+            if i > 0 {
+                out.push(b'/');
+            }
+            out.extend_from_slice(p.as_bytes());
+        }
+        Ok(out)
+    }
+
+    fn wt_of(&self, t: &NodeTable, ino: u64) -> FsResult<(Arc<WtCtx>, Overlay, bool)> {
+        match t.nodes.get(&ino).map(|n| &n.kind) {
+            Some(NodeKind::Wt { wt, ov, is_root }) => Ok((wt.clone(), *ov, *is_root)),
+            Some(_) => Err(FsError::new(libc::EPERM, "not a worktree entry")),
+            None => Err(FsError::new(
+                libc::ESTALE,
+                format!("inode {ino} is not known"),
+            )),
+        }
+    }
+
+    fn upper_path(&self, t: &NodeTable, ino: u64) -> FsResult<PathBuf> {
+        let (wt, _, _) = self.wt_of(t, ino)?;
+        let rel = self.rel_path(t, ino)?;
+        Ok(if rel.is_empty() {
+            wt.upper.clone()
+        } else {
+            wt.upper.join(OsStr::from_bytes(&rel))
+        })
+    }
+
+    fn base_tree_of(
+        &self,
+        wt: &WtCtx,
+        ov: &Overlay,
+    ) -> FsResult<Option<Arc<gitlayer::TreeListing>>> {
+        match ov.base {
+            Some(b) if b.mode == MODE_TREE && ov.ftype == FType::Dir => self
+                .objects
+                .tree(&wt.gitdir, b.oid)
+                .map(Some)
+                .map_err(|e| FsError::git(format!("reading tree {}", b.oid), e)),
+            _ => Ok(None),
+        }
+    }
+
+    /// What the name `name` in worktree directory `dir` is, from the layers on disk.
+    fn resolve_child(
+        &self,
+        wt: &WtCtx,
+        dir_ov: &Overlay,
+        dir_upper: &Path,
+        name: &OsStr,
+    ) -> FsResult<Option<Overlay>> {
+        let base_listing = self.base_tree_of(wt, dir_ov)?;
+        let base_entry = base_listing.as_ref().and_then(|l| l.get(name)).cloned();
+        if dir_ov.in_upper {
+            let up = dir_upper.join(name);
+            match lstat(&up) {
+                Ok(m) => {
+                    let ftype = FType::from_mode(m.mode());
+                    let base = match &base_entry {
+                        Some(e)
+                            if ftype == FType::Dir
+                                && e.mode == MODE_TREE
+                                && !exists(&up.join(OPAQUE_MARKER)) =>
+                        {
+                            Some(BaseRef {
+                                oid: e.oid,
+                                mode: e.mode,
+                            })
+                        }
+                        _ => None,
+                    };
+                    return Ok(Some(Overlay {
+                        ftype,
+                        base,
+                        in_upper: true,
+                    }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(FsError::io(format!("stat {}", up.display()), e)),
+            }
+            if base_entry.is_some() && exists(&dir_upper.join(whiteout_name(name))) {
+                return Ok(None);
+            }
+        }
+        Ok(base_entry.map(|e| Overlay {
+            ftype: FType::from_git_mode(e.mode),
+            base: Some(BaseRef {
+                oid: e.oid,
+                mode: e.mode,
+            }),
+            in_upper: false,
+        }))
+    }
+
+    // ----- lookup and forget -----
+
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        let parent_kind = {
+            let t = self.nodes.read();
+            let node = t.nodes.get(&parent).ok_or_else(|| {
+                FsError::new(libc::ESTALE, format!("inode {parent} is not known"))
+            })?;
+            if let Some(&ino) = t.children.get(&(parent, name.to_os_string())) {
+                if !matches!(
+                    node.kind,
+                    NodeKind::Root | NodeKind::Repo(_) | NodeKind::ControlDir(_)
+                ) {
+                    let attr = self.node_attr(&t, ino)?;
+                    drop(t);
+                    let mut t = self.nodes.write();
+                    if let Some(n) = t.nodes.get_mut(&ino) {
+                        n.lookups += 1;
+                    }
+                    return Ok(Entry { attr, ttl: WT_TTL });
+                }
+            }
+            node.kind.clone()
+        };
+        match parent_kind {
+            NodeKind::Root => self.lookup_top(name),
+            NodeKind::Repo(repo_id) => self.lookup_repo_child(parent, repo_id, name),
+            NodeKind::ControlDir(dir) => self.lookup_control(parent, dir, name),
+            NodeKind::Wt { wt, ov, is_root } => {
+                if ov.ftype != FType::Dir {
+                    return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+                }
+                if is_root && name == GITFILE_NAME {
+                    let natural = ino::path_ino(wt.id, b".git");
+                    let mut t = self.nodes.write();
+                    let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));
+                    let attr = self.node_attr(&t, ino)?;
+                    return Ok(Entry { attr, ttl: WT_TTL });
+                }
+                if name.as_bytes().starts_with(RESERVED_PREFIX) {
+                    return Err(FsError::not_found(name.to_string_lossy()));
+                }
+                let dir_upper = {
+                    let t = self.nodes.read();
+                    self.upper_path(&t, parent)?
+                };
+                let child = self
+                    .resolve_child(&wt, &ov, &dir_upper, name)?
+                    .ok_or_else(|| {
+                        FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()))
+                    })?;
+                let mut t = self.nodes.write();
+                let mut rel = self.rel_path(&t, parent)?;
+                if !rel.is_empty() {
+                    rel.push(b'/');
+                }
+                rel.extend_from_slice(name.as_bytes());
+                let natural = ino::path_ino(wt.id, &rel);
+                let ino = t.insert_child(
+                    parent,
+                    name,
+                    natural,
+                    NodeKind::Wt {
+                        wt,
+                        ov: child,
+                        is_root: false,
+                    },
+                );
+                let attr = self.node_attr(&t, ino)?;
+                Ok(Entry { attr, ttl: WT_TTL })
+            }
+            NodeKind::ControlFile(..) | NodeKind::GitFile(_) => {
+                Err(FsError::new(libc::ENOTDIR, "not a directory"))
+            }
+        }
+    }
+
+    fn lookup_top(&self, name: &OsStr) -> FsResult<Entry> {
+        if name == CONTROL_NAME {
+            return Ok(Entry {
+                attr: self.top_dir_attr(CONTROL_INO),
+                ttl: TOP_TTL,
+            });
+        }
+        self.refresh()?;
+        let repo = self
+            .catalog
+            .read()
+            .repos
+            .iter()
+            .find(|r| r.name.as_bytes() == name.as_bytes())
+            .cloned()
+            .ok_or_else(|| FsError::not_found(format!("repository {}", name.to_string_lossy())))?;
+        let ino = REPO_INO_BASE + repo.id as u64;
+        let mut t = self.nodes.write();
+        t.nodes.entry(ino).or_insert_with(|| Node {
+            kind: NodeKind::Repo(repo.id),
+            parent: ROOT_INO,
+            name: name.to_os_string(),
+            aliases: Vec::new(),
+            lookups: 0,
+            unlinked: false,
+        });
+        if let Some(n) = t.nodes.get_mut(&ino) {
+            n.lookups += 1;
+        }
+        Ok(Entry {
+            attr: self.top_dir_attr(ino),
+            ttl: TOP_TTL,
+        })
+    }
+
+    fn worktree_ctx(&self, repo_id: i64, name: &OsStr) -> FsResult<Arc<WtCtx>> {
+        self.refresh()?;
+        self.catalog
+            .read()
+            .worktrees
+            .get(&(repo_id, name.to_string_lossy().into_owned()))
+            .cloned()
+            .ok_or_else(|| FsError::not_found(format!("worktree {}", name.to_string_lossy())))
+    }
+
+    fn lookup_repo_child(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<Entry> {
+        let wt = self.worktree_ctx(repo_id, name)?;
+        let mut t = self.nodes.write();
+        let natural = ino::path_ino(wt.id, b"");
+        // A worktree re-created under the same name is a different worktree: replace the
+        // stale mapping.
+        if let Some(&old) = t.children.get(&(parent, name.to_os_string())) {
+            let stale = match t.nodes.get(&old).map(|n| &n.kind) {
+                Some(NodeKind::Wt { wt: w, .. }) => w.id != wt.id,
+                _ => true,
+            };
+            if stale {
+                t.detach_name(parent, name);
+            }
+        }
+        let ino = t.insert_child(
+            parent,
+            name,
+            natural,
+            NodeKind::Wt {
+                wt: wt.clone(),
+                ov: Overlay {
+                    ftype: FType::Dir,
+                    base: Some(BaseRef {
+                        oid: wt.base_tree,
+                        mode: MODE_TREE,
+                    }),
+                    in_upper: true,
+                },
+                is_root: true,
+            },
+        );
+        let attr = self.node_attr(&t, ino)?;
+        Ok(Entry { attr, ttl: TOP_TTL })
+    }
+
+    fn lookup_control(&self, parent: u64, dir: ControlDir, name: &OsStr) -> FsResult<Entry> {
+        let name_s = name.to_string_lossy().into_owned();
+        if dir == ControlDir::Top {
+            let ino = *self
+                .nodes
+                .read()
+                .children
+                .get(&(parent, name.to_os_string()))
+                .ok_or_else(|| FsError::not_found(format!(".control/{name_s}")))?;
+            let t = self.nodes.read();
+            return Ok(Entry {
+                attr: self.node_attr(&t, ino)?,
+                ttl: TOP_TTL,
+            });
+        }
+        if !self.control_names(dir)?.contains(&name_s) {
+            return Err(FsError::not_found(format!(".control entry {name_s}")));
+        }
+        let natural = DYNAMIC_INO_BIT
+            | (1 << 61)
+            | ino::fnv1a32(name.as_bytes()) as u64
+            | ((dir as u64) << 32);
+        let mut t = self.nodes.write();
+        let ino = t.insert_child(parent, name, natural, NodeKind::ControlFile(dir, name_s));
+        Ok(Entry {
+            attr: self.node_attr(&t, ino)?,
+            ttl: TOP_TTL,
+        })
+    }
+
+    pub fn forget(&self, ino: u64, nlookup: u64) {
+        let mut t = self.nodes.write();
+        let Some(node) = t.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.lookups = node.lookups.saturating_sub(nlookup);
+        if node.lookups > 0 {
+            return;
+        }
+        if let Some(node) = t.nodes.remove(&ino) {
+            for (p, n) in std::iter::once((node.parent, node.name)).chain(node.aliases) {
+                let key = (p, n);
+                if t.children.get(&key) == Some(&ino) {
+                    t.children.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn ttl_of(&self, t: &NodeTable, ino: u64) -> Duration {
+        match t.nodes.get(&ino).map(|n| &n.kind) {
+            Some(NodeKind::Wt { is_root: false, .. }) | Some(NodeKind::GitFile(_)) => WT_TTL,
+            _ => TOP_TTL,
+        }
+    }
+
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
+        if let Some(fh) = fh {
+            if let Some(h) = self.handles.lock().get(&fh).cloned() {
+                if let HandleKind::File { file, on_base, .. } = &*h {
+                    if !on_base.load(Ordering::Relaxed) {
+                        let m = file
+                            .read()
+                            .metadata()
+                            .map_err(|e| FsError::io("fstat", e))?;
+                        let attr = Self::attr_from_meta(ino, &m);
+                        return Ok(Entry { attr, ttl: WT_TTL });
+                    }
+                }
+            }
+        }
+        let t = self.nodes.read();
+        Ok(Entry {
+            attr: self.node_attr(&t, ino)?,
+            ttl: self.ttl_of(&t, ino),
+        })
+    }
+
+    // ----- the control directory -----
+
+    fn control_names(&self, dir: ControlDir) -> FsResult<Vec<String>> {
+        match dir {
+            ControlDir::Top => Ok(vec![
+                "leases".into(),
+                "worktrees".into(),
+                "retained".into(),
+                "status".into(),
+                "stats".into(),
+            ]),
+            ControlDir::Worktrees => {
+                self.refresh()?;
+                let cat = self.catalog.read();
+                let mut names: Vec<String> = cat
+                    .worktrees
+                    .values()
+                    .map(|w| format!("{}:{}", w.repo, w.name))
+                    .collect();
+                names.sort();
+                Ok(names)
+            }
+            // Filled by the lease and cleanup work; empty until then.
+            ControlDir::Leases | ControlDir::Retained => Ok(Vec::new()),
+        }
+    }
+
+    fn control_content(&self, dir: ControlDir, name: &str) -> FsResult<Vec<u8>> {
+        let store_err = |e: rusqlite::Error| FsError::store("reading .control", e);
+        match (dir, name) {
+            (ControlDir::Top, "status") => {
+                let rows = self.store.lock().worktrees().map_err(store_err)?;
+                Ok(crate::report::status_table(&rows).into_bytes())
+            }
+            (ControlDir::Top, "stats") => {
+                let v = serde_json::json!({
+                    "content_reads": self.stats.content_reads.load(Ordering::Relaxed),
+                    "blob_fills": self.blob_fills(),
+                    "copy_ups": self.stats.copy_ups.load(Ordering::Relaxed),
+                });
+                Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Worktrees, entry) => {
+                let (repo, wt) = entry
+                    .split_once(':')
+                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let row = self
+                    .store
+                    .lock()
+                    .worktree(repo, wt)
+                    .map_err(store_err)?
+                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let mut v = serde_json::to_value(&row)
+                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
+                v["path"] = serde_json::Value::String(
+                    self.mountpoint.join(repo).join(wt).display().to_string(),
+                );
+                Ok(format!("{v}\n").into_bytes())
+            }
+            _ => Err(FsError::not_found(format!(".control entry {name}"))),
+        }
+    }
+
+    // ----- directories -----
+
+    fn merged_listing(&self, t: &NodeTable, ino: u64) -> FsResult<Vec<DirEntry>> {
+        let (wt, ov, is_root) = self.wt_of(t, ino)?;
+        if ov.ftype != FType::Dir {
+            return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+        }
+        let rel = self.rel_path(t, ino)?;
+        let child_ino = |name: &[u8]| {
+            let mut p = rel.clone();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(name);
+            ino::path_ino(wt.id, &p)
+        };
+        let mut names: BTreeMap<OsString, DirEntry> = BTreeMap::new();
+        let mut whiteouts: HashSet<OsString> = HashSet::new();
+        if ov.in_upper {
+            let dir = self.upper_path(t, ino)?;
+            let rd = fs::read_dir(&dir)
+                .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+            for e in rd {
+                let e = e.map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+                let name = e.file_name();
+                let b = name.as_bytes();
+                if let Some(hidden) = b.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
+                    whiteouts.insert(OsStr::from_bytes(hidden).to_os_string());
+                    continue;
+                }
+                if b.starts_with(RESERVED_PREFIX) || (is_root && name == GITFILE_NAME) {
+                    continue;
+                }
+                let ft = e
+                    .file_type()
+                    .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+                let kind = if ft.is_dir() {
+                    FType::Dir
+                } else if ft.is_symlink() {
+                    FType::Symlink
+                } else if ft.is_fifo() {
+                    FType::Fifo
+                } else if ft.is_socket() {
+                    FType::Socket
+                } else {
+                    FType::File
+                };
+                names.insert(
+                    name.clone(),
+                    DirEntry {
+                        ino: child_ino(b),
+                        kind,
+                        name,
+                    },
+                );
+            }
+        }
+        if let Some(listing) = self.base_tree_of(&wt, &ov)? {
+            for e in &listing.entries {
+                if names.contains_key(&e.name) || whiteouts.contains(&e.name) {
+                    continue;
+                }
+                names.insert(
+                    e.name.clone(),
+                    DirEntry {
+                        ino: child_ino(e.name.as_bytes()),
+                        kind: FType::from_git_mode(e.mode),
+                        name: e.name.clone(),
+                    },
+                );
+            }
+        }
+        let mut out = Vec::with_capacity(names.len() + 1);
+        if is_root {
+            out.push(DirEntry {
+                ino: ino::path_ino(wt.id, b".git"),
+                kind: FType::File,
+                name: GITFILE_NAME.into(),
+            });
+        }
+        out.extend(names.into_values());
+        Ok(out)
+    }
+
+    fn listing(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        let kind = {
+            let t = self.nodes.read();
+            t.nodes
+                .get(&ino)
+                .map(|n| n.kind.clone())
+                .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?
+        };
+        match kind {
+            NodeKind::Root => {
+                self.refresh()?;
+                let mut out = vec![DirEntry {
+                    ino: CONTROL_INO,
+                    kind: FType::Dir,
+                    name: CONTROL_NAME.into(),
+                }];
+                for r in &self.catalog.read().repos {
+                    out.push(DirEntry {
+                        ino: REPO_INO_BASE + r.id as u64,
+                        kind: FType::Dir,
+                        name: r.name.clone().into(),
+                    });
+                }
+                Ok(out)
+            }
+            NodeKind::Repo(repo_id) => {
+                self.refresh()?;
+                let mut out: Vec<DirEntry> = self
+                    .catalog
+                    .read()
+                    .worktrees
+                    .values()
+                    .filter(|w| w.repo_id == repo_id)
+                    .map(|w| DirEntry {
+                        ino: ino::path_ino(w.id, b""),
+                        kind: FType::Dir,
+                        name: w.name.clone().into(),
+                    })
+                    .collect();
+                out.sort_by(|a, b| a.name.cmp(&b.name));
+                Ok(out)
+            }
+            NodeKind::ControlDir(dir) => {
+                let names = self.control_names(dir)?;
+                Ok(names
+                    .into_iter()
+                    .map(|n| DirEntry {
+                        ino: DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(n.as_bytes()) as u64,
+                        kind: if dir == ControlDir::Top && !matches!(n.as_str(), "status" | "stats")
+                        {
+                            FType::Dir
+                        } else {
+                            FType::File
+                        },
+                        name: n.into(),
+                    })
+                    .collect())
+            }
+            NodeKind::Wt { .. } => {
+                let t = self.nodes.read();
+                self.merged_listing(&t, ino)
+            }
+            _ => Err(FsError::new(libc::ENOTDIR, "not a directory")),
+        }
+    }
+
+    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+        let mut entries = vec![
+            DirEntry {
+                ino,
+                kind: FType::Dir,
+                name: ".".into(),
+            },
+            DirEntry {
+                ino: ROOT_INO,
+                kind: FType::Dir,
+                name: "..".into(),
+            },
+        ];
+        entries.extend(self.listing(ino)?);
+        Ok(self.add_handle(HandleKind::Dir(entries)))
+    }
+
+    /// Entries from `offset` on; each entry's offset for the next call is its index + 1.
+    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+        let h = self.handle(fh)?;
+        match &*h {
+            HandleKind::Dir(entries) => Ok(entries
+                .iter()
+                .enumerate()
+                .skip(offset as usize)
+                .map(|(i, e)| (i as u64 + 1, e.clone()))
+                .collect()),
+            _ => Err(FsError::new(libc::ENOTDIR, "handle is not a directory")),
+        }
+    }
+
+    // ----- handles -----
+
+    fn add_handle(&self, kind: HandleKind) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, Arc::new(kind));
+        fh
+    }
+
+    fn handle(&self, fh: u64) -> FsResult<Arc<HandleKind>> {
+        self.handles
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| FsError::new(libc::EBADF, format!("file handle {fh} is not open")))
+    }
+
+    pub fn release(&self, fh: u64) {
+        self.handles.lock().remove(&fh);
+    }
+
+    // ----- copy-up -----
+
+    /// Makes sure the directory `ino` exists in the upper layer (parents first).
+    fn ensure_upper_dir(&self, ino: u64) -> FsResult<()> {
+        let mut chain = Vec::new();
+        {
+            let t = self.nodes.read();
+            let mut cur = ino;
+            loop {
+                let (_, ov, is_root) = self.wt_of(&t, cur)?;
+                if ov.in_upper {
+                    break;
+                }
+                if ov.ftype != FType::Dir {
+                    return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+                }
+                chain.push(cur);
+                if is_root {
+                    break;
+                }
+                cur = t.nodes.get(&cur).map(|n| n.parent).unwrap_or(ROOT_INO);
+            }
+        }
+        for dir in chain.into_iter().rev() {
+            self.copy_up(dir, true)?;
+        }
+        Ok(())
+    }
+
+    fn set_in_upper(&self, ino: u64, base: Option<Option<BaseRef>>) {
+        let mut t = self.nodes.write();
+        if let Some(Node {
+            kind: NodeKind::Wt { ov, .. },
+            ..
+        }) = t.nodes.get_mut(&ino)
+        {
+            ov.in_upper = true;
+            if let Some(b) = base {
+                ov.base = b;
+            }
+        }
+    }
+
+    fn work_tmp(wt: &WtCtx, what: &str) -> PathBuf {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        wt.work.join(format!(
+            "{what}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    /// Copies the entry `ino` into the upper layer (callers hold `mutate`). With
+    /// `with_data` false a regular file arrives empty (it is about to be truncated).
+    /// Atomic: built in the work directory, fsync'd, renamed into place.
+    fn copy_up(&self, ino: u64, with_data: bool) -> FsResult<()> {
+        let (wt, ov, path) = {
+            let t = self.nodes.read();
+            let (wt, ov, _) = self.wt_of(&t, ino)?;
+            if ov.in_upper {
+                return Ok(());
+            }
+            (wt, ov, self.upper_path(&t, ino)?)
+        };
+        let parent = self
+            .nodes
+            .read()
+            .nodes
+            .get(&ino)
+            .map(|n| n.parent)
+            .unwrap_or(ROOT_INO);
+        self.ensure_upper_dir(parent)?;
+        let base = ov
+            .base
+            .ok_or_else(|| FsError::new(libc::EIO, "copy-up of an entry with no base"))?;
+        match ov.ftype {
+            FType::Dir => {
+                match fs::create_dir(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(FsError::io(format!("mkdir {}", path.display()), e)),
+                }
+                self.chown(&path, wt.uid, wt.gid)?;
+            }
+            FType::File => {
+                let tmp = Self::work_tmp(&wt, "copyup");
+                let result = self.copy_blob_to(&wt, base, &tmp, with_data);
+                if let Err(e) = result {
+                    let _ = fs::remove_file(&tmp);
+                    return Err(e);
+                }
+                fs::rename(&tmp, &path)
+                    .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
+            }
+            FType::Symlink => {
+                let target = gitlayer::read_blob(&wt.gitdir, base.oid)
+                    .map_err(|e| FsError::git("reading symlink target", e))?;
+                let tmp = Self::work_tmp(&wt, "copyup");
+                std::os::unix::fs::symlink(OsStr::from_bytes(&target), &tmp)
+                    .map_err(|e| FsError::io("creating symlink in work dir", e))?;
+                let _ = nix::unistd::fchownat(
+                    None,
+                    &tmp,
+                    Some(nix::unistd::Uid::from_raw(wt.uid)),
+                    Some(nix::unistd::Gid::from_raw(wt.gid)),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                );
+                fs::rename(&tmp, &path)
+                    .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
+            }
+            _ => return Err(FsError::new(libc::EIO, "unexpected base entry type")),
+        }
+        self.stats.copy_ups.fetch_add(1, Ordering::Relaxed);
+        self.set_in_upper(ino, None);
+        Ok(())
+    }
+
+    fn copy_blob_to(&self, wt: &WtCtx, base: BaseRef, tmp: &Path, with_data: bool) -> FsResult<()> {
+        let dst = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(tmp)
+            .map_err(|e| FsError::io(format!("creating {}", tmp.display()), e))?;
+        if with_data {
+            let size = self
+                .objects
+                .blob_size(&wt.gitdir, base.oid)
+                .map_err(|e| FsError::git("blob size", e))?;
+            let src_path = self
+                .blobs
+                .ensure(&wt.gitdir, base.oid, size)
+                .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?;
+            let src = File::open(&src_path).map_err(|e| FsError::io("opening cached blob", e))?;
+            clone_or_copy(&src, &dst, size).map_err(|e| FsError::io("copying blob", e))?;
+        }
+        let perm = if base.mode == MODE_EXEC { 0o755 } else { 0o644 };
+        dst.set_permissions(fs::Permissions::from_mode(perm))
+            .map_err(|e| FsError::io("chmod", e))?;
+        let _ = nix::unistd::fchown(
+            dst.as_raw_fd(),
+            Some(nix::unistd::Uid::from_raw(wt.uid)),
+            Some(nix::unistd::Gid::from_raw(wt.gid)),
+        );
+        let t = nix::sys::time::TimeSpec::from(
+            wt.base_mtime.duration_since(UNIX_EPOCH).unwrap_or_default(),
+        );
+        let _ = nix::sys::stat::futimens(dst.as_raw_fd(), &t, &t);
+        dst.sync_all().map_err(|e| FsError::io("fsync", e))?;
+        Ok(())
+    }
+
+    fn chown(&self, path: &Path, uid: u32, gid: u32) -> FsResult<()> {
+        match nix::unistd::fchownat(
+            None,
+            path,
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(()) | Err(nix::errno::Errno::EPERM) => Ok(()),
+            Err(e) => Err(FsError::io(
+                format!("chown {}", path.display()),
+                io::Error::from_raw_os_error(e as i32),
+            )),
+        }
+    }
+
+    /// Copies every base entry below directory `ino` into the upper layer and marks it
+    /// opaque, so the directory can move without its base (used by rename of directories).
+    fn copy_up_tree(&self, ino: u64) -> FsResult<()> {
+        let (wt, ov, path) = {
+            let t = self.nodes.read();
+            let (wt, ov, _) = self.wt_of(&t, ino)?;
+            (wt, ov, self.upper_path(&t, ino)?)
+        };
+        self.ensure_upper_dir(ino)?;
+        if ov.base.is_none() {
+            return Ok(());
+        }
+        self.copy_up_tree_at(&wt, &path, ov.base)?;
+        // Every node below now lives entirely in the upper layer.
+        let mut t = self.nodes.write();
+        let below: Vec<u64> = t
+            .nodes
+            .keys()
+            .copied()
+            .filter(|&n| self.is_below(&t, n, ino))
+            .collect();
+        for n in below.into_iter().chain(std::iter::once(ino)) {
+            if let Some(Node {
+                kind: NodeKind::Wt { ov, .. },
+                ..
+            }) = t.nodes.get_mut(&n)
+            {
+                ov.in_upper = true;
+                if ov.ftype == FType::Dir {
+                    ov.base = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn is_below(&self, t: &NodeTable, mut n: u64, ancestor: u64) -> bool {
+        for _ in 0..4096 {
+            let Some(node) = t.nodes.get(&n) else {
+                return false;
+            };
+            if !matches!(node.kind, NodeKind::Wt { is_root: false, .. }) {
+                return false;
+            }
+            if node.parent == ancestor {
+                return true;
+            }
+            n = node.parent;
+        }
+        false
+    }
+
+    fn copy_up_tree_at(&self, wt: &WtCtx, dir: &Path, base: Option<BaseRef>) -> FsResult<()> {
+        let Some(base) = base.filter(|b| b.mode == MODE_TREE) else {
+            return Ok(());
+        };
+        if exists(&dir.join(OPAQUE_MARKER)) {
+            return Ok(());
+        }
+        let listing = self
+            .objects
+            .tree(&wt.gitdir, base.oid)
+            .map_err(|e| FsError::git("reading tree", e))?;
+        for e in &listing.entries {
+            let up = dir.join(&e.name);
+            let child_base = BaseRef {
+                oid: e.oid,
+                mode: e.mode,
+            };
+            match lstat(&up) {
+                Ok(m) => {
+                    if m.is_dir() && e.mode == MODE_TREE {
+                        self.copy_up_tree_at(wt, &up, Some(child_base))?;
+                    }
+                    continue;
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => return Err(FsError::io(format!("stat {}", up.display()), err)),
+            }
+            if exists(&dir.join(whiteout_name(&e.name))) {
+                continue;
+            }
+            match e.mode {
+                MODE_TREE | MODE_GITLINK => {
+                    fs::create_dir(&up)
+                        .map_err(|err| FsError::io(format!("mkdir {}", up.display()), err))?;
+                    self.chown(&up, wt.uid, wt.gid)?;
+                    self.copy_up_tree_at(wt, &up, Some(child_base))?;
+                }
+                MODE_LINK => {
+                    let target = gitlayer::read_blob(&wt.gitdir, e.oid)
+                        .map_err(|err| FsError::git("reading symlink target", err))?;
+                    std::os::unix::fs::symlink(OsStr::from_bytes(&target), &up)
+                        .map_err(|err| FsError::io("symlink", err))?;
+                    self.chown(&up, wt.uid, wt.gid)?;
+                }
+                _ => {
+                    let tmp = Self::work_tmp(wt, "copyup");
+                    self.copy_blob_to(wt, child_base, &tmp, true)?;
+                    fs::rename(&tmp, &up).map_err(|err| FsError::io("rename", err))?;
+                }
+            }
+        }
+        write_marker(&dir.join(OPAQUE_MARKER))
+    }
+
+    // ----- namespace changes -----
+
+    /// The overlay entry currently at `(parent, name)`, from the table or from disk.
+    fn child_state(&self, parent: u64, name: &OsStr) -> FsResult<Option<(Option<u64>, Overlay)>> {
+        let t = self.nodes.read();
+        if let Some(&ino) = t.children.get(&(parent, name.to_os_string())) {
+            if let Some(Node {
+                kind: NodeKind::Wt { ov, .. },
+                ..
+            }) = t.nodes.get(&ino)
+            {
+                return Ok(Some((Some(ino), *ov)));
+            }
+            if let Some(Node {
+                kind: NodeKind::GitFile(_),
+                ..
+            }) = t.nodes.get(&ino)
+            {
+                return Err(FsError::new(
+                    libc::EPERM,
+                    "the worktree's .git file is managed by worktreefs",
+                ));
+            }
+        }
+        let (wt, ov, is_root) = self.wt_of(&t, parent)?;
+        if is_root && name == GITFILE_NAME {
+            return Err(FsError::new(
+                libc::EPERM,
+                "the worktree's .git file is managed by worktreefs",
+            ));
+        }
+        let dir_upper = self.upper_path(&t, parent)?;
+        drop(t);
+        Ok(self
+            .resolve_child(&wt, &ov, &dir_upper, name)?
+            .map(|o| (None, o)))
+    }
+
+    fn base_has(&self, parent: u64, name: &OsStr) -> FsResult<bool> {
+        let (wt, ov) = {
+            let t = self.nodes.read();
+            let (wt, ov, _) = self.wt_of(&t, parent)?;
+            (wt, ov)
+        };
+        Ok(self
+            .base_tree_of(&wt, &ov)?
+            .map(|l| l.get(name).is_some())
+            .unwrap_or(false))
+    }
+
+    fn dir_upper_path(&self, parent: u64) -> FsResult<(Arc<WtCtx>, PathBuf)> {
+        let t = self.nodes.read();
+        let (wt, _, _) = self.wt_of(&t, parent)?;
+        Ok((wt, self.upper_path(&t, parent)?))
+    }
+
+    fn new_entry(&self, parent: u64, name: &OsStr, ov: Overlay) -> FsResult<Entry> {
+        let mut t = self.nodes.write();
+        let (wt, _, _) = self.wt_of(&t, parent)?;
+        t.detach_name(parent, name);
+        let mut rel = self.rel_path(&t, parent)?;
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(name.as_bytes());
+        let natural = ino::path_ino(wt.id, &rel);
+        let ino = t.insert_child(
+            parent,
+            name,
+            natural,
+            NodeKind::Wt {
+                wt,
+                ov,
+                is_root: false,
+            },
+        );
+        let attr = self.node_attr(&t, ino)?;
+        Ok(Entry { attr, ttl: WT_TTL })
+    }
+
+    /// Prepares `(parent, name)` for a new upper entry: the name must be free in the view
+    /// and the parent directory present in the upper layer. Returns the parent's upper dir.
+    fn prepare_create(&self, parent: u64, name: &OsStr) -> FsResult<(Arc<WtCtx>, PathBuf)> {
+        check_name(name)?;
+        if self.child_state(parent, name)?.is_some() {
+            return Err(FsError::expected(
+                libc::EEXIST,
+                format!("{} exists", name.to_string_lossy()),
+            ));
+        }
+        self.ensure_upper_dir(parent)?;
+        self.dir_upper_path(parent)
+    }
+
+    fn drop_whiteout(dir: &Path, name: &OsStr) {
+        let _ = fs::remove_file(dir.join(whiteout_name(name)));
+    }
+
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        caller: Caller,
+    ) -> FsResult<(Entry, u64)> {
+        let _m = self.mutate.lock();
+        let (_, dir) = self.prepare_create(parent, name)?;
+        let path = dir.join(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(flags & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC))
+            .mode(mode & !umask & 0o7777)
+            .open(&path)
+            .map_err(|e| FsError::io(format!("create {}", path.display()), e))?;
+        self.chown(&path, caller.uid, caller.gid)?;
+        Self::drop_whiteout(&dir, name);
+        let entry = self.new_entry(
+            parent,
+            name,
+            Overlay {
+                ftype: FType::File,
+                base: None,
+                in_upper: true,
+            },
+        )?;
+        let fh = self.add_handle(HandleKind::File {
+            ino: entry.attr.ino,
+            file: RwLock::new(file),
+            on_base: false.into(),
+        });
+        Ok((entry, fh))
+    }
+
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        caller: Caller,
+    ) -> FsResult<Entry> {
+        if self.is_repo(parent) {
+            return Err(not_supported("creating a file beside worktrees"));
+        }
+        let _m = self.mutate.lock();
+        let (_, dir) = self.prepare_create(parent, name)?;
+        let path = dir.join(name);
+        let c = cstr(&path)?;
+        // SAFETY: c is a valid NUL-terminated path.
+        let rc = unsafe {
+            libc::mknod(
+                c.as_ptr(),
+                (mode & !umask) as libc::mode_t,
+                rdev as libc::dev_t,
+            )
+        };
+        if rc != 0 {
+            return Err(FsError::io(
+                format!("mknod {}", path.display()),
+                io::Error::last_os_error(),
+            ));
+        }
+        self.chown(&path, caller.uid, caller.gid)?;
+        Self::drop_whiteout(&dir, name);
+        self.new_entry(
+            parent,
+            name,
+            Overlay {
+                ftype: FType::from_mode(mode),
+                base: None,
+                in_upper: true,
+            },
+        )
+    }
+
+    fn is_repo(&self, ino: u64) -> bool {
+        matches!(
+            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
+            Some(NodeKind::Repo(_)) | Some(NodeKind::Root) | Some(NodeKind::ControlDir(_)) | None
+        )
+    }
+
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        caller: Caller,
+    ) -> FsResult<Entry> {
+        let parent_kind = self.nodes.read().nodes.get(&parent).map(|n| n.kind.clone());
+        match parent_kind {
+            Some(NodeKind::Repo(repo_id)) => return self.mkdir_worktree(parent, repo_id, name, caller),
+            Some(NodeKind::Wt { .. }) => {}
+            Some(NodeKind::Root) => {
+                return Err(FsError::new(
+                    libc::EPERM,
+                    format!(
+                        "cannot mkdir {:?} at the top of the mount: repositories are added with `worktreefs repo add PATH`",
+                        name
+                    ),
+                ))
+            }
+            _ => return Err(not_supported("mkdir here")),
+        }
+        let _m = self.mutate.lock();
+        let base_had_name = self.base_has(parent, name)?;
+        let (wt, dir) = self.prepare_create(parent, name)?;
+        let path = dir.join(name);
+        let perm = mode & !umask & 0o7777;
+        if base_had_name {
+            // The base has (had) this name and it was removed: the new directory must hide
+            // the base's content, so it is built opaque and renamed into place.
+            let tmp = Self::work_tmp(&wt, "mkdir");
+            fs::create_dir(&tmp).map_err(|e| FsError::io("mkdir in work dir", e))?;
+            write_marker(&tmp.join(OPAQUE_MARKER))?;
+            fs::set_permissions(&tmp, fs::Permissions::from_mode(perm))
+                .map_err(|e| FsError::io("chmod", e))?;
+            self.chown(&tmp, caller.uid, caller.gid)?;
+            fs::rename(&tmp, &path)
+                .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
+        } else {
+            fs::create_dir(&path)
+                .map_err(|e| FsError::io(format!("mkdir {}", path.display()), e))?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(perm))
+                .map_err(|e| FsError::io("chmod", e))?;
+            self.chown(&path, caller.uid, caller.gid)?;
+        }
+        Self::drop_whiteout(&dir, name);
+        self.new_entry(
+            parent,
+            name,
+            Overlay {
+                ftype: FType::Dir,
+                base: None,
+                in_upper: true,
+            },
+        )
+    }
+
+    fn mkdir_worktree(
+        &self,
+        parent: u64,
+        repo_id: i64,
+        name: &OsStr,
+        caller: Caller,
+    ) -> FsResult<Entry> {
+        let name_s = name.to_str().ok_or_else(|| {
+            FsError::new(libc::EINVAL, format!("worktree name {name:?} is not UTF-8"))
+        })?;
+        let repo = self
+            .catalog
+            .read()
+            .repos
+            .iter()
+            .find(|r| r.id == repo_id)
+            .map(|r| r.name.clone())
+            .ok_or_else(|| FsError::not_found("repository"))?;
+        {
+            let mut store = self.store.lock();
+            worktree::create_worktree(
+                &self.state,
+                &mut store,
+                &CreateRequest {
+                    repo: &repo,
+                    name: name_s,
+                    base: None,
+                    branch: None,
+                    uid: caller.uid,
+                    gid: caller.gid,
+                },
+            )
+            .map_err(|e| FsError::new(e.errno(), format!("mkdir {repo}/{name_s}: {e}")))?;
+        }
+        self.refresh_catalog(true)
+            .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))?;
+        tracing::info!(repo, worktree = name_s, "created worktree by mkdir");
+        self.lookup_repo_child(parent, repo_id, name)
+    }
+
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        target: &Path,
+        caller: Caller,
+    ) -> FsResult<Entry> {
+        if self.is_repo(parent) {
+            return Err(not_supported("creating a symlink beside worktrees"));
+        }
+        let _m = self.mutate.lock();
+        let (_, dir) = self.prepare_create(parent, name)?;
+        let path = dir.join(name);
+        std::os::unix::fs::symlink(target, &path)
+            .map_err(|e| FsError::io(format!("symlink {}", path.display()), e))?;
+        self.chown(&path, caller.uid, caller.gid)?;
+        Self::drop_whiteout(&dir, name);
+        self.new_entry(
+            parent,
+            name,
+            Overlay {
+                ftype: FType::Symlink,
+                base: None,
+                in_upper: true,
+            },
+        )
+    }
+
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let t = self.nodes.read();
+        let (wt, ov, _) = self.wt_of(&t, ino)?;
+        if ov.ftype != FType::Symlink {
+            return Err(FsError::new(libc::EINVAL, "not a symlink"));
+        }
+        if ov.in_upper {
+            let path = self.upper_path(&t, ino)?;
+            return fs::read_link(&path)
+                .map(|p| p.into_os_string().into_vec())
+                .map_err(|e| FsError::io(format!("readlink {}", path.display()), e));
+        }
+        let base = ov
+            .base
+            .ok_or_else(|| FsError::new(libc::EIO, "symlink without object"))?;
+        drop(t);
+        gitlayer::read_blob(&wt.gitdir, base.oid).map_err(|e| FsError::git("reading symlink", e))
+    }
+
+    fn remove_checks(&self, parent: u64, name: &OsStr) -> FsResult<(Option<u64>, Overlay)> {
+        let kind = self.nodes.read().nodes.get(&parent).map(|n| n.kind.clone());
+        match kind {
+            Some(NodeKind::Wt { .. }) => {}
+            Some(NodeKind::Repo(_)) => {
+                return Err(FsError::new(
+                    libc::EBUSY,
+                    format!(
+                        "removing worktree {} through rmdir is not available yet; its files stay",
+                        name.to_string_lossy()
+                    ),
+                ))
+            }
+            _ => return Err(not_supported("removing this entry")),
+        }
+        self.child_state(parent, name)?
+            .ok_or_else(|| FsError::not_found(name.to_string_lossy()))
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+        let _m = self.mutate.lock();
+        let (_, ov) = self.remove_checks(parent, name)?;
+        if ov.ftype == FType::Dir {
+            return Err(FsError::new(libc::EISDIR, "is a directory"));
+        }
+        let needs_whiteout = self.base_has(parent, name)?;
+        if needs_whiteout {
+            self.ensure_upper_dir(parent)?;
+        }
+        let (_, dir) = self.dir_upper_path(parent)?;
+        if needs_whiteout {
+            write_marker(&dir.join(whiteout_name(name)))?;
+        }
+        if ov.in_upper {
+            let path = dir.join(name);
+            fs::remove_file(&path)
+                .map_err(|e| FsError::io(format!("unlink {}", path.display()), e))?;
+        }
+        self.nodes.write().detach_name(parent, name);
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+        let _m = self.mutate.lock();
+        let (ino, ov) = self.remove_checks(parent, name)?;
+        if ov.ftype != FType::Dir {
+            return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+        }
+        // Emptiness in the merged view.
+        let (wt, dir) = self.dir_upper_path(parent)?;
+        let path = dir.join(name);
+        let nonempty = match ino {
+            Some(ino) => {
+                let t = self.nodes.read();
+                !self.merged_listing(&t, ino)?.is_empty()
+            }
+            None => {
+                let upper_has = ov.in_upper
+                    && fs::read_dir(&path)
+                        .map_err(|e| FsError::io("listing", e))?
+                        .flatten()
+                        .any(|e| !e.file_name().as_bytes().starts_with(RESERVED_PREFIX));
+                let base_has = match self.base_tree_of(&wt, &ov)? {
+                    Some(l) => l
+                        .entries
+                        .iter()
+                        .any(|e| !(ov.in_upper && exists(&path.join(whiteout_name(&e.name))))),
+                    None => false,
+                };
+                upper_has || base_has
+            }
+        };
+        if nonempty {
+            return Err(FsError::expected(
+                libc::ENOTEMPTY,
+                format!("{} is not empty", name.to_string_lossy()),
+            ));
+        }
+        let needs_whiteout = self.base_has(parent, name)?;
+        if needs_whiteout {
+            self.ensure_upper_dir(parent)?;
+            write_marker(&dir.join(whiteout_name(name)))?;
+        }
+        if ov.in_upper {
+            // Out of the view in one rename, then deleted with its markers.
+            let trash = Self::work_tmp(&wt, "trash");
+            fs::rename(&path, &trash)
+                .map_err(|e| FsError::io(format!("rmdir {}", path.display()), e))?;
+            if let Err(e) = fs::remove_dir_all(&trash) {
+                tracing::warn!("could not empty {}: {e}", trash.display());
+            }
+        }
+        self.nodes.write().detach_name(parent, name);
+        Ok(())
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> FsResult<()> {
+        if flags & (libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT) != 0 {
+            return Err(FsError::new(
+                libc::EINVAL,
+                "RENAME_EXCHANGE and RENAME_WHITEOUT are not supported",
+            ));
+        }
+        check_name(newname)?;
+        let _m = self.mutate.lock();
+        let (src_ino, src) = self.remove_checks(parent, name)?;
+        let dst = self.remove_checks(newparent, newname).ok();
+        if parent == newparent && name == newname {
+            return Ok(());
+        }
+        if let Some((dst_ino, d)) = &dst {
+            if flags & libc::RENAME_NOREPLACE != 0 {
+                return Err(FsError::expected(
+                    libc::EEXIST,
+                    format!("{} exists", newname.to_string_lossy()),
+                ));
+            }
+            match (src.ftype == FType::Dir, d.ftype == FType::Dir) {
+                (true, false) => {
+                    return Err(FsError::expected(
+                        libc::ENOTDIR,
+                        "target is not a directory",
+                    ))
+                }
+                (false, true) => {
+                    return Err(FsError::expected(libc::EISDIR, "target is a directory"))
+                }
+                (true, true) => {
+                    let ino = match dst_ino {
+                        Some(i) => *i,
+                        None => self.lookup(newparent, newname)?.attr.ino,
+                    };
+                    let nonempty = {
+                        let t = self.nodes.read();
+                        !self.merged_listing(&t, ino)?.is_empty()
+                    };
+                    if dst_ino.is_none() {
+                        self.forget(ino, 1);
+                    }
+                    if nonempty {
+                        return Err(FsError::expected(
+                            libc::ENOTEMPTY,
+                            "target directory is not empty",
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        // The source must live entirely in the upper layer to move.
+        let src_ino = match src_ino {
+            Some(i) => i,
+            None => {
+                let i = self.lookup(parent, name)?.attr.ino;
+                // Keep the node for the duration; dropped below.
+                i
+            }
+        };
+        let result = self.rename_inner(
+            parent,
+            name,
+            newparent,
+            newname,
+            src_ino,
+            src,
+            dst.map(|d| d.1),
+        );
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename_inner(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        src_ino: u64,
+        src: Overlay,
+        dst: Option<Overlay>,
+    ) -> FsResult<()> {
+        if src.ftype == FType::Dir {
+            self.copy_up_tree(src_ino)?;
+        } else {
+            self.copy_up(src_ino, true)?;
+        }
+        self.ensure_upper_dir(newparent)?;
+        let (wt, from_dir) = self.dir_upper_path(parent)?;
+        let (_, to_dir) = self.dir_upper_path(newparent)?;
+        let from = from_dir.join(name);
+        let to = to_dir.join(newname);
+        if src.ftype == FType::Dir && self.base_has(newparent, newname)? {
+            write_marker(&from.join(OPAQUE_MARKER))?;
+        }
+        if self.base_has(parent, name)? {
+            write_marker(&from_dir.join(whiteout_name(name)))?;
+        }
+        if let Some(d) = dst {
+            if d.in_upper && d.ftype == FType::Dir {
+                let trash = Self::work_tmp(&wt, "trash");
+                fs::rename(&to, &trash)
+                    .map_err(|e| FsError::io("moving the replaced directory out", e))?;
+                let _ = fs::remove_dir_all(&trash);
+            }
+        }
+        fs::rename(&from, &to).map_err(|e| {
+            FsError::io(format!("rename {} to {}", from.display(), to.display()), e)
+        })?;
+        Self::drop_whiteout(&to_dir, newname);
+        let mut t = self.nodes.write();
+        t.detach_name(newparent, newname);
+        t.children.remove(&(parent, name.to_os_string()));
+        t.children
+            .insert((newparent, newname.to_os_string()), src_ino);
+        if let Some(node) = t.nodes.get_mut(&src_ino) {
+            if node.parent == parent && node.name == name {
+                node.parent = newparent;
+                node.name = newname.to_os_string();
+            } else {
+                node.aliases.retain(|(p, n)| !(*p == parent && n == name));
+                node.aliases.push((newparent, newname.to_os_string()));
+            }
+            node.unlinked = false;
+            if let NodeKind::Wt { ov, .. } = &mut node.kind {
+                if ov.ftype == FType::Dir && dst.is_some() {
+                    ov.base = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Entry> {
+        let _m = self.mutate.lock();
+        let (_, ov, _) = {
+            let t = self.nodes.read();
+            self.wt_of(&t, ino)?
+        };
+        if ov.ftype == FType::Dir {
+            return Err(FsError::new(
+                libc::EPERM,
+                "hard links to directories are not allowed",
+            ));
+        }
+        let (_, dir) = self.prepare_create(newparent, newname)?;
+        self.copy_up(ino, true)?;
+        let src = self.upper_path(&self.nodes.read(), ino)?;
+        let dst = dir.join(newname);
+        fs::hard_link(&src, &dst).map_err(|e| FsError::io(format!("link {}", dst.display()), e))?;
+        Self::drop_whiteout(&dir, newname);
+        let mut t = self.nodes.write();
+        t.detach_name(newparent, newname);
+        t.children.insert((newparent, newname.to_os_string()), ino);
+        if let Some(node) = t.nodes.get_mut(&ino) {
+            node.aliases.push((newparent, newname.to_os_string()));
+            node.lookups += 1;
+        }
+        let attr = self.node_attr(&t, ino)?;
+        Ok(Entry { attr, ttl: WT_TTL })
+    }
+
+    pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Entry> {
+        let _m = self.mutate.lock();
+        {
+            let t = self.nodes.read();
+            match t.nodes.get(&ino).map(|n| &n.kind) {
+                Some(NodeKind::Wt { .. }) => {}
+                Some(NodeKind::GitFile(_)) => {
+                    return Err(FsError::new(
+                        libc::EPERM,
+                        "the worktree's .git file is managed by worktreefs",
+                    ))
+                }
+                _ => return Err(not_supported("changing attributes here")),
+            }
+        }
+        let truncating_to_zero = set.size == Some(0);
+        self.copy_up(ino, !truncating_to_zero)?;
+        let path = self.upper_path(&self.nodes.read(), ino)?;
+        if let Some(mode) = set.mode {
+            let c = cstr(&path)?;
+            // SAFETY: valid path; fchmodat without AT_SYMLINK_NOFOLLOW as Linux requires.
+            if unsafe { libc::chmod(c.as_ptr(), (mode & 0o7777) as libc::mode_t) } != 0 {
+                return Err(FsError::io(
+                    format!("chmod {}", path.display()),
+                    io::Error::last_os_error(),
+                ));
+            }
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            nix::unistd::fchownat(
+                None,
+                &path,
+                set.uid.map(nix::unistd::Uid::from_raw),
+                set.gid.map(nix::unistd::Gid::from_raw),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| {
+                FsError::io(
+                    format!("chown {}", path.display()),
+                    io::Error::from_raw_os_error(e as i32),
+                )
+            })?;
+        }
+        if let Some(size) = set.size {
+            let via_handle = set.fh.and_then(|fh| self.handle(fh).ok());
+            match via_handle.as_deref() {
+                Some(HandleKind::File { file, on_base, .. })
+                    if !on_base.load(Ordering::Relaxed) =>
+                {
+                    file.read()
+                        .set_len(size)
+                        .map_err(|e| FsError::io("ftruncate", e))?
+                }
+                _ => OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&path)
+                    .and_then(|f| f.set_len(size))
+                    .map_err(|e| FsError::io(format!("truncate {}", path.display()), e))?,
+            }
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let spec = |t: Option<Option<SystemTime>>| match t {
+                None => nix::sys::time::TimeSpec::new(0, libc::UTIME_OMIT),
+                Some(None) => nix::sys::time::TimeSpec::new(0, libc::UTIME_NOW),
+                Some(Some(t)) => {
+                    nix::sys::time::TimeSpec::from(t.duration_since(UNIX_EPOCH).unwrap_or_default())
+                }
+            };
+            nix::sys::stat::utimensat(
+                None,
+                &path,
+                &spec(set.atime),
+                &spec(set.mtime),
+                nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+            )
+            .map_err(|e| {
+                FsError::io(
+                    format!("utimens {}", path.display()),
+                    io::Error::from_raw_os_error(e as i32),
+                )
+            })?;
+        }
+        let t = self.nodes.read();
+        Ok(Entry {
+            attr: self.node_attr(&t, ino)?,
+            ttl: self.ttl_of(&t, ino),
+        })
+    }
+
+    // ----- file data -----
+
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
+        let kind = self
+            .nodes
+            .read()
+            .nodes
+            .get(&ino)
+            .map(|n| n.kind.clone())
+            .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?;
+        let acc = flags & libc::O_ACCMODE;
+        let writing = acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        match kind {
+            NodeKind::GitFile(wt) => {
+                if writing {
+                    return Err(FsError::new(
+                        libc::EACCES,
+                        "the worktree's .git file is managed by worktreefs",
+                    ));
+                }
+                Ok(self.add_handle(HandleKind::Memory(wt.gitfile.clone())))
+            }
+            NodeKind::ControlFile(dir, name) => {
+                if writing {
+                    return Err(FsError::new(libc::EACCES, ".control is read-only"));
+                }
+                Ok(self.add_handle(HandleKind::Memory(self.control_content(dir, &name)?)))
+            }
+            NodeKind::Wt { wt, ov, .. } => {
+                if ov.ftype == FType::Dir {
+                    return Err(FsError::new(libc::EISDIR, "is a directory"));
+                }
+                if writing {
+                    let _m = self.mutate.lock();
+                    self.copy_up(ino, flags & libc::O_TRUNC == 0)?;
+                    let path = self.upper_path(&self.nodes.read(), ino)?;
+                    let file = open_upper(&path, flags)?;
+                    return Ok(self.add_handle(HandleKind::File {
+                        ino,
+                        file: RwLock::new(file),
+                        on_base: false.into(),
+                    }));
+                }
+                if ov.in_upper {
+                    let path = self.upper_path(&self.nodes.read(), ino)?;
+                    let file = open_upper(&path, flags)?;
+                    return Ok(self.add_handle(HandleKind::File {
+                        ino,
+                        file: RwLock::new(file),
+                        on_base: false.into(),
+                    }));
+                }
+                let base = ov
+                    .base
+                    .ok_or_else(|| FsError::new(libc::EIO, "file without object"))?;
+                let size = self
+                    .objects
+                    .blob_size(&wt.gitdir, base.oid)
+                    .map_err(|e| FsError::git("blob size", e))?;
+                let path = self
+                    .blobs
+                    .ensure(&wt.gitdir, base.oid, size)
+                    .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?;
+                let file = File::open(&path).map_err(|e| FsError::io("opening cached blob", e))?;
+                Ok(self.add_handle(HandleKind::File {
+                    ino,
+                    file: RwLock::new(file),
+                    on_base: true.into(),
+                }))
+            }
+            _ => Err(FsError::new(libc::EISDIR, "is a directory")),
+        }
+    }
+
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let h = self.handle(fh)?;
+        match &*h {
+            HandleKind::Memory(data) => {
+                let start = (offset as usize).min(data.len());
+                let end = (start + size as usize).min(data.len());
+                Ok(data[start..end].to_vec())
+            }
+            HandleKind::File { ino, file, on_base } => {
+                self.stats.content_reads.fetch_add(1, Ordering::Relaxed);
+                if on_base.load(Ordering::Relaxed) {
+                    self.follow_copy_up(*ino, file, on_base)?;
+                }
+                let mut buf = vec![0u8; size as usize];
+                let f = file.read();
+                let mut done = 0;
+                while done < buf.len() {
+                    match f.read_at(&mut buf[done..], offset + done as u64) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(FsError::io("read", e)),
+                    }
+                }
+                buf.truncate(done);
+                Ok(buf)
+            }
+            HandleKind::Dir(_) => Err(FsError::new(libc::EISDIR, "is a directory")),
+        }
+    }
+
+    /// A handle opened before its file was copied up reads the upper file from then on, so
+    /// every reader sees changes made through the view.
+    fn follow_copy_up(
+        &self,
+        ino: u64,
+        file: &RwLock<File>,
+        on_base: &std::sync::atomic::AtomicBool,
+    ) -> FsResult<()> {
+        let t = self.nodes.read();
+        let Ok((_, ov, _)) = self.wt_of(&t, ino) else {
+            return Ok(());
+        };
+        if !ov.in_upper {
+            return Ok(());
+        }
+        let path = self.upper_path(&t, ino)?;
+        drop(t);
+        let f = open_upper(&path, libc::O_RDONLY)?;
+        *file.write() = f;
+        on_base.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let h = self.handle(fh)?;
+        match &*h {
+            HandleKind::File { file, on_base, .. } if !on_base.load(Ordering::Relaxed) => {
+                file.read()
+                    .write_all_at(data, offset)
+                    .map_err(|e| FsError::io("write", e))?;
+                Ok(data.len() as u32)
+            }
+            _ => Err(FsError::new(libc::EBADF, "handle not open for writing")),
+        }
+    }
+
+    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+        let h = self.handle(fh)?;
+        if let HandleKind::File { file, on_base, .. } = &*h {
+            if !on_base.load(Ordering::Relaxed) {
+                let f = file.read();
+                let r = if datasync {
+                    f.sync_data()
+                } else {
+                    f.sync_all()
+                };
+                r.map_err(|e| FsError::io("fsync", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn statfs(&self) -> FsResult<Statfs> {
+        let s = nix::sys::statvfs::statvfs(&self.state.root)
+            .map_err(|e| FsError::io("statvfs", io::Error::from_raw_os_error(e as i32)))?;
+        Ok(Statfs {
+            blocks: s.blocks(),
+            bfree: s.blocks_free(),
+            bavail: s.blocks_available(),
+            files: s.files(),
+            ffree: s.files_free(),
+            bsize: s.block_size() as u32,
+            namelen: 255 - WHITEOUT_PREFIX.len() as u32,
+            frsize: s.fragment_size() as u32,
+        })
+    }
+
+    pub fn access(&self, ino: u64) -> FsResult<()> {
+        if self.nodes.read().nodes.contains_key(&ino) {
+            Ok(())
+        } else {
+            Err(FsError::new(
+                libc::ESTALE,
+                format!("inode {ino} is not known"),
+            ))
+        }
+    }
+}
+
+fn open_upper(path: &Path, flags: i32) -> FsResult<File> {
+    let acc = flags & libc::O_ACCMODE;
+    OpenOptions::new()
+        .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+        .write(acc == libc::O_WRONLY || acc == libc::O_RDWR)
+        .custom_flags(
+            (flags
+                & (libc::O_APPEND
+                    | libc::O_TRUNC
+                    | libc::O_NOATIME
+                    | libc::O_SYNC
+                    | libc::O_DSYNC))
+                | libc::O_NOFOLLOW,
+        )
+        .open(path)
+        .map_err(|e| FsError::io(format!("open {}", path.display()), e))
+}
+
+/// Creates an empty marker file (whiteout or opaque) durably.
+fn write_marker(path: &Path) -> FsResult<()> {
+    match OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(f) => f.sync_all().map_err(|e| FsError::io("fsync marker", e)),
+        Err(e) => Err(FsError::io(format!("writing marker {}", path.display()), e)),
+    }
+}
+
+/// FICLONE where the filesystem shares extents, else copy_file_range (std::io::copy uses it).
+fn clone_or_copy(src: &File, dst: &File, _size: u64) -> io::Result<()> {
+    const FICLONE: libc::c_ulong = 0x4004_9409;
+    // SAFETY: both descriptors are open for the duration of the call.
+    let rc = unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let mut s = src;
+    let mut d = dst;
+    io::copy(&mut s, &mut d)?;
+    Ok(())
+}

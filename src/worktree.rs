@@ -1,0 +1,337 @@
+//! Creating a managed worktree: the git side (branch, admin entry, index), the upper layer,
+//! and the row in the store. Either all of it lands or none of it does.
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use git2::{BranchType, Repository};
+
+use crate::gitlayer::{self, IndexStat};
+use crate::names::validate_name;
+use crate::state::StateDir;
+use crate::store::{now_secs, NewWorktree, Store, WorktreeRow};
+
+pub const META_MOUNTPOINT: &str = "mountpoint";
+
+#[derive(Debug)]
+pub enum CreateError {
+    InvalidName(String),
+    UnknownRepo(String),
+    Exists(String),
+    BadRevision(String),
+    BranchConflict(String),
+    Internal(String),
+}
+
+impl CreateError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            CreateError::InvalidName(_) | CreateError::BadRevision(_) => libc::EINVAL,
+            CreateError::UnknownRepo(_) => libc::ENOENT,
+            CreateError::Exists(_) | CreateError::BranchConflict(_) => libc::EEXIST,
+            CreateError::Internal(_) => libc::EIO,
+        }
+    }
+}
+
+impl fmt::Display for CreateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CreateError::InvalidName(m)
+            | CreateError::UnknownRepo(m)
+            | CreateError::Exists(m)
+            | CreateError::BadRevision(m)
+            | CreateError::BranchConflict(m)
+            | CreateError::Internal(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for CreateError {}
+
+pub struct CreateRequest<'a> {
+    pub repo: &'a str,
+    pub name: &'a str,
+    pub base: Option<&'a str>,
+    pub branch: Option<&'a str>,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The mountpoint git's admin entries point at: the one recorded by the last mount, else
+/// the default one.
+pub fn mountpoint_of(state: &StateDir, store: &Store) -> PathBuf {
+    store
+        .meta_get(META_MOUNTPOINT)
+        .ok()
+        .flatten()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| state.default_mountpoint())
+}
+
+pub fn gitfile_path(mountpoint: &Path, repo: &str, name: &str) -> PathBuf {
+    mountpoint.join(repo).join(name).join(".git")
+}
+
+/// Undo log for a creation in progress: whatever was made is removed on drop unless the
+/// creation was committed.
+struct Rollback<'r> {
+    repo: &'r Repository,
+    branch: Option<String>,
+    dirs: Vec<PathBuf>,
+    committed: bool,
+}
+
+impl Drop for Rollback<'_> {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        for d in self.dirs.iter().rev() {
+            if let Err(e) = fs::remove_dir_all(d) {
+                tracing::warn!("rollback: could not remove {}: {e}", d.display());
+            }
+        }
+        if let Some(b) = &self.branch {
+            if let Ok(mut br) = self.repo.find_branch(b, BranchType::Local) {
+                if let Err(e) = br.delete() {
+                    tracing::warn!("rollback: could not delete branch {b}: {e}");
+                }
+            }
+        }
+    }
+}
+
+fn internal(context: &str) -> impl Fn(String) -> CreateError + '_ {
+    move |e| CreateError::Internal(format!("{context}: {e}"))
+}
+
+/// Creates worktree `repo/name`. On any error nothing is left behind: no row, no
+/// directory, no git worktree entry, no branch that was not there before.
+pub fn create_worktree(
+    state: &StateDir,
+    store: &mut Store,
+    req: &CreateRequest<'_>,
+) -> Result<WorktreeRow, CreateError> {
+    validate_name("worktree", req.name).map_err(CreateError::InvalidName)?;
+    let repo_row = store
+        .repo_by_name(req.repo)
+        .map_err(|e| internal("reading repositories")(e.to_string()))?
+        .ok_or_else(|| {
+            CreateError::UnknownRepo(format!(
+                "repository '{}' is not registered; add it with `worktreefs repo add PATH --name {}` (see `worktreefs repo list`)",
+                req.repo, req.repo
+            ))
+        })?;
+    if let Some(existing) = store
+        .worktree(req.repo, req.name)
+        .map_err(|e| internal("reading worktrees")(e.to_string()))?
+    {
+        return Err(CreateError::Exists(format!(
+            "worktree '{}/{}' already exists (state: {}); pick another name",
+            req.repo, req.name, existing.state
+        )));
+    }
+    if let Some(b) = req.branch {
+        if git2::Branch::name_is_valid(b).ok() != Some(true) {
+            return Err(CreateError::InvalidName(format!(
+                "branch name '{b}' is not a valid git branch name"
+            )));
+        }
+    }
+
+    let repo = Repository::open(&repo_row.gitdir).map_err(|e| {
+        CreateError::Internal(format!(
+            "repository '{}' at {} cannot be opened: {}; check the path or `worktreefs repo remove {}`",
+            repo_row.name,
+            repo_row.gitdir.display(),
+            e.message(),
+            repo_row.name
+        ))
+    })?;
+
+    // Branch and base.
+    let branch_name = req.branch.unwrap_or(req.name).to_string();
+    let existing_branch = repo.find_branch(&branch_name, BranchType::Local).ok();
+    let base_rev = match (req.base, &existing_branch) {
+        (Some(b), _) => b.to_string(),
+        (None, Some(_)) => format!("refs/heads/{branch_name}"),
+        (None, None) => "HEAD".to_string(),
+    };
+    let base = gitlayer::resolve_base(&repo, &base_rev).map_err(|e| {
+        CreateError::BadRevision(format!(
+            "{e}; pass --base with a commit, branch or tag that exists"
+        ))
+    })?;
+    if let Some(br) = &existing_branch {
+        if req.branch.is_none() {
+            return Err(CreateError::BranchConflict(format!(
+                "branch '{branch_name}' already exists in repository '{}'; pass --branch {branch_name} to work on it, or choose another worktree name",
+                req.repo
+            )));
+        }
+        let tip = br.get().target();
+        if tip != Some(base.commit) {
+            return Err(CreateError::BranchConflict(format!(
+                "branch '{branch_name}' exists at {} but --base resolves to {}; drop --base to start from the branch, or pick a new branch name",
+                tip.map(|t| t.to_string()).unwrap_or_default(),
+                base.commit
+            )));
+        }
+        let full = format!("refs/heads/{branch_name}");
+        if let Some((holder, _)) = gitlayer::checked_out_branches(&repo)
+            .into_iter()
+            .find(|(_, r)| *r == full)
+        {
+            return Err(CreateError::BranchConflict(format!(
+                "branch '{branch_name}' is already checked out in {holder}; choose another branch"
+            )));
+        }
+    }
+
+    // Index, built once per (tree, stat data) and kept in the state dir's cache.
+    let base_mtime = base.commit_time.clamp(1, now_secs() - 1);
+    let index = cached_index(state, &repo, base.tree, base_mtime, req.uid, req.gid)?;
+
+    let mut rollback = Rollback {
+        repo: &repo,
+        branch: None,
+        dirs: Vec::new(),
+        committed: false,
+    };
+    if existing_branch.is_none() {
+        let commit = repo
+            .find_commit(base.commit)
+            .map_err(|e| internal("reading base commit")(e.message().to_string()))?;
+        repo.branch(&branch_name, &commit, false).map_err(|e| {
+            CreateError::BranchConflict(format!(
+                "cannot create branch '{branch_name}': {}",
+                e.message()
+            ))
+        })?;
+        rollback.branch = Some(branch_name.clone());
+    }
+
+    let gitdir = gitlayer::common_dir(&repo);
+    let admin_name = gitlayer::free_admin_name(&gitdir, req.name);
+    let admin = gitlayer::admin_dir(&gitdir, &admin_name);
+    let mountpoint = mountpoint_of(state, store);
+    rollback.dirs.push(admin.clone());
+    gitlayer::write_admin_entry(
+        &admin,
+        &format!("ref: refs/heads/{branch_name}"),
+        &gitfile_path(&mountpoint, req.repo, req.name),
+        &index,
+        &format!(
+            "managed by worktreefs (state dir {})\n",
+            state.root.display()
+        ),
+    )
+    .map_err(|e| internal("writing the git worktree entry")(format!("{e:#}")))?;
+
+    // The upper layer gets its final id-based path once the row exists; create it under a
+    // temporary name first so a failed insert leaves nothing.
+    let staging =
+        state
+            .root
+            .join("worktrees")
+            .join(format!(".new-{}-{}", std::process::id(), admin_name));
+    rollback.dirs.push(staging.clone());
+    fs::create_dir_all(staging.join("upper"))
+        .and_then(|_| fs::create_dir_all(staging.join("work")))
+        .map_err(|e| internal("creating the upper layer")(e.to_string()))?;
+    let uid_gid = (req.uid, req.gid);
+    let _ = nix::unistd::chown(
+        &staging.join("upper"),
+        Some(nix::unistd::Uid::from_raw(uid_gid.0)),
+        Some(nix::unistd::Gid::from_raw(uid_gid.1)),
+    );
+
+    let commit_s = base.commit.to_string();
+    let tree_s = base.tree.to_string();
+    let id = store
+        .insert_worktree(&NewWorktree {
+            repo_id: repo_row.id,
+            name: req.name,
+            branch: Some(&branch_name),
+            branch_created: existing_branch.is_none(),
+            base_commit: &commit_s,
+            base_tree: &tree_s,
+            base_mtime,
+            uid: req.uid,
+            gid: req.gid,
+            admin_name: &admin_name,
+        })
+        .map_err(|e| match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                CreateError::Exists(format!(
+                    "worktree '{}/{}' was created by someone else just now; pick another name",
+                    req.repo, req.name
+                ))
+            }
+            other => internal("recording the worktree")(other.to_string()),
+        })?;
+    let final_dir = state.worktree_dir(id);
+    if let Err(e) = fs::rename(&staging, &final_dir) {
+        // The row exists but its directory does not: remove the row too.
+        let _ = store.delete_worktree_row(id);
+        return Err(internal("placing the upper layer")(e.to_string()));
+    }
+    rollback.committed = true;
+    store
+        .worktree(req.repo, req.name)
+        .map_err(|e| internal("reading back the worktree")(e.to_string()))?
+        .ok_or_else(|| CreateError::Internal("worktree row vanished".into()))
+}
+
+/// Returns the index for `tree` with the given stat data, building and caching it on first
+/// use. The cache makes creation cost independent of the repository's size after the
+/// first worktree at a commit.
+fn cached_index(
+    state: &StateDir,
+    repo: &Repository,
+    tree: git2::Oid,
+    mtime: i64,
+    uid: u32,
+    gid: u32,
+) -> Result<Vec<u8>, CreateError> {
+    let key = state
+        .index_cache()
+        .join(format!("{tree}-{mtime}-{uid}-{gid}.index"));
+    if let Ok(bytes) = fs::read(&key) {
+        return Ok(bytes);
+    }
+    let entries = gitlayer::index_entries(repo, tree)
+        .map_err(|e| internal("reading the base tree")(format!("{e:#}")))?;
+    let bytes = gitlayer::encode_index(
+        &entries,
+        &IndexStat {
+            mtime: mtime as u32,
+            uid,
+            gid,
+        },
+    );
+    if let Err(e) = gitlayer::write_file_synced(&key, &bytes) {
+        tracing::warn!("could not cache index at {}: {e}", key.display());
+    }
+    Ok(bytes)
+}
+
+/// Points every managed worktree's git admin entry at `mountpoint` (called at mount, since
+/// the absolute path of each worktree's `.git` depends on where the filesystem is mounted).
+pub fn repoint_admin_entries(store: &Store, mountpoint: &Path) -> anyhow::Result<()> {
+    for w in store.worktrees()? {
+        let Some(repo) = store.repo_by_id(w.repo_id)? else {
+            continue;
+        };
+        let file = gitlayer::admin_dir(&repo.gitdir, &w.admin_name).join("gitdir");
+        let want = format!("{}\n", gitfile_path(mountpoint, &w.repo, &w.name).display());
+        if fs::read_to_string(&file).ok().as_deref() != Some(want.as_str()) && file.exists() {
+            fs::write(&file, want)?;
+        }
+    }
+    Ok(())
+}
