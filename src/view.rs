@@ -302,11 +302,18 @@ pub struct Stats {
     /// read() requests served on worktree content (not `.git` or `.control`).
     pub content_reads: AtomicU64,
     pub copy_ups: AtomicU64,
+    /// The first distinct paths (`repo/worktree/path`) whose content was read, for tests
+    /// and diagnosis; recorded once per open handle, not per read.
+    pub content_paths: Mutex<Vec<String>>,
 }
+
+const MAX_RECORDED_PATHS: usize = 64;
 
 enum HandleKind {
     File {
         ino: u64,
+        /// Whether this handle's first read was recorded in `Stats::content_paths`.
+        read_seen: std::sync::atomic::AtomicBool,
         file: RwLock<File>,
         /// Opened on the blob cache; reopened on the upper file once the entry is copied up.
         on_base: std::sync::atomic::AtomicBool,
@@ -1060,6 +1067,7 @@ impl View {
                     "content_reads": self.stats.content_reads.load(Ordering::Relaxed),
                     "blob_fills": self.blob_fills(),
                     "copy_ups": self.stats.copy_ups.load(Ordering::Relaxed),
+                    "content_paths": *self.stats.content_paths.lock(),
                 });
                 Ok(format!("{v}\n").into_bytes())
             }
@@ -1690,6 +1698,7 @@ impl View {
         )?;
         let fh = self.add_handle(HandleKind::File {
             ino: entry.attr.ino,
+            read_seen: false.into(),
             file: RwLock::new(file),
             on_base: false.into(),
         });
@@ -2288,6 +2297,7 @@ impl View {
                     let file = open_upper(&path, flags)?;
                     return Ok(self.add_handle(HandleKind::File {
                         ino,
+                        read_seen: false.into(),
                         file: RwLock::new(file),
                         on_base: false.into(),
                     }));
@@ -2297,6 +2307,7 @@ impl View {
                     let file = open_upper(&path, flags)?;
                     return Ok(self.add_handle(HandleKind::File {
                         ino,
+                        read_seen: false.into(),
                         file: RwLock::new(file),
                         on_base: false.into(),
                     }));
@@ -2315,6 +2326,7 @@ impl View {
                 let file = File::open(&path).map_err(|e| FsError::io("opening cached blob", e))?;
                 Ok(self.add_handle(HandleKind::File {
                     ino,
+                    read_seen: false.into(),
                     file: RwLock::new(file),
                     on_base: true.into(),
                 }))
@@ -2331,8 +2343,16 @@ impl View {
                 let end = (start + size as usize).min(data.len());
                 Ok(data[start..end].to_vec())
             }
-            HandleKind::File { ino, file, on_base } => {
+            HandleKind::File {
+                ino,
+                file,
+                on_base,
+                read_seen,
+            } => {
                 self.stats.content_reads.fetch_add(1, Ordering::Relaxed);
+                if !read_seen.swap(true, Ordering::Relaxed) {
+                    self.record_content_path(*ino);
+                }
                 if on_base.load(Ordering::Relaxed) {
                     self.follow_copy_up(*ino, file, on_base)?;
                 }
@@ -2351,6 +2371,22 @@ impl View {
                 Ok(buf)
             }
             HandleKind::Dir(_) => Err(FsError::new(libc::EISDIR, "is a directory")),
+        }
+    }
+
+    fn record_content_path(&self, ino: u64) {
+        let mut paths = self.stats.content_paths.lock();
+        if paths.len() >= MAX_RECORDED_PATHS {
+            return;
+        }
+        let t = self.nodes.read();
+        let Ok((wt, _, _)) = self.wt_of(&t, ino) else {
+            return;
+        };
+        let rel = self.rel_path(&t, ino).unwrap_or_default();
+        let p = format!("{}/{}/{}", wt.repo, wt.name, String::from_utf8_lossy(&rel));
+        if !paths.contains(&p) {
+            paths.push(p);
         }
     }
 

@@ -1,0 +1,322 @@
+//! Helpers for tests: real git repositories made with the real `git`, and a mount that is
+//! bounded in time and always unmounted, even when the test fails or hangs.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_worktreefs");
+
+/// Runs a command with a time limit; panics with its output if it fails.
+pub fn run_ok(cmd: &str, args: &[&str], cwd: &Path) -> String {
+    let out = run(cmd, args, cwd);
+    assert!(
+        out.status.success(),
+        "`{cmd} {}` in {} failed ({}):\nstdout: {}\nstderr: {}",
+        args.join(" "),
+        cwd.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command with a time limit (60 s) and returns its output.
+pub fn run(cmd: &str, args: &[&str], cwd: &Path) -> Output {
+    Command::new("timeout")
+        .arg("-k")
+        .arg("5")
+        .arg("60")
+        .arg(cmd)
+        .args(args)
+        .current_dir(cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.com")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.com")
+        .env("HOME", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn")
+}
+
+pub fn git(cwd: &Path, args: &[&str]) -> String {
+    run_ok("git", args, cwd)
+}
+
+pub fn wtfs(state: &Path, args: &[&str]) -> Output {
+    let mut full = vec!["--state-dir", state.to_str().unwrap()];
+    full.extend_from_slice(args);
+    run(BIN, &full, Path::new("/"))
+}
+
+pub fn wtfs_ok(state: &Path, args: &[&str]) -> String {
+    let out = wtfs(state, args);
+    assert!(
+        out.status.success(),
+        "worktreefs {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A repository with the shapes real trees have: executable files, symlinks, an empty
+/// blob, a large file, a deep path, non-ASCII names, a gitlink and an ignore file.
+pub struct TestRepo {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestRepo {
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+
+    pub fn new() -> TestRepo {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let w = |rel: &str, content: &[u8]| {
+            let p = repo.join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, content).unwrap();
+        };
+        w("README.md", b"# test repository\n");
+        w("src/main.rs", b"fn main() { println!(\"hi\"); }\n");
+        w("src/lib/mod.rs", b"pub mod util;\n");
+        w("src/lib/util.rs", b"pub fn one() -> u32 { 1 }\n");
+        w("empty.txt", b"");
+        w("build.sh", b"#!/bin/sh\necho building\n");
+        fs::set_permissions(repo.join("build.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+        let large: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        w("assets/large.bin", &large);
+        let deep = (0..24)
+            .map(|i| format!("d{i}"))
+            .collect::<Vec<_>>()
+            .join("/");
+        w(&format!("{deep}/leaf.txt"), b"deep leaf\n");
+        w("docs/naïve café.md", "non-ASCII name\n".as_bytes());
+        w("docs/日本語.txt", "こんにちは\n".as_bytes());
+        w(".gitignore", b"target/\n*.o\n");
+        std::os::unix::fs::symlink("README.md", repo.join("link-to-readme")).unwrap();
+        std::os::unix::fs::symlink("../src", repo.join("docs/src-link")).unwrap();
+        git(&repo, &["add", "-A"]);
+        // A gitlink (submodule entry) pointing at some commit id.
+        git(
+            &repo,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                "160000,1111111111111111111111111111111111111111,vendor/sub",
+            ],
+        );
+        git(&repo, &["commit", "-q", "-m", "initial"]);
+        // A checkout has an empty directory where an uninitialised submodule goes.
+        fs::create_dir_all(repo.join("vendor/sub")).unwrap();
+        TestRepo { dir }
+    }
+
+    pub fn head(&self) -> String {
+        git(&self.path(), &["rev-parse", "HEAD"]).trim().to_string()
+    }
+}
+
+/// A running daemon on a temporary mountpoint. Dropping it unmounts and ends the daemon.
+/// A watchdog detaches the mount if the test runs longer than its limit, so a hang fails
+/// instead of blocking.
+pub struct Mounted {
+    pub state: PathBuf,
+    pub mountpoint: PathBuf,
+    child: Option<Child>,
+    done: Arc<AtomicBool>,
+}
+
+pub fn is_mounted(path: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let want = path.to_string_lossy().replace(' ', "\\040");
+    mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+fn detach(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid path.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+}
+
+impl Mounted {
+    pub fn start(state: &Path, mountpoint: &Path) -> Mounted {
+        Self::start_limited(state, mountpoint, Duration::from_secs(240))
+    }
+
+    pub fn start_limited(state: &Path, mountpoint: &Path, limit: Duration) -> Mounted {
+        fs::create_dir_all(mountpoint).unwrap();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(state.join("test-daemon.log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("mount")
+            .arg(mountpoint)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--foreground")
+            .env("RUST_LOG", "worktreefs=debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut m = Mounted {
+            state: state.to_path_buf(),
+            mountpoint: fs::canonicalize(mountpoint).unwrap(),
+            child: Some(child),
+            done: Arc::new(AtomicBool::new(false)),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !is_mounted(&m.mountpoint) {
+            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited before mounting ({status}): {}", m.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mount did not appear: {}",
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let done = m.done.clone();
+        let mp = m.mountpoint.clone();
+        std::thread::spawn(move || {
+            let end = Instant::now() + limit;
+            while Instant::now() < end {
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!(
+                "watchdog: test exceeded {limit:?}; detaching {}",
+                mp.display()
+            );
+            detach(&mp);
+        });
+        m
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.state.join("test-daemon.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn wt(&self, repo: &str, name: &str) -> PathBuf {
+        self.mountpoint.join(repo).join(name)
+    }
+
+    pub fn stats(&self) -> serde_json::Value {
+        let text = fs::read_to_string(self.mountpoint.join(".control/stats")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Unmounts through the CLI and waits for the daemon to exit.
+    pub fn unmount(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if is_mounted(&self.mountpoint) {
+            let out = wtfs(&self.state, &["unmount"]);
+            if !out.status.success() {
+                eprintln!(
+                    "unmount failed, detaching: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                detach(&self.mountpoint);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                _ if Instant::now() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        if is_mounted(&self.mountpoint) {
+            detach(&self.mountpoint);
+        }
+    }
+
+    /// Kills the daemon with SIGKILL (the mount is detached after).
+    pub fn kill9(mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        detach(&self.mountpoint);
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A state directory with one registered repository named `repo`.
+pub struct Env {
+    pub repo: TestRepo,
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let repo = TestRepo::new();
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env { repo, dir };
+        wtfs_ok(
+            &env.state(),
+            &[
+                "repo",
+                "add",
+                env.repo.path().to_str().unwrap(),
+                "--name",
+                "repo",
+            ],
+        );
+        env
+    }
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    pub fn mountpoint(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+    pub fn mount(&self) -> Mounted {
+        Mounted::start(&self.state(), &self.mountpoint())
+    }
+}

@@ -1,0 +1,576 @@
+//! Mounted tests: a real daemon, a real repository, the real `git`, ordinary std::fs calls.
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use common::*;
+
+fn porcelain(dir: &Path) -> String {
+    git(dir, &["status", "--porcelain", "--untracked-files=all"])
+}
+
+#[test]
+fn fresh_view_is_clean_and_git_status_reads_no_content() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/fresh"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "fresh");
+    // Without the untracked scan, git compares every tracked file by stat data alone.
+    assert_eq!(
+        git(&wt, &["status", "--porcelain", "--untracked-files=no"]),
+        ""
+    );
+    git(&wt, &["diff", "--exit-code"]);
+    let stats = m.stats();
+    assert_eq!(
+        stats["content_reads"], 0,
+        "git status read file content: {stats}"
+    );
+    assert_eq!(
+        stats["blob_fills"], 0,
+        "git status materialized blobs: {stats}"
+    );
+    // The full status also lists untracked files, for which git reads the ignore rules
+    // (`.gitignore`), as in any checkout; it reads no other file.
+    assert_eq!(porcelain(&wt), "", "a fresh view must be clean");
+    let stats = m.stats();
+    let paths: Vec<&str> = stats["content_paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        paths.iter().all(|p| p.ends_with("/.gitignore")),
+        "git status read more than ignore rules: {paths:?}"
+    );
+    // HEAD is on the new branch, named after the worktree, at the base commit.
+    assert_eq!(
+        git(&wt, &["symbolic-ref", "HEAD"]).trim(),
+        "refs/heads/fresh"
+    );
+    assert_eq!(git(&wt, &["rev-parse", "HEAD"]).trim(), env.repo.head());
+    // git knows the worktree, and it is locked so prune cannot drop it.
+    let list = git(&env.repo.path(), &["worktree", "list", "--porcelain"]);
+    assert!(
+        list.contains(&format!("worktree {}", wt.display())),
+        "{list}"
+    );
+    assert!(list.contains("locked"), "{list}");
+    git(&env.repo.path(), &["worktree", "prune"]);
+    assert_eq!(porcelain(&wt), "");
+    // Reading a file now does count, so the counter above could have failed.
+    fs::read(wt.join("README.md")).unwrap();
+    assert!(m.stats()["content_reads"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn base_tree_shapes_appear_as_in_a_checkout() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/shapes"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "shapes");
+    let src = env.repo.path();
+    // Executable bit, symlinks, empty blob, large file, deep path, non-ASCII names.
+    let exec = fs::metadata(wt.join("build.sh")).unwrap();
+    assert_eq!(exec.permissions().mode() & 0o777, 0o755);
+    assert_eq!(
+        fs::metadata(wt.join("README.md"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o644
+    );
+    assert_eq!(
+        fs::read_link(wt.join("link-to-readme")).unwrap(),
+        Path::new("README.md")
+    );
+    assert_eq!(
+        fs::read_to_string(wt.join("link-to-readme")).unwrap(),
+        "# test repository\n"
+    );
+    assert_eq!(
+        fs::read_link(wt.join("docs/src-link")).unwrap(),
+        Path::new("../src")
+    );
+    assert!(wt.join("docs/src-link/main.rs").exists());
+    assert_eq!(fs::metadata(wt.join("empty.txt")).unwrap().len(), 0);
+    assert_eq!(fs::read(wt.join("empty.txt")).unwrap(), b"");
+    let large = fs::read(wt.join("assets/large.bin")).unwrap();
+    assert_eq!(large, fs::read(src.join("assets/large.bin")).unwrap());
+    let deep = (0..24)
+        .map(|i| format!("d{i}"))
+        .collect::<Vec<_>>()
+        .join("/");
+    assert_eq!(
+        fs::read_to_string(wt.join(&deep).join("leaf.txt")).unwrap(),
+        "deep leaf\n"
+    );
+    assert_eq!(
+        fs::read_to_string(wt.join("docs/naïve café.md")).unwrap(),
+        "non-ASCII name\n"
+    );
+    assert_eq!(
+        fs::read_to_string(wt.join("docs/日本語.txt")).unwrap(),
+        "こんにちは\n"
+    );
+    // A gitlink is an empty directory, as in a fresh `git worktree add`.
+    let sub = wt.join("vendor/sub");
+    assert!(fs::metadata(&sub).unwrap().is_dir());
+    assert_eq!(fs::read_dir(&sub).unwrap().count(), 0);
+    // The listing matches the source checkout (plus .git, minus nothing).
+    let mut names: Vec<_> = fs::read_dir(&wt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut want: Vec<_> = fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
+    assert!(fs::read_to_string(wt.join(".git"))
+        .unwrap()
+        .starts_with("gitdir: "));
+    // Stat data is stable: same inode and mtime on a second look.
+    let a = fs::symlink_metadata(wt.join("src/main.rs")).unwrap();
+    let b = fs::symlink_metadata(wt.join("src/main.rs")).unwrap();
+    assert_eq!(
+        (a.ino(), a.mtime(), a.size()),
+        (b.ino(), b.mtime(), b.size())
+    );
+    assert_eq!(porcelain(&wt), "");
+}
+
+#[test]
+fn git_works_inside_the_view() {
+    let env = Env::new();
+    let remote = env.dir.path().join("remote.git");
+    run_ok(
+        "git",
+        &["init", "-q", "--bare", remote.to_str().unwrap()],
+        env.dir.path(),
+    );
+    wtfs_ok(&env.state(), &["new", "repo/agent"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "agent");
+    fs::write(wt.join("README.md"), "# changed\n").unwrap();
+    fs::write(wt.join("src/new.rs"), "// new\n").unwrap();
+    assert_eq!(porcelain(&wt), " M README.md\n?? src/new.rs\n");
+    assert!(git(&wt, &["diff"]).contains("+# changed"));
+    git(&wt, &["add", "-A"]);
+    git(&wt, &["commit", "-q", "-m", "agent work"]);
+    assert_eq!(porcelain(&wt), "");
+    assert!(git(&wt, &["log", "--oneline"]).contains("agent work"));
+    // The commit is visible from the source repository (shared object database and refs).
+    assert!(git(&env.repo.path(), &["log", "--oneline", "agent"]).contains("agent work"));
+    // stash
+    fs::write(wt.join("src/main.rs"), "fn main() {}\n").unwrap();
+    git(&wt, &["stash"]);
+    assert_eq!(porcelain(&wt), "");
+    git(&wt, &["stash", "pop"]);
+    assert_eq!(porcelain(&wt), " M src/main.rs\n");
+    // checkout -b, commit, reset --hard
+    git(&wt, &["checkout", "-q", "-b", "side"]);
+    git(&wt, &["commit", "-q", "-am", "side work"]);
+    fs::write(wt.join("scratch.txt"), "x").unwrap();
+    fs::remove_file(wt.join("build.sh")).unwrap();
+    git(&wt, &["reset", "-q", "--hard", "HEAD~1"]);
+    assert_eq!(porcelain(&wt), "?? scratch.txt\n");
+    assert_eq!(
+        fs::read_to_string(wt.join("src/main.rs")).unwrap(),
+        "fn main() { println!(\"hi\"); }\n"
+    );
+    assert!(wt.join("build.sh").exists());
+    // push to a local bare remote
+    git(&wt, &["checkout", "-q", "agent"]);
+    git(&wt, &["push", "-q", remote.to_str().unwrap(), "agent"]);
+    let pushed = run_ok("git", &["log", "--oneline", "agent"], &remote);
+    assert!(pushed.contains("agent work"), "{pushed}");
+}
+
+#[test]
+fn posix_operations_work_through_the_view() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/posix"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "posix");
+
+    // create, write, read back, truncate
+    let p = wt.join("notes.txt");
+    fs::write(&p, "hello world").unwrap();
+    assert_eq!(fs::read_to_string(&p).unwrap(), "hello world");
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_len(5)
+        .unwrap();
+    assert_eq!(fs::read_to_string(&p).unwrap(), "hello");
+    // append to a base file (copy-up keeps the content)
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(wt.join("README.md"))
+        .unwrap();
+    f.write_all(b"more\n").unwrap();
+    drop(f);
+    assert_eq!(
+        fs::read_to_string(wt.join("README.md")).unwrap(),
+        "# test repository\nmore\n"
+    );
+    // read/write at offsets in one handle
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(wt.join("src/lib/util.rs"))
+        .unwrap();
+    f.seek(SeekFrom::Start(4)).unwrap();
+    f.write_all(b"FN").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "pub FN one() -> u32 { 1 }\n");
+    f.sync_all().unwrap();
+    drop(f);
+
+    // rename: file onto an existing base file, across directories
+    fs::write(wt.join("tmp.rs"), "replacement\n").unwrap();
+    fs::rename(wt.join("tmp.rs"), wt.join("src/main.rs")).unwrap();
+    assert_eq!(
+        fs::read_to_string(wt.join("src/main.rs")).unwrap(),
+        "replacement\n"
+    );
+    assert!(!wt.join("tmp.rs").exists());
+    fs::rename(wt.join("empty.txt"), wt.join("docs/moved-empty.txt")).unwrap();
+    assert!(!wt.join("empty.txt").exists());
+    assert!(wt.join("docs/moved-empty.txt").exists());
+    // rename a base directory with content
+    fs::rename(wt.join("src/lib"), wt.join("lib2")).unwrap();
+    assert!(!wt.join("src/lib").exists());
+    assert_eq!(
+        fs::read_to_string(wt.join("lib2/mod.rs")).unwrap(),
+        "pub mod util;\n"
+    );
+    assert_eq!(
+        fs::read_to_string(wt.join("lib2/util.rs")).unwrap(),
+        "pub FN one() -> u32 { 1 }\n"
+    );
+    // and back onto a name the base has (must not resurrect base content)
+    fs::rename(wt.join("lib2"), wt.join("src/lib")).unwrap();
+    let mut names: Vec<_> = fs::read_dir(wt.join("src/lib"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["mod.rs", "util.rs"]);
+
+    // unlink a base file; rmdir a base dir after emptying; mkdir same name is empty
+    fs::remove_file(wt.join("README.md")).unwrap();
+    assert!(!wt.join("README.md").exists());
+    fs::remove_dir_all(wt.join("assets")).unwrap();
+    assert!(!wt.join("assets").exists());
+    fs::create_dir(wt.join("assets")).unwrap();
+    assert_eq!(fs::read_dir(wt.join("assets")).unwrap().count(), 0);
+    assert_eq!(
+        fs::remove_dir(wt.join("src")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+
+    // symlink, readlink; hard link within the upper layer
+    std::os::unix::fs::symlink("src/main.rs", wt.join("main-link")).unwrap();
+    assert_eq!(
+        fs::read_to_string(wt.join("main-link")).unwrap(),
+        "replacement\n"
+    );
+    fs::hard_link(wt.join("notes.txt"), wt.join("notes-hard.txt")).unwrap();
+    assert_eq!(fs::metadata(wt.join("notes.txt")).unwrap().nlink(), 2);
+    fs::write(wt.join("notes-hard.txt"), "via link").unwrap();
+    assert_eq!(
+        fs::read_to_string(wt.join("notes.txt")).unwrap(),
+        "via link"
+    );
+
+    // chmod: the executable bit matters to git
+    fs::set_permissions(wt.join("src/lib/mod.rs"), fs::Permissions::from_mode(0o755)).unwrap();
+    let diff = git(&wt, &["diff", "--summary", "--", "src/lib/mod.rs"]);
+    assert!(diff.contains("mode change 100644 => 100755"), "{diff}");
+
+    // utimens
+    let c = std::ffi::CString::new(wt.join("notes.txt").as_os_str().as_encoded_bytes()).unwrap();
+    let times = [
+        libc::timespec {
+            tv_sec: 1_000_000,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: 2_000_000,
+            tv_nsec: 0,
+        },
+    ];
+    // SAFETY: valid path and times.
+    assert_eq!(
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
+        0
+    );
+    assert_eq!(
+        fs::metadata(wt.join("notes.txt")).unwrap().mtime(),
+        2_000_000
+    );
+
+    // mmap read and shared write
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(wt.join("notes.txt"))
+        .unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: mapping 8 bytes of an 8-byte file we hold open.
+    unsafe {
+        let ptr = libc::mmap(
+            std::ptr::null_mut(),
+            8,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(ptr, libc::MAP_FAILED);
+        let bytes = std::slice::from_raw_parts_mut(ptr as *mut u8, 8);
+        assert_eq!(bytes, b"via link");
+        bytes[0] = b'V';
+        assert_eq!(libc::msync(ptr, 8, libc::MS_SYNC), 0);
+        libc::munmap(ptr, 8);
+    }
+    drop(f);
+    assert_eq!(
+        fs::read_to_string(wt.join("notes.txt")).unwrap(),
+        "Via link"
+    );
+
+    // flock and fcntl locks
+    let f = fs::File::open(wt.join("notes.txt")).unwrap();
+    // SAFETY: plain flock on an open descriptor.
+    assert_eq!(
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let g = fs::File::open(wt.join("notes.txt")).unwrap();
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { libc::flock(g.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        -1
+    );
+    drop((f, g));
+
+    // extended attributes: a clear ENOTSUP
+    let name = std::ffi::CString::new("user.test").unwrap();
+    // SAFETY: valid strings.
+    let rc = unsafe { libc::setxattr(c.as_ptr(), name.as_ptr(), b"v".as_ptr() as *const _, 1, 0) };
+    assert_eq!(rc, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EOPNOTSUPP)
+    );
+
+    // reserved names are refused with EINVAL
+    let err = fs::write(wt.join(".wtfs-wh.x"), "x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+    // the .git file cannot be removed
+    assert!(fs::remove_file(wt.join(".git")).is_err());
+
+    // git agrees with what we did
+    let status = porcelain(&wt);
+    for expect in [
+        " D README.md",
+        " D empty.txt",
+        " M src/main.rs",
+        " D assets/large.bin",
+        "?? notes.txt",
+    ] {
+        assert!(status.contains(expect), "missing {expect:?} in:\n{status}");
+    }
+}
+
+#[test]
+fn everything_survives_a_remount() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/keep"]);
+    let (ino_before, status_before) = {
+        let m = env.mount();
+        let wt = m.wt("repo", "keep");
+        fs::write(wt.join("new.txt"), "kept\n").unwrap();
+        fs::write(wt.join("src/main.rs"), "changed\n").unwrap();
+        fs::remove_file(wt.join("build.sh")).unwrap();
+        fs::remove_dir_all(wt.join("docs")).unwrap();
+        fs::create_dir(wt.join("docs")).unwrap();
+        fs::write(wt.join("docs/only.md"), "only\n").unwrap();
+        git(&wt, &["add", "new.txt"]);
+        let ino = fs::metadata(wt.join("src/lib/util.rs")).unwrap().ino();
+        (ino, porcelain(&wt))
+    };
+    let m = env.mount();
+    let wt = m.wt("repo", "keep");
+    assert_eq!(fs::read_to_string(wt.join("new.txt")).unwrap(), "kept\n");
+    assert_eq!(
+        fs::read_to_string(wt.join("src/main.rs")).unwrap(),
+        "changed\n"
+    );
+    assert!(!wt.join("build.sh").exists());
+    let docs: Vec<_> = fs::read_dir(wt.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(docs, vec!["only.md"]);
+    assert_eq!(
+        fs::metadata(wt.join("src/lib/util.rs")).unwrap().ino(),
+        ino_before
+    );
+    assert_eq!(porcelain(&wt), status_before);
+    assert!(git(&wt, &["diff", "--cached", "--name-only"]).contains("new.txt"));
+}
+
+#[test]
+fn blobs_are_materialized_once_for_all_worktrees() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/one"]);
+    wtfs_ok(&env.state(), &["new", "repo/two"]);
+    let m = env.mount();
+    let a = fs::read(m.wt("repo", "one").join("assets/large.bin")).unwrap();
+    assert_eq!(m.stats()["blob_fills"], 1);
+    let b = fs::read(m.wt("repo", "two").join("assets/large.bin")).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(
+        m.stats()["blob_fills"],
+        1,
+        "the second worktree must read the cached blob"
+    );
+    // A change in one worktree is not seen in the other.
+    fs::write(m.wt("repo", "one").join("README.md"), "one\n").unwrap();
+    assert_eq!(
+        fs::read_to_string(m.wt("repo", "two").join("README.md")).unwrap(),
+        "# test repository\n"
+    );
+}
+
+#[test]
+fn mkdir_creates_a_worktree_and_bad_names_are_refused() {
+    let env = Env::new();
+    let m = env.mount();
+    let repo_dir = m.mountpoint.join("repo");
+    fs::create_dir(repo_dir.join("by-mkdir")).unwrap();
+    let wt = repo_dir.join("by-mkdir");
+    assert!(wt.join("README.md").exists());
+    assert_eq!(porcelain(&wt), "");
+    assert!(wtfs_ok(&env.state(), &["list"]).contains("by-mkdir"));
+    for bad in ["has space", ".hidden", "-dash", &"x".repeat(65)] {
+        let err = fs::create_dir(repo_dir.join(bad)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{bad:?}");
+    }
+    assert_eq!(
+        fs::create_dir(repo_dir.join("by-mkdir"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    // Nothing half-made for the refused names.
+    let list = git(&env.repo.path(), &["worktree", "list"]);
+    assert_eq!(list.lines().count(), 2, "{list}");
+    assert!(
+        m.log().contains("worktree name 'has space'"),
+        "the refusal is logged with its reason"
+    );
+}
+
+#[test]
+fn a_repository_added_while_mounted_appears_at_once() {
+    let env = Env::new();
+    let m = env.mount();
+    let other = TestRepo::new();
+    wtfs_ok(
+        &env.state(),
+        &[
+            "repo",
+            "add",
+            other.path().to_str().unwrap(),
+            "--name",
+            "other",
+        ],
+    );
+    assert!(m.mountpoint.join("other").is_dir());
+    wtfs_ok(&env.state(), &["new", "other/w"]);
+    assert!(m.wt("other", "w").join("README.md").exists());
+    let mut top: Vec<_> = fs::read_dir(&m.mountpoint)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    top.sort();
+    assert_eq!(top, vec![".control", "other", "repo"]);
+    let entries: Vec<_> = fs::read_dir(m.mountpoint.join(".control/worktrees"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(entries, vec!["other:w"]);
+    let json: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(m.mountpoint.join(".control/worktrees/other:w")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(json["state"], "ready");
+    assert!(fs::read_to_string(m.mountpoint.join(".control/status"))
+        .unwrap()
+        .contains("other"));
+}
+
+#[test]
+fn the_daemon_backgrounds_and_a_second_one_is_refused() {
+    let env = Env::new();
+    let mp = env.mountpoint();
+    fs::create_dir_all(&mp).unwrap();
+    let out = wtfs_ok(&env.state(), &["mount", mp.to_str().unwrap()]);
+    assert!(out.contains("mounted at"), "{out}");
+    assert!(is_mounted(&fs::canonicalize(&mp).unwrap()));
+    // From here on, make sure we unmount whatever happens.
+    struct Guard<'a>(&'a Path, &'a Path);
+    impl Drop for Guard<'_> {
+        fn drop(&mut self) {
+            let _ = wtfs(self.0, &["unmount"]);
+            if is_mounted(self.1) {
+                let c = std::ffi::CString::new(self.1.as_os_str().as_encoded_bytes()).unwrap();
+                // SAFETY: valid path.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+    }
+    let _g = Guard(&env.state(), &mp);
+    let other_mp = env.dir.path().join("mnt2");
+    fs::create_dir_all(&other_mp).unwrap();
+    let second = wtfs(&env.state(), &["mount", other_mp.to_str().unwrap()]);
+    assert!(!second.status.success());
+    let msg = String::from_utf8_lossy(&second.stderr);
+    assert!(msg.contains("already serving state dir"), "{msg}");
+    assert!(!is_mounted(&other_mp));
+    let out = wtfs_ok(&env.state(), &["unmount"]);
+    assert!(out.contains("unmounted"), "{out}");
+    assert!(!is_mounted(&fs::canonicalize(&mp).unwrap()));
+}
+
+#[test]
+fn mountpoint_must_be_an_empty_directory() {
+    let env = Env::new();
+    let mp = env.dir.path().join("full");
+    fs::create_dir_all(&mp).unwrap();
+    fs::write(mp.join("x"), "x").unwrap();
+    let out = wtfs(&env.state(), &["mount", mp.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not empty"));
+    let file = env.dir.path().join("file");
+    fs::write(&file, "x").unwrap();
+    let out = wtfs(&env.state(), &["mount", file.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
+    assert!(!is_mounted(&mp));
+}
