@@ -291,13 +291,13 @@ fn add_repo(
     path: &Path,
     name: Option<&str>,
 ) -> anyhow::Result<worktreefs::store::RepoRow> {
+    if let Some(n) = name {
+        validate_name("repository", n).map_err(|e| anyhow!(e))?;
+    }
     let (gitdir, workdir) = gitlayer::discover(path)?;
     let top = workdir.clone().unwrap_or_else(|| gitdir.clone());
     let name = match name {
-        Some(n) => {
-            validate_name("repository", n).map_err(|e| anyhow!(e))?;
-            n.to_string()
-        }
+        Some(n) => n.to_string(),
         None => {
             let raw = top
                 .file_name()

@@ -1,0 +1,195 @@
+//! The command line without a mount: creation, listings, and bad input that must leave
+//! nothing half-created (no row, no directory, no git worktree entry, no branch).
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::*;
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Everything a creation could leave behind, to compare before and after a refusal.
+fn footprint(env: &Env) -> (String, String, Vec<String>, String) {
+    let repo = env.repo.path();
+    let branches = git(&repo, &["branch", "--list", "--format=%(refname)"]);
+    let worktrees = git(&repo, &["worktree", "list", "--porcelain"]);
+    let mut upper: Vec<String> = fs::read_dir(env.state().join("worktrees"))
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    upper.sort();
+    let rows = wtfs_ok(&env.state(), &["list", "--json"]);
+    (branches, worktrees, upper, rows)
+}
+
+#[test]
+fn new_creates_branch_admin_entry_index_and_row() {
+    let env = Env::new();
+    let out = wtfs_ok(&env.state(), &["new", "repo/task-1"]);
+    assert!(
+        out.contains("created repo/task-1 on branch task-1"),
+        "{out}"
+    );
+    let repo = env.repo.path();
+    assert_eq!(git(&repo, &["rev-parse", "task-1"]).trim(), env.repo.head());
+    let admin = repo.join(".git/worktrees/wtfs-task-1");
+    assert!(admin.join("locked").exists());
+    assert_eq!(
+        fs::read_to_string(admin.join("HEAD")).unwrap(),
+        "ref: refs/heads/task-1\n"
+    );
+    assert!(fs::read_to_string(admin.join("gitdir"))
+        .unwrap()
+        .ends_with("/repo/task-1/.git\n"));
+    // git itself can read the index we wrote: every tracked path is in it.
+    let listed = run_ok(
+        "git",
+        &["--git-dir", admin.to_str().unwrap(), "ls-files", "--stage"],
+        &repo,
+    );
+    let expected = git(&repo, &["ls-files", "--stage"]);
+    assert_eq!(listed, expected);
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
+    assert_eq!(json[0]["name"], "task-1");
+    assert_eq!(json[0]["state"], "ready");
+    assert_eq!(json[0]["base_commit"], env.repo.head());
+    let repos: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["repo", "list", "--json"])).unwrap();
+    assert_eq!(repos[0]["name"], "repo");
+}
+
+#[test]
+fn new_with_base_and_existing_branch() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    let first = env.repo.head();
+    fs::write(repo.join("second.txt"), "2").unwrap();
+    git(&repo, &["add", "second.txt"]);
+    git(&repo, &["commit", "-q", "-m", "second"]);
+    wtfs_ok(&env.state(), &["new", "repo/old", "--base", &first]);
+    assert_eq!(git(&repo, &["rev-parse", "old"]).trim(), first);
+    git(&repo, &["branch", "feature", &first]);
+    wtfs_ok(&env.state(), &["new", "repo/feat", "--branch", "feature"]);
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
+    let feat = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "feat")
+        .unwrap();
+    assert_eq!(feat["branch"], "feature");
+    assert_eq!(feat["branch_created"], false);
+    // The same branch cannot be checked out twice.
+    let out = wtfs(&env.state(), &["new", "repo/feat2", "--branch", "feature"]);
+    assert!(
+        stderr(&out).contains("already checked out"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_input_is_refused_and_leaves_nothing_behind() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/exists"]);
+    let before = footprint(&env);
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["new", "repo/bad name"],
+            "worktree name 'bad name' contains ' '",
+        ),
+        (&["new", "repo/.hidden"], "starts with '.'"),
+        (&["new", "repo/-x"], "starts with '-'"),
+        (
+            &["new", "nosuch/x"],
+            "repository 'nosuch' is not registered",
+        ),
+        (&["new", "repo-without-slash"], "is not REPO/NAME"),
+        (
+            &["new", "repo/x", "--base", "no-such-rev"],
+            "base revision 'no-such-rev' does not resolve",
+        ),
+        (
+            &["new", "repo/exists"],
+            "worktree 'repo/exists' already exists",
+        ),
+        (&["new", "repo/main"], "branch 'main' already exists"),
+        (
+            &["new", "repo/y", "--branch", "bad..branch"],
+            "not a valid git branch name",
+        ),
+        (
+            &["repo", "add", "/nonexistent/path"],
+            "is not a git repository",
+        ),
+        (
+            &["repo", "add", "/tmp", "--name", "bad name"],
+            "repository name",
+        ),
+        (&["repo", "remove", "nosuch"], "is not registered"),
+        (&["repo", "remove", "repo"], "still has 1 worktree"),
+        (&["unmount"], "nothing is mounted"),
+    ];
+    for (args, want) in cases {
+        let out = wtfs(&env.state(), args);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?} should fail with exit 1"
+        );
+        assert!(
+            stderr(&out).contains(want),
+            "{args:?}: expected {want:?} in {:?}",
+            stderr(&out)
+        );
+    }
+    // A repository that is already registered, under any name.
+    let out = wtfs(
+        &env.state(),
+        &[
+            "repo",
+            "add",
+            env.repo.path().to_str().unwrap(),
+            "--name",
+            "again",
+        ],
+    );
+    assert!(
+        stderr(&out).contains("already registered as 'repo'"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(footprint(&env), before, "a refused command changed state");
+    // Bad usage is exit 2.
+    let out = wtfs(&env.state(), &["new"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_failure_midway_rolls_back_the_branch_and_admin_entry() {
+    let env = Env::new();
+    let before = footprint(&env);
+    // Make the upper-layer step fail: the worktrees directory is a file.
+    let worktrees = env.state().join("worktrees");
+    fs::remove_dir_all(&worktrees).unwrap();
+    fs::write(&worktrees, "not a directory").unwrap();
+    let out = wtfs(&env.state(), &["new", "repo/doomed"]);
+    fs::remove_file(&worktrees).unwrap();
+    fs::create_dir(&worktrees).unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("upper layer") || stderr(&out).contains("state dir"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(footprint(&env), before);
+    assert!(!Path::new(&env.repo.path().join(".git/worktrees/wtfs-doomed")).exists());
+}

@@ -1,0 +1,353 @@
+//! The view called directly, with no mount: the core's operations, and a reference-model
+//! test where random operation sequences run against both the view and a plain directory
+//! and must agree.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+
+use common::*;
+use worktreefs::state::StateDir;
+use worktreefs::store::Store;
+use worktreefs::view::{Caller, FType, View, ROOT_INO};
+use worktreefs::worktree::{create_worktree, CreateRequest};
+
+const ME: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 1,
+};
+
+struct Core {
+    _env: Env,
+    view: View,
+    root: u64,
+}
+
+fn core() -> Core {
+    let env = Env::new();
+    let state = StateDir::open(&env.state()).unwrap();
+    let mut store = Store::open(&state.root).unwrap();
+    create_worktree(
+        &state,
+        &mut store,
+        &CreateRequest {
+            repo: "repo",
+            name: "w",
+            base: None,
+            branch: None,
+            uid: 0,
+            gid: 0,
+        },
+    )
+    .unwrap();
+    let view = View::new(state, env.mountpoint()).unwrap();
+    let repo = view.lookup(ROOT_INO, OsStr::new("repo")).unwrap().attr.ino;
+    let root = view.lookup(repo, OsStr::new("w")).unwrap().attr.ino;
+    Core {
+        _env: env,
+        view,
+        root,
+    }
+}
+
+impl Core {
+    /// Resolves a relative path to (parent inode, inode) by lookups.
+    fn resolve(&self, path: &str) -> Result<(u64, u64), i32> {
+        let mut parent = self.root;
+        let mut cur = self.root;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            parent = cur;
+            cur = self
+                .view
+                .lookup(cur, OsStr::new(part))
+                .map_err(|e| e.errno)?
+                .attr
+                .ino;
+        }
+        Ok((parent, cur))
+    }
+
+    fn dir_of(&self, path: &str) -> Result<(u64, String), i32> {
+        let (dir, name) = match path.rsplit_once('/') {
+            Some((d, n)) => (d, n),
+            None => ("", path),
+        };
+        Ok((self.resolve(dir)?.1, name.to_string()))
+    }
+
+    fn read(&self, path: &str) -> Result<Vec<u8>, i32> {
+        let (_, ino) = self.resolve(path)?;
+        let fh = self.view.open(ino, libc::O_RDONLY).map_err(|e| e.errno)?;
+        let data = self.view.read(fh, 0, 1 << 24).map_err(|e| e.errno);
+        self.view.release(fh);
+        data
+    }
+
+    fn write(&self, path: &str, data: &[u8]) -> Result<(), i32> {
+        let fh = match self.resolve(path) {
+            Ok((_, ino)) => self
+                .view
+                .open(ino, libc::O_WRONLY | libc::O_TRUNC)
+                .map_err(|e| e.errno)?,
+            Err(libc::ENOENT) => {
+                let (dir, name) = self.dir_of(path)?;
+                self.view
+                    .create(dir, OsStr::new(&name), 0o100644, 0o022, libc::O_WRONLY, ME)
+                    .map_err(|e| e.errno)?
+                    .1
+            }
+            Err(e) => return Err(e),
+        };
+        let r = self
+            .view
+            .write(fh, 0, data)
+            .map(|_| ())
+            .map_err(|e| e.errno);
+        self.view.release(fh);
+        r
+    }
+
+    fn tree(&self) -> BTreeMap<String, Option<Vec<u8>>> {
+        let mut out = BTreeMap::new();
+        self.walk(self.root, "", &mut out);
+        out
+    }
+
+    fn walk(&self, ino: u64, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
+        let fh = self.view.opendir(ino).unwrap();
+        let entries = self.view.readdir(fh, 0).unwrap();
+        self.view.release(fh);
+        for (_, e) in entries {
+            let name = e.name.to_string_lossy().into_owned();
+            if name == "." || name == ".." || (prefix.is_empty() && name == ".git") {
+                continue;
+            }
+            let path = format!("{prefix}{name}");
+            let child = self.view.lookup(ino, &e.name).unwrap().attr.ino;
+            match e.kind {
+                FType::Dir => {
+                    out.insert(format!("{path}/"), None);
+                    self.walk(child, &format!("{path}/"), out);
+                }
+                FType::Symlink => {
+                    out.insert(path, Some(self.view.readlink(child).unwrap()));
+                }
+                _ => {
+                    out.insert(path.clone(), Some(self.read(&path).unwrap()));
+                }
+            }
+        }
+    }
+}
+
+fn plain_tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if prefix.is_empty() && name == ".git" {
+                continue;
+            }
+            let path = format!("{prefix}{name}");
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                out.insert(format!("{path}/"), None);
+                walk(&e.path(), &format!("{path}/"), out);
+            } else if ft.is_symlink() {
+                out.insert(
+                    path,
+                    Some(
+                        fs::read_link(e.path())
+                            .unwrap()
+                            .into_os_string()
+                            .into_encoded_bytes(),
+                    ),
+                );
+            } else {
+                out.insert(path, Some(fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, "", &mut out);
+    out
+}
+
+#[test]
+fn direct_calls_read_the_base_and_write_the_upper_layer() {
+    let c = core();
+    assert_eq!(c.read("README.md").unwrap(), b"# test repository\n");
+    let attr = c
+        .view
+        .getattr(c.resolve("build.sh").unwrap().1, None)
+        .unwrap()
+        .attr;
+    assert_eq!(attr.perm, 0o755);
+    assert_eq!(attr.kind, FType::File);
+    c.write("README.md", b"new").unwrap();
+    assert_eq!(c.read("README.md").unwrap(), b"new");
+    assert_eq!(
+        c.view
+            .stats
+            .copy_ups
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    let (dir, _) = c.dir_of("src/main.rs").unwrap();
+    c.view.unlink(dir, OsStr::new("main.rs")).unwrap();
+    assert_eq!(c.resolve("src/main.rs").unwrap_err(), libc::ENOENT);
+    assert_eq!(
+        c.view
+            .mkdir(c.root, OsStr::new(".wtfs-opaque"), 0o755, 0, ME)
+            .unwrap_err()
+            .errno,
+        libc::EINVAL
+    );
+    assert_eq!(
+        c.view
+            .mkdir(c.root, OsStr::new("src"), 0o755, 0, ME)
+            .unwrap_err()
+            .errno,
+        libc::EEXIST
+    );
+    assert_eq!(
+        c.view.unlink(c.root, OsStr::new(".git")).unwrap_err().errno,
+        libc::EPERM
+    );
+}
+
+/// A tiny deterministic generator (xorshift), so failures reproduce from the seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[(self.next() % items.len() as u64) as usize]
+    }
+}
+
+/// Applies one operation to a plain directory; returns the errno (0 on success).
+fn apply_plain(root: &Path, op: &Op) -> i32 {
+    let p = |s: &str| root.join(s);
+    let r: std::io::Result<()> = match op {
+        Op::Write(path, data) => fs::write(p(path), data),
+        Op::Unlink(path) => fs::remove_file(p(path)),
+        Op::Mkdir(path) => fs::create_dir(p(path)),
+        Op::Rmdir(path) => fs::remove_dir(p(path)),
+        Op::Rename(a, b) => fs::rename(p(a), p(b)),
+    };
+    r.err().map(|e| e.raw_os_error().unwrap_or(-1)).unwrap_or(0)
+}
+
+fn apply_view(c: &Core, op: &Op) -> i32 {
+    let r: Result<(), i32> = match op {
+        Op::Write(path, data) => c.write(path, data),
+        Op::Unlink(path) => c
+            .dir_of(path)
+            .and_then(|(d, n)| c.view.unlink(d, OsStr::new(&n)).map_err(|e| e.errno)),
+        Op::Mkdir(path) => c.dir_of(path).and_then(|(d, n)| {
+            c.view
+                .mkdir(d, OsStr::new(&n), 0o755, 0, ME)
+                .map(|_| ())
+                .map_err(|e| e.errno)
+        }),
+        Op::Rmdir(path) => c
+            .dir_of(path)
+            .and_then(|(d, n)| c.view.rmdir(d, OsStr::new(&n)).map_err(|e| e.errno)),
+        Op::Rename(a, b) => c.dir_of(a).and_then(|(d1, n1)| {
+            let (d2, n2) = c.dir_of(b)?;
+            // The kernel checks this before asking the filesystem.
+            if b.starts_with(&format!("{a}/")) {
+                return Err(libc::EINVAL);
+            }
+            c.view
+                .rename(d1, OsStr::new(&n1), d2, OsStr::new(&n2), 0)
+                .map_err(|e| e.errno)
+        }),
+    };
+    r.err().unwrap_or(0)
+}
+
+#[derive(Debug)]
+enum Op {
+    Write(String, Vec<u8>),
+    Unlink(String),
+    Mkdir(String),
+    Rmdir(String),
+    Rename(String, String),
+}
+
+#[test]
+fn random_operations_agree_with_a_plain_directory() {
+    let paths = [
+        "README.md",
+        "src",
+        "src/main.rs",
+        "src/lib",
+        "src/lib/mod.rs",
+        "src/lib/util.rs",
+        "docs",
+        "new",
+        "new/a",
+        "x.txt",
+        "src/x.txt",
+        "empty.txt",
+        "assets",
+        "src/lib/x.txt",
+    ];
+    for seed in 1..=12u64 {
+        let c = core();
+        let plain = tempfile::tempdir().unwrap();
+        // The plain directory starts as a checkout of the same commit.
+        run_ok(
+            "git",
+            &[
+                "--work-tree",
+                plain.path().to_str().unwrap(),
+                "checkout",
+                "HEAD",
+                "--",
+                ".",
+            ],
+            &c._env.repo.path(),
+        );
+        fs::create_dir_all(plain.path().join("vendor/sub")).unwrap();
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut log = Vec::new();
+        for step in 0..60 {
+            let op = match rng.next() % 5 {
+                0 => Op::Write(
+                    rng.pick(&paths).into(),
+                    format!("{seed}-{step}").into_bytes(),
+                ),
+                1 => Op::Unlink(rng.pick(&paths).into()),
+                2 => Op::Mkdir(rng.pick(&paths).into()),
+                3 => Op::Rmdir(rng.pick(&paths).into()),
+                _ => Op::Rename(rng.pick(&paths).into(), rng.pick(&paths).into()),
+            };
+            let want = apply_plain(plain.path(), &op);
+            let got = apply_view(&c, &op);
+            log.push(format!("{op:?} -> plain {want}, view {got}"));
+            assert_eq!(
+                got == 0,
+                want == 0,
+                "seed {seed}, step {step}: {op:?}\n{}",
+                log.join("\n")
+            );
+            assert_eq!(
+                c.tree(),
+                plain_tree(plain.path()),
+                "seed {seed}, step {step}\n{}",
+                log.join("\n")
+            );
+        }
+    }
+}
