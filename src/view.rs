@@ -2056,14 +2056,11 @@ impl View {
                 _ => {}
             }
         }
-        // The source must live entirely in the upper layer to move.
-        let src_ino = match src_ino {
-            Some(i) => i,
-            None => {
-                let i = self.lookup(parent, name)?.attr.ino;
-                // Keep the node for the duration; dropped below.
-                i
-            }
+        // The kernel has looked the source up before renaming it; a direct caller may not
+        // have, so take a node for the duration of the rename and give it back after.
+        let (src_ino, borrowed) = match src_ino {
+            Some(i) => (i, false),
+            None => (self.lookup(parent, name)?.attr.ino, true),
         };
         let result = self.rename_inner(
             parent,
@@ -2074,6 +2071,9 @@ impl View {
             src,
             dst.map(|d| d.1),
         );
+        if borrowed {
+            self.forget(src_ino, 1);
+        }
         result
     }
 
