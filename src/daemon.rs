@@ -79,15 +79,23 @@ fn acquire_lock(state: &StateDir) -> anyhow::Result<File> {
     Ok(file)
 }
 
-pub fn is_mountpoint(path: &Path) -> bool {
-    let Ok(mounts) = fs::read_to_string("/proc/self/mounts") else {
-        return false;
-    };
+/// The source and filesystem type mounted at `path`, if anything is.
+pub fn mount_type(path: &Path) -> Option<(String, String)> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
     let want = path.to_string_lossy();
-    mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .any(|m| unescape_mount_path(m) == want)
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (src, target, fstype) = (f.next()?, f.next()?, f.next()?);
+        (unescape_mount_path(target) == want).then(|| (src.to_string(), fstype.to_string()))
+    })
+}
+
+fn is_worktreefs_mount(path: &Path) -> bool {
+    matches!(mount_type(path), Some((src, fstype)) if src == "worktreefs" && fstype.starts_with("fuse"))
+}
+
+pub fn is_mountpoint(path: &Path) -> bool {
+    mount_type(path).is_some()
 }
 
 fn unescape_mount_path(s: &str) -> String {
@@ -98,6 +106,24 @@ fn unescape_mount_path(s: &str) -> String {
 }
 
 fn check_mountpoint(path: &Path) -> anyhow::Result<()> {
+    // A worktreefs mount whose daemon died (no daemon holds this state dir's lock, checked
+    // by the caller) answers ENOTCONN to everything: detach it and carry on.
+    if let Ok(canonical) =
+        fs::canonicalize(path).or_else(|_| Ok::<_, std::io::Error>(path.to_path_buf()))
+    {
+        if is_worktreefs_mount(&canonical) {
+            tracing::warn!(
+                "detaching the stale worktreefs mount at {} left by a daemon that is gone",
+                canonical.display()
+            );
+            eprintln!(
+                "worktreefs: detaching the stale mount at {} (its daemon is gone)",
+                canonical.display()
+            );
+            nix::mount::umount2(&canonical, nix::mount::MntFlags::MNT_DETACH)
+                .with_context(|| format!("detaching the stale mount at {}", canonical.display()))?;
+        }
+    }
     let meta = fs::metadata(path).map_err(|e| {
         anyhow!(
             "mountpoint {} cannot be used: {e}; create an empty directory there first",

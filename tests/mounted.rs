@@ -574,3 +574,57 @@ fn mountpoint_must_be_an_empty_directory() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a directory"));
     assert!(!is_mounted(&mp));
 }
+
+#[test]
+fn fsynced_data_survives_kill_9_of_the_daemon() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/crash"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "crash");
+    let mut f = fs::File::create(wt.join("durable.txt")).unwrap();
+    f.write_all(b"fsync'd bytes").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    fs::write(wt.join("README.md"), "edited\n").unwrap();
+    fs::remove_file(wt.join("build.sh")).unwrap();
+    m.kill9();
+    let m = env.mount();
+    let wt = m.wt("repo", "crash");
+    assert_eq!(
+        fs::read_to_string(wt.join("durable.txt")).unwrap(),
+        "fsync'd bytes"
+    );
+    assert_eq!(
+        fs::read_to_string(wt.join("README.md")).unwrap(),
+        "edited\n"
+    );
+    assert!(!wt.join("build.sh").exists());
+    let status = porcelain(&wt);
+    assert!(
+        status.contains(" M README.md") && status.contains(" D build.sh"),
+        "{status}"
+    );
+}
+
+#[test]
+fn changes_to_the_source_repository_do_not_break_a_worktree() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/steady"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "steady");
+    let repo = env.repo.path();
+    fs::write(repo.join("README.md"), "moved on\n").unwrap();
+    git(&repo, &["commit", "-q", "-am", "upstream change"]);
+    git(&repo, &["gc", "-q", "--prune=now"]);
+    git(&repo, &["worktree", "prune"]);
+    assert_eq!(porcelain(&wt), "");
+    assert_eq!(
+        fs::read_to_string(wt.join("README.md")).unwrap(),
+        "# test repository\n"
+    );
+    assert_eq!(
+        fs::read(wt.join("assets/large.bin")).unwrap().len(),
+        3_000_000
+    );
+    assert!(git(&repo, &["worktree", "list"]).contains("steady"));
+}

@@ -161,7 +161,8 @@ impl Mounted {
     }
 
     pub fn start_limited(state: &Path, mountpoint: &Path, limit: Duration) -> Mounted {
-        fs::create_dir_all(mountpoint).unwrap();
+        // Exists already, or is a dead mount (which cannot be stat'ed): both fine.
+        let _ = fs::create_dir(mountpoint);
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -181,12 +182,16 @@ impl Mounted {
             .unwrap();
         let mut m = Mounted {
             state: state.to_path_buf(),
-            mountpoint: fs::canonicalize(mountpoint).unwrap(),
+            // Not canonicalize(mountpoint): a dead mount there cannot be stat'ed.
+            mountpoint: fs::canonicalize(mountpoint.parent().unwrap())
+                .unwrap()
+                .join(mountpoint.file_name().unwrap()),
             child: Some(child),
             done: Arc::new(AtomicBool::new(false)),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !is_mounted(&m.mountpoint) {
+        // Served by this daemon (a stale mount would answer ENOTCONN).
+        while !(is_mounted(&m.mountpoint) && m.mountpoint.join(".control").is_dir()) {
             if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("daemon exited before mounting ({status}): {}", m.log());
             }
@@ -270,14 +275,15 @@ impl Mounted {
         }
     }
 
-    /// Kills the daemon with SIGKILL (the mount is detached after).
+    /// Kills the daemon with SIGKILL and leaves its dead mount behind, as a crash would.
+    /// The next `mount` must cope; the mountpoint is detached at the end of the test in
+    /// any case by `Env`'s guard.
     pub fn kill9(mut self) {
         self.done.store(true, Ordering::Relaxed);
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
-        detach(&self.mountpoint);
     }
 }
 
@@ -291,6 +297,19 @@ impl Drop for Mounted {
 pub struct Env {
     pub repo: TestRepo,
     pub dir: tempfile::TempDir,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        // Whatever a test left mounted (a killed daemon's mount) goes with it.
+        let mp = self.mountpoint();
+        if let Ok(parent) = fs::canonicalize(mp.parent().unwrap()) {
+            let mp = parent.join(mp.file_name().unwrap());
+            if is_mounted(&mp) {
+                detach(&mp);
+            }
+        }
+    }
 }
 
 impl Env {
