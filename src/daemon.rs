@@ -178,11 +178,21 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
     };
     check_mountpoint(&mountpoint)?;
     let mountpoint = fs::canonicalize(&mountpoint)?;
-    if !Path::new("/dev/fuse").exists() {
-        bail!("/dev/fuse is missing: the fuse kernel module is not loaded (try `modprobe fuse`), or this container was started without access to /dev/fuse");
+    // The device can be named for tests of the refusal; the kernel's is /dev/fuse.
+    let device = std::env::var_os("WORKTREEFS_FUSE_DEVICE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/fuse"));
+    if !device.exists() {
+        bail!(
+            "{} is missing: the fuse kernel module is not loaded (try `modprobe fuse`), or this container was started without access to /dev/fuse",
+            device.display()
+        );
     }
-    if let Err(e) = OpenOptions::new().read(true).write(true).open("/dev/fuse") {
-        bail!("cannot open /dev/fuse: {e}; worktreefs needs permission to use FUSE (run as root or add the user to the fuse group)");
+    if let Err(e) = OpenOptions::new().read(true).write(true).open(&device) {
+        bail!(
+            "cannot open {}: {e}; worktreefs needs permission to use FUSE (run as root or add the user to the fuse group)",
+            device.display()
+        );
     }
     Ok(mountpoint)
 }
@@ -210,7 +220,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         worktree::repoint_admin_entries(&store, &mountpoint)?;
     }
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
-    let fs = WorktreeFs { view };
+    let fs = WorktreeFs::new(view.clone());
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("worktreefs".into()),
@@ -239,6 +249,15 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             anyhow!("mounting at {} failed: {e}", mountpoint.display())
         }
     })?;
+    let notifier = session.notifier();
+    view.set_invalidator(Box::new(move |ino| {
+        if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), 0, 0) {
+            // ENOENT: the kernel does not have the inode cached; nothing to drop.
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                tracing::debug!("invalidating inode {ino}: {e}");
+            }
+        }
+    }));
     tracing::info!(mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if let Some(mut f) = ready.take() {
         let _ = writeln!(f, "ready");
@@ -327,6 +346,18 @@ pub fn spawn_background(
         "the daemon exited before the mount was ready; see {}",
         state.log_file().display()
     )
+}
+
+/// Asks the running daemon, if any, to re-read the store now (after the CLI changed
+/// repositories or worktrees), so its listings are current when the command returns.
+pub fn poke(state: &StateDir) {
+    if let Some(h) = running_daemon(state) {
+        let _ = fs::symlink_metadata(
+            h.mountpoint
+                .join(crate::view::CONTROL_NAME)
+                .join(crate::view::REFRESH_NAME),
+        );
+    }
 }
 
 pub fn ready_fd_from_env() -> Option<OwnedFd> {

@@ -12,6 +12,9 @@ pub struct FsError {
     pub errno: i32,
     pub message: String,
     pub expected: bool,
+    /// For ENOENT from a lookup: how long the kernel may remember that the name is absent
+    /// (a negative entry), when only requests through the kernel can create it.
+    pub negative_ttl: Option<std::time::Duration>,
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -23,6 +26,7 @@ impl FsError {
             errno,
             message: message.into(),
             expected: false,
+            negative_ttl: None,
             source: None,
         }
     }
@@ -51,6 +55,7 @@ impl FsError {
             errno,
             message: format!("{}: {err}", context.into()),
             expected,
+            negative_ttl: None,
             source: Some(Box::new(err)),
         }
     }
@@ -60,6 +65,7 @@ impl FsError {
             errno: libc::EIO,
             message: format!("{}: git: {}", context.into(), err.message()),
             expected: false,
+            negative_ttl: None,
             source: Some(Box::new(err)),
         }
     }
@@ -69,6 +75,7 @@ impl FsError {
             errno: libc::EIO,
             message: format!("{}: sqlite: {err}", context.into()),
             expected: false,
+            negative_ttl: None,
             source: Some(Box::new(err)),
         }
     }

@@ -9,9 +9,9 @@ use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::error::FsError;
@@ -19,6 +19,17 @@ use crate::view::{Attr, Caller, FType, SetAttr, View};
 
 pub struct WorktreeFs {
     pub view: Arc<View>,
+    /// The kernel agreed to do without opendir: it then caches listings itself.
+    no_opendir: bool,
+}
+
+impl WorktreeFs {
+    pub fn new(view: Arc<View>) -> WorktreeFs {
+        WorktreeFs {
+            view,
+            no_opendir: false,
+        }
+    }
 }
 
 fn kind(k: FType) -> FileType {
@@ -51,6 +62,28 @@ fn fattr(a: &Attr) -> FileAttr {
         blksize: 4096,
         flags: 0,
     }
+}
+
+/// A negative entry: the kernel remembers for `ttl` that the name does not exist.
+fn negative_entry(reply: ReplyEntry, ttl: std::time::Duration) {
+    let attr = FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    };
+    reply.entry(&ttl, &attr, Generation(0));
 }
 
 fn errno(op: &str, e: FsError) -> Errno {
@@ -87,7 +120,22 @@ macro_rules! span {
 impl Filesystem for WorktreeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_background(64);
-        tracing::info!("FUSE session initialised");
+        // Lookups in one directory may run in parallel (git's preload threads do that);
+        // symlink targets never change in place, so the kernel may cache them.
+        // Without opendir the kernel caches directory listings, dropping them when a request
+        // it makes changes the directory, or when the directory's mtime moves (checked with
+        // fresh attributes thanks to AUTO_INVAL_DATA; the top of the mount reports the
+        // catalog's change time as mtime).
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_NO_OPENDIR_SUPPORT
+            | InitFlags::FUSE_AUTO_INVAL_DATA;
+        let offered = config.capabilities() & wanted;
+        if let Err(missing) = config.add_capabilities(offered) {
+            tracing::info!("kernel declined FUSE capabilities {missing:?}");
+        }
+        self.no_opendir = offered.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        tracing::info!("FUSE session initialised (capabilities {offered:?})");
         Ok(())
     }
 
@@ -95,7 +143,13 @@ impl Filesystem for WorktreeFs {
         span!("lookup", req, parent.0);
         match self.view.lookup(parent.0, name) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno("lookup", e)),
+            Err(e) => match e.negative_ttl {
+                Some(ttl) if e.errno == libc::ENOENT => {
+                    tracing::debug!(op = "lookup", "{} (cached as absent)", e.message);
+                    negative_entry(reply, ttl)
+                }
+                _ => reply.error(errno("lookup", e)),
+            },
         }
     }
 
@@ -258,7 +312,14 @@ impl Filesystem for WorktreeFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         span!("open", req, ino.0);
         match self.view.open(ino.0, flags.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, generated)) => {
+                let flags = if generated {
+                    FopenFlags::FOPEN_DIRECT_IO
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(fh), flags)
+            }
             Err(e) => reply.error(errno("open", e)),
         }
     }
@@ -342,8 +403,20 @@ impl Filesystem for WorktreeFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         span!("opendir", req, ino.0);
+        if self.no_opendir {
+            // Declined once, the kernel stops asking and caches listings (see init).
+            reply.error(Errno::ENOSYS);
+            return;
+        }
         match self.view.opendir(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, cacheable)) => {
+                let flags = if cacheable {
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(fh), flags)
+            }
             Err(e) => reply.error(errno("opendir", e)),
         }
     }
@@ -357,7 +430,12 @@ impl Filesystem for WorktreeFs {
         mut reply: ReplyDirectory,
     ) {
         span!("readdir", req, ino.0);
-        match self.view.readdir(fh.0, offset) {
+        let entries = if fh.0 == 0 {
+            self.view.readdir_ino(ino.0, offset)
+        } else {
+            self.view.readdir(fh.0, offset)
+        };
+        match entries {
             Ok(entries) => {
                 for (next, e) in entries {
                     if reply.add(INodeNo(e.ino), next, kind(e.kind), &e.name) {

@@ -75,6 +75,7 @@ impl TreeListing {
 pub struct ObjectCache {
     trees: Mutex<HashMap<Oid, Arc<TreeListing>>>,
     sizes: Mutex<HashMap<Oid, u64>>,
+    seeded: Mutex<std::collections::HashSet<Oid>>,
 }
 
 impl ObjectCache {
@@ -120,9 +121,64 @@ impl ObjectCache {
         Ok(size)
     }
 
-    pub fn seed_size(&self, oid: Oid, size: u64) {
-        self.sizes.lock().insert(oid, size);
+    /// Fills the size cache from an index worktreefs wrote for `tree` (in `index_cache`),
+    /// so the first `git status` of a worktree does not read 100,000 object headers. Once
+    /// per tree; a missing or unreadable index only means sizes come from the objects.
+    pub fn seed_sizes_from_index_cache(&self, index_cache: &Path, tree: Oid) {
+        if !self.seeded.lock().insert(tree) {
+            return;
+        }
+        let prefix = format!("{tree}-");
+        let Ok(rd) = fs::read_dir(index_cache) else {
+            return;
+        };
+        let Some(path) = rd.flatten().map(|e| e.path()).find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        }) else {
+            return;
+        };
+        match fs::read(&path) {
+            Ok(bytes) => {
+                let pairs = decode_index_sizes(&bytes);
+                let mut sizes = self.sizes.lock();
+                for (oid, size) in pairs {
+                    sizes.insert(oid, size);
+                }
+            }
+            Err(e) => tracing::debug!("no size seed from {}: {e}", path.display()),
+        }
     }
+}
+
+/// (object id, size) of every regular file and symlink entry of an index in the layout
+/// `encode_index` writes (version 2, no extensions). Stops at the first malformed entry.
+pub fn decode_index_sizes(bytes: &[u8]) -> Vec<(Oid, u64)> {
+    let mut out = Vec::new();
+    if bytes.len() < 12 || &bytes[0..4] != b"DIRC" || bytes[4..8] != 2u32.to_be_bytes() {
+        return out;
+    }
+    let count = u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize;
+    let mut pos = 12;
+    for _ in 0..count {
+        let Some(fixed) = bytes.get(pos..pos + 62) else {
+            break;
+        };
+        let mode = u32::from_be_bytes([fixed[24], fixed[25], fixed[26], fixed[27]]);
+        let size = u32::from_be_bytes([fixed[36], fixed[37], fixed[38], fixed[39]]);
+        let Ok(oid) = Oid::from_bytes(&fixed[40..60]) else {
+            break;
+        };
+        let Some(nul) = bytes[pos + 62..].iter().position(|b| *b == 0) else {
+            break;
+        };
+        let len = 62 + nul;
+        pos += len + (8 - len % 8);
+        if mode != MODE_GITLINK {
+            out.push((oid, size as u64));
+        }
+    }
+    out
 }
 
 /// Reads a whole blob. Used to fill the blob cache, once per blob.
@@ -367,9 +423,37 @@ mod tests {
             },
         );
         assert_eq!(&buf[0..4], b"DIRC");
-        // 12 header + 62 fixed + 5 name = 79, padded to 80, + 20 checksum.
-        assert_eq!(buf.len(), 12 + 80 + 20);
+        // 12 header + (62 fixed + 5 name = 67, padded to 72) + 20 checksum.
+        assert_eq!(buf.len(), 12 + 72 + 20);
         let body = &buf[..buf.len() - 20];
         assert_eq!(&buf[buf.len() - 20..], Sha1::digest(body).as_slice());
+        assert_eq!(decode_index_sizes(&buf), vec![(entries[0].oid, 0)]);
+    }
+
+    #[test]
+    fn index_sizes_round_trip() {
+        let entries: Vec<IndexEntry> = (0..50u32)
+            .map(|i| IndexEntry {
+                path: "x".repeat(i as usize + 1).into_bytes(),
+                mode: if i == 7 { MODE_GITLINK } else { MODE_BLOB },
+                oid: Oid::hash_object(ObjectType::Blob, &i.to_be_bytes()).unwrap(),
+                size: i * 1000,
+            })
+            .collect();
+        let buf = encode_index(
+            &entries,
+            &IndexStat {
+                mtime: 1,
+                uid: 0,
+                gid: 0,
+            },
+        );
+        let got = decode_index_sizes(&buf);
+        let want: Vec<(Oid, u64)> = entries
+            .iter()
+            .filter(|e| e.mode != MODE_GITLINK)
+            .map(|e| (e.oid, e.size as u64))
+            .collect();
+        assert_eq!(got, want);
     }
 }

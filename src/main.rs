@@ -162,6 +162,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Repo(RepoCmd::Add { path, name }) => {
             let store = open_store(&state)?;
             let row = add_repo(&store, &path, name.as_deref())?;
+            daemon::poke(&state);
             println!(
                 "registered repository '{}' -> {}",
                 row.name,
@@ -191,6 +192,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 bail!("repository '{name}' still has {n} worktree(s); they must be removed first (see `worktreefs list`)");
             }
             store.remove_repo(repo.id)?;
+            daemon::poke(&state);
             println!("unregistered repository '{name}'");
             Ok(())
         }
@@ -215,6 +217,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     gid: nix::unistd::getegid().as_raw(),
                 },
             )?;
+            daemon::poke(&state);
             let mountpoint = worktree::mountpoint_of(&state, &store);
             println!(
                 "created {}/{} on branch {} at {}",

@@ -65,12 +65,18 @@ pub const RESERVED_PREFIX: &[u8] = b".wtfs-";
 pub const WHITEOUT_PREFIX: &str = ".wtfs-wh.";
 pub const OPAQUE_MARKER: &str = ".wtfs-opaque";
 pub const GITFILE_NAME: &str = ".git";
+/// Looking up `.control/refresh` makes the daemon re-read the store at once.
+pub const REFRESH_NAME: &str = "refresh";
 
-/// Worktree entries change only through this daemon, which keeps the kernel informed, so
-/// the kernel may cache them; the top of the mount changes from other processes (the CLI),
-/// so it is never cached.
-const WT_TTL: Duration = Duration::from_secs(1);
-const TOP_TTL: Duration = Duration::ZERO;
+/// Worktree entries (the worktree's own directory included) change only through this
+/// daemon, and every such change is a request the kernel makes and so accounts for: the
+/// kernel may cache them. Without that, every path walk inside a worktree would cost a
+/// GETATTR of the worktree's directory for the permission check.
+const WT_TTL: Duration = Duration::from_secs(60);
+/// Repositories come and go through the CLI, another process: cached briefly.
+const TOP_TTL: Duration = Duration::from_secs(1);
+/// `.control` files change with every lease and state change: never cached.
+const CONTROL_TTL: Duration = Duration::ZERO;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FType {
@@ -179,6 +185,8 @@ pub struct WtCtx {
     pub upper: PathBuf,
     pub work: PathBuf,
     pub gitfile: Vec<u8>,
+    /// Whether blob sizes were seeded from the cached index of the base tree.
+    sizes_seeded: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -305,6 +313,10 @@ pub struct Stats {
     /// The first distinct paths (`repo/worktree/path`) whose content was read, for tests
     /// and diagnosis; recorded once per open handle, not per read.
     pub content_paths: Mutex<Vec<String>>,
+    /// Requests served, by kind: what the kernel could not answer from its caches.
+    pub lookups: AtomicU64,
+    pub getattrs: AtomicU64,
+    pub opendirs: AtomicU64,
 }
 
 const MAX_RECORDED_PATHS: usize = 64;
@@ -324,9 +336,16 @@ enum HandleKind {
 
 struct Catalog {
     data_version: i64,
+    /// When the set of repositories or worktrees last changed: the mtime of the top
+    /// directories, which the kernel compares to decide whether its cached listing holds.
+    changed_at: SystemTime,
     repos: Vec<RepoRow>,
     worktrees: HashMap<(i64, String), Arc<WtCtx>>,
 }
+
+/// Tells the kernel to drop what it cached of an inode (attributes and listing). Set by
+/// the daemon once the FUSE session exists; absent in direct-call tests.
+pub type Invalidator = Box<dyn Fn(u64) + Send + Sync>;
 
 pub struct View {
     state: StateDir,
@@ -339,6 +358,9 @@ pub struct View {
     nodes: RwLock<NodeTable>,
     handles: Mutex<HashMap<u64, Arc<HandleKind>>>,
     next_fh: AtomicU64,
+    /// Listings being read by handle-less readdir (see `readdir_ino`).
+    listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    invalidator: std::sync::OnceLock<Invalidator>,
     pub stats: Stats,
 }
 
@@ -469,6 +491,7 @@ impl View {
             store: Mutex::new(store),
             catalog: RwLock::new(Catalog {
                 data_version: -1,
+                changed_at: SystemTime::now(),
                 repos: Vec::new(),
                 worktrees: HashMap::new(),
             }),
@@ -478,6 +501,8 @@ impl View {
             nodes: RwLock::new(nodes),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            listings: Mutex::new(HashMap::new()),
+            invalidator: std::sync::OnceLock::new(),
             stats: Stats::default(),
         };
         view.refresh_catalog(true)?;
@@ -509,6 +534,7 @@ impl View {
             upper,
             work,
             gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
+            sizes_seeded: false.into(),
         })
     }
 
@@ -542,10 +568,32 @@ impl View {
                 }
             }
         }
+        let changed = cat
+            .repos
+            .iter()
+            .map(|r| r.id)
+            .ne(repos.iter().map(|r| r.id))
+            || cat.worktrees.len() != worktrees.len()
+            || worktrees.keys().any(|k| !cat.worktrees.contains_key(k));
+        let repo_ids: Vec<i64> = repos.iter().map(|r| r.id).collect();
         cat.repos = repos;
         cat.worktrees = worktrees;
         cat.data_version = version;
+        if changed {
+            cat.changed_at = SystemTime::now();
+            drop(cat);
+            if let Some(inval) = self.invalidator.get() {
+                inval(ROOT_INO);
+                for id in repo_ids {
+                    inval(REPO_INO_BASE + id as u64);
+                }
+            }
+        }
         Ok(())
+    }
+
+    pub fn set_invalidator(&self, f: Invalidator) {
+        let _ = self.invalidator.set(f);
     }
 
     fn refresh(&self) -> FsResult<()> {
@@ -556,14 +604,21 @@ impl View {
     // ----- attributes -----
 
     fn top_dir_attr(&self, ino: u64) -> Attr {
+        // Root and repository directories change when the catalog does; `.control`
+        // directories with every lease, so they always look new.
         let now = SystemTime::now();
+        let mtime = if ino == ROOT_INO || (REPO_INO_BASE..DYNAMIC_INO_BIT).contains(&ino) {
+            self.catalog.read().changed_at
+        } else {
+            now
+        };
         Attr {
             ino,
             size: 4096,
             blocks: 8,
-            atime: now,
-            mtime: now,
-            ctime: now,
+            atime: mtime,
+            mtime,
+            ctime: mtime,
             kind: FType::Dir,
             perm: if ino == ROOT_INO { 0o755 } else { 0o555 },
             nlink: 2,
@@ -614,6 +669,10 @@ impl View {
         let (size, perm, nlink) = match ov.ftype {
             FType::Dir => (4096, 0o755, 2),
             FType::Symlink | FType::File => {
+                if !wt.sizes_seeded.swap(true, Ordering::Relaxed) {
+                    self.objects
+                        .seed_sizes_from_index_cache(&self.state.index_cache(), wt.base_tree);
+                }
                 let size = self
                     .objects
                     .blob_size(&wt.gitdir, base.oid)
@@ -795,6 +854,7 @@ impl View {
     // ----- lookup and forget -----
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let parent_kind = {
             let t = self.nodes.read();
             let node = t.nodes.get(&parent).ok_or_else(|| {
@@ -841,7 +901,10 @@ impl View {
                 let child = self
                     .resolve_child(&wt, &ov, &dir_upper, name)?
                     .ok_or_else(|| {
-                        FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()))
+                        let mut e =
+                            FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()));
+                        e.negative_ttl = Some(WT_TTL);
+                        e
                     })?;
                 let mut t = self.nodes.write();
                 let mut rel = self.rel_path(&t, parent)?;
@@ -947,11 +1010,18 @@ impl View {
             },
         );
         let attr = self.node_attr(&t, ino)?;
-        Ok(Entry { attr, ttl: TOP_TTL })
+        Ok(Entry { attr, ttl: WT_TTL })
     }
 
     fn lookup_control(&self, parent: u64, dir: ControlDir, name: &OsStr) -> FsResult<Entry> {
         let name_s = name.to_string_lossy().into_owned();
+        if dir == ControlDir::Top && name == REFRESH_NAME {
+            // The CLI asks this after changing repositories or worktrees, so listings the
+            // kernel cached are dropped before the command returns.
+            self.refresh_catalog(true)
+                .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))?;
+            return Err(FsError::expected(libc::ENOENT, "catalog refreshed"));
+        }
         if dir == ControlDir::Top {
             let ino = *self
                 .nodes
@@ -962,7 +1032,7 @@ impl View {
             let t = self.nodes.read();
             return Ok(Entry {
                 attr: self.node_attr(&t, ino)?,
-                ttl: TOP_TTL,
+                ttl: self.ttl_of(&t, ino),
             });
         }
         if !self.control_names(dir)?.contains(&name_s) {
@@ -976,7 +1046,7 @@ impl View {
         let ino = t.insert_child(parent, name, natural, NodeKind::ControlFile(dir, name_s));
         Ok(Entry {
             attr: self.node_attr(&t, ino)?,
-            ttl: TOP_TTL,
+            ttl: CONTROL_TTL,
         })
     }
 
@@ -1001,12 +1071,14 @@ impl View {
 
     fn ttl_of(&self, t: &NodeTable, ino: u64) -> Duration {
         match t.nodes.get(&ino).map(|n| &n.kind) {
-            Some(NodeKind::Wt { is_root: false, .. }) | Some(NodeKind::GitFile(_)) => WT_TTL,
+            Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_TTL,
+            Some(NodeKind::ControlFile(..)) => CONTROL_TTL,
             _ => TOP_TTL,
         }
     }
 
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
+        self.stats.getattrs.fetch_add(1, Ordering::Relaxed);
         if let Some(fh) = fh {
             if let Some(h) = self.handles.lock().get(&fh).cloned() {
                 if let HandleKind::File { file, on_base, .. } = &*h {
@@ -1068,6 +1140,9 @@ impl View {
                     "blob_fills": self.blob_fills(),
                     "copy_ups": self.stats.copy_ups.load(Ordering::Relaxed),
                     "content_paths": *self.stats.content_paths.lock(),
+                    "lookups": self.stats.lookups.load(Ordering::Relaxed),
+                    "getattrs": self.stats.getattrs.load(Ordering::Relaxed),
+                    "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
                 });
                 Ok(format!("{v}\n").into_bytes())
             }
@@ -1242,7 +1317,15 @@ impl View {
         }
     }
 
-    pub fn opendir(&self, ino: u64) -> FsResult<u64> {
+    /// Opens a directory listing. The flag says whether the kernel may keep the listing
+    /// across opens: true inside worktrees, whose directories change only through requests
+    /// the kernel makes (and then drops its copy), false at the top of the mount.
+    pub fn opendir(&self, ino: u64) -> FsResult<(u64, bool)> {
+        self.stats.opendirs.fetch_add(1, Ordering::Relaxed);
+        let cacheable = matches!(
+            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
+            Some(NodeKind::Wt { .. })
+        );
         let mut entries = vec![
             DirEntry {
                 ino,
@@ -1256,7 +1339,7 @@ impl View {
             },
         ];
         entries.extend(self.listing(ino)?);
-        Ok(self.add_handle(HandleKind::Dir(entries)))
+        Ok((self.add_handle(HandleKind::Dir(entries)), cacheable))
     }
 
     /// Entries from `offset` on; each entry's offset for the next call is its index + 1.
@@ -1271,6 +1354,49 @@ impl View {
                 .collect()),
             _ => Err(FsError::new(libc::ENOTDIR, "handle is not a directory")),
         }
+    }
+
+    /// Readdir without an open handle (the kernel skips opendir when the filesystem
+    /// declines it, and caches listings itself). A pass starts at offset 0, which lists
+    /// afresh; later offsets continue that listing.
+    pub fn readdir_ino(&self, ino: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+        let listing = {
+            let cached = if offset > 0 {
+                self.listings.lock().get(&ino).cloned()
+            } else {
+                None
+            };
+            match cached {
+                Some(l) => l,
+                None => {
+                    let mut entries = vec![
+                        DirEntry {
+                            ino,
+                            kind: FType::Dir,
+                            name: ".".into(),
+                        },
+                        DirEntry {
+                            ino: ROOT_INO,
+                            kind: FType::Dir,
+                            name: "..".into(),
+                        },
+                    ];
+                    entries.extend(self.listing(ino)?);
+                    let l = Arc::new(entries);
+                    self.listings.lock().insert(ino, l.clone());
+                    l
+                }
+            }
+        };
+        if offset as usize >= listing.len() {
+            self.listings.lock().remove(&ino);
+        }
+        Ok(listing
+            .iter()
+            .enumerate()
+            .skip(offset as usize)
+            .map(|(i, e)| (i as u64 + 1, e.clone()))
+            .collect())
     }
 
     // ----- handles -----
@@ -2260,7 +2386,17 @@ impl View {
 
     // ----- file data -----
 
-    pub fn open(&self, ino: u64, flags: i32) -> FsResult<u64> {
+    /// Opens a file. The flag says the content is generated (`.git`, `.control`): the
+    /// kernel must read it directly rather than trust a cached size.
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<(u64, bool)> {
+        let generated = matches!(
+            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
+            Some(NodeKind::ControlFile(..))
+        );
+        self.open_inner(ino, flags).map(|fh| (fh, generated))
+    }
+
+    fn open_inner(&self, ino: u64, flags: i32) -> FsResult<u64> {
         let kind = self
             .nodes
             .read()

@@ -193,3 +193,43 @@ fn a_failure_midway_rolls_back_the_branch_and_admin_entry() {
     assert_eq!(footprint(&env), before);
     assert!(!Path::new(&env.repo.path().join(".git/worktrees/wtfs-doomed")).exists());
 }
+
+#[test]
+fn mount_without_a_fuse_device_is_refused_with_the_reason() {
+    let env = Env::new();
+    let mp = env.dir.path().join("mnt");
+    fs::create_dir_all(&mp).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "--state-dir",
+            env.state().to_str().unwrap(),
+            "mount",
+            mp.to_str().unwrap(),
+        ])
+        .env("WORKTREEFS_FUSE_DEVICE", "/nonexistent/fuse")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let msg = stderr(&out);
+    assert!(
+        msg.contains("/nonexistent/fuse is missing") && msg.contains("modprobe fuse"),
+        "{msg}"
+    );
+    assert!(!is_mounted(&fs::canonicalize(&mp).unwrap()));
+    // A device that exists but cannot be opened for FUSE.
+    let out = std::process::Command::new(BIN)
+        .args([
+            "--state-dir",
+            env.state().to_str().unwrap(),
+            "mount",
+            mp.to_str().unwrap(),
+        ])
+        .env("WORKTREEFS_FUSE_DEVICE", env.dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&out).contains("needs permission to use FUSE"),
+        "{}",
+        stderr(&out)
+    );
+}

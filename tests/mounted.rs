@@ -590,6 +590,7 @@ fn fsynced_data_survives_kill_9_of_the_daemon() {
     m.kill9();
     let m = env.mount();
     let wt = m.wt("repo", "crash");
+
     assert_eq!(
         fs::read_to_string(wt.join("durable.txt")).unwrap(),
         "fsync'd bytes"
@@ -627,4 +628,194 @@ fn changes_to_the_source_repository_do_not_break_a_worktree() {
         3_000_000
     );
     assert!(git(&repo, &["worktree", "list"]).contains("steady"));
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn listings_the_kernel_caches_follow_every_change() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/first"]);
+    let m = env.mount();
+    let repo_dir = m.mountpoint.join("repo");
+    assert_eq!(names(&repo_dir), vec!["first"]);
+    // Created by the CLI, another process: listed as soon as the command returns.
+    wtfs_ok(&env.state(), &["new", "repo/second"]);
+    assert_eq!(names(&repo_dir), vec!["first", "second"]);
+    // Created through the mount.
+    fs::create_dir(repo_dir.join("third")).unwrap();
+    assert_eq!(names(&repo_dir), vec!["first", "second", "third"]);
+    let other = TestRepo::new();
+    assert_eq!(names(&m.mountpoint), vec![".control", "repo"]);
+    wtfs_ok(
+        &env.state(),
+        &[
+            "repo",
+            "add",
+            other.path().to_str().unwrap(),
+            "--name",
+            "other",
+        ],
+    );
+    assert_eq!(names(&m.mountpoint), vec![".control", "other", "repo"]);
+
+    // Inside a worktree: a name looked up while absent, then created, is found; listings
+    // read before a change show it after.
+    let wt = m.wt("repo", "first");
+    let src = wt.join("src");
+    assert!(!src.join("added.rs").exists());
+    let before = names(&src);
+    fs::write(src.join("added.rs"), "x").unwrap();
+    assert!(src.join("added.rs").exists());
+    let mut want = before.clone();
+    want.push("added.rs".into());
+    want.sort();
+    assert_eq!(names(&src), want);
+    fs::rename(src.join("added.rs"), src.join("renamed.rs")).unwrap();
+    assert!(!src.join("added.rs").exists());
+    assert!(names(&src).contains(&"renamed.rs".to_string()));
+    fs::remove_file(src.join("renamed.rs")).unwrap();
+    assert_eq!(names(&src), before);
+    fs::remove_file(src.join("main.rs")).unwrap();
+    assert!(!names(&src).contains(&"main.rs".to_string()));
+    assert!(!src.join("main.rs").exists());
+    fs::write(src.join("main.rs"), "back").unwrap();
+    assert_eq!(fs::read_to_string(src.join("main.rs")).unwrap(), "back");
+    // Another worktree at the same commit is not affected by any of it.
+    assert!(m.wt("repo", "second").join("src/main.rs").exists());
+    assert_eq!(
+        fs::read_to_string(m.wt("repo", "second").join("src/main.rs")).unwrap(),
+        "fn main() { println!(\"hi\"); }\n"
+    );
+    // .control listings are never stale either.
+    let listed = names(&m.mountpoint.join(".control/worktrees"));
+    assert_eq!(listed, vec!["repo:first", "repo:second", "repo:third"]);
+    wtfs_ok(&env.state(), &["new", "other/w"]);
+    assert_eq!(names(&m.mountpoint.join(".control/worktrees")).len(), 4);
+}
+
+/// A listing of a tree with contents, through ordinary std::fs calls.
+fn snapshot(root: &Path) -> std::collections::BTreeMap<String, Option<Vec<u8>>> {
+    fn walk(
+        dir: &Path,
+        prefix: &str,
+        out: &mut std::collections::BTreeMap<String, Option<Vec<u8>>>,
+    ) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if prefix.is_empty() && name == ".git" {
+                continue;
+            }
+            let path = format!("{prefix}{name}");
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                out.insert(format!("{path}/"), None);
+                walk(&e.path(), &format!("{path}/"), out);
+            } else if ft.is_symlink() {
+                out.insert(
+                    path,
+                    Some(
+                        fs::read_link(e.path())
+                            .unwrap()
+                            .into_os_string()
+                            .into_encoded_bytes(),
+                    ),
+                );
+            } else {
+                out.insert(path, Some(fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, "", &mut out);
+    out
+}
+
+#[test]
+fn random_operations_through_the_mount_agree_with_a_plain_directory() {
+    let env = Env::new();
+    for seed in 1..=4u64 {
+        wtfs_ok(&env.state(), &["new", &format!("repo/model{seed}")]);
+    }
+    let m = env.mount();
+    let paths = [
+        "README.md",
+        "src",
+        "src/main.rs",
+        "src/lib",
+        "src/lib/mod.rs",
+        "src/lib/util.rs",
+        "docs",
+        "new",
+        "new/a",
+        "x.txt",
+        "src/x.txt",
+        "empty.txt",
+        "assets",
+        "src/lib/x.txt",
+    ];
+    for seed in 1..=4u64 {
+        let wt = m.wt("repo", &format!("model{seed}"));
+        let plain = tempfile::tempdir().unwrap();
+        run_ok(
+            "git",
+            &[
+                "--work-tree",
+                plain.path().to_str().unwrap(),
+                "checkout",
+                "HEAD",
+                "--",
+                ".",
+            ],
+            &env.repo.path(),
+        );
+        fs::create_dir_all(plain.path().join("vendor/sub")).unwrap();
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut log = Vec::new();
+        for step in 0..80 {
+            let a = paths[(next() % paths.len() as u64) as usize];
+            let b = paths[(next() % paths.len() as u64) as usize];
+            let kind = next() % 6;
+            let apply = |root: &Path| -> bool {
+                let r = match kind {
+                    0 => fs::write(root.join(a), format!("{seed}-{step}")),
+                    1 => fs::remove_file(root.join(a)),
+                    2 => fs::create_dir(root.join(a)),
+                    3 => fs::remove_dir(root.join(a)),
+                    4 => {
+                        if b.starts_with(&format!("{a}/")) {
+                            return false; // the kernel refuses moving a directory into itself
+                        }
+                        fs::rename(root.join(a), root.join(b))
+                    }
+                    _ => fs::read(root.join(a)).map(|_| ()),
+                };
+                r.is_ok()
+            };
+            let want = apply(plain.path());
+            let got = apply(&wt);
+            log.push(format!("op {kind} {a} {b}: plain {want}, view {got}"));
+            assert_eq!(got, want, "seed {seed} step {step}\n{}", log.join("\n"));
+            assert_eq!(
+                snapshot(&wt),
+                snapshot(plain.path()),
+                "seed {seed} step {step}\n{}",
+                log.join("\n")
+            );
+        }
+    }
 }

@@ -81,7 +81,7 @@ impl Core {
 
     fn read(&self, path: &str) -> Result<Vec<u8>, i32> {
         let (_, ino) = self.resolve(path)?;
-        let fh = self.view.open(ino, libc::O_RDONLY).map_err(|e| e.errno)?;
+        let fh = self.view.open(ino, libc::O_RDONLY).map_err(|e| e.errno)?.0;
         let data = self.view.read(fh, 0, 1 << 24).map_err(|e| e.errno);
         self.view.release(fh);
         data
@@ -89,10 +89,12 @@ impl Core {
 
     fn write(&self, path: &str, data: &[u8]) -> Result<(), i32> {
         let fh = match self.resolve(path) {
-            Ok((_, ino)) => self
-                .view
-                .open(ino, libc::O_WRONLY | libc::O_TRUNC)
-                .map_err(|e| e.errno)?,
+            Ok((_, ino)) => {
+                self.view
+                    .open(ino, libc::O_WRONLY | libc::O_TRUNC)
+                    .map_err(|e| e.errno)?
+                    .0
+            }
             Err(libc::ENOENT) => {
                 let (dir, name) = self.dir_of(path)?;
                 self.view
@@ -118,7 +120,7 @@ impl Core {
     }
 
     fn walk(&self, ino: u64, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
-        let fh = self.view.opendir(ino).unwrap();
+        let fh = self.view.opendir(ino).unwrap().0;
         let entries = self.view.readdir(fh, 0).unwrap();
         self.view.release(fh);
         for (_, e) in entries {

@@ -190,8 +190,12 @@ impl Mounted {
             done: Arc::new(AtomicBool::new(false)),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        // Served by this daemon (a stale mount would answer ENOTCONN).
-        while !(is_mounted(&m.mountpoint) && m.mountpoint.join(".control").is_dir()) {
+        // Served by a live daemon: `.control/stats` is generated on every read, so unlike a
+        // stat (which the kernel may answer from its cache of a dead mount) reading it
+        // needs the daemon.
+        while !(is_mounted(&m.mountpoint)
+            && fs::read_to_string(m.mountpoint.join(".control/stats")).is_ok())
+        {
             if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("daemon exited before mounting ({status}): {}", m.log());
             }
