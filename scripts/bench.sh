@@ -65,14 +65,17 @@ cleanup() {
   for d in "$CHECKOUTS"/*; do
     [ -d "$d" ] && git -C "$REPO" worktree remove --force "$d" >/dev/null 2>&1
   done
+  # worktreefs entries are locked (and their cleanup is not this script's job): drop
+  # them, then every branch this run made.
+  for d in "$REPO"/.git/worktrees/wtfs-bench-*; do
+    [ -d "$d" ] && rm -rf "$d"
+  done
   git -C "$REPO" worktree prune
   for b in $(git -C "$REPO" for-each-ref --format='%(refname:short)' 'refs/heads/bench-*'); do
     git -C "$REPO" branch -q -D "$b" >/dev/null 2>&1
   done
-  # worktreefs entries are locked: unlock and drop them, then their branches.
-  for d in "$REPO"/.git/worktrees/wtfs-bench-*; do
-    [ -d "$d" ] && rm -rf "$d"
-  done
+  # The fsmonitor include worktreefs added for this run's state directory.
+  git -C "$REPO" config --unset-all "includeIf.gitdir:$(git -C "$REPO" rev-parse --absolute-git-dir)/worktrees/wtfs-*.path" >/dev/null 2>&1
   if [ "$KEEP" = 0 ]; then rm -rf "$RUN_DIR"; fi
 }
 trap cleanup EXIT
@@ -86,7 +89,11 @@ time_cmd() {
   local out="$1"; shift
   local t0 t1
   t0=$(now_ns)
-  "$@" >/dev/null 2>&1
+  if ! "$@" >/dev/null 2>"$RUN_DIR/last-error"; then
+    echo "bench.sh: '$*' failed:" >&2
+    cat "$RUN_DIR/last-error" >&2
+    exit 1
+  fi
   t1=$(now_ns)
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f\n", (b - a) / 1000000 }' >> "$out"
 }

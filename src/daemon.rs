@@ -218,6 +218,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let store = Store::open(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
         worktree::repoint_admin_entries(&store, &mountpoint)?;
+        enable_fsmonitor(&req.state, &store);
     }
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
     let fs = WorktreeFs::new(view.clone());
@@ -346,6 +347,23 @@ pub fn spawn_background(
         "the daemon exited before the mount was ready; see {}",
         state.log_file().display()
     )
+}
+
+/// Installs the fsmonitor hook and enables it for every registered repository's managed
+/// worktrees. Failing that, git falls back to scanning: logged, not fatal.
+pub fn enable_fsmonitor(state: &StateDir, store: &Store) {
+    if let Err(e) = crate::fsmonitor::install_hook(&state.root) {
+        tracing::warn!("fsmonitor hook not installed ({e:#}); git status will scan every file");
+        return;
+    }
+    for repo in store.repos().unwrap_or_default() {
+        if let Err(e) = crate::fsmonitor::enable_for_repo(&repo.gitdir, &state.root) {
+            tracing::warn!(
+                "fsmonitor not enabled for repository {} ({e:#}); git status there will scan every file",
+                repo.name
+            );
+        }
+    }
 }
 
 /// Asks the running daemon, if any, to re-read the store now (after the CLI changed

@@ -297,9 +297,9 @@ pub struct IndexStat {
     pub gid: u32,
 }
 
-/// Serializes an index (version 2) in git's format: header, entries sorted by path, SHA-1.
-/// Written by hand so the stat fields are exactly what the view reports.
-pub fn encode_index(entries: &[IndexEntry], stat: &IndexStat) -> Vec<u8> {
+/// Serializes an index (version 2) in git's format: header, entries sorted by path,
+/// extensions, SHA-1. Written by hand so the stat fields are exactly what the view reports.
+pub fn encode_index(entries: &[IndexEntry], stat: &IndexStat, extensions: &[Vec<u8>]) -> Vec<u8> {
     let mut buf = Vec::with_capacity(12 + entries.len() * 96 + 20);
     buf.extend_from_slice(b"DIRC");
     buf.extend_from_slice(&2u32.to_be_bytes());
@@ -325,6 +325,9 @@ pub fn encode_index(entries: &[IndexEntry], stat: &IndexStat) -> Vec<u8> {
         let len = buf.len() - start;
         let pad = 8 - (len % 8);
         buf.extend(std::iter::repeat_n(0u8, pad));
+    }
+    for ext in extensions {
+        buf.extend_from_slice(ext);
     }
     let digest = Sha1::digest(&buf);
     buf.extend_from_slice(&digest);
@@ -421,6 +424,7 @@ mod tests {
                 uid: 1,
                 gid: 2,
             },
+            &[],
         );
         assert_eq!(&buf[0..4], b"DIRC");
         // 12 header + (62 fixed + 5 name = 67, padded to 72) + 20 checksum.
@@ -447,6 +451,7 @@ mod tests {
                 uid: 0,
                 gid: 0,
             },
+            &[crate::fsmonitor::index_extension("t")],
         );
         let got = decode_index_sizes(&buf);
         let want: Vec<(Oid, u64)> = entries

@@ -5,12 +5,14 @@
 //! * [`gitlayer`]: reading trees and blobs, writing what git needs (admin entry, index).
 //! * [`worktree`]: creating a managed worktree, all or nothing.
 //! * [`view`]: the copy-on-write view and the namespace of a mount.
+//! * [`fsmonitor`]: git's fsmonitor hook answered from each worktree's change journal.
 //! * [`fuse`]: the thin adapter from fuser's callbacks to [`view`].
 //! * [`daemon`]: locking the state directory, mounting, serving, unmounting.
 
 pub mod blobcache;
 pub mod daemon;
 pub mod error;
+pub mod fsmonitor;
 pub mod fuse;
 pub mod gitlayer;
 pub mod ino;

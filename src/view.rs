@@ -57,6 +57,7 @@ const CTRL_WORKTREES_INO: u64 = 4;
 const CTRL_RETAINED_INO: u64 = 5;
 const CTRL_STATUS_INO: u64 = 6;
 const CTRL_STATS_INO: u64 = 7;
+const CTRL_FSMONITOR_INO: u64 = 8;
 const REPO_INO_BASE: u64 = 1 << 61;
 const DYNAMIC_INO_BIT: u64 = 1 << 62;
 
@@ -187,6 +188,11 @@ pub struct WtCtx {
     pub gitfile: Vec<u8>,
     /// Whether blob sizes were seeded from the cached index of the base tree.
     sizes_seeded: std::sync::atomic::AtomicBool,
+    /// Paths changed through this view, for git's fsmonitor hook.
+    journal: Mutex<crate::fsmonitor::Journal>,
+    /// Bumped by every fsmonitor query; an open file records its path again on its first
+    /// write after a query (see `write`).
+    query_epoch: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -211,6 +217,8 @@ enum ControlDir {
     Leases,
     Worktrees,
     Retained,
+    /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see fsmonitor.rs).
+    FsMonitor,
 }
 
 #[derive(Debug, Clone)]
@@ -324,6 +332,10 @@ const MAX_RECORDED_PATHS: usize = 64;
 enum HandleKind {
     File {
         ino: u64,
+        /// The worktree, and the fsmonitor query epoch in which this handle last recorded
+        /// its path as changed (writable handles only).
+        wt: Option<Arc<WtCtx>>,
+        noted_epoch: AtomicU64,
         /// Whether this handle's first read was recorded in `Stats::content_paths`.
         read_seen: std::sync::atomic::AtomicBool,
         file: RwLock<File>,
@@ -361,6 +373,8 @@ pub struct View {
     /// Listings being read by handle-less readdir (see `readdir_ino`).
     listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     invalidator: std::sync::OnceLock<Invalidator>,
+    /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
+    instance: String,
     pub stats: Stats,
 }
 
@@ -468,6 +482,12 @@ impl View {
                 CONTROL_INO,
                 "stats",
             ),
+            (
+                CTRL_FSMONITOR_INO,
+                NodeKind::ControlDir(ControlDir::FsMonitor),
+                CONTROL_INO,
+                crate::fsmonitor::CONTROL_DIR,
+            ),
         ];
         for (i, kind, parent, name) in fixed {
             nodes.nodes.insert(
@@ -503,6 +523,14 @@ impl View {
             next_fh: AtomicU64::new(1),
             listings: Mutex::new(HashMap::new()),
             invalidator: std::sync::OnceLock::new(),
+            instance: format!(
+                "{}.{}",
+                std::process::id(),
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            ),
             stats: Stats::default(),
         };
         view.refresh_catalog(true)?;
@@ -535,6 +563,8 @@ impl View {
             work,
             gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
             sizes_seeded: false.into(),
+            journal: Mutex::new(crate::fsmonitor::Journal::default()),
+            query_epoch: AtomicU64::new(0),
         })
     }
 
@@ -607,10 +637,26 @@ impl View {
         // Root and repository directories change when the catalog does; `.control`
         // directories with every lease, so they always look new.
         let now = SystemTime::now();
-        let mtime = if ino == ROOT_INO || (REPO_INO_BASE..DYNAMIC_INO_BIT).contains(&ino) {
+        let is_repo = (REPO_INO_BASE..DYNAMIC_INO_BIT).contains(&ino);
+        let mtime = if ino == ROOT_INO || is_repo {
             self.catalog.read().changed_at
         } else {
             now
+        };
+        // A repository's directory belongs to the repository's owner, who may create
+        // worktrees in it with mkdir.
+        let (uid, gid, perm) = if is_repo {
+            let cat = self.catalog.read();
+            cat.repos
+                .iter()
+                .find(|r| REPO_INO_BASE + r.id as u64 == ino)
+                .and_then(|r| fs::metadata(&r.path).ok())
+                .map(|m| (m.uid(), m.gid(), 0o755))
+                .unwrap_or((0, 0, 0o755))
+        } else if ino == ROOT_INO {
+            (0, 0, 0o755)
+        } else {
+            (0, 0, 0o555)
         };
         Attr {
             ino,
@@ -620,10 +666,10 @@ impl View {
             mtime,
             ctime: mtime,
             kind: FType::Dir,
-            perm: if ino == ROOT_INO { 0o755 } else { 0o555 },
+            perm,
             nlink: 2,
-            uid: 0,
-            gid: 0,
+            uid,
+            gid,
             rdev: 0,
         }
     }
@@ -1035,7 +1081,7 @@ impl View {
                 ttl: self.ttl_of(&t, ino),
             });
         }
-        if !self.control_names(dir)?.contains(&name_s) {
+        if dir != ControlDir::FsMonitor && !self.control_names(dir)?.contains(&name_s) {
             return Err(FsError::not_found(format!(".control entry {name_s}")));
         }
         let natural = DYNAMIC_INO_BIT
@@ -1110,6 +1156,7 @@ impl View {
                 "retained".into(),
                 "status".into(),
                 "stats".into(),
+                crate::fsmonitor::CONTROL_DIR.into(),
             ]),
             ControlDir::Worktrees => {
                 self.refresh()?;
@@ -1124,12 +1171,16 @@ impl View {
             }
             // Filled by the lease and cleanup work; empty until then.
             ControlDir::Leases | ControlDir::Retained => Ok(Vec::new()),
+            // Entries exist for any name asked (the name carries the query).
+            ControlDir::FsMonitor => Ok(Vec::new()),
         }
     }
 
     fn control_content(&self, dir: ControlDir, name: &str) -> FsResult<Vec<u8>> {
         let store_err = |e: rusqlite::Error| FsError::store("reading .control", e);
         match (dir, name) {
+            // Answered at open (a query has effects); nothing to show before.
+            (ControlDir::FsMonitor, _) => Ok(Vec::new()),
             (ControlDir::Top, "status") => {
                 let rows = self.store.lock().worktrees().map_err(store_err)?;
                 Ok(crate::report::status_table(&rows).into_bytes())
@@ -1399,7 +1450,223 @@ impl View {
             .collect())
     }
 
+    // ----- the change journal (fsmonitor) -----
+
+    fn note(&self, wt: &WtCtx, rel: &[u8]) {
+        wt.journal.lock().record(rel);
+    }
+
+    /// Records that the entry `ino` changed.
+    fn note_node(&self, ino: u64) {
+        let t = self.nodes.read();
+        if let (Ok((wt, _, _)), Ok(rel)) = (self.wt_of(&t, ino), self.rel_path(&t, ino)) {
+            drop(t);
+            self.note(&wt, &rel);
+        }
+    }
+
+    /// Records that the name `name` in directory `parent` changed (created or removed).
+    fn note_child(&self, parent: u64, name: &OsStr) {
+        let t = self.nodes.read();
+        if let (Ok((wt, _, _)), Ok(mut rel)) = (self.wt_of(&t, parent), self.rel_path(&t, parent)) {
+            drop(t);
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(name.as_bytes());
+            self.note(&wt, &rel);
+        }
+    }
+
+    /// Records every path below the upper directory `dir` (at `rel` in the worktree) under
+    /// both `rel` and `old_rel`: a directory moved from `old_rel`.
+    fn note_moved_tree(&self, wt: &WtCtx, dir: &Path, rel: &[u8], old_rel: &[u8]) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            if name.as_bytes().starts_with(RESERVED_PREFIX) {
+                continue;
+            }
+            let join = |base: &[u8]| {
+                let mut p = base.to_vec();
+                p.push(b'/');
+                p.extend_from_slice(name.as_bytes());
+                p
+            };
+            let (new, old) = (join(rel), join(old_rel));
+            self.note(wt, &new);
+            self.note(wt, &old);
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                self.note_moved_tree(wt, &e.path(), &new, &old);
+            }
+        }
+    }
+
+    /// Answers git's fsmonitor hook for `<repo>:<worktree>@<token>`: the new token, then
+    /// every path that changed since `token`.
+    fn fsmonitor_query(&self, query: &str) -> FsResult<Vec<u8>> {
+        let bad = || {
+            FsError::new(
+                libc::EINVAL,
+                format!("fsmonitor query {query:?} is not <repo>:<worktree>@<token>"),
+            )
+        };
+        let (who, token) = query.split_once('@').ok_or_else(bad)?;
+        let (repo, name) = who.split_once(':').ok_or_else(bad)?;
+        self.refresh()?;
+        let wt = self
+            .catalog
+            .read()
+            .worktrees
+            .values()
+            .find(|w| w.repo == repo && w.name == name)
+            .cloned()
+            .ok_or_else(|| FsError::not_found(format!("worktree {repo}/{name}")))?;
+        use crate::fsmonitor::{encode_response, parse_token, token as make_token, Since};
+        // Bump first: a write that has not yet checked the epoch will record again.
+        wt.query_epoch.fetch_add(1, Ordering::AcqRel);
+        let (seq, since) = {
+            let j = wt.journal.lock();
+            let since = match parse_token(token, &self.instance) {
+                Some(s) => j.since(s),
+                None => Since::Unknown,
+            };
+            (j.seq(), since)
+        };
+        let paths = match since {
+            Since::Paths(p) => p,
+            Since::Everything => vec![b"/".to_vec()],
+            Since::Unknown => {
+                // Everything that differs from the base is in the upper layer.
+                let mut out = Vec::new();
+                self.upper_paths(&wt, &wt.upper, b"", Some(wt.base_tree), &mut out)?;
+                out.sort();
+                out.dedup();
+                out
+            }
+        };
+        tracing::debug!(
+            repo,
+            worktree = name,
+            token,
+            changed = paths.len(),
+            "fsmonitor query"
+        );
+        Ok(encode_response(&make_token(&self.instance, seq), &paths))
+    }
+
+    /// Every path the upper directory `dir` (at `rel`) holds or hides: its entries, the
+    /// names its whiteouts delete, and, below an opaque directory, the base's entries.
+    fn upper_paths(
+        &self,
+        wt: &WtCtx,
+        dir: &Path,
+        rel: &[u8],
+        base: Option<Oid>,
+        out: &mut Vec<Vec<u8>>,
+    ) -> FsResult<()> {
+        let join = |name: &[u8]| {
+            let mut p = rel.to_vec();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(name);
+            p
+        };
+        let opaque = exists(&dir.join(OPAQUE_MARKER));
+        let listing = match base {
+            Some(tree) => Some(
+                self.objects
+                    .tree(&wt.gitdir, tree)
+                    .map_err(|e| FsError::git("reading tree", e))?,
+            ),
+            None => None,
+        };
+        if opaque {
+            if let Some(l) = &listing {
+                for e in &l.entries {
+                    self.base_paths(wt, e, &join(e.name.as_bytes()), out)?;
+                }
+            }
+        }
+        let rd =
+            fs::read_dir(dir).map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let b = name.as_bytes();
+            if let Some(hidden) = b.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
+                // A deleted base directory hides everything below it.
+                match listing
+                    .as_ref()
+                    .and_then(|l| l.get(OsStr::from_bytes(hidden)))
+                {
+                    Some(entry) => self.base_paths(wt, entry, &join(hidden), out)?,
+                    None => out.push(join(hidden)),
+                }
+                continue;
+            }
+            if b.starts_with(RESERVED_PREFIX) || (rel.is_empty() && name == GITFILE_NAME) {
+                continue;
+            }
+            let path = join(b);
+            out.push(path.clone());
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                let below = if opaque {
+                    None
+                } else {
+                    listing
+                        .as_ref()
+                        .and_then(|l| l.get(&name))
+                        .filter(|entry| entry.mode == MODE_TREE)
+                        .map(|entry| entry.oid)
+                };
+                self.upper_paths(wt, &e.path(), &path, below, out)?;
+            } else if let Some(entry) = listing.as_ref().and_then(|l| l.get(&name)) {
+                // A file where the base has a directory: the directory's files are gone.
+                if entry.mode == MODE_TREE && !opaque {
+                    self.base_paths(wt, entry, &path, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `path` and, for a base directory, every path below it.
+    fn base_paths(
+        &self,
+        wt: &WtCtx,
+        entry: &gitlayer::TreeEntry,
+        path: &[u8],
+        out: &mut Vec<Vec<u8>>,
+    ) -> FsResult<()> {
+        out.push(path.to_vec());
+        if entry.mode == MODE_TREE {
+            let l = self
+                .objects
+                .tree(&wt.gitdir, entry.oid)
+                .map_err(|e| FsError::git("reading tree", e))?;
+            for e in &l.entries {
+                let mut p = path.to_vec();
+                p.push(b'/');
+                p.extend_from_slice(e.name.as_bytes());
+                self.base_paths(wt, e, &p, out)?;
+            }
+        }
+        Ok(())
+    }
+
     // ----- handles -----
+
+    fn file_handle(&self, ino: u64, wt: Option<Arc<WtCtx>>, file: File, on_base: bool) -> u64 {
+        self.add_handle(HandleKind::File {
+            ino,
+            wt,
+            noted_epoch: AtomicU64::new(u64::MAX),
+            read_seen: false.into(),
+            file: RwLock::new(file),
+            on_base: on_base.into(),
+        })
+    }
 
     fn add_handle(&self, kind: HandleKind) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
@@ -1801,7 +2068,7 @@ impl View {
         caller: Caller,
     ) -> FsResult<(Entry, u64)> {
         let _m = self.mutate.lock();
-        let (_, dir) = self.prepare_create(parent, name)?;
+        let (wt, dir) = self.prepare_create(parent, name)?;
         let path = dir.join(name);
         let file = OpenOptions::new()
             .read(true)
@@ -1813,6 +2080,7 @@ impl View {
             .map_err(|e| FsError::io(format!("create {}", path.display()), e))?;
         self.chown(&path, caller.uid, caller.gid)?;
         Self::drop_whiteout(&dir, name);
+        self.note_child(parent, name);
         let entry = self.new_entry(
             parent,
             name,
@@ -1822,12 +2090,7 @@ impl View {
                 in_upper: true,
             },
         )?;
-        let fh = self.add_handle(HandleKind::File {
-            ino: entry.attr.ino,
-            read_seen: false.into(),
-            file: RwLock::new(file),
-            on_base: false.into(),
-        });
+        let fh = self.file_handle(entry.attr.ino, Some(wt), file, false);
         Ok((entry, fh))
     }
 
@@ -1863,6 +2126,7 @@ impl View {
         }
         self.chown(&path, caller.uid, caller.gid)?;
         Self::drop_whiteout(&dir, name);
+        self.note_child(parent, name);
         self.new_entry(
             parent,
             name,
@@ -1928,6 +2192,7 @@ impl View {
             self.chown(&path, caller.uid, caller.gid)?;
         }
         Self::drop_whiteout(&dir, name);
+        self.note_child(parent, name);
         self.new_entry(
             parent,
             name,
@@ -1996,6 +2261,7 @@ impl View {
             .map_err(|e| FsError::io(format!("symlink {}", path.display()), e))?;
         self.chown(&path, caller.uid, caller.gid)?;
         Self::drop_whiteout(&dir, name);
+        self.note_child(parent, name);
         self.new_entry(
             parent,
             name,
@@ -2064,6 +2330,7 @@ impl View {
             fs::remove_file(&path)
                 .map_err(|e| FsError::io(format!("unlink {}", path.display()), e))?;
         }
+        self.note_child(parent, name);
         self.nodes.write().detach_name(parent, name);
         Ok(())
     }
@@ -2118,6 +2385,7 @@ impl View {
                 tracing::warn!("could not empty {}: {e}", trash.display());
             }
         }
+        self.note_child(parent, name);
         self.nodes.write().detach_name(parent, name);
         Ok(())
     }
@@ -2242,6 +2510,23 @@ impl View {
             FsError::io(format!("rename {} to {}", from.display(), to.display()), e)
         })?;
         Self::drop_whiteout(&to_dir, newname);
+        self.note_child(parent, name);
+        self.note_child(newparent, newname);
+        if src.ftype == FType::Dir {
+            let rel_of = |p: u64, n: &OsStr| {
+                let t = self.nodes.read();
+                self.rel_path(&t, p).map(|mut r| {
+                    if !r.is_empty() {
+                        r.push(b'/');
+                    }
+                    r.extend_from_slice(n.as_bytes());
+                    r
+                })
+            };
+            if let (Ok(new_rel), Ok(old_rel)) = (rel_of(newparent, newname), rel_of(parent, name)) {
+                self.note_moved_tree(&wt, &to, &new_rel, &old_rel);
+            }
+        }
         let mut t = self.nodes.write();
         t.detach_name(newparent, newname);
         t.children.remove(&(parent, name.to_os_string()));
@@ -2283,6 +2568,8 @@ impl View {
         let dst = dir.join(newname);
         fs::hard_link(&src, &dst).map_err(|e| FsError::io(format!("link {}", dst.display()), e))?;
         Self::drop_whiteout(&dir, newname);
+        self.note_child(newparent, newname);
+        self.note_node(ino);
         let mut t = self.nodes.write();
         t.detach_name(newparent, newname);
         t.children.insert((newparent, newname.to_os_string()), ino);
@@ -2377,6 +2664,8 @@ impl View {
                 )
             })?;
         }
+        // Recorded after the change, so a query cannot slip in between and miss it.
+        self.note_node(ino);
         let t = self.nodes.read();
         Ok(Entry {
             attr: self.node_attr(&t, ino)?,
@@ -2420,7 +2709,12 @@ impl View {
                 if writing {
                     return Err(FsError::new(libc::EACCES, ".control is read-only"));
                 }
-                Ok(self.add_handle(HandleKind::Memory(self.control_content(dir, &name)?)))
+                let content = if dir == ControlDir::FsMonitor {
+                    self.fsmonitor_query(&name)?
+                } else {
+                    self.control_content(dir, &name)?
+                };
+                Ok(self.add_handle(HandleKind::Memory(content)))
             }
             NodeKind::Wt { wt, ov, .. } => {
                 if ov.ftype == FType::Dir {
@@ -2431,22 +2725,13 @@ impl View {
                     self.copy_up(ino, flags & libc::O_TRUNC == 0)?;
                     let path = self.upper_path(&self.nodes.read(), ino)?;
                     let file = open_upper(&path, flags)?;
-                    return Ok(self.add_handle(HandleKind::File {
-                        ino,
-                        read_seen: false.into(),
-                        file: RwLock::new(file),
-                        on_base: false.into(),
-                    }));
+                    self.note_node(ino);
+                    return Ok(self.file_handle(ino, Some(wt), file, false));
                 }
                 if ov.in_upper {
                     let path = self.upper_path(&self.nodes.read(), ino)?;
                     let file = open_upper(&path, flags)?;
-                    return Ok(self.add_handle(HandleKind::File {
-                        ino,
-                        read_seen: false.into(),
-                        file: RwLock::new(file),
-                        on_base: false.into(),
-                    }));
+                    return Ok(self.file_handle(ino, None, file, false));
                 }
                 let base = ov
                     .base
@@ -2460,12 +2745,7 @@ impl View {
                     .ensure(&wt.gitdir, base.oid, size)
                     .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?;
                 let file = File::open(&path).map_err(|e| FsError::io("opening cached blob", e))?;
-                Ok(self.add_handle(HandleKind::File {
-                    ino,
-                    read_seen: false.into(),
-                    file: RwLock::new(file),
-                    on_base: true.into(),
-                }))
+                Ok(self.file_handle(ino, None, file, true))
             }
             _ => Err(FsError::new(libc::EISDIR, "is a directory")),
         }
@@ -2484,6 +2764,7 @@ impl View {
                 file,
                 on_base,
                 read_seen,
+                ..
             } => {
                 self.stats.content_reads.fetch_add(1, Ordering::Relaxed);
                 if !read_seen.swap(true, Ordering::Relaxed) {
@@ -2552,10 +2833,26 @@ impl View {
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
         let h = self.handle(fh)?;
         match &*h {
-            HandleKind::File { file, on_base, .. } if !on_base.load(Ordering::Relaxed) => {
+            HandleKind::File {
+                ino,
+                wt,
+                noted_epoch,
+                file,
+                on_base,
+                ..
+            } if !on_base.load(Ordering::Relaxed) => {
                 file.read()
                     .write_all_at(data, offset)
                     .map_err(|e| FsError::io("write", e))?;
+                // After the data, not before: a query that ran before this check either saw
+                // this handle's earlier record (and git will stat the file after this write)
+                // or bumped the epoch, and then the path is recorded again here.
+                if let Some(wt) = wt {
+                    let epoch = wt.query_epoch.load(Ordering::Acquire);
+                    if noted_epoch.swap(epoch, Ordering::AcqRel) != epoch {
+                        self.note_node(*ino);
+                    }
+                }
                 Ok(data.len() as u32)
             }
             _ => Err(FsError::new(libc::EBADF, "handle not open for writing")),

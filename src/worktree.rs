@@ -300,7 +300,7 @@ fn cached_index(
 ) -> Result<Vec<u8>, CreateError> {
     let key = state
         .index_cache()
-        .join(format!("{tree}-{mtime}-{uid}-{gid}.index"));
+        .join(format!("{tree}-{mtime}-{uid}-{gid}.fsmn.index"));
     if let Ok(bytes) = fs::read(&key) {
         return Ok(bytes);
     }
@@ -313,6 +313,9 @@ fn cached_index(
             uid,
             gid,
         },
+        &[crate::fsmonitor::index_extension(
+            crate::fsmonitor::CREATED_TOKEN,
+        )],
     );
     if let Err(e) = gitlayer::write_file_synced(&key, &bytes) {
         tracing::warn!("could not cache index at {}: {e}", key.display());

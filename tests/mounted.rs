@@ -13,6 +13,20 @@ fn porcelain(dir: &Path) -> String {
     git(dir, &["status", "--porcelain", "--untracked-files=all"])
 }
 
+/// The ground truth: git looking at every file itself.
+fn status_without_fsmonitor(dir: &Path) -> String {
+    git(
+        dir,
+        &[
+            "-c",
+            "core.fsmonitor=false",
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+        ],
+    )
+}
+
 #[test]
 fn fresh_view_is_clean_and_git_status_reads_no_content() {
     let env = Env::new();
@@ -78,6 +92,7 @@ fn base_tree_shapes_appear_as_in_a_checkout() {
     // Executable bit, symlinks, empty blob, large file, deep path, non-ASCII names.
     let exec = fs::metadata(wt.join("build.sh")).unwrap();
     assert_eq!(exec.permissions().mode() & 0o777, 0o755);
+    assert_eq!(run_ok("./build.sh", &[], &wt), "building\n");
     assert_eq!(
         fs::metadata(wt.join("README.md"))
             .unwrap()
@@ -816,6 +831,86 @@ fn random_operations_through_the_mount_agree_with_a_plain_directory() {
                 "seed {seed} step {step}\n{}",
                 log.join("\n")
             );
+            if step % 10 == 9 {
+                // What the daemon tells git through fsmonitor must never hide a change.
+                assert_eq!(
+                    porcelain(&wt),
+                    status_without_fsmonitor(&wt),
+                    "seed {seed} step {step}\n{}",
+                    log.join("\n")
+                );
+            }
         }
     }
+}
+
+#[test]
+fn git_asks_the_daemon_what_changed_and_misses_nothing() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/fsm"]);
+    let wt_changes = |wt: &Path| {
+        fs::write(wt.join("README.md"), "changed\n").unwrap();
+        fs::write(wt.join("src/new.rs"), "new\n").unwrap();
+        fs::remove_file(wt.join("build.sh")).unwrap();
+        fs::rename(wt.join("src/lib"), wt.join("lib-moved")).unwrap();
+        fs::remove_dir_all(wt.join("docs")).unwrap();
+        fs::create_dir(wt.join("docs")).unwrap();
+        fs::set_permissions(wt.join("src/main.rs"), fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    {
+        let m = env.mount();
+        let wt = m.wt("repo", "fsm");
+        assert_eq!(
+            git(&wt, &["config", "core.fsmonitor"]).trim(),
+            env.state().join("git/fsmonitor-hook").to_str().unwrap()
+        );
+        // The source repository's own worktree is not affected.
+        assert!(run("git", &["config", "core.fsmonitor"], &env.repo.path())
+            .stdout
+            .is_empty());
+        assert_eq!(porcelain(&wt), "");
+        wt_changes(&wt);
+        let status = porcelain(&wt);
+        assert_eq!(status, status_without_fsmonitor(&wt));
+        for expect in [
+            " M README.md",
+            "?? src/new.rs",
+            " D build.sh",
+            " D src/lib/mod.rs",
+            "?? lib-moved/mod.rs",
+            " D docs/src-link",
+            " M src/main.rs",
+        ] {
+            assert!(status.contains(expect), "missing {expect:?}:\n{status}");
+        }
+
+        // A file opened for writing before a query and written after it is reported by
+        // that write: open, let git record the file as clean with a new token, then write.
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(wt.join(".gitignore"))
+            .unwrap();
+        git(&wt, &["update-index", "-q", "--refresh"]);
+        assert!(!porcelain(&wt).contains(".gitignore"));
+        git(&wt, &["update-index", "-q", "--refresh"]);
+        f.write_all(b"X").unwrap();
+        f.flush().unwrap();
+        assert!(
+            porcelain(&wt).contains(" M .gitignore"),
+            "{}",
+            porcelain(&wt)
+        );
+        f.seek(SeekFrom::Start(0)).unwrap();
+        f.write_all(b"t").unwrap(); // the original first byte
+        drop(f);
+        assert_eq!(porcelain(&wt), status_without_fsmonitor(&wt));
+        assert!(!porcelain(&wt).contains(".gitignore"), "{}", porcelain(&wt));
+    }
+    // A new daemon does not know the old one's tokens: it answers from the upper layer.
+    let m = env.mount();
+    let wt = m.wt("repo", "fsm");
+    assert_eq!(porcelain(&wt), status_without_fsmonitor(&wt));
+    fs::write(wt.join("after-remount.txt"), "x").unwrap();
+    assert!(porcelain(&wt).contains("?? after-remount.txt"));
+    assert_eq!(porcelain(&wt), status_without_fsmonitor(&wt));
 }

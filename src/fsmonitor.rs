@@ -1,0 +1,286 @@
+//! `git status` that scales with what changed: git's fsmonitor hook protocol (version 2),
+//! answered from the daemon's own record of the paths changed through each worktree.
+//!
+//! * Every change made through a view (create, write, truncate, chmod, rename, unlink, …)
+//!   appends its path to the worktree's [`Journal`] with a sequence number.
+//! * The index written at creation carries git's FSMN extension with the token
+//!   [`CREATED_TOKEN`] and every entry marked valid, so the first `git status` in an
+//!   untouched view asks the hook instead of calling `lstat` 100,000 times.
+//! * git runs the hook (a shell script in the state directory, enabled for worktreefs'
+//!   worktrees only by an `includeIf "gitdir:…/worktrees/wtfs-*"` in the repository's
+//!   config) with the token of its last query; the hook reads
+//!   `<mount>/.control/fsmonitor/<repo>:<worktree>@<token>`, whose content the daemon
+//!   generates: the new token, then every path changed since the old one.
+//! * A token the daemon cannot answer exactly (another daemon instance's, or older than the
+//!   journal keeps) is answered from the upper layer itself: every path it holds or hides
+//!   is, by construction, every path that differs from the base commit. Only a journal
+//!   overflow falls back to git's "everything may have changed" answer (`/`).
+
+use std::collections::VecDeque;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// The token in the index written at creation: "no change since the worktree was made".
+pub const CREATED_TOKEN: &str = "wtfs-created";
+/// How many changes a worktree's journal keeps before older tokens get the full answer.
+const JOURNAL_CAPACITY: usize = 65_536;
+
+/// Paths changed through one worktree, in order, each with its sequence number.
+#[derive(Debug, Default)]
+pub struct Journal {
+    seq: u64,
+    /// Every change with a sequence number above `floor` is still in `entries`.
+    floor: u64,
+    entries: VecDeque<(u64, Vec<u8>)>,
+}
+
+/// What a query answers.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Since {
+    /// These paths changed (possibly none).
+    Paths(Vec<Vec<u8>>),
+    /// The token is not this journal's: the caller answers from the upper layer.
+    Unknown,
+    /// The journal no longer reaches back that far: everything may have changed.
+    Everything,
+}
+
+impl Journal {
+    /// Records that `path` (relative to the worktree) changed.
+    pub fn record(&mut self, path: &[u8]) {
+        self.seq += 1;
+        self.entries.push_back((self.seq, path.to_vec()));
+        if self.entries.len() > JOURNAL_CAPACITY {
+            if let Some((s, _)) = self.entries.pop_front() {
+                self.floor = s;
+            }
+        }
+    }
+
+    /// The sequence number the next token will carry.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Paths changed after sequence number `since`.
+    pub fn since(&self, since: u64) -> Since {
+        if since < self.floor || since > self.seq {
+            return Since::Everything;
+        }
+        let mut out: Vec<Vec<u8>> = self
+            .entries
+            .iter()
+            .filter(|(s, _)| *s > since)
+            .map(|(_, p)| p.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        Since::Paths(out)
+    }
+}
+
+/// A token this daemon hands out: `wtfs:<instance>:<seq>`.
+pub fn token(instance: &str, seq: u64) -> String {
+    format!("wtfs:{instance}:{seq}")
+}
+
+/// The sequence number in `token` if it is one of `instance`'s.
+pub fn parse_token(token: &str, instance: &str) -> Option<u64> {
+    let rest = token.strip_prefix("wtfs:")?;
+    let (inst, seq) = rest.rsplit_once(':')?;
+    if inst != instance {
+        return None;
+    }
+    seq.parse().ok()
+}
+
+/// The hook's answer: the new token, then each path, each followed by a NUL.
+pub fn encode_response(new_token: &str, paths: &[Vec<u8>]) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(new_token.len() + 1 + paths.iter().map(|p| p.len() + 1).sum::<usize>());
+    out.extend_from_slice(new_token.as_bytes());
+    out.push(0);
+    for p in paths {
+        out.extend_from_slice(p);
+        out.push(0);
+    }
+    out
+}
+
+/// git's FSMN index extension, version 2, marking every entry valid as of `token`.
+pub fn index_extension(token: &str) -> Vec<u8> {
+    let mut data = Vec::new();
+    data.extend_from_slice(&2u32.to_be_bytes());
+    data.extend_from_slice(token.as_bytes());
+    data.push(0);
+    // An empty EWAH bitmap (no entry is dirty): bit count 0, one zero word, RLW at 0.
+    let mut ewah = Vec::new();
+    ewah.extend_from_slice(&0u32.to_be_bytes());
+    ewah.extend_from_slice(&1u32.to_be_bytes());
+    ewah.extend_from_slice(&0u64.to_be_bytes());
+    ewah.extend_from_slice(&0u32.to_be_bytes());
+    data.extend_from_slice(&(ewah.len() as u32).to_be_bytes());
+    data.extend_from_slice(&ewah);
+    let mut ext = Vec::with_capacity(8 + data.len());
+    ext.extend_from_slice(b"FSMN");
+    ext.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    ext.extend_from_slice(&data);
+    ext
+}
+
+pub const CONTROL_DIR: &str = "fsmonitor";
+
+/// The hook git runs (protocol 2: `$1` is 2, `$2` the last token, cwd the worktree).
+/// Plain sh and cat: it works for whoever runs git, and outlives any binary's path.
+const HOOK: &str = r#"#!/bin/sh
+# worktreefs fsmonitor hook (git protocol 2): prints what changed in this worktree since $2.
+[ "$1" = 2 ] || exit 1
+wt=$(pwd -P)
+mount=${wt%/*/*}
+rel=${wt#"$mount"/}
+exec cat "$mount/.control/fsmonitor/${rel%%/*}:${rel#*/}@$2"
+"#;
+
+pub fn hook_path(state_root: &Path) -> PathBuf {
+    state_root.join("git").join("fsmonitor-hook")
+}
+
+pub fn include_path(state_root: &Path) -> PathBuf {
+    state_root.join("git").join("worktreefs.gitconfig")
+}
+
+/// Writes the hook and the config file that enables it (idempotent).
+pub fn install_hook(state_root: &Path) -> anyhow::Result<()> {
+    let dir = state_root.join("git");
+    fs::create_dir_all(&dir)?;
+    let hook = hook_path(state_root);
+    if fs::read_to_string(&hook).ok().as_deref() != Some(HOOK) {
+        let tmp = dir.join(".fsmonitor-hook.tmp");
+        fs::write(&tmp, HOOK)?;
+        fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        fs::rename(&tmp, &hook)?;
+    }
+    let config = format!(
+        "# Written by worktreefs: git asks the daemon what changed instead of scanning.\n[core]\n\tfsmonitor = {}\n\tfsmonitorHookVersion = 2\n",
+        hook.display()
+    );
+    let include = include_path(state_root);
+    if fs::read_to_string(&include).ok().as_deref() != Some(config.as_str()) {
+        fs::write(&include, config)?;
+    }
+    Ok(())
+}
+
+fn include_key(gitdir: &Path) -> String {
+    format!(
+        "includeIf.gitdir:{}/worktrees/wtfs-*.path",
+        gitdir.display()
+    )
+}
+
+/// Makes the repository's config include the hook's config for worktreefs' worktrees
+/// (admin entries named `wtfs-*`) and for no other worktree.
+pub fn enable_for_repo(gitdir: &Path, state_root: &Path) -> anyhow::Result<()> {
+    let config_path = gitdir.join("config");
+    let mut config = git2::Config::open(&config_path)
+        .with_context(|| format!("opening {}", config_path.display()))?;
+    let key = include_key(gitdir);
+    let want = include_path(state_root).display().to_string();
+    let mut present = false;
+    if let Ok(mut entries) = config.multivar(&key, None) {
+        while let Some(Ok(e)) = entries.next() {
+            if e.value() == Some(want.as_str()) {
+                present = true;
+            }
+        }
+    }
+    if !present {
+        config
+            .set_multivar(&key, "^$", &want)
+            .with_context(|| format!("adding {key} to {}", config_path.display()))?;
+    }
+    Ok(())
+}
+
+/// Undoes `enable_for_repo` (on `repo remove`).
+pub fn disable_for_repo(gitdir: &Path, state_root: &Path) -> anyhow::Result<()> {
+    let config_path = gitdir.join("config");
+    let mut config = git2::Config::open(&config_path)?;
+    let want = regex_escape(&include_path(state_root).display().to_string());
+    let _ = config.remove_multivar(&include_key(gitdir), &format!("^{want}$"));
+    Ok(())
+}
+
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_answers_by_sequence() {
+        let mut j = Journal::default();
+        assert_eq!(j.since(0), Since::Paths(vec![]));
+        j.record(b"a");
+        j.record(b"b/c");
+        let mid = j.seq();
+        j.record(b"a");
+        assert_eq!(
+            j.since(0),
+            Since::Paths(vec![b"a".to_vec(), b"b/c".to_vec()])
+        );
+        assert_eq!(j.since(mid), Since::Paths(vec![b"a".to_vec()]));
+        assert_eq!(j.since(j.seq()), Since::Paths(vec![]));
+        // A token from the future (another life of this journal) is not trusted.
+        assert_eq!(j.since(j.seq() + 1), Since::Everything);
+    }
+
+    #[test]
+    fn journal_overflow_answers_everything_for_old_tokens() {
+        let mut j = Journal::default();
+        for i in 0..(JOURNAL_CAPACITY + 10) {
+            j.record(format!("f{i}").as_bytes());
+        }
+        assert_eq!(j.since(3), Since::Everything);
+        let recent = j.seq() - 2;
+        assert_eq!(
+            j.since(recent),
+            Since::Paths(vec![
+                format!("f{}", JOURNAL_CAPACITY + 8).into_bytes(),
+                format!("f{}", JOURNAL_CAPACITY + 9).into_bytes(),
+            ])
+        );
+    }
+
+    #[test]
+    fn tokens_belong_to_one_instance() {
+        let t = token("abc", 42);
+        assert_eq!(parse_token(&t, "abc"), Some(42));
+        assert_eq!(parse_token(&t, "other"), None);
+        assert_eq!(parse_token(CREATED_TOKEN, "abc"), None);
+        assert_eq!(parse_token("", "abc"), None);
+    }
+
+    #[test]
+    fn response_and_extension_layout() {
+        let r = encode_response("tok", &[b"a".to_vec(), b"b/c".to_vec()]);
+        assert_eq!(r, b"tok\0a\0b/c\0");
+        let ext = index_extension("t");
+        assert_eq!(&ext[0..4], b"FSMN");
+        let len = u32::from_be_bytes([ext[4], ext[5], ext[6], ext[7]]) as usize;
+        assert_eq!(ext.len(), 8 + len);
+        // version 2, "t\0", ewah size 20, ewah of 20 bytes
+        assert_eq!(len, 4 + 2 + 4 + 20);
+    }
+}
