@@ -914,3 +914,40 @@ fn git_asks_the_daemon_what_changed_and_misses_nothing() {
     assert!(porcelain(&wt).contains("?? after-remount.txt"));
     assert_eq!(porcelain(&wt), status_without_fsmonitor(&wt));
 }
+
+#[test]
+fn lookup_counts_hold_across_listings_and_forgets() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/many"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "many");
+    let dir = wt.join("many");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..300 {
+        fs::write(dir.join(format!("file-{i:03}")), format!("{i}")).unwrap();
+    }
+    for round in 0..3 {
+        // Listings return attributes for every entry (several replies for 300 entries);
+        // then the kernel drops what it cached and forgets the inodes.
+        assert_eq!(names(&dir).len(), 300, "round {round}");
+        assert_eq!(names(&wt.join("src")), vec!["lib", "main.rs"]);
+        let _ = fs::write("/proc/sys/vm/drop_caches", "2");
+        for i in (0..300).step_by(7) {
+            let p = dir.join(format!("file-{i:03}"));
+            assert_eq!(
+                fs::read_to_string(&p).unwrap(),
+                format!("{i}"),
+                "round {round}"
+            );
+        }
+        assert_eq!(
+            fs::read_to_string(wt.join("src/lib/mod.rs")).unwrap(),
+            "pub mod util;\n"
+        );
+    }
+    assert_eq!(porcelain(&wt).lines().count(), 300);
+    assert!(
+        !m.log().contains("is not known"),
+        "a node the kernel still had was dropped"
+    );
+}
