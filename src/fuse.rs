@@ -126,9 +126,7 @@ impl Filesystem for WorktreeFs {
         // it makes changes the directory, or when the directory's mtime moves (checked with
         // fresh attributes thanks to AUTO_INVAL_DATA; the top of the mount reports the
         // catalog's change time as mtime).
-        // READDIRPLUS: listing a directory also answers the lookups of its entries.
-        let wanted = InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_PARALLEL_DIROPS
+        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_NO_OPENDIR_SUPPORT
             | InitFlags::FUSE_AUTO_INVAL_DATA;
@@ -447,44 +445,6 @@ impl Filesystem for WorktreeFs {
                 reply.ok();
             }
             Err(e) => reply.error(errno("readdir", e)),
-        }
-    }
-
-    fn readdirplus(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: fuser::ReplyDirectoryPlus,
-    ) {
-        span!("readdirplus", req, ino.0);
-        // A reply buffer holds a few dozen entries; look up no more than it can take.
-        match self.view.readdirplus_ino(ino.0, offset, 64) {
-            Ok(entries) => {
-                let mut full = false;
-                for (next, entry, e) in entries {
-                    let counted = e.name != "." && e.name != "..";
-                    if !full
-                        && reply.add(
-                            INodeNo(entry.attr.ino),
-                            next,
-                            &e.name,
-                            &entry.ttl,
-                            &fattr(&entry.attr),
-                            Generation(0),
-                        )
-                    {
-                        full = true;
-                    }
-                    // An entry that did not fit was looked up for nothing: give it back.
-                    if full && counted {
-                        self.view.forget(entry.attr.ino, 1);
-                    }
-                }
-                reply.ok();
-            }
-            Err(e) => reply.error(errno("readdirplus", e)),
         }
     }
 

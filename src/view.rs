@@ -1450,38 +1450,6 @@ impl View {
             .collect())
     }
 
-    /// Readdir with attributes: each entry is looked up (the kernel counts it as a lookup,
-    /// except `.` and `..`), so a directory walk costs one request per directory rather
-    /// than one per entry. At most `max` entries; the caller `forget`s those it could not
-    /// send.
-    pub fn readdirplus_ino(
-        &self,
-        ino: u64,
-        offset: u64,
-        max: usize,
-    ) -> FsResult<Vec<(u64, Entry, DirEntry)>> {
-        let entries = self.readdir_ino(ino, offset)?;
-        let mut out = Vec::with_capacity(entries.len().min(max));
-        for (next, e) in entries.into_iter().take(max) {
-            let entry = if e.name == "." || e.name == ".." {
-                // Not linked by the kernel, so not counted: attributes only.
-                let target = if e.name == "." { ino } else { e.ino };
-                match self.getattr(target, None) {
-                    Ok(a) => a,
-                    Err(_) => continue,
-                }
-            } else {
-                match self.lookup(ino, &e.name) {
-                    Ok(a) => a,
-                    // Gone since the listing was made: leave it out.
-                    Err(_) => continue,
-                }
-            };
-            out.push((next, entry, e));
-        }
-        Ok(out)
-    }
-
     // ----- the change journal (fsmonitor) -----
 
     fn note(&self, wt: &WtCtx, rel: &[u8]) {
