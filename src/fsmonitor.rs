@@ -163,7 +163,7 @@ pub fn install_hook(state_root: &Path) -> anyhow::Result<()> {
         fs::rename(&tmp, &hook)?;
     }
     let config = format!(
-        "# Written by worktreefs: git asks the daemon what changed instead of scanning.\n[core]\n\tfsmonitor = {}\n\tfsmonitorHookVersion = 2\n",
+        "# Written by worktreefs: git asks the daemon what changed instead of scanning,\n# and keeps its untracked-file cache, which the same answers keep current.\n[core]\n\tfsmonitor = {}\n\tfsmonitorHookVersion = 2\n\tuntrackedCache = true\n",
         hook.display()
     );
     let include = include_path(state_root);
