@@ -74,8 +74,10 @@ cleanup() {
   for b in $(git -C "$REPO" for-each-ref --format='%(refname:short)' 'refs/heads/bench-*'); do
     git -C "$REPO" branch -q -D "$b" >/dev/null 2>&1
   done
-  # The fsmonitor include worktreefs added for this run's state directory.
-  git -C "$REPO" config --unset-all "includeIf.gitdir:$(git -C "$REPO" rev-parse --absolute-git-dir)/worktrees/wtfs-*.path" >/dev/null 2>&1
+  # The fsmonitor include worktreefs added (what `worktreefs repo remove` would undo).
+  gd=$(git -C "$REPO" rev-parse --absolute-git-dir)
+  git -C "$REPO" config --remove-section "includeIf.gitdir:$gd/worktrees/wtfs-*" >/dev/null 2>&1
+  rm -rf "$gd/worktreefs"
   if [ "$KEEP" = 0 ]; then rm -rf "$RUN_DIR"; fi
 }
 trap cleanup EXIT

@@ -218,7 +218,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let store = Store::open(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
         worktree::repoint_admin_entries(&store, &mountpoint)?;
-        enable_fsmonitor(&req.state, &store);
+        enable_fsmonitor(&store);
     }
     // The object database is the repository's own, on local disk: hashing every tree and
     // blob again on each read (libgit2's default) only costs time on the read path.
@@ -354,13 +354,9 @@ pub fn spawn_background(
 
 /// Installs the fsmonitor hook and enables it for every registered repository's managed
 /// worktrees. Failing that, git falls back to scanning: logged, not fatal.
-pub fn enable_fsmonitor(state: &StateDir, store: &Store) {
-    if let Err(e) = crate::fsmonitor::install_hook(&state.root) {
-        tracing::warn!("fsmonitor hook not installed ({e:#}); git status will scan every file");
-        return;
-    }
+pub fn enable_fsmonitor(store: &Store) {
     for repo in store.repos().unwrap_or_default() {
-        if let Err(e) = crate::fsmonitor::enable_for_repo(&repo.gitdir, &state.root) {
+        if let Err(e) = crate::fsmonitor::enable_for_repo(&repo.gitdir) {
             tracing::warn!(
                 "fsmonitor not enabled for repository {} ({e:#}); git status there will scan every file",
                 repo.name

@@ -6,9 +6,10 @@
 //! * The index written at creation carries git's FSMN extension with the token
 //!   [`CREATED_TOKEN`] and every entry marked valid, so the first `git status` in an
 //!   untouched view asks the hook instead of calling `lstat` 100,000 times.
-//! * git runs the hook (a shell script in the state directory, enabled for worktreefs'
-//!   worktrees only by an `includeIf "gitdir:…/worktrees/wtfs-*"` in the repository's
-//!   config) with the token of its last query; the hook reads
+//! * git runs the hook (a shell script, enabled for worktreefs' worktrees only by an
+//!   `includeIf "gitdir:…/worktrees/wtfs-*"` in the repository's
+//!   config; hook and config live in `<gitdir>/worktreefs/`) with the token of its last
+//!   query; the hook reads
 //!   `<mount>/.control/fsmonitor/<repo>:<worktree>@<token>`, whose content the daemon
 //!   generates: the new token, then every path changed since the old one.
 //! * A token the daemon cannot answer exactly (another daemon instance's, or older than the
@@ -143,19 +144,25 @@ rel=${wt#"$mount"/}
 exec cat "$mount/.control/fsmonitor/${rel%%/*}:${rel#*/}@$2"
 "#;
 
-pub fn hook_path(state_root: &Path) -> PathBuf {
-    state_root.join("git").join("fsmonitor-hook")
+/// Where the hook and its config live: in the repository's own git directory, readable by
+/// everyone who can use the repository (a state directory under root's home is not).
+pub fn repo_dir(gitdir: &Path) -> PathBuf {
+    gitdir.join("worktreefs")
 }
 
-pub fn include_path(state_root: &Path) -> PathBuf {
-    state_root.join("git").join("worktreefs.gitconfig")
+pub fn hook_path(gitdir: &Path) -> PathBuf {
+    repo_dir(gitdir).join("fsmonitor-hook")
 }
 
-/// Writes the hook and the config file that enables it (idempotent).
-pub fn install_hook(state_root: &Path) -> anyhow::Result<()> {
-    let dir = state_root.join("git");
+pub fn include_path(gitdir: &Path) -> PathBuf {
+    repo_dir(gitdir).join("config")
+}
+
+/// Writes the hook and the config that enables it, if they differ (idempotent).
+fn install_files(gitdir: &Path) -> anyhow::Result<()> {
+    let dir = repo_dir(gitdir);
     fs::create_dir_all(&dir)?;
-    let hook = hook_path(state_root);
+    let hook = hook_path(gitdir);
     if fs::read_to_string(&hook).ok().as_deref() != Some(HOOK) {
         let tmp = dir.join(".fsmonitor-hook.tmp");
         fs::write(&tmp, HOOK)?;
@@ -163,10 +170,10 @@ pub fn install_hook(state_root: &Path) -> anyhow::Result<()> {
         fs::rename(&tmp, &hook)?;
     }
     let config = format!(
-        "# Written by worktreefs: git asks the daemon what changed instead of scanning,\n# and keeps its untracked-file cache, which the same answers keep current.\n[core]\n\tfsmonitor = {}\n\tfsmonitorHookVersion = 2\n\tuntrackedCache = true\n",
+        "# Written by worktreefs for its managed worktrees (admin entries wtfs-*): git asks the\n# daemon what changed instead of scanning, and keeps its untracked-file cache, which\n# the same answers keep current.\n[core]\n\tfsmonitor = {}\n\tfsmonitorHookVersion = 2\n\tuntrackedCache = true\n",
         hook.display()
     );
-    let include = include_path(state_root);
+    let include = include_path(gitdir);
     if fs::read_to_string(&include).ok().as_deref() != Some(config.as_str()) {
         fs::write(&include, config)?;
     }
@@ -182,12 +189,13 @@ fn include_key(gitdir: &Path) -> String {
 
 /// Makes the repository's config include the hook's config for worktreefs' worktrees
 /// (admin entries named `wtfs-*`) and for no other worktree.
-pub fn enable_for_repo(gitdir: &Path, state_root: &Path) -> anyhow::Result<()> {
+pub fn enable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
+    install_files(gitdir)?;
     let config_path = gitdir.join("config");
     let mut config = git2::Config::open(&config_path)
         .with_context(|| format!("opening {}", config_path.display()))?;
     let key = include_key(gitdir);
-    let want = include_path(state_root).display().to_string();
+    let want = include_path(gitdir).display().to_string();
     let mut present = false;
     if let Ok(mut entries) = config.multivar(&key, None) {
         while let Some(Ok(e)) = entries.next() {
@@ -205,23 +213,26 @@ pub fn enable_for_repo(gitdir: &Path, state_root: &Path) -> anyhow::Result<()> {
 }
 
 /// Undoes `enable_for_repo` (on `repo remove`).
-pub fn disable_for_repo(gitdir: &Path, state_root: &Path) -> anyhow::Result<()> {
+pub fn disable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
     let config_path = gitdir.join("config");
     let mut config = git2::Config::open(&config_path)?;
-    let want = regex_escape(&include_path(state_root).display().to_string());
-    let _ = config.remove_multivar(&include_key(gitdir), &format!("^{want}$"));
-    Ok(())
-}
-
-fn regex_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
+    let _ = config.remove_multivar(&include_key(gitdir), ".*");
+    drop(config);
+    // libgit2 leaves the emptied section header behind; git itself removes it.
+    let section = format!("includeIf.gitdir:{}/worktrees/wtfs-*", gitdir.display());
+    let _ = std::process::Command::new("git")
+        .arg("config")
+        .arg("--file")
+        .arg(&config_path)
+        .arg("--remove-section")
+        .arg(&section)
+        .stderr(std::process::Stdio::null())
+        .status();
+    match fs::remove_dir_all(repo_dir(gitdir)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    out
 }
 
 #[cfg(test)]

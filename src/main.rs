@@ -162,7 +162,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Repo(RepoCmd::Add { path, name }) => {
             let store = open_store(&state)?;
             let row = add_repo(&store, &path, name.as_deref())?;
-            daemon::enable_fsmonitor(&state, &store);
+            daemon::enable_fsmonitor(&store);
             daemon::poke(&state);
             println!(
                 "registered repository '{}' -> {}",
@@ -193,11 +193,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 bail!("repository '{name}' still has {n} worktree(s); they must be removed first (see `worktreefs list`)");
             }
             store.remove_repo(repo.id)?;
-            if let Err(e) = worktreefs::fsmonitor::disable_for_repo(&repo.gitdir, &state.root) {
+            if let Err(e) = worktreefs::fsmonitor::disable_for_repo(&repo.gitdir) {
                 eprintln!(
-                    "worktreefs: could not remove the fsmonitor include from {}/config: {e:#}; remove the includeIf section naming {} by hand",
+                    "worktreefs: could not remove the fsmonitor include from {}/config: {e:#}; remove the includeIf section naming {}/worktreefs by hand",
                     repo.gitdir.display(),
-                    state.root.display()
+                    repo.gitdir.display()
                 );
             }
             daemon::poke(&state);

@@ -233,3 +233,34 @@ fn mount_without_a_fuse_device_is_refused_with_the_reason() {
         stderr(&out)
     );
 }
+
+#[test]
+fn repo_add_enables_fsmonitor_for_managed_worktrees_only_and_remove_undoes_it() {
+    let repo = TestRepo::new();
+    let state = tempfile::tempdir().unwrap();
+    let state = state.path().join("s");
+    wtfs_ok(
+        &state,
+        &["repo", "add", repo.path().to_str().unwrap(), "--name", "r"],
+    );
+    let config = fs::read_to_string(repo.path().join(".git/config")).unwrap();
+    assert!(config.contains("/worktrees/wtfs-*\"]"), "{config}");
+    let hook = repo.path().join(".git/worktreefs/fsmonitor-hook");
+    assert!(hook.exists());
+    // The repository's own worktree does not use it.
+    assert!(run("git", &["config", "core.fsmonitor"], &repo.path())
+        .stdout
+        .is_empty());
+    // A second `repo add` elsewhere does not add it twice.
+    let other_state = state.with_file_name("t");
+    wtfs_ok(
+        &other_state,
+        &["repo", "add", repo.path().to_str().unwrap(), "--name", "r"],
+    );
+    let config = fs::read_to_string(repo.path().join(".git/config")).unwrap();
+    assert_eq!(config.matches("includeIf").count(), 1, "{config}");
+    wtfs_ok(&state, &["repo", "remove", "r"]);
+    let config = fs::read_to_string(repo.path().join(".git/config")).unwrap();
+    assert!(!config.contains("includeIf"), "{config}");
+    assert!(!hook.exists());
+}

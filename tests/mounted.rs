@@ -864,7 +864,11 @@ fn git_asks_the_daemon_what_changed_and_misses_nothing() {
         let wt = m.wt("repo", "fsm");
         assert_eq!(
             git(&wt, &["config", "core.fsmonitor"]).trim(),
-            env.state().join("git/fsmonitor-hook").to_str().unwrap()
+            env.repo
+                .path()
+                .join(".git/worktreefs/fsmonitor-hook")
+                .to_str()
+                .unwrap()
         );
         // The source repository's own worktree is not affected.
         assert!(run("git", &["config", "core.fsmonitor"], &env.repo.path())
