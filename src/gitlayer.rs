@@ -251,12 +251,17 @@ pub struct IndexEntry {
     pub size: u32,
 }
 
-/// Every blob, symlink and gitlink of `tree`, recursively, with sizes from the object headers.
-pub fn index_entries(repo: &Repository, tree: Oid) -> anyhow::Result<Vec<IndexEntry>> {
+/// Every blob, symlink and gitlink of `tree`, recursively, with sizes: from `known` (sizes
+/// already learnt, e.g. from the index of a nearby commit) where it has them, else from the
+/// object headers, read on two threads with their own repository handles.
+pub fn index_entries(
+    repo: &Repository,
+    tree: Oid,
+    known: &HashMap<Oid, u64>,
+) -> anyhow::Result<Vec<IndexEntry>> {
     let tree = repo.find_tree(tree)?;
-    let odb = repo.odb()?;
     let mut out = Vec::new();
-    let mut failure: Option<git2::Error> = None;
+    let mut missing: Vec<usize> = Vec::new();
     tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
         let mode = entry.filemode() as u32;
         if mode == MODE_TREE {
@@ -264,15 +269,12 @@ pub fn index_entries(repo: &Repository, tree: Oid) -> anyhow::Result<Vec<IndexEn
         }
         let mut path = root.as_bytes().to_vec();
         path.extend_from_slice(entry.name_bytes());
-        let size = if mode == MODE_GITLINK {
-            0
-        } else {
-            match odb.read_header(entry.id()) {
-                Ok((size, _)) => size as u32,
-                Err(e) => {
-                    failure = Some(e);
-                    return git2::TreeWalkResult::Abort;
-                }
+        let size = match (mode, known.get(&entry.id())) {
+            (MODE_GITLINK, _) => 0,
+            (_, Some(size)) => *size as u32,
+            _ => {
+                missing.push(out.len());
+                0
             }
         };
         out.push(IndexEntry {
@@ -283,8 +285,40 @@ pub fn index_entries(repo: &Repository, tree: Oid) -> anyhow::Result<Vec<IndexEn
         });
         git2::TreeWalkResult::Ok
     })?;
-    if let Some(e) = failure {
-        return Err(e.into());
+    if !missing.is_empty() {
+        let gitdir = repo.path().to_path_buf();
+        let oids: Vec<Oid> = missing.iter().map(|&i| out[i].oid).collect();
+        let half = oids.len().div_ceil(2);
+        let sizes: Vec<Result<Vec<u32>, git2::Error>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = oids
+                .chunks(half.max(1))
+                .map(|chunk| {
+                    let gitdir = gitdir.clone();
+                    scope.spawn(move || -> Result<Vec<u32>, git2::Error> {
+                        let repo = Repository::open(&gitdir)?;
+                        let odb = repo.odb()?;
+                        chunk
+                            .iter()
+                            .map(|oid| odb.read_header(*oid).map(|(size, _)| size as u32))
+                            .collect()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(git2::Error::from_str("header reader panicked")))
+                })
+                .collect()
+        });
+        let mut at = 0;
+        for chunk in sizes {
+            for size in chunk? {
+                out[missing[at]].size = size;
+                at += 1;
+            }
+        }
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)

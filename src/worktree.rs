@@ -304,7 +304,8 @@ fn cached_index(
     if let Ok(bytes) = fs::read(&key) {
         return Ok(bytes);
     }
-    let entries = gitlayer::index_entries(repo, tree)
+    let known = sizes_from_newest_cached_index(state);
+    let entries = gitlayer::index_entries(repo, tree, &known)
         .map_err(|e| internal("reading the base tree")(format!("{e:#}")))?;
     let bytes = gitlayer::encode_index(
         &entries,
@@ -321,6 +322,22 @@ fn cached_index(
         tracing::warn!("could not cache index at {}: {e}", key.display());
     }
     Ok(bytes)
+}
+
+/// Blob sizes from the most recently written cached index: usually the same repository a
+/// few commits back, so most of a new commit's blobs are known without reading objects.
+fn sizes_from_newest_cached_index(state: &StateDir) -> std::collections::HashMap<git2::Oid, u64> {
+    let newest = fs::read_dir(state.index_cache())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".index"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max();
+    match newest.and_then(|(_, path)| fs::read(path).ok()) {
+        Some(bytes) => gitlayer::decode_index_sizes(&bytes).into_iter().collect(),
+        None => Default::default(),
+    }
 }
 
 /// Points every managed worktree's git admin entry at `mountpoint` (called at mount, since

@@ -264,3 +264,63 @@ fn repo_add_enables_fsmonitor_for_managed_worktrees_only_and_remove_undoes_it() 
     assert!(!config.contains("includeIf"), "{config}");
     assert!(!hook.exists());
 }
+
+/// (path, size recorded in the index) for every entry of a worktree's index.
+fn index_sizes(repo: &Path, admin: &str) -> Vec<(String, u64)> {
+    let gitdir = repo.join(".git/worktrees").join(admin);
+    let out = run_ok(
+        "git",
+        &[
+            "-c",
+            "core.quotePath=false",
+            "--git-dir",
+            gitdir.to_str().unwrap(),
+            "ls-files",
+            "--debug",
+        ],
+        repo,
+    );
+    let mut rows = Vec::new();
+    let mut path = String::new();
+    for line in out.lines() {
+        if !line.starts_with(' ') {
+            path = line.to_string();
+        } else if let Some(rest) = line.trim().strip_prefix("size: ") {
+            let size = rest.split_whitespace().next().unwrap().parse().unwrap();
+            rows.push((path.clone(), size));
+        }
+    }
+    rows
+}
+
+#[test]
+fn index_sizes_are_the_blob_sizes_also_when_learnt_from_an_earlier_index() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/before"]);
+    // A second commit changes sizes of some files and adds one.
+    fs::write(repo.join("README.md"), "a much longer readme than before\n").unwrap();
+    fs::write(repo.join("src/added.rs"), "// added\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "second"]);
+    wtfs_ok(&env.state(), &["new", "repo/after"]);
+    for admin in ["wtfs-before", "wtfs-after"] {
+        let sizes = index_sizes(&repo, admin);
+        assert!(sizes.len() > 10, "{sizes:?}");
+        let rev = if admin == "wtfs-before" {
+            "HEAD~1"
+        } else {
+            "HEAD"
+        };
+        for (path, size) in sizes {
+            if path == "vendor/sub" {
+                continue; // a gitlink has no size
+            }
+            let want: u64 = git(&repo, &["cat-file", "-s", &format!("{rev}:{path}")])
+                .trim()
+                .parse()
+                .unwrap();
+            assert_eq!(size, want, "{admin}: {path}");
+        }
+    }
+}
