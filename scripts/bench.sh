@@ -7,7 +7,8 @@
 # $BENCH_DIR, default /tmp/worktreefs-bench) or uses --repo PATH, mounts worktreefs with its
 # own state directory, and measures, alternating the two sides in each round:
 #   create:  `worktreefs new` vs `git worktree add`
-#   status:  `git status` in a fresh view vs in a real checkout
+#   status:  `git status` in a fresh view vs in a real checkout: first run, warm, and
+#            with the kernel's caches dropped before each side (root only)
 # Prints each median and the ratio. Always unmounts, even on failure.
 set -euo pipefail
 
@@ -120,6 +121,19 @@ for i in $(seq 1 "$RUNS"); do
   time_cmd "$RUN_DIR/status-git" git -C "$CHECKOUTS/wt-$i" status --porcelain
 done
 
+# Cold caches: the kernel's page, dentry and inode caches dropped before each side (the
+# daemon keeps its own memory). Needs root.
+cold=0
+if [ -w /proc/sys/vm/drop_caches ]; then
+  cold=1
+  for i in $(seq 1 "$RUNS"); do
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    time_cmd "$RUN_DIR/status-wtfs-cold" git -C "$MNT/bench/bench-$i" status --porcelain
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    time_cmd "$RUN_DIR/status-git-cold" git -C "$CHECKOUTS/wt-$i" status --porcelain
+  done
+fi
+
 clean=$(git -C "$MNT/bench/bench-1" status --porcelain | wc -l)
 reads=$(cat "$MNT/.control/stats")
 
@@ -133,6 +147,11 @@ row "create a worktree" "$RUN_DIR/create-wtfs" "$RUN_DIR/create-git"
 printf '%-34s %10s ms\n' "create, first at a commit" "$(median "$RUN_DIR/create-first")"
 row "git status, fresh (first run)" "$RUN_DIR/status-wtfs-first" "$RUN_DIR/status-git-first"
 row "git status, fresh (warm)" "$RUN_DIR/status-wtfs" "$RUN_DIR/status-git"
+if [ "$cold" = 1 ]; then
+  row "git status, kernel caches dropped" "$RUN_DIR/status-wtfs-cold" "$RUN_DIR/status-git-cold"
+else
+  echo "git status, kernel caches dropped: skipped (needs root to write /proc/sys/vm/drop_caches)"
+fi
 echo
 echo "fresh view clean: $([ "$clean" = 0 ] && echo yes || echo "NO ($clean lines)")"
 echo "daemon counters: $reads"

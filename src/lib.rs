@@ -20,5 +20,6 @@ pub mod names;
 pub mod report;
 pub mod state;
 pub mod store;
+pub mod untracked;
 pub mod view;
 pub mod worktree;

@@ -325,6 +325,7 @@ pub struct Stats {
     pub lookups: AtomicU64,
     pub getattrs: AtomicU64,
     pub opendirs: AtomicU64,
+    pub readdirs: AtomicU64,
 }
 
 const MAX_RECORDED_PATHS: usize = 64;
@@ -1194,6 +1195,7 @@ impl View {
                     "lookups": self.stats.lookups.load(Ordering::Relaxed),
                     "getattrs": self.stats.getattrs.load(Ordering::Relaxed),
                     "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
+                    "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
                 });
                 Ok(format!("{v}\n").into_bytes())
             }
@@ -1395,6 +1397,7 @@ impl View {
 
     /// Entries from `offset` on; each entry's offset for the next call is its index + 1.
     pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+        self.stats.readdirs.fetch_add(1, Ordering::Relaxed);
         let h = self.handle(fh)?;
         match &*h {
             HandleKind::Dir(entries) => Ok(entries
@@ -1411,6 +1414,7 @@ impl View {
     /// declines it, and caches listings itself). A pass starts at offset 0, which lists
     /// afresh; later offsets continue that listing.
     pub fn readdir_ino(&self, ino: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+        self.stats.readdirs.fetch_add(1, Ordering::Relaxed);
         let listing = {
             let cached = if offset > 0 {
                 self.listings.lock().get(&ino).cloned()

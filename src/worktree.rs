@@ -192,7 +192,7 @@ pub fn create_worktree(
 
     // Index, built once per (tree, stat data) and kept in the state dir's cache.
     let base_mtime = base.commit_time.clamp(1, now_secs() - 1);
-    let index = cached_index(state, &repo, base.tree, base_mtime, req.uid, req.gid)?;
+    let (index, untr) = cached_index(state, &repo, base.tree, base_mtime, req.uid, req.gid)?;
 
     let mut rollback = Rollback {
         repo: &repo,
@@ -217,6 +217,12 @@ pub fn create_worktree(
     let admin_name = gitlayer::free_admin_name(&gitdir, req.name);
     let admin = gitlayer::admin_dir(&gitdir, &admin_name);
     let mountpoint = mountpoint_of(state, store);
+    let index = worktree_index(
+        &index,
+        &untr,
+        &mountpoint.join(req.repo).join(req.name),
+        &gitdir,
+    );
     rollback.dirs.push(admin.clone());
     gitlayer::write_admin_entry(
         &admin,
@@ -287,9 +293,9 @@ pub fn create_worktree(
         .ok_or_else(|| CreateError::Internal("worktree row vanished".into()))
 }
 
-/// Returns the index for `tree` with the given stat data, building and caching it on first
-/// use. The cache makes creation cost independent of the repository's size after the
-/// first worktree at a commit.
+/// Returns the index for `tree` with the given stat data, and the worktree-independent
+/// part of its untracked cache, building and caching both on first use. The cache makes
+/// creation cost independent of the repository's size after the first worktree at a commit.
 fn cached_index(
     state: &StateDir,
     repo: &Repository,
@@ -297,31 +303,51 @@ fn cached_index(
     mtime: i64,
     uid: u32,
     gid: u32,
-) -> Result<Vec<u8>, CreateError> {
+) -> Result<(Vec<u8>, Vec<u8>), CreateError> {
     let key = state
         .index_cache()
         .join(format!("{tree}-{mtime}-{uid}-{gid}.fsmn.index"));
-    if let Ok(bytes) = fs::read(&key) {
-        return Ok(bytes);
+    let untr_key = key.with_extension("untr");
+    if let (Ok(index), Ok(untr)) = (fs::read(&key), fs::read(&untr_key)) {
+        return Ok((index, untr));
     }
+    let stat = IndexStat {
+        mtime: mtime as u32,
+        uid,
+        gid,
+    };
     let known = sizes_from_newest_cached_index(state);
     let entries = gitlayer::index_entries(repo, tree, &known)
         .map_err(|e| internal("reading the base tree")(format!("{e:#}")))?;
-    let bytes = gitlayer::encode_index(
+    let index = gitlayer::encode_index(
         &entries,
-        &IndexStat {
-            mtime: mtime as u32,
-            uid,
-            gid,
-        },
+        &stat,
         &[crate::fsmonitor::index_extension(
             crate::fsmonitor::CREATED_TOKEN,
         )],
     );
-    if let Err(e) = gitlayer::write_file_synced(&key, &bytes) {
-        tracing::warn!("could not cache index at {}: {e}", key.display());
+    let untr = crate::untracked::directories_part(repo, tree, &stat)
+        .map_err(|e| internal("reading the base tree")(e.message().to_string()))?;
+    for (path, bytes) in [(&untr_key, &untr), (&key, &index)] {
+        if let Err(e) = gitlayer::write_file_synced(path, bytes) {
+            tracing::warn!("could not cache {}: {e}", path.display());
+        }
     }
-    Ok(bytes)
+    Ok((index, untr))
+}
+
+/// The index of one worktree: the cached index with the untracked cache for this
+/// worktree's path appended (git ties that cache to the path), and a new checksum.
+fn worktree_index(index: &[u8], untr: &[u8], worktree_path: &Path, common_dir: &Path) -> Vec<u8> {
+    use sha1::Digest;
+    let body = &index[..index.len().saturating_sub(20)];
+    let ext = crate::untracked::extension(worktree_path, common_dir, untr);
+    let mut out = Vec::with_capacity(body.len() + ext.len() + 20);
+    out.extend_from_slice(body);
+    out.extend_from_slice(&ext);
+    let digest = sha1::Sha1::digest(&out);
+    out.extend_from_slice(&digest);
+    out
 }
 
 /// Blob sizes from the most recently written cached index: usually the same repository a
@@ -347,11 +373,42 @@ pub fn repoint_admin_entries(store: &Store, mountpoint: &Path) -> anyhow::Result
         let Some(repo) = store.repo_by_id(w.repo_id)? else {
             continue;
         };
-        let file = gitlayer::admin_dir(&repo.gitdir, &w.admin_name).join("gitdir");
+        let admin = gitlayer::admin_dir(&repo.gitdir, &w.admin_name);
+        let file = admin.join("gitdir");
         let want = format!("{}\n", gitfile_path(mountpoint, &w.repo, &w.name).display());
         if fs::read_to_string(&file).ok().as_deref() != Some(want.as_str()) && file.exists() {
             fs::write(&file, want)?;
+            retarget_index(&admin, &mountpoint.join(&w.repo).join(&w.name));
         }
     }
     Ok(())
+}
+
+/// The untracked cache names the worktree's path; when the mountpoint moved, an index
+/// still as worktreefs wrote it gets the new path (under git's `index.lock`), so the
+/// first `git status` there still lists no directory. An index git has rewritten since is
+/// left to git, which rebuilds its cache once.
+fn retarget_index(admin: &Path, worktree_path: &Path) {
+    let index_path = admin.join("index");
+    let Ok(index) = fs::read(&index_path) else {
+        return;
+    };
+    let Some(updated) = crate::untracked::retarget(&index, worktree_path) else {
+        return;
+    };
+    let lock = admin.join("index.lock");
+    let Ok(mut f) = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&lock)
+    else {
+        return; // someone holds the index: leave it
+    };
+    let written = std::io::Write::write_all(&mut f, &updated)
+        .and_then(|_| f.sync_all())
+        .and_then(|_| fs::rename(&lock, &index_path));
+    if let Err(e) = written {
+        tracing::warn!("could not update {}: {e}", index_path.display());
+        let _ = fs::remove_file(&lock);
+    }
 }

@@ -13,6 +13,24 @@ fn porcelain(dir: &Path) -> String {
     git(dir, &["status", "--porcelain", "--untracked-files=all"])
 }
 
+/// `git status` in its default mode (untracked directories collapsed), the one whose
+/// untracked cache the index written at creation carries; `truth` turns off fsmonitor and
+/// the untracked cache, so git looks at every file and directory itself.
+fn status_default(dir: &Path, truth: bool) -> String {
+    let mut args = vec!["status", "--porcelain"];
+    if truth {
+        args = vec![
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.untrackedCache=false",
+            "status",
+            "--porcelain",
+        ];
+    }
+    git(dir, &args)
+}
+
 /// The ground truth: git looking at every file and directory itself.
 fn status_without_fsmonitor(dir: &Path) -> String {
     git(
@@ -834,10 +852,17 @@ fn random_operations_through_the_mount_agree_with_a_plain_directory() {
                 log.join("\n")
             );
             if step % 5 == 4 {
-                // What the daemon tells git through fsmonitor must never hide a change.
+                // What the daemon tells git through fsmonitor, and the untracked cache
+                // written at creation, must never hide a change.
                 assert_eq!(
                     porcelain(&wt),
                     status_without_fsmonitor(&wt),
+                    "seed {seed} step {step}\n{}",
+                    log.join("\n")
+                );
+                assert_eq!(
+                    status_default(&wt, false),
+                    status_default(&wt, true),
                     "seed {seed} step {step}\n{}",
                     log.join("\n")
                 );
@@ -955,5 +980,46 @@ fn lookup_counts_hold_across_listings_and_forgets() {
     assert!(
         !m.log().contains("is not known"),
         "a node the kernel still had was dropped"
+    );
+}
+
+#[test]
+fn a_fresh_view_needs_no_directory_listing_for_git_status() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/untr"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "untr");
+    let before = m.stats();
+    assert_eq!(status_default(&wt, false), "");
+    let after = m.stats();
+    // The untracked cache in the index written at creation answers for every directory.
+    assert_eq!(
+        after["readdirs"], before["readdirs"],
+        "git listed directories: {after}"
+    );
+    // Untracked files appear, in new and in existing directories, collapsed as usual.
+    fs::create_dir_all(wt.join("newdir/inner")).unwrap();
+    fs::write(wt.join("newdir/inner/f"), "x").unwrap();
+    fs::write(wt.join("src/lib/untracked.rs"), "x").unwrap();
+    fs::write(wt.join("d0/d1/d2/deep-untracked"), "x").unwrap();
+    fs::write(wt.join("ignored.o"), "x").unwrap();
+    let status = status_default(&wt, false);
+    assert_eq!(status, status_default(&wt, true));
+    for expect in [
+        "?? newdir/",
+        "?? src/lib/untracked.rs",
+        "?? d0/d1/d2/deep-untracked",
+    ] {
+        assert!(status.contains(expect), "missing {expect:?}:\n{status}");
+    }
+    assert!(!status.contains("ignored.o"), "{status}");
+    // Removing them, and a change to an ignore file, are seen too.
+    fs::remove_dir_all(wt.join("newdir")).unwrap();
+    fs::write(wt.join(".gitignore"), "target/\n").unwrap();
+    let status = status_default(&wt, false);
+    assert_eq!(status, status_default(&wt, true));
+    assert!(
+        status.contains("?? ignored.o") && !status.contains("newdir"),
+        "{status}"
     );
 }

@@ -1,0 +1,405 @@
+//! git's untracked cache (index extension `UNTR`), written at creation for the base tree.
+//!
+//! `git status` lists untracked files by opening every directory of the worktree, which
+//! in a fresh view costs several FUSE round trips per directory. The untracked cache
+//! records, per directory, the untracked files found last time; with fsmonitor git trusts
+//! a directory's entry until the hook reports a change below it. A fresh view has no
+//! untracked file anywhere, so the cache can be written at creation: every directory of
+//! the base tree, valid, with no untracked entries, and the ignore-file ids git would
+//! compute. git then lists no directory on the first `git status`.
+//!
+//! Layout (git's `dir.c`, `write_untracked_extension`): varint ident length, ident
+//! ("Location <worktree>, system <sysname>" NUL), the stat data and object ids of
+//! `info/exclude` and `core.excludesFile`, the dir flags, the per-directory ignore file
+//! name, the number of directories, each directory (pre-order: untracked count, child
+//! count, name, untracked names), three EWAH bitmaps (valid, check-only, has-ignore-id),
+//! the stat data of valid directories, the ignore-file ids, and a NUL.
+//!
+//! If anything does not match what git computes at run time (another user's global
+//! excludes file, other `status` flags), git drops the cache and scans as usual; the cache
+//! can make `git status` faster, never different.
+
+use std::path::Path;
+
+use git2::{ObjectType, Oid, Repository};
+
+use crate::gitlayer::{IndexStat, MODE_BLOB, MODE_EXEC, MODE_TREE};
+use crate::ino::path_ino_low;
+
+/// `DIR_SHOW_OTHER_DIRECTORIES | DIR_HIDE_EMPTY_DIRECTORIES`: what `git status` asks for
+/// by default (`status.showUntrackedFiles=normal`).
+const DEFAULT_DIR_FLAGS: u32 = (1 << 1) | (1 << 2);
+
+/// git's variable-length integer (varint.c).
+pub fn encode_varint(mut value: u64, out: &mut Vec<u8>) {
+    let mut buf = [0u8; 16];
+    let mut pos = buf.len() - 1;
+    buf[pos] = (value & 127) as u8;
+    loop {
+        value >>= 7;
+        if value == 0 {
+            break;
+        }
+        value -= 1;
+        pos -= 1;
+        buf[pos] = 128 | (value & 127) as u8;
+    }
+    out.extend_from_slice(&buf[pos..]);
+}
+
+/// An EWAH-compressed bitmap (git's ewah/ewah_io.c serialization) of `bits`. Like git's,
+/// it ends at the last set bit.
+pub fn ewah(bits: &[bool]) -> Vec<u8> {
+    let bits = &bits[..bits.iter().rposition(|b| *b).map_or(0, |i| i + 1)];
+    const MAX_RUN: u64 = (1 << 32) - 1;
+    const MAX_LITERALS: u64 = (1 << 31) - 1;
+    let words: Vec<u64> = bits
+        .chunks(64)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .enumerate()
+                .fold(0u64, |w, (i, b)| if *b { w | (1 << i) } else { w })
+        })
+        .collect();
+    let mut buffer: Vec<u64> = Vec::new();
+    let mut rlw_pos = 0usize;
+    let mut i = 0;
+    while i < words.len() || buffer.is_empty() {
+        let (mut run_bit, mut run_len) = (0u64, 0u64);
+        if i < words.len() && (words[i] == 0 || words[i] == u64::MAX) {
+            run_bit = (words[i] == u64::MAX) as u64;
+            let clean = words[i];
+            while i < words.len() && words[i] == clean && run_len < MAX_RUN {
+                run_len += 1;
+                i += 1;
+            }
+        }
+        let start = i;
+        while i < words.len()
+            && words[i] != 0
+            && words[i] != u64::MAX
+            && ((i - start) as u64) < MAX_LITERALS
+        {
+            i += 1;
+        }
+        rlw_pos = buffer.len();
+        buffer.push(run_bit | (run_len << 1) | (((i - start) as u64) << 33));
+        buffer.extend_from_slice(&words[start..i]);
+    }
+    let mut out = Vec::with_capacity(12 + buffer.len() * 8);
+    out.extend_from_slice(&(bits.len() as u32).to_be_bytes());
+    out.extend_from_slice(&(buffer.len() as u32).to_be_bytes());
+    for w in &buffer {
+        out.extend_from_slice(&w.to_be_bytes());
+    }
+    out.extend_from_slice(&(rlw_pos as u32).to_be_bytes());
+    out
+}
+
+/// git's on-disk stat data: ctime, mtime (seconds, nanoseconds), dev, ino, uid, gid, size.
+fn stat_data(out: &mut Vec<u8>, mtime: u32, ino: u32, uid: u32, gid: u32, size: u32) {
+    for v in [mtime, 0, mtime, 0, 0, ino, uid, gid, size] {
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+struct Dir {
+    name: Vec<u8>,
+    path: Vec<u8>,
+    ignore_oid: Option<Oid>,
+    children: Vec<Dir>,
+}
+
+fn collect(repo: &Repository, tree: Oid, name: &[u8], path: &[u8]) -> Result<Dir, git2::Error> {
+    let t = repo.find_tree(tree)?;
+    let mut children = Vec::new();
+    let mut ignore_oid = None;
+    for e in t.iter() {
+        let mode = e.filemode() as u32;
+        if mode == MODE_TREE {
+            let mut p = path.to_vec();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(e.name_bytes());
+            children.push(collect(repo, e.id(), e.name_bytes(), &p)?);
+        } else if e.name_bytes() == b".gitignore" && (mode == MODE_BLOB || mode == MODE_EXEC) {
+            ignore_oid = Some(e.id());
+        }
+    }
+    // git keeps a directory's children sorted by name, byte-wise.
+    children.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Dir {
+        name: name.to_vec(),
+        path: path.to_vec(),
+        ignore_oid,
+        children,
+    })
+}
+
+/// The part of the extension that depends only on the base tree and the stat data the view
+/// reports: from the directory count to the end. Cached with the index.
+pub fn directories_part(
+    repo: &Repository,
+    tree: Oid,
+    stat: &IndexStat,
+) -> Result<Vec<u8>, git2::Error> {
+    let root = collect(repo, tree, b"", b"")?;
+    let mut order: Vec<&Dir> = Vec::new();
+    fn walk<'a>(d: &'a Dir, order: &mut Vec<&'a Dir>) {
+        order.push(d);
+        for c in &d.children {
+            walk(c, order);
+        }
+    }
+    walk(&root, &mut order);
+    let mut out = Vec::new();
+    encode_varint(order.len() as u64, &mut out);
+    for d in &order {
+        encode_varint(0, &mut out); // untracked files: none in a fresh view
+        encode_varint(d.children.len() as u64, &mut out);
+        out.extend_from_slice(&d.name);
+        out.push(0);
+    }
+    out.extend_from_slice(&ewah(&vec![true; order.len()])); // valid
+    out.extend_from_slice(&ewah(&vec![false; order.len()])); // check-only
+    let has_ignore: Vec<bool> = order.iter().map(|d| d.ignore_oid.is_some()).collect();
+    out.extend_from_slice(&ewah(&has_ignore));
+    for d in &order {
+        stat_data(
+            &mut out,
+            stat.mtime,
+            path_ino_low(&d.path),
+            stat.uid,
+            stat.gid,
+            4096,
+        );
+    }
+    for d in &order {
+        if let Some(oid) = d.ignore_oid {
+            out.extend_from_slice(oid.as_bytes());
+        }
+    }
+    out.push(0);
+    Ok(out)
+}
+
+/// The object id git computes for an ignore file it reads from disk (`add_patterns` in
+/// dir.c): the empty blob for an empty file, else the blob id of the content with a
+/// newline appended (git appends one before hashing); none when it cannot be read.
+fn ignore_file_oid(path: &Path) -> Option<Oid> {
+    let mut content = std::fs::read(path).ok()?;
+    if !content.is_empty() {
+        content.push(b'\n');
+    }
+    Oid::hash_object(ObjectType::Blob, &content).ok()
+}
+
+/// `core.excludesFile` as git resolves it for the current user, else its default.
+fn excludes_file() -> Option<std::path::PathBuf> {
+    if let Ok(config) = git2::Config::open_default() {
+        if let Ok(p) = config.get_path("core.excludesFile") {
+            return Some(p);
+        }
+    }
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))?;
+    Some(xdg.join("git").join("ignore"))
+}
+
+/// The whole `UNTR` extension for a worktree at `worktree_path` (as git will see it).
+pub fn extension(worktree_path: &Path, common_dir: &Path, directories: &[u8]) -> Vec<u8> {
+    let sysname = nix::sys::utsname::uname()
+        .map(|u| u.sysname().to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "Linux".into());
+    let mut ident =
+        format!("Location {}, system {}", worktree_path.display(), sysname).into_bytes();
+    ident.push(0);
+    let mut data = Vec::with_capacity(directories.len() + 256);
+    encode_varint(ident.len() as u64, &mut data);
+    data.extend_from_slice(&ident);
+    // Stat data of info/exclude and the excludes file: git compares only their ids.
+    for _ in 0..2 {
+        stat_data(&mut data, 0, 0, 0, 0, 0);
+    }
+    data.extend_from_slice(&DEFAULT_DIR_FLAGS.to_be_bytes());
+    let null = [0u8; 20];
+    let info_exclude = ignore_file_oid(&common_dir.join("info").join("exclude"));
+    let global = excludes_file().and_then(|p| ignore_file_oid(&p));
+    for oid in [info_exclude, global] {
+        match oid {
+            Some(o) => data.extend_from_slice(o.as_bytes()),
+            None => data.extend_from_slice(&null),
+        }
+    }
+    data.extend_from_slice(b".gitignore\0");
+    data.extend_from_slice(directories);
+    let mut ext = Vec::with_capacity(8 + data.len());
+    ext.extend_from_slice(b"UNTR");
+    ext.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    ext.extend_from_slice(&data);
+    ext
+}
+
+/// `index` (as worktreefs writes it: version 2, then extensions) with the untracked
+/// cache's ident naming `worktree_path`; None when the index has another shape or no such
+/// extension.
+pub fn retarget(index: &[u8], worktree_path: &Path) -> Option<Vec<u8>> {
+    use sha1::Digest;
+    if index.len() < 32 || &index[0..4] != b"DIRC" || index[4..8] != 2u32.to_be_bytes() {
+        return None;
+    }
+    let count = u32::from_be_bytes(index[8..12].try_into().ok()?) as usize;
+    let mut pos = 12;
+    for _ in 0..count {
+        let nul = index.get(pos + 62..)?.iter().position(|b| *b == 0)?;
+        let len = 62 + nul;
+        pos += len + (8 - len % 8);
+    }
+    let body_end = index.len() - 20;
+    let mut out = index[..pos].to_vec();
+    let mut found = false;
+    while pos + 8 <= body_end {
+        let sig = &index[pos..pos + 4];
+        let len = u32::from_be_bytes(index[pos + 4..pos + 8].try_into().ok()?) as usize;
+        let data = index.get(pos + 8..pos + 8 + len)?;
+        if sig == b"UNTR" {
+            let mut cursor = data;
+            let ident_len = decode_varint(&mut cursor)? as usize;
+            let rest = cursor.get(ident_len..)?;
+            let sysname = nix::sys::utsname::uname()
+                .map(|u| u.sysname().to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "Linux".into());
+            let mut ident =
+                format!("Location {}, system {}", worktree_path.display(), sysname).into_bytes();
+            ident.push(0);
+            let mut new = Vec::with_capacity(data.len() + 64);
+            encode_varint(ident.len() as u64, &mut new);
+            new.extend_from_slice(&ident);
+            new.extend_from_slice(rest);
+            out.extend_from_slice(b"UNTR");
+            out.extend_from_slice(&(new.len() as u32).to_be_bytes());
+            out.extend_from_slice(&new);
+            found = true;
+        } else {
+            out.extend_from_slice(&index[pos..pos + 8 + len]);
+        }
+        pos += 8 + len;
+    }
+    if !found || pos != body_end {
+        return None;
+    }
+    let digest = sha1::Sha1::digest(&out);
+    out.extend_from_slice(&digest);
+    Some(out)
+}
+
+/// git's varint, read from the front of `data` (which then starts after it).
+fn decode_varint(data: &mut &[u8]) -> Option<u64> {
+    let mut i = 0;
+    let mut c = *data.get(i)?;
+    let mut val = (c & 127) as u64;
+    while c & 128 != 0 {
+        i += 1;
+        c = *data.get(i)?;
+        val = ((val + 1) << 7) + (c & 127) as u64;
+    }
+    *data = &data[i + 1..];
+    Some(val)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_match_git() {
+        // Values and encodings from git's varint.c scheme.
+        let cases: &[(u64, &[u8])] = &[
+            (0, &[0]),
+            (127, &[127]),
+            (128, &[0x80, 0]),
+            (255, &[0x80, 0x7f]),
+            (16511, &[0xff, 0x7f]),
+        ];
+        for (v, want) in cases {
+            let mut out = Vec::new();
+            encode_varint(*v, &mut out);
+            assert_eq!(&out[..], *want, "{v}");
+            let mut cursor = &out[..];
+            assert_eq!(decode_varint(&mut cursor), Some(*v));
+            assert!(cursor.is_empty());
+        }
+    }
+
+    #[test]
+    fn ewah_layouts() {
+        // Empty: one zero RLW.
+        assert_eq!(
+            ewah(&[]),
+            [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        // 130 set bits: a run of two full words, then one literal word with two bits.
+        let e = ewah(&vec![true; 130]);
+        assert_eq!(&e[0..4], &130u32.to_be_bytes());
+        assert_eq!(&e[4..8], &2u32.to_be_bytes());
+        let rlw = u64::from_be_bytes(e[8..16].try_into().unwrap());
+        assert_eq!(rlw & 1, 1);
+        assert_eq!((rlw >> 1) & 0xffff_ffff, 2);
+        assert_eq!(rlw >> 33, 1);
+        assert_eq!(u64::from_be_bytes(e[16..24].try_into().unwrap()), 0b11);
+        // Sparse: bit 3 of 10; the size ends at the last set bit, as git's does.
+        let mut bits = vec![false; 10];
+        bits[3] = true;
+        let e = ewah(&bits);
+        assert_eq!(&e[0..4], &4u32.to_be_bytes());
+        assert_eq!(u64::from_be_bytes(e[16..24].try_into().unwrap()), 1 << 3);
+        assert_eq!(ewah(&[false; 7]), ewah(&[]));
+    }
+}
+
+#[cfg(test)]
+mod retarget_tests {
+    use super::*;
+    use crate::gitlayer::{encode_index, IndexEntry};
+
+    #[test]
+    fn retarget_replaces_only_the_ident() {
+        let entries = vec![IndexEntry {
+            path: b"a".to_vec(),
+            mode: MODE_BLOB,
+            oid: Oid::hash_object(ObjectType::Blob, b"x").unwrap(),
+            size: 1,
+        }];
+        let stat = IndexStat {
+            mtime: 1,
+            uid: 0,
+            gid: 0,
+        };
+        let dirs = b"\x01\x00\x00\x00rest".to_vec();
+        let ext = extension(Path::new("/old/place"), Path::new("/nonexistent"), &dirs);
+        let index = encode_index(
+            &entries,
+            &stat,
+            &[crate::fsmonitor::index_extension("t"), ext],
+        );
+        let moved = retarget(&index, Path::new("/new/somewhere/else")).unwrap();
+        let want_ext = extension(
+            Path::new("/new/somewhere/else"),
+            Path::new("/nonexistent"),
+            &dirs,
+        );
+        let want = encode_index(
+            &entries,
+            &stat,
+            &[crate::fsmonitor::index_extension("t"), want_ext],
+        );
+        assert_eq!(moved, want);
+        // Without the extension there is nothing to do.
+        let plain = encode_index(&entries, &stat, &[]);
+        assert!(retarget(&plain, Path::new("/x")).is_none());
+    }
+}
