@@ -343,7 +343,7 @@ mod tests {
             [0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         );
         // 130 set bits: a run of two full words, then one literal word with two bits.
-        let e = ewah(&vec![true; 130]);
+        let e = ewah(&[true; 130]);
         assert_eq!(&e[0..4], &130u32.to_be_bytes());
         assert_eq!(&e[4..8], &2u32.to_be_bytes());
         let rlw = u64::from_be_bytes(e[8..16].try_into().unwrap());
