@@ -220,9 +220,6 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         worktree::repoint_admin_entries(&store, &mountpoint)?;
         enable_fsmonitor(&store);
     }
-    // The object database is the repository's own, on local disk: hashing every tree and
-    // blob again on each read (libgit2's default) only costs time on the read path.
-    git2::opts::strict_hash_verification(false);
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
     let fs = WorktreeFs::new(view.clone());
     let mut config = Config::default();
