@@ -903,25 +903,34 @@ impl View {
     pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let parent_kind = {
-            let t = self.nodes.read();
+            let mut t = self.nodes.write();
             let node = t.nodes.get(&parent).ok_or_else(|| {
                 FsError::new(libc::ESTALE, format!("inode {parent} is not known"))
             })?;
-            if let Some(&ino) = t.children.get(&(parent, name.to_os_string())) {
-                if !matches!(
-                    node.kind,
+            let kind = node.kind.clone();
+            let known = t.children.get(&(parent, name.to_os_string())).copied();
+            if let Some(ino) = known.filter(|_| {
+                !matches!(
+                    kind,
                     NodeKind::Root | NodeKind::Repo(_) | NodeKind::ControlDir(_)
-                ) {
-                    let attr = self.node_attr(&t, ino)?;
-                    drop(t);
-                    let mut t = self.nodes.write();
-                    if let Some(n) = t.nodes.get_mut(&ino) {
-                        n.lookups += 1;
-                    }
-                    return Ok(Entry { attr, ttl: WT_TTL });
+                )
+            }) {
+                // Counted under the same lock that found it, so a concurrent forget cannot
+                // drop the node between the two; given back if its attributes fail.
+                if let Some(n) = t.nodes.get_mut(&ino) {
+                    n.lookups += 1;
                 }
+                let attr = self.node_attr(&t, ino);
+                drop(t);
+                return match attr {
+                    Ok(attr) => Ok(Entry { attr, ttl: WT_TTL }),
+                    Err(e) => {
+                        self.forget(ino, 1);
+                        Err(e)
+                    }
+                };
             }
-            node.kind.clone()
+            kind
         };
         match parent_kind {
             NodeKind::Root => self.lookup_top(name),
