@@ -210,17 +210,23 @@ fn excludes_file() -> Option<std::path::PathBuf> {
     Some(xdg.join("git").join("ignore"))
 }
 
-/// The whole `UNTR` extension for a worktree at `worktree_path` (as git will see it).
-pub fn extension(worktree_path: &Path, common_dir: &Path, directories: &[u8]) -> Vec<u8> {
+/// The cache's ident, as git's `get_ident_string` makes it, with its length before it:
+/// git uses the cache only where both the worktree path and the system name match.
+fn push_ident(out: &mut Vec<u8>, worktree_path: &Path) {
     let sysname = nix::sys::utsname::uname()
         .map(|u| u.sysname().to_string_lossy().into_owned())
         .unwrap_or_else(|_| "Linux".into());
     let mut ident =
         format!("Location {}, system {}", worktree_path.display(), sysname).into_bytes();
     ident.push(0);
+    encode_varint(ident.len() as u64, out);
+    out.extend_from_slice(&ident);
+}
+
+/// The whole `UNTR` extension for a worktree at `worktree_path` (as git will see it).
+pub fn extension(worktree_path: &Path, common_dir: &Path, directories: &[u8]) -> Vec<u8> {
     let mut data = Vec::with_capacity(directories.len() + 256);
-    encode_varint(ident.len() as u64, &mut data);
-    data.extend_from_slice(&ident);
+    push_ident(&mut data, worktree_path);
     // Stat data of info/exclude and the excludes file: git compares only their ids.
     for _ in 0..2 {
         stat_data(&mut data, 0, 0, 0, 0, 0);
@@ -270,15 +276,8 @@ pub fn retarget(index: &[u8], worktree_path: &Path) -> Option<Vec<u8>> {
             let mut cursor = data;
             let ident_len = decode_varint(&mut cursor)? as usize;
             let rest = cursor.get(ident_len..)?;
-            let sysname = nix::sys::utsname::uname()
-                .map(|u| u.sysname().to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "Linux".into());
-            let mut ident =
-                format!("Location {}, system {}", worktree_path.display(), sysname).into_bytes();
-            ident.push(0);
             let mut new = Vec::with_capacity(data.len() + 64);
-            encode_varint(ident.len() as u64, &mut new);
-            new.extend_from_slice(&ident);
+            push_ident(&mut new, worktree_path);
             new.extend_from_slice(rest);
             out.extend_from_slice(b"UNTR");
             out.extend_from_slice(&(new.len() as u32).to_be_bytes());

@@ -1388,6 +1388,12 @@ impl View {
             self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
             Some(NodeKind::Wt { .. })
         );
+        let entries = self.listing_with_dots(ino)?;
+        Ok((self.add_handle(HandleKind::Dir(entries)), cacheable))
+    }
+
+    /// `.`, `..` and the directory's entries, in the order readdir offsets refer to.
+    fn listing_with_dots(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
         let mut entries = vec![
             DirEntry {
                 ino,
@@ -1401,7 +1407,7 @@ impl View {
             },
         ];
         entries.extend(self.listing(ino)?);
-        Ok((self.add_handle(HandleKind::Dir(entries)), cacheable))
+        Ok(entries)
     }
 
     /// Entries from `offset` on; each entry's offset for the next call is its index + 1.
@@ -1433,20 +1439,7 @@ impl View {
             match cached {
                 Some(l) => l,
                 None => {
-                    let mut entries = vec![
-                        DirEntry {
-                            ino,
-                            kind: FType::Dir,
-                            name: ".".into(),
-                        },
-                        DirEntry {
-                            ino: ROOT_INO,
-                            kind: FType::Dir,
-                            name: "..".into(),
-                        },
-                    ];
-                    entries.extend(self.listing(ino)?);
-                    let l = Arc::new(entries);
+                    let l = Arc::new(self.listing_with_dots(ino)?);
                     self.listings.lock().insert(ino, l.clone());
                     l
                 }

@@ -736,44 +736,6 @@ fn listings_the_kernel_caches_follow_every_change() {
     assert_eq!(names(&m.mountpoint.join(".control/worktrees")).len(), 4);
 }
 
-/// A listing of a tree with contents, through ordinary std::fs calls.
-fn snapshot(root: &Path) -> std::collections::BTreeMap<String, Option<Vec<u8>>> {
-    fn walk(
-        dir: &Path,
-        prefix: &str,
-        out: &mut std::collections::BTreeMap<String, Option<Vec<u8>>>,
-    ) {
-        for e in fs::read_dir(dir).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if prefix.is_empty() && name == ".git" {
-                continue;
-            }
-            let path = format!("{prefix}{name}");
-            let ft = e.file_type().unwrap();
-            if ft.is_dir() {
-                out.insert(format!("{path}/"), None);
-                walk(&e.path(), &format!("{path}/"), out);
-            } else if ft.is_symlink() {
-                out.insert(
-                    path,
-                    Some(
-                        fs::read_link(e.path())
-                            .unwrap()
-                            .into_os_string()
-                            .into_encoded_bytes(),
-                    ),
-                );
-            } else {
-                out.insert(path, Some(fs::read(e.path()).unwrap()));
-            }
-        }
-    }
-    let mut out = std::collections::BTreeMap::new();
-    walk(root, "", &mut out);
-    out
-}
-
 #[test]
 fn random_operations_through_the_mount_agree_with_a_plain_directory() {
     let env = Env::new();

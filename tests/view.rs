@@ -146,39 +146,6 @@ impl Core {
     }
 }
 
-fn plain_tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
-    fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
-        for e in fs::read_dir(dir).unwrap() {
-            let e = e.unwrap();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if prefix.is_empty() && name == ".git" {
-                continue;
-            }
-            let path = format!("{prefix}{name}");
-            let ft = e.file_type().unwrap();
-            if ft.is_dir() {
-                out.insert(format!("{path}/"), None);
-                walk(&e.path(), &format!("{path}/"), out);
-            } else if ft.is_symlink() {
-                out.insert(
-                    path,
-                    Some(
-                        fs::read_link(e.path())
-                            .unwrap()
-                            .into_os_string()
-                            .into_encoded_bytes(),
-                    ),
-                );
-            } else {
-                out.insert(path, Some(fs::read(e.path()).unwrap()));
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, "", &mut out);
-    out
-}
-
 #[test]
 fn direct_calls_read_the_base_and_write_the_upper_layer() {
     let c = core();
@@ -346,7 +313,7 @@ fn random_operations_agree_with_a_plain_directory() {
             );
             assert_eq!(
                 c.tree(),
-                plain_tree(plain.path()),
+                snapshot(plain.path()),
                 "seed {seed}, step {step}\n{}",
                 log.join("\n")
             );

@@ -13,6 +13,38 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_worktreefs");
 
+/// Every path below `root` (directories with a trailing `/`) with its content (a
+/// symlink's target), through ordinary std::fs calls; `.git` at the top is left out.
+pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, Option<Vec<u8>>> {
+    fn walk(
+        dir: &Path,
+        prefix: &str,
+        out: &mut std::collections::BTreeMap<String, Option<Vec<u8>>>,
+    ) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if prefix.is_empty() && name == ".git" {
+                continue;
+            }
+            let path = format!("{prefix}{name}");
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                out.insert(format!("{path}/"), None);
+                walk(&e.path(), &format!("{path}/"), out);
+            } else if ft.is_symlink() {
+                let target = fs::read_link(e.path()).unwrap();
+                out.insert(path, Some(target.into_os_string().into_encoded_bytes()));
+            } else {
+                out.insert(path, Some(fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, "", &mut out);
+    out
+}
+
 /// Runs a command with a time limit; panics with its output if it fails.
 pub fn run_ok(cmd: &str, args: &[&str], cwd: &Path) -> String {
     let out = run(cmd, args, cwd);
