@@ -402,6 +402,38 @@ fn posix_operations_work_through_the_view() {
         -1
     );
     drop((f, g));
+    // POSIX record locks (fcntl): a second process sees the first one's write lock.
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(wt.join("notes.txt"))
+        .unwrap();
+    let lock = libc::flock {
+        l_type: libc::F_WRLCK as i16,
+        l_whence: libc::SEEK_SET as i16,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    // SAFETY: a valid descriptor and lock description.
+    assert_eq!(
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &lock) },
+        0
+    );
+    let probe = run(
+        "python3",
+        &[
+            "-c",
+            "import fcntl,sys; f=open(sys.argv[1],'r+'); fcntl.lockf(f, fcntl.LOCK_EX|fcntl.LOCK_NB)",
+            wt.join("notes.txt").to_str().unwrap(),
+        ],
+        &wt,
+    );
+    assert!(
+        !probe.status.success(),
+        "a second process took a lock held by the first"
+    );
+    drop(f);
 
     // extended attributes: a clear ENOTSUP
     let name = std::ffi::CString::new("user.test").unwrap();
