@@ -1963,7 +1963,7 @@ impl View {
                 }
             }
         }
-        write_marker(&dir.join(OPAQUE_MARKER))
+        write_marker(&dir.join(OPAQUE_MARKER), true)
     }
 
     // ----- namespace changes -----
@@ -2184,7 +2184,7 @@ impl View {
             // the base's content, so it is built opaque and renamed into place.
             let tmp = Self::work_tmp(&wt, "mkdir");
             fs::create_dir(&tmp).map_err(|e| FsError::io("mkdir in work dir", e))?;
-            write_marker(&tmp.join(OPAQUE_MARKER))?;
+            write_marker(&tmp.join(OPAQUE_MARKER), true)?;
             fs::set_permissions(&tmp, fs::Permissions::from_mode(perm))
                 .map_err(|e| FsError::io("chmod", e))?;
             self.chown(&tmp, caller.uid, caller.gid)?;
@@ -2329,7 +2329,7 @@ impl View {
         }
         let (_, dir) = self.dir_upper_path(parent)?;
         if needs_whiteout {
-            write_marker(&dir.join(whiteout_name(name)))?;
+            write_marker(&dir.join(whiteout_name(name)), ov.in_upper)?;
         }
         if ov.in_upper {
             let path = dir.join(name);
@@ -2380,7 +2380,7 @@ impl View {
         let needs_whiteout = self.base_has(parent, name)?;
         if needs_whiteout {
             self.ensure_upper_dir(parent)?;
-            write_marker(&dir.join(whiteout_name(name)))?;
+            write_marker(&dir.join(whiteout_name(name)), ov.in_upper)?;
         }
         if ov.in_upper {
             // Out of the view in one rename, then deleted with its markers.
@@ -2499,10 +2499,10 @@ impl View {
         let from = from_dir.join(name);
         let to = to_dir.join(newname);
         if src.ftype == FType::Dir && self.base_has(newparent, newname)? {
-            write_marker(&from.join(OPAQUE_MARKER))?;
+            write_marker(&from.join(OPAQUE_MARKER), true)?;
         }
         if self.base_has(parent, name)? {
-            write_marker(&from_dir.join(whiteout_name(name)))?;
+            write_marker(&from_dir.join(whiteout_name(name)), true)?;
         }
         if let Some(d) = dst {
             if d.in_upper && d.ftype == FType::Dir {
@@ -2926,8 +2926,11 @@ fn open_upper(path: &Path, flags: i32) -> FsResult<File> {
         .map_err(|e| FsError::io(format!("open {}", path.display()), e))
 }
 
-/// Creates an empty marker file (whiteout or opaque) durably.
-fn write_marker(path: &Path) -> FsResult<()> {
+/// Creates an empty marker file (whiteout or opaque). `ordered`: a later step removes or
+/// moves an upper entry and must not reach the disk before this marker does, so the
+/// marker is synced first. A marker with nothing after it is as durable as any other
+/// unlink: until the next sync, like the filesystem underneath.
+fn write_marker(path: &Path, ordered: bool) -> FsResult<()> {
     match OpenOptions::new()
         .write(true)
         .create(true)
@@ -2935,7 +2938,8 @@ fn write_marker(path: &Path) -> FsResult<()> {
         .mode(0o600)
         .open(path)
     {
-        Ok(f) => f.sync_all().map_err(|e| FsError::io("fsync marker", e)),
+        Ok(f) if ordered => f.sync_all().map_err(|e| FsError::io("fsync marker", e)),
+        Ok(_) => Ok(()),
         Err(e) => Err(FsError::io(format!("writing marker {}", path.display()), e)),
     }
 }
