@@ -155,6 +155,8 @@ pub struct MountRequest {
     pub state: StateDir,
     pub mountpoint: Option<PathBuf>,
     pub threads: usize,
+    /// Grace period, in seconds, between a worktree's last release and its cleanup.
+    pub linger: u64,
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -251,11 +253,17 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         }
     })?;
     let notifier = session.notifier();
-    view.set_invalidator(Box::new(move |ino| {
-        if let Err(e) = notifier.inval_inode(fuser::INodeNo(ino), 0, 0) {
-            // ENOENT: the kernel does not have the inode cached; nothing to drop.
+    view.set_invalidator(Box::new(move |what| {
+        let result = match &what {
+            crate::view::Inval::Inode(ino) => notifier.inval_inode(fuser::INodeNo(*ino), 0, 0),
+            crate::view::Inval::Entry(parent, name) => {
+                notifier.inval_entry(fuser::INodeNo(*parent), name)
+            }
+        };
+        // ENOENT: the kernel had nothing cached; nothing to drop.
+        if let Err(e) = result {
             if e.raw_os_error() != Some(libc::ENOENT) {
-                tracing::debug!("invalidating inode {ino}: {e}");
+                tracing::debug!("invalidating a kernel cache entry: {e}");
             }
         }
     }));
@@ -264,10 +272,41 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let _ = writeln!(f, "ready");
     }
     spawn_signal_thread(mountpoint.clone());
+    spawn_sweeper(req.state.clone(), req.linger, view.clone());
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
     drop(lock);
     r.map_err(|e| anyhow!("FUSE session ended with an error: {e}"))
+}
+
+/// Moves worktrees whose grace period is over from `lingering` to `deleting` (what comes
+/// after `deleting` is the cleanup work). Four times a second: a worktree is marked within
+/// a quarter second of its grace period ending.
+fn spawn_sweeper(state: StateDir, linger: u64, view: Arc<View>) {
+    let _ = std::thread::Builder::new()
+        .name("sweeper".into())
+        .spawn(move || {
+            let mut store = match Store::open(&state.root) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("lifecycle sweeper cannot open the store: {e}");
+                    return;
+                }
+            };
+            loop {
+                std::thread::sleep(Duration::from_millis(250));
+                match store.mark_deleting_after_grace(linger as i64) {
+                    Ok(ids) if !ids.is_empty() => {
+                        tracing::info!(
+                            "worktrees {ids:?} have no lease after {linger} s: deleting"
+                        );
+                        view.catalog_changed();
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("lifecycle sweep failed: {e}"),
+                }
+            }
+        });
 }
 
 fn signal_set() -> nix::sys::signal::SigSet {
@@ -301,6 +340,7 @@ fn spawn_signal_thread(mountpoint: PathBuf) {
 pub fn spawn_background(
     state: &StateDir,
     mountpoint: Option<&Path>,
+    linger: u64,
     log_level: Option<&str>,
 ) -> anyhow::Result<i32> {
     let (read_end, write_end) = nix::unistd::pipe()?;
@@ -314,7 +354,11 @@ pub fn spawn_background(
     if let Some(m) = mountpoint {
         cmd.arg(m);
     }
-    cmd.arg("--state-dir").arg(&state.root).arg("--foreground");
+    cmd.arg("--state-dir")
+        .arg(&state.root)
+        .arg("--foreground")
+        .arg("--linger")
+        .arg(linger.to_string());
     if let Some(l) = log_level {
         cmd.arg("--log-level").arg(l);
     }

@@ -16,6 +16,7 @@ pub mod fsmonitor;
 pub mod fuse;
 pub mod gitlayer;
 pub mod ino;
+pub mod lease;
 pub mod names;
 pub mod report;
 pub mod state;

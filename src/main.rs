@@ -50,6 +50,9 @@ enum Command {
         /// FUSE worker threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        /// Seconds a worktree stays `lingering` after its last lease before cleanup.
+        #[arg(long, default_value_t = 5)]
+        linger: u64,
     },
     /// Unmount the filesystem served for the state directory.
     Unmount,
@@ -75,6 +78,41 @@ enum Command {
     Status {
         #[arg(long)]
         json: bool,
+    },
+    /// Named leases for orchestrators.
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+    /// List every lease.
+    Leases {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lease and lifecycle events, oldest first.
+    Events {
+        #[arg(long)]
+        json: bool,
+        /// Keep printing new events as they happen.
+        #[arg(long)]
+        follow: bool,
+        /// How many past events to show.
+        #[arg(long, default_value_t = 100)]
+        last: i64,
+    },
+}
+
+#[derive(Subcommand)]
+enum LeaseCmd {
+    /// Take a named lease on REPO/WT for a session (kept across daemon restarts).
+    Acquire {
+        target: String,
+        #[arg(long)]
+        session: String,
+    },
+    /// Release a session's named lease on REPO/WT.
+    Release {
+        target: String,
+        #[arg(long)]
+        session: String,
     },
 }
 
@@ -150,11 +188,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             mountpoint,
             foreground,
             threads,
+            linger,
         } => cmd_mount(
             &state,
             mountpoint,
             foreground,
             threads,
+            linger,
             cli.global.log_level.as_deref(),
         ),
         Command::Unmount => {
@@ -272,6 +312,59 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Lease(cmd) => cmd_lease(&state, cmd),
+        Command::Leases { json } => {
+            let store = open_store(&state)?;
+            let rows = store.leases()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("{:<40} {:<8} {:<24} SINCE", "LEASE", "KIND", "HOLDER");
+                for l in rows {
+                    let who = l
+                        .command
+                        .clone()
+                        .or_else(|| l.session.clone())
+                        .unwrap_or_default();
+                    println!(
+                        "{:<40} {:<8} {:<24} {}",
+                        l.entry_name(),
+                        l.holder_kind,
+                        who,
+                        l.acquired_at
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Events { json, follow, last } => {
+            let store = open_store(&state)?;
+            let mut after = 0;
+            let mut batch = store.events(0, last.max(1))?;
+            loop {
+                for e in &batch {
+                    after = e.id;
+                    if json {
+                        println!("{}", serde_json::to_string(e)?);
+                    } else {
+                        println!(
+                            "{} {:<10} {}/{} {} {}",
+                            e.at,
+                            e.kind,
+                            e.repo.as_deref().unwrap_or("-"),
+                            e.worktree.as_deref().unwrap_or("-"),
+                            e.holder.as_deref().unwrap_or(""),
+                            e.reason.as_deref().unwrap_or("")
+                        );
+                    }
+                }
+                if !follow {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                batch = store.events(after, 10_000)?;
+            }
+        }
         Command::Status { json } => {
             let store = open_store(&state)?;
             let rows = store.worktrees()?;
@@ -298,6 +391,44 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn split_target(target: &str) -> anyhow::Result<(&str, &str)> {
+    target
+        .split_once('/')
+        .ok_or_else(|| anyhow!("'{target}' is not REPO/NAME; for example `worktreefs lease acquire myrepo/task-1 --session s1`"))
+}
+
+fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
+    let (target, session, acquire) = match &cmd {
+        LeaseCmd::Acquire { target, session } => (target, session, true),
+        LeaseCmd::Release { target, session } => (target, session, false),
+    };
+    worktreefs::lease::validate_session(session).map_err(|e| anyhow!(e))?;
+    let (repo, name) = split_target(target)?;
+    let mut store = open_store(state)?;
+    let row = store.worktree(repo, name)?.ok_or_else(|| {
+        anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`")
+    })?;
+    let lease = worktreefs::store::NewLease::Session {
+        id: session.clone(),
+    };
+    if acquire {
+        match store.acquire_lease(row.id, &lease, "named lease") {
+            Ok(true) => println!("session {session} holds {repo}/{name}"),
+            Ok(false) => println!("session {session} already holds {repo}/{name}"),
+            Err(worktreefs::store::LeaseError::Conflict(_, st)) => bail!(
+                "worktree '{repo}/{name}' is {st}: it had no lease and its cleanup has begun, so it cannot be leased; create a new worktree with `worktreefs new`"
+            ),
+            Err(worktreefs::store::LeaseError::Db(e)) => return Err(e.into()),
+        }
+    } else if store.release_lease(row.id, &lease.holder(), "released", "named lease released")? {
+        println!("session {session} released {repo}/{name}");
+    } else {
+        bail!("session {session} holds no lease on {repo}/{name} (see `worktreefs leases`)");
+    }
+    daemon::poke(state);
+    Ok(())
 }
 
 fn add_repo(
@@ -341,6 +472,7 @@ fn cmd_mount(
     mountpoint: Option<PathBuf>,
     foreground: bool,
     threads: usize,
+    linger: u64,
     log_level: Option<&str>,
 ) -> anyhow::Result<()> {
     if foreground {
@@ -348,6 +480,7 @@ fn cmd_mount(
             state: state.clone(),
             mountpoint,
             threads,
+            linger,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -368,9 +501,10 @@ fn cmd_mount(
         state: state.clone(),
         mountpoint: mountpoint.clone(),
         threads,
+        linger,
     };
     daemon::prepare(&req)?;
-    let pid = daemon::spawn_background(state, mountpoint.as_deref(), log_level)?;
+    let pid = daemon::spawn_background(state, mountpoint.as_deref(), linger, log_level)?;
     let store = open_store(state)?;
     let mp = worktree::mountpoint_of(state, &store);
     let mp = fs::canonicalize(&mp).unwrap_or(mp);

@@ -345,6 +345,291 @@ impl Store {
     }
 }
 
+/// A lease to record: who holds it.
+#[derive(Debug, Clone)]
+pub enum NewLease {
+    /// A process, identified by pid and start time (so a reused pid is never the holder).
+    Process {
+        pid: i32,
+        start: u64,
+        command: String,
+    },
+    /// A named lease of an orchestrator's session.
+    Session { id: String },
+}
+
+impl NewLease {
+    /// The holder's key, unique per worktree: `pid:<pid>:<start>` or `session:<id>`.
+    pub fn holder(&self) -> String {
+        match self {
+            NewLease::Process { pid, start, .. } => format!("pid:{pid}:{start}"),
+            NewLease::Session { id } => format!("session:{id}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaseRow {
+    pub repo: String,
+    pub worktree: String,
+    pub worktree_id: i64,
+    pub holder_kind: String,
+    pub holder: String,
+    pub pid: Option<i64>,
+    pub pid_start: Option<i64>,
+    pub command: Option<String>,
+    pub session: Option<String>,
+    pub acquired_at: i64,
+}
+
+impl LeaseRow {
+    /// The entry name under `.control/leases`.
+    pub fn entry_name(&self) -> String {
+        format!("{}:{}@{}", self.repo, self.worktree, self.holder)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRow {
+    pub id: i64,
+    pub at: i64,
+    pub repo: Option<String>,
+    pub worktree: Option<String>,
+    pub kind: String,
+    pub holder: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum LeaseError {
+    /// The worktree is deleting or removed; `state` names it.
+    Conflict(crate::lease::Conflict, String),
+    Db(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for LeaseError {
+    fn from(e: rusqlite::Error) -> Self {
+        LeaseError::Db(e)
+    }
+}
+
+const LEASE_COLUMNS: &str = "r.name, w.name, l.worktree_id, l.holder_kind, l.holder, l.pid, \
+     l.pid_start, l.command, l.session, l.acquired_at";
+
+fn lease_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRow> {
+    Ok(LeaseRow {
+        repo: row.get(0)?,
+        worktree: row.get(1)?,
+        worktree_id: row.get(2)?,
+        holder_kind: row.get(3)?,
+        holder: row.get(4)?,
+        pid: row.get(5)?,
+        pid_start: row.get(6)?,
+        command: row.get(7)?,
+        session: row.get(8)?,
+        acquired_at: row.get(9)?,
+    })
+}
+
+fn event(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+    kind: &str,
+    holder: Option<&str>,
+    reason: &str,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO events(at, worktree_id, kind, holder, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![now_secs(), worktree_id, kind, holder, reason],
+    )?;
+    Ok(())
+}
+
+fn state_of(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+) -> rusqlite::Result<crate::lease::State> {
+    let s: String = tx.query_row(
+        "SELECT state FROM worktrees WHERE id = ?1",
+        [worktree_id],
+        |r| r.get(0),
+    )?;
+    Ok(crate::lease::State::parse(&s).unwrap_or(crate::lease::State::Ready))
+}
+
+fn lease_count(tx: &rusqlite::Transaction<'_>, worktree_id: i64) -> rusqlite::Result<usize> {
+    tx.query_row(
+        "SELECT count(*) FROM leases WHERE worktree_id = ?1",
+        [worktree_id],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n as usize)
+}
+
+fn set_state(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+    state: crate::lease::State,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE worktrees SET state = ?1, state_changed_at = ?2 WHERE id = ?3",
+        params![state.as_str(), now_secs(), worktree_id],
+    )?;
+    Ok(())
+}
+
+impl Store {
+    /// Takes a lease on a worktree: refused while it is deleting or removed; a retained
+    /// worktree leaves the retained store. One transaction. Returns false when the holder
+    /// already had it.
+    pub fn acquire_lease(
+        &mut self,
+        worktree_id: i64,
+        lease: &NewLease,
+        reason: &str,
+    ) -> Result<bool, LeaseError> {
+        use crate::lease::{on_acquire, State};
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let state = state_of(&tx, worktree_id)?;
+        let next = on_acquire(state).map_err(|c| LeaseError::Conflict(c, state.to_string()))?;
+        let holder = lease.holder();
+        let (kind, pid, start, command, session) = match lease {
+            NewLease::Process {
+                pid,
+                start,
+                command,
+            } => (
+                "process",
+                Some(*pid as i64),
+                Some(*start as i64),
+                Some(command.clone()),
+                None,
+            ),
+            NewLease::Session { id } => ("session", None, None, None, Some(id.clone())),
+        };
+        let inserted = tx.execute(
+            "INSERT OR IGNORE INTO leases(worktree_id, holder_kind, holder, pid, pid_start, command, session, acquired_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![worktree_id, kind, holder, pid, start, command, session, now_secs()],
+        )? == 1;
+        if state != next {
+            set_state(&tx, worktree_id, next)?;
+        }
+        if state == State::Retained {
+            tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
+        }
+        if inserted {
+            event(&tx, worktree_id, "acquired", Some(&holder), reason)?;
+        }
+        tx.commit()?;
+        Ok(inserted)
+    }
+
+    /// Releases one holder's lease; the last release moves the worktree to `lingering`, in
+    /// the same transaction. Returns false when there was no such lease.
+    pub fn release_lease(
+        &mut self,
+        worktree_id: i64,
+        holder: &str,
+        kind: &str,
+        reason: &str,
+    ) -> rusqlite::Result<bool> {
+        use crate::lease::on_release;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let removed = tx.execute(
+            "DELETE FROM leases WHERE worktree_id = ?1 AND holder = ?2",
+            params![worktree_id, holder],
+        )? == 1;
+        if removed {
+            event(&tx, worktree_id, kind, Some(holder), reason)?;
+            let state = state_of(&tx, worktree_id)?;
+            let next = on_release(state, lease_count(&tx, worktree_id)?);
+            if next != state {
+                set_state(&tx, worktree_id, next)?;
+                event(&tx, worktree_id, next.as_str(), None, "last lease released")?;
+            }
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// For every lingering worktree whose grace period is over and which has no lease:
+    /// the `deleting` mark, written in the same transaction that finds no lease. Returns
+    /// the ids marked.
+    pub fn mark_deleting_after_grace(&mut self, linger: i64) -> rusqlite::Result<Vec<i64>> {
+        let ids: Vec<i64> = {
+            let mut stmt = self
+                .conn
+                .prepare("SELECT id FROM worktrees WHERE state = 'lingering'")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let mut marked = Vec::new();
+        for id in ids {
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let state = state_of(&tx, id)?;
+            let since: i64 = tx.query_row(
+                "SELECT state_changed_at FROM worktrees WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )?;
+            if crate::lease::grace_over(state, lease_count(&tx, id)?, since, now_secs(), linger) {
+                set_state(&tx, id, crate::lease::State::Deleting)?;
+                event(
+                    &tx,
+                    id,
+                    "deleting",
+                    None,
+                    &format!("no lease for {linger} s"),
+                )?;
+                marked.push(id);
+            }
+            tx.commit()?;
+        }
+        Ok(marked)
+    }
+
+    pub fn leases(&self) -> rusqlite::Result<Vec<LeaseRow>> {
+        let sql = format!(
+            "SELECT {LEASE_COLUMNS} FROM leases l JOIN worktrees w ON w.id = l.worktree_id
+             JOIN repos r ON r.id = w.repo_id ORDER BY r.name, w.name, l.holder"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([], lease_from_row)?;
+        rows.collect()
+    }
+
+    /// The newest `limit` events, oldest first, after event id `after`.
+    pub fn events(&self, after: i64, limit: i64) -> rusqlite::Result<Vec<EventRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT * FROM (
+                SELECT e.id, e.at, r.name, w.name, e.kind, e.holder, e.reason
+                FROM events e LEFT JOIN worktrees w ON w.id = e.worktree_id
+                LEFT JOIN repos r ON r.id = w.repo_id
+                WHERE e.id > ?1 ORDER BY e.id DESC LIMIT ?2
+             ) ORDER BY 1",
+        )?;
+        let rows = stmt.query_map(params![after, limit], |row| {
+            Ok(EventRow {
+                id: row.get(0)?,
+                at: row.get(1)?,
+                repo: row.get(2)?,
+                worktree: row.get(3)?,
+                kind: row.get(4)?,
+                holder: row.get(5)?,
+                reason: row.get(6)?,
+            })
+        })?;
+        rows.collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,6 +676,100 @@ mod tests {
         assert_eq!(rows[0].repo, "r");
         assert!(store.worktree("r", "a").unwrap().is_some());
         assert!(store.worktree("r", "b").unwrap().is_none());
+    }
+
+    fn store_with_worktree() -> (tempfile::TempDir, Store, i64) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let repo = store
+            .add_repo("r", Path::new("/x"), Path::new("/x/.git"))
+            .unwrap();
+        let id = store
+            .insert_worktree(&NewWorktree {
+                repo_id: repo.id,
+                name: "w",
+                branch: Some("w"),
+                branch_created: true,
+                base_commit: "c",
+                base_tree: "t",
+                base_mtime: 1,
+                uid: 0,
+                gid: 0,
+                admin_name: "w",
+            })
+            .unwrap();
+        (dir, store, id)
+    }
+
+    fn state(store: &Store) -> String {
+        store.worktree("r", "w").unwrap().unwrap().state
+    }
+
+    #[test]
+    fn leases_move_the_lifecycle() {
+        let (_d, mut store, id) = store_with_worktree();
+        let a = NewLease::Session { id: "a".into() };
+        let b = NewLease::Session { id: "b".into() };
+        assert!(store.acquire_lease(id, &a, "test").unwrap());
+        assert!(
+            !store.acquire_lease(id, &a, "test").unwrap(),
+            "same holder twice is one lease"
+        );
+        assert!(store.acquire_lease(id, &b, "test").unwrap());
+        assert_eq!(state(&store), "active");
+        assert_eq!(store.leases().unwrap().len(), 2);
+        assert!(store
+            .release_lease(id, &a.holder(), "released", "test")
+            .unwrap());
+        assert_eq!(state(&store), "active", "one holder remains");
+        assert!(store
+            .release_lease(id, &b.holder(), "released", "test")
+            .unwrap());
+        assert_eq!(state(&store), "lingering");
+        assert!(!store
+            .release_lease(id, &b.holder(), "released", "test")
+            .unwrap());
+        // Grace of 0: marked deleting at the next sweep; then leases are refused.
+        assert_eq!(store.mark_deleting_after_grace(0).unwrap(), vec![id]);
+        assert_eq!(state(&store), "deleting");
+        match store.acquire_lease(id, &a, "test") {
+            Err(LeaseError::Conflict(crate::lease::Conflict::Deleting, s)) => {
+                assert_eq!(s, "deleting")
+            }
+            other => panic!("{other:?}"),
+        }
+        let kinds: Vec<String> = store
+            .events(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "created",
+                "acquired",
+                "acquired",
+                "released",
+                "released",
+                "lingering",
+                "deleting"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_lease_during_the_grace_period_keeps_the_worktree() {
+        let (_d, mut store, id) = store_with_worktree();
+        let a = NewLease::Session { id: "a".into() };
+        store.acquire_lease(id, &a, "t").unwrap();
+        store
+            .release_lease(id, &a.holder(), "released", "t")
+            .unwrap();
+        assert!(store.mark_deleting_after_grace(3600).unwrap().is_empty());
+        store.acquire_lease(id, &a, "t").unwrap();
+        assert_eq!(state(&store), "active");
+        assert!(store.mark_deleting_after_grace(0).unwrap().is_empty());
     }
 
     #[test]

@@ -354,11 +354,21 @@ struct Catalog {
     changed_at: SystemTime,
     repos: Vec<RepoRow>,
     worktrees: HashMap<(i64, String), Arc<WtCtx>>,
+    /// Lifecycle state by worktree id.
+    states: HashMap<i64, String>,
 }
 
-/// Tells the kernel to drop what it cached of an inode (attributes and listing). Set by
-/// the daemon once the FUSE session exists; absent in direct-call tests.
-pub type Invalidator = Box<dyn Fn(u64) + Send + Sync>;
+/// What the kernel should forget.
+pub enum Inval {
+    /// An inode's attributes and listing.
+    Inode(u64),
+    /// The name `name` in directory `parent`.
+    Entry(u64, OsString),
+}
+
+/// Tells the kernel to drop what it cached. Set by the daemon once the FUSE session exists;
+/// absent in direct-call tests.
+pub type Invalidator = Box<dyn Fn(Inval) + Send + Sync>;
 
 pub struct View {
     state: StateDir,
@@ -515,6 +525,7 @@ impl View {
                 changed_at: SystemTime::now(),
                 repos: Vec::new(),
                 worktrees: HashMap::new(),
+                states: HashMap::new(),
             }),
             objects: ObjectCache::default(),
             blobs,
@@ -581,6 +592,17 @@ impl View {
         drop(store);
         let mut cat = self.catalog.write();
         let mut worktrees = HashMap::new();
+        let states: HashMap<i64, String> = rows.iter().map(|r| (r.id, r.state.clone())).collect();
+        // Worktrees that just started deleting: the kernel must ask again before anyone
+        // enters them, and then hears EBUSY.
+        let now_deleting: Vec<(u64, OsString)> = rows
+            .iter()
+            .filter(|r| {
+                r.state == "deleting"
+                    && cat.states.get(&r.id).map(String::as_str) != Some("deleting")
+            })
+            .map(|r| (REPO_INO_BASE + r.repo_id as u64, OsString::from(&r.name)))
+            .collect();
         for row in rows {
             let key = (row.repo_id, row.name.clone());
             if let Some(existing) = cat.worktrees.get(&key).filter(|w| w.id == row.id) {
@@ -609,18 +631,31 @@ impl View {
         let repo_ids: Vec<i64> = repos.iter().map(|r| r.id).collect();
         cat.repos = repos;
         cat.worktrees = worktrees;
+        cat.states = states;
         cat.data_version = version;
         if changed {
             cat.changed_at = SystemTime::now();
-            drop(cat);
-            if let Some(inval) = self.invalidator.get() {
-                inval(ROOT_INO);
+        }
+        drop(cat);
+        if let Some(inval) = self.invalidator.get() {
+            if changed {
+                inval(Inval::Inode(ROOT_INO));
                 for id in repo_ids {
-                    inval(REPO_INO_BASE + id as u64);
+                    inval(Inval::Inode(REPO_INO_BASE + id as u64));
                 }
+            }
+            for (parent, name) in now_deleting {
+                inval(Inval::Entry(parent, name));
             }
         }
         Ok(())
+    }
+
+    /// The store changed (a lifecycle sweep, a lease): re-read it now.
+    pub fn catalog_changed(&self) {
+        if let Err(e) = self.refresh_catalog(true) {
+            tracing::warn!("re-reading the store failed: {e:#}");
+        }
     }
 
     pub fn set_invalidator(&self, f: Invalidator) {
@@ -1035,6 +1070,16 @@ impl View {
 
     fn lookup_repo_child(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<Entry> {
         let wt = self.worktree_ctx(repo_id, name)?;
+        if self.catalog.read().states.get(&wt.id).map(String::as_str) == Some("deleting") {
+            let c = crate::lease::Conflict::Deleting;
+            return Err(FsError::new(
+                c.errno(),
+                format!(
+                    "worktree {}/{} is deleting (no lease, cleanup begun): not entered",
+                    wt.repo, wt.name
+                ),
+            ));
+        }
         let mut t = self.nodes.write();
         let natural = ino::path_ino(wt.id, b"");
         // A worktree re-created under the same name is a different worktree: replace the
@@ -1179,8 +1224,16 @@ impl View {
                 names.sort();
                 Ok(names)
             }
-            // Filled by the lease and cleanup work; empty until then.
-            ControlDir::Leases | ControlDir::Retained => Ok(Vec::new()),
+            ControlDir::Leases => Ok(self
+                .store
+                .lock()
+                .leases()
+                .map_err(|e| FsError::store("reading leases", e))?
+                .iter()
+                .map(|l| l.entry_name())
+                .collect()),
+            // Filled by the cleanup work; empty until then.
+            ControlDir::Retained => Ok(Vec::new()),
             // Entries exist for any name asked (the name carries the query).
             ControlDir::FsMonitor => Ok(Vec::new()),
         }
@@ -1206,6 +1259,19 @@ impl View {
                     "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
                     "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
                 });
+                Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Leases, entry) => {
+                let lease = self
+                    .store
+                    .lock()
+                    .leases()
+                    .map_err(store_err)?
+                    .into_iter()
+                    .find(|l| l.entry_name() == entry)
+                    .ok_or_else(|| FsError::not_found(format!(".control/leases/{entry}")))?;
+                let v = serde_json::to_value(&lease)
+                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Worktrees, entry) => {

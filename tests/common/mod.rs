@@ -193,6 +193,11 @@ impl Mounted {
     }
 
     pub fn start_limited(state: &Path, mountpoint: &Path, limit: Duration) -> Mounted {
+        Self::start_with(state, mountpoint, limit, &[])
+    }
+
+    /// Starts a daemon with extra `mount` arguments (e.g. `--linger 1`).
+    pub fn start_with(state: &Path, mountpoint: &Path, limit: Duration, extra: &[&str]) -> Mounted {
         // Exists already, or is a dead mount (which cannot be stat'ed): both fine.
         let _ = fs::create_dir(mountpoint);
         let log = fs::OpenOptions::new()
@@ -206,6 +211,7 @@ impl Mounted {
             .arg("--state-dir")
             .arg(state)
             .arg("--foreground")
+            .args(extra)
             .env("RUST_LOG", "worktreefs=debug")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -373,5 +379,13 @@ impl Env {
     }
     pub fn mount(&self) -> Mounted {
         Mounted::start(&self.state(), &self.mountpoint())
+    }
+    pub fn mount_with(&self, extra: &[&str]) -> Mounted {
+        Mounted::start_with(
+            &self.state(),
+            &self.mountpoint(),
+            Duration::from_secs(240),
+            extra,
+        )
     }
 }
