@@ -223,7 +223,14 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         enable_fsmonitor(&store);
     }
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
-    let fs = WorktreeFs::new(view.clone());
+    let tracker = {
+        let view = view.clone();
+        crate::holders::Tracker::new(req.state.clone(), Box::new(move || view.catalog_changed()))?
+    };
+    // Boot reconcile: leases of processes that are gone are swept before anyone enters.
+    tracker.reconcile(&mountpoint)?;
+    tracker.spawn_watcher();
+    let fs = WorktreeFs::new(view.clone(), Some(tracker.clone()));
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("worktreefs".into()),
@@ -272,7 +279,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let _ = writeln!(f, "ready");
     }
     spawn_signal_thread(mountpoint.clone());
-    spawn_sweeper(req.state.clone(), req.linger, view.clone());
+    spawn_sweeper(req.state.clone(), req.linger, view.clone(), tracker);
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
     drop(lock);
@@ -282,7 +289,12 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
 /// Moves worktrees whose grace period is over from `lingering` to `deleting` (what comes
 /// after `deleting` is the cleanup work). Four times a second: a worktree is marked within
 /// a quarter second of its grace period ending.
-fn spawn_sweeper(state: StateDir, linger: u64, view: Arc<View>) {
+fn spawn_sweeper(
+    state: StateDir,
+    linger: u64,
+    view: Arc<View>,
+    tracker: Arc<crate::holders::Tracker>,
+) {
     let _ = std::thread::Builder::new()
         .name("sweeper".into())
         .spawn(move || {
@@ -295,6 +307,14 @@ fn spawn_sweeper(state: StateDir, linger: u64, view: Arc<View>) {
             };
             loop {
                 std::thread::sleep(Duration::from_millis(250));
+                // A process inside (working directory, open file) that the kernel's caches
+                // kept from ever asking us gets its lease before the worktree may go.
+                for (id, repo, name) in store.lingering_past(linger as i64).unwrap_or_default() {
+                    let path = view.mountpoint().join(repo).join(name);
+                    if tracker.adopt_processes_inside(id, &path) {
+                        tracing::info!("{} is still in use: leased again", path.display());
+                    }
+                }
                 match store.mark_deleting_after_grace(linger as i64) {
                     Ok(ids) if !ids.is_empty() => {
                         tracing::info!(

@@ -15,21 +15,57 @@ use fuser::{
 };
 
 use crate::error::FsError;
+use crate::holders::Tracker;
 use crate::view::{Attr, Caller, FType, SetAttr, View};
 
 pub struct WorktreeFs {
     pub view: Arc<View>,
+    /// Process leases; None in setups that do not track them.
+    tracker: Option<Arc<Tracker>>,
     /// The kernel agreed to do without opendir: it then caches listings itself.
     no_opendir: bool,
 }
 
 impl WorktreeFs {
-    pub fn new(view: Arc<View>) -> WorktreeFs {
+    pub fn new(view: Arc<View>, tracker: Option<Arc<Tracker>>) -> WorktreeFs {
         WorktreeFs {
             view,
+            tracker,
             no_opendir: false,
         }
     }
+
+    /// A request inside a worktree: its process is covered by a lease, or takes one.
+    /// `own_dir` says whether a request on the worktree's own directory counts (a stat
+    /// of it from outside does not).
+    fn enter(&self, req: &Request, ino: INodeNo, own_dir: bool) -> Result<(), Errno> {
+        let Some(tracker) = &self.tracker else {
+            return Ok(());
+        };
+        let Some((worktree, path, is_root)) = self.view.worktree_of(ino.0) else {
+            return Ok(());
+        };
+        if is_root && !own_dir {
+            return Ok(());
+        }
+        tracker.touch(worktree, &path, req.pid()).map_err(|errno| {
+            tracing::info!(
+                pid = req.pid(),
+                "refused entry to {}: errno {errno}",
+                path.display()
+            );
+            Errno::from_i32(errno)
+        })
+    }
+}
+
+macro_rules! enter_or_reply {
+    ($self:ident, $req:expr, $ino:expr, $own:expr, $reply:ident) => {
+        if let Err(e) = $self.enter($req, $ino, $own) {
+            $reply.error(e);
+            return;
+        }
+    };
 }
 
 fn kind(k: FType) -> FileType {
@@ -141,6 +177,7 @@ impl Filesystem for WorktreeFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         span!("lookup", req, parent.0);
+        enter_or_reply!(self, req, parent, true, reply);
         match self.view.lookup(parent.0, name) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => match e.negative_ttl {
@@ -159,6 +196,7 @@ impl Filesystem for WorktreeFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         span!("getattr", req, ino.0);
+        enter_or_reply!(self, req, ino, false, reply);
         match self.view.getattr(ino.0, fh.map(|f| f.0)) {
             Ok(e) => reply.attr(&e.ttl, &fattr(&e.attr)),
             Err(e) => reply.error(errno("getattr", e)),
@@ -184,6 +222,7 @@ impl Filesystem for WorktreeFs {
         reply: ReplyAttr,
     ) {
         span!("setattr", req, ino.0);
+        enter_or_reply!(self, req, ino, true, reply);
         let set = SetAttr {
             mode,
             uid,
@@ -201,6 +240,7 @@ impl Filesystem for WorktreeFs {
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         span!("readlink", req, ino.0);
+        enter_or_reply!(self, req, ino, false, reply);
         match self.view.readlink(ino.0) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno("readlink", e)),
@@ -218,6 +258,7 @@ impl Filesystem for WorktreeFs {
         reply: ReplyEntry,
     ) {
         span!("mknod", req, parent.0);
+        enter_or_reply!(self, req, parent, true, reply);
         match self
             .view
             .mknod(parent.0, name, mode, umask, rdev, caller(req))
@@ -237,6 +278,7 @@ impl Filesystem for WorktreeFs {
         reply: ReplyEntry,
     ) {
         span!("mkdir", req, parent.0);
+        enter_or_reply!(self, req, parent, true, reply);
         match self.view.mkdir(parent.0, name, mode, umask, caller(req)) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("mkdir", e)),
@@ -245,6 +287,7 @@ impl Filesystem for WorktreeFs {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         span!("unlink", req, parent.0);
+        enter_or_reply!(self, req, parent, true, reply);
         match self.view.unlink(parent.0, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("unlink", e)),
@@ -253,6 +296,7 @@ impl Filesystem for WorktreeFs {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         span!("rmdir", req, parent.0);
+        enter_or_reply!(self, req, parent, true, reply);
         match self.view.rmdir(parent.0, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("rmdir", e)),
@@ -268,6 +312,7 @@ impl Filesystem for WorktreeFs {
         reply: ReplyEntry,
     ) {
         span!("symlink", req, parent.0);
+        enter_or_reply!(self, req, parent, true, reply);
         match self.view.symlink(parent.0, link_name, target, caller(req)) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("symlink", e)),
@@ -285,6 +330,8 @@ impl Filesystem for WorktreeFs {
         reply: ReplyEmpty,
     ) {
         span!("rename", req, parent.0);
+        enter_or_reply!(self, req, parent, true, reply);
+        enter_or_reply!(self, req, newparent, true, reply);
         match self
             .view
             .rename(parent.0, name, newparent.0, newname, flags.bits())
@@ -303,6 +350,7 @@ impl Filesystem for WorktreeFs {
         reply: ReplyEntry,
     ) {
         span!("link", req, ino.0);
+        enter_or_reply!(self, req, newparent, true, reply);
         match self.view.link(ino.0, newparent.0, newname) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("link", e)),
@@ -311,6 +359,7 @@ impl Filesystem for WorktreeFs {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         span!("open", req, ino.0);
+        enter_or_reply!(self, req, ino, true, reply);
         match self.view.open(ino.0, flags.0) {
             Ok((fh, generated)) => {
                 let flags = if generated {
@@ -430,6 +479,7 @@ impl Filesystem for WorktreeFs {
         mut reply: ReplyDirectory,
     ) {
         span!("readdir", req, ino.0);
+        enter_or_reply!(self, req, ino, true, reply);
         let entries = if fh.0 == 0 {
             self.view.readdir_ino(ino.0, offset)
         } else {
@@ -532,6 +582,7 @@ impl Filesystem for WorktreeFs {
         reply: ReplyCreate,
     ) {
         span!("create", req, parent.0);
+        enter_or_reply!(self, req, parent, true, reply);
         match self
             .view
             .create(parent.0, name, mode, umask, flags, caller(req))

@@ -15,6 +15,7 @@ pub mod error;
 pub mod fsmonitor;
 pub mod fuse;
 pub mod gitlayer;
+pub mod holders;
 pub mod ino;
 pub mod lease;
 pub mod names;

@@ -595,6 +595,18 @@ impl Store {
         Ok(marked)
     }
 
+    /// Lingering worktrees whose grace period is over: (id, repo, name).
+    pub fn lingering_past(&self, linger: i64) -> rusqlite::Result<Vec<(i64, String, String)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT w.id, r.name, w.name FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE w.state = 'lingering' AND ?1 - w.state_changed_at >= ?2",
+        )?;
+        let rows = stmt.query_map(params![now_secs(), linger], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+        rows.collect()
+    }
+
     pub fn leases(&self) -> rusqlite::Result<Vec<LeaseRow>> {
         let sql = format!(
             "SELECT {LEASE_COLUMNS} FROM leases l JOIN worktrees w ON w.id = l.worktree_id

@@ -658,6 +658,27 @@ impl View {
         }
     }
 
+    /// The worktree an inode belongs to, as (id, its path under the mount, whether the inode
+    /// is the worktree's own directory). None for the top of the mount and `.control`.
+    pub fn worktree_of(&self, ino: u64) -> Option<(i64, PathBuf, bool)> {
+        let t = self.nodes.read();
+        match t.nodes.get(&ino).map(|n| &n.kind) {
+            Some(NodeKind::Wt { wt, is_root, .. }) => Some((
+                wt.id,
+                self.mountpoint.join(&wt.repo).join(&wt.name),
+                *is_root,
+            )),
+            Some(NodeKind::GitFile(wt)) => {
+                Some((wt.id, self.mountpoint.join(&wt.repo).join(&wt.name), false))
+            }
+            _ => None,
+        }
+    }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
     pub fn set_invalidator(&self, f: Invalidator) {
         let _ = self.invalidator.set(f);
     }

@@ -4,6 +4,7 @@
 mod common;
 
 use std::fs;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -78,9 +79,23 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
         "active",
         "a held worktree never starts cleanup"
     );
-    // Entered while held: the kernel caches the worktree's entry, and must forget it when
-    // the worktree starts deleting.
-    assert!(fs::metadata(m.wt("repo", "w").join("README.md")).is_ok());
+    // Entered while held, by a short-lived process (which takes a lease of its own and
+    // gives it back when it exits): the kernel caches the worktree's entry, and must forget
+    // it when the worktree starts deleting.
+    run_ok(
+        "cat",
+        &[m.wt("repo", "w").join("README.md").to_str().unwrap()],
+        Path::new("/"),
+    ); // Its lease goes when it exits (well within a second).
+    let end = Instant::now() + Duration::from_secs(2);
+    while wtfs_ok(&env.state(), &["leases"]).contains("pid:") {
+        assert!(
+            Instant::now() < end,
+            "the cat process's lease was not released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
     wtfs_ok(
         &env.state(),
         &["lease", "release", "repo/w", "--session", "s2"],
@@ -99,25 +114,36 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
     assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
     // Every step is an event.
     let events = wtfs_ok(&env.state(), &["events", "--json"]);
-    let kinds: Vec<String> = events
+    let rows: Vec<serde_json::Value> = events
         .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
-                .as_str()
-                .unwrap()
-                .to_string()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seq: Vec<String> = rows
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["kind"].as_str().unwrap(),
+                e["holder"].as_str().unwrap_or("")
+            )
         })
         .collect();
+    let cat = seq
+        .iter()
+        .position(|e| e.starts_with("acquired pid:"))
+        .expect("the cat process took a lease");
+    assert!(seq[cat + 1].starts_with("released pid:"), "{seq:?}");
+    let sessions: Vec<&String> = seq.iter().filter(|e| !e.contains("pid:")).collect();
     assert_eq!(
-        kinds,
+        sessions,
         [
-            "created",
-            "acquired",
-            "acquired",
-            "released",
-            "released",
-            "lingering",
-            "deleting"
+            "created ",
+            "acquired session:s1",
+            "acquired session:s2",
+            "released session:s1",
+            "released session:s2",
+            "lingering ",
+            "deleting "
         ]
     );
 }
@@ -175,4 +201,236 @@ fn lease_commands_refuse_bad_input() {
     }
     assert_eq!(state_of(&env, "w"), "ready");
     assert!(wtfs_ok(&env.state(), &["leases", "--json"]).trim() == "[]");
+}
+
+/// The process leases on `repo/<name>`: (pid, holder) pairs.
+fn process_leases(env: &Env, name: &str) -> Vec<(i64, String)> {
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["leases", "--json"])).unwrap();
+    json.as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["worktree"] == name && l["holder_kind"] == "process")
+        .map(|l| {
+            (
+                l["pid"].as_i64().unwrap(),
+                l["holder"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sh(script: &str) -> std::process::Child {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_process_that_enters_holds_the_worktree_until_it_exits() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/p"]);
+    let m = env.mount_with(&["--linger", "30"]);
+    let wt = m.wt("repo", "p");
+    // cd plus a command, and a subshell with children: one lease, the shell's.
+    let mut child = sh(&format!(
+        "cd '{}' && cat README.md && (cat src/main.rs; sh -c 'cat build.sh') && sleep 1",
+        wt.display()
+    ));
+    let pid = child.id() as i64;
+    wait_until("the shell's lease", Duration::from_secs(5), || {
+        process_leases(&env, "p").iter().any(|(p, _)| *p == pid)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        process_leases(&env, "p").len(),
+        1,
+        "children are covered by the shell's lease"
+    );
+    assert_eq!(state_of(&env, "p"), "active");
+    let entry = format!("repo:p@pid:{pid}:");
+    let listed: Vec<String> = fs::read_dir(m.mountpoint.join(".control/leases"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let name = listed
+        .iter()
+        .find(|n| n.starts_with(&entry))
+        .expect("listed under .control/leases");
+    let json: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(m.mountpoint.join(".control/leases").join(name)).unwrap(),
+    )
+    .unwrap();
+    assert!(json["command"].as_str().unwrap().contains("cd '"), "{json}");
+    child.wait().unwrap();
+    let exited = Instant::now();
+    wait_until("release after exit", Duration::from_secs(2), || {
+        process_leases(&env, "p").is_empty()
+    });
+    assert!(
+        exited.elapsed() < Duration::from_secs(1),
+        "released {:?} after exit",
+        exited.elapsed()
+    );
+    assert_eq!(state_of(&env, "p"), "lingering");
+}
+
+#[test]
+fn a_process_left_inside_inherits_the_lease_and_independent_ones_get_their_own() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/q"]);
+    let m = env.mount_with(&["--linger", "30"]);
+    let wt = m.wt("repo", "q");
+    // A process sits inside (its working directory) without having asked anything; another
+    // one reads a file from outside and exits: the lease passes to the one inside.
+    let mut sitter = sh(&format!("cd '{}' && exec sleep 30", wt.display()));
+    let sitter_pid = sitter.id() as i64;
+    wait_until("the sitter is inside", Duration::from_secs(5), || {
+        fs::read_link(format!("/proc/{sitter_pid}/cwd"))
+            .map(|p| p == wt)
+            .unwrap_or(false)
+    });
+    run_ok(
+        "cat",
+        &[wt.join("README.md").to_str().unwrap()],
+        Path::new("/"),
+    );
+    let end = Instant::now() + Duration::from_secs(3);
+    loop {
+        let l = process_leases(&env, "q");
+        if l.len() == 1 && l[0].0 == sitter_pid {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the lease did not pass to the process inside: {l:?}\n{}",
+            wtfs_ok(&env.state(), &["events"])
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(events.contains("passed"), "{events}");
+    assert_eq!(state_of(&env, "q"), "active");
+    // A shell that leaves a background process inside and exits: still held, by a process
+    // inside that is not the shell.
+    let mut parent = sh(&format!(
+        "cd '{}' && cat build.sh && (sleep 30 &)",
+        wt.display()
+    ));
+    let parent_pid = parent.id() as i64;
+    parent.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    for (pid, _) in process_leases(&env, "q") {
+        assert_ne!(pid, parent_pid, "the exited shell still holds a lease");
+        let cwd = fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+        assert!(cwd.starts_with(&wt), "holder {pid} is not inside");
+    }
+    let heir = sitter_pid;
+    // Two independent sessions: one lease each.
+    let mut a = sh(&format!(
+        "cd '{}' && cat README.md && sleep 2",
+        wt.display()
+    ));
+    let mut b = sh(&format!(
+        "cd '{}' && cat empty.txt && sleep 2",
+        wt.display()
+    ));
+    wait_until("two more leases", Duration::from_secs(5), || {
+        process_leases(&env, "q").len() >= 3
+    });
+    // End what this test started: the sitter, the shell's background sleep (found by its
+    // lease), and the two sessions.
+    sitter.kill().unwrap();
+    sitter.wait().unwrap();
+    for (pid, _) in process_leases(&env, "q") {
+        if pid != heir && pid != a.id() as i64 && pid != b.id() as i64 {
+            // SAFETY: a process this test's shell started, read from its lease.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+    }
+    a.wait().unwrap();
+    b.wait().unwrap();
+    wait_until("all released", Duration::from_secs(3), || {
+        process_leases(&env, "q").is_empty()
+    });
+    assert_eq!(state_of(&env, "q"), "lingering");
+}
+
+#[test]
+fn dead_process_leases_are_swept_at_boot() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/s"]);
+    let m = env.mount_with(&["--linger", "30"]);
+    let mut holder = sh(&format!(
+        "cd '{}' && cat README.md && sleep 30",
+        m.wt("repo", "s").display()
+    ));
+    wait_until("a lease", Duration::from_secs(5), || {
+        !process_leases(&env, "s").is_empty()
+    });
+    // The daemon dies with the lease recorded; the holder dies while no daemon watches.
+    m.kill9();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(process_leases(&env, "s").len(), 1);
+    let _m = env.mount_with(&["--linger", "30"]);
+    assert!(
+        process_leases(&env, "s").is_empty(),
+        "the dead holder's lease was swept"
+    );
+    assert!(wtfs_ok(&env.state(), &["events"]).contains("swept"));
+}
+
+#[test]
+fn fifty_processes_entering_and_leaving_at_once_leave_no_lease_behind() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/many"]);
+    let m = env.mount_with(&["--linger", "30"]);
+    let wt = m.wt("repo", "many");
+    let children: Vec<_> = (0..50)
+        .map(|i| {
+            sh(&format!(
+                "cd '{}' && cat README.md > /dev/null && ls src > /dev/null; exit {}",
+                wt.display(),
+                i % 2
+            ))
+        })
+        .collect();
+    for mut c in children {
+        c.wait().unwrap();
+    }
+    wait_until("every lease released", Duration::from_secs(5), || {
+        process_leases(&env, "many").is_empty()
+    });
+    let events = wtfs_ok(&env.state(), &["events", "--json", "--last", "1000"]);
+    // Per holder, every acquire is matched by one release (a lease that passed on counts as
+    // released by its old holder); and no lease row is left.
+    let mut balance: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    for line in events.lines() {
+        let e: serde_json::Value = serde_json::from_str(line).unwrap();
+        let holder = e["holder"].as_str().unwrap_or("").to_string();
+        match e["kind"].as_str().unwrap() {
+            "acquired" => {
+                let b = balance.entry(holder).or_default();
+                *b += 1;
+                assert_eq!(*b, 1, "a holder acquired a lease it already held");
+            }
+            "released" | "passed" => *balance.entry(holder).or_default() -= 1,
+            _ => {}
+        }
+    }
+    assert!(balance.values().all(|b| *b == 0), "{balance:?}");
+    let acquired: Vec<&String> = balance.keys().collect();
+    assert!(!acquired.is_empty());
 }

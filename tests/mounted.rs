@@ -587,7 +587,15 @@ fn a_repository_added_while_mounted_appears_at_once() {
         &fs::read_to_string(m.mountpoint.join(".control/worktrees/other:w")).unwrap(),
     )
     .unwrap();
-    assert_eq!(json["state"], "ready");
+    // This test process looked inside (README.md above): it holds a process lease.
+    assert_eq!(json["state"], "active");
+    let me = format!("other:w@pid:{}:", std::process::id());
+    assert!(
+        fs::read_dir(m.mountpoint.join(".control/leases"))
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(&me)),
+        "no lease for {me}"
+    );
     assert!(fs::read_to_string(m.mountpoint.join(".control/status"))
         .unwrap()
         .contains("other"));

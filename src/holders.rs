@@ -1,0 +1,505 @@
+//! Process leases: which process holds which worktree, and noticing when it exits.
+//!
+//! The first request inside a worktree from a process that is not covered (neither it nor
+//! an ancestor holds a lease there) takes a lease for it, identified by pid and start time.
+//! Covered processes are remembered per worktree, so a covered process costs one hash
+//! lookup per request. A pidfd per holder tells a watcher thread the moment the holder
+//! exits; the lease then passes to a process still inside the worktree (working directory
+//! or an open file below it), or is released.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::state::StateDir;
+use crate::store::{LeaseError, NewLease, Store};
+
+/// A process as /proc shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub pid: i32,
+    pub ppid: i32,
+    /// Start time in clock ticks since boot (field 22 of /proc/<pid>/stat).
+    pub start: u64,
+    pub command: String,
+}
+
+/// Reads /proc/<pid>/stat. The command may hold spaces and parentheses, so fields are
+/// counted from the last ')'.
+pub fn proc_info(pid: i32) -> Option<ProcInfo> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let command = stat[open + 1..close].to_string();
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    // fields[0] is field 3 (state): ppid is field 4, starttime field 22.
+    Some(ProcInfo {
+        pid,
+        ppid: fields.get(1)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+        command,
+    })
+}
+
+/// The process (thread group) a thread belongs to: FUSE names the calling thread.
+pub fn tgid_of(tid: i32) -> Option<i32> {
+    let status = fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn command_line(pid: i32) -> Option<String> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let s: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    (!s.is_empty()).then(|| s.join(" "))
+}
+
+/// Whether process `pid` is inside `dir`: its working directory, or an open file, below it.
+pub fn is_inside(pid: i32, dir: &Path) -> bool {
+    let below = |p: PathBuf| p.starts_with(dir);
+    if fs::read_link(format!("/proc/{pid}/cwd"))
+        .map(below)
+        .unwrap_or(false)
+    {
+        return true;
+    }
+    match fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(rd) => rd
+            .flatten()
+            .any(|e| fs::read_link(e.path()).map(below).unwrap_or(false)),
+        Err(_) => false,
+    }
+}
+
+/// Every live process inside `dir`, lowest pid first, except `skip`.
+pub fn processes_inside(dir: &Path, skip: i32) -> Vec<i32> {
+    let mut out: Vec<i32> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != skip && *pid != std::process::id() as i32)
+        .filter(|pid| is_inside(*pid, dir))
+        .collect();
+    out.sort();
+    out
+}
+
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: plain syscall; on success the return value is a new descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// A lease held by a live process, watched through its pidfd.
+struct Watched {
+    worktree_id: i64,
+    worktree_path: PathBuf,
+    info: ProcInfo,
+    pidfd: OwnedFd,
+}
+
+pub struct Tracker {
+    state: StateDir,
+    store: Mutex<Store>,
+    /// Processes known covered, per worktree: the fast path of every request.
+    covered: RwLock<HashMap<i64, HashSet<i32>>>,
+    watched: Mutex<Vec<Watched>>,
+    /// Written to wake the watcher when a holder is added.
+    wake: (OwnedFd, OwnedFd),
+    /// Called when the store changed (so the view re-reads states).
+    on_change: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Tracker {
+    pub fn new(
+        state: StateDir,
+        on_change: Box<dyn Fn() + Send + Sync>,
+    ) -> anyhow::Result<Arc<Tracker>> {
+        let store = Store::open(&state.root)?;
+        let (r, w) = nix::unistd::pipe()?;
+        let tracker = Arc::new(Tracker {
+            state,
+            store: Mutex::new(store),
+            covered: RwLock::new(HashMap::new()),
+            watched: Mutex::new(Vec::new()),
+            wake: (r, w),
+            on_change,
+        });
+        Ok(tracker)
+    }
+
+    /// Boot reconcile: process leases whose process is gone (or whose pid now names
+    /// another process) are swept; live ones are watched again.
+    pub fn reconcile(&self, mountpoint: &Path) -> anyhow::Result<()> {
+        let leases = self.store.lock().leases()?;
+        for l in leases.into_iter().filter(|l| l.holder_kind == "process") {
+            let pid = l.pid.unwrap_or(0) as i32;
+            let alive = proc_info(pid).filter(|p| Some(p.start as i64) == l.pid_start);
+            let path = mountpoint.join(&l.repo).join(&l.worktree);
+            match alive.and_then(|info| Some((pidfd_open(pid)?, info))) {
+                Some((pidfd, info)) => {
+                    self.covered
+                        .write()
+                        .entry(l.worktree_id)
+                        .or_default()
+                        .insert(pid);
+                    self.watch(Watched {
+                        worktree_id: l.worktree_id,
+                        worktree_path: path,
+                        info,
+                        pidfd,
+                    });
+                }
+                None => {
+                    self.store.lock().release_lease(
+                        l.worktree_id,
+                        &l.holder,
+                        "swept",
+                        "process gone at boot",
+                    )?;
+                }
+            }
+        }
+        (self.on_change)();
+        Ok(())
+    }
+
+    /// Called on every request inside a worktree. Cheap when the process is covered.
+    /// Err(errno) when the worktree cannot be leased (deleting: EBUSY, removed: ENOENT).
+    pub fn touch(&self, worktree_id: i64, worktree_path: &Path, tid: u32) -> Result<(), i32> {
+        let tid = tid as i32;
+        if tid <= 0 {
+            return Ok(());
+        }
+        if let Some(set) = self.covered.read().get(&worktree_id) {
+            if set.contains(&tid) {
+                return Ok(());
+            }
+        }
+        let Some(pid) = tgid_of(tid) else {
+            return Ok(()); // gone already
+        };
+        // Covered by itself or an ancestor?
+        let holders: HashSet<i32> = self
+            .watched
+            .lock()
+            .iter()
+            .filter(|w| w.worktree_id == worktree_id)
+            .map(|w| w.info.pid)
+            .collect();
+        let mut cur = pid;
+        let mut depth = 0;
+        while cur > 1 && depth < 64 {
+            if holders.contains(&cur) {
+                let mut covered = self.covered.write();
+                let set = covered.entry(worktree_id).or_default();
+                set.insert(pid);
+                set.insert(tid);
+                return Ok(());
+            }
+            cur = match proc_info(cur) {
+                Some(p) => p.ppid,
+                None => break,
+            };
+            depth += 1;
+        }
+        // The holder is the outermost of this process and its ancestors that are inside the
+        // worktree: for `cd <worktree> && make`, the shell, whose lease then covers make
+        // and everything it starts (the shell's `cd` alone rarely reaches the daemon: the
+        // kernel answers it from its caches).
+        let Some(mut info) = proc_info(pid) else {
+            return Ok(());
+        };
+        let mut depth = 0;
+        while depth < 64 && info.ppid > 1 && is_inside(info.ppid, worktree_path) {
+            match proc_info(info.ppid) {
+                Some(parent) => info = parent,
+                None => break,
+            }
+            depth += 1;
+        }
+        if holders.contains(&info.pid) {
+            let mut covered = self.covered.write();
+            let set = covered.entry(worktree_id).or_default();
+            set.insert(pid);
+            set.insert(tid);
+            return Ok(());
+        }
+        // No store re-read here: this runs inside a FUSE request, and the state it moved
+        // (ready or lingering to active) is re-read by the next lookup anyway.
+        self.take(
+            worktree_id,
+            worktree_path,
+            info,
+            "first request inside",
+            false,
+        )?;
+        let mut covered = self.covered.write();
+        let set = covered.entry(worktree_id).or_default();
+        set.insert(pid);
+        set.insert(tid);
+        Ok(())
+    }
+
+    fn take(
+        &self,
+        worktree_id: i64,
+        worktree_path: &Path,
+        info: ProcInfo,
+        reason: &str,
+        notify: bool,
+    ) -> Result<(), i32> {
+        let Some(pidfd) = pidfd_open(info.pid) else {
+            return Ok(()); // exited meanwhile
+        };
+        let command = command_line(info.pid).unwrap_or_else(|| info.command.clone());
+        let lease = NewLease::Process {
+            pid: info.pid,
+            start: info.start,
+            command,
+        };
+        match self.store.lock().acquire_lease(worktree_id, &lease, reason) {
+            Ok(_) => {}
+            Err(LeaseError::Conflict(c, _)) => return Err(c.errno()),
+            Err(LeaseError::Db(e)) => {
+                tracing::warn!("recording a process lease failed: {e}");
+                return Err(libc::EIO);
+            }
+        }
+        self.watch(Watched {
+            worktree_id,
+            worktree_path: worktree_path.to_path_buf(),
+            info,
+            pidfd,
+        });
+        let _ = nix::unistd::write(&self.wake.1, b"w");
+        if notify {
+            (self.on_change)();
+        }
+        Ok(())
+    }
+
+    /// Watches a holder's exit, once per (worktree, process).
+    fn watch(&self, w: Watched) {
+        let mut watched = self.watched.lock();
+        if !watched
+            .iter()
+            .any(|x| x.worktree_id == w.worktree_id && x.info == w.info)
+        {
+            watched.push(w);
+        }
+    }
+
+    /// A holder exited: pass its lease to a process still inside, else release it.
+    fn holder_exited(&self, w: Watched) {
+        let holder = NewLease::Process {
+            pid: w.info.pid,
+            start: w.info.start,
+            command: String::new(),
+        }
+        .holder();
+        self.covered.write().remove(&w.worktree_id);
+        // A process that is forking or exiting right now may be missing from one scan (a
+        // zombie has no working directory; a child not yet forked is not there): look
+        // again twice before concluding nobody is inside. Still well within a second.
+        // The heir is watched (pidfd open, start time checked) before its lease is taken,
+        // so no lease is ever recorded for a process nobody watches.
+        let mut heir: Option<(ProcInfo, OwnedFd)> = None;
+        'scan: for wait_ms in [0, 50, 200] {
+            std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+            // Processes that hold a lease here already keep their own; the exited holder's
+            // parent (a shell whose command ended) comes first, then the rest by pid.
+            let holders: HashSet<i32> = self
+                .watched
+                .lock()
+                .iter()
+                .filter(|x| x.worktree_id == w.worktree_id)
+                .map(|x| x.info.pid)
+                .collect();
+            let mut inside: Vec<i32> = processes_inside(&w.worktree_path, w.info.pid)
+                .into_iter()
+                .filter(|p| !holders.contains(p))
+                .collect();
+            inside.sort_by_key(|p| (*p != w.info.ppid, *p));
+            tracing::debug!(
+                "holder {} of {} exited; inside without a lease: {inside:?}",
+                w.info.pid,
+                w.worktree_path.display()
+            );
+            for pid in inside {
+                let Some(pidfd) = pidfd_open(pid) else {
+                    continue;
+                };
+                let Some(info) = proc_info(pid) else { continue };
+                heir = Some((info, pidfd));
+                break 'scan;
+            }
+        }
+        let result = match heir {
+            Some((info, pidfd)) => {
+                // Take the heir's lease first, so the worktree never looks unheld.
+                let heir_lease = NewLease::Process {
+                    pid: info.pid,
+                    start: info.start,
+                    command: command_line(info.pid).unwrap_or_else(|| info.command.clone()),
+                };
+                let reason = format!("holder {} exited; {} is still inside", w.info.pid, info.pid);
+                let taken = self
+                    .store
+                    .lock()
+                    .acquire_lease(w.worktree_id, &heir_lease, &reason);
+                if taken.is_ok() {
+                    self.watch(Watched {
+                        worktree_id: w.worktree_id,
+                        worktree_path: w.worktree_path.clone(),
+                        info,
+                        pidfd,
+                    });
+                    let _ = nix::unistd::write(&self.wake.1, b"w");
+                }
+                self.store
+                    .lock()
+                    .release_lease(w.worktree_id, &holder, "passed", &reason)
+            }
+            None => {
+                self.store
+                    .lock()
+                    .release_lease(w.worktree_id, &holder, "released", "holder exited")
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!("releasing the lease of exited process {}: {e}", w.info.pid);
+        }
+        (self.on_change)();
+    }
+
+    /// The watcher: waits on every holder's pidfd and the wake pipe.
+    pub fn spawn_watcher(self: &Arc<Self>) {
+        let me = self.clone();
+        let _ = std::thread::Builder::new()
+            .name("lease-watcher".into())
+            .spawn(move || loop {
+                let mut fds: Vec<libc::pollfd> = vec![libc::pollfd {
+                    fd: me.wake.0.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                fds.extend(me.watched.lock().iter().map(|w| libc::pollfd {
+                    fd: w.pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }));
+                // SAFETY: fds is a valid array of pollfd for its length.
+                let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
+                if n <= 0 {
+                    continue;
+                }
+                if fds[0].revents != 0 {
+                    let mut buf = [0u8; 64];
+                    let _ = nix::unistd::read(me.wake.0.as_raw_fd(), &mut buf);
+                }
+                let exited: Vec<i32> = fds[1..]
+                    .iter()
+                    .filter(|p| p.revents != 0)
+                    .map(|p| p.fd)
+                    .collect();
+                if exited.is_empty() {
+                    continue;
+                }
+                let gone: Vec<Watched> = {
+                    let mut watched = me.watched.lock();
+                    let (gone, keep): (Vec<Watched>, Vec<Watched>) = watched
+                        .drain(..)
+                        .partition(|w| exited.contains(&w.pidfd.as_raw_fd()));
+                    *watched = keep;
+                    gone
+                };
+                // Each on its own thread: one exit's rescans must not delay another's.
+                for w in gone {
+                    let me = me.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("lease-exit".into())
+                        .spawn(move || me.holder_exited(w));
+                }
+            });
+    }
+
+    /// Before a worktree may start deleting: a process inside it that never made a request
+    /// the kernel could not answer from its caches gets its lease now.
+    pub fn adopt_processes_inside(&self, worktree_id: i64, worktree_path: &Path) -> bool {
+        let mut any = false;
+        for pid in processes_inside(worktree_path, 0) {
+            if let Some(info) = proc_info(pid) {
+                if self
+                    .take(
+                        worktree_id,
+                        worktree_path,
+                        info,
+                        "inside at the end of the grace period",
+                        true,
+                    )
+                    .is_ok()
+                {
+                    any = true;
+                }
+            }
+        }
+        any
+    }
+
+    pub fn state_root(&self) -> &Path {
+        &self.state.root
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_info_reads_this_process() {
+        let me = std::process::id() as i32;
+        let info = proc_info(me).unwrap();
+        assert_eq!(info.pid, me);
+        assert!(info.start > 0);
+        assert_eq!(info.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(tgid_of(me), Some(me));
+        assert!(proc_info(i32::MAX).is_none());
+    }
+
+    #[test]
+    fn inside_follows_the_working_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .current_dir(dir.path())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // The child's cwd is set before exec; allow it a moment to appear.
+        let mut seen = false;
+        for _ in 0..50 {
+            if is_inside(pid, dir.path()) {
+                seen = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let listed = processes_inside(dir.path(), 0);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(seen);
+        assert!(listed.contains(&pid));
+    }
+}
