@@ -82,6 +82,16 @@ enum Command {
     /// Named leases for orchestrators.
     #[command(subcommand)]
     Lease(LeaseCmd),
+    /// Run a command inside REPO/WT, holding a lease for exactly its lifetime; its exit
+    /// status is passed through.
+    Run {
+        target: String,
+        /// Hold the lease as this named session (else as the run process).
+        #[arg(long)]
+        session: Option<String>,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// List every lease.
     Leases {
         #[arg(long)]
@@ -308,11 +318,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                print!("{}", worktreefs::report::status_table(&rows));
+                print!(
+                    "{}",
+                    worktreefs::report::status_table(&rows, &store.leases()?)
+                );
             }
             Ok(())
         }
         Command::Lease(cmd) => cmd_lease(&state, cmd),
+        Command::Run {
+            target,
+            session,
+            command,
+        } => cmd_run(&state, &target, session.as_deref(), &command),
         Command::Leases { json } => {
             let store = open_store(&state)?;
             let rows = store.leases()?;
@@ -375,6 +393,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     "mounted": daemon.as_ref().map(|d| d.mountpoint.clone()),
                     "daemon_pid": daemon.as_ref().map(|d| d.pid),
                     "worktrees": rows,
+                    "leases": store.leases()?,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
@@ -386,7 +405,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     ),
                     None => println!("not mounted (state dir {})", state.root.display()),
                 }
-                print!("{}", worktreefs::report::status_table(&rows));
+                print!(
+                    "{}",
+                    worktreefs::report::status_table(&rows, &store.leases()?)
+                );
             }
             Ok(())
         }
@@ -429,6 +451,60 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
     }
     daemon::poke(state);
     Ok(())
+}
+
+fn cmd_run(
+    state: &StateDir,
+    target: &str,
+    session: Option<&str>,
+    command: &[String],
+) -> anyhow::Result<()> {
+    let (repo, name) = split_target(target)?;
+    let mut store = open_store(state)?;
+    let row = store.worktree(repo, name)?.ok_or_else(|| {
+        anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`")
+    })?;
+    let daemon = daemon::running_daemon(state).ok_or_else(|| {
+        anyhow!(
+            "nothing is mounted for state dir {}; start it with `worktreefs mount`",
+            state.root.display()
+        )
+    })?;
+    let dir = daemon.mountpoint.join(repo).join(name);
+    let named = match session {
+        Some(id) => {
+            worktreefs::lease::validate_session(id).map_err(|e| anyhow!(e))?;
+            let lease = worktreefs::store::NewLease::Session { id: id.to_string() };
+            match store.acquire_lease(row.id, &lease, "worktreefs run") {
+                Ok(_) => Some(lease),
+                Err(worktreefs::store::LeaseError::Conflict(_, st)) => bail!(
+                    "worktree '{repo}/{name}' is {st} and cannot be leased; create a new worktree with `worktreefs new`"
+                ),
+                Err(worktreefs::store::LeaseError::Db(e)) => return Err(e.into()),
+            }
+        }
+        None => None,
+    };
+    // Entering the worktree and reading its .git file makes this process a lease holder
+    // (the daemon notices when it exits, however it exits); the command runs below it.
+    std::env::set_current_dir(&dir)
+        .with_context(|| format!("entering {} (state {})", dir.display(), row.state))?;
+    let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
+    let status = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .status()
+        .with_context(|| format!("running {}", command[0]));
+    if let Some(lease) = named {
+        let _ = store.release_lease(row.id, &lease.holder(), "released", "worktreefs run ended");
+    }
+    let status = status?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => std::process::exit(code),
+        None => std::process::exit(
+            128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0),
+        ),
+    }
 }
 
 fn add_repo(

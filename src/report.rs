@@ -1,21 +1,34 @@
 //! Human-readable tables shared by the CLI and `.control/status`.
 
-use crate::store::WorktreeRow;
+use crate::store::{LeaseRow, WorktreeRow};
 
-pub fn status_table(rows: &[WorktreeRow]) -> String {
+pub fn status_table(rows: &[WorktreeRow], leases: &[LeaseRow]) -> String {
     let mut out = format!(
-        "{:<24} {:<24} {:<10} {:<24} {}\n",
-        "REPO", "WORKTREE", "STATE", "BRANCH", "BASE"
+        "{:<24} {:<24} {:<10} {:<7} {:<24} {}\n",
+        "REPO", "WORKTREE", "STATE", "LEASES", "BRANCH", "BASE"
     );
     for w in rows {
+        let n = leases.iter().filter(|l| l.worktree_id == w.id).count();
         out.push_str(&format!(
-            "{:<24} {:<24} {:<10} {:<24} {}\n",
+            "{:<24} {:<24} {:<10} {:<7} {:<24} {}\n",
             w.repo,
             w.name,
             w.state,
+            n,
             w.branch.as_deref().unwrap_or("(detached)"),
             &w.base_commit[..w.base_commit.len().min(12)]
         ));
+    }
+    if !leases.is_empty() {
+        out.push_str("\nLEASE                                    HOLDER\n");
+        for l in leases {
+            let who = l
+                .command
+                .clone()
+                .or_else(|| l.session.clone())
+                .unwrap_or_default();
+            out.push_str(&format!("{:<40} {}\n", l.entry_name(), who));
+        }
     }
     out
 }

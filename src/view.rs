@@ -1266,8 +1266,10 @@ impl View {
             // Answered at open (a query has effects); nothing to show before.
             (ControlDir::FsMonitor, _) => Ok(Vec::new()),
             (ControlDir::Top, "status") => {
-                let rows = self.store.lock().worktrees().map_err(store_err)?;
-                Ok(crate::report::status_table(&rows).into_bytes())
+                let store = self.store.lock();
+                let rows = store.worktrees().map_err(store_err)?;
+                let leases = store.leases().map_err(store_err)?;
+                Ok(crate::report::status_table(&rows, &leases).into_bytes())
             }
             (ControlDir::Top, "stats") => {
                 let v = serde_json::json!({

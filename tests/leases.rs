@@ -434,3 +434,56 @@ fn fifty_processes_entering_and_leaving_at_once_leave_no_lease_behind() {
     let acquired: Vec<&String> = balance.keys().collect();
     assert!(!acquired.is_empty());
 }
+
+#[test]
+fn run_holds_a_lease_for_the_commands_lifetime_and_passes_its_status() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/r"]);
+    let m = env.mount_with(&["--linger", "30"]);
+    // The command runs inside the worktree, sees its session's lease, and its status comes back.
+    let leases = m.mountpoint.join(".control/leases");
+    let script = format!(
+        "test -f README.md && ls '{}' | grep -q 'repo:r@session:job-1' && exit 7",
+        leases.display()
+    );
+    let out = wtfs(
+        &env.state(),
+        &[
+            "run",
+            "repo/r",
+            "--session",
+            "job-1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Afterwards: no session lease, and the run process's own lease goes with it.
+    wait_until("run's leases released", Duration::from_secs(3), || {
+        let json: serde_json::Value =
+            serde_json::from_str(&wtfs_ok(&env.state(), &["leases", "--json"])).unwrap();
+        json.as_array().unwrap().is_empty()
+    });
+    assert_eq!(state_of(&env, "r"), "lingering");
+    let ok = wtfs(&env.state(), &["run", "repo/r", "--", "true"]);
+    assert!(ok.status.success());
+    wait_until(
+        "the second run's lease released",
+        Duration::from_secs(3),
+        || process_leases(&env, "r").is_empty(),
+    );
+    let missing = wtfs(&env.state(), &["run", "repo/none", "--", "true"]);
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
+    let status = fs::read_to_string(m.mountpoint.join(".control/status")).unwrap();
+    assert!(
+        status.contains("LEASES") && status.contains("lingering"),
+        "{status}"
+    );
+}
