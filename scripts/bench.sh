@@ -9,6 +9,8 @@
 #   create:  `worktreefs new` vs `git worktree add`
 #   status:  `git status` in a fresh view vs in a real checkout: first run, warm, and
 #            with the kernel's caches dropped before each side (root only)
+#   leases:  reading $READ_FILES files (default 20000) in a mount with process-lease
+#            tracking vs one without (--no-lease-tracking): the ratio is on/off
 # Prints each median and the ratio. Always unmounts, even on failure.
 set -euo pipefail
 
@@ -84,7 +86,8 @@ cleanup() {
 trap cleanup EXIT
 
 "$BIN" repo add "$REPO" --name bench >/dev/null
-"$BIN" mount "$MNT" >/dev/null
+# A long grace period: the worktrees measured here must not start cleanup between rows.
+"$BIN" mount "$MNT" --linger 3600 >/dev/null
 
 now_ns() { date +%s%N; }
 # time_cmd OUTFILE CMD...: appends the wall time in ms of CMD to OUTFILE.
@@ -137,6 +140,21 @@ fi
 clean=$(git -C "$MNT/bench/bench-1" status --porcelain | wc -l)
 reads=$(cat "$MNT/.control/stats")
 
+# What process-lease tracking costs a read-heavy run: the same files read in a fresh mount
+# with tracking and without (--no-lease-tracking), alternating, blob cache warm.
+READ_FILES=${READ_FILES:-20000}
+git -C "$REPO" ls-tree -r --name-only HEAD | head -n "$READ_FILES" > "$RUN_DIR/readlist"
+read_all() { (cd "$MNT/bench/bench-1" && xargs -a "$RUN_DIR/readlist" cat > /dev/null); }
+remount() { "$BIN" unmount >/dev/null; "$BIN" mount "$MNT" --linger 3600 "$@" >/dev/null; }
+read_all  # fill the blob cache
+for i in $(seq 1 "$RUNS"); do
+  remount
+  time_cmd "$RUN_DIR/read-tracked" read_all
+  remount --no-lease-tracking
+  time_cmd "$RUN_DIR/read-untracked" read_all
+done
+remount
+
 printf '\n%-34s %12s %12s %10s\n' "row" "worktreefs" "git" "ratio"
 row() {
   local name="$1" a b
@@ -147,6 +165,7 @@ row "create a worktree" "$RUN_DIR/create-wtfs" "$RUN_DIR/create-git"
 printf '%-34s %10s ms\n' "create, first at a commit" "$(median "$RUN_DIR/create-first")"
 row "git status, fresh (first run)" "$RUN_DIR/status-wtfs-first" "$RUN_DIR/status-git-first"
 row "git status, fresh (warm)" "$RUN_DIR/status-wtfs" "$RUN_DIR/status-git"
+row "read $(wc -l < "$RUN_DIR/readlist") files, leases on vs off" "$RUN_DIR/read-tracked" "$RUN_DIR/read-untracked"
 if [ "$cold" = 1 ]; then
   row "git status, kernel caches dropped" "$RUN_DIR/status-wtfs-cold" "$RUN_DIR/status-git-cold"
 else

@@ -157,6 +157,8 @@ pub struct MountRequest {
     pub threads: usize,
     /// Grace period, in seconds, between a worktree's last release and its cleanup.
     pub linger: u64,
+    /// Process leases (off only to measure what they cost).
+    pub track_leases: bool,
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -230,7 +232,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // Boot reconcile: leases of processes that are gone are swept before anyone enters.
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();
-    let fs = WorktreeFs::new(view.clone(), Some(tracker.clone()));
+    let fs = WorktreeFs::new(view.clone(), req.track_leases.then(|| tracker.clone()));
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("worktreefs".into()),
@@ -357,12 +359,9 @@ fn spawn_signal_thread(mountpoint: PathBuf) {
 }
 
 /// Starts the daemon in the background and returns once the mount is ready (or failed).
-pub fn spawn_background(
-    state: &StateDir,
-    mountpoint: Option<&Path>,
-    linger: u64,
-    log_level: Option<&str>,
-) -> anyhow::Result<i32> {
+pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::Result<i32> {
+    let state = &req.state;
+    let mountpoint = req.mountpoint.as_deref();
     let (read_end, write_end) = nix::unistd::pipe()?;
     let exe = std::env::current_exe()?;
     let log = OpenOptions::new()
@@ -378,7 +377,12 @@ pub fn spawn_background(
         .arg(&state.root)
         .arg("--foreground")
         .arg("--linger")
-        .arg(linger.to_string());
+        .arg(req.linger.to_string())
+        .arg("--threads")
+        .arg(req.threads.to_string());
+    if !req.track_leases {
+        cmd.arg("--no-lease-tracking");
+    }
     if let Some(l) = log_level {
         cmd.arg("--log-level").arg(l);
     }

@@ -53,6 +53,9 @@ enum Command {
         /// Seconds a worktree stays `lingering` after its last lease before cleanup.
         #[arg(long, default_value_t = 5)]
         linger: u64,
+        /// Do not track process leases (for measuring their cost; named leases still work).
+        #[arg(long, hide = true)]
+        no_lease_tracking: bool,
     },
     /// Unmount the filesystem served for the state directory.
     Unmount,
@@ -199,12 +202,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             foreground,
             threads,
             linger,
+            no_lease_tracking,
         } => cmd_mount(
             &state,
             mountpoint,
             foreground,
-            threads,
-            linger,
+            MountTuning {
+                threads,
+                linger,
+                track_leases: !no_lease_tracking,
+            },
             cli.global.log_level.as_deref(),
         ),
         Command::Unmount => {
@@ -543,20 +550,31 @@ fn add_repo(
     Ok(store.add_repo(&name, &top, &gitdir)?)
 }
 
+struct MountTuning {
+    threads: usize,
+    linger: u64,
+    track_leases: bool,
+}
+
 fn cmd_mount(
     state: &StateDir,
     mountpoint: Option<PathBuf>,
     foreground: bool,
-    threads: usize,
-    linger: u64,
+    tuning: MountTuning,
     log_level: Option<&str>,
 ) -> anyhow::Result<()> {
+    let MountTuning {
+        threads,
+        linger,
+        track_leases,
+    } = tuning;
     if foreground {
         let req = MountRequest {
             state: state.clone(),
             mountpoint,
             threads,
             linger,
+            track_leases,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -578,9 +596,10 @@ fn cmd_mount(
         mountpoint: mountpoint.clone(),
         threads,
         linger,
+        track_leases,
     };
     daemon::prepare(&req)?;
-    let pid = daemon::spawn_background(state, mountpoint.as_deref(), linger, log_level)?;
+    let pid = daemon::spawn_background(&req, log_level)?;
     let store = open_store(state)?;
     let mp = worktree::mountpoint_of(state, &store);
     let mp = fs::canonicalize(&mp).unwrap_or(mp);

@@ -192,8 +192,10 @@ impl Mounted {
         Self::start_limited(state, mountpoint, Duration::from_secs(240))
     }
 
+    /// With a long grace period, so no worktree starts cleanup while a test still uses it
+    /// between two commands (tests of the lifecycle pass their own `--linger`).
     pub fn start_limited(state: &Path, mountpoint: &Path, limit: Duration) -> Mounted {
-        Self::start_with(state, mountpoint, limit, &[])
+        Self::start_with(state, mountpoint, limit, &["--linger", "600"])
     }
 
     /// Starts a daemon with extra `mount` arguments (e.g. `--linger 1`).
