@@ -13,6 +13,7 @@
 #            tracking vs one without (--no-lease-tracking): the ratio is on/off
 # Prints each median and the ratio. Always unmounts, even on failure.
 set -euo pipefail
+trap 'echo "bench.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 FILES=100000
 REPO=""
@@ -143,7 +144,9 @@ reads=$(cat "$MNT/.control/stats")
 # What process-lease tracking costs a read-heavy run: the same files read in a fresh mount
 # with tracking and without (--no-lease-tracking), alternating, blob cache warm.
 READ_FILES=${READ_FILES:-20000}
-git -C "$REPO" ls-tree -r --name-only HEAD | head -n "$READ_FILES" > "$RUN_DIR/readlist"
+# (Not `ls-tree | head`: with pipefail, head closing the pipe early fails the script.)
+git -C "$REPO" ls-tree -r --name-only HEAD > "$RUN_DIR/alltracked"
+sed -n "1,${READ_FILES}p" "$RUN_DIR/alltracked" > "$RUN_DIR/readlist"
 read_all() { (cd "$MNT/bench/bench-1" && xargs -a "$RUN_DIR/readlist" cat > /dev/null); }
 remount() { "$BIN" unmount >/dev/null; "$BIN" mount "$MNT" --linger 3600 "$@" >/dev/null; }
 read_all  # fill the blob cache
