@@ -42,20 +42,18 @@ impl WorktreeFs {
         let Some(tracker) = &self.tracker else {
             return Ok(());
         };
-        let Some((worktree, path, is_root)) = self.view.worktree_of(ino.0) else {
+        let Some((worktree, is_root)) = self.view.worktree_of(ino.0) else {
             return Ok(());
         };
         if is_root && !own_dir {
             return Ok(());
         }
-        tracker.touch(worktree, &path, req.pid()).map_err(|errno| {
-            tracing::info!(
-                pid = req.pid(),
-                "refused entry to {}: errno {errno}",
-                path.display()
-            );
-            Errno::from_i32(errno)
-        })
+        tracker
+            .touch(worktree, || self.view.worktree_path(worktree), req.pid())
+            .map_err(|errno| {
+                tracing::info!(pid = req.pid(), worktree, "refused entry: errno {errno}");
+                Errno::from_i32(errno)
+            })
     }
 }
 

@@ -177,7 +177,12 @@ impl Tracker {
 
     /// Called on every request inside a worktree. Cheap when the process is covered.
     /// Err(errno) when the worktree cannot be leased (deleting: EBUSY, removed: ENOENT).
-    pub fn touch(&self, worktree_id: i64, worktree_path: &Path, tid: u32) -> Result<(), i32> {
+    pub fn touch(
+        &self,
+        worktree_id: i64,
+        worktree_path: impl FnOnce() -> Option<PathBuf>,
+        tid: u32,
+    ) -> Result<(), i32> {
         let tid = tid as i32;
         if tid <= 0 {
             return Ok(());
@@ -187,6 +192,10 @@ impl Tracker {
                 return Ok(());
             }
         }
+        let Some(worktree_path) = worktree_path() else {
+            return Ok(());
+        };
+        let worktree_path = worktree_path.as_path();
         let Some(pid) = tgid_of(tid) else {
             return Ok(()); // gone already
         };

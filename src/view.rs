@@ -658,21 +658,25 @@ impl View {
         }
     }
 
-    /// The worktree an inode belongs to, as (id, its path under the mount, whether the inode
-    /// is the worktree's own directory). None for the top of the mount and `.control`.
-    pub fn worktree_of(&self, ino: u64) -> Option<(i64, PathBuf, bool)> {
+    /// The worktree an inode belongs to, as (id, whether the inode is the worktree's own
+    /// directory). None for the top of the mount and `.control`. On every request: no
+    /// allocation.
+    pub fn worktree_of(&self, ino: u64) -> Option<(i64, bool)> {
         let t = self.nodes.read();
         match t.nodes.get(&ino).map(|n| &n.kind) {
-            Some(NodeKind::Wt { wt, is_root, .. }) => Some((
-                wt.id,
-                self.mountpoint.join(&wt.repo).join(&wt.name),
-                *is_root,
-            )),
-            Some(NodeKind::GitFile(wt)) => {
-                Some((wt.id, self.mountpoint.join(&wt.repo).join(&wt.name), false))
-            }
+            Some(NodeKind::Wt { wt, is_root, .. }) => Some((wt.id, *is_root)),
+            Some(NodeKind::GitFile(wt)) => Some((wt.id, false)),
             _ => None,
         }
+    }
+
+    /// Where worktree `id` is under the mount.
+    pub fn worktree_path(&self, id: i64) -> Option<PathBuf> {
+        let cat = self.catalog.read();
+        cat.worktrees
+            .values()
+            .find(|w| w.id == id)
+            .map(|w| self.mountpoint.join(&w.repo).join(&w.name))
     }
 
     pub fn mountpoint(&self) -> &Path {
@@ -1048,7 +1052,7 @@ impl View {
         if name == CONTROL_NAME {
             return Ok(Entry {
                 attr: self.top_dir_attr(CONTROL_INO),
-                ttl: TOP_TTL,
+                ttl: CONTROL_TTL,
             });
         }
         self.refresh()?;
@@ -1194,7 +1198,9 @@ impl View {
     fn ttl_of(&self, t: &NodeTable, ino: u64) -> Duration {
         match t.nodes.get(&ino).map(|n| &n.kind) {
             Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_TTL,
-            Some(NodeKind::ControlFile(..)) => CONTROL_TTL,
+            // Listings under .control change with every lease: the kernel must look at the
+            // directory's (always new) mtime before using a listing it kept.
+            Some(NodeKind::ControlFile(..)) | Some(NodeKind::ControlDir(_)) => CONTROL_TTL,
             _ => TOP_TTL,
         }
     }
