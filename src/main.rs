@@ -346,11 +346,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 println!("{:<40} {:<8} {:<24} SINCE", "LEASE", "KIND", "HOLDER");
                 for l in rows {
-                    let who = l
-                        .command
-                        .clone()
-                        .or_else(|| l.session.clone())
-                        .unwrap_or_default();
+                    let who = l.holder_label();
                     println!(
                         "{:<40} {:<8} {:<24} {}",
                         l.entry_name(),

@@ -22,12 +22,7 @@ pub fn status_table(rows: &[WorktreeRow], leases: &[LeaseRow]) -> String {
     if !leases.is_empty() {
         out.push_str("\nLEASE                                    HOLDER\n");
         for l in leases {
-            let who = l
-                .command
-                .clone()
-                .or_else(|| l.session.clone())
-                .unwrap_or_default();
-            out.push_str(&format!("{:<40} {}\n", l.entry_name(), who));
+            out.push_str(&format!("{:<40} {}\n", l.entry_name(), l.holder_label()));
         }
     }
     out

@@ -387,6 +387,14 @@ impl LeaseRow {
     pub fn entry_name(&self) -> String {
         format!("{}:{}@{}", self.repo, self.worktree, self.holder)
     }
+
+    /// Who holds it, for a person: the command line or the session id.
+    pub fn holder_label(&self) -> &str {
+        self.command
+            .as_deref()
+            .or(self.session.as_deref())
+            .unwrap_or("")
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
