@@ -22,7 +22,8 @@
 //! ## Locks (take them in this order, never the reverse)
 //!
 //! 1. `mutate`: one namespace change at a time (create, unlink, rename, copy-up, …).
-//! 2. `nodes`: the inode table (read-locked by lookups, getattr and path resolution).
+//! 2. `nodes`: the inode table (read-locked by lookups, getattr and path resolution;
+//!    write-locked to add, move or forget nodes).
 //! 3. `handles`: open file and directory handles.
 //! 4. `catalog` and `store`: repositories and worktrees known from SQLite (only taken at
 //!    the top of the mount and in `mkdir` of a worktree, never on the read path).
@@ -243,7 +244,9 @@ struct Node {
     name: OsString,
     /// Further names of a hard-linked upper file.
     aliases: Vec<(u64, OsString)>,
-    lookups: u64,
+    /// The kernel's lookup count. Atomic so a lookup of a known name counts it under the
+    /// table's read lock; `forget` (write lock) is the only one that lowers it.
+    lookups: AtomicU64,
     unlinked: bool,
 }
 
@@ -273,7 +276,7 @@ impl NodeTable {
         let key = (parent, name.to_os_string());
         if let Some(&existing) = self.children.get(&key) {
             if let Some(n) = self.nodes.get_mut(&existing) {
-                n.lookups += 1;
+                n.lookups.fetch_add(1, Ordering::Relaxed);
                 return existing;
             }
         }
@@ -285,7 +288,7 @@ impl NodeTable {
                 parent,
                 name: name.to_os_string(),
                 aliases: Vec::new(),
-                lookups: 1,
+                lookups: AtomicU64::new(1),
                 unlinked: false,
             },
         );
@@ -337,6 +340,8 @@ enum HandleKind {
         /// its path as changed (writable handles only).
         wt: Option<Arc<WtCtx>>,
         noted_epoch: AtomicU64,
+        /// The copy-up epoch when this handle last checked its node (base handles only).
+        seen_copy_ups: AtomicU64,
         /// Whether this handle's first read was recorded in `Stats::content_paths`.
         read_seen: std::sync::atomic::AtomicBool,
         file: RwLock<File>,
@@ -384,6 +389,9 @@ pub struct View {
     /// Listings being read by handle-less readdir (see `readdir_ino`).
     listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
     invalidator: std::sync::OnceLock<Invalidator>,
+    /// Bumped by every copy-up: a read on a handle opened on a base blob checks whether its
+    /// file was copied up only when this moved since the handle last looked.
+    copy_up_epoch: AtomicU64,
     /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
     instance: String,
     pub stats: Stats,
@@ -508,7 +516,7 @@ impl View {
                     parent,
                     name: name.into(),
                     aliases: Vec::new(),
-                    lookups: u64::MAX / 2,
+                    lookups: AtomicU64::new(u64::MAX / 2),
                     unlinked: false,
                 },
             );
@@ -535,6 +543,7 @@ impl View {
             next_fh: AtomicU64::new(1),
             listings: Mutex::new(HashMap::new()),
             invalidator: std::sync::OnceLock::new(),
+            copy_up_epoch: AtomicU64::new(0),
             instance: format!(
                 "{}.{}",
                 std::process::id(),
@@ -963,7 +972,7 @@ impl View {
     pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         let parent_kind = {
-            let mut t = self.nodes.write();
+            let t = self.nodes.read();
             let node = t.nodes.get(&parent).ok_or_else(|| {
                 FsError::new(libc::ESTALE, format!("inode {parent} is not known"))
             })?;
@@ -975,10 +984,10 @@ impl View {
                     NodeKind::Root | NodeKind::Repo(_) | NodeKind::ControlDir(_)
                 )
             }) {
-                // Counted under the same lock that found it, so a concurrent forget cannot
-                // drop the node between the two; given back if its attributes fail.
-                if let Some(n) = t.nodes.get_mut(&ino) {
-                    n.lookups += 1;
+                // Counted under the read lock that found it: a forget needs the write lock,
+                // so it cannot drop the node in between. Given back if its attributes fail.
+                if let Some(n) = t.nodes.get(&ino) {
+                    n.lookups.fetch_add(1, Ordering::Relaxed);
                 }
                 let attr = self.node_attr(&t, ino);
                 drop(t);
@@ -1071,11 +1080,11 @@ impl View {
             parent: ROOT_INO,
             name: name.to_os_string(),
             aliases: Vec::new(),
-            lookups: 0,
+            lookups: AtomicU64::new(0),
             unlinked: false,
         });
-        if let Some(n) = t.nodes.get_mut(&ino) {
-            n.lookups += 1;
+        if let Some(n) = t.nodes.get(&ino) {
+            n.lookups.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Entry {
             attr: self.top_dir_attr(ino),
@@ -1181,8 +1190,10 @@ impl View {
         let Some(node) = t.nodes.get_mut(&ino) else {
             return;
         };
-        node.lookups = node.lookups.saturating_sub(nlookup);
-        if node.lookups > 0 {
+        // The write lock excludes every increment (they hold the read lock).
+        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(nlookup);
+        node.lookups.store(left, Ordering::Relaxed);
+        if left > 0 {
             return;
         }
         if let Some(node) = t.nodes.remove(&ino) {
@@ -1763,6 +1774,7 @@ impl View {
             ino,
             wt,
             noted_epoch: AtomicU64::new(u64::MAX),
+            seen_copy_ups: AtomicU64::new(self.copy_up_epoch.load(Ordering::Acquire)),
             read_seen: false.into(),
             file: RwLock::new(file),
             on_base: on_base.into(),
@@ -1828,6 +1840,8 @@ impl View {
                 ov.base = b;
             }
         }
+        drop(t);
+        self.copy_up_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     fn work_tmp(wt: &WtCtx, what: &str) -> PathBuf {
@@ -1988,6 +2002,8 @@ impl View {
                 }
             }
         }
+        drop(t);
+        self.copy_up_epoch.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
@@ -2676,7 +2692,7 @@ impl View {
         t.children.insert((newparent, newname.to_os_string()), ino);
         if let Some(node) = t.nodes.get_mut(&ino) {
             node.aliases.push((newparent, newname.to_os_string()));
-            node.lookups += 1;
+            node.lookups.fetch_add(1, Ordering::Relaxed);
         }
         let attr = self.node_attr(&t, ino)?;
         Ok(Entry { attr, ttl: WT_TTL })
@@ -2865,6 +2881,7 @@ impl View {
                 file,
                 on_base,
                 read_seen,
+                seen_copy_ups,
                 ..
             } => {
                 self.stats.content_reads.fetch_add(1, Ordering::Relaxed);
@@ -2872,7 +2889,11 @@ impl View {
                     self.record_content_path(*ino);
                 }
                 if on_base.load(Ordering::Relaxed) {
-                    self.follow_copy_up(*ino, file, on_base)?;
+                    // Recorded before looking: a copy-up after the look moves the epoch again.
+                    let epoch = self.copy_up_epoch.load(Ordering::Acquire);
+                    if seen_copy_ups.swap(epoch, Ordering::AcqRel) != epoch {
+                        self.follow_copy_up(*ino, file, on_base)?;
+                    }
                 }
                 let mut buf = vec![0u8; size as usize];
                 let f = file.read();

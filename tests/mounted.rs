@@ -783,22 +783,7 @@ fn random_operations_through_the_mount_agree_with_a_plain_directory() {
         wtfs_ok(&env.state(), &["new", &format!("repo/model{seed}")]);
     }
     let m = env.mount();
-    let paths = [
-        "README.md",
-        "src",
-        "src/main.rs",
-        "src/lib",
-        "src/lib/mod.rs",
-        "src/lib/util.rs",
-        "docs",
-        "new",
-        "new/a",
-        "x.txt",
-        "src/x.txt",
-        "empty.txt",
-        "assets",
-        "src/lib/x.txt",
-    ];
+    let paths = MODEL_PATHS;
     for seed in 1..=4u64 {
         let wt = m.wt("repo", &format!("model{seed}"));
         let plain = tempfile::tempdir().unwrap();

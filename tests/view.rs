@@ -256,22 +256,7 @@ enum Op {
 
 #[test]
 fn random_operations_agree_with_a_plain_directory() {
-    let paths = [
-        "README.md",
-        "src",
-        "src/main.rs",
-        "src/lib",
-        "src/lib/mod.rs",
-        "src/lib/util.rs",
-        "docs",
-        "new",
-        "new/a",
-        "x.txt",
-        "src/x.txt",
-        "empty.txt",
-        "assets",
-        "src/lib/x.txt",
-    ];
+    let paths = MODEL_PATHS;
     for seed in 1..=12u64 {
         let c = core();
         let plain = tempfile::tempdir().unwrap();
@@ -319,4 +304,19 @@ fn random_operations_agree_with_a_plain_directory() {
             );
         }
     }
+}
+
+#[test]
+fn a_handle_opened_on_the_base_reads_the_copy_up_after_it() {
+    let c = core();
+    let (_, ino) = c.resolve("README.md").unwrap();
+    let reader = c.view.open(ino, libc::O_RDONLY).unwrap().0;
+    assert_eq!(c.view.read(reader, 0, 100).unwrap(), b"# test repository\n");
+    // Reads of an unchanged file keep using the cached blob.
+    assert_eq!(c.view.read(reader, 2, 4).unwrap(), b"test");
+    let writer = c.view.open(ino, libc::O_WRONLY | libc::O_TRUNC).unwrap().0;
+    c.view.write(writer, 0, b"rewritten").unwrap();
+    c.view.release(writer);
+    assert_eq!(c.view.read(reader, 0, 100).unwrap(), b"rewritten");
+    c.view.release(reader);
 }

@@ -45,6 +45,25 @@ pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, Option<Vec<u8
     out
 }
 
+/// The paths the reference-model tests operate on: base files and directories of
+/// `TestRepo`, and names that do not exist there.
+pub const MODEL_PATHS: [&str; 14] = [
+    "README.md",
+    "src",
+    "src/main.rs",
+    "src/lib",
+    "src/lib/mod.rs",
+    "src/lib/util.rs",
+    "docs",
+    "new",
+    "new/a",
+    "x.txt",
+    "src/x.txt",
+    "empty.txt",
+    "assets",
+    "src/lib/x.txt",
+];
+
 /// Runs a command with a time limit; panics with its output if it fails.
 pub fn run_ok(cmd: &str, args: &[&str], cwd: &Path) -> String {
     let out = run(cmd, args, cwd);
