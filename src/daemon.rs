@@ -224,6 +224,9 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         worktree::repoint_admin_entries(&store, &mountpoint)?;
         enable_fsmonitor(&store);
     }
+    // Boot reconcile: finish what a daemon that died left deleting, remove retained
+    // worktrees that are now clean and pushed, before anyone can enter.
+    crate::cleanup::reconcile_at_boot(&req.state, &mountpoint)?;
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
     let tracker = {
         let view = view.clone();
@@ -284,13 +287,18 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     spawn_sweeper(req.state.clone(), req.linger, view.clone(), tracker);
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
+    // Unmounted (by us, umount or fusermount3 -u): leases go, cleanup runs, then the
+    // state dir is free.
+    if let Err(e) = crate::cleanup::reclaim_at_unmount(&req.state, &mountpoint) {
+        tracing::error!("cleanup at unmount failed: {e:#}");
+    }
     drop(lock);
     r.map_err(|e| anyhow!("FUSE session ended with an error: {e}"))
 }
 
-/// Moves worktrees whose grace period is over from `lingering` to `deleting` (what comes
-/// after `deleting` is the cleanup work). Four times a second: a worktree is marked within
-/// a quarter second of its grace period ending.
+/// Moves worktrees whose grace period is over from `lingering` to `deleting` and runs
+/// their cleanup (removed or retained). Four times a second: a worktree is marked within a
+/// quarter second of its grace period ending.
 fn spawn_sweeper(
     state: StateDir,
     linger: u64,
@@ -322,6 +330,8 @@ fn spawn_sweeper(
                         tracing::info!(
                             "worktrees {ids:?} have no lease after {linger} s: deleting"
                         );
+                        view.catalog_changed();
+                        crate::cleanup::finish_all_deleting(&state, &mut store, view.mountpoint());
                         view.catalog_changed();
                     }
                     Ok(_) => {}
@@ -449,8 +459,37 @@ pub fn ready_fd_from_env() -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Unmounts the filesystem served for `state` and waits for its daemon to finish.
-pub fn unmount(state: &StateDir, timeout: Duration) -> anyhow::Result<PathBuf> {
+pub enum Unmounted {
+    /// Unmounted, and the daemon finished its cleanup and exited.
+    Done(PathBuf),
+    /// `--lazy` with processes inside: detached; these are still inside ("pid (command)").
+    Detached(PathBuf, Vec<String>),
+}
+
+/// The processes with their working directory, root or an open file under `dir`, as
+/// "pid (command line)".
+pub fn processes_using(dir: &Path) -> Vec<String> {
+    crate::holders::processes_inside(dir, 0)
+        .into_iter()
+        .map(|pid| {
+            let cmd = fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|raw| {
+                    raw.split(|b| *b == 0)
+                        .filter(|p| !p.is_empty())
+                        .map(|p| String::from_utf8_lossy(p).into_owned())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            format!("{pid} ({cmd})")
+        })
+        .collect()
+}
+
+/// Unmounts the filesystem served for `state` and waits for its daemon to finish (it
+/// releases every lease and runs the cleanup first). With processes inside: refused,
+/// naming them, or with `lazy`, detached and left to finish in the background.
+pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Result<Unmounted> {
     let holder = running_daemon(state);
     let mountpoint = match &holder {
         Some(h) => h.mountpoint.clone(),
@@ -461,7 +500,7 @@ pub fn unmount(state: &StateDir, timeout: Duration) -> anyhow::Result<PathBuf> {
                 // A daemon that died left its mount behind: detach it.
                 nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH)
                     .with_context(|| format!("detaching the stale mount at {}", m.display()))?;
-                return Ok(m);
+                return Ok(Unmounted::Done(m));
             }
             bail!(
                 "nothing is mounted for state dir {}: no worktreefs daemon is running; start one with `worktreefs mount`",
@@ -469,10 +508,29 @@ pub fn unmount(state: &StateDir, timeout: Duration) -> anyhow::Result<PathBuf> {
             );
         }
     };
-    match nix::mount::umount2(&mountpoint, nix::mount::MntFlags::empty()) {
+    let inside = processes_using(&mountpoint);
+    if !inside.is_empty() {
+        if !lazy {
+            bail!(
+                "{} is in use by {} process(es): {}; they must leave it (cd out, close files, or end them) before `worktreefs unmount`, or detach now with `worktreefs unmount --lazy` and cleanup runs once they have left",
+                mountpoint.display(),
+                inside.len(),
+                inside.join(", ")
+            );
+        }
+        nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
+            .with_context(|| format!("detaching {}", mountpoint.display()))?;
+        return Ok(Unmounted::Detached(mountpoint, inside));
+    }
+    let flags = if lazy {
+        nix::mount::MntFlags::MNT_DETACH
+    } else {
+        nix::mount::MntFlags::empty()
+    };
+    match nix::mount::umount2(&mountpoint, flags) {
         Ok(()) => {}
         Err(nix::errno::Errno::EBUSY) => bail!(
-            "{} is busy: processes still have their working directory or open files inside; leave it (cd out, close files) and run `worktreefs unmount` again",
+            "{} is busy (something the process scan could not name holds it, such as a mount below it or a mapped file); leave it and run `worktreefs unmount` again, or `worktreefs unmount --lazy`",
             mountpoint.display()
         ),
         Err(nix::errno::Errno::EPERM) => {
@@ -500,5 +558,5 @@ pub fn unmount(state: &StateDir, timeout: Duration) -> anyhow::Result<PathBuf> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(mountpoint)
+    Ok(Unmounted::Done(mountpoint))
 }

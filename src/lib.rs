@@ -10,6 +10,7 @@
 //! * [`daemon`]: locking the state directory, mounting, serving, unmounting.
 
 pub mod blobcache;
+pub mod cleanup;
 pub mod daemon;
 pub mod error;
 pub mod fsmonitor;

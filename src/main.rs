@@ -57,8 +57,28 @@ enum Command {
         #[arg(long, hide = true)]
         no_lease_tracking: bool,
     },
-    /// Unmount the filesystem served for the state directory.
-    Unmount,
+    /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
+    /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
+    /// Refused, naming them, while processes are inside, unless --lazy.
+    Unmount {
+        /// Detach now even with processes inside; the daemon finishes the cleanup in the
+        /// background once they have left.
+        #[arg(long)]
+        lazy: bool,
+    },
+    /// Worktrees kept by cleanup because removing them would lose work, with the reason.
+    Retained {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove REPO/WT (retained, or never leased) when cleanup's checks pass: nothing
+    /// uncommitted, HEAD where it was created, every commit pushed or in the base.
+    Reclaim {
+        target: String,
+        /// Throw away what it holds (listed first): the one way to lose work on purpose.
+        #[arg(long)]
+        discard: bool,
+    },
     /// Registered repositories.
     #[command(subcommand)]
     Repo(RepoCmd),
@@ -214,11 +234,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
             cli.global.log_level.as_deref(),
         ),
-        Command::Unmount => {
-            let m = daemon::unmount(&state, Duration::from_secs(30))?;
-            println!("unmounted {}", m.display());
+        Command::Unmount { lazy } => cmd_unmount(&state, lazy),
+        Command::Retained { json } => {
+            let store = open_store(&state)?;
+            let rows = store.retained()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else if rows.is_empty() {
+                println!("no retained worktrees");
+            } else {
+                println!("{:<32} {:<20} {:<12} REASON", "WORKTREE", "BRANCH", "SINCE");
+                for r in rows {
+                    println!(
+                        "{:<32} {:<20} {:<12} {}",
+                        format!("{}/{}", r.repo, r.worktree),
+                        r.branch.as_deref().unwrap_or("(detached)"),
+                        r.entered_at,
+                        r.reason
+                    );
+                }
+            }
             Ok(())
         }
+        Command::Reclaim { target, discard } => cmd_reclaim(&state, &target, discard),
         Command::Repo(RepoCmd::Add { path, name }) => {
             let store = open_store(&state)?;
             let row = add_repo(&store, &path, name.as_deref())?;
@@ -244,7 +282,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Repo(RepoCmd::Remove { name }) => {
-            let store = open_store(&state)?;
+            let mut store = open_store(&state)?;
             let repo = store.repo_by_name(&name)?.ok_or_else(|| {
                 anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
             })?;
@@ -418,6 +456,82 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
+    let store = open_store(state)?;
+    let since = store.last_event_id()?;
+    drop(store);
+    let outcome = daemon::unmount(state, lazy, Duration::from_secs(300))?;
+    match outcome {
+        daemon::Unmounted::Done(m) => println!("unmounted {}", m.display()),
+        daemon::Unmounted::Detached(m, inside) => {
+            println!(
+                "detached {}; {} process(es) still inside: {}",
+                m.display(),
+                inside.len(),
+                inside.join(", ")
+            );
+            println!("  cleanup runs in the background once they leave (see `worktreefs events`)");
+            return Ok(());
+        }
+    }
+    // What cleanup did.
+    let store = open_store(state)?;
+    for e in store.events(since, 10_000)? {
+        if e.kind == "removed" || e.kind == "retained" {
+            println!(
+                "  {}/{}: {} ({})",
+                e.repo.as_deref().unwrap_or("-"),
+                e.worktree.as_deref().unwrap_or("-"),
+                e.kind,
+                e.reason.as_deref().unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn cmd_reclaim(state: &StateDir, target: &str, discard: bool) -> anyhow::Result<()> {
+    use worktreefs::cleanup::{request_removal, Outcome, RequestError};
+    let (repo, name) = split_target(target)?;
+    let mut store = open_store(state)?;
+    let row = store
+        .worktree(repo, name)?
+        .filter(|w| w.state != "removed")
+        .ok_or_else(|| anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list` and `worktreefs retained`"))?;
+    let mountpoint = worktree::mountpoint_of(state, &store);
+    let r = request_removal(state, &mut store, &row, &mountpoint, discard, &mut |d| {
+        println!("discarding from {repo}/{name}:");
+        if let Some(e) = &d.uninspected {
+            println!("  everything in its upper layer (it could not be inspected: {e})");
+        }
+        for c in &d.changes {
+            println!("  {c}");
+        }
+        for c in &d.commits {
+            println!("  commit {c} (on no branch or remote-tracking ref)");
+        }
+        if let Some((b, n)) = &d.kept_on_branch {
+            println!("  (kept: {n} unpushed commit(s) stay on branch {b})");
+        }
+    });
+    daemon::poke(state);
+    match r {
+        Ok(Outcome::Removed(detail)) => {
+            println!("removed {repo}/{name}: {detail}");
+            Ok(())
+        }
+        Ok(Outcome::Retained(reason)) => bail!(
+            "worktree '{repo}/{name}' could not be removed and is retained with its files: {reason}; see {}",
+            state.log_file().display()
+        ),
+        Err(RequestError::HoldsWork(reason)) => bail!(
+            "worktree '{repo}/{name}' holds work and stays: {reason}; commit and push it (cd {}), or throw it away with `worktreefs reclaim {repo}/{name} --discard`",
+            mountpoint.join(repo).join(name).display()
+        ),
+        Err(e) => bail!("{e}"),
+    }
+}
+
 fn split_target(target: &str) -> anyhow::Result<(&str, &str)> {
     target
         .split_once('/')
@@ -442,6 +556,9 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
         match store.acquire_lease(row.id, &lease, "named lease") {
             Ok(true) => println!("session {session} holds {repo}/{name}"),
             Ok(false) => println!("session {session} already holds {repo}/{name}"),
+            Err(worktreefs::store::LeaseError::Conflict(_, st)) if st == "removed" => bail!(
+                "worktree '{repo}/{name}' is removed (cleaned up after its last lease), so it cannot be leased; create a new one with `worktreefs new {repo}/{name}`"
+            ),
             Err(worktreefs::store::LeaseError::Conflict(_, st)) => bail!(
                 "worktree '{repo}/{name}' is {st}: it had no lease and its cleanup has begun, so it cannot be leased; create a new worktree with `worktreefs new`"
             ),

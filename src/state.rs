@@ -9,6 +9,8 @@
 //! <state>/index-cache/             prebuilt git indexes, by base tree and stat data
 //! <state>/worktrees/<id>/upper/    a worktree's upper layer
 //! <state>/worktrees/<id>/work/     its work directory (copy-up and trash, same filesystem)
+//! <state>/trash/<id>/              a removed worktree's directory, until it is deleted
+//! <state>/locks/<id>               flock'd by whoever runs a worktree's cleanup
 //! <state>/mnt/                     the default mountpoint
 //! ```
 
@@ -44,6 +46,8 @@ impl StateDir {
         fs::create_dir_all(s.blobs_tmp())?;
         fs::create_dir_all(s.index_cache())?;
         fs::create_dir_all(s.root.join("worktrees"))?;
+        fs::create_dir_all(s.root.join("trash"))?;
+        fs::create_dir_all(s.root.join("locks"))?;
         Ok(s)
     }
 
@@ -70,6 +74,12 @@ impl StateDir {
     }
     pub fn work(&self, id: i64) -> PathBuf {
         self.worktree_dir(id).join("work")
+    }
+    pub fn trash(&self) -> PathBuf {
+        self.root.join("trash")
+    }
+    pub fn cleanup_lock(&self, id: i64) -> PathBuf {
+        self.root.join("locks").join(id.to_string())
     }
     pub fn default_mountpoint(&self) -> PathBuf {
         self.root.join("mnt")

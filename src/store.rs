@@ -74,6 +74,32 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX events_by_worktree ON events(worktree_id, at);
     "#,
+    // 2: a removed worktree's name can be used again (its row stays for the event
+    // history), and a removal in progress is recorded so a daemon that died can finish it.
+    r#"
+    CREATE TABLE worktrees_v2 (
+        id               INTEGER PRIMARY KEY,
+        repo_id          INTEGER NOT NULL REFERENCES repos(id),
+        name             TEXT NOT NULL,
+        branch           TEXT,
+        branch_created   INTEGER NOT NULL,
+        base_commit      TEXT NOT NULL,
+        base_tree        TEXT NOT NULL,
+        base_mtime       INTEGER NOT NULL,
+        uid              INTEGER NOT NULL,
+        gid              INTEGER NOT NULL,
+        admin_name       TEXT NOT NULL,
+        state            TEXT NOT NULL DEFAULT 'ready'
+                         CHECK (state IN ('ready','active','lingering','deleting','removed','retained')),
+        created_at       INTEGER NOT NULL,
+        state_changed_at INTEGER NOT NULL,
+        removal          TEXT
+    );
+    INSERT INTO worktrees_v2 SELECT *, NULL FROM worktrees;
+    DROP TABLE worktrees;
+    ALTER TABLE worktrees_v2 RENAME TO worktrees;
+    CREATE UNIQUE INDEX worktrees_live_name ON worktrees(repo_id, name) WHERE state != 'removed';
+    "#,
 ];
 
 pub const DB_FILE: &str = "worktreefs.db";
@@ -104,6 +130,8 @@ pub struct WorktreeRow {
     pub state: String,
     pub created_at: i64,
     pub state_changed_at: i64,
+    /// Set while a removal is under way: "remove" or "remove+branch" (the branch goes too).
+    pub removal: Option<String>,
 }
 
 pub struct NewWorktree<'a> {
@@ -132,7 +160,7 @@ pub fn now_secs() -> i64 {
 
 const WORKTREE_COLUMNS: &str = "w.id, w.repo_id, r.name, w.name, w.branch, w.branch_created, \
      w.base_commit, w.base_tree, w.base_mtime, w.uid, w.gid, w.admin_name, w.state, \
-     w.created_at, w.state_changed_at";
+     w.created_at, w.state_changed_at, w.removal";
 
 fn worktree_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<WorktreeRow> {
     Ok(WorktreeRow {
@@ -151,6 +179,7 @@ fn worktree_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<WorktreeRow> {
         state: row.get(12)?,
         created_at: row.get(13)?,
         state_changed_at: row.get(14)?,
+        removal: row.get(15)?,
     })
 }
 
@@ -182,6 +211,15 @@ impl Store {
     }
 
     fn migrate(&mut self) -> rusqlite::Result<()> {
+        // Rebuilding a table needs foreign keys off, and that can only change outside a
+        // transaction; they are checked again after.
+        self.conn.pragma_update(None, "foreign_keys", "OFF")?;
+        let result = self.migrate_inner();
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        result
+    }
+
+    fn migrate_inner(&mut self) -> rusqlite::Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -192,6 +230,15 @@ impl Store {
                 tx.execute_batch(sql)?;
                 tx.pragma_update(None, "user_version", version)?;
             }
+        }
+        let broken: Option<String> = tx
+            .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
+            .optional()?;
+        if let Some(table) = broken {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
+                Some(format!("migration left a dangling reference in {table}")),
+            ));
         }
         tx.commit()
     }
@@ -232,9 +279,16 @@ impl Store {
             .ok_or(rusqlite::Error::QueryReturnedNoRows)
     }
 
-    pub fn remove_repo(&self, id: i64) -> rusqlite::Result<()> {
-        self.conn.execute("DELETE FROM repos WHERE id = ?1", [id])?;
-        Ok(())
+    /// Unregisters a repository that has no live worktree; the rows of its removed
+    /// worktrees go with it (their events stay, without names).
+    pub fn remove_repo(&mut self, id: i64) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "DELETE FROM worktrees WHERE repo_id = ?1 AND state = 'removed'",
+            [id],
+        )?;
+        tx.execute("DELETE FROM repos WHERE id = ?1", [id])?;
+        tx.commit()
     }
 
     pub fn repos(&self) -> rusqlite::Result<Vec<RepoRow>> {
@@ -320,7 +374,8 @@ impl Store {
     pub fn worktree(&self, repo: &str, name: &str) -> rusqlite::Result<Option<WorktreeRow>> {
         let sql = format!(
             "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
-             WHERE r.name = ?1 AND w.name = ?2"
+             WHERE r.name = ?1 AND w.name = ?2
+             ORDER BY w.state = 'removed', w.id DESC LIMIT 1"
         );
         self.conn
             .query_row(&sql, params![repo, name], worktree_from_row)
@@ -647,6 +702,202 @@ impl Store {
             })
         })?;
         rows.collect()
+    }
+}
+
+/// A worktree cleanup kept because removing it would lose work (SPEC "Cleanup").
+#[derive(Debug, Clone, Serialize)]
+pub struct RetainedRow {
+    pub worktree_id: i64,
+    pub repo: String,
+    pub worktree: String,
+    pub path: String,
+    pub branch: Option<String>,
+    pub base_commit: String,
+    pub reason: String,
+    pub entered_at: i64,
+}
+
+impl RetainedRow {
+    /// Its name under `.control/retained`.
+    pub fn entry_name(&self) -> String {
+        format!("{}:{}", self.repo, self.worktree)
+    }
+}
+
+/// Why a removal cannot begin.
+#[derive(Debug)]
+pub enum BeginError {
+    /// Someone holds it: (number of leases, its state).
+    Leased(usize, String),
+    /// Its state does not allow it (deleting: someone else is at it; removed: gone).
+    State(String),
+    Db(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for BeginError {
+    fn from(e: rusqlite::Error) -> Self {
+        BeginError::Db(e)
+    }
+}
+
+impl Store {
+    pub fn worktree_by_id(&self, id: i64) -> rusqlite::Result<Option<WorktreeRow>> {
+        let sql = format!(
+            "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE w.id = ?1"
+        );
+        self.conn
+            .query_row(&sql, [id], worktree_from_row)
+            .optional()
+    }
+
+    /// Worktrees in one state.
+    pub fn worktrees_in(&self, state: crate::lease::State) -> rusqlite::Result<Vec<WorktreeRow>> {
+        let sql = format!(
+            "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE w.state = ?1 ORDER BY w.id"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([state.as_str()], worktree_from_row)?;
+        rows.collect()
+    }
+
+    /// Marks a worktree `deleting` for a removal someone asked for (reclaim, rmdir), in the
+    /// transaction that finds it without a lease and in one of `from`. Returns the state it
+    /// had, to go back to when the removal is refused.
+    pub fn begin_deleting(
+        &mut self,
+        worktree_id: i64,
+        from: &[crate::lease::State],
+        reason: &str,
+    ) -> Result<crate::lease::State, BeginError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let state = state_of(&tx, worktree_id)?;
+        let leases = lease_count(&tx, worktree_id)?;
+        if leases > 0 {
+            return Err(BeginError::Leased(leases, state.to_string()));
+        }
+        if !from.contains(&state) {
+            return Err(BeginError::State(state.to_string()));
+        }
+        set_state(&tx, worktree_id, crate::lease::State::Deleting)?;
+        event(&tx, worktree_id, "deleting", None, reason)?;
+        tx.commit()?;
+        Ok(state)
+    }
+
+    /// A removal that was refused: the worktree goes back to the state it had.
+    pub fn end_deleting(
+        &mut self,
+        worktree_id: i64,
+        back_to: crate::lease::State,
+        reason: &str,
+    ) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        if state_of(&tx, worktree_id)? == crate::lease::State::Deleting {
+            set_state(&tx, worktree_id, back_to)?;
+            tx.execute(
+                "UPDATE worktrees SET removal = NULL WHERE id = ?1",
+                [worktree_id],
+            )?;
+            event(&tx, worktree_id, back_to.as_str(), None, reason)?;
+        }
+        tx.commit()
+    }
+
+    /// Records that the removal of a deleting worktree has begun (what it will do), so a
+    /// daemon that dies in the middle finishes it at the next mount.
+    pub fn set_removal(&self, worktree_id: i64, removal: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "UPDATE worktrees SET removal = ?1 WHERE id = ?2 AND state = 'deleting'",
+            params![removal, worktree_id],
+        )?;
+        Ok(())
+    }
+
+    /// The worktree is gone: state `removed`, out of the retained store, its leases (if any
+    /// were left) released. One transaction.
+    pub fn mark_removed(&mut self, worktree_id: i64, reason: &str) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
+        tx.execute("DELETE FROM leases WHERE worktree_id = ?1", [worktree_id])?;
+        set_state(&tx, worktree_id, crate::lease::State::Removed)?;
+        tx.execute(
+            "UPDATE worktrees SET removal = NULL WHERE id = ?1",
+            [worktree_id],
+        )?;
+        event(&tx, worktree_id, "removed", None, reason)?;
+        tx.commit()
+    }
+
+    /// The worktree holds work (or its cleanup failed): state `retained` and an entry in the
+    /// retained store saying why. One transaction.
+    pub fn retain(&mut self, worktree_id: i64, path: &str, reason: &str) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let now = now_secs();
+        tx.execute(
+            "INSERT INTO retained(worktree_id, path, repo, branch, base_commit, reason, entered_at)
+             SELECT w.id, ?2, r.name, w.branch, w.base_commit, ?3, ?4
+             FROM worktrees w JOIN repos r ON r.id = w.repo_id WHERE w.id = ?1
+             ON CONFLICT(worktree_id) DO UPDATE SET reason = excluded.reason, path = excluded.path",
+            params![worktree_id, path, reason, now],
+        )?;
+        set_state(&tx, worktree_id, crate::lease::State::Retained)?;
+        tx.execute(
+            "UPDATE worktrees SET removal = NULL WHERE id = ?1",
+            [worktree_id],
+        )?;
+        event(&tx, worktree_id, "retained", None, reason)?;
+        tx.commit()
+    }
+
+    pub fn retained(&self) -> rusqlite::Result<Vec<RetainedRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT t.worktree_id, t.repo, w.name, t.path, t.branch, t.base_commit, t.reason,
+                    t.entered_at
+             FROM retained t JOIN worktrees w ON w.id = t.worktree_id
+             ORDER BY t.repo, w.name",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(RetainedRow {
+                worktree_id: r.get(0)?,
+                repo: r.get(1)?,
+                worktree: r.get(2)?,
+                path: r.get(3)?,
+                branch: r.get(4)?,
+                base_commit: r.get(5)?,
+                reason: r.get(6)?,
+                entered_at: r.get(7)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    /// Releases every lease (unmount): each release is its own transaction and event.
+    /// Returns how many were released.
+    pub fn release_all_leases(&mut self, reason: &str) -> rusqlite::Result<usize> {
+        let mut n = 0;
+        for l in self.leases()? {
+            if self.release_lease(l.worktree_id, &l.holder, "released", reason)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The id of the newest event (0 when there is none).
+    pub fn last_event_id(&self) -> rusqlite::Result<i64> {
+        self.conn
+            .query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| r.get(0))
     }
 }
 

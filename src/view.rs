@@ -567,6 +567,11 @@ impl View {
     fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> anyhow::Result<WtCtx> {
         let upper = self.state.upper(row.id);
         let work = self.state.work(row.id);
+        // A worktree whose directory is gone (being removed, or removed by hand) is not
+        // made again here.
+        if !self.state.worktree_dir(row.id).is_dir() {
+            anyhow::bail!("{} is missing", self.state.worktree_dir(row.id).display());
+        }
         fs::create_dir_all(&upper)?;
         fs::create_dir_all(&work)?;
         let admin = gitlayer::admin_dir(&repo.gitdir, &row.admin_name);
@@ -611,6 +616,15 @@ impl View {
                     && cat.states.get(&r.id).map(String::as_str) != Some("deleting")
             })
             .map(|r| (REPO_INO_BASE + r.repo_id as u64, OsString::from(&r.name)))
+            .chain(
+                // Gone from the catalog (removed) without being seen deleting.
+                cat.worktrees
+                    .iter()
+                    .filter(|(_, w)| !states.contains_key(&w.id))
+                    .map(|((repo_id, name), _)| {
+                        (REPO_INO_BASE + *repo_id as u64, OsString::from(name))
+                    }),
+            )
             .collect();
         for row in rows {
             let key = (row.repo_id, row.name.clone());
@@ -1270,8 +1284,14 @@ impl View {
                 .iter()
                 .map(|l| l.entry_name())
                 .collect()),
-            // Filled by the cleanup work; empty until then.
-            ControlDir::Retained => Ok(Vec::new()),
+            ControlDir::Retained => Ok(self
+                .store
+                .lock()
+                .retained()
+                .map_err(|e| FsError::store("reading the retained store", e))?
+                .iter()
+                .map(|r| r.entry_name())
+                .collect()),
             // Entries exist for any name asked (the name carries the query).
             ControlDir::FsMonitor => Ok(Vec::new()),
         }
@@ -1311,6 +1331,19 @@ impl View {
                     .find(|l| l.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/leases/{entry}")))?;
                 let v = serde_json::to_value(&lease)
+                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
+                Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Retained, entry) => {
+                let row = self
+                    .store
+                    .lock()
+                    .retained()
+                    .map_err(store_err)?
+                    .into_iter()
+                    .find(|r| r.entry_name() == entry)
+                    .ok_or_else(|| FsError::not_found(format!(".control/retained/{entry}")))?;
+                let v = serde_json::to_value(&row)
                     .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
                 Ok(format!("{v}\n").into_bytes())
             }
@@ -2415,9 +2448,9 @@ impl View {
             Some(NodeKind::Wt { .. }) => {}
             Some(NodeKind::Repo(_)) => {
                 return Err(FsError::new(
-                    libc::EBUSY,
+                    libc::EPERM,
                     format!(
-                        "removing worktree {} through rmdir is not available yet; its files stay",
+                        "{} is a worktree: remove it with rmdir (or `worktreefs reclaim`), not unlink or rename",
                         name.to_string_lossy()
                     ),
                 ))
@@ -2453,6 +2486,11 @@ impl View {
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+        if let Some(NodeKind::Repo(repo_id)) =
+            self.nodes.read().nodes.get(&parent).map(|n| n.kind.clone())
+        {
+            return self.rmdir_worktree(parent, repo_id, name);
+        }
         let _m = self.mutate.lock();
         let (ino, ov) = self.remove_checks(parent, name)?;
         if ov.ftype != FType::Dir {
@@ -2505,6 +2543,49 @@ impl View {
         self.note_child(parent, name);
         self.nodes.write().detach_name(parent, name);
         Ok(())
+    }
+
+    /// `rmdir <mount>/<repo>/<wt>`: the same removal as `worktreefs reclaim`. EBUSY while
+    /// leased or in use, ENOTEMPTY while it holds work (its files stay).
+    fn rmdir_worktree(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<()> {
+        use crate::cleanup::{request_removal, Outcome, RequestError};
+        let wt = self.worktree_ctx(repo_id, name)?;
+        let label = format!("{}/{}", wt.repo, wt.name);
+        let mut store =
+            Store::open(&self.state.root).map_err(|e| FsError::store("opening the store", e))?;
+        let row = store
+            .worktree_by_id(wt.id)
+            .map_err(|e| FsError::store("reading the worktree", e))?
+            .ok_or_else(|| FsError::not_found(&label))?;
+        let r = request_removal(
+            &self.state,
+            &mut store,
+            &row,
+            &self.mountpoint,
+            false,
+            &mut |_| {},
+        );
+        self.catalog_changed();
+        match r {
+            Ok(Outcome::Removed(detail)) => {
+                tracing::info!("rmdir {label}: removed ({detail})");
+                self.nodes.write().detach_name(parent, name);
+                Ok(())
+            }
+            Ok(Outcome::Retained(reason)) => Err(FsError::new(
+                libc::EIO,
+                format!("rmdir {label}: removal failed, worktree retained with its files: {reason}"),
+            )),
+            Err(RequestError::Busy(m)) => Err(FsError::new(libc::EBUSY, format!("rmdir {label}: {m}"))),
+            Err(RequestError::HoldsWork(m)) => Err(FsError::new(
+                libc::ENOTEMPTY,
+                format!(
+                    "rmdir {label}: refused, it holds work: {m}; commit and push it, or throw it away with `worktreefs reclaim {label} --discard`"
+                ),
+            )),
+            Err(RequestError::Gone(m)) => Err(FsError::not_found(m)),
+            Err(RequestError::Other(e)) => Err(FsError::new(libc::EIO, format!("rmdir {label}: {e:#}"))),
+        }
     }
 
     pub fn rename(

@@ -127,6 +127,7 @@ pub fn create_worktree(
     if let Some(existing) = store
         .worktree(req.repo, req.name)
         .map_err(|e| internal("reading worktrees")(e.to_string()))?
+        .filter(|w| w.state != "removed")
     {
         return Err(CreateError::Exists(format!(
             "worktree '{}/{}' already exists (state: {}); pick another name",

@@ -17,7 +17,8 @@ fn state_of(env: &Env, name: &str) -> String {
         .iter()
         .find(|w| w["name"] == name)
         .map(|w| w["state"].as_str().unwrap().to_string())
-        .unwrap_or_default()
+        // `list` leaves removed worktrees out.
+        .unwrap_or_else(|| "removed".into())
 }
 
 fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
@@ -61,6 +62,8 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
         assert_eq!(json["holder_kind"], "session");
         assert_eq!(json["session"], "s1");
         assert!(json["acquired_at"].as_i64().unwrap() > 0);
+        // The daemon dies (an unmount would release them: that is tested with cleanup).
+        m.kill9();
     }
     // A named lease survives the daemon.
     let m = env.mount_with(&["--linger", "1"]);
@@ -101,17 +104,22 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
         &["lease", "release", "repo/w", "--session", "s2"],
     );
     assert_eq!(state_of(&env, "w"), "lingering");
-    wait_for_state(&env, "w", "deleting", Duration::from_secs(4));
-    // A deleting worktree is refused: a typed conflict on the CLI, EBUSY from the mount.
+    // Deleting, then (clean, nothing new on its branch) removed at once.
+    wait_for_state(&env, "w", "removed", Duration::from_secs(4));
+    // A removed worktree is refused: a typed conflict on the CLI, ENOENT from the mount
+    // (EBUSY while deleting is tested in cleanup.rs).
     let out = wtfs(
         &env.state(),
         &["lease", "acquire", "repo/w", "--session", "s3"],
     );
     assert_eq!(out.status.code(), Some(1));
     let msg = String::from_utf8_lossy(&out.stderr);
-    assert!(msg.contains("is deleting"), "{msg}");
+    assert!(
+        msg.contains("is removed") || msg.contains("does not exist"),
+        "{msg}"
+    );
     let err = fs::metadata(m.wt("repo", "w").join("README.md")).unwrap_err();
-    assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
     // Every step is an event.
     let events = wtfs_ok(&env.state(), &["events", "--json"]);
     let rows: Vec<serde_json::Value> = events
@@ -143,7 +151,8 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
             "released session:s1",
             "released session:s2",
             "lingering ",
-            "deleting "
+            "deleting ",
+            "removed "
         ]
     );
 }
