@@ -1314,20 +1314,22 @@ mod tests {
         }
     }
 
+    /// (case, recorded branch, created by worktreefs, inspection, the verdict or the start
+    /// of the reason it is retained for)
+    type Row = (
+        &'static str,
+        Option<&'static str>,
+        bool,
+        Result<Findings, String>,
+        Result<Verdict, &'static str>,
+    );
+
     #[test]
     fn decision_table() {
         use ChangeKind::*;
         let on = || Head::Branch("task".into());
-        // (case, recorded branch, created by worktreefs, inspection, expected verdict or
-        // the reason's start)
         let remove = |b: bool| Ok::<Verdict, &str>(Verdict::Remove { delete_branch: b });
-        let rows: Vec<(
-            &str,
-            Option<&str>,
-            bool,
-            Result<Findings, String>,
-            Result<Verdict, &str>,
-        )> = vec![
+        let rows: Vec<Row> = vec![
             (
                 "clean, nothing new, branch reachable from main",
                 Some("task"),

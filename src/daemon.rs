@@ -264,20 +264,35 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             anyhow!("mounting at {} failed: {e}", mountpoint.display())
         }
     })?;
+    // Invalidations are sent from their own thread, never from the thread answering a
+    // request: the kernel holds a directory's lock while it waits for our answer to a
+    // lookup, mkdir or rmdir in it, and invalidating an entry of that directory takes the
+    // same lock (a deadlock if done in the request's thread).
     let notifier = session.notifier();
+    let (inval_tx, inval_rx) = std::sync::mpsc::channel::<crate::view::Inval>();
+    let _ = std::thread::Builder::new()
+        .name("invalidate".into())
+        .spawn(move || {
+            for what in inval_rx {
+                let result = match &what {
+                    crate::view::Inval::Inode(ino) => {
+                        notifier.inval_inode(fuser::INodeNo(*ino), 0, 0)
+                    }
+                    crate::view::Inval::Entry(parent, name) => {
+                        notifier.inval_entry(fuser::INodeNo(*parent), name)
+                    }
+                };
+                // ENOENT: the kernel had nothing cached; nothing to drop.
+                if let Err(e) = result {
+                    if e.raw_os_error() != Some(libc::ENOENT) {
+                        tracing::debug!("invalidating a kernel cache entry: {e}");
+                    }
+                }
+            }
+        });
+    let inval_tx = parking_lot::Mutex::new(inval_tx);
     view.set_invalidator(Box::new(move |what| {
-        let result = match &what {
-            crate::view::Inval::Inode(ino) => notifier.inval_inode(fuser::INodeNo(*ino), 0, 0),
-            crate::view::Inval::Entry(parent, name) => {
-                notifier.inval_entry(fuser::INodeNo(*parent), name)
-            }
-        };
-        // ENOENT: the kernel had nothing cached; nothing to drop.
-        if let Err(e) = result {
-            if e.raw_os_error() != Some(libc::ENOENT) {
-                tracing::debug!("invalidating a kernel cache entry: {e}");
-            }
-        }
+        let _ = inval_tx.lock().send(what);
     }));
     tracing::info!(mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if let Some(mut f) = ready.take() {
@@ -331,11 +346,22 @@ fn spawn_sweeper(
                             "worktrees {ids:?} have no lease after {linger} s: deleting"
                         );
                         view.catalog_changed();
-                        crate::cleanup::finish_all_deleting(&state, &mut store, view.mountpoint());
-                        view.catalog_changed();
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!("lifecycle sweep failed: {e}"),
+                }
+                // Cleanup of every deleting worktree nobody else is at (those marked just
+                // now, and any whose cleanup someone else left unfinished).
+                if !store
+                    .worktrees_in(crate::lease::State::Deleting)
+                    .unwrap_or_default()
+                    .is_empty()
+                {
+                    let done =
+                        crate::cleanup::finish_all_deleting(&state, &mut store, view.mountpoint());
+                    if !done.is_empty() {
+                        view.catalog_changed();
+                    }
                 }
             }
         });

@@ -2486,9 +2486,8 @@ impl View {
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
-        if let Some(NodeKind::Repo(repo_id)) =
-            self.nodes.read().nodes.get(&parent).map(|n| n.kind.clone())
-        {
+        let parent_kind = self.nodes.read().nodes.get(&parent).map(|n| n.kind.clone());
+        if let Some(NodeKind::Repo(repo_id)) = parent_kind {
             return self.rmdir_worktree(parent, repo_id, name);
         }
         let _m = self.mutate.lock();

@@ -190,6 +190,8 @@ pub struct Mounted {
     pub mountpoint: PathBuf,
     child: Option<Child>,
     done: Arc<AtomicBool>,
+    /// The mount's device, to abort its connection if the daemon hangs.
+    dev: u64,
 }
 
 pub fn is_mounted(path: &Path) -> bool {
@@ -198,6 +200,20 @@ pub fn is_mounted(path: &Path) -> bool {
     mounts
         .lines()
         .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// Aborts a FUSE connection (its id is the minor number of the mount's device): requests
+/// stuck in the kernel fail at once, so a hung daemon cannot hang the test run.
+fn abort_connection(dev: u64) {
+    let minor = libc::minor(dev);
+    let dir = Path::new("/sys/fs/fuse/connections");
+    if !dir.join(minor.to_string()).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "none", "/sys/fs/fuse/connections"])
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = fs::write(dir.join(minor.to_string()).join("abort"), "1");
 }
 
 fn detach(path: &Path) {
@@ -247,6 +263,7 @@ impl Mounted {
                 .join(mountpoint.file_name().unwrap()),
             child: Some(child),
             done: Arc::new(AtomicBool::new(false)),
+            dev: 0,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         // Served by a live daemon: `.control/stats` is generated on every read, so unlike a
@@ -265,8 +282,10 @@ impl Mounted {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        m.dev = std::os::unix::fs::MetadataExt::dev(&fs::metadata(&m.mountpoint).unwrap());
         let done = m.done.clone();
         let mp = m.mountpoint.clone();
+        let dev = m.dev;
         std::thread::spawn(move || {
             let end = Instant::now() + limit;
             while Instant::now() < end {
@@ -276,9 +295,10 @@ impl Mounted {
                 std::thread::sleep(Duration::from_millis(100));
             }
             eprintln!(
-                "watchdog: test exceeded {limit:?}; detaching {}",
+                "watchdog: test exceeded {limit:?}; aborting and detaching {}",
                 mp.display()
             );
+            abort_connection(dev);
             detach(&mp);
         });
         m
@@ -326,6 +346,7 @@ impl Mounted {
             match child.try_wait() {
                 Ok(Some(_)) => break,
                 _ if Instant::now() > deadline => {
+                    abort_connection(self.dev);
                     let _ = child.kill();
                     let _ = child.wait();
                     break;

@@ -1,0 +1,539 @@
+//! Cleanup after the last release, the retained store, unmount and reclaim — mounted, with
+//! a real repository, a real bare remote and the real `git` binary.
+
+mod common;
+
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn rows(env: &Env) -> Vec<serde_json::Value> {
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
+    json.as_array().unwrap().clone()
+}
+
+/// A worktree's state; `list` leaves removed ones out.
+fn state_of(env: &Env, name: &str) -> String {
+    rows(env)
+        .iter()
+        .find(|w| w["name"] == name)
+        .map(|w| w["state"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| "removed".into())
+}
+
+fn id_of(env: &Env, name: &str) -> i64 {
+    rows(env)
+        .iter()
+        .find(|w| w["name"] == name)
+        .unwrap_or_else(|| panic!("no worktree {name}"))["id"]
+        .as_i64()
+        .unwrap()
+}
+
+fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
+    let end = Instant::now() + limit;
+    loop {
+        let now = state_of(env, name);
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "{name} did not become {want} within {limit:?} (is {now}); events:\n{}",
+            wtfs_ok(&env.state(), &["events"])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn retained(env: &Env) -> Vec<serde_json::Value> {
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["retained", "--json"])).unwrap();
+    json.as_array().unwrap().clone()
+}
+
+fn reason_of(env: &Env, name: &str) -> String {
+    retained(env)
+        .iter()
+        .find(|r| r["worktree"] == name)
+        .map(|r| r["reason"].as_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+/// A bare remote the repository pushes to, with `main` pushed.
+fn add_remote(env: &Env) -> PathBuf {
+    let remote = env.dir.path().join("remote.git");
+    run_ok(
+        "git",
+        &["init", "-q", "--bare", remote.to_str().unwrap()],
+        Path::new("/"),
+    );
+    let repo = env.repo.path();
+    git(
+        &repo,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    git(&repo, &["push", "-q", "origin", "main"]);
+    remote
+}
+
+/// An agent: a shell that works inside the worktree and exits.
+fn agent(dir: &Path, script: &str) {
+    run_ok("sh", &["-c", script], dir);
+}
+
+/// Reads a file inside a worktree from a short-lived process (whose lease ends with it;
+/// the test process itself would keep one).
+fn cat(path: &Path) -> String {
+    run_ok("cat", &[path.to_str().unwrap()], Path::new("/"))
+}
+
+fn worktree_list(env: &Env) -> String {
+    git(&env.repo.path(), &["worktree", "list", "--porcelain"])
+}
+
+fn branches(env: &Env) -> String {
+    git(
+        &env.repo.path(),
+        &["branch", "--list", "--format=%(refname:short)"],
+    )
+}
+
+#[test]
+fn clean_and_pushed_work_is_removed_and_everything_else_is_retained_with_the_reason() {
+    let env = Env::new();
+    add_remote(&env);
+    for n in ["pushed", "unpushed", "edited", "ignored", "untracked"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let ids: Vec<i64> = ["pushed", "ignored"]
+        .iter()
+        .map(|n| id_of(&env, n))
+        .collect();
+    let m = env.mount_with(&["--linger", "0"]);
+    let wt = |n: &str| m.wt("repo", n);
+
+    // Commits and pushes, exits: removed, git forgets it, the pushed branch goes.
+    agent(
+        &wt("pushed"),
+        "echo work > new.txt && git add new.txt && git commit -q -m work && git push -q origin HEAD",
+    );
+    wait_for_state(&env, "pushed", "removed", Duration::from_secs(10));
+    assert!(
+        !worktree_list(&env).contains("/pushed"),
+        "{}",
+        worktree_list(&env)
+    );
+    assert!(
+        !branches(&env).lines().any(|b| b == "pushed"),
+        "{}",
+        branches(&env)
+    );
+    assert!(!env
+        .state()
+        .join("worktrees")
+        .join(ids[0].to_string())
+        .exists());
+    assert!(fs::read_dir(env.state().join("trash"))
+        .unwrap()
+        .next()
+        .is_none());
+    // The work is in the remote.
+    let remote = env.dir.path().join("remote.git");
+    let shown = run_ok(
+        "git",
+        &[
+            "--git-dir",
+            remote.to_str().unwrap(),
+            "show",
+            "pushed:new.txt",
+        ],
+        Path::new("/"),
+    );
+    assert_eq!(shown, "work\n");
+    assert!(fs::symlink_metadata(wt("pushed")).is_err());
+
+    // Only ignored build output: removed; the branch (nothing new, reachable from main) goes.
+    agent(
+        &wt("ignored"),
+        "mkdir -p target/debug && echo bin > target/debug/app && echo o > src/main.o",
+    );
+    wait_for_state(&env, "ignored", "removed", Duration::from_secs(10));
+    assert!(!branches(&env).lines().any(|b| b == "ignored"));
+    assert!(!env
+        .state()
+        .join("worktrees")
+        .join(ids[1].to_string())
+        .exists());
+
+    // Commits without pushing: retained, unpushed-commits; files and branch stay.
+    agent(
+        &wt("unpushed"),
+        "echo mine > mine.txt && git add mine.txt && git commit -q -m mine",
+    );
+    wait_for_state(&env, "unpushed", "retained", Duration::from_secs(10));
+    assert!(
+        reason_of(&env, "unpushed").starts_with("unpushed-commits"),
+        "{}",
+        reason_of(&env, "unpushed")
+    );
+
+    // Edits without committing: retained, uncommitted-changes.
+    agent(&wt("edited"), "echo more >> README.md");
+    wait_for_state(&env, "edited", "retained", Duration::from_secs(10));
+    let r = reason_of(&env, "edited");
+    assert!(
+        r.starts_with("uncommitted-changes") && r.contains("README.md"),
+        "{r}"
+    );
+
+    // An untracked file only: retained too (it would be lost).
+    agent(&wt("untracked"), "echo notes > notes.txt");
+    wait_for_state(&env, "untracked", "retained", Duration::from_secs(10));
+    assert!(reason_of(&env, "untracked").contains("untracked notes.txt"));
+
+    // The retained store: in the CLI and under .control, with what it promises.
+    let listed = retained(&env);
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    let u = listed.iter().find(|r| r["worktree"] == "unpushed").unwrap();
+    assert_eq!(u["repo"], "repo");
+    assert_eq!(u["branch"], "unpushed");
+    assert_eq!(u["path"], wt("unpushed").to_str().unwrap());
+    assert_eq!(u["base_commit"].as_str().unwrap(), env.repo.head());
+    assert!(u["entered_at"].as_i64().unwrap() > 0);
+    let mut names: Vec<String> = fs::read_dir(m.mountpoint.join(".control/retained"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["repo:edited", "repo:unpushed", "repo:untracked"]);
+    let entry: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(m.mountpoint.join(".control/retained/repo:edited")).unwrap(),
+    )
+    .unwrap();
+    assert!(entry["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("uncommitted-changes"));
+    let table = wtfs_ok(&env.state(), &["retained"]);
+    assert!(
+        table.contains("repo/unpushed") && table.contains("unpushed-commits"),
+        "{table}"
+    );
+
+    // Retained worktrees stay visible and usable; git still knows them.
+    let mut in_repo: Vec<String> = fs::read_dir(m.mountpoint.join("repo"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    in_repo.sort();
+    assert_eq!(in_repo, ["edited", "unpushed", "untracked"]);
+    assert!(worktree_list(&env).contains("/unpushed"));
+
+    // Leasing a retained worktree makes it active and takes it out of the store; its
+    // work is all there.
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/edited", "--session", "s"],
+    );
+    assert_eq!(state_of(&env, "edited"), "active");
+    assert!(reason_of(&env, "edited").is_empty());
+    let readme = cat(&wt("edited").join("README.md"));
+    assert!(readme.ends_with("more\n"), "{readme}");
+    wtfs_ok(
+        &env.state(),
+        &["lease", "release", "repo/edited", "--session", "s"],
+    );
+    wait_for_state(&env, "edited", "retained", Duration::from_secs(10));
+
+    // Pushed by hand from the main checkout: removed at the next reconcile (next mount).
+    git(&env.repo.path(), &["push", "-q", "origin", "unpushed"]);
+    m.unmount();
+    assert_eq!(state_of(&env, "unpushed"), "retained");
+    let m = env.mount_with(&["--linger", "0"]);
+    assert_eq!(state_of(&env, "unpushed"), "removed");
+    assert!(!branches(&env).lines().any(|b| b == "unpushed"));
+    assert!(!worktree_list(&env).contains("/unpushed"));
+    // The others are still held for their work, across the restart.
+    assert_eq!(state_of(&env, "edited"), "retained");
+    assert_eq!(state_of(&env, "untracked"), "retained");
+    let readme = cat(&m.wt("repo", "edited").join("README.md"));
+    assert!(readme.ends_with("more\n"));
+    // A removed worktree's name can be used again.
+    wtfs_ok(&env.state(), &["new", "repo/again", "--branch", "again"]);
+    wtfs_ok(&env.state(), &["new", "repo/ignored"]);
+    assert_eq!(state_of(&env, "ignored"), "ready");
+}
+
+fn set_state_by_hand(env: &Env, id: i64, state: &str, removal: Option<&str>) {
+    let db = rusqlite::Connection::open(env.state().join("worktreefs.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    db.execute(
+        "UPDATE worktrees SET state = ?1, removal = ?2 WHERE id = ?3",
+        rusqlite::params![state, removal, id],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_cleanup_a_dead_daemon_left_is_finished_at_the_next_mount() {
+    let env = Env::new();
+    for n in ["marked", "halfway", "dirty"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    agent(&m.wt("repo", "dirty"), "echo keep > keep.txt");
+    m.kill9();
+    // What a daemon killed between `deleting` and removal leaves: the mark alone; the
+    // decision recorded and the directory already parked; a dirty worktree marked.
+    let marked = id_of(&env, "marked");
+    let halfway = id_of(&env, "halfway");
+    let dirty = id_of(&env, "dirty");
+    set_state_by_hand(&env, marked, "deleting", None);
+    set_state_by_hand(&env, halfway, "deleting", Some("remove+branch"));
+    fs::rename(
+        env.state().join("worktrees").join(halfway.to_string()),
+        env.state().join("trash").join(halfway.to_string()),
+    )
+    .unwrap();
+    set_state_by_hand(&env, dirty, "deleting", None);
+
+    let m = env.mount();
+    assert_eq!(state_of(&env, "marked"), "removed");
+    assert_eq!(state_of(&env, "halfway"), "removed");
+    assert!(!env.state().join("trash").join(halfway.to_string()).exists());
+    let list = worktree_list(&env);
+    assert!(
+        !list.contains("/marked") && !list.contains("/halfway"),
+        "{list}"
+    );
+    assert!(!branches(&env)
+        .lines()
+        .any(|b| b == "halfway" || b == "marked"));
+    // Nothing is lost: the dirty one is retained with its file.
+    assert_eq!(state_of(&env, "dirty"), "retained");
+    assert!(reason_of(&env, "dirty").contains("untracked keep.txt"));
+    assert_eq!(cat(&m.wt("repo", "dirty").join("keep.txt")), "keep\n");
+}
+
+#[test]
+fn a_deleting_worktree_answers_ebusy_until_its_cleanup_ends() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    let m = env.mount();
+    let id = id_of(&env, "w");
+    // Someone else holds the cleanup (as a reclaim in progress would).
+    let lock = fs::File::create(env.state().join("locks").join(id.to_string())).unwrap();
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    set_state_by_hand(&env, id, "deleting", None);
+    let err = fs::metadata(m.wt("repo", "w").join("README.md")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
+    let out = wtfs(
+        &env.state(),
+        &["lease", "acquire", "repo/w", "--session", "s"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is deleting"));
+    drop(lock);
+    // The daemon's sweeper finishes it once the lock is free.
+    wait_for_state(&env, "w", "removed", Duration::from_secs(10));
+    let err = fs::metadata(m.wt("repo", "w")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+}
+
+/// A process we start inside a worktree and end by pid.
+struct Inside(Child);
+
+impl Inside {
+    fn start(dir: &Path, script: &str) -> Inside {
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Inside(child)
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+    fn end(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+#[test]
+fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
+    let env = Env::new();
+    for n in ["busy", "clean", "held"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/held", "--session", "orch"],
+    );
+    agent(&m.wt("repo", "clean"), "cat README.md > /dev/null");
+    let mut p = Inside::start(&m.wt("repo", "busy"), "echo work > work.txt; exec sleep 60");
+    let end = Instant::now() + Duration::from_secs(5);
+    while !run(
+        "test",
+        &[
+            "-e",
+            m.wt("repo", "busy").join("work.txt").to_str().unwrap(),
+        ],
+        Path::new("/"),
+    )
+    .status
+    .success()
+    {
+        assert!(Instant::now() < end);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Refused, naming the process, and nothing changed.
+    let out = wtfs(&env.state(), &["unmount"]);
+    assert_eq!(out.status.code(), Some(1));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains(&p.pid().to_string()) && msg.contains("sleep"),
+        "{msg}"
+    );
+    assert!(msg.contains("--lazy"), "{msg}");
+    assert!(is_mounted(&m.mountpoint));
+    assert_eq!(state_of(&env, "held"), "active");
+
+    p.end();
+    let out = wtfs_ok(&env.state(), &["unmount"]);
+    assert!(out.contains("unmounted"), "{out}");
+    assert!(out.contains("repo/busy: retained"), "{out}");
+    assert!(out.contains("repo/clean: removed"), "{out}");
+    assert!(out.contains("repo/held: removed"), "{out}");
+    assert!(!is_mounted(&m.mountpoint));
+    drop(m);
+    // Every lease went with reason `unmount`; the work is kept.
+    assert!(wtfs_ok(&env.state(), &["leases", "--json"]).trim() == "[]");
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(events.contains("session:orch unmount"), "{events}");
+    assert_eq!(state_of(&env, "busy"), "retained");
+    let m = env.mount();
+    assert_eq!(cat(&m.wt("repo", "busy").join("work.txt")), "work\n");
+
+    // --lazy: detached at once, cleanup when the last process leaves.
+    wtfs_ok(&env.state(), &["new", "repo/late"]);
+    let mut p = Inside::start(
+        &m.wt("repo", "late"),
+        "cat README.md >/dev/null; exec sleep 60",
+    );
+    let end = Instant::now() + Duration::from_secs(5);
+    while !wtfs_ok(&env.state(), &["leases"]).contains("repo:late") {
+        assert!(Instant::now() < end, "no lease for the process inside");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = wtfs_ok(&env.state(), &["unmount", "--lazy"]);
+    assert!(
+        out.contains("still inside") && out.contains(&p.pid().to_string()),
+        "{out}"
+    );
+    assert!(!is_mounted(&m.mountpoint));
+    assert_eq!(state_of(&env, "late"), "active");
+    p.end();
+    let end = Instant::now() + Duration::from_secs(15);
+    while !wtfs_ok(&env.state(), &["status"]).contains("not mounted") {
+        assert!(
+            Instant::now() < end,
+            "the daemon did not finish after the last process left"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(state_of(&env, "late"), "removed");
+    drop(m);
+}
+
+#[test]
+fn rmdir_and_reclaim_remove_only_what_holds_no_work_and_discard_says_what_it_throws_away() {
+    let env = Env::new();
+    for n in ["fresh", "work", "leased"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    // A ready worktree with nothing in it: rmdir removes it.
+    fs::remove_dir(m.wt("repo", "fresh")).unwrap();
+    assert_eq!(state_of(&env, "fresh"), "removed");
+    assert!(!worktree_list(&env).contains("/fresh"));
+
+    // Leased: EBUSY, nothing changes.
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/leased", "--session", "s"],
+    );
+    let err = fs::remove_dir(m.wt("repo", "leased")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
+    assert_eq!(state_of(&env, "leased"), "active");
+    let out = wtfs(&env.state(), &["reclaim", "repo/leased"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 lease"));
+
+    // Holding work (lingering, grace not over): refused, files stay.
+    agent(
+        &m.wt("repo", "work"),
+        "echo draft > draft.txt && echo more >> README.md",
+    );
+    let end = Instant::now() + Duration::from_secs(5);
+    while state_of(&env, "work") != "lingering" {
+        assert!(Instant::now() < end);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let err = fs::remove_dir(m.wt("repo", "work")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY), "{err}");
+    assert_eq!(state_of(&env, "work"), "lingering");
+    let out = wtfs(&env.state(), &["reclaim", "repo/work"]);
+    assert_eq!(out.status.code(), Some(1));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains("holds work") && msg.contains("--discard"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("untracked draft.txt") && msg.contains("modified README.md"),
+        "{msg}"
+    );
+    assert_eq!(cat(&m.wt("repo", "work").join("draft.txt")), "draft\n");
+    // (Reading it leased it, until cat exited: wait for that lease to go.)
+    let end = Instant::now() + Duration::from_secs(5);
+    while state_of(&env, "work") != "lingering" {
+        assert!(Instant::now() < end, "{}", state_of(&env, "work"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // --discard lists what it throws away, then does.
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/work", "--discard"]);
+    assert!(
+        out.contains("untracked draft.txt") && out.contains("modified README.md"),
+        "{out}"
+    );
+    assert!(out.contains("removed repo/work"), "{out}");
+    assert_eq!(state_of(&env, "work"), "removed");
+    assert!(!worktree_list(&env).contains("/work"));
+    // The main checkout was never touched.
+    assert_eq!(git(&env.repo.path(), &["status", "--porcelain"]), "");
+
+    // Bad targets name the thing and the way out.
+    let out = wtfs(&env.state(), &["reclaim", "repo/nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    drop(m);
+}
