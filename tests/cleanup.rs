@@ -283,12 +283,38 @@ fn set_state_by_hand(env: &Env, id: i64, state: &str, removal: Option<&str>) {
 #[test]
 fn a_cleanup_a_dead_daemon_left_is_finished_at_the_next_mount() {
     let env = Env::new();
-    for n in ["marked", "halfway", "dirty"] {
+    for n in ["marked", "halfway", "dirty", "byhand"] {
         wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
     }
+    // Directories worktreefs did not make: a plain `git worktree add`, a stray directory
+    // in the state dir.
+    let foreign = env.dir.path().join("foreign");
+    git(
+        &env.repo.path(),
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "foreign",
+            foreign.to_str().unwrap(),
+        ],
+    );
+    let stray = env.state().join("worktrees").join("9999");
+    fs::create_dir_all(stray.join("upper")).unwrap();
+    fs::write(stray.join("upper/file"), "not ours").unwrap();
     let m = env.mount();
     agent(&m.wt("repo", "dirty"), "echo keep > keep.txt");
+    agent(&m.wt("repo", "byhand"), "echo keep > keep.txt");
     m.kill9();
+    // Retained... and then its directory removed by hand.
+    let byhand = id_of(&env, "byhand");
+    set_state_by_hand(&env, byhand, "deleting", None);
+    let m = env.mount();
+    assert_eq!(state_of(&env, "byhand"), "retained");
+    assert_eq!(retained(&env).len(), 1);
+    m.kill9();
+    fs::remove_dir_all(env.state().join("worktrees").join(byhand.to_string())).unwrap();
     // What a daemon killed between `deleting` and removal leaves: the mark alone; the
     // decision recorded and the directory already parked; a dirty worktree marked.
     let marked = id_of(&env, "marked");
@@ -318,7 +344,54 @@ fn a_cleanup_a_dead_daemon_left_is_finished_at_the_next_mount() {
     // Nothing is lost: the dirty one is retained with its file.
     assert_eq!(state_of(&env, "dirty"), "retained");
     assert!(reason_of(&env, "dirty").contains("untracked keep.txt"));
+    // The one removed by hand left the retained store; its git entry went with it.
+    assert_eq!(state_of(&env, "byhand"), "removed");
+    assert_eq!(
+        retained(&env)
+            .iter()
+            .map(|r| r["worktree"].clone())
+            .collect::<Vec<_>>(),
+        ["dirty"]
+    );
+    assert!(!worktree_list(&env).contains("/byhand"));
+    // Nothing foreign was adopted or deleted.
+    assert!(worktree_list(&env).contains(foreign.to_str().unwrap()));
+    assert_eq!(
+        fs::read_to_string(stray.join("upper/file")).unwrap(),
+        "not ours"
+    );
+    assert!(!fs::read_dir(m.mountpoint.join("repo"))
+        .unwrap()
+        .any(|e| e.unwrap().file_name() == "9999"));
+    // (Reading it leases it, which takes it out of the retained store: last.)
     assert_eq!(cat(&m.wt("repo", "dirty").join("keep.txt")), "keep\n");
+}
+
+#[test]
+fn a_plain_umount_releases_every_lease_and_runs_the_cleanup() {
+    let env = Env::new();
+    for n in ["clean", "dirty"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/clean", "--session", "orch"],
+    );
+    agent(&m.wt("repo", "dirty"), "echo x >> README.md");
+    run_ok("umount", &[m.mountpoint.to_str().unwrap()], Path::new("/"));
+    let end = Instant::now() + Duration::from_secs(15);
+    while !wtfs_ok(&env.state(), &["status"]).contains("not mounted") {
+        assert!(
+            Instant::now() < end,
+            "the daemon did not finish after umount"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(state_of(&env, "clean"), "removed");
+    assert_eq!(state_of(&env, "dirty"), "retained");
+    assert!(wtfs_ok(&env.state(), &["events"]).contains("session:orch unmount"));
+    drop(m);
 }
 
 #[test]
@@ -536,4 +609,101 @@ fn rmdir_and_reclaim_remove_only_what_holds_no_work_and_discard_says_what_it_thr
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     drop(m);
+}
+
+/// git's own verdict: the paths `git status --porcelain --untracked-files=all` lists.
+fn git_dirty_paths(wt: &Path) -> Vec<String> {
+    git(
+        wt,
+        &[
+            "-c",
+            "core.quotePath=false",
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+            "--no-renames",
+        ],
+    )
+    .lines()
+    .map(|l| l[3..].trim_matches('"').to_string())
+    .collect()
+}
+
+#[test]
+fn inspection_agrees_with_git_status_after_random_work_through_the_mount() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/rnd"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "rnd");
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let row = store.worktree("repo", "rnd").unwrap().unwrap();
+    let repo = store.repo_by_id(row.repo_id).unwrap().unwrap();
+    let target = worktreefs::cleanup::Target::new(&state, &row, &repo, &m.mountpoint);
+
+    // WTFS_SEED=<n> runs another sequence.
+    let mut seed: u64 = std::env::var("WTFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_c1ea);
+    let mut next = |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let scripts = [
+        "echo new >> notes-$N.txt",
+        "echo edit >> README.md",
+        "rm -f build.sh",
+        "mkdir -p src/new && echo x > src/new/f$N.rs",
+        "rm -rf src/lib",
+        "mv src/main.rs src/moved.rs || true",
+        "chmod -x build.sh 2>/dev/null || true",
+        "chmod +x README.md",
+        "mkdir -p target && echo o > target/out$N && echo o > obj$N.o",
+        "cp README.md /tmp/wtfs-readme-$N && cat /tmp/wtfs-readme-$N > README.md && rm /tmp/wtfs-readme-$N",
+        "ln -sf src link$N",
+        "rm -rf docs && mkdir docs",
+        "git add -A",
+        "git add -A && (git commit -q -m step$N || true)",
+        "git reset -q --hard && git clean -q -fd",
+        "git stash -q -u || true",
+    ];
+    let mut clean_seen = 0;
+    let mut dirty_seen = 0;
+    for round in 0..14 {
+        for _ in 0..1 + next(3) {
+            let s = scripts[next(scripts.len() as u64) as usize].replace("$N", &round.to_string());
+            run_ok("sh", &["-c", &s], &wt);
+        }
+        let truth = git_dirty_paths(&wt);
+        let f = worktreefs::cleanup::inspect(&target).unwrap();
+        let ours: Vec<String> = f.changes.iter().map(|c| c.path.clone()).collect();
+        // Every path git lists is one we found (or under a directory we found), and every
+        // change we found covers something git lists.
+        let covers =
+            |ours: &str, theirs: &str| theirs == ours || theirs.starts_with(&format!("{ours}/"));
+        for t in &truth {
+            assert!(
+                ours.iter().any(|o| covers(o, t)),
+                "round {round}: git lists {t}, inspection did not: {ours:?} vs {truth:?}"
+            );
+        }
+        for o in &ours {
+            assert!(
+                truth.iter().any(|t| covers(o, t)),
+                "round {round}: inspection found {o}, git did not: {ours:?} vs {truth:?}"
+            );
+        }
+        if truth.is_empty() {
+            clean_seen += 1;
+        } else {
+            dirty_seen += 1;
+        }
+    }
+    assert!(
+        clean_seen > 0 && dirty_seen > 0,
+        "clean {clean_seen}, dirty {dirty_seen}"
+    );
 }

@@ -1,0 +1,192 @@
+//! Cleanup's inspection and removal called directly, with no mount: the upper layer is
+//! written by hand in the documented on-disk format, the repository is real.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use common::*;
+use worktreefs::cleanup::{self, ChangeKind, Findings, Head, Outcome, Target};
+use worktreefs::state::StateDir;
+use worktreefs::store::Store;
+use worktreefs::worktree::{create_worktree, CreateRequest};
+
+struct Fixture {
+    env: Env,
+    state: StateDir,
+    store: Store,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let env = Env::new();
+        let state = StateDir::open(&env.state()).unwrap();
+        let store = Store::open(&state.root).unwrap();
+        Fixture { env, state, store }
+    }
+
+    /// A new worktree and where its upper layer is.
+    fn worktree(&mut self, name: &str) -> (Target, PathBuf) {
+        let row = create_worktree(
+            &self.state,
+            &mut self.store,
+            &CreateRequest {
+                repo: "repo",
+                name,
+                base: None,
+                branch: None,
+                uid: 0,
+                gid: 0,
+            },
+        )
+        .unwrap();
+        let repo = self.store.repo_by_id(row.repo_id).unwrap().unwrap();
+        let t = Target::new(&self.state, &row, &repo, &self.env.mountpoint());
+        let upper = t.upper.clone();
+        (t, upper)
+    }
+}
+
+fn write(path: PathBuf, content: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, content).unwrap();
+}
+
+fn changes(f: &Findings) -> Vec<String> {
+    let mut v: Vec<String> = f.changes.iter().map(|c| c.to_string()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn inspection_sees_exactly_what_git_status_would() {
+    let mut fx = Fixture::new();
+
+    // Untouched: clean, HEAD on its branch, nothing unpushed.
+    let (t, _) = fx.worktree("clean");
+    let f = cleanup::inspect(&t).unwrap();
+    assert_eq!(changes(&f), Vec::<String>::new());
+    assert_eq!(f.head, Head::Branch("clean".into()));
+    assert!(f.unpushed.is_empty());
+    assert!(f.tip_elsewhere, "the base is main's tip");
+
+    // Ignored only: by the base's .gitignore, by one in the upper layer, inside an ignored
+    // directory; a file copied up without a change is no change either.
+    let (t, up) = fx.worktree("ignored");
+    write(up.join("target/debug/app"), "bin");
+    write(up.join("src/lib/util.o"), "obj");
+    write(up.join("src/.gitignore"), "*.tmp\n");
+    write(up.join("src/scratch.tmp"), "tmp");
+    write(up.join("README.md"), "# test repository\n");
+    let f = cleanup::inspect(&t).unwrap();
+    // The new src/.gitignore itself is untracked work.
+    assert_eq!(changes(&f), ["untracked src/.gitignore"]);
+
+    // Every kind of change.
+    let (t, up) = fx.worktree("dirty");
+    write(up.join("notes.txt"), "notes");
+    write(up.join("src/main.rs"), "fn main() {}\n");
+    fs::copy(fx.env.repo.path().join("build.sh"), up.join("build.sh")).unwrap();
+    fs::set_permissions(up.join("build.sh"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(up.join(".wtfs-wh.empty.txt"), "").unwrap();
+    fs::create_dir_all(up.join("src/lib")).unwrap();
+    fs::write(up.join("src/lib/.wtfs-opaque"), "").unwrap();
+    fs::write(up.join("src/lib/mod.rs"), "pub mod util;\n").unwrap();
+    std::os::unix::fs::symlink("src", up.join("link-to-readme")).unwrap();
+    write(up.join("keep/empty-dir/.placeholder-not"), "");
+    fs::remove_file(up.join("keep/empty-dir/.placeholder-not")).unwrap();
+    let f = cleanup::inspect(&t).unwrap();
+    assert_eq!(
+        changes(&f),
+        [
+            "deleted empty.txt",
+            "deleted src/lib/util.rs",
+            "modified build.sh",
+            "modified link-to-readme",
+            "modified src/main.rs",
+            "untracked notes.txt",
+        ]
+    );
+
+    // Staged only: the index differs from HEAD, the files do not.
+    let (t, _) = fx.worktree("staged");
+    let repo = git2::Repository::open(&t.gitdir).unwrap();
+    let blob = repo.blob(b"staged\n").unwrap();
+    let mut index = git2::Index::open(&t.admin.join("index")).unwrap();
+    let mut e = index
+        .get_path(std::path::Path::new("README.md"), 0)
+        .unwrap();
+    e.id = blob;
+    index.add(&e).unwrap();
+    index.write().unwrap();
+    let f = cleanup::inspect(&t).unwrap();
+    assert_eq!(changes(&f), ["staged README.md"]);
+    assert_eq!(f.changes[0].kind, ChangeKind::Staged);
+
+    // A commit on the branch: unpushed until a remote-tracking ref has it.
+    let (t, _) = fx.worktree("committed");
+    let base = repo
+        .find_commit(git2::Oid::from_str(&t.base_commit).unwrap())
+        .unwrap();
+    let sig = git2::Signature::now("T", "t@example.com").unwrap();
+    let c = repo
+        .commit(
+            Some("refs/heads/committed"),
+            &sig,
+            &sig,
+            "empty change",
+            &base.tree().unwrap(),
+            &[&base],
+        )
+        .unwrap();
+    let f = cleanup::inspect(&t).unwrap();
+    assert_eq!(f.unpushed, vec![c]);
+    assert!(!f.tip_elsewhere);
+    assert!(f.changes.is_empty());
+    repo.reference("refs/remotes/origin/committed", c, false, "pushed")
+        .unwrap();
+    let f = cleanup::inspect(&t).unwrap();
+    assert!(f.unpushed.is_empty());
+    assert!(f.tip_elsewhere);
+
+    // HEAD moved to another branch.
+    let (t, _) = fx.worktree("moved");
+    fs::write(t.admin.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    let f = cleanup::inspect(&t).unwrap();
+    assert_eq!(f.head, Head::Branch("main".into()));
+}
+
+#[test]
+fn a_step_failing_in_the_middle_of_removal_retains_with_every_file_in_place() {
+    let mut fx = Fixture::new();
+    let (t, up) = fx.worktree("w");
+    write(up.join("target/out"), "ignored build output");
+    // The git entry no longer says worktreefs made it: the second step refuses.
+    fs::write(t.admin.join("locked"), "someone else's\n").unwrap();
+    fx.store
+        .begin_deleting(t.id, &[worktreefs::lease::State::Ready], "test")
+        .unwrap();
+    let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
+    let out = cleanup::finish(&fx.state, &mut fx.store, &row, &fx.env.mountpoint()).unwrap();
+    match out {
+        Outcome::Retained(r) => assert!(
+            r.starts_with("cleanup-error: removing git's worktree entry"),
+            "{r}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The first step (moving the upper layer away) was undone.
+    assert_eq!(
+        fs::read_to_string(up.join("target/out")).unwrap(),
+        "ignored build output"
+    );
+    assert!(t.admin.join("HEAD").exists());
+    let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
+    assert_eq!(row.state, "retained");
+    assert!(row.removal.is_none());
+    assert_eq!(fx.store.retained().unwrap().len(), 1);
+    // The branch is untouched.
+    assert!(git(&fx.env.repo.path(), &["branch", "--list", "w"]).contains('w'));
+}
