@@ -1073,15 +1073,7 @@ pub fn request_removal(
             "worktree {label} is being cleaned up right now; try again in a moment"
         ))
     })?;
-    let inside: Vec<String> = crate::holders::processes_inside(&t.path, 0)
-        .into_iter()
-        .map(|pid| {
-            let cmd = crate::holders::proc_info(pid)
-                .map(|p| p.command)
-                .unwrap_or_default();
-            format!("{pid} ({cmd})")
-        })
-        .collect();
+    let inside = crate::holders::describe_processes_inside(&t.path);
     if !inside.is_empty() {
         return Err(RequestError::Busy(format!(
             "worktree {label} is in use by {}; those processes must leave it first",

@@ -492,26 +492,6 @@ pub enum Unmounted {
     Detached(PathBuf, Vec<String>),
 }
 
-/// The processes with their working directory, root or an open file under `dir`, as
-/// "pid (command line)".
-pub fn processes_using(dir: &Path) -> Vec<String> {
-    crate::holders::processes_inside(dir, 0)
-        .into_iter()
-        .map(|pid| {
-            let cmd = fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|raw| {
-                    raw.split(|b| *b == 0)
-                        .filter(|p| !p.is_empty())
-                        .map(|p| String::from_utf8_lossy(p).into_owned())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_default();
-            format!("{pid} ({cmd})")
-        })
-        .collect()
-}
-
 /// Unmounts the filesystem served for `state` and waits for its daemon to finish (it
 /// releases every lease and runs the cleanup first). With processes inside: refused,
 /// naming them, or with `lazy`, detached and left to finish in the background.
@@ -534,7 +514,7 @@ pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Resul
             );
         }
     };
-    let inside = processes_using(&mountpoint);
+    let inside = crate::holders::describe_processes_inside(&mountpoint);
     if !inside.is_empty() {
         if !lazy {
             bail!(

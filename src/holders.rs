@@ -95,6 +95,14 @@ pub fn processes_inside(dir: &Path, skip: i32) -> Vec<i32> {
     out
 }
 
+/// The processes inside `dir`, as "pid (command line)", for messages that name them.
+pub fn describe_processes_inside(dir: &Path) -> Vec<String> {
+    processes_inside(dir, 0)
+        .into_iter()
+        .map(|pid| format!("{pid} ({})", command_line(pid).unwrap_or_default()))
+        .collect()
+}
+
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     // SAFETY: plain syscall; on success the return value is a new descriptor we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };

@@ -17,15 +17,6 @@ fn rows(env: &Env) -> Vec<serde_json::Value> {
     json.as_array().unwrap().clone()
 }
 
-/// A worktree's state; `list` leaves removed ones out.
-fn state_of(env: &Env, name: &str) -> String {
-    rows(env)
-        .iter()
-        .find(|w| w["name"] == name)
-        .map(|w| w["state"].as_str().unwrap().to_string())
-        .unwrap_or_else(|| "removed".into())
-}
-
 fn id_of(env: &Env, name: &str) -> i64 {
     rows(env)
         .iter()
@@ -33,22 +24,6 @@ fn id_of(env: &Env, name: &str) -> i64 {
         .unwrap_or_else(|| panic!("no worktree {name}"))["id"]
         .as_i64()
         .unwrap()
-}
-
-fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
-    let end = Instant::now() + limit;
-    loop {
-        let now = state_of(env, name);
-        if now == want {
-            return;
-        }
-        assert!(
-            Instant::now() < end,
-            "{name} did not become {want} within {limit:?} (is {now}); events:\n{}",
-            wtfs_ok(&env.state(), &["events"])
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn retained(env: &Env) -> Vec<serde_json::Value> {

@@ -9,30 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn state_of(env: &Env, name: &str) -> String {
-    let json: serde_json::Value =
-        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
-    json.as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["name"] == name)
-        .map(|w| w["state"].as_str().unwrap().to_string())
-        // `list` leaves removed worktrees out.
-        .unwrap_or_else(|| "removed".into())
-}
-
-fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
-    let end = Instant::now() + limit;
-    while state_of(env, name) != want {
-        assert!(
-            Instant::now() < end,
-            "{name} did not become {want} within {limit:?} (is {})",
-            state_of(env, name)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
     let env = Env::new();

@@ -431,3 +431,34 @@ impl Env {
         )
     }
 }
+
+/// A worktree's state from `worktreefs list`; `list` leaves removed worktrees out, so a
+/// worktree not listed is "removed".
+pub fn state_of(env: &Env, name: &str) -> String {
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
+    json.as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name)
+        .map(|w| w["state"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| "removed".into())
+}
+
+/// Waits until a worktree is in state `want`; fails with the event log if it is not by
+/// `limit`.
+pub fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
+    let end = Instant::now() + limit;
+    loop {
+        let now = state_of(env, name);
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "{name} did not become {want} within {limit:?} (is {now}); events:\n{}",
+            wtfs_ok(&env.state(), &["events"])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
