@@ -141,6 +141,17 @@ fi
 clean=$(git -C "$MNT/bench/bench-1" status --porcelain | wc -l)
 reads=$(cat "$MNT/.control/stats")
 
+# Removing a clean worktree: worktreefs' cleanup (inspection from the upper layer and the
+# object database, then removal) against `git worktree remove` of a checkout. bench-1 is
+# kept for the rows below.
+for i in $(seq 2 "$RUNS"); do
+  time_cmd "$RUN_DIR/remove-wtfs" "$BIN" reclaim "bench/bench-$i"
+  time_cmd "$RUN_DIR/remove-git" git -C "$REPO" worktree remove "$CHECKOUTS/wt-$i"
+done
+# An unmount releases every lease and cleans up what is clean: an untracked file keeps
+# bench-1 (retained) across the remounts below.
+sh -c "echo keep > \"$MNT/bench/bench-1/.bench-keep\""
+
 # What process-lease tracking costs a read-heavy run: the same files read in a fresh mount
 # with tracking and without (--no-lease-tracking), alternating, blob cache warm.
 READ_FILES=${READ_FILES:-20000}
@@ -169,6 +180,7 @@ printf '%-34s %10s ms\n' "create, first at a commit" "$(median "$RUN_DIR/create-
 row "git status, fresh (first run)" "$RUN_DIR/status-wtfs-first" "$RUN_DIR/status-git-first"
 row "git status, fresh (warm)" "$RUN_DIR/status-wtfs" "$RUN_DIR/status-git"
 row "read $(wc -l < "$RUN_DIR/readlist") files, leases on vs off" "$RUN_DIR/read-tracked" "$RUN_DIR/read-untracked"
+[ -s "$RUN_DIR/remove-wtfs" ] && row "remove a clean worktree" "$RUN_DIR/remove-wtfs" "$RUN_DIR/remove-git"
 if [ "$cold" = 1 ]; then
   row "git status, kernel caches dropped" "$RUN_DIR/status-wtfs-cold" "$RUN_DIR/status-git-cold"
 else
