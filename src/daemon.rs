@@ -159,6 +159,8 @@ pub struct MountRequest {
     pub linger: u64,
     /// Process leases (off only to measure what they cost).
     pub track_leases: bool,
+    /// FUSE passthrough where the kernel offers it.
+    pub passthrough: bool,
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -235,7 +237,11 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // Boot reconcile: leases of processes that are gone are swept before anyone enters.
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();
-    let fs = WorktreeFs::new(view.clone(), req.track_leases.then(|| tracker.clone()));
+    let fs = WorktreeFs::new(
+        view.clone(),
+        req.track_leases.then(|| tracker.clone()),
+        req.passthrough,
+    );
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("worktreefs".into()),
@@ -418,6 +424,9 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
         .arg(req.threads.to_string());
     if !req.track_leases {
         cmd.arg("--no-lease-tracking");
+    }
+    if !req.passthrough {
+        cmd.arg("--no-passthrough");
     }
     if let Some(l) = log_level {
         cmd.arg("--log-level").arg(l);

@@ -2,16 +2,21 @@
 //! result into a reply or an errno. Every operation runs in a tracing span with the
 //! request's unique id, inode and pid; failures are logged (expected ones at debug).
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use std::time::SystemTime;
 
+use parking_lot::Mutex;
+
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::error::FsError;
@@ -24,14 +29,127 @@ pub struct WorktreeFs {
     tracker: Option<Arc<Tracker>>,
     /// The kernel agreed to do without opendir: it then caches listings itself.
     no_opendir: bool,
+    /// FUSE passthrough: asked for (`mount --no-passthrough` turns it off), then on only if
+    /// the kernel offers it and registering a backing file works.
+    want_passthrough: bool,
+    passthrough: std::sync::atomic::AtomicBool,
+    backings: Mutex<Backings>,
+}
+
+/// Backing files registered with the kernel, and which inodes have handles doing I/O
+/// through the daemon. The kernel keeps one I/O mode per inode while it is open: every
+/// passthrough open must name the same backing file, and no open through its page cache
+/// may stand next to a passthrough one (it refuses such an open with EIO).
+#[derive(Default)]
+struct Backings {
+    by_fh: HashMap<u64, Arc<BackingId>>,
+    /// Inode -> its backing (while any handle holds it) and the backing file's identity.
+    by_ino: HashMap<u64, (Weak<BackingId>, (u64, u64))>,
+    /// Handles doing I/O through the daemon, and how many each inode has.
+    cached_fh: HashMap<u64, u64>,
+    cached: HashMap<u64, usize>,
+}
+
+/// How an open is answered.
+enum OpenMode {
+    Passthrough(Arc<BackingId>),
+    /// Through the daemon, with these flags.
+    Daemon(FopenFlags),
 }
 
 impl WorktreeFs {
-    pub fn new(view: Arc<View>, tracker: Option<Arc<Tracker>>) -> WorktreeFs {
+    pub fn new(view: Arc<View>, tracker: Option<Arc<Tracker>>, passthrough: bool) -> WorktreeFs {
         WorktreeFs {
             view,
             tracker,
             no_opendir: false,
+            want_passthrough: passthrough,
+            passthrough: false.into(),
+            backings: Mutex::new(Backings::default()),
+        }
+    }
+
+    /// Decides how the kernel does I/O on handle `fh`. Upper-layer files pass through to
+    /// the upper file. Base files are read through the daemon with the kernel's page cache
+    /// kept across opens (their content never changes): a base file copied up while open
+    /// must show the new content to every handle, and the kernel cannot move an open
+    /// inode from one backing file to another. For the same reason an upper file whose
+    /// inode still has handles through the daemon (opened before its copy-up) is served
+    /// through the daemon too, until they are closed.
+    fn open_mode(
+        &self,
+        fh: u64,
+        generated: bool,
+        register: &dyn Fn(&File) -> std::io::Result<BackingId>,
+    ) -> OpenMode {
+        if generated {
+            return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+        }
+        let Some((ino, on_base)) = self.view.handle_io(fh) else {
+            return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+        };
+        let keep = if on_base {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return OpenMode::Daemon(keep);
+        }
+        let mut b = self.backings.lock();
+        let through_daemon = |b: &mut Backings| {
+            b.cached_fh.insert(fh, ino);
+            *b.cached.entry(ino).or_insert(0) += 1;
+            OpenMode::Daemon(keep)
+        };
+        let has_backing = b
+            .by_ino
+            .get(&ino)
+            .is_some_and(|(w, _)| w.strong_count() > 0);
+        if !has_backing && (on_base || b.cached.get(&ino).copied().unwrap_or(0) > 0) {
+            return through_daemon(&mut b);
+        }
+        let (file, key) = match self.view.backing_for(fh) {
+            Ok(Some(b)) => (b.file, b.key),
+            Ok(None) => return through_daemon(&mut b),
+            Err(e) => {
+                tracing::warn!("no passthrough for this open: {}", e.message);
+                if has_backing {
+                    return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+                }
+                return through_daemon(&mut b);
+            }
+        };
+        if let Some((weak, k)) = b.by_ino.get(&ino) {
+            if let Some(id) = weak.upgrade() {
+                if *k != key {
+                    // Cannot happen while an inode keeps its upper file; said loudly if it does.
+                    tracing::error!(
+                        "inode {ino} is open with another backing file; this open is served by the daemon"
+                    );
+                    return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+                }
+                b.by_fh.insert(fh, id.clone());
+                return OpenMode::Passthrough(id);
+            }
+        }
+        match register(&file) {
+            Ok(id) => {
+                let id = Arc::new(id);
+                b.by_ino.retain(|_, (w, _)| w.strong_count() > 0);
+                b.by_ino.insert(ino, (Arc::downgrade(&id), key));
+                b.by_fh.insert(fh, id.clone());
+                OpenMode::Passthrough(id)
+            }
+            Err(e) => {
+                // Turned off for the session: every later open goes through the daemon.
+                if self.passthrough.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "FUSE passthrough turned off: registering a backing file failed ({e}); file I/O goes through the daemon"
+                    );
+                }
+                through_daemon(&mut b)
+            }
         }
     }
 
@@ -170,6 +288,33 @@ impl Filesystem for WorktreeFs {
         }
         self.no_opendir = offered.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         tracing::info!("FUSE session initialised (capabilities {offered:?})");
+        // Passthrough: the kernel reads and writes the backing file (the cached blob, the
+        // upper file) itself. Backing files on a stacked filesystem (overlayfs) need one
+        // more level of stacking.
+        if !self.want_passthrough {
+            tracing::info!(
+                "FUSE passthrough: off (--no-passthrough); file I/O goes through the daemon"
+            );
+        } else if !config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
+            tracing::info!("FUSE passthrough: off (this kernel does not offer it); file I/O goes through the daemon");
+        } else {
+            let depth = if self.view.state_on_stacked_fs() {
+                2
+            } else {
+                1
+            };
+            match config
+                .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+                .map_err(|_| ())
+                .and_then(|_| config.set_max_stack_depth(depth).map_err(|_| ()))
+            {
+                Ok(_) => {
+                    self.passthrough.store(true, Ordering::Relaxed);
+                    tracing::info!("FUSE passthrough: on (stack depth {depth}); the kernel does file I/O on the backing files");
+                }
+                Err(()) => tracing::info!("FUSE passthrough: off (the kernel declined it); file I/O goes through the daemon"),
+            }
+        }
         Ok(())
     }
 
@@ -360,12 +505,12 @@ impl Filesystem for WorktreeFs {
         enter_or_reply!(self, req, ino, true, reply);
         match self.view.open(ino.0, flags.0) {
             Ok((fh, generated)) => {
-                let flags = if generated {
-                    FopenFlags::FOPEN_DIRECT_IO
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(fh), flags)
+                match self.open_mode(fh, generated, &|f| reply.open_backing(f)) {
+                    OpenMode::Passthrough(id) => {
+                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
+                    }
+                    OpenMode::Daemon(flags) => reply.opened(FileHandle(fh), flags),
+                }
             }
             Err(e) => reply.error(errno("open", e)),
         }
@@ -429,6 +574,18 @@ impl Filesystem for WorktreeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        {
+            let mut b = self.backings.lock();
+            b.by_fh.remove(&fh.0);
+            if let Some(ino) = b.cached_fh.remove(&fh.0) {
+                if let Some(n) = b.cached.get_mut(&ino) {
+                    *n -= 1;
+                    if *n == 0 {
+                        b.cached.remove(&ino);
+                    }
+                }
+            }
+        }
         self.view.release(fh.0);
         reply.ok();
     }
@@ -504,6 +661,18 @@ impl Filesystem for WorktreeFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        {
+            let mut b = self.backings.lock();
+            b.by_fh.remove(&fh.0);
+            if let Some(ino) = b.cached_fh.remove(&fh.0) {
+                if let Some(n) = b.cached.get_mut(&ino) {
+                    *n -= 1;
+                    if *n == 0 {
+                        b.cached.remove(&ino);
+                    }
+                }
+            }
+        }
         self.view.release(fh.0);
         reply.ok();
     }
@@ -585,13 +754,23 @@ impl Filesystem for WorktreeFs {
             .view
             .create(parent.0, name, mode, umask, flags, caller(req))
         {
-            Ok((e, fh)) => reply.created(
-                &e.ttl,
-                &fattr(&e.attr),
-                Generation(0),
-                FileHandle(fh),
-                FopenFlags::empty(),
-            ),
+            Ok((e, fh)) => match self.open_mode(fh, false, &|f| reply.open_backing(f)) {
+                OpenMode::Passthrough(id) => reply.created_passthrough(
+                    &e.ttl,
+                    &fattr(&e.attr),
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                    &id,
+                ),
+                OpenMode::Daemon(flags) => reply.created(
+                    &e.ttl,
+                    &fattr(&e.attr),
+                    Generation(0),
+                    FileHandle(fh),
+                    flags,
+                ),
+            },
             Err(e) => reply.error(errno("create", e)),
         }
     }

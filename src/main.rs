@@ -56,6 +56,9 @@ enum Command {
         /// Do not track process leases (for measuring their cost; named leases still work).
         #[arg(long, hide = true)]
         no_lease_tracking: bool,
+        /// Serve file data through the daemon even where the kernel offers FUSE passthrough.
+        #[arg(long)]
+        no_passthrough: bool,
     },
     /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
     /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
@@ -223,6 +226,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             linger,
             no_lease_tracking,
+            no_passthrough,
         } => cmd_mount(
             &state,
             mountpoint,
@@ -231,6 +235,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 threads,
                 linger,
                 track_leases: !no_lease_tracking,
+                passthrough: !no_passthrough,
             },
             cli.global.log_level.as_deref(),
         ),
@@ -667,6 +672,7 @@ struct MountTuning {
     threads: usize,
     linger: u64,
     track_leases: bool,
+    passthrough: bool,
 }
 
 fn cmd_mount(
@@ -680,6 +686,7 @@ fn cmd_mount(
         threads,
         linger,
         track_leases,
+        passthrough,
     } = tuning;
     if foreground {
         let req = MountRequest {
@@ -688,6 +695,7 @@ fn cmd_mount(
             threads,
             linger,
             track_leases,
+            passthrough,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -710,6 +718,7 @@ fn cmd_mount(
         threads,
         linger,
         track_leases,
+        passthrough,
     };
     daemon::prepare(&req)?;
     let pid = daemon::spawn_background(&req, log_level)?;

@@ -194,6 +194,10 @@ pub struct WtCtx {
     /// Bumped by every fsmonitor query; an open file records its path again on its first
     /// write after a query (see `write`).
     query_epoch: AtomicU64,
+    /// Inodes open for writing, with how many handles: every fsmonitor query reports them
+    /// as changed, since with FUSE passthrough their writes never reach the daemon. Each is
+    /// recorded in the journal again when its last writer closes.
+    open_writers: Mutex<HashMap<u64, usize>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -329,6 +333,9 @@ pub struct Stats {
     pub getattrs: AtomicU64,
     pub opendirs: AtomicU64,
     pub readdirs: AtomicU64,
+    /// Opens answered with FUSE passthrough (the kernel then reads and writes the backing
+    /// file itself; such an open counts as one content read).
+    pub passthrough_opens: AtomicU64,
 }
 
 const MAX_RECORDED_PATHS: usize = 64;
@@ -350,6 +357,13 @@ enum HandleKind {
     },
     Memory(Vec<u8>),
     Dir(Vec<DirEntry>),
+}
+
+/// A file the kernel reads and writes directly for an open handle (FUSE passthrough), and
+/// its identity (device, inode).
+pub struct Backing {
+    pub file: File,
+    pub key: (u64, u64),
 }
 
 struct Catalog {
@@ -591,6 +605,7 @@ impl View {
             sizes_seeded: false.into(),
             journal: Mutex::new(crate::fsmonitor::Journal::default()),
             query_epoch: AtomicU64::new(0),
+            open_writers: Mutex::new(HashMap::new()),
         })
     }
 
@@ -704,6 +719,14 @@ impl View {
 
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// Whether the state directory (where backing files live) is on a stacked filesystem
+    /// such as overlayfs, which FUSE passthrough must count as one level of stacking.
+    pub fn state_on_stacked_fs(&self) -> bool {
+        nix::sys::statfs::statfs(&self.state.root)
+            .map(|s| s.filesystem_type() == nix::sys::statfs::OVERLAYFS_SUPER_MAGIC)
+            .unwrap_or(false)
     }
 
     pub fn set_invalidator(&self, f: Invalidator) {
@@ -1318,6 +1341,7 @@ impl View {
                     "getattrs": self.stats.getattrs.load(Ordering::Relaxed),
                     "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
                     "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
+                    "passthrough_opens": self.stats.passthrough_opens.load(Ordering::Relaxed),
                 });
                 Ok(format!("{v}\n").into_bytes())
             }
@@ -1678,7 +1702,7 @@ impl View {
             };
             (j.seq(), since)
         };
-        let paths = match since {
+        let mut paths = match since {
             Since::Paths(p) => p,
             Since::Everything => vec![b"/".to_vec()],
             Since::Unknown => {
@@ -1690,6 +1714,16 @@ impl View {
                 out
             }
         };
+        // Files open for writing may change at any moment without a request reaching us.
+        let writers: Vec<u64> = wt.open_writers.lock().keys().copied().collect();
+        if !writers.is_empty() {
+            let t = self.nodes.read();
+            for ino in writers {
+                if let Ok(rel) = self.rel_path(&t, ino) {
+                    paths.push(rel);
+                }
+            }
+        }
         tracing::debug!(
             repo,
             worktree = name,
@@ -1803,6 +1837,9 @@ impl View {
     // ----- handles -----
 
     fn file_handle(&self, ino: u64, wt: Option<Arc<WtCtx>>, file: File, on_base: bool) -> u64 {
+        if let Some(w) = &wt {
+            *w.open_writers.lock().entry(ino).or_insert(0) += 1;
+        }
         self.add_handle(HandleKind::File {
             ino,
             wt,
@@ -1829,7 +1866,82 @@ impl View {
     }
 
     pub fn release(&self, fh: u64) {
-        self.handles.lock().remove(&fh);
+        let h = self.handles.lock().remove(&fh);
+        if let Some(HandleKind::File {
+            ino, wt: Some(wt), ..
+        }) = h.as_deref()
+        {
+            let last = {
+                let mut w = wt.open_writers.lock();
+                match w.get_mut(ino) {
+                    Some(n) if *n > 1 => {
+                        *n -= 1;
+                        false
+                    }
+                    _ => {
+                        w.remove(ino);
+                        true
+                    }
+                }
+            };
+            if last {
+                // Written behind the daemon's back (passthrough, mmap): recorded at close.
+                self.note_node(*ino);
+            }
+        }
+    }
+
+    /// For an open file handle: its inode and whether it reads the base (the blob cache).
+    pub fn handle_io(&self, fh: u64) -> Option<(u64, bool)> {
+        match &*self.handle(fh).ok()? {
+            HandleKind::File { ino, on_base, .. } => Some((*ino, on_base.load(Ordering::Relaxed))),
+            _ => None,
+        }
+    }
+
+    /// The file the kernel may read and write directly for handle `fh` (FUSE passthrough):
+    /// the cached blob, read-only, for a base file; the upper file, read-write, otherwise.
+    /// With it, its identity (device, inode): every passthrough open of one inode must use
+    /// the same backing file. None for generated content.
+    pub fn backing_for(&self, fh: u64) -> FsResult<Option<Backing>> {
+        let h = self.handle(fh)?;
+        let HandleKind::File {
+            ino,
+            file,
+            on_base,
+            read_seen,
+            ..
+        } = &*h
+        else {
+            return Ok(None);
+        };
+        let backing = if on_base.load(Ordering::Relaxed) {
+            file.read()
+                .try_clone()
+                .map_err(|e| FsError::io("dup of a cached blob", e))?
+        } else {
+            let path = self.upper_path(&self.nodes.read(), *ino)?;
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .map_err(|e| {
+                    FsError::io(format!("opening {} for passthrough", path.display()), e)
+                })?
+        };
+        let m = backing
+            .metadata()
+            .map_err(|e| FsError::io("fstat of a backing file", e))?;
+        self.stats.passthrough_opens.fetch_add(1, Ordering::Relaxed);
+        self.stats.content_reads.fetch_add(1, Ordering::Relaxed);
+        if !read_seen.swap(true, Ordering::Relaxed) {
+            self.record_content_path(*ino);
+        }
+        Ok(Some(Backing {
+            file: backing,
+            key: (m.dev(), m.ino()),
+        }))
     }
 
     // ----- copy-up -----

@@ -1,0 +1,167 @@
+//! File data through FUSE passthrough (the kernel reads and writes the backing file), and
+//! the same behaviour through the daemon where passthrough is off.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn passthrough_opens(m: &Mounted) -> u64 {
+    m.stats()["passthrough_opens"].as_u64().unwrap()
+}
+
+fn sh(dir: &Path, script: &str) -> String {
+    run_ok("sh", &["-c", script], dir)
+}
+
+/// Reads, writes, appends, truncation, mmap and git through one mount; the figures must
+/// match a plain checkout.
+fn exercise(m: &Mounted, env: &Env, name: &str) {
+    wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+    let wt = m.wt("repo", name);
+    let large = fs::read(env.repo.path().join("assets/large.bin")).unwrap();
+    let out = Command::new("cat")
+        .arg(wt.join("assets/large.bin"))
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout.len(), large.len());
+    assert!(out.stdout == large, "large file content differs");
+    // Append to a base file (copy-up), overwrite in the middle, truncate, new file.
+    sh(&wt, "echo appended >> README.md");
+    assert_eq!(sh(&wt, "cat README.md"), "# test repository\nappended\n");
+    sh(
+        &wt,
+        "printf XY | dd of=src/main.rs bs=1 seek=3 conv=notrunc status=none",
+    );
+    assert!(sh(&wt, "cat src/main.rs").starts_with("fn XYin()"));
+    sh(&wt, "truncate -s 4 build.sh");
+    assert_eq!(sh(&wt, "cat build.sh"), "#!/b");
+    assert_eq!(sh(&wt, "stat -c %s build.sh").trim(), "4");
+    sh(&wt, "seq 1 20000 > new.txt");
+    assert_eq!(sh(&wt, "wc -l < new.txt").trim(), "20000");
+    // mmap: python writes through a shared mapping.
+    if Command::new("python3").arg("-c").arg("1").status().is_ok() {
+        sh(
+            &wt,
+            "python3 -c \"import mmap;f=open('new.txt','r+b');m=mmap.mmap(f.fileno(),0);m[0:1]=b'9';m.flush();m.close();f.close()\"",
+        );
+        assert!(sh(&wt, "head -c 1 new.txt") == "9");
+    }
+    // git sees every change, fsmonitor included.
+    let status = git(&wt, &["status", "--porcelain"]);
+    for want in [
+        " M README.md",
+        " M src/main.rs",
+        " M build.sh",
+        "?? new.txt",
+    ] {
+        assert!(status.contains(want), "missing {want}: {status}");
+    }
+    assert_eq!(
+        status,
+        git(
+            &wt,
+            &["-c", "core.fsmonitor=false", "status", "--porcelain"]
+        )
+    );
+    // A file written while open, after a git query: reported at the next query.
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3>>empty.txt; read line; echo late >&3; read line")
+        .current_dir(&wt)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = git(&wt, &["status", "--porcelain"]);
+    assert!(!before.contains("empty.txt"), "{before}");
+    use std::io::Write;
+    writeln!(stdin).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while sh(&wt, "cat empty.txt") != "late\n" {
+        assert!(Instant::now() < end);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = git(&wt, &["status", "--porcelain"]);
+    assert!(after.contains(" M empty.txt"), "{after}");
+    writeln!(stdin).unwrap();
+    drop(stdin);
+    child.wait().unwrap();
+    assert!(git(&wt, &["status", "--porcelain"]).contains(" M empty.txt"));
+}
+
+#[test]
+fn passthrough_serves_file_data_and_git_sees_every_write() {
+    let env = Env::new();
+    let m = env.mount();
+    exercise(&m, &env, "pt");
+    assert!(
+        m.log().contains("FUSE passthrough: on"),
+        "passthrough was not used on this machine: {}",
+        m.log()
+            .lines()
+            .filter(|l| l.contains("passthrough"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(passthrough_opens(&m) > 0);
+
+    // A base file open for reading when another process writes it (copy-up): the open
+    // handle reads the new content, as on a local filesystem.
+    let wt = m.wt("repo", "pt");
+    let mut reader = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3<docs/src-link/lib/util.rs; read line; cat <&3")
+        .current_dir(&wt)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    sh(&wt, "echo '// more' >> src/lib/util.rs");
+    assert_eq!(
+        sh(&wt, "cat src/lib/util.rs"),
+        "pub fn one() -> u32 { 1 }\n// more\n"
+    );
+    {
+        use std::io::Write;
+        let mut stdin = reader.stdin.take().unwrap();
+        writeln!(stdin).unwrap();
+    }
+    let out = reader.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "pub fn one() -> u32 { 1 }\n// more\n"
+    );
+    // Once every handle is closed (the kernel sends the reader's release on its own
+    // time), the copied-up file passes through again.
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let before = passthrough_opens(&m);
+        sh(&wt, "cat src/lib/util.rs > /dev/null");
+        if passthrough_opens(&m) > before {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the copied-up file never passed through"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn without_passthrough_the_daemon_serves_the_same() {
+    let env = Env::new();
+    let m = env.mount_with(&["--linger", "600", "--no-passthrough"]);
+    exercise(&m, &env, "daemon");
+    assert!(m.log().contains("FUSE passthrough: off (--no-passthrough)"));
+    assert_eq!(passthrough_opens(&m), 0);
+    assert!(m.stats()["content_reads"].as_u64().unwrap() > 0);
+}
