@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: worktreefs against plain git on the same disk, in one run.
 #
-#   scripts/bench.sh [--files N] [--repo PATH] [--runs R] [--keep]
+#   scripts/bench.sh [--files N] [--repo PATH] [--runs R] [--keep] [--quick]
 #
 # Generates a synthetic repository of N files (default 100000; cached under
 # $BENCH_DIR, default /tmp/worktreefs-bench) or uses --repo PATH, mounts worktreefs with its
@@ -11,7 +11,14 @@
 #            with the kernel's caches dropped before each side (root only)
 #   leases:  reading $READ_FILES files (default 20000) in a mount with process-lease
 #            tracking vs one without (--no-lease-tracking): the ratio is on/off
-# Prints each median and the ratio. Always unmounts, even on failure.
+#   files:   against a real checkout on the same disk, and against kernel overlayfs and
+#            fuse-overlayfs over a checkout where they are available: git status after
+#            touching 100 files, reading every file cold and warm, a metadata walk,
+#            writing 10,000 small files, sequential write and read of $SEQ_MB MiB, a
+#            compile of a generated C project (make -j2), eight worktrees used at once
+#   memory:  the daemon's peak RSS with $RSS_WORKTREES worktrees, 10% of each one's files read
+# --quick: 2,000 files, one run per row, 128 MiB, 10 worktrees for the memory row (under
+# two minutes). Prints each median and the ratio. Always unmounts, even on failure.
 set -euo pipefail
 trap 'echo "bench.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -19,17 +26,25 @@ FILES=100000
 REPO=""
 RUNS=5
 KEEP=0
+QUICK=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --files) FILES="$2"; shift 2 ;;
     --repo) REPO="$2"; shift 2 ;;
     --runs) RUNS="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --quick) QUICK=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
+if [ "$QUICK" = 1 ]; then
+  FILES=2000; RUNS=1; SEQ_MB=${SEQ_MB:-128}; RSS_WORKTREES=${RSS_WORKTREES:-10}; IO_RUNS=1
+fi
+SEQ_MB=${SEQ_MB:-1024}
+RSS_WORKTREES=${RSS_WORKTREES:-100}
+IO_RUNS=${IO_RUNS:-3}
 top=$(cd "$(dirname "$0")/.." && pwd)
 BENCH_DIR=${BENCH_DIR:-/tmp/worktreefs-bench}
 mkdir -p "$BENCH_DIR"
@@ -63,6 +78,9 @@ export WORKTREEFS_STATE_DIR="$STATE"
 
 cleanup() {
   set +e
+  for o in "$RUN_DIR/ovl" "$RUN_DIR/fovl" "$RUN_DIR/c-overlayfs" "$RUN_DIR/c-fuse-overlayfs"; do
+    if grep -q " $o " /proc/mounts; then umount "$o" 2>/dev/null || umount -l "$o"; fi
+  done
   if grep -q " $MNT fuse" /proc/mounts; then
     "$BIN" unmount >/dev/null 2>&1 || umount -l "$MNT"
   fi
@@ -74,6 +92,17 @@ cleanup() {
   for d in "$REPO"/.git/worktrees/wtfs-bench-*; do
     [ -d "$d" ] && rm -rf "$d"
   done
+  git -C "$REPO" worktree remove --force "$RUN_DIR/lower" >/dev/null 2>&1
+  if [ -d "${CREPO:-/nonexistent}" ]; then
+    for d in "$CREPO"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
+    git -C "$CREPO" worktree prune
+    for b in $(git -C "$CREPO" for-each-ref --format='%(refname:short)' 'refs/heads/c*'); do
+      git -C "$CREPO" branch -q -D "$b" >/dev/null 2>&1
+    done
+    gd=$(git -C "$CREPO" rev-parse --absolute-git-dir)
+    git -C "$CREPO" config --remove-section "includeIf.gitdir:$gd/worktrees/wtfs-*" >/dev/null 2>&1
+    rm -rf "$gd/worktreefs"
+  fi
   git -C "$REPO" worktree prune
   for b in $(git -C "$REPO" for-each-ref --format='%(refname:short)' 'refs/heads/bench-*'); do
     git -C "$REPO" branch -q -D "$b" >/dev/null 2>&1
@@ -169,6 +198,168 @@ for i in $(seq 1 "$RUNS"); do
 done
 remount
 
+
+# ---------------------------------------------------------------------------------------
+# Files: worktreefs against a real checkout, kernel overlayfs and fuse-overlayfs over a
+# checkout. Each workload runs in a directory of each kind, alternating, IO_RUNS times.
+"$BIN" new bench/bench-io >/dev/null
+IO_VIEW="$MNT/bench/bench-io"
+IO_CHECKOUT="$CHECKOUTS/wt-1"
+LOWER="$RUN_DIR/lower"
+git -C "$REPO" worktree add -q --detach "$LOWER" HEAD
+trees=(wtfs checkout)
+dir_of() {
+  case "$1" in
+    wtfs) echo "$IO_VIEW" ;; checkout) echo "$IO_CHECKOUT" ;;
+    overlayfs) echo "$RUN_DIR/ovl" ;; fuse-overlayfs) echo "$RUN_DIR/fovl" ;;
+  esac
+}
+mkdir -p "$RUN_DIR/ovl" "$RUN_DIR/ovl-up" "$RUN_DIR/ovl-work" "$RUN_DIR/fovl" "$RUN_DIR/fovl-up" "$RUN_DIR/fovl-work"
+skipped=()
+if mount -t overlay overlay -o "lowerdir=$LOWER,upperdir=$RUN_DIR/ovl-up,workdir=$RUN_DIR/ovl-work" "$RUN_DIR/ovl" 2>/dev/null; then
+  trees+=(overlayfs)
+else
+  skipped+=("overlayfs (mount -t overlay failed: needs root and kernel overlayfs)")
+fi
+if command -v fuse-overlayfs >/dev/null && fuse-overlayfs -o "lowerdir=$LOWER,upperdir=$RUN_DIR/fovl-up,workdir=$RUN_DIR/fovl-work" "$RUN_DIR/fovl" 2>/dev/null; then
+  trees+=(fuse-overlayfs)
+else
+  skipped+=("fuse-overlayfs (not installed or failed to mount; apt-get install fuse-overlayfs)")
+fi
+drop() { if [ "$cold" = 1 ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
+git -C "$REPO" ls-tree -r --name-only HEAD > "$RUN_DIR/alltracked"
+head -n 100 "$RUN_DIR/alltracked" > "$RUN_DIR/touchlist"
+read_every() { (cd "$1" && xargs -d '\n' -a "$RUN_DIR/alltracked" cat > /dev/null); }
+walk_find() { (cd "$1" && find . -type f > /dev/null); }
+walk_ls() { (cd "$1" && ls -lR > /dev/null); }
+status_touched() { (cd "$1" && xargs -d '\n' -a "$RUN_DIR/touchlist" touch && git status --porcelain > /dev/null); }
+write_small() {
+  python3 - "$1" <<'PY'
+import os, sys
+root = sys.argv[1]
+os.mkdir(root)
+data = b"x" * 1024
+for d in range(100):
+    p = os.path.join(root, f"d{d}")
+    os.mkdir(p)
+    for f in range(100):
+        with open(os.path.join(p, f"f{f}.txt"), "wb") as fh:
+            fh.write(data)
+PY
+}
+seq_write() { dd if=/dev/zero of="$1" bs=1M count="$SEQ_MB" status=none; }
+seq_read() { dd if="$1" of=/dev/null bs=1M status=none; }
+io_row() { # io_row KEY FUNCTION [cold]: FUNCTION DIR, timed in each tree
+  local key="$1" fn="$2" mode="${3:-}" t
+  for i in $(seq 1 "$IO_RUNS"); do
+    for t in "${trees[@]}"; do
+      [ "$mode" = cold ] && drop
+      time_cmd "$RUN_DIR/$key-$t" "$fn" "$(dir_of "$t")"
+    done
+  done
+}
+echo "files: ${trees[*]}; $IO_RUNS runs per row" >&2
+read_every "$IO_VIEW"  # the blob cache is filled once, as by any first use
+io_row status100 status_touched
+io_row readcold read_every cold
+io_row readwarm read_every
+io_row find walk_find
+io_row lslr walk_ls
+for i in $(seq 1 "$IO_RUNS"); do
+  for t in "${trees[@]}"; do
+    d=$(dir_of "$t")
+    time_cmd "$RUN_DIR/write10k-$t" write_small "$d/bench-small-$i"
+    time_cmd "$RUN_DIR/seqwrite-$t" seq_write "$d/bench-seq-$i"
+    time_cmd "$RUN_DIR/seqread-$t" seq_read "$d/bench-seq-$i"
+    rm -rf "$d/bench-small-$i" "$d/bench-seq-$i"
+  done
+done
+
+# A compile: a generated C project of 300 files in its own repository.
+CREPO="$BENCH_DIR/cproj"
+if [ ! -f "$CREPO/.bench-complete" ]; then
+  rm -rf "$CREPO"; mkdir -p "$CREPO/src"
+  for n in $(seq 1 300); do
+    printf '#include "common.h"\nint f%d(int x) { int s = 0; for (int i = 0; i < x; i++) s += i * %d %% 7; return s; }\n' "$n" "$n" > "$CREPO/src/f$n.c"
+  done
+  printf '#define N 300\nint f1(int);\n' > "$CREPO/src/common.h"
+  printf 'int main(void) { return 0; }\n' > "$CREPO/src/main.c"
+  cat > "$CREPO/Makefile" <<'MK'
+SRCS := $(wildcard src/*.c)
+OBJS := $(SRCS:.c=.o)
+CFLAGS := -O2 -Wall
+prog: $(OBJS)
+	$(CC) -o $@ $^
+%.o: %.c src/common.h
+	$(CC) $(CFLAGS) -c -o $@ $<
+clean:
+	rm -f prog $(OBJS)
+MK
+  printf '*.o\nprog\n' > "$CREPO/.gitignore"
+  git -C "$CREPO" init -q -b main && git -C "$CREPO" add -A && git -C "$CREPO" commit -q -m cproj
+  touch "$CREPO/.bench-complete"
+fi
+"$BIN" repo add "$CREPO" --name cbench >/dev/null
+"$BIN" new cbench/c >/dev/null
+git -C "$CREPO" worktree add -q --detach "$RUN_DIR/cproj-checkout" HEAD
+git -C "$CREPO" worktree add -q --detach "$RUN_DIR/cproj-lower" HEAD
+cdirs=(wtfs "$MNT/cbench/c" checkout "$RUN_DIR/cproj-checkout")
+for o in overlayfs fuse-overlayfs; do
+  case " ${trees[*]} " in *" $o "*)
+    mkdir -p "$RUN_DIR/c-$o" "$RUN_DIR/c-$o-up" "$RUN_DIR/c-$o-work"
+    if [ "$o" = overlayfs ]; then
+      mount -t overlay overlay -o "lowerdir=$RUN_DIR/cproj-lower,upperdir=$RUN_DIR/c-$o-up,workdir=$RUN_DIR/c-$o-work" "$RUN_DIR/c-$o"
+    else
+      fuse-overlayfs -o "lowerdir=$RUN_DIR/cproj-lower,upperdir=$RUN_DIR/c-$o-up,workdir=$RUN_DIR/c-$o-work" "$RUN_DIR/c-$o"
+    fi
+    cdirs+=("$o" "$RUN_DIR/c-$o") ;;
+  esac
+done
+compile() { make -C "$1" -s -j2 prog >/dev/null; }
+for i in $(seq 1 "$IO_RUNS"); do
+  for ((k = 0; k < ${#cdirs[@]}; k += 2)); do
+    time_cmd "$RUN_DIR/compile-${cdirs[k]}" compile "${cdirs[k+1]}"
+    make -C "${cdirs[k+1]}" -s clean >/dev/null
+  done
+done
+for ((k = 2; k < ${#cdirs[@]}; k += 2)); do
+  [ "${cdirs[k]}" = checkout ] || umount "${cdirs[k+1]}" 2>/dev/null || umount -l "${cdirs[k+1]}"
+done
+
+# Eight worktrees used at once by eight processes: git status and reading 2,000 files each.
+head -n 2000 "$RUN_DIR/alltracked" > "$RUN_DIR/list2k"
+for j in $(seq 1 8); do
+  "$BIN" new "bench/bench-par-$j" >/dev/null
+  [ -d "$CHECKOUTS/wt-$j" ] || git -C "$REPO" worktree add -q -b "bench-git-par-$j" "$CHECKOUTS/wt-$j" HEAD
+done
+eight() { # eight wtfs|checkout
+  local pids=() j d
+  for j in $(seq 1 8); do
+    if [ "$1" = wtfs ]; then d="$MNT/bench/bench-par-$j"; else d="$CHECKOUTS/wt-$j"; fi
+    (cd "$d" && git status --porcelain > /dev/null && xargs -d '\n' -a "$RUN_DIR/list2k" cat > /dev/null) &
+    pids+=($!)
+  done
+  local rc=0
+  for j in "${pids[@]}"; do wait "$j" || rc=1; done
+  return $rc
+}
+for i in $(seq 1 "$IO_RUNS"); do
+  time_cmd "$RUN_DIR/eight-wtfs" eight wtfs
+  time_cmd "$RUN_DIR/eight-checkout" eight checkout
+done
+
+# Memory: the daemon's peak RSS with many worktrees, 10% of each one's files read.
+"$BIN" unmount >/dev/null
+"$BIN" mount "$MNT" --linger 3600 >/dev/null
+awk 'NR % 10 == 1' "$RUN_DIR/alltracked" > "$RUN_DIR/tenth"
+for j in $(seq 1 "$RSS_WORKTREES"); do
+  "$BIN" new "bench/bench-rss-$j" >/dev/null
+  (cd "$MNT/bench/bench-rss-$j" && xargs -d '\n' -a "$RUN_DIR/tenth" cat > /dev/null)
+done
+dpid=$(sed -n 1p "$STATE/daemon.lock")
+rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$dpid/status")
+rss_now_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
+
 printf '\n%-34s %12s %12s %10s\n' "row" "worktreefs" "git" "ratio"
 row() {
   local name="$1" a b
@@ -186,6 +377,38 @@ if [ "$cold" = 1 ]; then
 else
   echo "git status, kernel caches dropped: skipped (needs root to write /proc/sys/vm/drop_caches)"
 fi
+
+printf '\n%-34s %12s %12s %9s' "files (ratio: to the checkout)" "worktreefs" "checkout" "ratio"
+for t in "${trees[@]:2}"; do printf ' %16s' "$t"; done
+echo
+frow() { # frow NAME KEY
+  local name="$1" key="$2" a b t
+  a=$(median "$RUN_DIR/$key-wtfs"); b=$(median "$RUN_DIR/$key-checkout")
+  printf '%-34s %9s ms %9s ms %9s' "$name" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
+  for t in "${trees[@]:2}"; do
+    if [ -s "$RUN_DIR/$key-$t" ]; then
+      local c; c=$(median "$RUN_DIR/$key-$t")
+      printf ' %8s ms %5s' "$c" "$(awk -v a="$c" -v b="$b" 'BEGIN { printf "%.2f", a / b }')"
+    else
+      printf ' %16s' "-"
+    fi
+  done
+  echo
+}
+frow "git status, 100 files touched" status100
+frow "read every file ($nfiles), cold" readcold
+frow "read every file, warm" readwarm
+frow "metadata walk: find -type f" find
+frow "metadata walk: ls -lR" lslr
+frow "write 10,000 small files" write10k
+frow "sequential write, $SEQ_MB MiB" seqwrite
+frow "sequential read, $SEQ_MB MiB, warm" seqread
+frow "compile (300 C files, make -j2)" compile
+a=$(median "$RUN_DIR/eight-wtfs"); b=$(median "$RUN_DIR/eight-checkout")
+printf '%-34s %9s ms %9s ms %9s\n' "eight worktrees at once" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
+echo "daemon peak RSS, $RSS_WORKTREES worktrees, 10% of files read in each: $((rss_kb / 1024)) MB (now $((rss_now_kb / 1024)) MB)"
+for k in "${skipped[@]}"; do echo "skipped: $k"; done
+[ "$cold" = 1 ] || echo "cold rows: caches not dropped (needs root)"
 echo
 echo "fresh view clean: $([ "$clean" = 0 ] && echo yes || echo "NO ($clean lines)")"
 echo "daemon counters: $reads"
