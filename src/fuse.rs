@@ -567,6 +567,23 @@ impl Filesystem for WorktreeFs {
         reply.error(Errno::ENOSYS);
     }
 
+    /// No ioctl is supported. Answered ENOTTY at once and without a log line: every
+    /// `isatty()` (Python's `open`, for one) asks TCGETS of each file it opens.
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
+    }
+
     fn release(
         &self,
         _req: &Request,

@@ -165,3 +165,28 @@ fn without_passthrough_the_daemon_serves_the_same() {
     assert_eq!(passthrough_opens(&m), 0);
     assert!(m.stats()["content_reads"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn an_ioctl_is_answered_at_once_and_quietly() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/io"]);
+    // The daemon's default log level, for every library.
+    let m = Mounted::start_env(
+        &env.state(),
+        &env.mountpoint(),
+        Duration::from_secs(120),
+        &["--linger", "600"],
+        "warn",
+    );
+    let wt = m.wt("repo", "io");
+    // isatty() asks TCGETS of the file: "not a tty", and no log line per call.
+    for _ in 0..3 {
+        let out = sh(&wt, "test -t 0 < README.md && echo tty || echo notty");
+        assert_eq!(out, "notty\n");
+    }
+    assert!(
+        !m.log().contains("[Not Implemented] ioctl"),
+        "every ioctl was logged as a warning: {}",
+        m.log()
+    );
+}

@@ -235,6 +235,17 @@ impl Mounted {
 
     /// Starts a daemon with extra `mount` arguments (e.g. `--linger 1`).
     pub fn start_with(state: &Path, mountpoint: &Path, limit: Duration, extra: &[&str]) -> Mounted {
+        Self::start_env(state, mountpoint, limit, extra, "worktreefs=debug")
+    }
+
+    /// As `start_with`, with the daemon's `RUST_LOG`.
+    pub fn start_env(
+        state: &Path,
+        mountpoint: &Path,
+        limit: Duration,
+        extra: &[&str],
+        rust_log: &str,
+    ) -> Mounted {
         // Exists already, or is a dead mount (which cannot be stat'ed): both fine.
         let _ = fs::create_dir(mountpoint);
         let log = fs::OpenOptions::new()
@@ -249,7 +260,7 @@ impl Mounted {
             .arg(state)
             .arg("--foreground")
             .args(extra)
-            .env("RUST_LOG", "worktreefs=debug")
+            .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
