@@ -688,9 +688,7 @@ impl<'r> Walker<'r> {
             }
             let name_s = String::from_utf8_lossy(&name).into_owned();
             let path = join(rel, &name_s);
-            let base_e = base
-                .as_ref()
-                .and_then(|b| b.iter().find(|e| e.name_bytes() == name.as_slice()));
+            let base_e = base.as_ref().and_then(|b| b.get_name_bytes(&name));
             // Below an upper directory, the base's tree of the same name shows through.
             let below = base_e
                 .as_ref()
@@ -707,9 +705,7 @@ impl<'r> Walker<'r> {
             } else {
                 base_e.map(ViewEntry::Base)
             };
-            let head_e = head
-                .as_ref()
-                .and_then(|h| h.iter().find(|e| e.name_bytes() == name.as_slice()));
+            let head_e = head.as_ref().and_then(|h| h.get_name_bytes(&name));
             self.entry(&path, view, below, head_e)?;
         }
         Ok(())
