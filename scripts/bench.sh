@@ -76,6 +76,14 @@ CHECKOUTS="$RUN_DIR/checkouts"
 mkdir -p "$MNT" "$CHECKOUTS"
 export WORKTREEFS_STATE_DIR="$STATE"
 
+# Takes out what registering REPO with worktreefs added to it (what `worktreefs repo
+# remove` would undo): the fsmonitor include and files.
+unregister_leftovers() {
+  local gd
+  gd=$(git -C "$1" rev-parse --absolute-git-dir)
+  git -C "$1" config --remove-section "includeIf.gitdir:$gd/worktrees/wtfs-*" >/dev/null 2>&1
+  rm -rf "$gd/worktreefs"
+}
 cleanup() {
   set +e
   for o in "$RUN_DIR/ovl" "$RUN_DIR/fovl" "$RUN_DIR/c-overlayfs" "$RUN_DIR/c-fuse-overlayfs"; do
@@ -99,18 +107,13 @@ cleanup() {
     for b in $(git -C "$CREPO" for-each-ref --format='%(refname:short)' 'refs/heads/c*'); do
       git -C "$CREPO" branch -q -D "$b" >/dev/null 2>&1
     done
-    gd=$(git -C "$CREPO" rev-parse --absolute-git-dir)
-    git -C "$CREPO" config --remove-section "includeIf.gitdir:$gd/worktrees/wtfs-*" >/dev/null 2>&1
-    rm -rf "$gd/worktreefs"
+    unregister_leftovers "$CREPO"
   fi
   git -C "$REPO" worktree prune
   for b in $(git -C "$REPO" for-each-ref --format='%(refname:short)' 'refs/heads/bench-*'); do
     git -C "$REPO" branch -q -D "$b" >/dev/null 2>&1
   done
-  # The fsmonitor include worktreefs added (what `worktreefs repo remove` would undo).
-  gd=$(git -C "$REPO" rev-parse --absolute-git-dir)
-  git -C "$REPO" config --remove-section "includeIf.gitdir:$gd/worktrees/wtfs-*" >/dev/null 2>&1
-  rm -rf "$gd/worktreefs"
+  unregister_leftovers "$REPO"
   if [ "$KEEP" = 0 ]; then rm -rf "$RUN_DIR"; fi
 }
 trap cleanup EXIT

@@ -50,6 +50,22 @@ struct Backings {
     cached: HashMap<u64, usize>,
 }
 
+impl Backings {
+    /// Handle `fh` is closed: its share of a backing file, or of the inode's handles
+    /// through the daemon, goes.
+    fn release(&mut self, fh: u64) {
+        self.by_fh.remove(&fh);
+        if let Some(ino) = self.cached_fh.remove(&fh) {
+            if let Some(n) = self.cached.get_mut(&ino) {
+                *n -= 1;
+                if *n == 0 {
+                    self.cached.remove(&ino);
+                }
+            }
+        }
+    }
+}
+
 /// How an open is answered.
 enum OpenMode {
     Passthrough(Arc<BackingId>),
@@ -594,18 +610,7 @@ impl Filesystem for WorktreeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        {
-            let mut b = self.backings.lock();
-            b.by_fh.remove(&fh.0);
-            if let Some(ino) = b.cached_fh.remove(&fh.0) {
-                if let Some(n) = b.cached.get_mut(&ino) {
-                    *n -= 1;
-                    if *n == 0 {
-                        b.cached.remove(&ino);
-                    }
-                }
-            }
-        }
+        self.backings.lock().release(fh.0);
         self.view.release(fh.0);
         reply.ok();
     }
@@ -681,18 +686,6 @@ impl Filesystem for WorktreeFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        {
-            let mut b = self.backings.lock();
-            b.by_fh.remove(&fh.0);
-            if let Some(ino) = b.cached_fh.remove(&fh.0) {
-                if let Some(n) = b.cached.get_mut(&ino) {
-                    *n -= 1;
-                    if *n == 0 {
-                        b.cached.remove(&ino);
-                    }
-                }
-            }
-        }
         self.view.release(fh.0);
         reply.ok();
     }
