@@ -161,6 +161,8 @@ pub struct MountRequest {
     pub track_leases: bool,
     /// FUSE passthrough where the kernel offers it.
     pub passthrough: bool,
+    /// Inodes kept before the kernel's caches of idle worktrees are dropped.
+    pub cache_nodes: usize,
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -305,7 +307,13 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let _ = writeln!(f, "ready");
     }
     spawn_signal_thread(mountpoint.clone());
-    spawn_sweeper(req.state.clone(), req.linger, view.clone(), tracker);
+    spawn_sweeper(
+        req.state.clone(),
+        req.linger,
+        req.cache_nodes,
+        view.clone(),
+        tracker,
+    );
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
     // Unmounted (by us, umount or fusermount3 -u): leases go, cleanup runs, then the
@@ -323,6 +331,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
 fn spawn_sweeper(
     state: StateDir,
     linger: u64,
+    cache_nodes: usize,
     view: Arc<View>,
     tracker: Arc<crate::holders::Tracker>,
 ) {
@@ -336,8 +345,11 @@ fn spawn_sweeper(
                     return;
                 }
             };
+            let mut shed = std::collections::HashMap::new();
             loop {
                 std::thread::sleep(Duration::from_millis(250));
+                // Memory: idle worktrees' inodes go when the table is over its budget.
+                view.shed_idle(cache_nodes, &mut shed, Duration::from_secs(10));
                 // A process inside (working directory, open file) that the kernel's caches
                 // kept from ever asking us gets its lease before the worktree may go.
                 for (id, repo, name) in store.lingering_past(linger as i64).unwrap_or_default() {
@@ -428,6 +440,7 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
     if !req.passthrough {
         cmd.arg("--no-passthrough");
     }
+    cmd.arg("--cache-nodes").arg(req.cache_nodes.to_string());
     if let Some(l) = log_level {
         cmd.arg("--log-level").arg(l);
     }

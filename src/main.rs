@@ -59,6 +59,10 @@ enum Command {
         /// Serve file data through the daemon even where the kernel offers FUSE passthrough.
         #[arg(long)]
         no_passthrough: bool,
+        /// Inodes the daemon keeps before it asks the kernel to drop its caches of
+        /// worktrees nobody holds (worktrees in use are never dropped).
+        #[arg(long, default_value_t = 150_000)]
+        cache_nodes: usize,
     },
     /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
     /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
@@ -243,6 +247,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             linger,
             no_lease_tracking,
             no_passthrough,
+            cache_nodes,
         } => cmd_mount(
             &state,
             mountpoint,
@@ -252,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 linger,
                 track_leases: !no_lease_tracking,
                 passthrough: !no_passthrough,
+                cache_nodes,
             },
             cli.global.log_level.as_deref(),
         ),
@@ -689,6 +695,7 @@ struct MountTuning {
     linger: u64,
     track_leases: bool,
     passthrough: bool,
+    cache_nodes: usize,
 }
 
 fn cmd_mount(
@@ -703,6 +710,7 @@ fn cmd_mount(
         linger,
         track_leases,
         passthrough,
+        cache_nodes,
     } = tuning;
     if foreground {
         let req = MountRequest {
@@ -712,6 +720,7 @@ fn cmd_mount(
             linger,
             track_leases,
             passthrough,
+            cache_nodes,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -735,6 +744,7 @@ fn cmd_mount(
         linger,
         track_leases,
         passthrough,
+        cache_nodes,
     };
     daemon::prepare(&req)?;
     let pid = daemon::spawn_background(&req, log_level)?;

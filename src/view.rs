@@ -375,6 +375,8 @@ struct Catalog {
     worktrees: HashMap<(i64, String), Arc<WtCtx>>,
     /// Lifecycle state by worktree id.
     states: HashMap<i64, String>,
+    /// Worktrees without a lease (ready, lingering, retained) and since when.
+    idle_since: HashMap<i64, i64>,
 }
 
 /// What the kernel should forget.
@@ -548,6 +550,7 @@ impl View {
                 repos: Vec::new(),
                 worktrees: HashMap::new(),
                 states: HashMap::new(),
+                idle_since: HashMap::new(),
             }),
             objects: ObjectCache::default(),
             blobs,
@@ -622,6 +625,11 @@ impl View {
         let mut cat = self.catalog.write();
         let mut worktrees = HashMap::new();
         let states: HashMap<i64, String> = rows.iter().map(|r| (r.id, r.state.clone())).collect();
+        let idle_since: HashMap<i64, i64> = rows
+            .iter()
+            .filter(|r| matches!(r.state.as_str(), "ready" | "lingering" | "retained"))
+            .map(|r| (r.id, r.state_changed_at))
+            .collect();
         // Worktrees that just started deleting: the kernel must ask again before anyone
         // enters them, and then hears EBUSY.
         let now_deleting: Vec<(u64, OsString)> = rows
@@ -670,6 +678,7 @@ impl View {
         cat.repos = repos;
         cat.worktrees = worktrees;
         cat.states = states;
+        cat.idle_since = idle_since;
         cat.data_version = version;
         if changed {
             cat.changed_at = SystemTime::now();
@@ -706,6 +715,54 @@ impl View {
             Some(NodeKind::GitFile(wt)) => Some((wt.id, false)),
             _ => None,
         }
+    }
+
+    /// How many inodes the daemon keeps (one per inode the kernel holds).
+    pub fn node_count(&self) -> usize {
+        self.nodes.read().nodes.len()
+    }
+
+    /// Keeps the inode table near `budget` nodes: when it is over, asks the kernel to drop
+    /// its cached entries of worktrees nobody holds a lease on, idle longest first (a few
+    /// per call; the kernel then forgets their inodes and the nodes go). A worktree in use
+    /// is never touched; one shed is not asked again for `again`. Returns how many were
+    /// asked.
+    pub fn shed_idle(
+        &self,
+        budget: usize,
+        recently: &mut HashMap<i64, std::time::Instant>,
+        again: Duration,
+    ) -> usize {
+        if self.node_count() <= budget {
+            return 0;
+        }
+        let Some(inval) = self.invalidator.get() else {
+            return 0;
+        };
+        let now = std::time::Instant::now();
+        recently.retain(|_, at| now.duration_since(*at) < again);
+        let mut idle: Vec<(i64, i64, u64, OsString)> = {
+            let cat = self.catalog.read();
+            let t = self.nodes.read();
+            cat.worktrees
+                .iter()
+                .filter_map(|((repo_id, name), w)| {
+                    let since = *cat.idle_since.get(&w.id)?;
+                    let parent = REPO_INO_BASE + *repo_id as u64;
+                    let known = t.children.contains_key(&(parent, OsString::from(name)));
+                    (known && !recently.contains_key(&w.id))
+                        .then(|| (since, w.id, parent, OsString::from(name)))
+                })
+                .collect()
+        };
+        idle.sort();
+        let n = idle.len().min(4);
+        for (_, id, parent, name) in idle.into_iter().take(n) {
+            tracing::debug!("dropping the kernel's cache of idle worktree {id}");
+            recently.insert(id, now);
+            inval(Inval::Entry(parent, name));
+        }
+        n
     }
 
     /// Where worktree `id` is under the mount.
@@ -1342,6 +1399,7 @@ impl View {
                     "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
                     "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
                     "passthrough_opens": self.stats.passthrough_opens.load(Ordering::Relaxed),
+                    "nodes": self.node_count(),
                 });
                 Ok(format!("{v}\n").into_bytes())
             }

@@ -209,3 +209,47 @@ fn an_ioctl_is_answered_at_once_and_quietly() {
         m.log()
     );
 }
+
+fn nodes(m: &Mounted) -> u64 {
+    m.stats()["nodes"].as_u64().unwrap()
+}
+
+#[test]
+fn idle_worktrees_give_their_inodes_back_when_the_table_is_over_budget() {
+    let env = Env::new();
+    for n in ["idle", "held"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount_with(&["--linger", "600", "--cache-nodes", "20"]);
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/held", "--session", "s"],
+    );
+    let read_all = "find . -type f -exec cat {} + > /dev/null";
+    sh(&m.wt("repo", "held"), read_all);
+    let held_only = nodes(&m);
+    sh(&m.wt("repo", "idle"), read_all);
+    let both = nodes(&m);
+    assert!(both > held_only + 20, "{held_only} -> {both}");
+    // The idle worktree (its reader has exited) is dropped from the kernel's caches and
+    // its inodes are forgotten; the held one keeps them.
+    let end = Instant::now() + Duration::from_secs(10);
+    while nodes(&m) > held_only + 2 {
+        assert!(
+            Instant::now() < end,
+            "nodes stayed at {} (held only: {held_only}, both: {both})",
+            nodes(&m)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        nodes(&m) >= held_only - 2,
+        "the held worktree lost its inodes"
+    );
+    // Nothing changed for the idle worktree's users: it reads as before.
+    assert_eq!(
+        sh(&m.wt("repo", "idle"), "cat README.md src/lib/util.rs"),
+        "# test repository\npub fn one() -> u32 { 1 }\n"
+    );
+    assert_eq!(sh(&m.wt("repo", "idle"), "git status --porcelain"), "");
+}
