@@ -271,7 +271,10 @@ io_row lslr walk_ls
 for i in $(seq 1 "$IO_RUNS"); do
   for t in "${trees[@]}"; do
     d=$(dir_of "$t")
+    # Each side starts with no dirty pages of the others' to write back.
+    sync
     time_cmd "$RUN_DIR/write10k-$t" write_small "$d/bench-small-$i"
+    sync
     time_cmd "$RUN_DIR/seqwrite-$t" seq_write "$d/bench-seq-$i"
     time_cmd "$RUN_DIR/seqread-$t" seq_read "$d/bench-seq-$i"
     rm -rf "$d/bench-small-$i" "$d/bench-seq-$i"
