@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
@@ -42,9 +42,11 @@ pub struct WorktreeFs {
 /// may stand next to a passthrough one (it refuses such an open with EIO).
 #[derive(Default)]
 struct Backings {
-    by_fh: HashMap<u64, Arc<BackingId>>,
-    /// Inode -> its backing (while any handle holds it) and the backing file's identity.
-    by_ino: HashMap<u64, (Weak<BackingId>, (u64, u64))>,
+    /// Handle -> its inode and backing.
+    by_fh: HashMap<u64, (u64, Arc<BackingId>)>,
+    /// Inode -> its backing (while any handle holds it) and the backing file's identity;
+    /// the entry goes with the inode's last handle, which closes the backing.
+    by_ino: HashMap<u64, (Arc<BackingId>, (u64, u64))>,
     /// Handles doing I/O through the daemon, and how many each inode has.
     cached_fh: HashMap<u64, u64>,
     cached: HashMap<u64, usize>,
@@ -54,7 +56,12 @@ impl Backings {
     /// Handle `fh` is closed: its share of a backing file, or of the inode's handles
     /// through the daemon, goes.
     fn release(&mut self, fh: u64) {
-        self.by_fh.remove(&fh);
+        if let Some((ino, id)) = self.by_fh.remove(&fh) {
+            // Ours and the inode entry's: the last handle of this inode.
+            if Arc::strong_count(&id) == 2 {
+                self.by_ino.remove(&ino);
+            }
+        }
         if let Some(ino) = self.cached_fh.remove(&fh) {
             if let Some(n) = self.cached.get_mut(&ino) {
                 *n -= 1;
@@ -112,49 +119,56 @@ impl WorktreeFs {
         if !self.passthrough.load(Ordering::Relaxed) {
             return OpenMode::Daemon(keep);
         }
-        let mut b = self.backings.lock();
         let through_daemon = |b: &mut Backings| {
             b.cached_fh.insert(fh, ino);
             *b.cached.entry(ino).or_insert(0) += 1;
             OpenMode::Daemon(keep)
         };
-        let has_backing = b
-            .by_ino
-            .get(&ino)
-            .is_some_and(|(w, _)| w.strong_count() > 0);
-        if !has_backing && (on_base || b.cached.get(&ino).copied().unwrap_or(0) > 0) {
-            return through_daemon(&mut b);
+        // Decided under the lock; the backing file is opened outside it (a syscall and
+        // the view's locks), then the decision is checked again before registering.
+        let must_share_daemon = |b: &Backings| {
+            !b.by_ino.contains_key(&ino)
+                && (on_base || b.cached.get(&ino).copied().unwrap_or(0) > 0)
+        };
+        {
+            let mut b = self.backings.lock();
+            if must_share_daemon(&b) {
+                return through_daemon(&mut b);
+            }
         }
-        let (file, key) = match self.view.backing_for(fh) {
-            Ok(Some(b)) => (b.file, b.key),
+        let opened = self.view.backing_for(fh);
+        let mut b = self.backings.lock();
+        let (file, key) = match opened {
+            Ok(Some(backing)) => (backing.file, backing.key),
             Ok(None) => return through_daemon(&mut b),
             Err(e) => {
                 tracing::warn!("no passthrough for this open: {}", e.message);
-                if has_backing {
+                if b.by_ino.contains_key(&ino) {
                     return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
                 }
                 return through_daemon(&mut b);
             }
         };
-        if let Some((weak, k)) = b.by_ino.get(&ino) {
-            if let Some(id) = weak.upgrade() {
-                if *k != key {
-                    // Cannot happen while an inode keeps its upper file; said loudly if it does.
-                    tracing::error!(
-                        "inode {ino} is open with another backing file; this open is served by the daemon"
-                    );
-                    return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
-                }
-                b.by_fh.insert(fh, id.clone());
-                return OpenMode::Passthrough(id);
+        if let Some((id, k)) = b.by_ino.get(&ino) {
+            if *k != key {
+                // Cannot happen while an inode keeps its upper file; said loudly if it does.
+                tracing::error!(
+                    "inode {ino} is open with another backing file; this open is served by the daemon"
+                );
+                return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
             }
+            let id = id.clone();
+            b.by_fh.insert(fh, (ino, id.clone()));
+            return OpenMode::Passthrough(id);
+        }
+        if must_share_daemon(&b) {
+            return through_daemon(&mut b);
         }
         match register(&file) {
             Ok(id) => {
                 let id = Arc::new(id);
-                b.by_ino.retain(|_, (w, _)| w.strong_count() > 0);
-                b.by_ino.insert(ino, (Arc::downgrade(&id), key));
-                b.by_fh.insert(fh, id.clone());
+                b.by_ino.insert(ino, (id.clone(), key));
+                b.by_fh.insert(fh, (ino, id.clone()));
                 OpenMode::Passthrough(id)
             }
             Err(e) => {
