@@ -36,7 +36,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -258,6 +258,9 @@ struct NodeTable {
     nodes: HashMap<u64, Node>,
     children: HashMap<(u64, OsString), u64>,
     next_dynamic: u64,
+    /// `nodes.len()`, readable without the table's lock (the stats file and the sweeper
+    /// read it; a request that holds the lock must never take it again).
+    count: Arc<AtomicUsize>,
 }
 
 impl NodeTable {
@@ -297,6 +300,7 @@ impl NodeTable {
             },
         );
         self.children.insert(key, ino);
+        self.count.store(self.nodes.len(), Ordering::Relaxed);
         ino
     }
 
@@ -400,6 +404,8 @@ pub struct View {
     blobs: BlobCache,
     mutate: Mutex<()>,
     nodes: RwLock<NodeTable>,
+    /// The table's size, kept by the table itself (see `NodeTable::count`).
+    node_count: Arc<AtomicUsize>,
     handles: Mutex<HashMap<u64, Arc<HandleKind>>>,
     next_fh: AtomicU64,
     /// Listings being read by handle-less readdir (see `readdir_ino`).
@@ -474,10 +480,12 @@ impl View {
     pub fn new(state: StateDir, mountpoint: PathBuf) -> anyhow::Result<View> {
         let store = Store::open(&state.root)?;
         let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
+        let node_count = Arc::new(AtomicUsize::new(0));
         let mut nodes = NodeTable {
             nodes: HashMap::new(),
             children: HashMap::new(),
             next_dynamic: 0,
+            count: node_count.clone(),
         };
         let fixed = [
             (ROOT_INO, NodeKind::Root, ROOT_INO, ""),
@@ -540,6 +548,7 @@ impl View {
                 nodes.children.insert((parent, name.into()), i);
             }
         }
+        node_count.store(nodes.nodes.len(), Ordering::Relaxed);
         let view = View {
             state,
             mountpoint,
@@ -552,6 +561,7 @@ impl View {
                 states: HashMap::new(),
                 idle_since: HashMap::new(),
             }),
+            node_count,
             objects: ObjectCache::default(),
             blobs,
             mutate: Mutex::new(()),
@@ -719,7 +729,7 @@ impl View {
 
     /// How many inodes the daemon keeps (one per inode the kernel holds).
     pub fn node_count(&self) -> usize {
-        self.nodes.read().nodes.len()
+        self.node_count.load(Ordering::Relaxed)
     }
 
     /// Keeps the inode table near `budget` nodes: when it is over, asks the kernel to drop
@@ -1291,6 +1301,7 @@ impl View {
             return;
         }
         if let Some(node) = t.nodes.remove(&ino) {
+            t.count.store(t.nodes.len(), Ordering::Relaxed);
             for (p, n) in std::iter::once((node.parent, node.name)).chain(node.aliases) {
                 let key = (p, n);
                 if t.children.get(&key) == Some(&ino) {

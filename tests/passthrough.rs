@@ -253,3 +253,43 @@ fn idle_worktrees_give_their_inodes_back_when_the_table_is_over_budget() {
     );
     assert_eq!(sh(&m.wt("repo", "idle"), "git status --porcelain"), "");
 }
+
+/// Reading `.control/stats` (which counts the inode table) while other requests add
+/// inodes must never hang: found when the count was taken under a lock the request
+/// already held, which deadlocks once a writer queues in between.
+#[test]
+fn stats_stay_readable_while_requests_add_inodes() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/busy"]);
+    let m = Mounted::start_limited(&env.state(), &env.mountpoint(), Duration::from_secs(60));
+    let wt = m.wt("repo", "busy");
+    let stats = m.mountpoint.join(".control/stats");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let stats = stats.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    fs::read_to_string(&stats).expect("reading .control/stats");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    // New names: each lookup and create adds an inode (the table's write lock).
+    let end = Instant::now() + Duration::from_secs(8);
+    let mut i = 0;
+    while Instant::now() < end {
+        let p = wt.join(format!("new-{i}"));
+        assert!(fs::metadata(&p).is_err());
+        fs::write(&p, b"x").expect("creating a file while stats are read");
+        i += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert!(reads > 100 && i > 100, "{reads} stats reads, {i} files");
+    m.unmount();
+}
