@@ -405,6 +405,9 @@ frow "git status, 100 files touched" status100
 frow "read every file ($nfiles), cold" readcold
 frow "read every file, warm" readwarm
 frow "metadata walk: find -type f" find
+# The median hides how the walks differ (the first lists every directory through the
+# daemon, the second re-reads each directory's attributes, later ones are cached).
+echo "  find, each walk in order (ms): worktreefs $(paste -sd' ' "$RUN_DIR/find-wtfs"); checkout $(paste -sd' ' "$RUN_DIR/find-checkout")"
 frow "metadata walk: ls -lR" lslr
 frow "write 10,000 small files" write10k
 frow "sequential write, $SEQ_MB MiB" seqwrite

@@ -18,6 +18,7 @@ pub mod fuse;
 pub mod gitlayer;
 pub mod holders;
 pub mod ino;
+pub mod inomap;
 pub mod lease;
 pub mod names;
 pub mod report;

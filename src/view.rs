@@ -47,6 +47,7 @@ use crate::blobcache::BlobCache;
 use crate::error::{FsError, FsResult};
 use crate::gitlayer::{self, ObjectCache, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::ino;
+use crate::inomap::{ChildIndex, InoMap};
 use crate::state::StateDir;
 use crate::store::{RepoRow, Store, WorktreeRow};
 use crate::worktree::{self, CreateRequest};
@@ -245,25 +246,65 @@ enum NodeKind {
 struct Node {
     kind: NodeKind,
     parent: u64,
-    name: OsString,
-    /// Further names of a hard-linked upper file.
-    aliases: Vec<(u64, OsString)>,
+    name: Box<OsStr>,
     /// The kernel's lookup count. Atomic so a lookup of a known name counts it under the
     /// table's read lock; `forget` (write lock) is the only one that lowers it.
     lookups: AtomicU64,
     unlinked: bool,
 }
 
+impl Node {
+    fn new(kind: NodeKind, parent: u64, name: &OsStr, lookups: u64) -> Node {
+        Node {
+            kind,
+            parent,
+            name: name.into(),
+            lookups: AtomicU64::new(lookups),
+            unlinked: false,
+        }
+    }
+}
+
+/// The inode table. Memory per node bounds a mount with many worktrees (see
+/// `inomap.rs`): nodes live in a slab, and the name index keeps no copy of the names.
 struct NodeTable {
-    nodes: HashMap<u64, Node>,
-    children: HashMap<(u64, OsString), u64>,
+    nodes: InoMap<Node>,
+    children: ChildIndex,
+    /// Further names of hard-linked upper files (rare), by inode.
+    aliases: HashMap<u64, Vec<(u64, OsString)>>,
     next_dynamic: u64,
     /// `nodes.len()`, readable without the table's lock (the stats file and the sweeper
     /// read it; a request that holds the lock must never take it again).
     count: Arc<AtomicUsize>,
 }
 
+/// Whether `ino` is called `name` in `parent` (its own name or one of its links).
+fn has_name(
+    nodes: &InoMap<Node>,
+    aliases: &HashMap<u64, Vec<(u64, OsString)>>,
+    ino: u64,
+    parent: u64,
+    name: &OsStr,
+) -> bool {
+    nodes
+        .get(&ino)
+        .is_some_and(|n| n.parent == parent && &*n.name == name)
+        || aliases
+            .get(&ino)
+            .is_some_and(|v| v.iter().any(|(p, n)| *p == parent && n == name))
+}
+
 impl NodeTable {
+    fn new(count: Arc<AtomicUsize>) -> NodeTable {
+        NodeTable {
+            nodes: InoMap::default(),
+            children: ChildIndex::default(),
+            aliases: HashMap::new(),
+            next_dynamic: 0,
+            count,
+        }
+    }
+
     fn assign_ino(&mut self, natural: u64) -> u64 {
         if natural > ROOT_INO && !self.nodes.contains_key(&natural) {
             return natural;
@@ -279,48 +320,99 @@ impl NodeTable {
         }
     }
 
+    /// The inode named `name` in `parent`.
+    fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        let (nodes, aliases) = (&self.nodes, &self.aliases);
+        self.children
+            .get(parent, name, |i| has_name(nodes, aliases, i, parent, name))
+    }
+
+    /// Maps `(parent, name)` to `ino` (whose node says so already, or will at once).
+    fn map_child(&mut self, parent: u64, name: &OsStr, ino: u64) {
+        let (nodes, aliases) = (&self.nodes, &self.aliases);
+        // The slot may be taken over from a node that is gone or has this very name.
+        self.children.insert(parent, name, ino, |i| {
+            !nodes.contains_key(&i) || has_name(nodes, aliases, i, parent, name)
+        });
+    }
+
+    /// Unmaps `(parent, name)`, returning the inode; the node keeps its fields.
+    fn unmap_child(&mut self, parent: u64, name: &OsStr) -> Option<u64> {
+        let (nodes, aliases) = (&self.nodes, &self.aliases);
+        self.children
+            .remove(parent, name, |i| has_name(nodes, aliases, i, parent, name))
+    }
+
+    /// Adds a node under its own name (`node.parent`, `node.name`).
+    fn insert_node(&mut self, ino: u64, node: Node) {
+        let (parent, name) = (node.parent, node.name.clone());
+        self.nodes.insert(ino, node);
+        if ino != ROOT_INO {
+            self.map_child(parent, &name, ino);
+        }
+        self.count.store(self.nodes.len(), Ordering::Relaxed);
+    }
+
     fn insert_child(&mut self, parent: u64, name: &OsStr, natural: u64, kind: NodeKind) -> u64 {
-        let key = (parent, name.to_os_string());
-        if let Some(&existing) = self.children.get(&key) {
+        if let Some(existing) = self.child(parent, name) {
             if let Some(n) = self.nodes.get_mut(&existing) {
                 n.lookups.fetch_add(1, Ordering::Relaxed);
                 return existing;
             }
         }
         let ino = self.assign_ino(natural);
-        self.nodes.insert(
-            ino,
-            Node {
-                kind,
-                parent,
-                name: name.to_os_string(),
-                aliases: Vec::new(),
-                lookups: AtomicU64::new(1),
-                unlinked: false,
-            },
-        );
-        self.children.insert(key, ino);
-        self.count.store(self.nodes.len(), Ordering::Relaxed);
+        self.insert_node(ino, Node::new(kind, parent, name, 1));
         ino
+    }
+
+    /// Gives `ino` the further name `(parent, name)` (a hard link, or a rename of one).
+    fn add_alias(&mut self, ino: u64, parent: u64, name: &OsStr) {
+        self.aliases
+            .entry(ino)
+            .or_default()
+            .push((parent, name.to_os_string()));
+        self.map_child(parent, name, ino);
     }
 
     /// Drops the name `(parent, name)`; the node stays while the kernel still knows it.
     fn detach_name(&mut self, parent: u64, name: &OsStr) {
-        let Some(ino) = self.children.remove(&(parent, name.to_os_string())) else {
+        let Some(ino) = self.unmap_child(parent, name) else {
             return;
         };
-        if let Some(node) = self.nodes.get_mut(&ino) {
-            if node.parent == parent && node.name == name {
-                if let Some((p, n)) = node.aliases.pop() {
-                    node.parent = p;
-                    node.name = n;
-                } else {
-                    node.unlinked = true;
-                }
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        if node.parent == parent && &*node.name == name {
+            let next = self.aliases.get_mut(&ino).and_then(|v| v.pop());
+            if let Some((p, n)) = next {
+                node.parent = p;
+                node.name = n.into();
             } else {
-                node.aliases.retain(|(p, n)| !(*p == parent && n == name));
+                node.unlinked = true;
+            }
+        } else if let Some(v) = self.aliases.get_mut(&ino) {
+            v.retain(|(p, n)| !(*p == parent && n == name));
+        }
+        if self.aliases.get(&ino).is_some_and(|v| v.is_empty()) {
+            self.aliases.remove(&ino);
+        }
+    }
+
+    /// Removes a node the kernel has forgotten, with every name still mapped to it.
+    fn remove_node(&mut self, ino: u64) {
+        let Some(node) = self.nodes.get(&ino) else {
+            return;
+        };
+        let mut names = vec![(node.parent, node.name.to_os_string())];
+        names.extend(self.aliases.get(&ino).cloned().unwrap_or_default());
+        for (p, n) in &names {
+            if self.child(*p, n) == Some(ino) {
+                self.unmap_child(*p, n);
             }
         }
+        self.aliases.remove(&ino);
+        self.nodes.remove(&ino);
+        self.count.store(self.nodes.len(), Ordering::Relaxed);
     }
 }
 
@@ -481,12 +573,7 @@ impl View {
         let store = Store::open(&state.root)?;
         let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
         let node_count = Arc::new(AtomicUsize::new(0));
-        let mut nodes = NodeTable {
-            nodes: HashMap::new(),
-            children: HashMap::new(),
-            next_dynamic: 0,
-            count: node_count.clone(),
-        };
+        let mut nodes = NodeTable::new(node_count.clone());
         let fixed = [
             (ROOT_INO, NodeKind::Root, ROOT_INO, ""),
             (
@@ -533,22 +620,8 @@ impl View {
             ),
         ];
         for (i, kind, parent, name) in fixed {
-            nodes.nodes.insert(
-                i,
-                Node {
-                    kind,
-                    parent,
-                    name: name.into(),
-                    aliases: Vec::new(),
-                    lookups: AtomicU64::new(u64::MAX / 2),
-                    unlinked: false,
-                },
-            );
-            if i != ROOT_INO {
-                nodes.children.insert((parent, name.into()), i);
-            }
+            nodes.insert_node(i, Node::new(kind, parent, OsStr::new(name), u64::MAX / 2));
         }
-        node_count.store(nodes.nodes.len(), Ordering::Relaxed);
         let view = View {
             state,
             mountpoint,
@@ -759,7 +832,7 @@ impl View {
                 .filter_map(|((repo_id, name), w)| {
                     let since = *cat.idle_since.get(&w.id)?;
                     let parent = REPO_INO_BASE + *repo_id as u64;
-                    let known = t.children.contains_key(&(parent, OsString::from(name)));
+                    let known = t.child(parent, OsStr::new(name)).is_some();
                     (known && !recently.contains_key(&w.id))
                         .then(|| (since, w.id, parent, OsString::from(name)))
                 })
@@ -1081,7 +1154,7 @@ impl View {
                 FsError::new(libc::ESTALE, format!("inode {parent} is not known"))
             })?;
             let kind = node.kind.clone();
-            let known = t.children.get(&(parent, name.to_os_string())).copied();
+            let known = t.child(parent, name);
             if let Some(ino) = known.filter(|_| {
                 !matches!(
                     kind,
@@ -1179,14 +1252,9 @@ impl View {
             .ok_or_else(|| FsError::not_found(format!("repository {}", name.to_string_lossy())))?;
         let ino = REPO_INO_BASE + repo.id as u64;
         let mut t = self.nodes.write();
-        t.nodes.entry(ino).or_insert_with(|| Node {
-            kind: NodeKind::Repo(repo.id),
-            parent: ROOT_INO,
-            name: name.to_os_string(),
-            aliases: Vec::new(),
-            lookups: AtomicU64::new(0),
-            unlinked: false,
-        });
+        if !t.nodes.contains_key(&ino) {
+            t.insert_node(ino, Node::new(NodeKind::Repo(repo.id), ROOT_INO, name, 0));
+        }
         if let Some(n) = t.nodes.get(&ino) {
             n.lookups.fetch_add(1, Ordering::Relaxed);
         }
@@ -1222,7 +1290,7 @@ impl View {
         let natural = ino::path_ino(wt.id, b"");
         // A worktree re-created under the same name is a different worktree: replace the
         // stale mapping.
-        if let Some(&old) = t.children.get(&(parent, name.to_os_string())) {
+        if let Some(old) = t.child(parent, name) {
             let stale = match t.nodes.get(&old).map(|n| &n.kind) {
                 Some(NodeKind::Wt { wt: w, .. }) => w.id != wt.id,
                 _ => true,
@@ -1262,11 +1330,10 @@ impl View {
             return Err(FsError::expected(libc::ENOENT, "catalog refreshed"));
         }
         if dir == ControlDir::Top {
-            let ino = *self
+            let ino = self
                 .nodes
                 .read()
-                .children
-                .get(&(parent, name.to_os_string()))
+                .child(parent, name)
                 .ok_or_else(|| FsError::not_found(format!(".control/{name_s}")))?;
             let t = self.nodes.read();
             return Ok(Entry {
@@ -1300,15 +1367,7 @@ impl View {
         if left > 0 {
             return;
         }
-        if let Some(node) = t.nodes.remove(&ino) {
-            t.count.store(t.nodes.len(), Ordering::Relaxed);
-            for (p, n) in std::iter::once((node.parent, node.name)).chain(node.aliases) {
-                let key = (p, n);
-                if t.children.get(&key) == Some(&ino) {
-                    t.children.remove(&key);
-                }
-            }
-        }
+        t.remove_node(ino);
     }
 
     fn ttl_of(&self, t: &NodeTable, ino: u64) -> Duration {
@@ -2296,7 +2355,7 @@ impl View {
     /// The overlay entry currently at `(parent, name)`, from the table or from disk.
     fn child_state(&self, parent: u64, name: &OsStr) -> FsResult<Option<(Option<u64>, Overlay)>> {
         let t = self.nodes.read();
-        if let Some(&ino) = t.children.get(&(parent, name.to_os_string())) {
+        if let Some(ino) = t.child(parent, name) {
             if let Some(Node {
                 kind: NodeKind::Wt { ov, .. },
                 ..
@@ -2907,17 +2966,24 @@ impl View {
         }
         let mut t = self.nodes.write();
         t.detach_name(newparent, newname);
-        t.children.remove(&(parent, name.to_os_string()));
-        t.children
-            .insert((newparent, newname.to_os_string()), src_ino);
-        if let Some(node) = t.nodes.get_mut(&src_ino) {
-            if node.parent == parent && node.name == name {
+        t.unmap_child(parent, name);
+        let own_name = t
+            .nodes
+            .get(&src_ino)
+            .is_some_and(|n| n.parent == parent && &*n.name == name);
+        if own_name {
+            if let Some(node) = t.nodes.get_mut(&src_ino) {
                 node.parent = newparent;
-                node.name = newname.to_os_string();
-            } else {
-                node.aliases.retain(|(p, n)| !(*p == parent && n == name));
-                node.aliases.push((newparent, newname.to_os_string()));
+                node.name = newname.into();
             }
+            t.map_child(newparent, newname, src_ino);
+        } else if t.nodes.contains_key(&src_ino) {
+            if let Some(v) = t.aliases.get_mut(&src_ino) {
+                v.retain(|(p, n)| !(*p == parent && n == name));
+            }
+            t.add_alias(src_ino, newparent, newname);
+        }
+        if let Some(node) = t.nodes.get_mut(&src_ino) {
             node.unlinked = false;
             if let NodeKind::Wt { ov, .. } = &mut node.kind {
                 if ov.ftype == FType::Dir && dst.is_some() {
@@ -2950,9 +3016,10 @@ impl View {
         self.note_node(ino);
         let mut t = self.nodes.write();
         t.detach_name(newparent, newname);
-        t.children.insert((newparent, newname.to_os_string()), ino);
-        if let Some(node) = t.nodes.get_mut(&ino) {
-            node.aliases.push((newparent, newname.to_os_string()));
+        if t.nodes.contains_key(&ino) {
+            t.add_alias(ino, newparent, newname);
+        }
+        if let Some(node) = t.nodes.get(&ino) {
             node.lookups.fetch_add(1, Ordering::Relaxed);
         }
         let attr = self.node_attr(&t, ino)?;

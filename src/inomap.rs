@@ -1,0 +1,286 @@
+//! Compact tables for the daemon's inode table, where memory per entry is what bounds a
+//! mount with many worktrees.
+//!
+//! * [`InoMap`]: inode number → value. Values live in a slab (a `Vec` whose freed slots
+//!   are reused), and a hash map holds only `inode → slot` (16 bytes a bucket). A
+//!   `HashMap<u64, Node>` instead keeps whole values in its buckets: its load factor, its
+//!   growth by doubling (old and new tables alive at once) and the tombstones that removals
+//!   leave (which make it grow under churn even at a steady size) all multiply the value's
+//!   size.
+//! * [`ChildIndex`]: `(parent, name)` → inode without a copy of the name: the key is the
+//!   parent and a 64-bit hash of the name, and the caller confirms the name against the
+//!   node it already stores. Two names of one directory with the same hash (never seen in
+//!   practice, but possible) go to a small exact map.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::hash::{BuildHasher, Hasher};
+use std::os::unix::ffi::OsStrExt;
+
+/// Inode number → `V`, values in a slab.
+pub struct InoMap<V> {
+    index: HashMap<u64, u32>,
+    slots: Vec<Option<V>>,
+    free: Vec<u32>,
+}
+
+impl<V> Default for InoMap<V> {
+    fn default() -> Self {
+        InoMap {
+            index: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<V> InoMap<V> {
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    pub fn contains_key(&self, ino: &u64) -> bool {
+        self.index.contains_key(ino)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &u64> {
+        self.index.keys()
+    }
+
+    pub fn get(&self, ino: &u64) -> Option<&V> {
+        let slot = *self.index.get(ino)?;
+        self.slots[slot as usize].as_ref()
+    }
+
+    pub fn get_mut(&mut self, ino: &u64) -> Option<&mut V> {
+        let slot = *self.index.get(ino)?;
+        self.slots[slot as usize].as_mut()
+    }
+
+    /// Inserts or replaces; returns the value replaced.
+    pub fn insert(&mut self, ino: u64, value: V) -> Option<V> {
+        if let Some(&slot) = self.index.get(&ino) {
+            return self.slots[slot as usize].replace(value);
+        }
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(value);
+                slot
+            }
+            None => {
+                let slot = u32::try_from(self.slots.len()).expect("more than 2^32 inodes");
+                self.slots.push(Some(value));
+                slot
+            }
+        };
+        self.index.insert(ino, slot);
+        None
+    }
+
+    pub fn get_or_insert_with(&mut self, ino: u64, make: impl FnOnce() -> V) -> &mut V {
+        if !self.index.contains_key(&ino) {
+            self.insert(ino, make());
+        }
+        self.get_mut(&ino).expect("just inserted")
+    }
+
+    pub fn remove(&mut self, ino: &u64) -> Option<V> {
+        let slot = self.index.remove(ino)?;
+        let value = self.slots[slot as usize].take();
+        self.free.push(slot);
+        // Nothing in use at the end: give the tail back, so a table that shrank for good
+        // does not keep its peak.
+        if self.free.len() == self.slots.len() {
+            self.slots.clear();
+            self.free.clear();
+        }
+        value
+    }
+}
+
+/// `(parent, name)` → inode, storing no name (see the module's text).
+#[derive(Default)]
+pub struct ChildIndex {
+    hashed: HashMap<(u64, u64), u64>,
+    /// Names whose `(parent, hash)` slot is taken by another name.
+    colliding: HashMap<(u64, OsString), u64>,
+    hasher: FixedSip,
+}
+
+/// SipHash with fixed keys: names are hashed the same way for the life of the process.
+#[derive(Default, Clone, Copy)]
+struct FixedSip;
+
+impl BuildHasher for FixedSip {
+    type Hasher = std::collections::hash_map::DefaultHasher;
+    fn build_hasher(&self) -> Self::Hasher {
+        std::collections::hash_map::DefaultHasher::new()
+    }
+}
+
+impl ChildIndex {
+    fn hash(&self, name: &OsStr) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write(name.as_bytes());
+        h.finish()
+    }
+
+    /// The inode at `(parent, name)`. `named(ino)` says whether that inode has this name
+    /// in this parent (the caller's table holds the names).
+    pub fn get(&self, parent: u64, name: &OsStr, named: impl Fn(u64) -> bool) -> Option<u64> {
+        if let Some(&ino) = self.hashed.get(&(parent, self.hash(name))) {
+            if named(ino) {
+                return Some(ino);
+            }
+        }
+        if self.colliding.is_empty() {
+            return None;
+        }
+        self.colliding.get(&(parent, name.to_os_string())).copied()
+    }
+
+    /// Maps `(parent, name)` to `ino`, replacing what it mapped to. `named` as for `get`,
+    /// asked of the inode currently in the name's slot.
+    pub fn insert(&mut self, parent: u64, name: &OsStr, ino: u64, named: impl Fn(u64) -> bool) {
+        let key = (parent, self.hash(name));
+        match self.hashed.get(&key) {
+            Some(&other) if other != ino && !named(other) => {
+                // The slot belongs to another name with the same hash.
+                self.colliding.insert((parent, name.to_os_string()), ino);
+            }
+            _ => {
+                self.hashed.insert(key, ino);
+                if !self.colliding.is_empty() {
+                    self.colliding.remove(&(parent, name.to_os_string()));
+                }
+            }
+        }
+    }
+
+    /// Unmaps `(parent, name)`; returns the inode it mapped to.
+    pub fn remove(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        named: impl Fn(u64) -> bool,
+    ) -> Option<u64> {
+        let key = (parent, self.hash(name));
+        if let Some(&ino) = self.hashed.get(&key) {
+            if named(ino) {
+                self.hashed.remove(&key);
+                return Some(ino);
+            }
+        }
+        if self.colliding.is_empty() {
+            return None;
+        }
+        self.colliding.remove(&(parent, name.to_os_string()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.hashed.len() + self.colliding.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_reused_and_values_follow_their_inode() {
+        let mut m = InoMap::default();
+        for i in 0..100u64 {
+            assert!(m.insert(i << 32 | 7, i).is_none());
+        }
+        assert_eq!(m.len(), 100);
+        for i in (0..100u64).step_by(2) {
+            assert_eq!(m.remove(&(i << 32 | 7)), Some(i));
+        }
+        assert_eq!(m.remove(&7), None, "removed already");
+        for i in 100..150u64 {
+            m.insert(i << 32 | 7, i);
+        }
+        assert_eq!(m.slots.len(), 100, "freed slots were not reused");
+        for i in (1..100u64).step_by(2).chain(100..150) {
+            assert_eq!(m.get(&(i << 32 | 7)), Some(&i));
+        }
+        assert_eq!(m.insert(1 << 32 | 7, 1000), Some(1));
+        *m.get_mut(&(1 << 32 | 7)).unwrap() += 1;
+        assert_eq!(m.get(&(1 << 32 | 7)), Some(&1001));
+        assert_eq!(*m.get_or_insert_with(5, || 55), 55);
+        assert_eq!(*m.get_or_insert_with(5, || 66), 55);
+        let keys: Vec<u64> = m.index.keys().copied().collect();
+        for k in keys {
+            m.remove(&k);
+        }
+        assert!(m.is_empty());
+        assert!(m.slots.is_empty(), "an empty table keeps no slots");
+    }
+
+    /// Names and their owners, as the view's node table would hold them.
+    struct Names(HashMap<u64, Vec<(u64, OsString)>>);
+    impl Names {
+        fn named(&self, parent: u64, name: &str) -> impl Fn(u64) -> bool + '_ {
+            let name = OsString::from(name);
+            move |ino| {
+                self.0
+                    .get(&ino)
+                    .is_some_and(|v| v.iter().any(|(p, n)| *p == parent && *n == name))
+            }
+        }
+    }
+
+    #[test]
+    fn names_are_confirmed_by_their_owner_and_collisions_kept_apart() {
+        let mut names = Names(HashMap::new());
+        let mut c = ChildIndex::default();
+        names.0.insert(10, vec![(1, "a".into())]);
+        names
+            .0
+            .insert(11, vec![(1, "b".into()), (2, "b-link".into())]);
+        c.insert(1, OsStr::new("a"), 10, names.named(1, "a"));
+        c.insert(1, OsStr::new("b"), 11, names.named(1, "b"));
+        c.insert(2, OsStr::new("b-link"), 11, names.named(2, "b-link"));
+        assert_eq!(c.get(1, OsStr::new("a"), names.named(1, "a")), Some(10));
+        assert_eq!(
+            c.get(2, OsStr::new("b-link"), names.named(2, "b-link")),
+            Some(11)
+        );
+        assert_eq!(c.get(2, OsStr::new("a"), names.named(2, "a")), None);
+        // A slot whose owner no longer has the name answers nothing.
+        names.0.insert(10, vec![(1, "renamed".into())]);
+        assert_eq!(c.get(1, OsStr::new("a"), names.named(1, "a")), None);
+        names.0.insert(10, vec![(1, "a".into())]);
+
+        // A collision: force one by hashing into a slot held by another name.
+        let hb = c.hash(OsStr::new("b"));
+        c.hashed.insert((3, hb), 11); // "b" of node 11 claims (3, hash(b))
+        names.0.get_mut(&11).unwrap().push((3, "b".into()));
+        names.0.insert(12, vec![(3, "other".into())]);
+        // Pretend "other" hashes like "b": insert it into that slot's parent directly.
+        let key_other = (3, c.hash(OsStr::new("other")));
+        c.hashed.insert(key_other, 11); // slot taken by a node without that name
+        c.insert(3, OsStr::new("other"), 12, names.named(3, "other"));
+        assert_eq!(c.colliding.len(), 1, "went to the exact map");
+        assert_eq!(
+            c.get(3, OsStr::new("other"), names.named(3, "other")),
+            Some(12)
+        );
+        assert_eq!(c.get(3, OsStr::new("b"), names.named(3, "b")), Some(11));
+        assert_eq!(
+            c.remove(3, OsStr::new("other"), names.named(3, "other")),
+            Some(12)
+        );
+        assert_eq!(c.get(3, OsStr::new("other"), names.named(3, "other")), None);
+        assert_eq!(c.remove(1, OsStr::new("a"), names.named(1, "a")), Some(10));
+        assert_eq!(c.remove(1, OsStr::new("a"), names.named(1, "a")), None);
+    }
+}
