@@ -92,11 +92,11 @@ impl<V> InoMap<V> {
         let slot = self.index.remove(ino)?;
         let value = self.slots[slot as usize].take();
         self.free.push(slot);
-        // Nothing in use at the end: give the tail back, so a table that shrank for good
-        // does not keep its peak.
+        // Nothing in use: give the memory back, so a table that emptied does not keep
+        // its peak.
         if self.free.len() == self.slots.len() {
-            self.slots.clear();
-            self.free.clear();
+            self.slots = Vec::new();
+            self.free = Vec::new();
         }
         value
     }

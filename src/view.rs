@@ -73,8 +73,15 @@ pub const REFRESH_NAME: &str = "refresh";
 
 /// Worktree entries (the worktree's own directory included) change only through this
 /// daemon, and every such change is a request the kernel makes and so accounts for: the
-/// kernel may cache them. Without that, every path walk inside a worktree would cost a
-/// GETATTR of the worktree's directory for the permission check.
+/// kernel may cache them, names (present or absent) and attributes, for long. Without
+/// that, every path walk inside a worktree would cost a GETATTR of the worktree's
+/// directory for the permission check, and every file looked up again after a short TTL
+/// a LOOKUP.
+const WT_STABLE_TTL: Duration = Duration::from_secs(3600);
+/// Upper-layer regular files: with passthrough, writes through a shared mapping of the
+/// backing file do not reach the FUSE inode's attributes (the kernel re-reads them when
+/// the file is mapped, written or read, not after each write through a mapping): their
+/// cached mtime is re-read after this long.
 const WT_TTL: Duration = Duration::from_secs(60);
 /// Repositories come and go through the CLI, another process: cached briefly.
 const TOP_TTL: Duration = Duration::from_secs(1);
@@ -1167,9 +1174,10 @@ impl View {
                     n.lookups.fetch_add(1, Ordering::Relaxed);
                 }
                 let attr = self.node_attr(&t, ino);
+                let ttl = self.ttl_of(&t, ino);
                 drop(t);
                 return match attr {
-                    Ok(attr) => Ok(Entry { attr, ttl: WT_TTL }),
+                    Ok(attr) => Ok(Entry { attr, ttl }),
                     Err(e) => {
                         self.forget(ino, 1);
                         Err(e)
@@ -1191,7 +1199,10 @@ impl View {
                     let mut t = self.nodes.write();
                     let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));
                     let attr = self.node_attr(&t, ino)?;
-                    return Ok(Entry { attr, ttl: WT_TTL });
+                    return Ok(Entry {
+                        attr,
+                        ttl: WT_STABLE_TTL,
+                    });
                 }
                 if name.as_bytes().starts_with(RESERVED_PREFIX) {
                     return Err(FsError::not_found(name.to_string_lossy()));
@@ -1205,7 +1216,7 @@ impl View {
                     .ok_or_else(|| {
                         let mut e =
                             FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()));
-                        e.negative_ttl = Some(WT_TTL);
+                        e.negative_ttl = Some(WT_STABLE_TTL);
                         e
                     })?;
                 let mut t = self.nodes.write();
@@ -1226,7 +1237,10 @@ impl View {
                     },
                 );
                 let attr = self.node_attr(&t, ino)?;
-                Ok(Entry { attr, ttl: WT_TTL })
+                Ok(Entry {
+                    attr,
+                    ttl: self.ttl_of(&t, ino),
+                })
             }
             NodeKind::ControlFile(..) | NodeKind::GitFile(_) => {
                 Err(FsError::new(libc::ENOTDIR, "not a directory"))
@@ -1317,7 +1331,10 @@ impl View {
             },
         );
         let attr = self.node_attr(&t, ino)?;
-        Ok(Entry { attr, ttl: WT_TTL })
+        Ok(Entry {
+            attr,
+            ttl: self.ttl_of(&t, ino),
+        })
     }
 
     fn lookup_control(&self, parent: u64, dir: ControlDir, name: &OsStr) -> FsResult<Entry> {
@@ -1372,7 +1389,11 @@ impl View {
 
     fn ttl_of(&self, t: &NodeTable, ino: u64) -> Duration {
         match t.nodes.get(&ino).map(|n| &n.kind) {
-            Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_TTL,
+            // A worktree's own directory goes away through cleanup, which another process
+            // may run: its entry is re-checked as before.
+            Some(NodeKind::Wt { is_root: true, .. }) => WT_TTL,
+            Some(NodeKind::Wt { ov, .. }) if ov.in_upper && ov.ftype == FType::File => WT_TTL,
+            Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_STABLE_TTL,
             // Listings under .control change with every lease: the kernel must look at the
             // directory's (always new) mtime before using a listing it kept.
             Some(NodeKind::ControlFile(..)) | Some(NodeKind::ControlDir(_)) => CONTROL_TTL,
@@ -2427,7 +2448,10 @@ impl View {
             },
         );
         let attr = self.node_attr(&t, ino)?;
-        Ok(Entry { attr, ttl: WT_TTL })
+        Ok(Entry {
+            attr,
+            ttl: self.ttl_of(&t, ino),
+        })
     }
 
     /// Prepares `(parent, name)` for a new upper entry: the name must be free in the view
@@ -3023,7 +3047,10 @@ impl View {
             node.lookups.fetch_add(1, Ordering::Relaxed);
         }
         let attr = self.node_attr(&t, ino)?;
-        Ok(Entry { attr, ttl: WT_TTL })
+        Ok(Entry {
+            attr,
+            ttl: self.ttl_of(&t, ino),
+        })
     }
 
     pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Entry> {
