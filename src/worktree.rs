@@ -218,7 +218,7 @@ pub fn create_worktree(
     let admin_name = gitlayer::free_admin_name(&gitdir, req.name);
     let admin = gitlayer::admin_dir(&gitdir, &admin_name);
     let mountpoint = mountpoint_of(state, store);
-    let index = worktree_index(
+    let (body, ext, checksum) = worktree_index(
         &index,
         &untr,
         &mountpoint.join(req.repo).join(req.name),
@@ -229,7 +229,7 @@ pub fn create_worktree(
         &admin,
         &format!("ref: refs/heads/{branch_name}"),
         &gitfile_path(&mountpoint, req.repo, req.name),
-        &index,
+        &[body, &ext, &checksum],
         &format!(
             "managed by worktreefs (state dir {})\n",
             state.root.display()
@@ -337,18 +337,23 @@ fn cached_index(
     Ok((index, untr))
 }
 
-/// The index of one worktree: the cached index with the untracked cache for this
-/// worktree's path appended (git ties that cache to the path), and a new checksum.
-fn worktree_index(index: &[u8], untr: &[u8], worktree_path: &Path, common_dir: &Path) -> Vec<u8> {
+/// The index of one worktree, in three parts: the cached index without its checksum, the
+/// untracked cache for this worktree's path (git ties that cache to the path), and the
+/// checksum of the two. Not joined in memory: the first part is 10 MB for 100,000
+/// entries, and copying it was a third of a creation's time.
+fn worktree_index<'a>(
+    index: &'a [u8],
+    untr: &[u8],
+    worktree_path: &Path,
+    common_dir: &Path,
+) -> (&'a [u8], Vec<u8>, [u8; 20]) {
     use sha1::Digest;
     let body = &index[..index.len().saturating_sub(20)];
     let ext = crate::untracked::extension(worktree_path, common_dir, untr);
-    let mut out = Vec::with_capacity(body.len() + ext.len() + 20);
-    out.extend_from_slice(body);
-    out.extend_from_slice(&ext);
-    let digest = sha1::Sha1::digest(&out);
-    out.extend_from_slice(&digest);
-    out
+    let mut hasher = sha1::Sha1::new();
+    hasher.update(body);
+    hasher.update(&ext);
+    (body, ext, hasher.finalize().into())
 }
 
 /// Blob sizes from the most recently written cached index: usually the same repository a
