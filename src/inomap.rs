@@ -10,7 +10,9 @@
 //! * [`ChildIndex`]: `(parent, name)` → inode without a copy of the name: the key is the
 //!   parent and a 64-bit hash of the name, and the caller confirms the name against the
 //!   node it already stores. Two names of one directory with the same hash (never seen in
-//!   practice, but possible) go to a small exact map.
+//!   practice, but possible) go to a small exact map, and so does a second name of one
+//!   inode (a hard link) whose hash equals that of its other name in the same directory,
+//!   since one slot cannot tell two names of the same inode apart.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -103,12 +105,24 @@ impl<V> InoMap<V> {
 }
 
 /// `(parent, name)` → inode, storing no name (see the module's text).
-#[derive(Default)]
 pub struct ChildIndex {
     hashed: HashMap<(u64, u64), u64>,
     /// Names whose `(parent, hash)` slot is taken by another name.
     colliding: HashMap<(u64, OsString), u64>,
     hasher: FixedSip,
+    /// The hash's bits kept: all of them, but for tests of the colliding path.
+    mask: u64,
+}
+
+impl Default for ChildIndex {
+    fn default() -> Self {
+        ChildIndex {
+            hashed: HashMap::new(),
+            colliding: HashMap::new(),
+            hasher: FixedSip,
+            mask: u64::MAX,
+        }
+    }
 }
 
 /// SipHash with fixed keys: names are hashed the same way for the life of the process.
@@ -123,10 +137,26 @@ impl BuildHasher for FixedSip {
 }
 
 impl ChildIndex {
-    fn hash(&self, name: &OsStr) -> u64 {
+    /// An index whose hash keeps only `bits` bits, so that names collide (tests).
+    #[cfg(test)]
+    pub fn colliding_often(bits: u32) -> ChildIndex {
+        ChildIndex {
+            mask: (1u64 << bits) - 1,
+            ..ChildIndex::default()
+        }
+    }
+
+    pub fn hash(&self, name: &OsStr) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write(name.as_bytes());
-        h.finish()
+        h.finish() & self.mask
+    }
+
+    /// Maps `(parent, name)` exactly, outside the hashed slots: for a second name of an
+    /// inode whose other name in `parent` has the same hash (one slot cannot tell them
+    /// apart).
+    pub fn insert_exact(&mut self, parent: u64, name: &OsStr, ino: u64) {
+        self.colliding.insert((parent, name.to_os_string()), ino);
     }
 
     /// The inode at `(parent, name)`. `named(ino)` says whether that inode has this name
@@ -168,6 +198,13 @@ impl ChildIndex {
         name: &OsStr,
         named: impl Fn(u64) -> bool,
     ) -> Option<u64> {
+        // An exact entry first: its hashed slot, if any, may hold another name of the same
+        // inode.
+        if !self.colliding.is_empty() {
+            if let Some(ino) = self.colliding.remove(&(parent, name.to_os_string())) {
+                return Some(ino);
+            }
+        }
         let key = (parent, self.hash(name));
         if let Some(&ino) = self.hashed.get(&key) {
             if named(ino) {
@@ -175,10 +212,7 @@ impl ChildIndex {
                 return Some(ino);
             }
         }
-        if self.colliding.is_empty() {
-            return None;
-        }
-        self.colliding.remove(&(parent, name.to_os_string()))
+        None
     }
 
     pub fn len(&self) -> usize {

@@ -336,6 +336,19 @@ impl NodeTable {
 
     /// Maps `(parent, name)` to `ino` (whose node says so already, or will at once).
     fn map_child(&mut self, parent: u64, name: &OsStr, ino: u64) {
+        // Another name of this inode in this directory with the same hash would share the
+        // slot, and one slot cannot tell two names of one inode apart: map it exactly.
+        let h = self.children.hash(name);
+        let own = self.nodes.get(&ino).map(|n| (n.parent, &*n.name));
+        let links = self.aliases.get(&ino).into_iter().flatten();
+        let twin = own
+            .into_iter()
+            .chain(links.map(|(p, n)| (*p, n.as_os_str())))
+            .any(|(p, n)| p == parent && n != name && self.children.hash(n) == h);
+        if twin {
+            self.children.insert_exact(parent, name, ino);
+            return;
+        }
         let (nodes, aliases) = (&self.nodes, &self.aliases);
         // The slot may be taken over from a node that is gone or has this very name.
         self.children.insert(parent, name, ino, |i| {
@@ -831,18 +844,27 @@ impl View {
         };
         let now = std::time::Instant::now();
         recently.retain(|_, at| now.duration_since(*at) < again);
-        let mut idle: Vec<(i64, i64, u64, OsString)> = {
+        // The catalog first, released before the table is read: the lock order is `nodes`
+        // then `catalog` (a lookup at the top holds the table while it reads the catalog),
+        // and holding both the other way round deadlocks once a catalog writer queues.
+        let candidates: Vec<(i64, i64, u64, OsString)> = {
             let cat = self.catalog.read();
-            let t = self.nodes.read();
             cat.worktrees
                 .iter()
                 .filter_map(|((repo_id, name), w)| {
                     let since = *cat.idle_since.get(&w.id)?;
-                    let parent = REPO_INO_BASE + *repo_id as u64;
-                    let known = t.child(parent, OsStr::new(name)).is_some();
-                    (known && !recently.contains_key(&w.id))
-                        .then(|| (since, w.id, parent, OsString::from(name)))
+                    (!recently.contains_key(&w.id)).then(|| {
+                        let parent = REPO_INO_BASE + *repo_id as u64;
+                        (since, w.id, parent, OsString::from(name))
+                    })
                 })
+                .collect()
+        };
+        let mut idle: Vec<(i64, i64, u64, OsString)> = {
+            let t = self.nodes.read();
+            candidates
+                .into_iter()
+                .filter(|(_, _, parent, name)| t.child(*parent, name).is_some())
                 .collect()
         };
         idle.sort();
@@ -1216,7 +1238,10 @@ impl View {
                     .ok_or_else(|| {
                         let mut e =
                             FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()));
-                        e.negative_ttl = Some(WT_STABLE_TTL);
+                        // Not the hour of present names: a lookup inside a directory
+                        // being renamed (whose new path the table learns after the
+                        // rename on disk) answers "absent" for that moment.
+                        e.negative_ttl = Some(WT_TTL);
                         e
                     })?;
                 let mut t = self.nodes.write();
@@ -3427,4 +3452,66 @@ fn clone_or_copy(src: &File, dst: &File, _size: u64) -> io::Result<()> {
     let mut d = dst;
     io::copy(&mut s, &mut d)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod node_table_tests {
+    use super::*;
+
+    /// Every name resolves to its inode and nothing else does, with a hash of 1 bit so
+    /// that names of one directory, and names of one hard-linked inode, collide.
+    #[test]
+    fn names_resolve_through_links_unlinks_and_forgets_when_hashes_collide() {
+        for order in 0..4usize {
+            let mut t = NodeTable::new(Arc::new(AtomicUsize::new(0)));
+            t.children = ChildIndex::colliding_often(1);
+            let d = 7u64;
+            let others: Vec<u64> = ["b", "c", "d"]
+                .iter()
+                .enumerate()
+                .map(|(i, n)| t.insert_child(d, OsStr::new(n), 200 + i as u64, NodeKind::Repo(0)))
+                .collect();
+            let a = t.insert_child(d, OsStr::new("a"), 100, NodeKind::Repo(0));
+            // Hard links of "a": with one bit of hash, several share a slot with it.
+            let mut names: Vec<String> = vec!["a".into()];
+            for i in 0..8 {
+                let l = format!("a{i}");
+                t.detach_name(d, OsStr::new(&l));
+                t.add_alias(a, d, OsStr::new(&l));
+                names.push(l);
+            }
+            let check = |t: &NodeTable, live: &[String]| {
+                for n in live {
+                    assert_eq!(t.child(d, OsStr::new(n)), Some(a), "order {order}: {n}");
+                }
+                for (n, ino) in ["b", "c", "d"].iter().zip(&others) {
+                    assert_eq!(t.child(d, OsStr::new(n)), Some(*ino), "order {order}: {n}");
+                }
+            };
+            check(&t, &names);
+            // Unlink the names one by one, in a different order each round.
+            let k = names.len();
+            let mut live = names.clone();
+            for step in 0..k - 1 {
+                let victim = live.remove((step * (order + 1) + order) % live.len());
+                t.detach_name(d, OsStr::new(&victim));
+                assert_eq!(
+                    t.child(d, OsStr::new(&victim)),
+                    None,
+                    "order {order}: {victim}"
+                );
+                check(&t, &live);
+            }
+            // Forgetting the inodes leaves no name behind.
+            t.remove_node(a);
+            for ino in others {
+                t.remove_node(ino);
+            }
+            for n in names.iter().map(String::as_str).chain(["b", "c", "d"]) {
+                assert_eq!(t.child(d, OsStr::new(n)), None, "order {order}: {n}");
+            }
+            assert!(t.children.is_empty(), "{} names left", t.children.len());
+            assert!(t.nodes.is_empty());
+        }
+    }
 }
