@@ -1223,7 +1223,7 @@ impl View {
                     let attr = self.node_attr(&t, ino)?;
                     return Ok(Entry {
                         attr,
-                        ttl: WT_STABLE_TTL,
+                        ttl: self.ttl_of(&t, ino),
                     });
                 }
                 if name.as_bytes().starts_with(RESERVED_PREFIX) {
