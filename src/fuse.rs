@@ -81,6 +81,18 @@ enum OpenMode {
 }
 
 impl WorktreeFs {
+    /// The answer to every extended-attribute request: they are not supported. ENOSYS
+    /// makes the kernel remember that and answer EOPNOTSUPP itself from then on (ENOTSUP
+    /// would be asked again each time, and every `write(2)` asks: the kernel checks
+    /// `security.capability` before letting a write through).
+    fn decline_xattr(&self) -> Errno {
+        self.view
+            .stats
+            .xattr_requests
+            .fetch_add(1, Ordering::Relaxed);
+        Errno::ENOSYS
+    }
+
     pub fn new(view: Arc<View>, tracker: Option<Arc<Tracker>>, passthrough: bool) -> WorktreeFs {
         WorktreeFs {
             view,
@@ -735,7 +747,7 @@ impl Filesystem for WorktreeFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::from_i32(libc::ENOTSUP));
+        reply.error(self.decline_xattr());
     }
 
     fn getxattr(
@@ -746,15 +758,15 @@ impl Filesystem for WorktreeFs {
         _size: u32,
         reply: ReplyXattr,
     ) {
-        reply.error(Errno::from_i32(libc::ENOTSUP));
+        reply.error(self.decline_xattr());
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::from_i32(libc::ENOTSUP));
+        reply.error(self.decline_xattr());
     }
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::from_i32(libc::ENOTSUP));
+        reply.error(self.decline_xattr());
     }
 
     fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

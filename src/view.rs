@@ -452,6 +452,9 @@ pub struct Stats {
     /// Opens answered with FUSE passthrough (the kernel then reads and writes the backing
     /// file itself; such an open counts as one content read).
     pub passthrough_opens: AtomicU64,
+    /// getxattr, setxattr, listxattr and removexattr requests (each kind is declined with
+    /// ENOSYS, which the kernel remembers, so at most one of each per mount).
+    pub xattr_requests: AtomicU64,
 }
 
 const MAX_RECORDED_PATHS: usize = 64;
@@ -1515,6 +1518,7 @@ impl View {
                     "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
                     "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
                     "passthrough_opens": self.stats.passthrough_opens.load(Ordering::Relaxed),
+                    "xattr_requests": self.stats.xattr_requests.load(Ordering::Relaxed),
                     "nodes": self.node_count(),
                 });
                 Ok(format!("{v}\n").into_bytes())

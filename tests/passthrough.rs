@@ -293,3 +293,43 @@ fn stats_stay_readable_while_requests_add_inodes() {
     assert!(reads > 100 && i > 100, "{reads} stats reads, {i} files");
     m.unmount();
 }
+
+/// Extended attributes are not supported, and the kernel is told so once (ENOSYS) rather
+/// than asked again on every write: each `write(2)` checks the file's
+/// `security.capability`, which would otherwise be one more round trip per write.
+#[test]
+fn the_kernel_stops_asking_for_extended_attributes() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/xa"]);
+    let m = Mounted::start_limited(&env.state(), &env.mountpoint(), Duration::from_secs(120));
+    let wt = m.wt("repo", "xa");
+    for i in 0..20 {
+        fs::write(wt.join(format!("new-{i}.txt")), b"x").unwrap();
+        fs::write(wt.join("README.md"), format!("edit {i}\n")).unwrap();
+    }
+    let path = std::ffi::CString::new(wt.join("README.md").as_os_str().as_encoded_bytes()).unwrap();
+    let name = std::ffi::CString::new("user.test").unwrap();
+    for _ in 0..2 {
+        // SAFETY: valid strings; a null buffer of size 0 asks for the size.
+        let get = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        assert_eq!(get, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EOPNOTSUPP)
+        );
+        // SAFETY: as above.
+        let set =
+            unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+        assert_eq!(set, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EOPNOTSUPP)
+        );
+    }
+    let asked = m.stats()["xattr_requests"].as_u64().unwrap();
+    assert!(
+        asked <= 4,
+        "the daemon was asked for extended attributes {asked} times (once per kind at most)"
+    );
+    assert_eq!(sh(&wt, "cat new-3.txt README.md"), "xedit 19\n");
+}
