@@ -47,6 +47,13 @@ pub fn proc_info(pid: i32) -> Option<ProcInfo> {
 
 /// The process (thread group) a thread belongs to: FUSE names the calling thread.
 pub fn tgid_of(tid: i32) -> Option<i32> {
+    // Most callers are single-threaded, and a thread-group leader is its own process:
+    // pidfd_open accepts only leaders, a syscall where /proc/<tid>/status makes the kernel
+    // format some fifty lines (this runs on the first request of every new process, gcc's
+    // cc1 and as for one).
+    if pidfd_open(tid).is_some() {
+        return Some(tid);
+    }
     let status = fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
     status
         .lines()
@@ -215,10 +222,18 @@ impl Tracker {
             .filter(|w| w.worktree_id == worktree_id)
             .map(|w| w.info.pid)
             .collect();
+        // A process already known covered covers its descendants too: the set is
+        // emptied whenever a holder of this worktree exits.
+        let known = |p: i32| {
+            self.covered
+                .read()
+                .get(&worktree_id)
+                .is_some_and(|set| set.contains(&p))
+        };
         let mut cur = pid;
         let mut depth = 0;
         while cur > 1 && depth < 64 {
-            if holders.contains(&cur) {
+            if holders.contains(&cur) || known(cur) {
                 let mut covered = self.covered.write();
                 let set = covered.entry(worktree_id).or_default();
                 set.insert(pid);
@@ -492,6 +507,18 @@ mod tests {
         assert!(info.start > 0);
         assert_eq!(info.ppid, nix::unistd::getppid().as_raw());
         assert_eq!(tgid_of(me), Some(me));
+        // A thread other than the leader belongs to the leader's process.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: plain syscall.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+            tx.send((tid, tgid_of(tid))).unwrap();
+        })
+        .join()
+        .unwrap();
+        let (tid, tgid) = rx.recv().unwrap();
+        assert_ne!(tid, me);
+        assert_eq!(tgid, Some(me));
         assert!(proc_info(i32::MAX).is_none());
     }
 
