@@ -276,7 +276,9 @@ for i in $(seq 1 "$IO_RUNS"); do
     time_cmd "$RUN_DIR/write10k-$t" write_small "$d/bench-small-$i"
     sync
     time_cmd "$RUN_DIR/seqwrite-$t" seq_write "$d/bench-seq-$i"
-    time_cmd "$RUN_DIR/seqread-$t" seq_read "$d/bench-seq-$i"
+    # A warm read of 1 GiB takes about 60 ms on either side: five of them per run, so
+    # the median is not at the mercy of one 10 ms hiccup.
+    for _ in 1 2 3 4 5; do time_cmd "$RUN_DIR/seqread-$t" seq_read "$d/bench-seq-$i"; done
     # The small files stay until the end of the run: on this machine's ext4 (no journal)
     # the inode allocator skips inodes freed in the last minute, one by one, so deleting
     # 10,000 files here would slow down the next side's creates (by 3-10x, depending on
