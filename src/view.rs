@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use git2::Oid;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::blobcache::BlobCache;
 use crate::error::{FsError, FsResult};
@@ -470,9 +470,13 @@ enum HandleKind {
         seen_copy_ups: AtomicU64,
         /// Whether this handle's first read was recorded in `Stats::content_paths`.
         read_seen: std::sync::atomic::AtomicBool,
-        file: RwLock<File>,
+        /// None for a base file until its first read (`blob` says which one): a warm open
+        /// never reads, the kernel keeps the file's pages.
+        file: RwLock<Option<File>>,
         /// Opened on the blob cache; reopened on the upper file once the entry is copied up.
         on_base: std::sync::atomic::AtomicBool,
+        /// The blob a base handle reads, and the worktree whose repository holds it.
+        blob: Option<(Arc<WtCtx>, Oid)>,
     },
     Memory(Vec<u8>),
     Dir(Vec<DirEntry>),
@@ -1435,8 +1439,7 @@ impl View {
             if let Some(h) = self.handles.lock().get(&fh).cloned() {
                 if let HandleKind::File { file, on_base, .. } = &*h {
                     if !on_base.load(Ordering::Relaxed) {
-                        let m = file
-                            .read()
+                        let m = opened(file)?
                             .metadata()
                             .map_err(|e| FsError::io("fstat", e))?;
                         let attr = Self::attr_from_meta(ino, &m);
@@ -2014,7 +2017,16 @@ impl View {
 
     // ----- handles -----
 
-    fn file_handle(&self, ino: u64, wt: Option<Arc<WtCtx>>, file: File, on_base: bool) -> u64 {
+    /// A handle on the upper file `file`, or (with `blob`) on a base file, opened at its
+    /// first read.
+    fn file_handle(
+        &self,
+        ino: u64,
+        wt: Option<Arc<WtCtx>>,
+        file: Option<File>,
+        blob: Option<(Arc<WtCtx>, Oid)>,
+    ) -> u64 {
+        let on_base = blob.is_some();
         if let Some(w) = &wt {
             *w.open_writers.lock().entry(ino).or_insert(0) += 1;
         }
@@ -2026,6 +2038,7 @@ impl View {
             read_seen: false.into(),
             file: RwLock::new(file),
             on_base: on_base.into(),
+            blob,
         })
     }
 
@@ -2088,13 +2101,14 @@ impl View {
             file,
             on_base,
             read_seen,
+            blob,
             ..
         } = &*h
         else {
             return Ok(None);
         };
         let backing = if on_base.load(Ordering::Relaxed) {
-            file.read()
+            self.read_file(file, blob.as_ref())?
                 .try_clone()
                 .map_err(|e| FsError::io("dup of a cached blob", e))?
         } else {
@@ -2533,7 +2547,7 @@ impl View {
                 in_upper: true,
             },
         )?;
-        let fh = self.file_handle(entry.attr.ino, Some(wt), file, false);
+        let fh = self.file_handle(entry.attr.ino, Some(wt), Some(file), None);
         Ok((entry, fh))
     }
 
@@ -3131,7 +3145,7 @@ impl View {
                 Some(HandleKind::File { file, on_base, .. })
                     if !on_base.load(Ordering::Relaxed) =>
                 {
-                    file.read()
+                    opened(file)?
                         .set_len(size)
                         .map_err(|e| FsError::io("ftruncate", e))?
                 }
@@ -3227,26 +3241,17 @@ impl View {
                     let path = self.upper_path(&self.nodes.read(), ino)?;
                     let file = open_upper(&path, flags)?;
                     self.note_node(ino);
-                    return Ok(self.file_handle(ino, Some(wt), file, false));
+                    return Ok(self.file_handle(ino, Some(wt), Some(file), None));
                 }
                 if ov.in_upper {
                     let path = self.upper_path(&self.nodes.read(), ino)?;
                     let file = open_upper(&path, flags)?;
-                    return Ok(self.file_handle(ino, None, file, false));
+                    return Ok(self.file_handle(ino, None, Some(file), None));
                 }
                 let base = ov
                     .base
                     .ok_or_else(|| FsError::new(libc::EIO, "file without object"))?;
-                let size = self
-                    .objects
-                    .blob_size(&wt.gitdir, base.oid)
-                    .map_err(|e| FsError::git("blob size", e))?;
-                let path = self
-                    .blobs
-                    .ensure(&wt.gitdir, base.oid, size)
-                    .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?;
-                let file = File::open(&path).map_err(|e| FsError::io("opening cached blob", e))?;
-                Ok(self.file_handle(ino, None, file, true))
+                Ok(self.file_handle(ino, None, None, Some((wt, base.oid))))
             }
             _ => Err(FsError::new(libc::EISDIR, "is a directory")),
         }
@@ -3266,6 +3271,7 @@ impl View {
                 on_base,
                 read_seen,
                 seen_copy_ups,
+                blob,
                 ..
             } => {
                 self.stats.content_reads.fetch_add(1, Ordering::Relaxed);
@@ -3280,7 +3286,7 @@ impl View {
                     }
                 }
                 let mut buf = vec![0u8; size as usize];
-                let f = file.read();
+                let f = self.read_file(file, blob.as_ref())?;
                 let mut done = 0;
                 while done < buf.len() {
                     match f.read_at(&mut buf[done..], offset + done as u64) {
@@ -3313,12 +3319,39 @@ impl View {
         }
     }
 
+    /// The file handle `file` reads: for a base file not read yet, the blob `blob`, taken
+    /// from (or first put in) the blob cache now.
+    fn read_file<'a>(
+        &self,
+        file: &'a RwLock<Option<File>>,
+        blob: Option<&(Arc<WtCtx>, Oid)>,
+    ) -> FsResult<MappedRwLockReadGuard<'a, File>> {
+        if let Ok(f) = RwLockReadGuard::try_map(file.read(), Option::as_ref) {
+            return Ok(f);
+        }
+        let (wt, oid) = blob.ok_or_else(|| FsError::new(libc::EBADF, "handle has no file"))?;
+        let mut slot = file.write();
+        if slot.is_none() {
+            let size = self
+                .objects
+                .blob_size(&wt.gitdir, *oid)
+                .map_err(|e| FsError::git("blob size", e))?;
+            let path = self
+                .blobs
+                .ensure(&wt.gitdir, *oid, size)
+                .map_err(|e| FsError::io(format!("materializing blob {oid}"), e))?;
+            *slot = Some(File::open(&path).map_err(|e| FsError::io("opening cached blob", e))?);
+        }
+        RwLockReadGuard::try_map(RwLockWriteGuard::downgrade(slot), Option::as_ref)
+            .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))
+    }
+
     /// A handle opened before its file was copied up reads the upper file from then on, so
     /// every reader sees changes made through the view.
     fn follow_copy_up(
         &self,
         ino: u64,
-        file: &RwLock<File>,
+        file: &RwLock<Option<File>>,
         on_base: &std::sync::atomic::AtomicBool,
     ) -> FsResult<()> {
         let t = self.nodes.read();
@@ -3331,7 +3364,7 @@ impl View {
         let path = self.upper_path(&t, ino)?;
         drop(t);
         let f = open_upper(&path, libc::O_RDONLY)?;
-        *file.write() = f;
+        *file.write() = Some(f);
         on_base.store(false, Ordering::Relaxed);
         Ok(())
     }
@@ -3347,7 +3380,7 @@ impl View {
                 on_base,
                 ..
             } if !on_base.load(Ordering::Relaxed) => {
-                file.read()
+                opened(file)?
                     .write_all_at(data, offset)
                     .map_err(|e| FsError::io("write", e))?;
                 // After the data, not before: a query that ran before this check either saw
@@ -3369,7 +3402,7 @@ impl View {
         let h = self.handle(fh)?;
         if let HandleKind::File { file, on_base, .. } = &*h {
             if !on_base.load(Ordering::Relaxed) {
-                let f = file.read();
+                let f = opened(file)?;
                 let r = if datasync {
                     f.sync_data()
                 } else {
@@ -3406,6 +3439,12 @@ impl View {
             ))
         }
     }
+}
+
+/// The upper file of a handle that writes (or reads the upper layer): always open.
+fn opened(file: &RwLock<Option<File>>) -> FsResult<MappedRwLockReadGuard<'_, File>> {
+    RwLockReadGuard::try_map(file.read(), Option::as_ref)
+        .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))
 }
 
 fn open_upper(path: &Path, flags: i32) -> FsResult<File> {

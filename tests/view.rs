@@ -320,3 +320,27 @@ fn a_handle_opened_on_the_base_reads_the_copy_up_after_it() {
     assert_eq!(c.view.read(reader, 0, 100).unwrap(), b"rewritten");
     c.view.release(reader);
 }
+
+#[test]
+fn a_base_file_is_taken_from_the_blob_cache_at_its_first_read_not_at_open() {
+    let c = core();
+    let (parent, ino) = c.resolve("README.md").unwrap();
+    let before = c.view.blob_fills();
+    let h = c.view.open(ino, libc::O_RDONLY).unwrap().0;
+    // A warm open (the kernel has the pages) never reads: it costs no blob.
+    assert_eq!(c.view.blob_fills(), before);
+    // Removed before the first read: the handle still reads what it opened.
+    c.view.unlink(parent, OsStr::new("README.md")).unwrap();
+    assert_eq!(c.view.read(h, 0, 100).unwrap(), b"# test repository\n");
+    assert_eq!(c.view.blob_fills(), before + 1);
+    c.view.release(h);
+
+    // Copied up before the first read: the handle reads the new content.
+    let (_, ino) = c.resolve("src/main.rs").unwrap();
+    let reader = c.view.open(ino, libc::O_RDONLY).unwrap().0;
+    let writer = c.view.open(ino, libc::O_WRONLY | libc::O_TRUNC).unwrap().0;
+    c.view.write(writer, 0, b"rewritten").unwrap();
+    c.view.release(writer);
+    assert_eq!(c.view.read(reader, 0, 100).unwrap(), b"rewritten");
+    c.view.release(reader);
+}
