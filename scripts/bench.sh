@@ -141,10 +141,16 @@ median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else
 echo "repository: $REPO ($nfiles files), $RUNS runs per row, $(nproc) cores" >&2
 
 # First worktree at this commit builds the index once (cached afterwards): report it apart.
+# Each creation starts with nothing dirty to write back: a worktreefs creation fsyncs its
+# index, and would otherwise wait behind the 390 MB the checkout before it left in the
+# page cache (as the checkout would behind the index, on a smaller scale).
+sync
 time_cmd "$RUN_DIR/create-first" "$BIN" new bench/bench-first
 
 for i in $(seq 1 "$RUNS"); do
+  sync
   time_cmd "$RUN_DIR/create-wtfs" "$BIN" new "bench/bench-$i"
+  sync
   time_cmd "$RUN_DIR/create-git" git -C "$REPO" worktree add -q -b "bench-git-$i" "$CHECKOUTS/wt-$i" HEAD
 done
 
