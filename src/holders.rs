@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -129,6 +130,10 @@ pub struct Tracker {
     store: Mutex<Store>,
     /// Processes known covered, per worktree: the fast path of every request.
     covered: RwLock<HashMap<i64, HashSet<i32>>>,
+    /// How many times a worktree's covered set was dropped (a holder exited); bumped
+    /// under `covered`'s write lock, so a request that began its walk before a drop
+    /// cannot put back what the drop removed.
+    drops: AtomicU64,
     watched: Mutex<Vec<Watched>>,
     /// Written to wake the watcher when a holder is added.
     wake: (OwnedFd, OwnedFd),
@@ -147,6 +152,7 @@ impl Tracker {
             state,
             store: Mutex::new(store),
             covered: RwLock::new(HashMap::new()),
+            drops: AtomicU64::new(0),
             watched: Mutex::new(Vec::new()),
             wake: (r, w),
             on_change,
@@ -211,6 +217,7 @@ impl Tracker {
             return Ok(());
         };
         let worktree_path = worktree_path.as_path();
+        let seen = self.drops.load(Ordering::Acquire);
         let Some(pid) = tgid_of(tid) else {
             return Ok(()); // gone already
         };
@@ -234,10 +241,7 @@ impl Tracker {
         let mut depth = 0;
         while cur > 1 && depth < 64 {
             if holders.contains(&cur) || known(cur) {
-                let mut covered = self.covered.write();
-                let set = covered.entry(worktree_id).or_default();
-                set.insert(pid);
-                set.insert(tid);
+                self.mark_covered(worktree_id, seen, &[pid, tid]);
                 return Ok(());
             }
             cur = match proc_info(cur) {
@@ -262,10 +266,7 @@ impl Tracker {
             depth += 1;
         }
         if holders.contains(&info.pid) {
-            let mut covered = self.covered.write();
-            let set = covered.entry(worktree_id).or_default();
-            set.insert(pid);
-            set.insert(tid);
+            self.mark_covered(worktree_id, seen, &[pid, tid]);
             return Ok(());
         }
         // No store re-read here: this runs inside a FUSE request, and the state it moved
@@ -277,11 +278,27 @@ impl Tracker {
             "first request inside",
             false,
         )?;
-        let mut covered = self.covered.write();
-        let set = covered.entry(worktree_id).or_default();
-        set.insert(pid);
-        set.insert(tid);
+        self.mark_covered(worktree_id, seen, &[pid, tid]);
         Ok(())
+    }
+
+    /// Remembers `pids` as covered in a worktree, unless a covered set was dropped since
+    /// `seen` (read before the walk that found them covered): that walk may have seen a
+    /// holder that has exited since, and a covered process also covers its descendants.
+    /// Not remembered, the next request walks again.
+    fn mark_covered(&self, worktree_id: i64, seen: u64, pids: &[i32]) {
+        let mut covered = self.covered.write();
+        if self.drops.load(Ordering::Acquire) != seen {
+            return;
+        }
+        covered.entry(worktree_id).or_default().extend(pids);
+    }
+
+    /// A holder of `worktree_id` exited: nobody is known covered there any more.
+    fn drop_covered(&self, worktree_id: i64) {
+        let mut covered = self.covered.write();
+        self.drops.fetch_add(1, Ordering::AcqRel);
+        covered.remove(&worktree_id);
     }
 
     fn take(
@@ -341,7 +358,7 @@ impl Tracker {
             command: String::new(),
         }
         .holder();
-        self.covered.write().remove(&w.worktree_id);
+        self.drop_covered(w.worktree_id);
         // A process that is forking or exiting right now may be missing from one scan (a
         // zombie has no working directory; a child not yet forked is not there): look
         // again twice before concluding nobody is inside. Still well within a second.
@@ -498,6 +515,27 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_walk_that_began_before_a_holder_exited_marks_nobody_covered() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(dir.path()).unwrap();
+        let t = Tracker::new(state, Box::new(|| {})).unwrap();
+        let covered = |pid| t.covered.read().get(&7).is_some_and(|s| s.contains(&pid));
+        let seen = t.drops.load(Ordering::Acquire);
+        t.mark_covered(7, seen, &[100, 101]);
+        assert!(covered(100) && covered(101));
+        // A walk starts, then a holder of the worktree exits: what the walk found must not
+        // come back after the drop (a covered process covers its descendants too).
+        let seen = t.drops.load(Ordering::Acquire);
+        t.drop_covered(7);
+        assert!(!covered(100));
+        t.mark_covered(7, seen, &[200]);
+        assert!(!covered(200));
+        // A walk that starts after the drop is remembered again.
+        t.mark_covered(7, t.drops.load(Ordering::Acquire), &[200]);
+        assert!(covered(200));
+    }
 
     #[test]
     fn proc_info_reads_this_process() {
