@@ -1438,7 +1438,7 @@ impl View {
         if let Some(fh) = fh {
             if let Some(h) = self.handles.lock().get(&fh).cloned() {
                 if let HandleKind::File { file, on_base, .. } = &*h {
-                    if !on_base.load(Ordering::Relaxed) {
+                    if !on_base.load(Ordering::Acquire) {
                         let m = opened(file)?
                             .metadata()
                             .map_err(|e| FsError::io("fstat", e))?;
@@ -2085,7 +2085,7 @@ impl View {
     /// For an open file handle: its inode and whether it reads the base (the blob cache).
     pub fn handle_io(&self, fh: u64) -> Option<(u64, bool)> {
         match &*self.handle(fh).ok()? {
-            HandleKind::File { ino, on_base, .. } => Some((*ino, on_base.load(Ordering::Relaxed))),
+            HandleKind::File { ino, on_base, .. } => Some((*ino, on_base.load(Ordering::Acquire))),
             _ => None,
         }
     }
@@ -2107,7 +2107,7 @@ impl View {
         else {
             return Ok(None);
         };
-        let backing = if on_base.load(Ordering::Relaxed) {
+        let backing = if on_base.load(Ordering::Acquire) {
             self.read_file(file, blob.as_ref())?
                 .try_clone()
                 .map_err(|e| FsError::io("dup of a cached blob", e))?
@@ -3143,7 +3143,7 @@ impl View {
             let via_handle = set.fh.and_then(|fh| self.handle(fh).ok());
             match via_handle.as_deref() {
                 Some(HandleKind::File { file, on_base, .. })
-                    if !on_base.load(Ordering::Relaxed) =>
+                    if !on_base.load(Ordering::Acquire) =>
                 {
                     opened(file)?
                         .set_len(size)
@@ -3251,6 +3251,11 @@ impl View {
                 let base = ov
                     .base
                     .ok_or_else(|| FsError::new(libc::EIO, "file without object"))?;
+                // The blob is read at the first READ; a missing object (a partial clone, a
+                // pruned one) still fails here, from the size cache the attributes filled.
+                self.objects
+                    .blob_size(&wt.gitdir, base.oid)
+                    .map_err(|e| FsError::git("blob size", e))?;
                 Ok(self.file_handle(ino, None, None, Some((wt, base.oid))))
             }
             _ => Err(FsError::new(libc::EISDIR, "is a directory")),
@@ -3278,7 +3283,7 @@ impl View {
                 if !read_seen.swap(true, Ordering::Relaxed) {
                     self.record_content_path(*ino);
                 }
-                if on_base.load(Ordering::Relaxed) {
+                if on_base.load(Ordering::Acquire) {
                     // Recorded before looking: a copy-up after the look moves the epoch again.
                     let epoch = self.copy_up_epoch.load(Ordering::Acquire);
                     if seen_copy_ups.swap(epoch, Ordering::AcqRel) != epoch {
@@ -3336,11 +3341,14 @@ impl View {
                 .objects
                 .blob_size(&wt.gitdir, *oid)
                 .map_err(|e| FsError::git("blob size", e))?;
+            // EIO whatever went wrong (a full disk, say): the errno a read may return.
             let path = self
                 .blobs
                 .ensure(&wt.gitdir, *oid, size)
-                .map_err(|e| FsError::io(format!("materializing blob {oid}"), e))?;
-            *slot = Some(File::open(&path).map_err(|e| FsError::io("opening cached blob", e))?);
+                .map_err(|e| FsError::new(libc::EIO, format!("materializing blob {oid}: {e}")))?;
+            let file = File::open(&path)
+                .map_err(|e| FsError::new(libc::EIO, format!("opening cached blob {oid}: {e}")))?;
+            *slot = Some(file);
         }
         RwLockReadGuard::try_map(RwLockWriteGuard::downgrade(slot), Option::as_ref)
             .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))
@@ -3365,7 +3373,8 @@ impl View {
         drop(t);
         let f = open_upper(&path, libc::O_RDONLY)?;
         *file.write() = Some(f);
-        on_base.store(false, Ordering::Relaxed);
+        // Release: whoever sees `false` (Acquire) also sees the file just put in.
+        on_base.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -3379,7 +3388,7 @@ impl View {
                 file,
                 on_base,
                 ..
-            } if !on_base.load(Ordering::Relaxed) => {
+            } if !on_base.load(Ordering::Acquire) => {
                 opened(file)?
                     .write_all_at(data, offset)
                     .map_err(|e| FsError::io("write", e))?;
@@ -3401,7 +3410,7 @@ impl View {
     pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
         let h = self.handle(fh)?;
         if let HandleKind::File { file, on_base, .. } = &*h {
-            if !on_base.load(Ordering::Relaxed) {
+            if !on_base.load(Ordering::Acquire) {
                 let f = opened(file)?;
                 let r = if datasync {
                     f.sync_data()

@@ -335,12 +335,14 @@ fn a_base_file_is_taken_from_the_blob_cache_at_its_first_read_not_at_open() {
     assert_eq!(c.view.blob_fills(), before + 1);
     c.view.release(h);
 
-    // Copied up before the first read: the handle reads the new content.
+    // Copied up (truncated) before the first read: the handle reads the new content, and
+    // the old blob was never needed.
     let (_, ino) = c.resolve("src/main.rs").unwrap();
     let reader = c.view.open(ino, libc::O_RDONLY).unwrap().0;
     let writer = c.view.open(ino, libc::O_WRONLY | libc::O_TRUNC).unwrap().0;
     c.view.write(writer, 0, b"rewritten").unwrap();
     c.view.release(writer);
     assert_eq!(c.view.read(reader, 0, 100).unwrap(), b"rewritten");
+    assert_eq!(c.view.blob_fills(), before + 1);
     c.view.release(reader);
 }
