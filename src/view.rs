@@ -475,11 +475,19 @@ enum HandleKind {
         file: RwLock<Option<File>>,
         /// Opened on the blob cache; reopened on the upper file once the entry is copied up.
         on_base: std::sync::atomic::AtomicBool,
-        /// The blob a base handle reads, and the worktree whose repository holds it.
-        blob: Option<(Arc<WtCtx>, Oid)>,
+        /// The blob a base handle reads.
+        blob: Option<BaseBlob>,
     },
     Memory(Vec<u8>),
     Dir(Vec<DirEntry>),
+}
+
+/// A base file's blob, as a handle opens it at its first read: the worktree whose
+/// repository holds it, and its size, checked at open.
+struct BaseBlob {
+    wt: Arc<WtCtx>,
+    oid: Oid,
+    size: u64,
 }
 
 /// A file the kernel reads and writes directly for an open handle (FUSE passthrough), and
@@ -2024,7 +2032,7 @@ impl View {
         ino: u64,
         wt: Option<Arc<WtCtx>>,
         file: Option<File>,
-        blob: Option<(Arc<WtCtx>, Oid)>,
+        blob: Option<BaseBlob>,
     ) -> u64 {
         let on_base = blob.is_some();
         if let Some(w) = &wt {
@@ -3253,10 +3261,16 @@ impl View {
                     .ok_or_else(|| FsError::new(libc::EIO, "file without object"))?;
                 // The blob is read at the first READ; a missing object (a partial clone, a
                 // pruned one) still fails here, from the size cache the attributes filled.
-                self.objects
+                let size = self
+                    .objects
                     .blob_size(&wt.gitdir, base.oid)
                     .map_err(|e| FsError::git("blob size", e))?;
-                Ok(self.file_handle(ino, None, None, Some((wt, base.oid))))
+                let blob = BaseBlob {
+                    wt,
+                    oid: base.oid,
+                    size,
+                };
+                Ok(self.file_handle(ino, None, None, Some(blob)))
             }
             _ => Err(FsError::new(libc::EISDIR, "is a directory")),
         }
@@ -3329,22 +3343,19 @@ impl View {
     fn read_file<'a>(
         &self,
         file: &'a RwLock<Option<File>>,
-        blob: Option<&(Arc<WtCtx>, Oid)>,
+        blob: Option<&BaseBlob>,
     ) -> FsResult<MappedRwLockReadGuard<'a, File>> {
         if let Ok(f) = RwLockReadGuard::try_map(file.read(), Option::as_ref) {
             return Ok(f);
         }
-        let (wt, oid) = blob.ok_or_else(|| FsError::new(libc::EBADF, "handle has no file"))?;
+        let BaseBlob { wt, oid, size } =
+            blob.ok_or_else(|| FsError::new(libc::EBADF, "handle has no file"))?;
         let mut slot = file.write();
         if slot.is_none() {
-            let size = self
-                .objects
-                .blob_size(&wt.gitdir, *oid)
-                .map_err(|e| FsError::git("blob size", e))?;
             // EIO whatever went wrong (a full disk, say): the errno a read may return.
             let path = self
                 .blobs
-                .ensure(&wt.gitdir, *oid, size)
+                .ensure(&wt.gitdir, *oid, *size)
                 .map_err(|e| FsError::new(libc::EIO, format!("materializing blob {oid}: {e}")))?;
             let file = File::open(&path)
                 .map_err(|e| FsError::new(libc::EIO, format!("opening cached blob {oid}: {e}")))?;
