@@ -338,13 +338,16 @@ impl NodeTable {
     fn map_child(&mut self, parent: u64, name: &OsStr, ino: u64) {
         // Another name of this inode in this directory with the same hash would share the
         // slot, and one slot cannot tell two names of one inode apart: map it exactly.
-        let h = self.children.hash(name);
+        // (Hashed only when there is such a name, a rename's or a link's: not for a new
+        // node, which `insert_node` maps before the table holds it.)
         let own = self.nodes.get(&ino).map(|n| (n.parent, &*n.name));
         let links = self.aliases.get(&ino).into_iter().flatten();
         let twin = own
             .into_iter()
             .chain(links.map(|(p, n)| (*p, n.as_os_str())))
-            .any(|(p, n)| p == parent && n != name && self.children.hash(n) == h);
+            .any(|(p, n)| {
+                p == parent && n != name && self.children.hash(n) == self.children.hash(name)
+            });
         if twin {
             self.children.insert_exact(parent, name, ino);
             return;
@@ -364,12 +367,16 @@ impl NodeTable {
     }
 
     /// Adds a node under its own name (`node.parent`, `node.name`).
+    /// `ino` is new to the table: its name is mapped first, so no copy of it is needed.
     fn insert_node(&mut self, ino: u64, node: Node) {
-        let (parent, name) = (node.parent, node.name.clone());
-        self.nodes.insert(ino, node);
+        debug_assert!(
+            !self.nodes.contains_key(&ino),
+            "inode {ino} is in the table"
+        );
         if ino != ROOT_INO {
-            self.map_child(parent, &name, ino);
+            self.map_child(node.parent, &node.name, ino);
         }
+        self.nodes.insert(ino, node);
         self.count.store(self.nodes.len(), Ordering::Relaxed);
     }
 
