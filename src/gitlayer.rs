@@ -368,18 +368,112 @@ pub fn encode_index(entries: &[IndexEntry], stat: &IndexStat, extensions: &[Vec<
     buf
 }
 
-pub fn write_file_synced(path: &Path, content: &[u8]) -> std::io::Result<()> {
-    write_parts_synced(path, &[content])
+/// The SHA-1 of a long, fixed start, to be finished with different endings: the hash state
+/// after the start's whole 64-byte blocks. A worktree's index is the cached index's body
+/// (10 MB for 100,000 entries) followed by the worktree's own untracked cache and a
+/// checksum of both; with this state kept next to the cached index, a creation hashes only
+/// the body's last partial block and its own extension, and never reads the body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sha1Prefix {
+    state: [u32; 5],
+    /// How many bytes `state` covers: a multiple of 64.
+    len: u64,
 }
 
-/// As `write_file_synced`, for content given in parts (written in order, not joined in
-/// memory first: an index is 10 MB for 100,000 entries).
-pub fn write_parts_synced(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+impl Sha1Prefix {
+    /// Length of `encode`'s output.
+    pub const ENCODED_LEN: usize = 28;
+    const INITIAL: [u32; 5] = [
+        0x6745_2301,
+        0xEFCD_AB89,
+        0x98BA_DCFE,
+        0x1032_5476,
+        0xC3D2_E1F0,
+    ];
+
+    /// The state after the whole 64-byte blocks of `data` (the rest is left to `finish`).
+    pub fn of(data: &[u8]) -> Self {
+        let mut state = Self::INITIAL;
+        let blocks = data.chunks_exact(64);
+        let len = (data.len() - blocks.remainder().len()) as u64;
+        for block in blocks {
+            sha1::compress(
+                &mut state,
+                std::slice::from_ref(sha1::digest::generic_array::GenericArray::from_slice(block)),
+            );
+        }
+        Self { state, len }
+    }
+
+    /// How many bytes of the start the state covers; the caller passes the bytes after
+    /// them to `finish`.
+    pub fn covered(&self) -> u64 {
+        self.len
+    }
+
+    /// The SHA-1 of the covered bytes followed by `rest`, in order.
+    pub fn finish(&self, rest: &[&[u8]]) -> [u8; 20] {
+        let rest_len: usize = rest.iter().map(|r| r.len()).sum();
+        let bits = (self.len + rest_len as u64) * 8;
+        let mut tail = Vec::with_capacity(rest_len + 72);
+        for r in rest {
+            tail.extend_from_slice(r);
+        }
+        tail.push(0x80);
+        while tail.len() % 64 != 56 {
+            tail.push(0);
+        }
+        tail.extend_from_slice(&bits.to_be_bytes());
+        let mut state = self.state;
+        for block in tail.chunks_exact(64) {
+            sha1::compress(
+                &mut state,
+                std::slice::from_ref(sha1::digest::generic_array::GenericArray::from_slice(block)),
+            );
+        }
+        let mut out = [0u8; 20];
+        for (o, v) in out.chunks_exact_mut(4).zip(state) {
+            o.copy_from_slice(&v.to_be_bytes());
+        }
+        out
+    }
+
+    pub fn encode(&self) -> [u8; Self::ENCODED_LEN] {
+        let mut out = [0u8; Self::ENCODED_LEN];
+        for (o, v) in out.chunks_exact_mut(4).zip(self.state) {
+            o.copy_from_slice(&v.to_be_bytes());
+        }
+        out[20..].copy_from_slice(&self.len.to_be_bytes());
+        out
+    }
+
+    /// Reads `encode`'s output back; `None` for anything else.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != Self::ENCODED_LEN {
+            return None;
+        }
+        let mut state = [0u32; 5];
+        for (s, b) in state.iter_mut().zip(bytes.chunks_exact(4)) {
+            *s = u32::from_be_bytes(b.try_into().ok()?);
+        }
+        let len = u64::from_be_bytes(bytes[20..].try_into().ok()?);
+        (len % 64 == 0).then_some(Self { state, len })
+    }
+}
+
+pub fn write_file_synced(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    write_synced(path, |f| f.write_all(content))
+}
+
+/// Writes a file through `write` into a temporary file next to `path`, fsyncs it and
+/// renames it into place, so `path` is either absent or complete.
+pub fn write_synced(
+    path: &Path,
+    write: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp = path.with_extension("worktreefs-tmp");
     let mut f = fs::File::create(&tmp)?;
-    for part in parts {
-        f.write_all(part)?;
-    }
+    write(&mut f)?;
     f.sync_all()?;
     drop(f);
     fs::rename(&tmp, path)
@@ -429,7 +523,7 @@ pub fn write_admin_entry(
     dir: &Path,
     head: &str,
     worktree_gitfile: &Path,
-    index: &[&[u8]],
+    write_index: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
     lock_reason: &str,
 ) -> anyhow::Result<()> {
     if dir.exists() {
@@ -443,7 +537,7 @@ pub fn write_admin_entry(
         format!("{}\n", worktree_gitfile.display()),
     )?;
     fs::write(dir.join("HEAD"), format!("{head}\n"))?;
-    write_parts_synced(&dir.join("index"), index)?;
+    write_synced(&dir.join("index"), write_index)?;
     Ok(())
 }
 
@@ -474,6 +568,30 @@ mod tests {
         let body = &buf[..buf.len() - 20];
         assert_eq!(&buf[buf.len() - 20..], Sha1::digest(body).as_slice());
         assert_eq!(decode_index_sizes(&buf), vec![(entries[0].oid, 0)]);
+    }
+
+    #[test]
+    fn a_sha1_prefix_finished_with_the_rest_is_the_sha1_of_the_whole() {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        for start in [0, 1, 63, 64, 65, 127, 128, 1000, 2999, 3000] {
+            let prefix = Sha1Prefix::of(&data[..start]);
+            assert_eq!(prefix.covered() % 64, 0);
+            assert!(prefix.covered() as usize <= start && start - (prefix.covered() as usize) < 64);
+            assert_eq!(Sha1Prefix::decode(&prefix.encode()), Some(prefix));
+            let covered = prefix.covered() as usize;
+            for split in [start, (start + 3000) / 2, 3000] {
+                let got = prefix.finish(&[&data[covered..split], &data[split..]]);
+                assert_eq!(
+                    got.as_slice(),
+                    Sha1::digest(&data).as_slice(),
+                    "start {start} split {split}"
+                );
+            }
+        }
+        assert_eq!(Sha1Prefix::decode(&[0; 27]), None);
+        let mut odd = Sha1Prefix::of(&data).encode();
+        odd[27] = 1; // a length that is not whole blocks
+        assert_eq!(Sha1Prefix::decode(&odd), None);
     }
 
     #[test]

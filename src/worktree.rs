@@ -193,7 +193,7 @@ pub fn create_worktree(
 
     // Index, built once per (tree, stat data) and kept in the state dir's cache.
     let base_mtime = base.commit_time.clamp(1, now_secs() - 1);
-    let (index, untr) = cached_index(state, &repo, base.tree, base_mtime, req.uid, req.gid)?;
+    let index = cached_index(state, &repo, base.tree, base_mtime, req.uid, req.gid)?;
 
     let mut rollback = Rollback {
         repo: &repo,
@@ -218,18 +218,13 @@ pub fn create_worktree(
     let admin_name = gitlayer::free_admin_name(&gitdir, req.name);
     let admin = gitlayer::admin_dir(&gitdir, &admin_name);
     let mountpoint = mountpoint_of(state, store);
-    let (body, ext, checksum) = worktree_index(
-        &index,
-        &untr,
-        &mountpoint.join(req.repo).join(req.name),
-        &gitdir,
-    );
+    let worktree_path = mountpoint.join(req.repo).join(req.name);
     rollback.dirs.push(admin.clone());
     gitlayer::write_admin_entry(
         &admin,
         &format!("ref: refs/heads/{branch_name}"),
         &gitfile_path(&mountpoint, req.repo, req.name),
-        &[body, &ext, &checksum],
+        |out| index.write_for(out, &worktree_path, &gitdir),
         &format!(
             "managed by worktreefs (state dir {})\n",
             state.root.display()
@@ -294,9 +289,116 @@ pub fn create_worktree(
         .ok_or_else(|| CreateError::Internal("worktree row vanished".into()))
 }
 
-/// Returns the index for `tree` with the given stat data, and the worktree-independent
-/// part of its untracked cache, building and caching both on first use. The cache makes
-/// creation cost independent of the repository's size after the first worktree at a commit.
+/// A cached index on disk and what a creation needs to copy it: the worktree-independent
+/// part of its untracked cache, and its body's hash state, so that a creation neither
+/// reads nor hashes the 10 MB body.
+struct CachedIndex {
+    body: IndexBody,
+    /// The body's length: the cached index without its checksum.
+    body_len: u64,
+    prefix: gitlayer::Sha1Prefix,
+    /// The body's bytes after the blocks `prefix` covers (fewer than 64).
+    tail: Vec<u8>,
+    untr: Vec<u8>,
+}
+
+enum IndexBody {
+    /// The cached file, copied into each worktree by the kernel (`copy_file_range`).
+    File(fs::File),
+    /// In memory, when the cache could not be written.
+    Bytes(Vec<u8>),
+}
+
+impl CachedIndex {
+    fn from_bytes(index: Vec<u8>, untr: Vec<u8>) -> Self {
+        let body_len = index.len().saturating_sub(20);
+        let prefix = gitlayer::Sha1Prefix::of(&index[..body_len]);
+        let tail = index[prefix.covered() as usize..body_len].to_vec();
+        CachedIndex {
+            body: IndexBody::Bytes(index),
+            body_len: body_len as u64,
+            prefix,
+            tail,
+            untr,
+        }
+    }
+
+    /// Opens the cached index at `path` with its hash state from `state_path`, computing
+    /// (and storing) the state when it is missing or belongs to other content.
+    fn open(path: &Path, state_path: &Path, untr: Vec<u8>) -> std::io::Result<Self> {
+        use std::os::unix::fs::FileExt;
+        let file = fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        if len < 32 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "cached index too short",
+            ));
+        }
+        let body_len = len - 20;
+        // The state file ends with the cached index's own checksum, which names the content.
+        let mut checksum = [0u8; 20];
+        file.read_exact_at(&mut checksum, body_len)?;
+        let saved = fs::read(state_path).ok().and_then(|b| {
+            let (state, sum) = b.split_at_checked(gitlayer::Sha1Prefix::ENCODED_LEN)?;
+            let prefix = gitlayer::Sha1Prefix::decode(state)?;
+            (sum == checksum && prefix.covered() == body_len / 64 * 64).then_some(prefix)
+        });
+        let prefix = match saved {
+            Some(prefix) => prefix,
+            None => {
+                let bytes = fs::read(path)?;
+                let prefix = gitlayer::Sha1Prefix::of(&bytes[..body_len as usize]);
+                let saved = [&prefix.encode()[..], &checksum].concat();
+                if let Err(e) = gitlayer::write_file_synced(state_path, &saved) {
+                    tracing::warn!("could not cache {}: {e}", state_path.display());
+                }
+                prefix
+            }
+        };
+        let mut tail = vec![0u8; (body_len - prefix.covered()) as usize];
+        file.read_exact_at(&mut tail, prefix.covered())?;
+        Ok(CachedIndex {
+            body: IndexBody::File(file),
+            body_len,
+            prefix,
+            tail,
+            untr,
+        })
+    }
+
+    /// Writes the index of the worktree at `worktree_path` to `out`: the body, this
+    /// worktree's untracked cache (git ties that cache to the path) and the checksum of both.
+    fn write_for(
+        &self,
+        out: &mut fs::File,
+        worktree_path: &Path,
+        common_dir: &Path,
+    ) -> std::io::Result<()> {
+        use std::io::{Read, Write};
+        let ext = crate::untracked::extension(worktree_path, common_dir, &self.untr);
+        let checksum = self.prefix.finish(&[&self.tail, &ext]);
+        match &self.body {
+            IndexBody::File(file) => {
+                // A file-to-file copy: the standard library uses copy_file_range.
+                let copied = std::io::copy(&mut Read::take(file, self.body_len), out)?;
+                if copied != self.body_len {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the cached index shrank while it was copied",
+                    ));
+                }
+            }
+            IndexBody::Bytes(bytes) => out.write_all(&bytes[..self.body_len as usize])?,
+        }
+        out.write_all(&ext)?;
+        out.write_all(&checksum)
+    }
+}
+
+/// Returns the index for `tree` with the given stat data, building and caching it on first
+/// use. The cache makes creation cost independent of the repository's size after the first
+/// worktree at a commit.
 fn cached_index(
     state: &StateDir,
     repo: &Repository,
@@ -304,13 +406,18 @@ fn cached_index(
     mtime: i64,
     uid: u32,
     gid: u32,
-) -> Result<(Vec<u8>, Vec<u8>), CreateError> {
+) -> Result<CachedIndex, CreateError> {
     let key = state
         .index_cache()
         .join(format!("{tree}-{mtime}-{uid}-{gid}.fsmn.index"));
     let untr_key = key.with_extension("untr");
-    if let (Ok(index), Ok(untr)) = (fs::read(&key), fs::read(&untr_key)) {
-        return Ok((index, untr));
+    let state_key = key.with_extension("sha1");
+    if let Ok(untr) = fs::read(&untr_key) {
+        match CachedIndex::open(&key, &state_key, untr) {
+            Ok(cached) => return Ok(cached),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("rebuilding the cached index {}: {e}", key.display()),
+        }
     }
     let stat = IndexStat {
         mtime: mtime as u32,
@@ -329,31 +436,22 @@ fn cached_index(
     );
     let untr = crate::untracked::directories_part(repo, tree, &stat)
         .map_err(|e| internal("reading the base tree")(e.message().to_string()))?;
-    for (path, bytes) in [(&untr_key, &untr), (&key, &index)] {
+    let cached = CachedIndex::from_bytes(index, untr);
+    let IndexBody::Bytes(index) = &cached.body else {
+        unreachable!("built in memory")
+    };
+    let checksum = &index[cached.body_len as usize..];
+    let saved = [&cached.prefix.encode()[..], checksum].concat();
+    for (path, bytes) in [
+        (&untr_key, &cached.untr),
+        (&state_key, &saved),
+        (&key, index),
+    ] {
         if let Err(e) = gitlayer::write_file_synced(path, bytes) {
             tracing::warn!("could not cache {}: {e}", path.display());
         }
     }
-    Ok((index, untr))
-}
-
-/// The index of one worktree, in three parts: the cached index without its checksum, the
-/// untracked cache for this worktree's path (git ties that cache to the path), and the
-/// checksum of the two. Not joined in memory: the first part is 10 MB for 100,000
-/// entries, and copying it was a third of a creation's time.
-fn worktree_index<'a>(
-    index: &'a [u8],
-    untr: &[u8],
-    worktree_path: &Path,
-    common_dir: &Path,
-) -> (&'a [u8], Vec<u8>, [u8; 20]) {
-    use sha1::Digest;
-    let body = &index[..index.len().saturating_sub(20)];
-    let ext = crate::untracked::extension(worktree_path, common_dir, untr);
-    let mut hasher = sha1::Sha1::new();
-    hasher.update(body);
-    hasher.update(&ext);
-    (body, ext, hasher.finalize().into())
+    Ok(cached)
 }
 
 /// Blob sizes from the most recently written cached index: usually the same repository a

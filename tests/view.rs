@@ -321,6 +321,75 @@ fn a_handle_opened_on_the_base_reads_the_copy_up_after_it() {
     c.view.release(reader);
 }
 
+/// A creation copies its commit's cached index and finishes the checksum from a saved hash
+/// state. Every worktree's index must still carry the right checksum and read back whole,
+/// whether the cached index was built by that creation, reused, or reused with its saved
+/// state missing or saved for other content (the cache from another version, say).
+#[test]
+fn every_worktree_index_has_the_right_checksum_however_its_cached_index_was_found() {
+    use sha1::Digest;
+    let env = Env::new();
+    let state = StateDir::open(&env.state()).unwrap();
+    let mut store = Store::open(&state.root).unwrap();
+    let tracked = run_ok("git", &["ls-files"], &env.repo.path())
+        .lines()
+        .count();
+    let mut create_and_check = |name: &str| {
+        create_worktree(
+            &state,
+            &mut store,
+            &CreateRequest {
+                repo: "repo",
+                name,
+                base: None,
+                branch: None,
+                uid: 0,
+                gid: 0,
+            },
+        )
+        .unwrap();
+        let path = env
+            .repo
+            .path()
+            .join(".git/worktrees")
+            .join(format!("wtfs-{name}"))
+            .join("index");
+        let index = fs::read(&path).unwrap();
+        let (body, checksum) = index.split_at(index.len() - 20);
+        assert_eq!(sha1::Sha1::digest(body).as_slice(), checksum, "{name}");
+        assert_eq!(git2::Index::open(&path).unwrap().len(), tracked, "{name}");
+    };
+    create_and_check("built");
+    create_and_check("reused");
+    let saved: Vec<_> = fs::read_dir(state.index_cache())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension() == Some(OsStr::new("sha1")))
+        .collect();
+    assert_eq!(
+        saved.len(),
+        1,
+        "one saved state per cached index: {saved:?}"
+    );
+    let saved = &saved[0];
+    let good = fs::read(saved).unwrap();
+
+    fs::remove_file(saved).unwrap();
+    create_and_check("state-missing");
+    assert_eq!(fs::read(saved).unwrap(), good, "the state is saved again");
+
+    // Another hash state over as many bytes, saved for content with another checksum.
+    let mut other = good.clone();
+    for (i, b) in other.iter_mut().enumerate() {
+        if !(20..28).contains(&i) {
+            *b ^= 0x5a;
+        }
+    }
+    fs::write(saved, &other).unwrap();
+    create_and_check("state-for-other-content");
+    assert_eq!(fs::read(saved).unwrap(), good, "the state is replaced");
+}
+
 #[test]
 fn a_base_file_is_taken_from_the_blob_cache_at_its_first_read_not_at_open() {
     let c = core();
