@@ -258,17 +258,26 @@ pub fn index_entries(
     repo: &Repository,
     tree: Oid,
     known: &HashMap<Oid, u64>,
+    dirs: &mut crate::untracked::TreeDirs,
 ) -> anyhow::Result<Vec<IndexEntry>> {
     let tree = repo.find_tree(tree)?;
     let mut out = Vec::new();
     let mut missing: Vec<usize> = Vec::new();
     tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
         let mode = entry.filemode() as u32;
-        if mode == MODE_TREE {
-            return git2::TreeWalkResult::Ok;
-        }
         let mut path = root.as_bytes().to_vec();
         path.extend_from_slice(entry.name_bytes());
+        if mode == MODE_TREE {
+            dirs.add_dir(path);
+            return git2::TreeWalkResult::Ok;
+        }
+        let dir = root.as_bytes();
+        dirs.note_entry(
+            dir.strip_suffix(b"/").unwrap_or(dir),
+            entry.name_bytes(),
+            mode,
+            entry.id(),
+        );
         let size = match (mode, known.get(&entry.id())) {
             (MODE_GITLINK, _) => 0,
             (_, Some(size)) => *size as u32,

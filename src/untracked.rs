@@ -19,11 +19,12 @@
 //! excludes file, other `status` flags), git drops the cache and scans as usual; the cache
 //! can make `git status` faster, never different.
 
+use std::collections::HashMap;
 use std::path::Path;
 
-use git2::{ObjectType, Oid, Repository};
+use git2::{ObjectType, Oid};
 
-use crate::gitlayer::{IndexStat, MODE_BLOB, MODE_EXEC, MODE_TREE};
+use crate::gitlayer::{IndexStat, MODE_BLOB, MODE_EXEC};
 use crate::ino::path_ino_low;
 
 /// `DIR_SHOW_OTHER_DIRECTORIES | DIR_HIDE_EMPTY_DIRECTORIES`: what `git status` asks for
@@ -104,85 +105,107 @@ fn stat_data(out: &mut Vec<u8>, mtime: u32, ino: u32, uid: u32, gid: u32, size: 
     }
 }
 
-struct Dir {
-    name: Vec<u8>,
-    path: Vec<u8>,
-    ignore_oid: Option<Oid>,
-    children: Vec<Dir>,
+/// The directories of a tree as one walk of it finds them, parents before children: each
+/// directory's path (no trailing slash; empty for the top) and the id of its `.gitignore`.
+/// The walk that lists the index's entries fills it, so the tree is walked once.
+pub struct TreeDirs {
+    paths: Vec<Vec<u8>>,
+    ignore: Vec<Option<Oid>>,
+    by_path: HashMap<Vec<u8>, usize>,
 }
 
-fn collect(repo: &Repository, tree: Oid, name: &[u8], path: &[u8]) -> Result<Dir, git2::Error> {
-    let t = repo.find_tree(tree)?;
-    let mut children = Vec::new();
-    let mut ignore_oid = None;
-    for e in t.iter() {
-        let mode = e.filemode() as u32;
-        if mode == MODE_TREE {
-            let mut p = path.to_vec();
-            if !p.is_empty() {
-                p.push(b'/');
-            }
-            p.extend_from_slice(e.name_bytes());
-            children.push(collect(repo, e.id(), e.name_bytes(), &p)?);
-        } else if e.name_bytes() == b".gitignore" && (mode == MODE_BLOB || mode == MODE_EXEC) {
-            ignore_oid = Some(e.id());
+impl Default for TreeDirs {
+    fn default() -> Self {
+        TreeDirs {
+            paths: vec![Vec::new()],
+            ignore: vec![None],
+            by_path: HashMap::from([(Vec::new(), 0)]),
         }
     }
-    // git keeps a directory's children sorted by name, byte-wise.
-    children.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Dir {
-        name: name.to_vec(),
-        path: path.to_vec(),
-        ignore_oid,
-        children,
-    })
+}
+
+impl TreeDirs {
+    /// Records the directory at `path`, found after its parent.
+    pub fn add_dir(&mut self, path: Vec<u8>) {
+        self.by_path.insert(path.clone(), self.paths.len());
+        self.paths.push(path);
+        self.ignore.push(None);
+    }
+
+    /// Records a tree entry found in directory `dir`: the directory's ignore file when it
+    /// is a regular `.gitignore`.
+    pub fn note_entry(&mut self, dir: &[u8], name: &[u8], mode: u32, oid: Oid) {
+        if name == b".gitignore" && (mode == MODE_BLOB || mode == MODE_EXEC) {
+            if let Some(&i) = self.by_path.get(dir) {
+                self.ignore[i] = Some(oid);
+            }
+        }
+    }
+
+    /// The directories in git's order: pre-order, each directory's children sorted by name,
+    /// byte-wise. Returns (index into `paths`, child count) pairs.
+    fn git_order(&self) -> Vec<(usize, usize)> {
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); self.paths.len()];
+        for (i, p) in self.paths.iter().enumerate().skip(1) {
+            let parent = &p[..p.iter().rposition(|b| *b == b'/').unwrap_or(0)];
+            if let Some(&pi) = self.by_path.get(parent) {
+                children[pi].push(i);
+            }
+        }
+        for c in children.iter_mut() {
+            c.sort_by(|a, b| self.name(*a).cmp(self.name(*b)));
+        }
+        let mut order = Vec::with_capacity(self.paths.len());
+        let mut stack = vec![0];
+        while let Some(i) = stack.pop() {
+            order.push((i, children[i].len()));
+            stack.extend(children[i].iter().rev());
+        }
+        order
+    }
+
+    fn name(&self, i: usize) -> &[u8] {
+        let p = &self.paths[i];
+        &p[p.iter().rposition(|b| *b == b'/').map_or(0, |s| s + 1)..]
+    }
 }
 
 /// The part of the extension that depends only on the base tree and the stat data the view
 /// reports: from the directory count to the end. Cached with the index.
-pub fn directories_part(
-    repo: &Repository,
-    tree: Oid,
-    stat: &IndexStat,
-) -> Result<Vec<u8>, git2::Error> {
-    let root = collect(repo, tree, b"", b"")?;
-    let mut order: Vec<&Dir> = Vec::new();
-    fn walk<'a>(d: &'a Dir, order: &mut Vec<&'a Dir>) {
-        order.push(d);
-        for c in &d.children {
-            walk(c, order);
-        }
-    }
-    walk(&root, &mut order);
+pub fn directories_part(dirs: &TreeDirs, stat: &IndexStat) -> Vec<u8> {
+    let order = dirs.git_order();
     let mut out = Vec::new();
     encode_varint(order.len() as u64, &mut out);
-    for d in &order {
+    for &(d, children) in &order {
         encode_varint(0, &mut out); // untracked files: none in a fresh view
-        encode_varint(d.children.len() as u64, &mut out);
-        out.extend_from_slice(&d.name);
+        encode_varint(children as u64, &mut out);
+        out.extend_from_slice(dirs.name(d));
         out.push(0);
     }
     out.extend_from_slice(&ewah(&vec![true; order.len()])); // valid
     out.extend_from_slice(&ewah(&vec![false; order.len()])); // check-only
-    let has_ignore: Vec<bool> = order.iter().map(|d| d.ignore_oid.is_some()).collect();
+    let has_ignore: Vec<bool> = order
+        .iter()
+        .map(|&(d, _)| dirs.ignore[d].is_some())
+        .collect();
     out.extend_from_slice(&ewah(&has_ignore));
-    for d in &order {
+    for &(d, _) in &order {
         stat_data(
             &mut out,
             stat.mtime,
-            path_ino_low(&d.path),
+            path_ino_low(&dirs.paths[d]),
             stat.uid,
             stat.gid,
             4096,
         );
     }
-    for d in &order {
-        if let Some(oid) = d.ignore_oid {
+    for &(d, _) in &order {
+        if let Some(oid) = dirs.ignore[d] {
             out.extend_from_slice(oid.as_bytes());
         }
     }
     out.push(0);
-    Ok(out)
+    out
 }
 
 /// The object id git computes for an ignore file it reads from disk (`add_patterns` in
@@ -313,6 +336,43 @@ fn decode_varint(data: &mut &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directories_come_in_git_order_whatever_order_the_walk_found_them() {
+        // A tree walk finds "a-b" and "a.b" before "a" (git sorts a tree's subtrees as
+        // "a/"); the untracked cache lists each directory's children by bare name.
+        let mut dirs = TreeDirs::default();
+        for p in ["B", "a-b", "a.b", "a", "a/z", "a/b", "a/b/c"] {
+            dirs.add_dir(p.as_bytes().to_vec());
+        }
+        let ignore = Oid::from_str("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391").unwrap();
+        dirs.note_entry(b"a/b", b".gitignore", MODE_BLOB, ignore);
+        dirs.note_entry(b"a", b".gitignore", crate::gitlayer::MODE_LINK, ignore); // a symlink: not read
+        dirs.note_entry(b"B", b"other", MODE_BLOB, ignore);
+        let order: Vec<(String, usize, bool)> = dirs
+            .git_order()
+            .into_iter()
+            .map(|(d, n)| {
+                let path = String::from_utf8(dirs.paths[d].clone()).unwrap();
+                (path, n, dirs.ignore[d].is_some())
+            })
+            .collect();
+        let want = [
+            ("", 4, false),
+            ("B", 0, false),
+            ("a", 2, false),
+            ("a/b", 1, true),
+            ("a/b/c", 0, false),
+            ("a/z", 0, false),
+            ("a-b", 0, false),
+            ("a.b", 0, false),
+        ];
+        let want: Vec<(String, usize, bool)> = want
+            .iter()
+            .map(|(p, n, i)| (p.to_string(), *n, *i))
+            .collect();
+        assert_eq!(order, want);
+    }
 
     #[test]
     fn varints_match_git() {

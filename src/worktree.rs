@@ -425,7 +425,8 @@ fn cached_index(
         gid,
     };
     let known = sizes_from_newest_cached_index(state);
-    let entries = gitlayer::index_entries(repo, tree, &known)
+    let mut dirs = crate::untracked::TreeDirs::default();
+    let entries = gitlayer::index_entries(repo, tree, &known, &mut dirs)
         .map_err(|e| internal("reading the base tree")(format!("{e:#}")))?;
     let index = gitlayer::encode_index(
         &entries,
@@ -434,14 +435,14 @@ fn cached_index(
             crate::fsmonitor::CREATED_TOKEN,
         )],
     );
-    let untr = crate::untracked::directories_part(repo, tree, &stat)
-        .map_err(|e| internal("reading the base tree")(e.message().to_string()))?;
-    let cached = CachedIndex::from_bytes(index, untr);
+    let untr = crate::untracked::directories_part(&dirs, &stat);
+    let mut cached = CachedIndex::from_bytes(index, untr);
     let IndexBody::Bytes(index) = &cached.body else {
         unreachable!("built in memory")
     };
     let checksum = &index[cached.body_len as usize..];
     let saved = [&cached.prefix.encode()[..], checksum].concat();
+    let mut written = true;
     for (path, bytes) in [
         (&untr_key, &cached.untr),
         (&state_key, &saved),
@@ -449,7 +450,13 @@ fn cached_index(
     ] {
         if let Err(e) = gitlayer::write_file_synced(path, bytes) {
             tracing::warn!("could not cache {}: {e}", path.display());
+            written = false;
         }
+    }
+    // Copied from the file just written, this worktree's index is written as the next
+    // ones will be (the kernel's copy is several times faster than a write from memory).
+    if let (true, Ok(file)) = (written, fs::File::open(&key)) {
+        cached.body = IndexBody::File(file);
     }
     Ok(cached)
 }
