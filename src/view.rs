@@ -2126,6 +2126,10 @@ impl View {
             self.read_file(file, blob.as_ref())?
                 .try_clone()
                 .map_err(|e| FsError::io("dup of a cached blob", e))?
+        } else if let Some(plain) = opened(file).ok().and_then(|f| plain_read_write(&f)) {
+            // The handle's own file (a creation's, say) is what the backing needs: a dup
+            // spares a path walk.
+            plain
         } else {
             let path = self.upper_path(&self.nodes.read(), *ino)?;
             OpenOptions::new()
@@ -2526,8 +2530,13 @@ impl View {
         self.dir_upper_path(parent)
     }
 
-    fn drop_whiteout(dir: &Path, name: &OsStr) {
-        let _ = fs::remove_file(dir.join(whiteout_name(name)));
+    /// Removes the whiteout of `name` in `parent` (upper directory `dir`), if there can be
+    /// one: whiteouts are written only over base entries, so most creations have none to
+    /// remove and skip the failing `unlink`.
+    fn drop_whiteout(&self, parent: u64, dir: &Path, name: &OsStr) {
+        if self.base_has(parent, name).unwrap_or(true) {
+            let _ = fs::remove_file(dir.join(whiteout_name(name)));
+        }
     }
 
     pub fn create(
@@ -2551,7 +2560,7 @@ impl View {
             .open(&path)
             .map_err(|e| FsError::io(format!("create {}", path.display()), e))?;
         self.chown(&path, caller.uid, caller.gid)?;
-        Self::drop_whiteout(&dir, name);
+        self.drop_whiteout(parent, &dir, name);
         self.note_child(parent, name);
         let entry = self.new_entry(
             parent,
@@ -2597,7 +2606,7 @@ impl View {
             ));
         }
         self.chown(&path, caller.uid, caller.gid)?;
-        Self::drop_whiteout(&dir, name);
+        self.drop_whiteout(parent, &dir, name);
         self.note_child(parent, name);
         self.new_entry(
             parent,
@@ -2663,7 +2672,7 @@ impl View {
                 .map_err(|e| FsError::io("chmod", e))?;
             self.chown(&path, caller.uid, caller.gid)?;
         }
-        Self::drop_whiteout(&dir, name);
+        self.drop_whiteout(parent, &dir, name);
         self.note_child(parent, name);
         self.new_entry(
             parent,
@@ -2732,7 +2741,7 @@ impl View {
         std::os::unix::fs::symlink(target, &path)
             .map_err(|e| FsError::io(format!("symlink {}", path.display()), e))?;
         self.chown(&path, caller.uid, caller.gid)?;
-        Self::drop_whiteout(&dir, name);
+        self.drop_whiteout(parent, &dir, name);
         self.note_child(parent, name);
         self.new_entry(
             parent,
@@ -3028,7 +3037,7 @@ impl View {
         fs::rename(&from, &to).map_err(|e| {
             FsError::io(format!("rename {} to {}", from.display(), to.display()), e)
         })?;
-        Self::drop_whiteout(&to_dir, newname);
+        self.drop_whiteout(newparent, &to_dir, newname);
         self.note_child(parent, name);
         self.note_child(newparent, newname);
         if src.ftype == FType::Dir {
@@ -3093,7 +3102,7 @@ impl View {
         let src = self.upper_path(&self.nodes.read(), ino)?;
         let dst = dir.join(newname);
         fs::hard_link(&src, &dst).map_err(|e| FsError::io(format!("link {}", dst.display()), e))?;
-        Self::drop_whiteout(&dir, newname);
+        self.drop_whiteout(newparent, &dir, newname);
         self.note_child(newparent, newname);
         self.note_node(ino);
         let mut t = self.nodes.write();
@@ -3469,6 +3478,22 @@ impl View {
 }
 
 /// The upper file of a handle that writes (or reads the upper layer): always open.
+/// A duplicate of `file` when it is opened for reading and writing and with no flag that
+/// changes how I/O on it behaves (append, sync, no-atime, direct). Registered as an inode's
+/// backing file, it names the file the kernel opens for each passthrough open (with that
+/// open's own flags, in the kernels seen here); a plain one is also right for a kernel that
+/// would do I/O on it directly.
+fn plain_read_write(file: &File) -> Option<File> {
+    // SAFETY: F_GETFL on a file descriptor this File owns.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    let behaviour =
+        libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_NOATIME | libc::O_DIRECT;
+    if flags < 0 || flags & libc::O_ACCMODE != libc::O_RDWR || flags & behaviour != 0 {
+        return None;
+    }
+    file.try_clone().ok()
+}
+
 fn opened(file: &RwLock<Option<File>>) -> FsResult<MappedRwLockReadGuard<'_, File>> {
     RwLockReadGuard::try_map(file.read(), Option::as_ref)
         .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))

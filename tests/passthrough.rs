@@ -42,6 +42,15 @@ fn exercise(m: &Mounted, env: &Env, name: &str) {
     sh(&wt, "truncate -s 4 build.sh");
     assert_eq!(sh(&wt, "cat build.sh"), "#!/b");
     assert_eq!(sh(&wt, "stat -c %s build.sh").trim(), "4");
+    // A file created for appending, written at an offset through another open while the
+    // first is still open (both opens pass through to the inode's one backing file): the
+    // appends append, the offset write lands at its offset.
+    sh(
+        &wt,
+        "exec 3>>fresh.log; echo one >&3; printf X | dd of=fresh.log bs=1 seek=0 conv=notrunc status=none; echo two >&3; exec 3>&-",
+    );
+    assert_eq!(sh(&wt, "cat fresh.log"), "Xne\ntwo\n");
+    sh(&wt, "rm fresh.log");
     sh(&wt, "seq 1 20000 > new.txt");
     assert_eq!(sh(&wt, "wc -l < new.txt").trim(), "20000");
     // mmap: python writes through a shared mapping.
