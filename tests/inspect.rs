@@ -11,7 +11,6 @@ use common::*;
 use worktreefs::cleanup::{self, ChangeKind, Findings, Head, Outcome, Target};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
-use worktreefs::worktree::{create_worktree, CreateRequest};
 
 struct Fixture {
     env: Env,
@@ -29,19 +28,7 @@ impl Fixture {
 
     /// A new worktree and where its upper layer is.
     fn worktree(&mut self, name: &str) -> (Target, PathBuf) {
-        let row = create_worktree(
-            &self.state,
-            &mut self.store,
-            &CreateRequest {
-                repo: "repo",
-                name,
-                base: None,
-                branch: None,
-                uid: 0,
-                gid: 0,
-            },
-        )
-        .unwrap();
+        let row = create_at_head(&self.state, &mut self.store, name);
         let repo = self.store.repo_by_id(row.repo_id).unwrap().unwrap();
         let t = Target::new(&self.state, &row, &repo, &self.env.mountpoint());
         let upper = t.upper.clone();

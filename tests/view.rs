@@ -13,7 +13,6 @@ use common::*;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 use worktreefs::view::{Caller, FType, View, ROOT_INO};
-use worktreefs::worktree::{create_worktree, CreateRequest};
 
 const ME: Caller = Caller {
     uid: 0,
@@ -31,19 +30,7 @@ fn core() -> Core {
     let env = Env::new();
     let state = StateDir::open(&env.state()).unwrap();
     let mut store = Store::open(&state.root).unwrap();
-    create_worktree(
-        &state,
-        &mut store,
-        &CreateRequest {
-            repo: "repo",
-            name: "w",
-            base: None,
-            branch: None,
-            uid: 0,
-            gid: 0,
-        },
-    )
-    .unwrap();
+    create_at_head(&state, &mut store, "w");
     let view = View::new(state, env.mountpoint()).unwrap();
     let repo = view.lookup(ROOT_INO, OsStr::new("repo")).unwrap().attr.ino;
     let root = view.lookup(repo, OsStr::new("w")).unwrap().attr.ino;
@@ -335,19 +322,7 @@ fn every_worktree_index_has_the_right_checksum_however_its_cached_index_was_foun
         .lines()
         .count();
     let mut create_and_check = |name: &str| {
-        create_worktree(
-            &state,
-            &mut store,
-            &CreateRequest {
-                repo: "repo",
-                name,
-                base: None,
-                branch: None,
-                uid: 0,
-                gid: 0,
-            },
-        )
-        .unwrap();
+        create_at_head(&state, &mut store, name);
         let path = env
             .repo
             .path()

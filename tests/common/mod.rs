@@ -443,6 +443,28 @@ impl Env {
     }
 }
 
+/// Creates worktree `repo/<name>` at HEAD, owned by root, with no mount (the library call
+/// the `new` command makes).
+pub fn create_at_head(
+    state: &worktreefs::state::StateDir,
+    store: &mut worktreefs::store::Store,
+    name: &str,
+) -> worktreefs::store::WorktreeRow {
+    worktreefs::worktree::create_worktree(
+        state,
+        store,
+        &worktreefs::worktree::CreateRequest {
+            repo: "repo",
+            name,
+            base: None,
+            branch: None,
+            uid: 0,
+            gid: 0,
+        },
+    )
+    .unwrap()
+}
+
 /// A worktree's state from `worktreefs list`; `list` leaves removed worktrees out, so a
 /// worktree not listed is "removed".
 pub fn state_of(env: &Env, name: &str) -> String {
