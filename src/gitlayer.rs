@@ -260,6 +260,9 @@ pub fn index_entries(
     known: &HashMap<Oid, u64>,
     dirs: &mut crate::untracked::TreeDirs,
 ) -> anyhow::Result<Vec<IndexEntry>> {
+    if known.is_empty() {
+        read_packs_ahead(repo.path());
+    }
     let tree = repo.find_tree(tree)?;
     let mut out = Vec::new();
     let mut missing: Vec<usize> = Vec::new();
@@ -331,6 +334,49 @@ pub fn index_entries(
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+/// Packs of at most this many bytes in all are read ahead before the first index at a
+/// commit is built.
+const READ_AHEAD_LIMIT: u64 = 1 << 30;
+
+/// Asks the kernel to read the repository's packs into the page cache in the background
+/// (`POSIX_FADV_WILLNEED`): building an index reads the header of every blob of the tree,
+/// all over the packs, and with cold caches those reads are one random disk read each,
+/// while the kernel reads a whole pack sequentially at the disk's speed. Skipped when the
+/// packs are larger than `READ_AHEAD_LIMIT` in all.
+fn read_packs_ahead(gitdir: &Path) {
+    use std::os::fd::AsRawFd;
+    let Ok(dir) = fs::read_dir(gitdir.join("objects").join("pack")) else {
+        return;
+    };
+    let packs: Vec<(fs::File, u64)> = dir
+        .flatten()
+        .filter(|e| {
+            e.path()
+                .extension()
+                .is_some_and(|x| x == "pack" || x == "idx")
+        })
+        .filter_map(|e| {
+            let f = fs::File::open(e.path()).ok()?;
+            let len = f.metadata().ok()?.len();
+            Some((f, len))
+        })
+        .collect();
+    if packs.iter().map(|(_, len)| len).sum::<u64>() > READ_AHEAD_LIMIT {
+        return;
+    }
+    for (f, len) in &packs {
+        // SAFETY: advice on a file descriptor this File owns; no memory is touched.
+        unsafe {
+            libc::posix_fadvise(
+                f.as_raw_fd(),
+                0,
+                *len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
 }
 
 /// Stat data the view reports for untouched base entries of one worktree.
@@ -475,17 +521,28 @@ pub fn write_file_synced(path: &Path, content: &[u8]) -> std::io::Result<()> {
 }
 
 /// Writes a file through `write` into a temporary file next to `path`, fsyncs it and
-/// renames it into place, so `path` is either absent or complete.
+/// renames it into place, so `path` is either absent or complete. The temporary name is
+/// this writer's own (process, counter): two writers of one path (two creations caching
+/// the same index) each rename a whole file, never one file both wrote into.
 pub fn write_synced(
     path: &Path,
     write: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let tmp = path.with_extension("worktreefs-tmp");
-    let mut f = fs::File::create(&tmp)?;
-    write(&mut f)?;
-    f.sync_all()?;
-    drop(f);
-    fs::rename(&tmp, path)
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".worktreefs-tmp-{}-{n}", std::process::id()));
+    let tmp = path.with_file_name(name);
+    let result = fs::File::create_new(&tmp).and_then(|mut f| {
+        write(&mut f)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)
+    });
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// Where git keeps a linked worktree's administrative files.
@@ -577,6 +634,50 @@ mod tests {
         let body = &buf[..buf.len() - 20];
         assert_eq!(&buf[buf.len() - 20..], Sha1::digest(body).as_slice());
         assert_eq!(decode_index_sizes(&buf), vec![(entries[0].oid, 0)]);
+    }
+
+    /// Two creations at one commit may build and cache its index at the same time; a
+    /// reader must only ever find a whole file, never a mix of the two writes.
+    #[test]
+    fn files_written_at_once_by_two_writers_are_always_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cached.index");
+        let content: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (mixed, seen) = std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                let (mut mixed, mut seen) = (0, 0);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(read) = fs::read(&path) {
+                        seen += 1;
+                        mixed += (read != content) as usize;
+                    }
+                }
+                (mixed, seen)
+            });
+            let writers: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        for _ in 0..40 {
+                            // A writer may lose the rename to the other; what is there
+                            // must still be whole.
+                            let _ = write_file_synced(&path, &content);
+                        }
+                    })
+                })
+                .collect();
+            for w in writers {
+                w.join().unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            reader.join().unwrap()
+        });
+        assert!(seen > 0);
+        assert_eq!(
+            mixed, 0,
+            "{mixed} of {seen} reads found a partial or mixed file"
+        );
+        assert_eq!(fs::read(&path).unwrap(), content);
     }
 
     #[test]
