@@ -133,8 +133,10 @@ impl ObjectCache {
             return;
         };
         let Some(path) = rd.flatten().map(|e| e.path()).find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with(&prefix) && n.ends_with(".index")
+            })
         }) else {
             return;
         };
@@ -260,7 +262,10 @@ pub fn index_entries(
     known: &HashMap<Oid, u64>,
     dirs: &mut crate::untracked::TreeDirs,
 ) -> anyhow::Result<Vec<IndexEntry>> {
-    if known.is_empty() {
+    // With no sizes known every blob's header is read: read the packs ahead at once, so
+    // the walk's own tree reads find them too; otherwise once the walk has counted.
+    let early = known.is_empty();
+    if early {
         read_packs_ahead(repo.path());
     }
     let tree = repo.find_tree(tree)?;
@@ -297,6 +302,9 @@ pub fn index_entries(
         });
         git2::TreeWalkResult::Ok
     })?;
+    if !early && missing.len() >= READ_AHEAD_MIN_HEADERS {
+        read_packs_ahead(repo.path());
+    }
     if !missing.is_empty() {
         let gitdir = repo.path().to_path_buf();
         let oids: Vec<Oid> = missing.iter().map(|&i| out[i].oid).collect();
@@ -336,45 +344,46 @@ pub fn index_entries(
     Ok(out)
 }
 
-/// Packs of at most this many bytes in all are read ahead before the first index at a
-/// commit is built.
+/// Packs of at most this many bytes in all are read ahead when an index needs many
+/// object headers.
 const READ_AHEAD_LIMIT: u64 = 1 << 30;
+/// How many object headers an index must need before the packs are read ahead.
+const READ_AHEAD_MIN_HEADERS: usize = 10_000;
 
 /// Asks the kernel to read the repository's packs into the page cache in the background
-/// (`POSIX_FADV_WILLNEED`): building an index reads the header of every blob of the tree,
-/// all over the packs, and with cold caches those reads are one random disk read each,
-/// while the kernel reads a whole pack sequentially at the disk's speed. Skipped when the
-/// packs are larger than `READ_AHEAD_LIMIT` in all.
+/// (`POSIX_FADV_WILLNEED`): building an index reads the header of every blob it does not
+/// know, all over the packs, and with cold caches those reads are one random disk read
+/// each, while the kernel reads a whole pack sequentially at the disk's speed. Skipped when
+/// the packs are larger than `READ_AHEAD_LIMIT` in all (the page cache is not filled with
+/// a big repository's history for one index).
 fn read_packs_ahead(gitdir: &Path) {
     use std::os::fd::AsRawFd;
     let Ok(dir) = fs::read_dir(gitdir.join("objects").join("pack")) else {
         return;
     };
-    let packs: Vec<(fs::File, u64)> = dir
+    let packs: Vec<(PathBuf, u64)> = dir
         .flatten()
         .filter(|e| {
             e.path()
                 .extension()
                 .is_some_and(|x| x == "pack" || x == "idx")
         })
-        .filter_map(|e| {
-            let f = fs::File::open(e.path()).ok()?;
-            let len = f.metadata().ok()?.len();
-            Some((f, len))
-        })
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
         .collect();
     if packs.iter().map(|(_, len)| len).sum::<u64>() > READ_AHEAD_LIMIT {
         return;
     }
-    for (f, len) in &packs {
-        // SAFETY: advice on a file descriptor this File owns; no memory is touched.
-        unsafe {
-            libc::posix_fadvise(
-                f.as_raw_fd(),
-                0,
-                *len as libc::off_t,
-                libc::POSIX_FADV_WILLNEED,
-            );
+    for (path, len) in &packs {
+        if let Ok(f) = fs::File::open(path) {
+            // SAFETY: advice on a file descriptor this File owns; no memory is touched.
+            unsafe {
+                libc::posix_fadvise(
+                    f.as_raw_fd(),
+                    0,
+                    *len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
         }
     }
 }
@@ -530,12 +539,19 @@ pub fn write_synced(
 ) -> std::io::Result<()> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".worktreefs-tmp-{}-{n}", std::process::id()));
+    name.push(format!(
+        "{TEMPORARY_MARK}{}-{n}-{nanos}",
+        std::process::id()
+    ));
     let tmp = path.with_file_name(name);
-    let result = fs::File::create_new(&tmp).and_then(|mut f| {
-        write(&mut f)?;
-        f.sync_all()?;
+    // Only a file this writer created is removed on failure.
+    let mut f = fs::File::create_new(&tmp)?;
+    let result = write(&mut f).and_then(|_| f.sync_all()).and_then(|_| {
         drop(f);
         fs::rename(&tmp, path)
     });
@@ -543,6 +559,26 @@ pub fn write_synced(
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// What `write_synced` puts in its temporary names.
+pub const TEMPORARY_MARK: &str = ".worktreefs-tmp-";
+
+/// Removes the temporary files `write_synced` left in `dir` more than an hour ago (a
+/// process that died between writing and renaming).
+pub fn sweep_temporaries(dir: &Path) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(3600));
+        if old && e.file_name().to_string_lossy().contains(TEMPORARY_MARK) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Where git keeps a linked worktree's administrative files.
@@ -634,6 +670,68 @@ mod tests {
         let body = &buf[..buf.len() - 20];
         assert_eq!(&buf[buf.len() - 20..], Sha1::digest(body).as_slice());
         assert_eq!(decode_index_sizes(&buf), vec![(entries[0].oid, 0)]);
+    }
+
+    /// The cached index sits among files named like it (its untracked cache, its saved
+    /// hash state, a writer's temporary file); the sizes come from the index itself.
+    #[test]
+    fn sizes_are_seeded_from_the_cached_index_not_its_neighbours() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = Oid::hash_object(ObjectType::Tree, b"").unwrap();
+        let entries: Vec<IndexEntry> = (0..20u32)
+            .map(|i| IndexEntry {
+                path: format!("f{i}").into_bytes(),
+                mode: MODE_BLOB,
+                oid: Oid::hash_object(ObjectType::Blob, &i.to_be_bytes()).unwrap(),
+                size: 100 + i,
+            })
+            .collect();
+        let stat = IndexStat {
+            mtime: 1,
+            uid: 0,
+            gid: 0,
+        };
+        let key = format!("{tree}-1-0-0.fsmn");
+        for neighbour in ["untr", "sha1", "index.worktreefs-tmp-1-0"] {
+            fs::write(
+                dir.path().join(format!("{key}.{neighbour}")),
+                b"not an index",
+            )
+            .unwrap();
+        }
+        fs::write(
+            dir.path().join(format!("{key}.index")),
+            encode_index(&entries, &stat, &[]),
+        )
+        .unwrap();
+        let cache = ObjectCache::default();
+        cache.seed_sizes_from_index_cache(dir.path(), tree);
+        let sizes = cache.sizes.lock();
+        for e in &entries {
+            assert_eq!(sizes.get(&e.oid), Some(&(e.size as u64)), "{:?}", e.path);
+        }
+    }
+
+    #[test]
+    fn only_temporary_files_older_than_an_hour_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        let make = |name: &str, old: bool| {
+            let f = fs::File::create(dir.path().join(name)).unwrap();
+            if old {
+                f.set_modified(two_hours_ago).unwrap();
+            }
+        };
+        make("x.index.worktreefs-tmp-1-0-5", true);
+        make("x.index.worktreefs-tmp-2-0-6", false);
+        make("x.index", true);
+        sweep_temporaries(dir.path());
+        let mut left: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["x.index", "x.index.worktreefs-tmp-2-0-6"]);
     }
 
     /// Two creations at one commit may build and cache its index at the same time; a

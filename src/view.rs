@@ -3477,7 +3477,6 @@ impl View {
     }
 }
 
-/// The upper file of a handle that writes (or reads the upper layer): always open.
 /// A duplicate of `file` when it is opened for reading and writing and with no flag that
 /// changes how I/O on it behaves (append, sync, no-atime, direct). Registered as an inode's
 /// backing file, it names the file the kernel opens for each passthrough open (with that
@@ -3494,6 +3493,7 @@ fn plain_read_write(file: &File) -> Option<File> {
     file.try_clone().ok()
 }
 
+/// The upper file of a handle that writes (or reads the upper layer): always open.
 fn opened(file: &RwLock<Option<File>>) -> FsResult<MappedRwLockReadGuard<'_, File>> {
     RwLockReadGuard::try_map(file.read(), Option::as_ref)
         .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))

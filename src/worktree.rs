@@ -347,8 +347,11 @@ impl CachedIndex {
         let prefix = match saved {
             Some(prefix) => prefix,
             None => {
-                let bytes = fs::read(path)?;
-                let prefix = gitlayer::Sha1Prefix::of(&bytes[..body_len as usize]);
+                // From the file opened above (whose checksum was read), not the path,
+                // which another writer may have replaced since.
+                let mut bytes = vec![0u8; body_len as usize];
+                file.read_exact_at(&mut bytes, 0)?;
+                let prefix = gitlayer::Sha1Prefix::of(&bytes);
                 let saved = [&prefix.encode()[..], &checksum].concat();
                 if let Err(e) = gitlayer::write_file_synced(state_path, &saved) {
                     tracing::warn!("could not cache {}: {e}", state_path.display());
@@ -375,12 +378,14 @@ impl CachedIndex {
         worktree_path: &Path,
         common_dir: &Path,
     ) -> std::io::Result<()> {
-        use std::io::{Read, Write};
+        use std::io::{Read, Seek, Write};
         let ext = crate::untracked::extension(worktree_path, common_dir, &self.untr);
         let checksum = self.prefix.finish(&[&self.tail, &ext]);
         match &self.body {
             IndexBody::File(file) => {
                 // A file-to-file copy: the standard library uses copy_file_range.
+                let mut file = file;
+                file.seek(std::io::SeekFrom::Start(0))?;
                 let copied = std::io::copy(&mut Read::take(file, self.body_len), out)?;
                 if copied != self.body_len {
                     return Err(std::io::Error::new(
@@ -394,6 +399,18 @@ impl CachedIndex {
         out.write_all(&ext)?;
         out.write_all(&checksum)
     }
+}
+
+/// Whether `file` has `index`'s length and ends with its checksum (which covers the rest).
+fn same_content(file: &fs::File, index: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut checksum = [0u8; 20];
+    index.len() >= 20
+        && file.metadata().is_ok_and(|m| m.len() == index.len() as u64)
+        && file
+            .read_exact_at(&mut checksum, index.len() as u64 - 20)
+            .is_ok()
+        && checksum[..] == index[index.len() - 20..]
 }
 
 /// Returns the index for `tree` with the given stat data, building and caching it on first
@@ -424,6 +441,7 @@ fn cached_index(
         uid,
         gid,
     };
+    gitlayer::sweep_temporaries(&state.index_cache());
     let known = sizes_from_newest_cached_index(state);
     let mut dirs = crate::untracked::TreeDirs::default();
     let entries = gitlayer::index_entries(repo, tree, &known, &mut dirs)
@@ -454,9 +472,14 @@ fn cached_index(
         }
     }
     // Copied from the file just written, this worktree's index is written as the next
-    // ones will be (the kernel's copy is several times faster than a write from memory).
-    if let (true, Ok(file)) = (written, fs::File::open(&key)) {
-        cached.body = IndexBody::File(file);
+    // ones will be (the kernel's copy is several times faster than a write from memory);
+    // unless the file there is not the one built here (another writer's, since).
+    if written {
+        if let Ok(file) = fs::File::open(&key) {
+            if same_content(&file, index) {
+                cached.body = IndexBody::File(file);
+            }
+        }
     }
     Ok(cached)
 }

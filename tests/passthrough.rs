@@ -50,7 +50,14 @@ fn exercise(m: &Mounted, env: &Env, name: &str) {
         "exec 3>>fresh.log; echo one >&3; printf X | dd of=fresh.log bs=1 seek=0 conv=notrunc status=none; echo two >&3; exec 3>&-",
     );
     assert_eq!(sh(&wt, "cat fresh.log"), "Xne\ntwo\n");
-    sh(&wt, "rm fresh.log");
+    // The same the other way round: created read-write (its descriptor is what the
+    // daemon registers for passthrough), appended to through another open.
+    sh(
+        &wt,
+        "exec 3<>fresh2.log; echo one >&3; echo two >> fresh2.log; printf X >&3; exec 3>&-",
+    );
+    assert_eq!(sh(&wt, "cat fresh2.log"), "one\nXwo\n");
+    sh(&wt, "rm fresh.log fresh2.log");
     sh(&wt, "seq 1 20000 > new.txt");
     assert_eq!(sh(&wt, "wc -l < new.txt").trim(), "20000");
     // mmap: python writes through a shared mapping.
