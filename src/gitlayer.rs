@@ -458,15 +458,22 @@ impl Sha1Prefix {
     /// The state after the whole 64-byte blocks of `data` (the rest is left to `finish`).
     pub fn of(data: &[u8]) -> Self {
         let mut state = Self::INITIAL;
-        let blocks = data.chunks_exact(64);
-        let len = (data.len() - blocks.remainder().len()) as u64;
-        for block in blocks {
+        let len = data.len() / 64 * 64;
+        Self::compress(&mut state, &data[..len]);
+        Self {
+            state,
+            len: len as u64,
+        }
+    }
+
+    /// Runs SHA-1's compression over `blocks`, a whole number of 64-byte blocks.
+    fn compress(state: &mut [u32; 5], blocks: &[u8]) {
+        for block in blocks.chunks_exact(64) {
             sha1::compress(
-                &mut state,
+                state,
                 std::slice::from_ref(sha1::digest::generic_array::GenericArray::from_slice(block)),
             );
         }
-        Self { state, len }
     }
 
     /// How many bytes of the start the state covers; the caller passes the bytes after
@@ -489,12 +496,7 @@ impl Sha1Prefix {
         }
         tail.extend_from_slice(&bits.to_be_bytes());
         let mut state = self.state;
-        for block in tail.chunks_exact(64) {
-            sha1::compress(
-                &mut state,
-                std::slice::from_ref(sha1::digest::generic_array::GenericArray::from_slice(block)),
-            );
-        }
+        Self::compress(&mut state, &tail);
         let mut out = [0u8; 20];
         for (o, v) in out.chunks_exact_mut(4).zip(state) {
             o.copy_from_slice(&v.to_be_bytes());
