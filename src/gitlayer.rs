@@ -533,7 +533,7 @@ pub fn write_file_synced(path: &Path, content: &[u8]) -> std::io::Result<()> {
 
 /// Writes a file through `write` into a temporary file next to `path`, fsyncs it and
 /// renames it into place, so `path` is either absent or complete. The temporary name is
-/// this writer's own (process, counter): two writers of one path (two creations caching
+/// this writer's own (process, counter, time): two writers of one path (two creations caching
 /// the same index) each rename a whole file, never one file both wrote into.
 pub fn write_synced(
     path: &Path,

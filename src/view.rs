@@ -3361,7 +3361,7 @@ impl View {
         file: &'a RwLock<Option<File>>,
         blob: Option<&BaseBlob>,
     ) -> FsResult<MappedRwLockReadGuard<'a, File>> {
-        if let Ok(f) = RwLockReadGuard::try_map(file.read(), Option::as_ref) {
+        if let Ok(f) = opened(file) {
             return Ok(f);
         }
         let BaseBlob { wt, oid, size } =
@@ -3493,7 +3493,8 @@ fn plain_read_write(file: &File) -> Option<File> {
     file.try_clone().ok()
 }
 
-/// The upper file of a handle that writes (or reads the upper layer): always open.
+/// The file a handle holds: an upper file always, a base file once its first read has
+/// opened the blob (`View::read_file`).
 fn opened(file: &RwLock<Option<File>>) -> FsResult<MappedRwLockReadGuard<'_, File>> {
     RwLockReadGuard::try_map(file.read(), Option::as_ref)
         .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))
