@@ -8,15 +8,15 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
 use fuser::{
     AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::error::FsError;
@@ -258,17 +258,19 @@ fn fattr(a: &Attr) -> FileAttr {
     }
 }
 
-/// A negative entry: the kernel remembers for `ttl` that the name does not exist.
-fn negative_entry(reply: ReplyEntry, ttl: std::time::Duration) {
-    let attr = FileAttr {
-        ino: INodeNo(0),
+/// Attributes carrying only an inode number and a type: what the kernel reads of a
+/// negative entry, and of a listing entry it does not link (`.`, `..`, or one declined
+/// with inode 0).
+fn bare_attr(ino: u64, kind: FileType) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
         size: 0,
         blocks: 0,
         atime: SystemTime::UNIX_EPOCH,
         mtime: SystemTime::UNIX_EPOCH,
         ctime: SystemTime::UNIX_EPOCH,
         crtime: SystemTime::UNIX_EPOCH,
-        kind: FileType::RegularFile,
+        kind,
         perm: 0,
         nlink: 0,
         uid: 0,
@@ -276,8 +278,12 @@ fn negative_entry(reply: ReplyEntry, ttl: std::time::Duration) {
         rdev: 0,
         blksize: 4096,
         flags: 0,
-    };
-    reply.entry(&ttl, &attr, Generation(0));
+    }
+}
+
+/// A negative entry: the kernel remembers for `ttl` that the name does not exist.
+fn negative_entry(reply: ReplyEntry, ttl: Duration) {
+    reply.entry(&ttl, &bare_attr(0, FileType::RegularFile), Generation(0));
 }
 
 fn errno(op: &str, e: FsError) -> Errno {
@@ -323,7 +329,9 @@ impl Filesystem for WorktreeFs {
         let wanted = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_NO_OPENDIR_SUPPORT
-            | InitFlags::FUSE_AUTO_INVAL_DATA;
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO;
         let offered = config.capabilities() & wanted;
         if let Err(missing) = config.add_capabilities(offered) {
             tracing::info!("kernel declined FUSE capabilities {missing:?}");
@@ -702,6 +710,86 @@ impl Filesystem for WorktreeFs {
             }
             Err(e) => reply.error(errno("readdir", e)),
         }
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        span!("readdirplus", req, ino.0);
+        enter_or_reply!(self, req, ino, true, reply);
+        let entries = if fh.0 == 0 {
+            self.view.readdir_ino(ino.0, offset)
+        } else {
+            self.view.readdir(fh.0, offset)
+        };
+        let entries = match entries {
+            Ok(entries) => entries,
+            Err(e) => return reply.error(errno("readdirplus", e)),
+        };
+        for (next, e) in entries {
+            let full = if e.name == "." || e.name == ".." {
+                // The kernel links neither: it reads only the inode number and type.
+                let attr = bare_attr(e.ino, kind(e.kind));
+                reply.add(
+                    INodeNo(e.ino),
+                    next,
+                    &e.name,
+                    &Duration::ZERO,
+                    &attr,
+                    Generation(0),
+                )
+            } else {
+                // The kernel links every other entry it is given, as if it had looked
+                // the name up, and forgets it later: the lookup is done and counted here.
+                match self.view.lookup_listed(ino.0, &e.name) {
+                    Ok(found) => {
+                        let full = reply.add(
+                            INodeNo(found.attr.ino),
+                            next,
+                            &e.name,
+                            &found.ttl,
+                            &fattr(&found.attr),
+                            Generation(0),
+                        );
+                        if full {
+                            // Not sent: the kernel does not know it from this reply.
+                            self.view.forget(found.attr.ino, 1);
+                        }
+                        full
+                    }
+                    Err(err) => {
+                        // Listed a moment ago but not found now (removed meanwhile, or
+                        // a worktree being deleted): sent with inode 0, which the kernel
+                        // passes on without linking.
+                        tracing::debug!(
+                            op = "readdirplus",
+                            errno = err.errno,
+                            "{:?} listed without attributes: {}",
+                            e.name,
+                            err.message
+                        );
+                        let attr = bare_attr(0, kind(e.kind));
+                        reply.add(
+                            INodeNo(0),
+                            next,
+                            &e.name,
+                            &Duration::ZERO,
+                            &attr,
+                            Generation(0),
+                        )
+                    }
+                }
+            };
+            if full {
+                break;
+            }
+        }
+        reply.ok();
     }
 
     fn releasedir(

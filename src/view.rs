@@ -1199,6 +1199,18 @@ impl View {
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        self.lookup_in(parent, name, false)
+    }
+
+    /// A lookup the kernel did not ask for: of an entry of a listing just made, sent with
+    /// its attributes (READDIRPLUS), which the kernel links and later forgets like a
+    /// looked-up name. Counted as a lookup of the node, not in the LOOKUP statistics; a
+    /// `.control` name is not checked against its directory again (the listing was).
+    pub fn lookup_listed(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        self.lookup_in(parent, name, true)
+    }
+
+    fn lookup_in(&self, parent: u64, name: &OsStr, listed: bool) -> FsResult<Entry> {
         let parent_kind = {
             let t = self.nodes.read();
             let node = t.nodes.get(&parent).ok_or_else(|| {
@@ -1233,7 +1245,7 @@ impl View {
         match parent_kind {
             NodeKind::Root => self.lookup_top(name),
             NodeKind::Repo(repo_id) => self.lookup_repo_child(parent, repo_id, name),
-            NodeKind::ControlDir(dir) => self.lookup_control(parent, dir, name),
+            NodeKind::ControlDir(dir) => self.lookup_control(parent, dir, name, listed),
             NodeKind::Wt { wt, ov, is_root } => {
                 if ov.ftype != FType::Dir {
                     return Err(FsError::new(libc::ENOTDIR, "not a directory"));
@@ -1384,7 +1396,13 @@ impl View {
         })
     }
 
-    fn lookup_control(&self, parent: u64, dir: ControlDir, name: &OsStr) -> FsResult<Entry> {
+    fn lookup_control(
+        &self,
+        parent: u64,
+        dir: ControlDir,
+        name: &OsStr,
+        listed: bool,
+    ) -> FsResult<Entry> {
         let name_s = name.to_string_lossy().into_owned();
         if dir == ControlDir::Top && name == REFRESH_NAME {
             // The CLI asks this after changing repositories or worktrees, so listings the
@@ -1405,7 +1423,7 @@ impl View {
                 ttl: self.ttl_of(&t, ino),
             });
         }
-        if dir != ControlDir::FsMonitor && !self.control_names(dir)?.contains(&name_s) {
+        if !listed && dir != ControlDir::FsMonitor && !self.control_names(dir)?.contains(&name_s) {
             return Err(FsError::not_found(format!(".control entry {name_s}")));
         }
         let natural = DYNAMIC_INO_BIT

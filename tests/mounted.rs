@@ -4,7 +4,7 @@ mod common;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirEntryExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use common::*;
@@ -1009,4 +1009,149 @@ fn a_fresh_view_needs_no_directory_listing_for_git_status() {
         status.contains("?? ignored.o") && !status.contains("newdir"),
         "{status}"
     );
+}
+
+/// Every tracked file's stat data as the worktree's index records it (`git ls-files
+/// --debug`): path -> (ctime, mtime, ino (32 bits), uid, gid, size).
+fn index_stat_data(wt: &Path) -> std::collections::BTreeMap<String, [u64; 6]> {
+    let out = git(wt, &["-c", "core.quotePath=false", "ls-files", "--debug"]);
+    let mut map = std::collections::BTreeMap::new();
+    let mut lines = out.lines().peekable();
+    while let Some(path) = lines.next() {
+        let mut nums = Vec::new();
+        while let Some(l) = lines.peek().filter(|l| l.starts_with(' ')) {
+            for (k, v) in l
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .chunks(2)
+                .map(|c| (c[0], c[1]))
+            {
+                if matches!(k, "ctime:" | "mtime:") {
+                    nums.push(v.split(':').next().unwrap().parse::<u64>().unwrap());
+                } else if matches!(k, "ino:" | "uid:" | "gid:" | "size:") {
+                    nums.push(v.parse::<u64>().unwrap());
+                }
+            }
+            lines.next();
+        }
+        map.insert(path.to_string(), nums.try_into().unwrap());
+    }
+    map
+}
+
+#[test]
+fn a_listing_brings_each_entrys_attributes_exactly_as_the_index_recorded() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/plus"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "plus");
+    let mut index = index_stat_data(&wt);
+    // Walk the untouched view as `ls -lR` does: list each directory, then stat each
+    // entry by its path.
+    let before = m.stats();
+    let mut seen = std::collections::BTreeMap::new();
+    let mut dirs = vec![String::new()];
+    while let Some(rel) = dirs.pop() {
+        for e in fs::read_dir(wt.join(&rel)).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            let path = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            let meta = fs::symlink_metadata(e.path()).unwrap();
+            assert_eq!(
+                e.ino(),
+                meta.ino(),
+                "{path}: the listing's inode is not stat's"
+            );
+            if meta.is_dir() {
+                dirs.push(path);
+            } else if path != ".git" {
+                seen.insert(
+                    path,
+                    [
+                        meta.ctime() as u64,
+                        meta.mtime() as u64,
+                        meta.ino() & 0xffff_ffff,
+                        meta.uid() as u64,
+                        meta.gid() as u64,
+                        meta.size(),
+                    ],
+                );
+            }
+        }
+    }
+    let after = m.stats();
+    // A submodule's entry is a directory in the view (as in a checkout).
+    index.retain(|path, _| !fs::symlink_metadata(wt.join(path)).unwrap().is_dir());
+    assert_eq!(
+        seen, index,
+        "stat data after a listing differs from the index's"
+    );
+    // The listings came with the entries' attributes (READDIRPLUS): no name of the view
+    // was looked up. (Reading `.control/stats` looks up `stats`, and `.control` once its
+    // second has passed: two at most, against one per entry without READDIRPLUS.)
+    let looked_up = after["lookups"].as_u64().unwrap() - before["lookups"].as_u64().unwrap();
+    assert!(
+        looked_up <= 2,
+        "the walk looked {looked_up} names up: {before} -> {after}"
+    );
+    // The kernel holds every entry it was given: each is still known to the daemon.
+    assert_eq!(
+        fs::read_to_string(wt.join("src/lib/util.rs")).unwrap(),
+        "pub fn one() -> u32 { 1 }\n"
+    );
+    assert_eq!(status_without_fsmonitor(&wt), "");
+    assert!(
+        !m.log().contains("is not known"),
+        "a node the kernel still had was dropped:\n{}",
+        m.log()
+    );
+}
+
+#[test]
+fn a_listing_longer_than_one_reply_leaves_no_inode_behind() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/long"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "long");
+    let dir = wt.join("long");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..1500 {
+        fs::write(
+            dir.join(format!("a-name-long-enough-to-fill-replies-{i:05}")),
+            "x",
+        )
+        .unwrap();
+    }
+    let nodes = || m.stats()["nodes"].as_u64().unwrap();
+    // The kernel forgets every inode nobody uses; the daemon's count then stops moving
+    // (forgets arrive in the background).
+    let settled = || {
+        let _ = fs::write("/proc/sys/vm/drop_caches", "2");
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut last = nodes();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let now = nodes();
+            if now == last || std::time::Instant::now() > end {
+                return now;
+            }
+            last = now;
+        }
+    };
+    let before = settled();
+    for _ in 0..3 {
+        // 1,500 entries take several replies; a READDIRPLUS reply ends with an entry
+        // that did not fit, whose lookup the daemon must give back.
+        assert_eq!(names(&dir).len(), 1500);
+    }
+    assert_eq!(
+        settled(),
+        before,
+        "listings left inodes behind that the kernel does not hold"
+    );
+    assert!(!m.log().contains("is not known"), "{}", m.log());
 }
