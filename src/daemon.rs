@@ -161,6 +161,8 @@ pub struct MountRequest {
     pub track_leases: bool,
     /// FUSE passthrough where the kernel offers it.
     pub passthrough: bool,
+    /// Listings with the entries' attributes (READDIRPLUS) where the kernel offers them.
+    pub readdirplus: bool,
     /// Inodes kept before the kernel's caches of idle worktrees are dropped.
     pub cache_nodes: usize,
 }
@@ -243,6 +245,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         view.clone(),
         req.track_leases.then(|| tracker.clone()),
         req.passthrough,
+        req.readdirplus,
     );
     let mut config = Config::default();
     config.mount_options = vec![
@@ -439,6 +442,9 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
     }
     if !req.passthrough {
         cmd.arg("--no-passthrough");
+    }
+    if !req.readdirplus {
+        cmd.arg("--no-readdirplus");
     }
     cmd.arg("--cache-nodes").arg(req.cache_nodes.to_string());
     if let Some(l) = log_level {

@@ -33,6 +33,8 @@ pub struct WorktreeFs {
     /// the kernel offers it and registering a backing file works.
     want_passthrough: bool,
     passthrough: std::sync::atomic::AtomicBool,
+    /// Listings with the entries' attributes: asked for unless `mount --no-readdirplus`.
+    want_readdirplus: bool,
     backings: Mutex<Backings>,
 }
 
@@ -93,12 +95,18 @@ impl WorktreeFs {
         Errno::ENOSYS
     }
 
-    pub fn new(view: Arc<View>, tracker: Option<Arc<Tracker>>, passthrough: bool) -> WorktreeFs {
+    pub fn new(
+        view: Arc<View>,
+        tracker: Option<Arc<Tracker>>,
+        passthrough: bool,
+        readdirplus: bool,
+    ) -> WorktreeFs {
         WorktreeFs {
             view,
             tracker,
             no_opendir: false,
             want_passthrough: passthrough,
+            want_readdirplus: readdirplus,
             passthrough: false.into(),
             backings: Mutex::new(Backings::default()),
         }
@@ -326,12 +334,16 @@ impl Filesystem for WorktreeFs {
         // it makes changes the directory, or when the directory's mtime moves (checked with
         // fresh attributes thanks to AUTO_INVAL_DATA; the top of the mount reports the
         // catalog's change time as mtime).
-        let wanted = InitFlags::FUSE_PARALLEL_DIROPS
+        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_NO_OPENDIR_SUPPORT
-            | InitFlags::FUSE_AUTO_INVAL_DATA
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO;
+            | InitFlags::FUSE_AUTO_INVAL_DATA;
+        // A listing comes with each entry's attributes, which the kernel links as if it
+        // had looked each name up; in its adaptive mode only where names of the
+        // directory were looked up or stat'ed since, and always at a listing's start.
+        if self.want_readdirplus {
+            wanted |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        }
         let offered = config.capabilities() & wanted;
         if let Err(missing) = config.add_capabilities(offered) {
             tracing::info!("kernel declined FUSE capabilities {missing:?}");

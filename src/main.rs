@@ -59,6 +59,11 @@ enum Command {
         /// Serve file data through the daemon even where the kernel offers FUSE passthrough.
         #[arg(long)]
         no_passthrough: bool,
+        /// List directories without the entries' attributes (READDIRPLUS): cheaper for
+        /// walks that only read names (`find`), dearer for those that stat or open what
+        /// they list (`ls -l`, `grep -r`).
+        #[arg(long)]
+        no_readdirplus: bool,
         /// Inodes the daemon keeps before it asks the kernel to drop its caches of
         /// worktrees nobody holds (worktrees in use are never dropped).
         #[arg(long, default_value_t = 150_000)]
@@ -251,6 +256,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             linger,
             no_lease_tracking,
             no_passthrough,
+            no_readdirplus,
             cache_nodes,
         } => cmd_mount(
             &state,
@@ -261,6 +267,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 linger,
                 track_leases: !no_lease_tracking,
                 passthrough: !no_passthrough,
+                readdirplus: !no_readdirplus,
                 cache_nodes,
             },
             cli.global.log_level.as_deref(),
@@ -699,6 +706,7 @@ struct MountTuning {
     linger: u64,
     track_leases: bool,
     passthrough: bool,
+    readdirplus: bool,
     cache_nodes: usize,
 }
 
@@ -714,6 +722,7 @@ fn cmd_mount(
         linger,
         track_leases,
         passthrough,
+        readdirplus,
         cache_nodes,
     } = tuning;
     if foreground {
@@ -724,6 +733,7 @@ fn cmd_mount(
             linger,
             track_leases,
             passthrough,
+            readdirplus,
             cache_nodes,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
@@ -748,6 +758,7 @@ fn cmd_mount(
         linger,
         track_leases,
         passthrough,
+        readdirplus,
         cache_nodes,
     };
     daemon::prepare(&req)?;
