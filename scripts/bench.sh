@@ -163,6 +163,14 @@ for i in $(seq 1 "$RUNS"); do
   time_cmd "$RUN_DIR/status-git" git -C "$CHECKOUTS/wt-$i" status --porcelain
 done
 
+# A metadata walk of a fresh worktree: `ls -lR` in a view nobody has listed or stat'ed
+# (git status above answered from the index and the fsmonitor) against the checkout just
+# made. This is where READDIRPLUS counts: each listing brings its entries' attributes.
+for i in $(seq 1 "$RUNS"); do
+  time_cmd "$RUN_DIR/lslr-fresh-wtfs" sh -c "cd '$MNT/bench/bench-$i' && ls -lR"
+  time_cmd "$RUN_DIR/lslr-fresh-git" sh -c "cd '$CHECKOUTS/wt-$i' && ls -lR"
+done
+
 # Cold caches: the kernel's page, dentry and inode caches dropped before each side (the
 # daemon keeps its own memory). Needs root.
 cold=0
@@ -204,6 +212,20 @@ for i in $(seq 1 "$RUNS"); do
   time_cmd "$RUN_DIR/read-tracked" read_all
   remount --no-lease-tracking
   time_cmd "$RUN_DIR/read-untracked" read_all
+done
+# What READDIRPLUS does to a first walk: after a remount the kernel knows nothing of the
+# view; `find` (names only) and `ls -lR` (names and attributes) with listings that bring
+# their entries' attributes and without (--no-readdirplus), alternating.
+first_walk() { (cd "$MNT/bench/bench-1" && $1 > /dev/null); }
+for i in $(seq 1 "$RUNS"); do
+  remount
+  time_cmd "$RUN_DIR/find-plus" first_walk "find . -type f"
+  remount --no-readdirplus
+  time_cmd "$RUN_DIR/find-noplus" first_walk "find . -type f"
+  remount
+  time_cmd "$RUN_DIR/lslr-plus" first_walk "ls -lR"
+  remount --no-readdirplus
+  time_cmd "$RUN_DIR/lslr-noplus" first_walk "ls -lR"
 done
 remount
 
@@ -388,7 +410,10 @@ row "create a worktree" "$RUN_DIR/create-wtfs" "$RUN_DIR/create-git"
 printf '%-34s %10s ms\n' "create, first at a commit" "$(median "$RUN_DIR/create-first")"
 row "git status, fresh (first run)" "$RUN_DIR/status-wtfs-first" "$RUN_DIR/status-git-first"
 row "git status, fresh (warm)" "$RUN_DIR/status-wtfs" "$RUN_DIR/status-git"
+row "ls -lR, fresh" "$RUN_DIR/lslr-fresh-wtfs" "$RUN_DIR/lslr-fresh-git"
 row "read $(wc -l < "$RUN_DIR/readlist") files, leases on vs off" "$RUN_DIR/read-tracked" "$RUN_DIR/read-untracked"
+row "first find, readdirplus on vs off" "$RUN_DIR/find-plus" "$RUN_DIR/find-noplus"
+row "first ls -lR, readdirplus on vs off" "$RUN_DIR/lslr-plus" "$RUN_DIR/lslr-noplus"
 [ -s "$RUN_DIR/remove-wtfs" ] && row "remove a clean worktree" "$RUN_DIR/remove-wtfs" "$RUN_DIR/remove-git"
 if [ "$cold" = 1 ]; then
   row "git status, kernel caches dropped" "$RUN_DIR/status-wtfs-cold" "$RUN_DIR/status-git-cold"
@@ -421,6 +446,7 @@ frow "metadata walk: find -type f" find
 # daemon, the second re-reads each directory's attributes, later ones are cached).
 echo "  find, each walk in order (ms): worktreefs $(paste -sd' ' "$RUN_DIR/find-wtfs"); checkout $(paste -sd' ' "$RUN_DIR/find-checkout")"
 frow "metadata walk: ls -lR" lslr
+echo "  ls -lR, each walk in order (ms): worktreefs $(paste -sd' ' "$RUN_DIR/lslr-wtfs"); checkout $(paste -sd' ' "$RUN_DIR/lslr-checkout")"
 frow "write 10,000 small files" write10k
 frow "sequential write, $SEQ_MB MiB" seqwrite
 frow "sequential read, $SEQ_MB MiB, warm" seqread
