@@ -566,6 +566,11 @@ fn exists(p: &Path) -> bool {
     lstat(p).is_ok()
 }
 
+/// The inode a generated `.control` entry is given (unless taken: see `assign_ino`).
+fn control_ino(dir: ControlDir, name: &OsStr) -> u64 {
+    DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(name.as_bytes()) as u64 | ((dir as u64) << 32)
+}
+
 fn whiteout_name(name: &OsStr) -> OsString {
     let mut s = OsString::from(WHITEOUT_PREFIX);
     s.push(name);
@@ -1254,11 +1259,7 @@ impl View {
                     let natural = ino::path_ino(wt.id, b".git");
                     let mut t = self.nodes.write();
                     let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));
-                    let attr = self.node_attr(&t, ino)?;
-                    return Ok(Entry {
-                        attr,
-                        ttl: self.ttl_of(&t, ino),
-                    });
+                    return self.counted_entry(t, ino);
                 }
                 if name.as_bytes().starts_with(RESERVED_PREFIX) {
                     return Err(FsError::not_found(name.to_string_lossy()));
@@ -1295,11 +1296,7 @@ impl View {
                         is_root: false,
                     },
                 );
-                let attr = self.node_attr(&t, ino)?;
-                Ok(Entry {
-                    attr,
-                    ttl: self.ttl_of(&t, ino),
-                })
+                self.counted_entry(t, ino)
             }
             NodeKind::ControlFile(..) | NodeKind::GitFile(_) => {
                 Err(FsError::new(libc::ENOTDIR, "not a directory"))
@@ -1389,11 +1386,7 @@ impl View {
                 is_root: true,
             },
         );
-        let attr = self.node_attr(&t, ino)?;
-        Ok(Entry {
-            attr,
-            ttl: self.ttl_of(&t, ino),
-        })
+        self.counted_entry(t, ino)
     }
 
     fn lookup_control(
@@ -1411,31 +1404,56 @@ impl View {
                 .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))?;
             return Err(FsError::expected(libc::ENOENT, "catalog refreshed"));
         }
+        // A generated file named in a listing is sent with size 0 instead of having its
+        // content generated for each entry (a listing of N leases would generate N
+        // times): its TTL is 0, so the kernel asks GETATTR, which generates it, before it
+        // uses the attributes for anything.
+        let listed_file = |ino: u64| self.memory_attr(ino, 0, SystemTime::now(), 0, 0);
         if dir == ControlDir::Top {
-            let ino = self
-                .nodes
-                .read()
+            // Fixed nodes: their lookup counts are never used up.
+            let t = self.nodes.read();
+            let ino = t
                 .child(parent, name)
                 .ok_or_else(|| FsError::not_found(format!(".control/{name_s}")))?;
-            let t = self.nodes.read();
+            let attr = match t.nodes.get(&ino).map(|n| &n.kind) {
+                Some(NodeKind::ControlFile(..)) if listed => listed_file(ino),
+                _ => self.node_attr(&t, ino)?,
+            };
             return Ok(Entry {
-                attr: self.node_attr(&t, ino)?,
+                attr,
                 ttl: self.ttl_of(&t, ino),
             });
         }
         if !listed && dir != ControlDir::FsMonitor && !self.control_names(dir)?.contains(&name_s) {
             return Err(FsError::not_found(format!(".control entry {name_s}")));
         }
-        let natural = DYNAMIC_INO_BIT
-            | (1 << 61)
-            | ino::fnv1a32(name.as_bytes()) as u64
-            | ((dir as u64) << 32);
+        let natural = control_ino(dir, name);
         let mut t = self.nodes.write();
         let ino = t.insert_child(parent, name, natural, NodeKind::ControlFile(dir, name_s));
-        Ok(Entry {
-            attr: self.node_attr(&t, ino)?,
-            ttl: CONTROL_TTL,
-        })
+        if listed {
+            return Ok(Entry {
+                attr: listed_file(ino),
+                ttl: CONTROL_TTL,
+            });
+        }
+        self.counted_entry(t, ino)
+    }
+
+    /// The entry of `ino`, whose lookup count was just raised under the write lock `t`:
+    /// its attributes and TTL, or, when its attributes cannot be had, the error with the
+    /// count given back (the kernel, answered with the error, never learns of the node).
+    fn counted_entry(&self, t: RwLockWriteGuard<'_, NodeTable>, ino: u64) -> FsResult<Entry> {
+        match self.node_attr(&t, ino) {
+            Ok(attr) => Ok(Entry {
+                attr,
+                ttl: self.ttl_of(&t, ino),
+            }),
+            Err(e) => {
+                drop(t);
+                self.forget(ino, 1);
+                Err(e)
+            }
+        }
     }
 
     pub fn forget(&self, ino: u64, nlookup: u64) {
@@ -1734,10 +1752,15 @@ impl View {
             }
             NodeKind::ControlDir(dir) => {
                 let names = self.control_names(dir)?;
+                let t = self.nodes.read();
                 Ok(names
                     .into_iter()
                     .map(|n| DirEntry {
-                        ino: DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(n.as_bytes()) as u64,
+                        // The inode stat gives: fixed under `.control` itself.
+                        ino: t
+                            .child(ino, OsStr::new(&n))
+                            .filter(|_| dir == ControlDir::Top)
+                            .unwrap_or_else(|| control_ino(dir, OsStr::new(&n))),
                         kind: if dir == ControlDir::Top && !matches!(n.as_str(), "status" | "stats")
                         {
                             FType::Dir
@@ -2527,11 +2550,7 @@ impl View {
                 is_root: false,
             },
         );
-        let attr = self.node_attr(&t, ino)?;
-        Ok(Entry {
-            attr,
-            ttl: self.ttl_of(&t, ino),
-        })
+        self.counted_entry(t, ino)
     }
 
     /// Prepares `(parent, name)` for a new upper entry: the name must be free in the view
@@ -3131,11 +3150,7 @@ impl View {
         if let Some(node) = t.nodes.get(&ino) {
             node.lookups.fetch_add(1, Ordering::Relaxed);
         }
-        let attr = self.node_attr(&t, ino)?;
-        Ok(Entry {
-            attr,
-            ttl: self.ttl_of(&t, ino),
-        })
+        self.counted_entry(t, ino)
     }
 
     pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Entry> {

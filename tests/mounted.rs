@@ -4,6 +4,7 @@ mod common;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirEntryExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
@@ -599,6 +600,22 @@ fn a_repository_added_while_mounted_appears_at_once() {
     assert!(fs::read_to_string(m.mountpoint.join(".control/status"))
         .unwrap()
         .contains("other"));
+    // `ls -l` sizes are real: a listing sends the generated files' entries without their
+    // content, and stat after it still gives each one's length.
+    for dir in ["leases", "worktrees"] {
+        let dir = m.mountpoint.join(".control").join(dir);
+        for e in fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let size = fs::symlink_metadata(&path).unwrap().len();
+            assert!(size > 0, "{}", path.display());
+            assert_eq!(
+                size,
+                fs::read(&path).unwrap().len() as u64,
+                "{}",
+                path.display()
+            );
+        }
+    }
 }
 
 #[test]
@@ -1086,8 +1103,12 @@ fn a_listing_brings_each_entrys_attributes_exactly_as_the_index_recorded() {
     let m = env.mount();
     let wt = m.wt("repo", "plus");
     let mut index = index_stat_data(&wt);
+    // Walked through an open descriptor of the worktree, so no path walk passes the
+    // repository's directory (whose entry lives 1 s) and looks it up again.
+    let top = fs::File::open(&wt).unwrap();
+    let at = Path::new("/proc/self/fd").join(top.as_raw_fd().to_string());
     let before = lookups(&m);
-    let seen = walk_stat_data(&wt);
+    let seen = walk_stat_data(&at);
     let looked_up = lookups(&m) - before;
     // A submodule's entry is a directory in the view (as in a checkout).
     index.retain(|path, _| !fs::symlink_metadata(wt.join(path)).unwrap().is_dir());
@@ -1096,9 +1117,9 @@ fn a_listing_brings_each_entrys_attributes_exactly_as_the_index_recorded() {
         "stat data after a listing differs from the index's"
     );
     // The listings came with the entries' attributes (READDIRPLUS): no name of the view
-    // was looked up. (Reading `.control/stats` looks up `stats`, and `.control` once its
-    // second has passed: two at most, against one per entry without READDIRPLUS.)
-    assert!(looked_up <= 2, "the walk looked {looked_up} names up");
+    // was looked up. (Reading `.control/stats` looks up `.control` and `stats`, whose
+    // entries live 0 s: those two, against one per entry without READDIRPLUS.)
+    assert_eq!(looked_up, 2, "the walk looked names up");
     // The kernel holds every entry it was given: each is still known to the daemon.
     assert_eq!(
         fs::read_to_string(wt.join("src/lib/util.rs")).unwrap(),
@@ -1146,31 +1167,37 @@ fn a_listing_longer_than_one_reply_leaves_no_inode_behind() {
         .unwrap();
     }
     let nodes = || m.stats()["nodes"].as_u64().unwrap();
-    // The kernel forgets every inode nobody uses; the daemon's count then stops moving
-    // (forgets arrive in the background).
+    // The kernel forgets every inode nobody uses (this needs root); the daemon's count
+    // then stops moving (forgets arrive in the background): the same three times in a row.
     let settled = || {
-        let _ = fs::write("/proc/sys/vm/drop_caches", "2");
-        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let mut last = nodes();
+        fs::write("/proc/sys/vm/drop_caches", "2").expect("dropping the kernel's caches");
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut seen = vec![nodes()];
         loop {
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            let now = nodes();
-            if now == last || std::time::Instant::now() > end {
-                return now;
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            seen.push(nodes());
+            let n = seen.len();
+            if n >= 3 && seen[n - 3..].iter().all(|&c| c == seen[n - 1]) {
+                return seen[n - 1];
             }
-            last = now;
+            assert!(std::time::Instant::now() < end, "never settled: {seen:?}");
         }
     };
     let before = settled();
-    for _ in 0..3 {
-        // 1,500 entries take several replies; a READDIRPLUS reply ends with an entry
-        // that did not fit, whose lookup the daemon must give back.
-        assert_eq!(names(&dir).len(), 1500);
+    // 1,500 entries take several replies. Each entry is stat'ed as the listing goes, as
+    // `ls -l` would, so every reply after the first carries attributes too (the kernel
+    // turns READDIRPLUS back on for a directory whose names were looked at); each such
+    // reply ends with an entry that did not fit, whose lookup the daemon gives back.
+    let mut listed = 0;
+    for e in fs::read_dir(&dir).unwrap() {
+        fs::symlink_metadata(e.unwrap().path()).unwrap();
+        listed += 1;
     }
+    assert_eq!(listed, 1500);
     assert_eq!(
         settled(),
         before,
-        "listings left inodes behind that the kernel does not hold"
+        "a listing left inodes behind that the kernel does not hold"
     );
     assert!(!m.log().contains("is not known"), "{}", m.log());
 }

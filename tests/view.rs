@@ -308,6 +308,42 @@ fn a_handle_opened_on_the_base_reads_the_copy_up_after_it() {
     c.view.release(reader);
 }
 
+/// A lookup raises the node's count before it reads the entry's attributes; when those
+/// cannot be read, the kernel gets the error and never learns of the node, so the count
+/// must be given back (or the node stays for good: with READDIRPLUS every listed name is
+/// looked up this way).
+#[test]
+fn a_lookup_whose_attributes_fail_leaves_no_node_behind() {
+    let c = core();
+    let repo = c._env.repo.path();
+    let oid = git(&repo, &["rev-parse", "HEAD:README.md"]);
+    let oid = oid.trim();
+    let object = repo.join(".git/objects").join(&oid[..2]).join(&oid[2..]);
+    assert!(
+        object.exists(),
+        "the fixture's blob {oid} is not a loose object"
+    );
+    // The blob's size is then read from the object database, which no longer has it.
+    let state = StateDir::open(&c._env.state()).unwrap();
+    fs::remove_dir_all(state.index_cache()).unwrap();
+    fs::remove_file(&object).unwrap();
+    let before = c.view.node_count();
+    for listed in [false, true] {
+        let name = OsStr::new("README.md");
+        let r = if listed {
+            c.view.lookup_listed(c.root, name)
+        } else {
+            c.view.lookup(c.root, name)
+        };
+        assert_eq!(
+            r.err().map(|e| e.errno),
+            Some(libc::EIO),
+            "listed: {listed}"
+        );
+        assert_eq!(c.view.node_count(), before, "listed: {listed}");
+    }
+}
+
 /// A creation copies its commit's cached index and finishes the checksum from a saved hash
 /// state. Every worktree's index must still carry the right checksum and read back whole,
 /// whether the cached index was built by that creation, reused, or reused with its saved
