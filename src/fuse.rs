@@ -21,7 +21,7 @@ use fuser::{
 
 use crate::error::FsError;
 use crate::holders::Tracker;
-use crate::view::{Attr, Caller, FType, SetAttr, View};
+use crate::view::{Attr, Caller, DirEntry, FType, SetAttr, View};
 
 pub struct WorktreeFs {
     pub view: Arc<View>,
@@ -109,6 +109,21 @@ impl WorktreeFs {
             want_readdirplus: readdirplus,
             passthrough: false.into(),
             backings: Mutex::new(Backings::default()),
+        }
+    }
+
+    /// A listing's entries from `offset` on: from the handle opendir made, or from the
+    /// directory itself when the kernel does without opendir (handle 0).
+    fn entries_from(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+    ) -> Result<Vec<(u64, DirEntry)>, FsError> {
+        if fh.0 == 0 {
+            self.view.readdir_ino(ino.0, offset)
+        } else {
+            self.view.readdir(fh.0, offset)
         }
     }
 
@@ -706,11 +721,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("readdir", req, ino.0);
         enter_or_reply!(self, req, ino, true, reply);
-        let entries = if fh.0 == 0 {
-            self.view.readdir_ino(ino.0, offset)
-        } else {
-            self.view.readdir(fh.0, offset)
-        };
+        let entries = self.entries_from(ino, fh, offset);
         match entries {
             Ok(entries) => {
                 for (next, e) in entries {
@@ -734,11 +745,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("readdirplus", req, ino.0);
         enter_or_reply!(self, req, ino, true, reply);
-        let entries = if fh.0 == 0 {
-            self.view.readdir_ino(ino.0, offset)
-        } else {
-            self.view.readdir(fh.0, offset)
-        };
+        let entries = self.entries_from(ino, fh, offset);
         let entries = match entries {
             Ok(entries) => entries,
             Err(e) => return reply.error(errno("readdirplus", e)),
