@@ -217,15 +217,15 @@ done
 # view; `find` (names only) and `ls -lR` (names and attributes) with listings that bring
 # their entries' attributes and without (--no-readdirplus), alternating.
 first_walk() { (cd "$MNT/bench/bench-1" && $1 > /dev/null); }
+walk_plus() { # walk_plus plus|noplus: both first walks after a remount of that kind
+  if [ "$1" = plus ]; then remount; else remount --no-readdirplus; fi
+  time_cmd "$RUN_DIR/find-$1" first_walk "find . -type f"
+  if [ "$1" = plus ]; then remount; else remount --no-readdirplus; fi
+  time_cmd "$RUN_DIR/lslr-$1" first_walk "ls -lR"
+}
 for i in $(seq 1 "$RUNS"); do
-  remount
-  time_cmd "$RUN_DIR/find-plus" first_walk "find . -type f"
-  remount --no-readdirplus
-  time_cmd "$RUN_DIR/find-noplus" first_walk "find . -type f"
-  remount
-  time_cmd "$RUN_DIR/lslr-plus" first_walk "ls -lR"
-  remount --no-readdirplus
-  time_cmd "$RUN_DIR/lslr-noplus" first_walk "ls -lR"
+  # Which side goes first alternates from run to run.
+  if [ $((i % 2)) = 1 ]; then walk_plus plus; walk_plus noplus; else walk_plus noplus; walk_plus plus; fi
 done
 remount
 

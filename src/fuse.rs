@@ -750,7 +750,7 @@ impl Filesystem for WorktreeFs {
             Ok(entries) => entries,
             Err(e) => return reply.error(errno("readdirplus", e)),
         };
-        for (next, e) in entries {
+        for (sent, (next, e)) in entries.into_iter().enumerate() {
             let full = if e.name == "." || e.name == ".." {
                 // The kernel links neither: it reads only the inode number and type.
                 let attr = bare_attr(e.ino, kind(e.kind));
@@ -781,10 +781,29 @@ impl Filesystem for WorktreeFs {
                         }
                         full
                     }
+                    Err(err) if !matches!(err.errno, libc::ENOENT | libc::ESTALE | libc::EBUSY) => {
+                        // Its attributes cannot be read. Sent without them, the name
+                        // would be dropped from `readdir` (inode 0, see below) without a
+                        // word: the reply ends before it instead, and the next request
+                        // lists it as a plain READDIR (unless names here were looked at
+                        // in between: then it fails with the error, for the caller to see).
+                        if sent == 0 {
+                            return reply.error(errno("readdirplus", err));
+                        }
+                        tracing::debug!(
+                            op = "readdirplus",
+                            errno = err.errno,
+                            "reply ends before {:?}: {}",
+                            e.name,
+                            err.message
+                        );
+                        true
+                    }
                     Err(err) => {
-                        // Listed a moment ago but not found now (removed meanwhile, or
-                        // a worktree being deleted): sent with inode 0, which the kernel
-                        // passes on without linking.
+                        // Listed a moment ago but gone now (removed meanwhile, or a
+                        // worktree being deleted, which cannot be entered): sent with
+                        // inode 0, which the kernel passes on without linking (and
+                        // glibc before 2.37 leaves out).
                         tracing::debug!(
                             op = "readdirplus",
                             errno = err.errno,

@@ -1201,3 +1201,30 @@ fn a_listing_longer_than_one_reply_leaves_no_inode_behind() {
     );
     assert!(!m.log().contains("is not known"), "{}", m.log());
 }
+
+#[test]
+fn a_file_whose_attributes_cannot_be_read_is_listed_and_its_stat_fails() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/broken"]);
+    // README.md's blob is gone from the object database, and no cached index tells its
+    // size: its attributes cannot be had.
+    let repo = env.repo.path();
+    let oid = git(&repo, &["rev-parse", "HEAD:README.md"]);
+    let oid = oid.trim();
+    let object = repo.join(".git/objects").join(&oid[..2]).join(&oid[2..]);
+    fs::remove_file(&object).expect("the fixture's blob is a loose object");
+    fs::remove_dir_all(env.state().join("index-cache")).unwrap();
+    let m = env.mount();
+    let wt = m.wt("repo", "broken");
+    // Listed as without READDIRPLUS (a walk must not skip it without a word), and its
+    // stat gives the error.
+    let listed = names(&wt);
+    assert!(listed.contains(&"README.md".to_string()), "{listed:?}");
+    assert!(listed.contains(&"build.sh".to_string()), "{listed:?}");
+    let err = fs::symlink_metadata(wt.join("README.md")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    assert_eq!(
+        fs::read_to_string(wt.join("src/lib/util.rs")).unwrap(),
+        "pub fn one() -> u32 { 1 }\n"
+    );
+}
