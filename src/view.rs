@@ -1210,7 +1210,8 @@ impl View {
     /// A lookup the kernel did not ask for: of an entry of a listing just made, sent with
     /// its attributes (READDIRPLUS), which the kernel links and later forgets like a
     /// looked-up name. Counted as a lookup of the node, not in the LOOKUP statistics; a
-    /// `.control` name is not checked against its directory again (the listing was).
+    /// `.control` name is not checked against its directory again (the listing was), and
+    /// a generated file's size is left 0 (see `lookup_control`).
     pub fn lookup_listed(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
         self.lookup_in(parent, name, true)
     }
@@ -1406,8 +1407,8 @@ impl View {
         }
         // A generated file named in a listing is sent with size 0 instead of having its
         // content generated for each entry (a listing of N leases would generate N
-        // times): its TTL is 0, so the kernel asks GETATTR, which generates it, before it
-        // uses the attributes for anything.
+        // times): its TTL is 0, so the kernel asks again (LOOKUP by path, GETATTR on an
+        // open file; both generate it) before it uses the attributes for anything.
         let listed_file = |ino: u64| self.memory_attr(ino, 0, SystemTime::now(), 0, 0);
         if dir == ControlDir::Top {
             // Fixed nodes: their lookup counts are never used up.
