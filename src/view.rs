@@ -1150,16 +1150,19 @@ impl View {
     }
 
     /// What the name `name` in worktree directory `dir` is, from the layers on disk.
+    /// `dir_upper` gives the directory's upper path, asked only when the directory is in
+    /// the upper layer (most lookups are in base-only directories).
     fn resolve_child(
         &self,
         wt: &WtCtx,
         dir_ov: &Overlay,
-        dir_upper: &Path,
+        dir_upper: impl FnOnce() -> FsResult<PathBuf>,
         name: &OsStr,
     ) -> FsResult<Option<Overlay>> {
         let base_listing = self.base_tree_of(wt, dir_ov)?;
         let base_entry = base_listing.as_ref().and_then(|l| l.get(name)).cloned();
         if dir_ov.in_upper {
+            let dir_upper = dir_upper()?;
             let up = dir_upper.join(name);
             match lstat(&up) {
                 Ok(m) => {
@@ -1265,12 +1268,9 @@ impl View {
                 if name.as_bytes().starts_with(RESERVED_PREFIX) {
                     return Err(FsError::not_found(name.to_string_lossy()));
                 }
-                let dir_upper = {
-                    let t = self.nodes.read();
-                    self.upper_path(&t, parent)?
-                };
+                let dir_upper = || self.upper_path(&self.nodes.read(), parent);
                 let child = self
-                    .resolve_child(&wt, &ov, &dir_upper, name)?
+                    .resolve_child(&wt, &ov, dir_upper, name)?
                     .ok_or_else(|| {
                         let mut e =
                             FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()));
@@ -1758,9 +1758,9 @@ impl View {
                     .into_iter()
                     .map(|n| DirEntry {
                         // The inode stat gives: fixed under `.control` itself.
-                        ino: t
-                            .child(ino, OsStr::new(&n))
-                            .filter(|_| dir == ControlDir::Top)
+                        ino: (dir == ControlDir::Top)
+                            .then(|| t.child(ino, OsStr::new(&n)))
+                            .flatten()
                             .unwrap_or_else(|| control_ino(dir, OsStr::new(&n))),
                         kind: if dir == ControlDir::Top && !matches!(n.as_str(), "status" | "stats")
                         {
@@ -2506,10 +2506,10 @@ impl View {
                 "the worktree's .git file is managed by worktreefs",
             ));
         }
-        let dir_upper = self.upper_path(&t, parent)?;
         drop(t);
+        let dir_upper = || self.upper_path(&self.nodes.read(), parent);
         Ok(self
-            .resolve_child(&wt, &ov, &dir_upper, name)?
+            .resolve_child(&wt, &ov, dir_upper, name)?
             .map(|o| (None, o)))
     }
 
