@@ -28,10 +28,10 @@ use git2::{ObjectType, Oid, Repository, Tree};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use crate::gitlayer::{MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
+use crate::layout::{OPAQUE_MARKER, RESERVED_PREFIX, WHITEOUT_PREFIX};
 use crate::lease::State;
 use crate::state::StateDir;
 use crate::store::{BeginError, RepoRow, Store, WorktreeRow};
-use crate::view::{OPAQUE_MARKER, RESERVED_PREFIX, WHITEOUT_PREFIX};
 
 /// The text of the `locked` file of every admin entry worktreefs writes starts so.
 pub const ADMIN_MARKER: &str = "managed by worktreefs";

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use fuser::{Config, MountOption, Session, SessionACL};
 
-use crate::fuse::WorktreeFs;
+use crate::fs::adapter::WorktreeFs;
+use crate::fs::View;
 use crate::state::StateDir;
 use crate::store::Store;
-use crate::view::View;
 use crate::worktree::{self, META_MOUNTPOINT};
 
 pub const READY_FD_ENV: &str = "WORKTREEFS_READY_FD";
@@ -280,16 +280,16 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // lookup, mkdir or rmdir in it, and invalidating an entry of that directory takes the
     // same lock (a deadlock if done in the request's thread).
     let notifier = session.notifier();
-    let (inval_tx, inval_rx) = std::sync::mpsc::channel::<crate::view::Inval>();
+    let (inval_tx, inval_rx) = std::sync::mpsc::channel::<crate::fs::Inval>();
     let _ = std::thread::Builder::new()
         .name("invalidate".into())
         .spawn(move || {
             for what in inval_rx {
                 let result = match &what {
-                    crate::view::Inval::Inode(ino) => {
+                    crate::fs::Inval::Inode(ino) => {
                         notifier.inval_inode(fuser::INodeNo(*ino), 0, 0)
                     }
-                    crate::view::Inval::Entry(parent, name) => {
+                    crate::fs::Inval::Entry(parent, name) => {
                         notifier.inval_entry(fuser::INodeNo(*parent), name)
                     }
                 };
@@ -500,8 +500,8 @@ pub fn poke(state: &StateDir) {
     if let Some(h) = running_daemon(state) {
         let _ = fs::symlink_metadata(
             h.mountpoint
-                .join(crate::view::CONTROL_NAME)
-                .join(crate::view::REFRESH_NAME),
+                .join(crate::fs::CONTROL_NAME)
+                .join(crate::fs::REFRESH_NAME),
         );
     }
 }

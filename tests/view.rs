@@ -10,9 +10,9 @@ use std::fs;
 use std::path::Path;
 
 use common::*;
+use worktreefs::fs::{Caller, FType, View, ROOT_INO};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
-use worktreefs::view::{Caller, FType, View, ROOT_INO};
 
 const ME: Caller = Caller {
     uid: 0,

@@ -19,9 +19,9 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::error::FsError;
+use super::error::FsError;
+use super::{Attr, Caller, DirEntry, FType, SetAttr, View};
 use crate::holders::Tracker;
-use crate::view::{Attr, Caller, DirEntry, FType, SetAttr, View};
 
 pub struct WorktreeFs {
     pub view: Arc<View>,

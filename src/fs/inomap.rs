@@ -41,8 +41,17 @@ impl<V> InoMap<V> {
         self.index.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn get_or_insert_with(&mut self, ino: u64, make: impl FnOnce() -> V) -> &mut V {
+        if !self.index.contains_key(&ino) {
+            self.insert(ino, make());
+        }
+        self.get_mut(&ino).expect("just inserted")
     }
 
     pub fn contains_key(&self, ino: &u64) -> bool {
@@ -81,13 +90,6 @@ impl<V> InoMap<V> {
         };
         self.index.insert(ino, slot);
         None
-    }
-
-    pub fn get_or_insert_with(&mut self, ino: u64, make: impl FnOnce() -> V) -> &mut V {
-        if !self.index.contains_key(&ino) {
-            self.insert(ino, make());
-        }
-        self.get_mut(&ino).expect("just inserted")
     }
 
     pub fn remove(&mut self, ino: &u64) -> Option<V> {
@@ -215,10 +217,12 @@ impl ChildIndex {
         None
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.hashed.len() + self.colliding.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

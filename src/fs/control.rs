@@ -1,0 +1,208 @@
+//! The `.control` tree: generated files that show leases, worktrees, the retained store
+//! and the daemon's counters, and the directory git's fsmonitor hook reads.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use crate::ino;
+
+use super::error::{FsError, FsResult};
+use super::nodes::{NodeKind, DYNAMIC_INO_BIT};
+use super::types::Entry;
+use super::view::{View, CONTROL_TTL};
+
+pub(super) const CONTROL_INO: u64 = 2;
+pub(super) const CTRL_LEASES_INO: u64 = 3;
+pub(super) const CTRL_WORKTREES_INO: u64 = 4;
+pub(super) const CTRL_RETAINED_INO: u64 = 5;
+pub(super) const CTRL_STATUS_INO: u64 = 6;
+pub(super) const CTRL_STATS_INO: u64 = 7;
+pub(super) const CTRL_FSMONITOR_INO: u64 = 8;
+pub const CONTROL_NAME: &str = ".control";
+/// Looking up `.control/refresh` makes the daemon re-read the store at once.
+pub const REFRESH_NAME: &str = "refresh";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ControlDir {
+    Top,
+    Leases,
+    Worktrees,
+    Retained,
+    /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see fsmonitor.rs).
+    FsMonitor,
+}
+
+/// The inode a generated `.control` entry is given (unless taken: see `assign_ino`).
+pub(super) fn control_ino(dir: ControlDir, name: &OsStr) -> u64 {
+    DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(name.as_bytes()) as u64 | ((dir as u64) << 32)
+}
+
+impl View {
+    pub(super) fn control_names(&self, dir: ControlDir) -> FsResult<Vec<String>> {
+        match dir {
+            ControlDir::Top => Ok(vec![
+                "leases".into(),
+                "worktrees".into(),
+                "retained".into(),
+                "status".into(),
+                "stats".into(),
+                crate::fsmonitor::CONTROL_DIR.into(),
+            ]),
+            ControlDir::Worktrees => {
+                self.refresh()?;
+                let cat = self.catalog.read();
+                let mut names: Vec<String> = cat
+                    .worktrees
+                    .values()
+                    .map(|w| format!("{}:{}", w.repo, w.name))
+                    .collect();
+                names.sort();
+                Ok(names)
+            }
+            ControlDir::Leases => Ok(self
+                .store
+                .lock()
+                .leases()
+                .map_err(|e| FsError::store("reading leases", e))?
+                .iter()
+                .map(|l| l.entry_name())
+                .collect()),
+            ControlDir::Retained => Ok(self
+                .store
+                .lock()
+                .retained()
+                .map_err(|e| FsError::store("reading the retained store", e))?
+                .iter()
+                .map(|r| r.entry_name())
+                .collect()),
+            // Entries exist for any name asked (the name carries the query).
+            ControlDir::FsMonitor => Ok(Vec::new()),
+        }
+    }
+
+    pub(super) fn control_content(&self, dir: ControlDir, name: &str) -> FsResult<Vec<u8>> {
+        let store_err = |e: rusqlite::Error| FsError::store("reading .control", e);
+        match (dir, name) {
+            // Answered at open (a query has effects); nothing to show before.
+            (ControlDir::FsMonitor, _) => Ok(Vec::new()),
+            (ControlDir::Top, "status") => {
+                let store = self.store.lock();
+                let rows = store.worktrees().map_err(store_err)?;
+                let leases = store.leases().map_err(store_err)?;
+                Ok(crate::report::status_table(&rows, &leases).into_bytes())
+            }
+            (ControlDir::Top, "stats") => {
+                let v = serde_json::json!({
+                    "content_reads": self.stats.content_reads.load(Ordering::Relaxed),
+                    "blob_fills": self.blob_fills(),
+                    "copy_ups": self.stats.copy_ups.load(Ordering::Relaxed),
+                    "content_paths": *self.stats.content_paths.lock(),
+                    "lookups": self.stats.lookups.load(Ordering::Relaxed),
+                    "getattrs": self.stats.getattrs.load(Ordering::Relaxed),
+                    "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
+                    "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
+                    "passthrough_opens": self.stats.passthrough_opens.load(Ordering::Relaxed),
+                    "xattr_requests": self.stats.xattr_requests.load(Ordering::Relaxed),
+                    "nodes": self.node_count(),
+                });
+                Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Leases, entry) => {
+                let lease = self
+                    .store
+                    .lock()
+                    .leases()
+                    .map_err(store_err)?
+                    .into_iter()
+                    .find(|l| l.entry_name() == entry)
+                    .ok_or_else(|| FsError::not_found(format!(".control/leases/{entry}")))?;
+                let v = serde_json::to_value(&lease)
+                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
+                Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Retained, entry) => {
+                let row = self
+                    .store
+                    .lock()
+                    .retained()
+                    .map_err(store_err)?
+                    .into_iter()
+                    .find(|r| r.entry_name() == entry)
+                    .ok_or_else(|| FsError::not_found(format!(".control/retained/{entry}")))?;
+                let v = serde_json::to_value(&row)
+                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
+                Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Worktrees, entry) => {
+                let (repo, wt) = entry
+                    .split_once(':')
+                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let row = self
+                    .store
+                    .lock()
+                    .worktree(repo, wt)
+                    .map_err(store_err)?
+                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let mut v = serde_json::to_value(&row)
+                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
+                v["path"] = serde_json::Value::String(
+                    self.mountpoint.join(repo).join(wt).display().to_string(),
+                );
+                Ok(format!("{v}\n").into_bytes())
+            }
+            _ => Err(FsError::not_found(format!(".control entry {name}"))),
+        }
+    }
+
+    pub(super) fn lookup_control(
+        &self,
+        parent: u64,
+        dir: ControlDir,
+        name: &OsStr,
+        listed: bool,
+    ) -> FsResult<Entry> {
+        let name_s = name.to_string_lossy().into_owned();
+        if dir == ControlDir::Top && name == REFRESH_NAME {
+            // The CLI asks this after changing repositories or worktrees, so listings the
+            // kernel cached are dropped before the command returns.
+            self.refresh_catalog(true)
+                .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))?;
+            return Err(FsError::expected(libc::ENOENT, "catalog refreshed"));
+        }
+        // A generated file named in a listing is sent with size 0 instead of having its
+        // content generated for each entry (a listing of N leases would generate N
+        // times): its TTL is 0, so the kernel asks again (LOOKUP by path, GETATTR on an
+        // open file; both generate it) before it uses the attributes for anything.
+        let listed_file = |ino: u64| self.memory_attr(ino, 0, SystemTime::now(), 0, 0);
+        if dir == ControlDir::Top {
+            // Fixed nodes: their lookup counts are never used up.
+            let t = self.nodes.read();
+            let ino = t
+                .child(parent, name)
+                .ok_or_else(|| FsError::not_found(format!(".control/{name_s}")))?;
+            let attr = match t.nodes.get(&ino).map(|n| &n.kind) {
+                Some(NodeKind::ControlFile(..)) if listed => listed_file(ino),
+                _ => self.node_attr(&t, ino)?,
+            };
+            return Ok(Entry {
+                attr,
+                ttl: self.ttl_of(&t, ino),
+            });
+        }
+        if !listed && dir != ControlDir::FsMonitor && !self.control_names(dir)?.contains(&name_s) {
+            return Err(FsError::not_found(format!(".control entry {name_s}")));
+        }
+        let natural = control_ino(dir, name);
+        let mut t = self.nodes.write();
+        let ino = t.insert_child(parent, name, natural, NodeKind::ControlFile(dir, name_s));
+        if listed {
+            return Ok(Entry {
+                attr: listed_file(ino),
+                ttl: CONTROL_TTL,
+            });
+        }
+        self.counted_entry(t, ino)
+    }
+}

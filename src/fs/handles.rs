@@ -1,0 +1,455 @@
+//! Open files: the handle table, open, read, write, fsync and release, and the backing
+//! file an open hands to the kernel for passthrough.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use git2::Oid;
+use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::control::ControlDir;
+use super::error::{FsError, FsResult};
+use super::nodes::NodeKind;
+use super::overlay::WtCtx;
+use super::types::{Backing, DirEntry, FType};
+use super::view::View;
+
+pub(super) const MAX_RECORDED_PATHS: usize = 64;
+
+pub(super) enum HandleKind {
+    File {
+        ino: u64,
+        /// The worktree, and the fsmonitor query epoch in which this handle last recorded
+        /// its path as changed (writable handles only).
+        wt: Option<Arc<WtCtx>>,
+        noted_epoch: AtomicU64,
+        /// The copy-up epoch when this handle last checked its node (base handles only).
+        seen_copy_ups: AtomicU64,
+        /// Whether this handle's first read was recorded in `Stats::content_paths`.
+        read_seen: std::sync::atomic::AtomicBool,
+        /// None for a base file until its first read (`blob` says which one): a warm open
+        /// never reads, the kernel keeps the file's pages.
+        file: RwLock<Option<File>>,
+        /// Opened on the blob cache; reopened on the upper file once the entry is copied up.
+        on_base: std::sync::atomic::AtomicBool,
+        /// The blob a base handle reads.
+        blob: Option<BaseBlob>,
+    },
+    Memory(Vec<u8>),
+    Dir(Vec<DirEntry>),
+}
+
+/// A base file's blob, as a handle opens it at its first read: the worktree whose
+/// repository holds it, and its size, checked at open.
+pub(super) struct BaseBlob {
+    pub(super) wt: Arc<WtCtx>,
+    pub(super) oid: Oid,
+    pub(super) size: u64,
+}
+
+/// A duplicate of `file` when it is opened for reading and writing and with no flag that
+/// changes how I/O on it behaves (append, sync, no-atime, direct). Registered as an inode's
+/// backing file, it names the file the kernel opens for each passthrough open (with that
+/// open's own flags, in the kernels seen here); a plain one is also right for a kernel that
+/// would do I/O on it directly.
+pub(super) fn plain_read_write(file: &File) -> Option<File> {
+    // SAFETY: F_GETFL on a file descriptor this File owns.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    let behaviour =
+        libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_NOATIME | libc::O_DIRECT;
+    if flags < 0 || flags & libc::O_ACCMODE != libc::O_RDWR || flags & behaviour != 0 {
+        return None;
+    }
+    file.try_clone().ok()
+}
+
+/// The file a handle holds: an upper file always, a base file once its first read has
+/// opened the blob (`View::read_file`).
+pub(super) fn opened(file: &RwLock<Option<File>>) -> FsResult<MappedRwLockReadGuard<'_, File>> {
+    RwLockReadGuard::try_map(file.read(), Option::as_ref)
+        .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))
+}
+
+pub(super) fn open_upper(path: &Path, flags: i32) -> FsResult<File> {
+    let acc = flags & libc::O_ACCMODE;
+    OpenOptions::new()
+        .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+        .write(acc == libc::O_WRONLY || acc == libc::O_RDWR)
+        .custom_flags(
+            (flags
+                & (libc::O_APPEND
+                    | libc::O_TRUNC
+                    | libc::O_NOATIME
+                    | libc::O_SYNC
+                    | libc::O_DSYNC))
+                | libc::O_NOFOLLOW,
+        )
+        .open(path)
+        .map_err(|e| FsError::io(format!("open {}", path.display()), e))
+}
+
+impl View {
+    /// A handle on the upper file `file`, or (with `blob`) on a base file, opened at its
+    /// first read.
+    pub(super) fn file_handle(
+        &self,
+        ino: u64,
+        wt: Option<Arc<WtCtx>>,
+        file: Option<File>,
+        blob: Option<BaseBlob>,
+    ) -> u64 {
+        let on_base = blob.is_some();
+        if let Some(w) = &wt {
+            *w.open_writers.lock().entry(ino).or_insert(0) += 1;
+        }
+        self.add_handle(HandleKind::File {
+            ino,
+            wt,
+            noted_epoch: AtomicU64::new(u64::MAX),
+            seen_copy_ups: AtomicU64::new(self.copy_up_epoch.load(Ordering::Acquire)),
+            read_seen: false.into(),
+            file: RwLock::new(file),
+            on_base: on_base.into(),
+            blob,
+        })
+    }
+
+    pub(super) fn add_handle(&self, kind: HandleKind) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, Arc::new(kind));
+        fh
+    }
+
+    pub(super) fn handle(&self, fh: u64) -> FsResult<Arc<HandleKind>> {
+        self.handles
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| FsError::new(libc::EBADF, format!("file handle {fh} is not open")))
+    }
+
+    pub fn release(&self, fh: u64) {
+        let h = self.handles.lock().remove(&fh);
+        if let Some(HandleKind::File {
+            ino, wt: Some(wt), ..
+        }) = h.as_deref()
+        {
+            let last = {
+                let mut w = wt.open_writers.lock();
+                match w.get_mut(ino) {
+                    Some(n) if *n > 1 => {
+                        *n -= 1;
+                        false
+                    }
+                    _ => {
+                        w.remove(ino);
+                        true
+                    }
+                }
+            };
+            if last {
+                // Written behind the daemon's back (passthrough, mmap): recorded at close.
+                self.note_node(*ino);
+            }
+        }
+    }
+
+    /// For an open file handle: its inode and whether it reads the base (the blob cache).
+    pub fn handle_io(&self, fh: u64) -> Option<(u64, bool)> {
+        match &*self.handle(fh).ok()? {
+            HandleKind::File { ino, on_base, .. } => Some((*ino, on_base.load(Ordering::Acquire))),
+            _ => None,
+        }
+    }
+
+    /// The file the kernel may read and write directly for handle `fh` (FUSE passthrough):
+    /// the cached blob, read-only, for a base file; the upper file, read-write, otherwise.
+    /// With it, its identity (device, inode): every passthrough open of one inode must use
+    /// the same backing file. None for generated content.
+    pub fn backing_for(&self, fh: u64) -> FsResult<Option<Backing>> {
+        let h = self.handle(fh)?;
+        let HandleKind::File {
+            ino,
+            file,
+            on_base,
+            read_seen,
+            blob,
+            ..
+        } = &*h
+        else {
+            return Ok(None);
+        };
+        let backing = if on_base.load(Ordering::Acquire) {
+            self.read_file(file, blob.as_ref())?
+                .try_clone()
+                .map_err(|e| FsError::io("dup of a cached blob", e))?
+        } else if let Some(plain) = opened(file).ok().and_then(|f| plain_read_write(&f)) {
+            // The handle's own file (a creation's, say) is what the backing needs: a dup
+            // spares a path walk.
+            plain
+        } else {
+            let path = self.nodes.read().upper_path(*ino)?;
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .map_err(|e| {
+                    FsError::io(format!("opening {} for passthrough", path.display()), e)
+                })?
+        };
+        let m = backing
+            .metadata()
+            .map_err(|e| FsError::io("fstat of a backing file", e))?;
+        self.stats.passthrough_opens.fetch_add(1, Ordering::Relaxed);
+        self.stats.content_reads.fetch_add(1, Ordering::Relaxed);
+        if !read_seen.swap(true, Ordering::Relaxed) {
+            self.record_content_path(*ino);
+        }
+        Ok(Some(Backing {
+            file: backing,
+            key: (m.dev(), m.ino()),
+        }))
+    }
+
+    /// Opens a file. The flag says the content is generated (`.git`, `.control`): the
+    /// kernel must read it directly rather than trust a cached size.
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<(u64, bool)> {
+        let generated = matches!(
+            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
+            Some(NodeKind::ControlFile(..))
+        );
+        self.open_inner(ino, flags).map(|fh| (fh, generated))
+    }
+
+    pub(super) fn open_inner(&self, ino: u64, flags: i32) -> FsResult<u64> {
+        let kind = self
+            .nodes
+            .read()
+            .nodes
+            .get(&ino)
+            .map(|n| n.kind.clone())
+            .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?;
+        let acc = flags & libc::O_ACCMODE;
+        let writing = acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        match kind {
+            NodeKind::GitFile(wt) => {
+                if writing {
+                    return Err(FsError::new(
+                        libc::EACCES,
+                        "the worktree's .git file is managed by worktreefs",
+                    ));
+                }
+                Ok(self.add_handle(HandleKind::Memory(wt.gitfile.clone())))
+            }
+            NodeKind::ControlFile(dir, name) => {
+                if writing {
+                    return Err(FsError::new(libc::EACCES, ".control is read-only"));
+                }
+                let content = if dir == ControlDir::FsMonitor {
+                    self.fsmonitor_query(&name)?
+                } else {
+                    self.control_content(dir, &name)?
+                };
+                Ok(self.add_handle(HandleKind::Memory(content)))
+            }
+            NodeKind::Wt { wt, ov, .. } => {
+                if ov.ftype == FType::Dir {
+                    return Err(FsError::new(libc::EISDIR, "is a directory"));
+                }
+                if writing {
+                    let _m = self.mutate.lock();
+                    self.copy_up(ino, flags & libc::O_TRUNC == 0)?;
+                    let path = self.nodes.read().upper_path(ino)?;
+                    let file = open_upper(&path, flags)?;
+                    self.note_node(ino);
+                    return Ok(self.file_handle(ino, Some(wt), Some(file), None));
+                }
+                if ov.in_upper {
+                    let path = self.nodes.read().upper_path(ino)?;
+                    let file = open_upper(&path, flags)?;
+                    return Ok(self.file_handle(ino, None, Some(file), None));
+                }
+                let base = ov
+                    .base
+                    .ok_or_else(|| FsError::new(libc::EIO, "file without object"))?;
+                // The blob is read at the first READ; a missing object (a partial clone, a
+                // pruned one) still fails here, from the size cache the attributes filled.
+                let size = self
+                    .objects
+                    .blob_size(&wt.gitdir, base.oid)
+                    .map_err(|e| FsError::git("blob size", e))?;
+                let blob = BaseBlob {
+                    wt,
+                    oid: base.oid,
+                    size,
+                };
+                Ok(self.file_handle(ino, None, None, Some(blob)))
+            }
+            _ => Err(FsError::new(libc::EISDIR, "is a directory")),
+        }
+    }
+
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let h = self.handle(fh)?;
+        match &*h {
+            HandleKind::Memory(data) => {
+                let start = (offset as usize).min(data.len());
+                let end = (start + size as usize).min(data.len());
+                Ok(data[start..end].to_vec())
+            }
+            HandleKind::File {
+                ino,
+                file,
+                on_base,
+                read_seen,
+                seen_copy_ups,
+                blob,
+                ..
+            } => {
+                self.stats.content_reads.fetch_add(1, Ordering::Relaxed);
+                if !read_seen.swap(true, Ordering::Relaxed) {
+                    self.record_content_path(*ino);
+                }
+                if on_base.load(Ordering::Acquire) {
+                    // Recorded before looking: a copy-up after the look moves the epoch again.
+                    let epoch = self.copy_up_epoch.load(Ordering::Acquire);
+                    if seen_copy_ups.swap(epoch, Ordering::AcqRel) != epoch {
+                        self.follow_copy_up(*ino, file, on_base)?;
+                    }
+                }
+                let mut buf = vec![0u8; size as usize];
+                let f = self.read_file(file, blob.as_ref())?;
+                let mut done = 0;
+                while done < buf.len() {
+                    match f.read_at(&mut buf[done..], offset + done as u64) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(FsError::io("read", e)),
+                    }
+                }
+                buf.truncate(done);
+                Ok(buf)
+            }
+            HandleKind::Dir(_) => Err(FsError::new(libc::EISDIR, "is a directory")),
+        }
+    }
+
+    pub(super) fn record_content_path(&self, ino: u64) {
+        let mut paths = self.stats.content_paths.lock();
+        if paths.len() >= MAX_RECORDED_PATHS {
+            return;
+        }
+        let t = self.nodes.read();
+        let Ok((wt, _, _)) = t.wt_of(ino) else {
+            return;
+        };
+        let rel = t.rel_path(ino).unwrap_or_default();
+        let p = format!("{}/{}/{}", wt.repo, wt.name, String::from_utf8_lossy(&rel));
+        if !paths.contains(&p) {
+            paths.push(p);
+        }
+    }
+
+    /// The file handle `file` reads: for a base file not read yet, the blob `blob`, taken
+    /// from (or first put in) the blob cache now.
+    pub(super) fn read_file<'a>(
+        &self,
+        file: &'a RwLock<Option<File>>,
+        blob: Option<&BaseBlob>,
+    ) -> FsResult<MappedRwLockReadGuard<'a, File>> {
+        if let Ok(f) = opened(file) {
+            return Ok(f);
+        }
+        let BaseBlob { wt, oid, size } =
+            blob.ok_or_else(|| FsError::new(libc::EBADF, "handle has no file"))?;
+        let mut slot = file.write();
+        if slot.is_none() {
+            // EIO whatever went wrong (a full disk, say): the errno a read may return.
+            let path = self
+                .blobs
+                .ensure(&wt.gitdir, *oid, *size)
+                .map_err(|e| FsError::new(libc::EIO, format!("materializing blob {oid}: {e}")))?;
+            let file = File::open(&path)
+                .map_err(|e| FsError::new(libc::EIO, format!("opening cached blob {oid}: {e}")))?;
+            *slot = Some(file);
+        }
+        RwLockReadGuard::try_map(RwLockWriteGuard::downgrade(slot), Option::as_ref)
+            .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))
+    }
+
+    /// A handle opened before its file was copied up reads the upper file from then on, so
+    /// every reader sees changes made through the view.
+    pub(super) fn follow_copy_up(
+        &self,
+        ino: u64,
+        file: &RwLock<Option<File>>,
+        on_base: &std::sync::atomic::AtomicBool,
+    ) -> FsResult<()> {
+        let t = self.nodes.read();
+        let Ok((_, ov, _)) = t.wt_of(ino) else {
+            return Ok(());
+        };
+        if !ov.in_upper {
+            return Ok(());
+        }
+        let path = t.upper_path(ino)?;
+        drop(t);
+        let f = open_upper(&path, libc::O_RDONLY)?;
+        *file.write() = Some(f);
+        // Release: whoever sees `false` (Acquire) also sees the file just put in.
+        on_base.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let h = self.handle(fh)?;
+        match &*h {
+            HandleKind::File {
+                ino,
+                wt,
+                noted_epoch,
+                file,
+                on_base,
+                ..
+            } if !on_base.load(Ordering::Acquire) => {
+                opened(file)?
+                    .write_all_at(data, offset)
+                    .map_err(|e| FsError::io("write", e))?;
+                // After the data, not before: a query that ran before this check either saw
+                // this handle's earlier record (and git will stat the file after this write)
+                // or bumped the epoch, and then the path is recorded again here.
+                if let Some(wt) = wt {
+                    let epoch = wt.query_epoch.load(Ordering::Acquire);
+                    if noted_epoch.swap(epoch, Ordering::AcqRel) != epoch {
+                        self.note_node(*ino);
+                    }
+                }
+                Ok(data.len() as u32)
+            }
+            _ => Err(FsError::new(libc::EBADF, "handle not open for writing")),
+        }
+    }
+
+    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+        let h = self.handle(fh)?;
+        if let HandleKind::File { file, on_base, .. } = &*h {
+            if !on_base.load(Ordering::Acquire) {
+                let f = opened(file)?;
+                let r = if datasync {
+                    f.sync_data()
+                } else {
+                    f.sync_all()
+                };
+                r.map_err(|e| FsError::io("fsync", e))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,253 @@
+//! Directory listings: the merge of an upper directory and its base tree, and the
+//! readdir offsets the kernel continues from.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::ino;
+use crate::layout::{RESERVED_PREFIX, WHITEOUT_PREFIX};
+
+use super::control::{control_ino, ControlDir, CONTROL_INO, CONTROL_NAME};
+use super::error::{FsError, FsResult};
+use super::handles::HandleKind;
+use super::namespace::REPO_INO_BASE;
+use super::nodes::{NodeKind, NodeTable, ROOT_INO};
+use super::types::{DirEntry, FType};
+use super::view::{View, GITFILE_NAME};
+
+impl View {
+    pub(super) fn merged_listing(&self, t: &NodeTable, ino: u64) -> FsResult<Vec<DirEntry>> {
+        let (wt, ov, is_root) = t.wt_of(ino)?;
+        if ov.ftype != FType::Dir {
+            return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+        }
+        let rel = t.rel_path(ino)?;
+        let child_ino = |name: &[u8]| {
+            let mut p = rel.clone();
+            if !p.is_empty() {
+                p.push(b'/');
+            }
+            p.extend_from_slice(name);
+            ino::path_ino(wt.id, &p)
+        };
+        let mut names: BTreeMap<OsString, DirEntry> = BTreeMap::new();
+        let mut whiteouts: HashSet<OsString> = HashSet::new();
+        if ov.in_upper {
+            let dir = t.upper_path(ino)?;
+            let rd = fs::read_dir(&dir)
+                .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+            for e in rd {
+                let e = e.map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+                let name = e.file_name();
+                let b = name.as_bytes();
+                if let Some(hidden) = b.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
+                    whiteouts.insert(OsStr::from_bytes(hidden).to_os_string());
+                    continue;
+                }
+                if b.starts_with(RESERVED_PREFIX) || (is_root && name == GITFILE_NAME) {
+                    continue;
+                }
+                let ft = e
+                    .file_type()
+                    .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+                let kind = if ft.is_dir() {
+                    FType::Dir
+                } else if ft.is_symlink() {
+                    FType::Symlink
+                } else if ft.is_fifo() {
+                    FType::Fifo
+                } else if ft.is_socket() {
+                    FType::Socket
+                } else {
+                    FType::File
+                };
+                names.insert(
+                    name.clone(),
+                    DirEntry {
+                        ino: child_ino(b),
+                        kind,
+                        name,
+                    },
+                );
+            }
+        }
+        if let Some(listing) = self.base_tree_of(&wt, &ov)? {
+            for e in &listing.entries {
+                if names.contains_key(&e.name) || whiteouts.contains(&e.name) {
+                    continue;
+                }
+                names.insert(
+                    e.name.clone(),
+                    DirEntry {
+                        ino: child_ino(e.name.as_bytes()),
+                        kind: FType::from_git_mode(e.mode),
+                        name: e.name.clone(),
+                    },
+                );
+            }
+        }
+        let mut out = Vec::with_capacity(names.len() + 1);
+        if is_root {
+            out.push(DirEntry {
+                ino: ino::path_ino(wt.id, b".git"),
+                kind: FType::File,
+                name: GITFILE_NAME.into(),
+            });
+        }
+        out.extend(names.into_values());
+        Ok(out)
+    }
+
+    pub(super) fn listing(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        let kind = {
+            let t = self.nodes.read();
+            t.nodes
+                .get(&ino)
+                .map(|n| n.kind.clone())
+                .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?
+        };
+        match kind {
+            NodeKind::Root => {
+                self.refresh()?;
+                let mut out = vec![DirEntry {
+                    ino: CONTROL_INO,
+                    kind: FType::Dir,
+                    name: CONTROL_NAME.into(),
+                }];
+                for r in &self.catalog.read().repos {
+                    out.push(DirEntry {
+                        ino: REPO_INO_BASE + r.id as u64,
+                        kind: FType::Dir,
+                        name: r.name.clone().into(),
+                    });
+                }
+                Ok(out)
+            }
+            NodeKind::Repo(repo_id) => {
+                self.refresh()?;
+                let mut out: Vec<DirEntry> = self
+                    .catalog
+                    .read()
+                    .worktrees
+                    .values()
+                    .filter(|w| w.repo_id == repo_id)
+                    .map(|w| DirEntry {
+                        ino: ino::path_ino(w.id, b""),
+                        kind: FType::Dir,
+                        name: w.name.clone().into(),
+                    })
+                    .collect();
+                out.sort_by(|a, b| a.name.cmp(&b.name));
+                Ok(out)
+            }
+            NodeKind::ControlDir(dir) => {
+                let names = self.control_names(dir)?;
+                let t = self.nodes.read();
+                Ok(names
+                    .into_iter()
+                    .map(|n| DirEntry {
+                        // The inode stat gives: fixed under `.control` itself.
+                        ino: (dir == ControlDir::Top)
+                            .then(|| t.child(ino, OsStr::new(&n)))
+                            .flatten()
+                            .unwrap_or_else(|| control_ino(dir, OsStr::new(&n))),
+                        kind: if dir == ControlDir::Top && !matches!(n.as_str(), "status" | "stats")
+                        {
+                            FType::Dir
+                        } else {
+                            FType::File
+                        },
+                        name: n.into(),
+                    })
+                    .collect())
+            }
+            NodeKind::Wt { .. } => {
+                let t = self.nodes.read();
+                self.merged_listing(&t, ino)
+            }
+            _ => Err(FsError::new(libc::ENOTDIR, "not a directory")),
+        }
+    }
+
+    /// Opens a directory listing. The flag says whether the kernel may keep the listing
+    /// across opens: true inside worktrees, whose directories change only through requests
+    /// the kernel makes (and then drops its copy), false at the top of the mount.
+    pub fn opendir(&self, ino: u64) -> FsResult<(u64, bool)> {
+        self.stats.opendirs.fetch_add(1, Ordering::Relaxed);
+        let cacheable = matches!(
+            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
+            Some(NodeKind::Wt { .. })
+        );
+        let entries = self.listing_with_dots(ino)?;
+        Ok((self.add_handle(HandleKind::Dir(entries)), cacheable))
+    }
+
+    /// `.`, `..` and the directory's entries, in the order readdir offsets refer to.
+    pub(super) fn listing_with_dots(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+        let mut entries = vec![
+            DirEntry {
+                ino,
+                kind: FType::Dir,
+                name: ".".into(),
+            },
+            DirEntry {
+                ino: ROOT_INO,
+                kind: FType::Dir,
+                name: "..".into(),
+            },
+        ];
+        entries.extend(self.listing(ino)?);
+        Ok(entries)
+    }
+
+    /// Entries from `offset` on; each entry's offset for the next call is its index + 1.
+    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+        self.stats.readdirs.fetch_add(1, Ordering::Relaxed);
+        let h = self.handle(fh)?;
+        match &*h {
+            HandleKind::Dir(entries) => Ok(entries
+                .iter()
+                .enumerate()
+                .skip(offset as usize)
+                .map(|(i, e)| (i as u64 + 1, e.clone()))
+                .collect()),
+            _ => Err(FsError::new(libc::ENOTDIR, "handle is not a directory")),
+        }
+    }
+
+    /// Readdir without an open handle (the kernel skips opendir when the filesystem
+    /// declines it, and caches listings itself). A pass starts at offset 0, which lists
+    /// afresh; later offsets continue that listing.
+    pub fn readdir_ino(&self, ino: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+        self.stats.readdirs.fetch_add(1, Ordering::Relaxed);
+        let listing = {
+            let cached = if offset > 0 {
+                self.listings.lock().get(&ino).cloned()
+            } else {
+                None
+            };
+            match cached {
+                Some(l) => l,
+                None => {
+                    let l = Arc::new(self.listing_with_dots(ino)?);
+                    self.listings.lock().insert(ino, l.clone());
+                    l
+                }
+            }
+        };
+        if offset as usize >= listing.len() {
+            self.listings.lock().remove(&ino);
+        }
+        Ok(listing
+            .iter()
+            .enumerate()
+            .skip(offset as usize)
+            .map(|(i, e)| (i as u64 + 1, e.clone()))
+            .collect())
+    }
+}

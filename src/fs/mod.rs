@@ -1,0 +1,34 @@
+//! The filesystem core: the copy-on-write view of every worktree and the namespace of a
+//! mount, callable without a mount (`adapter` alone names fuser).
+//!
+//! A worktree entry is the merge of a **base** (the tree of the base commit, read lazily
+//! through `ObjectCache`) and an **upper** layer (real files under
+//! `<state>/worktrees/<id>/upper`, in the format `crate::layout` describes).
+//!
+//! Every change is ordered so a crash between its steps leaves either the old or the new
+//! view: a whiteout is written before the upper entry it replaces is removed, an upper
+//! entry is created before its whiteout is dropped, copy-up and opaque directories are
+//! built in the work directory and renamed into place.
+
+pub mod adapter;
+mod control;
+mod copyup;
+pub mod error;
+mod handles;
+mod inomap;
+mod journal;
+mod listing;
+mod namespace;
+mod nodes;
+mod ops;
+mod overlay;
+mod remove;
+mod types;
+mod view;
+
+pub use control::{CONTROL_NAME, REFRESH_NAME};
+pub use nodes::ROOT_INO;
+pub use types::{
+    Attr, Backing, Caller, DirEntry, Entry, FType, Inval, Invalidator, SetAttr, Statfs,
+};
+pub use view::{Stats, View};

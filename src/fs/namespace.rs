@@ -1,0 +1,455 @@
+//! The top of the mount: the catalog of repositories and worktrees read from the store,
+//! repository directories, and the creation (mkdir) and removal (rmdir) of a worktree,
+//! handed to the lifecycle.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use git2::Oid;
+use parking_lot::Mutex;
+
+use crate::gitlayer::{self, MODE_TREE};
+use crate::ino;
+use crate::store::{RepoRow, Store, WorktreeRow};
+use crate::worktree::{self, CreateRequest};
+
+use super::control::{CONTROL_INO, CONTROL_NAME};
+use super::error::{FsError, FsResult};
+use super::nodes::{Node, NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
+use super::overlay::{BaseRef, Overlay, WtCtx};
+use super::types::{systime, Attr, Caller, Entry, FType, Inval};
+use super::view::{View, CONTROL_TTL, TOP_TTL};
+
+pub(super) const REPO_INO_BASE: u64 = 1 << 61;
+pub(super) struct Catalog {
+    pub(super) data_version: i64,
+    /// When the set of repositories or worktrees last changed: the mtime of the top
+    /// directories, which the kernel compares to decide whether its cached listing holds.
+    pub(super) changed_at: SystemTime,
+    pub(super) repos: Vec<RepoRow>,
+    pub(super) worktrees: HashMap<(i64, String), Arc<WtCtx>>,
+    /// Lifecycle state by worktree id.
+    pub(super) states: HashMap<i64, String>,
+    /// Worktrees without a lease (ready, lingering, retained) and since when.
+    pub(super) idle_since: HashMap<i64, i64>,
+}
+
+impl View {
+    pub(super) fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> anyhow::Result<WtCtx> {
+        let upper = self.state.upper(row.id);
+        let work = self.state.work(row.id);
+        // A worktree whose directory is gone (being removed, or removed by hand) is not
+        // made again here.
+        if !self.state.worktree_dir(row.id).is_dir() {
+            anyhow::bail!("{} is missing", self.state.worktree_dir(row.id).display());
+        }
+        fs::create_dir_all(&upper)?;
+        fs::create_dir_all(&work)?;
+        let admin = gitlayer::admin_dir(&repo.gitdir, &row.admin_name);
+        Ok(WtCtx {
+            id: row.id,
+            repo_id: row.repo_id,
+            repo: row.repo.clone(),
+            name: row.name.clone(),
+            gitdir: repo.gitdir.clone(),
+            base_tree: Oid::from_str(&row.base_tree)?,
+            base_mtime: systime(row.base_mtime, 0),
+            uid: row.uid,
+            gid: row.gid,
+            upper,
+            work,
+            gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
+            sizes_seeded: false.into(),
+            journal: Mutex::new(crate::fsmonitor::Journal::default()),
+            query_epoch: AtomicU64::new(0),
+            open_writers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Reloads repositories and worktrees when another connection changed the store.
+    pub(super) fn refresh_catalog(&self, force: bool) -> anyhow::Result<()> {
+        let store = self.store.lock();
+        let version = store.data_version()?;
+        if !force && self.catalog.read().data_version == version {
+            return Ok(());
+        }
+        let repos = store.repos()?;
+        let rows = store.worktrees()?;
+        drop(store);
+        let mut cat = self.catalog.write();
+        let mut worktrees = HashMap::new();
+        let states: HashMap<i64, String> = rows.iter().map(|r| (r.id, r.state.clone())).collect();
+        let idle_since: HashMap<i64, i64> = rows
+            .iter()
+            .filter(|r| matches!(r.state.as_str(), "ready" | "lingering" | "retained"))
+            .map(|r| (r.id, r.state_changed_at))
+            .collect();
+        // Worktrees that just started deleting: the kernel must ask again before anyone
+        // enters them, and then hears EBUSY.
+        let now_deleting: Vec<(u64, OsString)> = rows
+            .iter()
+            .filter(|r| {
+                r.state == "deleting"
+                    && cat.states.get(&r.id).map(String::as_str) != Some("deleting")
+            })
+            .map(|r| (REPO_INO_BASE + r.repo_id as u64, OsString::from(&r.name)))
+            .chain(
+                // Gone from the catalog (removed) without being seen deleting.
+                cat.worktrees
+                    .iter()
+                    .filter(|(_, w)| !states.contains_key(&w.id))
+                    .map(|((repo_id, name), _)| {
+                        (REPO_INO_BASE + *repo_id as u64, OsString::from(name))
+                    }),
+            )
+            .collect();
+        for row in rows {
+            let key = (row.repo_id, row.name.clone());
+            if let Some(existing) = cat.worktrees.get(&key).filter(|w| w.id == row.id) {
+                worktrees.insert(key, existing.clone());
+                continue;
+            }
+            let Some(repo) = repos.iter().find(|r| r.id == row.repo_id) else {
+                continue;
+            };
+            match self.wt_ctx(&row, repo) {
+                Ok(ctx) => {
+                    worktrees.insert(key, Arc::new(ctx));
+                }
+                Err(e) => {
+                    tracing::error!("worktree {}/{} cannot be served: {e:#}", row.repo, row.name)
+                }
+            }
+        }
+        let changed = cat
+            .repos
+            .iter()
+            .map(|r| r.id)
+            .ne(repos.iter().map(|r| r.id))
+            || cat.worktrees.len() != worktrees.len()
+            || worktrees.keys().any(|k| !cat.worktrees.contains_key(k));
+        let repo_ids: Vec<i64> = repos.iter().map(|r| r.id).collect();
+        cat.repos = repos;
+        cat.worktrees = worktrees;
+        cat.states = states;
+        cat.idle_since = idle_since;
+        cat.data_version = version;
+        if changed {
+            cat.changed_at = SystemTime::now();
+        }
+        drop(cat);
+        if let Some(inval) = self.invalidator.get() {
+            if changed {
+                inval(Inval::Inode(ROOT_INO));
+                for id in repo_ids {
+                    inval(Inval::Inode(REPO_INO_BASE + id as u64));
+                }
+            }
+            for (parent, name) in now_deleting {
+                inval(Inval::Entry(parent, name));
+            }
+        }
+        Ok(())
+    }
+
+    /// The store changed (a lifecycle sweep, a lease): re-read it now.
+    pub fn catalog_changed(&self) {
+        if let Err(e) = self.refresh_catalog(true) {
+            tracing::warn!("re-reading the store failed: {e:#}");
+        }
+    }
+
+    /// Keeps the inode table near `budget` nodes: when it is over, asks the kernel to drop
+    /// its cached entries of worktrees nobody holds a lease on, idle longest first (a few
+    /// per call; the kernel then forgets their inodes and the nodes go). A worktree in use
+    /// is never touched; one shed is not asked again for `again`. Returns how many were
+    /// asked.
+    pub fn shed_idle(
+        &self,
+        budget: usize,
+        recently: &mut HashMap<i64, std::time::Instant>,
+        again: Duration,
+    ) -> usize {
+        if self.node_count() <= budget {
+            return 0;
+        }
+        let Some(inval) = self.invalidator.get() else {
+            return 0;
+        };
+        let now = std::time::Instant::now();
+        recently.retain(|_, at| now.duration_since(*at) < again);
+        // The catalog first, released before the table is read: the lock order is `nodes`
+        // then `catalog` (a lookup at the top holds the table while it reads the catalog),
+        // and holding both the other way round deadlocks once a catalog writer queues.
+        let candidates: Vec<(i64, i64, u64, OsString)> = {
+            let cat = self.catalog.read();
+            cat.worktrees
+                .iter()
+                .filter_map(|((repo_id, name), w)| {
+                    let since = *cat.idle_since.get(&w.id)?;
+                    (!recently.contains_key(&w.id)).then(|| {
+                        let parent = REPO_INO_BASE + *repo_id as u64;
+                        (since, w.id, parent, OsString::from(name))
+                    })
+                })
+                .collect()
+        };
+        let mut idle: Vec<(i64, i64, u64, OsString)> = {
+            let t = self.nodes.read();
+            candidates
+                .into_iter()
+                .filter(|(_, _, parent, name)| t.child(*parent, name).is_some())
+                .collect()
+        };
+        idle.sort();
+        let n = idle.len().min(4);
+        for (_, id, parent, name) in idle.into_iter().take(n) {
+            tracing::debug!("dropping the kernel's cache of idle worktree {id}");
+            recently.insert(id, now);
+            inval(Inval::Entry(parent, name));
+        }
+        n
+    }
+
+    /// Where worktree `id` is under the mount.
+    pub fn worktree_path(&self, id: i64) -> Option<PathBuf> {
+        let cat = self.catalog.read();
+        cat.worktrees
+            .values()
+            .find(|w| w.id == id)
+            .map(|w| self.mountpoint.join(&w.repo).join(&w.name))
+    }
+
+    pub(super) fn refresh(&self) -> FsResult<()> {
+        self.refresh_catalog(false)
+            .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))
+    }
+
+    pub(super) fn top_dir_attr(&self, ino: u64) -> Attr {
+        // Root and repository directories change when the catalog does; `.control`
+        // directories with every lease, so they always look new.
+        let now = SystemTime::now();
+        let is_repo = (REPO_INO_BASE..DYNAMIC_INO_BIT).contains(&ino);
+        let mtime = if ino == ROOT_INO || is_repo {
+            self.catalog.read().changed_at
+        } else {
+            now
+        };
+        // A repository's directory belongs to the repository's owner, who may create
+        // worktrees in it with mkdir.
+        let (uid, gid, perm) = if is_repo {
+            let cat = self.catalog.read();
+            cat.repos
+                .iter()
+                .find(|r| REPO_INO_BASE + r.id as u64 == ino)
+                .and_then(|r| fs::metadata(&r.path).ok())
+                .map(|m| (m.uid(), m.gid(), 0o755))
+                .unwrap_or((0, 0, 0o755))
+        } else if ino == ROOT_INO {
+            (0, 0, 0o755)
+        } else {
+            (0, 0, 0o555)
+        };
+        Attr {
+            ino,
+            size: 4096,
+            blocks: 8,
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            kind: FType::Dir,
+            perm,
+            nlink: 2,
+            uid,
+            gid,
+            rdev: 0,
+        }
+    }
+
+    pub(super) fn lookup_top(&self, name: &OsStr) -> FsResult<Entry> {
+        if name == CONTROL_NAME {
+            return Ok(Entry {
+                attr: self.top_dir_attr(CONTROL_INO),
+                ttl: CONTROL_TTL,
+            });
+        }
+        self.refresh()?;
+        let repo = self
+            .catalog
+            .read()
+            .repos
+            .iter()
+            .find(|r| r.name.as_bytes() == name.as_bytes())
+            .cloned()
+            .ok_or_else(|| FsError::not_found(format!("repository {}", name.to_string_lossy())))?;
+        let ino = REPO_INO_BASE + repo.id as u64;
+        let mut t = self.nodes.write();
+        if !t.nodes.contains_key(&ino) {
+            t.insert_node(ino, Node::new(NodeKind::Repo(repo.id), ROOT_INO, name, 0));
+        }
+        if let Some(n) = t.nodes.get(&ino) {
+            n.lookups.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(Entry {
+            attr: self.top_dir_attr(ino),
+            ttl: TOP_TTL,
+        })
+    }
+
+    pub(super) fn worktree_ctx(&self, repo_id: i64, name: &OsStr) -> FsResult<Arc<WtCtx>> {
+        self.refresh()?;
+        self.catalog
+            .read()
+            .worktrees
+            .get(&(repo_id, name.to_string_lossy().into_owned()))
+            .cloned()
+            .ok_or_else(|| FsError::not_found(format!("worktree {}", name.to_string_lossy())))
+    }
+
+    pub(super) fn lookup_repo_child(
+        &self,
+        parent: u64,
+        repo_id: i64,
+        name: &OsStr,
+    ) -> FsResult<Entry> {
+        let wt = self.worktree_ctx(repo_id, name)?;
+        if self.catalog.read().states.get(&wt.id).map(String::as_str) == Some("deleting") {
+            let c = crate::lease::Conflict::Deleting;
+            return Err(FsError::new(
+                c.errno(),
+                format!(
+                    "worktree {}/{} is deleting (no lease, cleanup begun): not entered",
+                    wt.repo, wt.name
+                ),
+            ));
+        }
+        let mut t = self.nodes.write();
+        let natural = ino::path_ino(wt.id, b"");
+        // A worktree re-created under the same name is a different worktree: replace the
+        // stale mapping.
+        if let Some(old) = t.child(parent, name) {
+            let stale = match t.nodes.get(&old).map(|n| &n.kind) {
+                Some(NodeKind::Wt { wt: w, .. }) => w.id != wt.id,
+                _ => true,
+            };
+            if stale {
+                t.detach_name(parent, name);
+            }
+        }
+        let ino = t.insert_child(
+            parent,
+            name,
+            natural,
+            NodeKind::Wt {
+                wt: wt.clone(),
+                ov: Overlay {
+                    ftype: FType::Dir,
+                    base: Some(BaseRef {
+                        oid: wt.base_tree,
+                        mode: MODE_TREE,
+                    }),
+                    in_upper: true,
+                },
+                is_root: true,
+            },
+        );
+        self.counted_entry(t, ino)
+    }
+
+    pub(super) fn is_repo(&self, ino: u64) -> bool {
+        matches!(
+            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
+            Some(NodeKind::Repo(_)) | Some(NodeKind::Root) | Some(NodeKind::ControlDir(_)) | None
+        )
+    }
+
+    pub(super) fn mkdir_worktree(
+        &self,
+        parent: u64,
+        repo_id: i64,
+        name: &OsStr,
+        caller: Caller,
+    ) -> FsResult<Entry> {
+        let name_s = name.to_str().ok_or_else(|| {
+            FsError::new(libc::EINVAL, format!("worktree name {name:?} is not UTF-8"))
+        })?;
+        let repo = self
+            .catalog
+            .read()
+            .repos
+            .iter()
+            .find(|r| r.id == repo_id)
+            .map(|r| r.name.clone())
+            .ok_or_else(|| FsError::not_found("repository"))?;
+        {
+            let mut store = self.store.lock();
+            worktree::create_worktree(
+                &self.state,
+                &mut store,
+                &CreateRequest {
+                    repo: &repo,
+                    name: name_s,
+                    base: None,
+                    branch: None,
+                    uid: caller.uid,
+                    gid: caller.gid,
+                },
+            )
+            .map_err(|e| FsError::new(e.errno(), format!("mkdir {repo}/{name_s}: {e}")))?;
+        }
+        self.refresh_catalog(true)
+            .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))?;
+        tracing::info!(repo, worktree = name_s, "created worktree by mkdir");
+        self.lookup_repo_child(parent, repo_id, name)
+    }
+
+    /// `rmdir <mount>/<repo>/<wt>`: the same removal as `worktreefs reclaim`. EBUSY while
+    /// leased or in use, ENOTEMPTY while it holds work (its files stay).
+    pub(super) fn rmdir_worktree(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<()> {
+        use crate::cleanup::{request_removal, Outcome, RequestError};
+        let wt = self.worktree_ctx(repo_id, name)?;
+        let label = format!("{}/{}", wt.repo, wt.name);
+        let mut store =
+            Store::open(&self.state.root).map_err(|e| FsError::store("opening the store", e))?;
+        let row = store
+            .worktree_by_id(wt.id)
+            .map_err(|e| FsError::store("reading the worktree", e))?
+            .ok_or_else(|| FsError::not_found(&label))?;
+        let r = request_removal(
+            &self.state,
+            &mut store,
+            &row,
+            &self.mountpoint,
+            false,
+            &mut |_| {},
+        );
+        self.catalog_changed();
+        match r {
+            Ok(Outcome::Removed(detail)) => {
+                tracing::info!("rmdir {label}: removed ({detail})");
+                self.nodes.write().detach_name(parent, name);
+                Ok(())
+            }
+            Ok(Outcome::Retained(reason)) => Err(FsError::new(
+                libc::EIO,
+                format!("rmdir {label}: removal failed, worktree retained with its files: {reason}"),
+            )),
+            Err(RequestError::Busy(m)) => Err(FsError::new(libc::EBUSY, format!("rmdir {label}: {m}"))),
+            Err(RequestError::HoldsWork(m)) => Err(FsError::new(
+                libc::ENOTEMPTY,
+                format!(
+                    "rmdir {label}: refused, it holds work: {m}; commit and push it, or throw it away with `worktreefs reclaim {label} --discard`"
+                ),
+            )),
+            Err(RequestError::Gone(m)) => Err(FsError::not_found(m)),
+            Err(RequestError::Other(e)) => Err(FsError::new(libc::EIO, format!("rmdir {label}: {e:#}"))),
+        }
+    }
+}

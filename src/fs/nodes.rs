@@ -1,0 +1,361 @@
+//! The inode table: every node the kernel knows, its lookup count, and the names that
+//! lead to it (mountpoint-s3's superblock, fuse-backend-rs's inode store).
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::control::ControlDir;
+use super::error::{FsError, FsResult};
+use super::inomap::{ChildIndex, InoMap};
+use super::overlay::{Overlay, WtCtx};
+
+pub const ROOT_INO: u64 = 1;
+pub(super) const DYNAMIC_INO_BIT: u64 = 1 << 62;
+
+#[derive(Debug, Clone)]
+pub(super) enum NodeKind {
+    Root,
+    ControlDir(ControlDir),
+    ControlFile(ControlDir, String),
+    Repo(i64),
+    /// A worktree entry; `is_root` for the worktree's own directory.
+    Wt {
+        wt: Arc<WtCtx>,
+        ov: Overlay,
+        is_root: bool,
+    },
+    GitFile(Arc<WtCtx>),
+}
+
+#[derive(Debug)]
+pub(super) struct Node {
+    pub(super) kind: NodeKind,
+    pub(super) parent: u64,
+    pub(super) name: Box<OsStr>,
+    /// The kernel's lookup count. Atomic so a lookup of a known name counts it under the
+    /// table's read lock; `forget` (write lock) is the only one that lowers it.
+    pub(super) lookups: AtomicU64,
+    pub(super) unlinked: bool,
+}
+
+impl Node {
+    pub(super) fn new(kind: NodeKind, parent: u64, name: &OsStr, lookups: u64) -> Node {
+        Node {
+            kind,
+            parent,
+            name: name.into(),
+            lookups: AtomicU64::new(lookups),
+            unlinked: false,
+        }
+    }
+}
+
+/// The inode table. Memory per node bounds a mount with many worktrees (see
+/// `inomap.rs`): nodes live in a slab, and the name index keeps no copy of the names.
+pub(super) struct NodeTable {
+    pub(super) nodes: InoMap<Node>,
+    pub(super) children: ChildIndex,
+    /// Further names of hard-linked upper files (rare), by inode.
+    pub(super) aliases: HashMap<u64, Vec<(u64, OsString)>>,
+    pub(super) next_dynamic: u64,
+    /// `nodes.len()`, readable without the table's lock (the stats file and the sweeper
+    /// read it; a request that holds the lock must never take it again).
+    pub(super) count: Arc<AtomicUsize>,
+}
+
+impl NodeTable {
+    pub(super) fn new(count: Arc<AtomicUsize>) -> NodeTable {
+        NodeTable {
+            nodes: InoMap::default(),
+            children: ChildIndex::default(),
+            aliases: HashMap::new(),
+            next_dynamic: 0,
+            count,
+        }
+    }
+
+    pub(super) fn assign_ino(&mut self, natural: u64) -> u64 {
+        if natural > ROOT_INO && !self.nodes.contains_key(&natural) {
+            return natural;
+        }
+        // Collision (or a still-open unlinked entry at the same path): keep the low 32 bits
+        // git compares, change the high ones.
+        loop {
+            self.next_dynamic += 1;
+            let candidate = DYNAMIC_INO_BIT | (self.next_dynamic << 32) | (natural & 0xffff_ffff);
+            if !self.nodes.contains_key(&candidate) {
+                return candidate;
+            }
+        }
+    }
+
+    /// The inode named `name` in `parent`.
+    pub(super) fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
+        let (nodes, aliases) = (&self.nodes, &self.aliases);
+        self.children
+            .get(parent, name, |i| has_name(nodes, aliases, i, parent, name))
+    }
+
+    /// Maps `(parent, name)` to `ino` (whose node says so already, or will at once).
+    pub(super) fn map_child(&mut self, parent: u64, name: &OsStr, ino: u64) {
+        // Another name of this inode in this directory with the same hash would share the
+        // slot, and one slot cannot tell two names of one inode apart: map it exactly.
+        // (Hashed only when there is such a name, a rename's or a link's: not for a new
+        // node, which `insert_node` maps before the table holds it.)
+        let own = self.nodes.get(&ino).map(|n| (n.parent, &*n.name));
+        let links = self.aliases.get(&ino).into_iter().flatten();
+        let twin = own
+            .into_iter()
+            .chain(links.map(|(p, n)| (*p, n.as_os_str())))
+            .any(|(p, n)| {
+                p == parent && n != name && self.children.hash(n) == self.children.hash(name)
+            });
+        if twin {
+            self.children.insert_exact(parent, name, ino);
+            return;
+        }
+        let (nodes, aliases) = (&self.nodes, &self.aliases);
+        // The slot may be taken over from a node that is gone or has this very name.
+        self.children.insert(parent, name, ino, |i| {
+            !nodes.contains_key(&i) || has_name(nodes, aliases, i, parent, name)
+        });
+    }
+
+    /// Unmaps `(parent, name)`, returning the inode; the node keeps its fields.
+    pub(super) fn unmap_child(&mut self, parent: u64, name: &OsStr) -> Option<u64> {
+        let (nodes, aliases) = (&self.nodes, &self.aliases);
+        self.children
+            .remove(parent, name, |i| has_name(nodes, aliases, i, parent, name))
+    }
+
+    /// Adds a node under its own name (`node.parent`, `node.name`).
+    /// `ino` is new to the table: its name is mapped first, so no copy of it is needed.
+    pub(super) fn insert_node(&mut self, ino: u64, node: Node) {
+        debug_assert!(
+            !self.nodes.contains_key(&ino),
+            "inode {ino} is in the table"
+        );
+        if ino != ROOT_INO {
+            self.map_child(node.parent, &node.name, ino);
+        }
+        self.nodes.insert(ino, node);
+        self.count.store(self.nodes.len(), Ordering::Relaxed);
+    }
+
+    pub(super) fn insert_child(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        natural: u64,
+        kind: NodeKind,
+    ) -> u64 {
+        if let Some(existing) = self.child(parent, name) {
+            if let Some(n) = self.nodes.get_mut(&existing) {
+                n.lookups.fetch_add(1, Ordering::Relaxed);
+                return existing;
+            }
+        }
+        let ino = self.assign_ino(natural);
+        self.insert_node(ino, Node::new(kind, parent, name, 1));
+        ino
+    }
+
+    /// Gives `ino` the further name `(parent, name)` (a hard link, or a rename of one).
+    pub(super) fn add_alias(&mut self, ino: u64, parent: u64, name: &OsStr) {
+        self.aliases
+            .entry(ino)
+            .or_default()
+            .push((parent, name.to_os_string()));
+        self.map_child(parent, name, ino);
+    }
+
+    /// Drops the name `(parent, name)`; the node stays while the kernel still knows it.
+    pub(super) fn detach_name(&mut self, parent: u64, name: &OsStr) {
+        let Some(ino) = self.unmap_child(parent, name) else {
+            return;
+        };
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        if node.parent == parent && &*node.name == name {
+            let next = self.aliases.get_mut(&ino).and_then(|v| v.pop());
+            if let Some((p, n)) = next {
+                node.parent = p;
+                node.name = n.into();
+            } else {
+                node.unlinked = true;
+            }
+        } else if let Some(v) = self.aliases.get_mut(&ino) {
+            v.retain(|(p, n)| !(*p == parent && n == name));
+        }
+        if self.aliases.get(&ino).is_some_and(|v| v.is_empty()) {
+            self.aliases.remove(&ino);
+        }
+    }
+
+    /// Removes a node the kernel has forgotten, with every name still mapped to it.
+    pub(super) fn remove_node(&mut self, ino: u64) {
+        let Some(node) = self.nodes.get(&ino) else {
+            return;
+        };
+        let mut names = vec![(node.parent, node.name.to_os_string())];
+        names.extend(self.aliases.get(&ino).cloned().unwrap_or_default());
+        for (p, n) in &names {
+            if self.child(*p, n) == Some(ino) {
+                self.unmap_child(*p, n);
+            }
+        }
+        self.aliases.remove(&ino);
+        self.nodes.remove(&ino);
+        self.count.store(self.nodes.len(), Ordering::Relaxed);
+    }
+}
+
+/// Whether `ino` is called `name` in `parent` (its own name or one of its links).
+pub(super) fn has_name(
+    nodes: &InoMap<Node>,
+    aliases: &HashMap<u64, Vec<(u64, OsString)>>,
+    ino: u64,
+    parent: u64,
+    name: &OsStr,
+) -> bool {
+    nodes
+        .get(&ino)
+        .is_some_and(|n| n.parent == parent && &*n.name == name)
+        || aliases
+            .get(&ino)
+            .is_some_and(|v| v.iter().any(|(p, n)| *p == parent && n == name))
+}
+
+impl NodeTable {
+    /// The path of a worktree entry relative to its worktree (empty for the root).
+    pub(super) fn rel_path(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let mut parts: Vec<&OsStr> = Vec::new();
+        let mut cur = ino;
+        loop {
+            let node = self
+                .nodes
+                .get(&cur)
+                .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {cur} is not known")))?;
+            match &node.kind {
+                NodeKind::Wt { is_root: true, .. } => break,
+                NodeKind::Wt { .. } => {
+                    parts.push(&node.name);
+                    cur = node.parent;
+                }
+                _ => return Err(FsError::new(libc::EINVAL, "not a worktree entry")),
+            }
+        }
+        let mut out = Vec::new();
+        for (i, p) in parts.iter().rev().enumerate() {
+            if i > 0 {
+                out.push(b'/');
+            }
+            out.extend_from_slice(p.as_bytes());
+        }
+        Ok(out)
+    }
+
+    pub(super) fn wt_of(&self, ino: u64) -> FsResult<(Arc<WtCtx>, Overlay, bool)> {
+        match self.nodes.get(&ino).map(|n| &n.kind) {
+            Some(NodeKind::Wt { wt, ov, is_root }) => Ok((wt.clone(), *ov, *is_root)),
+            Some(_) => Err(FsError::new(libc::EPERM, "not a worktree entry")),
+            None => Err(FsError::new(
+                libc::ESTALE,
+                format!("inode {ino} is not known"),
+            )),
+        }
+    }
+
+    pub(super) fn upper_path(&self, ino: u64) -> FsResult<PathBuf> {
+        let (wt, _, _) = self.wt_of(ino)?;
+        let rel = self.rel_path(ino)?;
+        Ok(if rel.is_empty() {
+            wt.upper.clone()
+        } else {
+            wt.upper.join(OsStr::from_bytes(&rel))
+        })
+    }
+
+    pub(super) fn is_below(&self, mut n: u64, ancestor: u64) -> bool {
+        for _ in 0..4096 {
+            let Some(node) = self.nodes.get(&n) else {
+                return false;
+            };
+            if !matches!(node.kind, NodeKind::Wt { is_root: false, .. }) {
+                return false;
+            }
+            if node.parent == ancestor {
+                return true;
+            }
+            n = node.parent;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod node_table_tests {
+    use super::*;
+
+    /// Every name resolves to its inode and nothing else does, with a hash of 1 bit so
+    /// that names of one directory, and names of one hard-linked inode, collide.
+    #[test]
+    fn names_resolve_through_links_unlinks_and_forgets_when_hashes_collide() {
+        for order in 0..4usize {
+            let mut t = NodeTable::new(Arc::new(AtomicUsize::new(0)));
+            t.children = ChildIndex::colliding_often(1);
+            let d = 7u64;
+            let others: Vec<u64> = ["b", "c", "d"]
+                .iter()
+                .enumerate()
+                .map(|(i, n)| t.insert_child(d, OsStr::new(n), 200 + i as u64, NodeKind::Repo(0)))
+                .collect();
+            let a = t.insert_child(d, OsStr::new("a"), 100, NodeKind::Repo(0));
+            // Hard links of "a": with one bit of hash, several share a slot with it.
+            let mut names: Vec<String> = vec!["a".into()];
+            for i in 0..8 {
+                let l = format!("a{i}");
+                t.detach_name(d, OsStr::new(&l));
+                t.add_alias(a, d, OsStr::new(&l));
+                names.push(l);
+            }
+            let check = |t: &NodeTable, live: &[String]| {
+                for n in live {
+                    assert_eq!(t.child(d, OsStr::new(n)), Some(a), "order {order}: {n}");
+                }
+                for (n, ino) in ["b", "c", "d"].iter().zip(&others) {
+                    assert_eq!(t.child(d, OsStr::new(n)), Some(*ino), "order {order}: {n}");
+                }
+            };
+            check(&t, &names);
+            // Unlink the names one by one, in a different order each round.
+            let k = names.len();
+            let mut live = names.clone();
+            for step in 0..k - 1 {
+                let victim = live.remove((step * (order + 1) + order) % live.len());
+                t.detach_name(d, OsStr::new(&victim));
+                assert_eq!(
+                    t.child(d, OsStr::new(&victim)),
+                    None,
+                    "order {order}: {victim}"
+                );
+                check(&t, &live);
+            }
+            // Forgetting the inodes leaves no name behind.
+            t.remove_node(a);
+            for ino in others {
+                t.remove_node(ino);
+            }
+            for n in names.iter().map(String::as_str).chain(["b", "c", "d"]) {
+                assert_eq!(t.child(d, OsStr::new(n)), None, "order {order}: {n}");
+            }
+            assert!(t.children.is_empty(), "{} names left", t.children.len());
+            assert!(t.nodes.is_empty());
+        }
+    }
+}

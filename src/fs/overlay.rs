@@ -1,0 +1,229 @@
+//! Resolving a worktree name through the layers: the upper directory, its whiteouts and
+//! opaque markers, then the base tree.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use git2::Oid;
+use parking_lot::Mutex;
+
+use crate::gitlayer::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
+use crate::layout::{whiteout_name, OPAQUE_MARKER};
+
+use super::error::{FsError, FsResult};
+use super::nodes::{Node, NodeKind};
+use super::types::{Attr, FType};
+use super::view::{exists, lstat, View, GITFILE_NAME};
+
+/// A worktree as the view needs it, built from its row.
+#[derive(Debug)]
+pub struct WtCtx {
+    pub id: i64,
+    pub repo_id: i64,
+    pub repo: String,
+    pub name: String,
+    pub gitdir: PathBuf,
+    pub base_tree: Oid,
+    pub base_mtime: SystemTime,
+    pub uid: u32,
+    pub gid: u32,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub gitfile: Vec<u8>,
+    /// Whether blob sizes were seeded from the cached index of the base tree.
+    pub(super) sizes_seeded: std::sync::atomic::AtomicBool,
+    /// Paths changed through this view, for git's fsmonitor hook.
+    pub(super) journal: Mutex<crate::fsmonitor::Journal>,
+    /// Bumped by every fsmonitor query; an open file records its path again on its first
+    /// write after a query (see `write`).
+    pub(super) query_epoch: AtomicU64,
+    /// Inodes open for writing, with how many handles: every fsmonitor query reports them
+    /// as changed, since with FUSE passthrough their writes never reach the daemon. Each is
+    /// recorded in the journal again when its last writer closes.
+    pub(super) open_writers: Mutex<HashMap<u64, usize>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BaseRef {
+    pub(super) oid: Oid,
+    pub(super) mode: u32,
+}
+
+/// A worktree entry's place in the overlay.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Overlay {
+    pub(super) ftype: FType,
+    /// Directories: the base tree merged underneath (None when new or opaque).
+    /// Files and symlinks: the base object, used while the entry is not in the upper layer.
+    pub(super) base: Option<BaseRef>,
+    pub(super) in_upper: bool,
+}
+
+impl View {
+    pub(super) fn base_attr(&self, ino: u64, wt: &WtCtx, ov: &Overlay) -> FsResult<Attr> {
+        let base = ov
+            .base
+            .ok_or_else(|| FsError::new(libc::EIO, "base entry without object"))?;
+        let (size, perm, nlink) = match ov.ftype {
+            FType::Dir => (4096, 0o755, 2),
+            FType::Symlink | FType::File => {
+                if !wt.sizes_seeded.swap(true, Ordering::Relaxed) {
+                    self.objects
+                        .seed_sizes_from_index_cache(&self.state.index_cache(), wt.base_tree);
+                }
+                let size = self
+                    .objects
+                    .blob_size(&wt.gitdir, base.oid)
+                    .map_err(|e| FsError::git(format!("size of blob {}", base.oid), e))?;
+                let perm = match base.mode {
+                    MODE_EXEC => 0o755,
+                    MODE_LINK => 0o777,
+                    _ => 0o644,
+                };
+                (size, perm, 1)
+            }
+            _ => (0, 0o644, 1),
+        };
+        Ok(Attr {
+            ino,
+            size,
+            blocks: size.div_ceil(512),
+            atime: wt.base_mtime,
+            mtime: wt.base_mtime,
+            ctime: wt.base_mtime,
+            kind: ov.ftype,
+            perm,
+            nlink,
+            uid: wt.uid,
+            gid: wt.gid,
+            rdev: 0,
+        })
+    }
+
+    pub(super) fn base_tree_of(
+        &self,
+        wt: &WtCtx,
+        ov: &Overlay,
+    ) -> FsResult<Option<Arc<gitlayer::TreeListing>>> {
+        match ov.base {
+            Some(b) if b.mode == MODE_TREE && ov.ftype == FType::Dir => self
+                .objects
+                .tree(&wt.gitdir, b.oid)
+                .map(Some)
+                .map_err(|e| FsError::git(format!("reading tree {}", b.oid), e)),
+            _ => Ok(None),
+        }
+    }
+
+    /// What the name `name` in worktree directory `dir` is, from the layers on disk.
+    /// `dir_upper` gives the directory's upper path, asked only when the directory is in
+    /// the upper layer (most lookups are in base-only directories).
+    pub(super) fn resolve_child(
+        &self,
+        wt: &WtCtx,
+        dir_ov: &Overlay,
+        dir_upper: impl FnOnce() -> FsResult<PathBuf>,
+        name: &OsStr,
+    ) -> FsResult<Option<Overlay>> {
+        let base_listing = self.base_tree_of(wt, dir_ov)?;
+        let base_entry = base_listing.as_ref().and_then(|l| l.get(name)).cloned();
+        if dir_ov.in_upper {
+            let dir_upper = dir_upper()?;
+            let up = dir_upper.join(name);
+            match lstat(&up) {
+                Ok(m) => {
+                    let ftype = FType::from_mode(m.mode());
+                    let base = match &base_entry {
+                        Some(e)
+                            if ftype == FType::Dir
+                                && e.mode == MODE_TREE
+                                && !exists(&up.join(OPAQUE_MARKER)) =>
+                        {
+                            Some(BaseRef {
+                                oid: e.oid,
+                                mode: e.mode,
+                            })
+                        }
+                        _ => None,
+                    };
+                    return Ok(Some(Overlay {
+                        ftype,
+                        base,
+                        in_upper: true,
+                    }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(FsError::io(format!("stat {}", up.display()), e)),
+            }
+            if base_entry.is_some() && exists(&dir_upper.join(whiteout_name(name))) {
+                return Ok(None);
+            }
+        }
+        Ok(base_entry.map(|e| Overlay {
+            ftype: FType::from_git_mode(e.mode),
+            base: Some(BaseRef {
+                oid: e.oid,
+                mode: e.mode,
+            }),
+            in_upper: false,
+        }))
+    }
+
+    /// The overlay entry currently at `(parent, name)`, from the table or from disk.
+    pub(super) fn child_state(
+        &self,
+        parent: u64,
+        name: &OsStr,
+    ) -> FsResult<Option<(Option<u64>, Overlay)>> {
+        let t = self.nodes.read();
+        if let Some(ino) = t.child(parent, name) {
+            if let Some(Node {
+                kind: NodeKind::Wt { ov, .. },
+                ..
+            }) = t.nodes.get(&ino)
+            {
+                return Ok(Some((Some(ino), *ov)));
+            }
+            if let Some(Node {
+                kind: NodeKind::GitFile(_),
+                ..
+            }) = t.nodes.get(&ino)
+            {
+                return Err(FsError::new(
+                    libc::EPERM,
+                    "the worktree's .git file is managed by worktreefs",
+                ));
+            }
+        }
+        let (wt, ov, is_root) = t.wt_of(parent)?;
+        if is_root && name == GITFILE_NAME {
+            return Err(FsError::new(
+                libc::EPERM,
+                "the worktree's .git file is managed by worktreefs",
+            ));
+        }
+        drop(t);
+        let dir_upper = || self.nodes.read().upper_path(parent);
+        Ok(self
+            .resolve_child(&wt, &ov, dir_upper, name)?
+            .map(|o| (None, o)))
+    }
+
+    pub(super) fn base_has(&self, parent: u64, name: &OsStr) -> FsResult<bool> {
+        let (wt, ov) = {
+            let t = self.nodes.read();
+            let (wt, ov, _) = t.wt_of(parent)?;
+            (wt, ov)
+        };
+        Ok(self
+            .base_tree_of(&wt, &ov)?
+            .map(|l| l.get(name).is_some())
+            .unwrap_or(false))
+    }
+}

@@ -1,0 +1,147 @@
+//! The plain values the core answers with: attributes, entries, what a caller asked.
+//! The FUSE adapter copies them into fuser's types; nothing here names fuser.
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::gitlayer::{MODE_GITLINK, MODE_LINK, MODE_TREE};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FType {
+    Dir,
+    File,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl FType {
+    pub(super) fn from_mode(mode: u32) -> FType {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => FType::Dir,
+            libc::S_IFLNK => FType::Symlink,
+            libc::S_IFIFO => FType::Fifo,
+            libc::S_IFSOCK => FType::Socket,
+            libc::S_IFCHR => FType::CharDev,
+            libc::S_IFBLK => FType::BlockDev,
+            _ => FType::File,
+        }
+    }
+    pub(super) fn from_git_mode(mode: u32) -> FType {
+        match mode {
+            MODE_TREE | MODE_GITLINK => FType::Dir,
+            MODE_LINK => FType::Symlink,
+            _ => FType::File,
+        }
+    }
+}
+
+/// What `stat` reports; the FUSE adapter copies it into fuser's struct.
+#[derive(Debug, Clone, Copy)]
+pub struct Attr {
+    pub ino: u64,
+    pub size: u64,
+    pub blocks: u64,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub kind: FType,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub attr: Attr,
+    pub ttl: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: FType,
+    pub name: OsString,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Option<SystemTime>>,
+    pub mtime: Option<Option<SystemTime>>,
+    pub fh: Option<u64>,
+}
+
+pub struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// Who asks: used for the owner of what a request creates.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+/// A file the kernel reads and writes directly for an open handle (FUSE passthrough), and
+/// its identity (device, inode).
+pub struct Backing {
+    pub file: File,
+    pub key: (u64, u64),
+}
+
+/// What the kernel should forget.
+pub enum Inval {
+    /// An inode's attributes and listing.
+    Inode(u64),
+    /// The name `name` in directory `parent`.
+    Entry(u64, OsString),
+}
+
+/// Tells the kernel to drop what it cached. Set by the daemon once the FUSE session exists;
+/// absent in direct-call tests.
+pub type Invalidator = Box<dyn Fn(Inval) + Send + Sync>;
+
+pub(super) fn systime(secs: i64, nsecs: i64) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
+    } else {
+        UNIX_EPOCH
+    }
+}
+
+impl Attr {
+    pub fn from_meta(ino: u64, m: &fs::Metadata) -> Attr {
+        Attr {
+            ino,
+            size: m.len(),
+            blocks: m.blocks(),
+            atime: systime(m.atime(), m.atime_nsec()),
+            mtime: systime(m.mtime(), m.mtime_nsec()),
+            ctime: systime(m.ctime(), m.ctime_nsec()),
+            kind: FType::from_mode(m.mode()),
+            perm: (m.mode() & 0o7777) as u16,
+            nlink: m.nlink() as u32,
+            uid: m.uid(),
+            gid: m.gid(),
+            rdev: m.rdev() as u32,
+        }
+    }
+}

@@ -1,0 +1,525 @@
+//! The view: the struct that composes the node table, the catalog, the handles and the
+//! object caches; its lock order; lookup, forget and getattr.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
+use std::fs::{self};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+
+use crate::blobcache::BlobCache;
+use crate::gitlayer::ObjectCache;
+use crate::ino;
+use crate::layout::{RESERVED_PREFIX, WHITEOUT_PREFIX};
+use crate::state::StateDir;
+use crate::store::Store;
+
+use super::control::{
+    ControlDir, CONTROL_INO, CONTROL_NAME, CTRL_FSMONITOR_INO, CTRL_LEASES_INO, CTRL_RETAINED_INO,
+    CTRL_STATS_INO, CTRL_STATUS_INO, CTRL_WORKTREES_INO,
+};
+use super::error::{FsError, FsResult};
+use super::handles::{opened, HandleKind};
+use super::namespace::Catalog;
+use super::nodes::{Node, NodeKind, NodeTable, ROOT_INO};
+use super::types::{Attr, DirEntry, Entry, FType, Invalidator, Statfs};
+
+/// Worktree entries (the worktree's own directory included) change only through this
+/// daemon, and every such change is a request the kernel makes and so accounts for: the
+/// kernel may cache them, names (present or absent) and attributes, for long. Without
+/// that, every path walk inside a worktree would cost a GETATTR of the worktree's
+/// directory for the permission check, and every file looked up again after a short TTL
+/// a LOOKUP.
+pub(super) const WT_STABLE_TTL: Duration = Duration::from_secs(3600);
+/// Upper-layer regular files: with passthrough, writes through a shared mapping of the
+/// backing file do not reach the FUSE inode's attributes (the kernel re-reads them when
+/// the file is mapped, written or read, not after each write through a mapping): their
+/// cached mtime is re-read after this long.
+pub(super) const WT_TTL: Duration = Duration::from_secs(60);
+/// Repositories come and go through the CLI, another process: cached briefly.
+pub(super) const TOP_TTL: Duration = Duration::from_secs(1);
+/// `.control` files change with every lease and state change: never cached.
+pub(super) const CONTROL_TTL: Duration = Duration::ZERO;
+
+pub const GITFILE_NAME: &str = ".git";
+#[derive(Default)]
+pub struct Stats {
+    /// read() requests served on worktree content (not `.git` or `.control`).
+    pub content_reads: AtomicU64,
+    pub copy_ups: AtomicU64,
+    /// The first distinct paths (`repo/worktree/path`) whose content was read, for tests
+    /// and diagnosis; recorded once per open handle, not per read.
+    pub content_paths: Mutex<Vec<String>>,
+    /// Requests served, by kind: what the kernel could not answer from its caches.
+    pub lookups: AtomicU64,
+    pub getattrs: AtomicU64,
+    pub opendirs: AtomicU64,
+    pub readdirs: AtomicU64,
+    /// Opens answered with FUSE passthrough (the kernel then reads and writes the backing
+    /// file itself; such an open counts as one content read).
+    pub passthrough_opens: AtomicU64,
+    /// getxattr, setxattr, listxattr and removexattr requests (each kind is declined with
+    /// ENOSYS, which the kernel remembers, so at most one of each per mount).
+    pub xattr_requests: AtomicU64,
+}
+
+pub struct View {
+    pub(super) state: StateDir,
+    pub(super) mountpoint: PathBuf,
+    pub(super) store: Mutex<Store>,
+    pub(super) catalog: RwLock<Catalog>,
+    pub(super) objects: ObjectCache,
+    pub(super) blobs: BlobCache,
+    pub(super) mutate: Mutex<()>,
+    pub(super) nodes: RwLock<NodeTable>,
+    /// The table's size, kept by the table itself (see `NodeTable::count`).
+    pub(super) node_count: Arc<AtomicUsize>,
+    pub(super) handles: Mutex<HashMap<u64, Arc<HandleKind>>>,
+    pub(super) next_fh: AtomicU64,
+    /// Listings being read by handle-less readdir (see `readdir_ino`).
+    pub(super) listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    pub(super) invalidator: std::sync::OnceLock<Invalidator>,
+    /// Bumped by every copy-up: a read on a handle opened on a base blob checks whether its
+    /// file was copied up only when this moved since the handle last looked.
+    pub(super) copy_up_epoch: AtomicU64,
+    /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
+    pub(super) instance: String,
+    pub stats: Stats,
+}
+
+pub(super) fn cstr(p: &Path) -> FsResult<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| FsError::new(libc::EINVAL, format!("path {} contains NUL", p.display())))
+}
+
+pub(super) fn lstat(p: &Path) -> io::Result<fs::Metadata> {
+    fs::symlink_metadata(p)
+}
+
+pub(super) fn exists(p: &Path) -> bool {
+    lstat(p).is_ok()
+}
+
+pub(super) fn check_name(name: &OsStr) -> FsResult<()> {
+    let b = name.as_bytes();
+    if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
+        return Err(FsError::new(libc::EINVAL, format!("invalid name {name:?}")));
+    }
+    if b.starts_with(RESERVED_PREFIX) {
+        return Err(FsError::new(
+            libc::EINVAL,
+            format!(
+                "name {name:?} uses the prefix '.wtfs-', which worktreefs reserves for its upper-layer markers"
+            ),
+        ));
+    }
+    if b.len() > 255 - WHITEOUT_PREFIX.len() {
+        return Err(FsError::new(
+            libc::ENAMETOOLONG,
+            format!(
+                "name of {} bytes is longer than worktreefs allows ({})",
+                b.len(),
+                255 - WHITEOUT_PREFIX.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn not_supported(what: &str) -> FsError {
+    FsError::new(libc::EPERM, format!("{what} is not possible here"))
+}
+
+impl View {
+    pub fn new(state: StateDir, mountpoint: PathBuf) -> anyhow::Result<View> {
+        let store = Store::open(&state.root)?;
+        let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
+        let node_count = Arc::new(AtomicUsize::new(0));
+        let mut nodes = NodeTable::new(node_count.clone());
+        let fixed = [
+            (ROOT_INO, NodeKind::Root, ROOT_INO, ""),
+            (
+                CONTROL_INO,
+                NodeKind::ControlDir(ControlDir::Top),
+                ROOT_INO,
+                CONTROL_NAME,
+            ),
+            (
+                CTRL_LEASES_INO,
+                NodeKind::ControlDir(ControlDir::Leases),
+                CONTROL_INO,
+                "leases",
+            ),
+            (
+                CTRL_WORKTREES_INO,
+                NodeKind::ControlDir(ControlDir::Worktrees),
+                CONTROL_INO,
+                "worktrees",
+            ),
+            (
+                CTRL_RETAINED_INO,
+                NodeKind::ControlDir(ControlDir::Retained),
+                CONTROL_INO,
+                "retained",
+            ),
+            (
+                CTRL_STATUS_INO,
+                NodeKind::ControlFile(ControlDir::Top, "status".into()),
+                CONTROL_INO,
+                "status",
+            ),
+            (
+                CTRL_STATS_INO,
+                NodeKind::ControlFile(ControlDir::Top, "stats".into()),
+                CONTROL_INO,
+                "stats",
+            ),
+            (
+                CTRL_FSMONITOR_INO,
+                NodeKind::ControlDir(ControlDir::FsMonitor),
+                CONTROL_INO,
+                crate::fsmonitor::CONTROL_DIR,
+            ),
+        ];
+        for (i, kind, parent, name) in fixed {
+            nodes.insert_node(i, Node::new(kind, parent, OsStr::new(name), u64::MAX / 2));
+        }
+        let view = View {
+            state,
+            mountpoint,
+            store: Mutex::new(store),
+            catalog: RwLock::new(Catalog {
+                data_version: -1,
+                changed_at: SystemTime::now(),
+                repos: Vec::new(),
+                worktrees: HashMap::new(),
+                states: HashMap::new(),
+                idle_since: HashMap::new(),
+            }),
+            node_count,
+            objects: ObjectCache::default(),
+            blobs,
+            mutate: Mutex::new(()),
+            nodes: RwLock::new(nodes),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            listings: Mutex::new(HashMap::new()),
+            invalidator: std::sync::OnceLock::new(),
+            copy_up_epoch: AtomicU64::new(0),
+            instance: format!(
+                "{}.{}",
+                std::process::id(),
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0)
+            ),
+            stats: Stats::default(),
+        };
+        view.refresh_catalog(true)?;
+        Ok(view)
+    }
+
+    pub fn blob_fills(&self) -> u64 {
+        self.blobs.fills.load(Ordering::Relaxed)
+    }
+
+    /// The worktree an inode belongs to, as (id, whether the inode is the worktree's own
+    /// directory). None for the top of the mount and `.control`. On every request: no
+    /// allocation.
+    pub fn worktree_of(&self, ino: u64) -> Option<(i64, bool)> {
+        let t = self.nodes.read();
+        match t.nodes.get(&ino).map(|n| &n.kind) {
+            Some(NodeKind::Wt { wt, is_root, .. }) => Some((wt.id, *is_root)),
+            Some(NodeKind::GitFile(wt)) => Some((wt.id, false)),
+            _ => None,
+        }
+    }
+
+    /// How many inodes the daemon keeps (one per inode the kernel holds).
+    pub fn node_count(&self) -> usize {
+        self.node_count.load(Ordering::Relaxed)
+    }
+
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Whether the state directory (where backing files live) is on a stacked filesystem
+    /// such as overlayfs, which FUSE passthrough must count as one level of stacking.
+    pub fn state_on_stacked_fs(&self) -> bool {
+        nix::sys::statfs::statfs(&self.state.root)
+            .map(|s| s.filesystem_type() == nix::sys::statfs::OVERLAYFS_SUPER_MAGIC)
+            .unwrap_or(false)
+    }
+
+    pub fn set_invalidator(&self, f: Invalidator) {
+        let _ = self.invalidator.set(f);
+    }
+
+    pub(super) fn memory_attr(
+        &self,
+        ino: u64,
+        len: usize,
+        mtime: SystemTime,
+        uid: u32,
+        gid: u32,
+    ) -> Attr {
+        Attr {
+            ino,
+            size: len as u64,
+            blocks: (len as u64).div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            kind: FType::File,
+            perm: 0o444,
+            nlink: 1,
+            uid,
+            gid,
+            rdev: 0,
+        }
+    }
+
+    pub(super) fn node_attr(&self, t: &NodeTable, ino: u64) -> FsResult<Attr> {
+        let node = t
+            .nodes
+            .get(&ino)
+            .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?;
+        match &node.kind {
+            NodeKind::Root | NodeKind::ControlDir(_) | NodeKind::Repo(_) => {
+                Ok(self.top_dir_attr(ino))
+            }
+            NodeKind::ControlFile(dir, name) => {
+                let content = self.control_content(*dir, name)?;
+                Ok(self.memory_attr(ino, content.len(), SystemTime::now(), 0, 0))
+            }
+            NodeKind::GitFile(wt) => {
+                Ok(self.memory_attr(ino, wt.gitfile.len(), wt.base_mtime, wt.uid, wt.gid))
+            }
+            NodeKind::Wt { wt, ov, .. } => {
+                if ov.in_upper {
+                    if node.unlinked {
+                        return Err(FsError::expected(libc::ENOENT, "entry was removed"));
+                    }
+                    let path = t.upper_path(ino)?;
+                    let m = lstat(&path)
+                        .map_err(|e| FsError::io(format!("stat {}", path.display()), e))?;
+                    Ok(Attr::from_meta(ino, &m))
+                } else {
+                    self.base_attr(ino, wt, ov)
+                }
+            }
+        }
+    }
+
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        self.lookup_in(parent, name, false)
+    }
+
+    /// A lookup the kernel did not ask for: of an entry of a listing just made, sent with
+    /// its attributes (READDIRPLUS), which the kernel links and later forgets like a
+    /// looked-up name. Counted as a lookup of the node, not in the LOOKUP statistics; a
+    /// `.control` name is not checked against its directory again (the listing was), and
+    /// a generated file's size is left 0 (see `lookup_control`).
+    pub fn lookup_listed(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+        self.lookup_in(parent, name, true)
+    }
+
+    pub(super) fn lookup_in(&self, parent: u64, name: &OsStr, listed: bool) -> FsResult<Entry> {
+        let parent_kind = {
+            let t = self.nodes.read();
+            let node = t.nodes.get(&parent).ok_or_else(|| {
+                FsError::new(libc::ESTALE, format!("inode {parent} is not known"))
+            })?;
+            let kind = node.kind.clone();
+            let known = t.child(parent, name);
+            if let Some(ino) = known.filter(|_| {
+                !matches!(
+                    kind,
+                    NodeKind::Root | NodeKind::Repo(_) | NodeKind::ControlDir(_)
+                )
+            }) {
+                // Counted under the read lock that found it: a forget needs the write lock,
+                // so it cannot drop the node in between. Given back if its attributes fail.
+                if let Some(n) = t.nodes.get(&ino) {
+                    n.lookups.fetch_add(1, Ordering::Relaxed);
+                }
+                let attr = self.node_attr(&t, ino);
+                let ttl = self.ttl_of(&t, ino);
+                drop(t);
+                return match attr {
+                    Ok(attr) => Ok(Entry { attr, ttl }),
+                    Err(e) => {
+                        self.forget(ino, 1);
+                        Err(e)
+                    }
+                };
+            }
+            kind
+        };
+        match parent_kind {
+            NodeKind::Root => self.lookup_top(name),
+            NodeKind::Repo(repo_id) => self.lookup_repo_child(parent, repo_id, name),
+            NodeKind::ControlDir(dir) => self.lookup_control(parent, dir, name, listed),
+            NodeKind::Wt { wt, ov, is_root } => {
+                if ov.ftype != FType::Dir {
+                    return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+                }
+                if is_root && name == GITFILE_NAME {
+                    let natural = ino::path_ino(wt.id, b".git");
+                    let mut t = self.nodes.write();
+                    let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));
+                    return self.counted_entry(t, ino);
+                }
+                if name.as_bytes().starts_with(RESERVED_PREFIX) {
+                    return Err(FsError::not_found(name.to_string_lossy()));
+                }
+                let dir_upper = || self.nodes.read().upper_path(parent);
+                let child = self
+                    .resolve_child(&wt, &ov, dir_upper, name)?
+                    .ok_or_else(|| {
+                        let mut e =
+                            FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()));
+                        // Not the hour of present names: a lookup inside a directory
+                        // being renamed (whose new path the table learns after the
+                        // rename on disk) answers "absent" for that moment.
+                        e.negative_ttl = Some(WT_TTL);
+                        e
+                    })?;
+                let mut t = self.nodes.write();
+                let mut rel = t.rel_path(parent)?;
+                if !rel.is_empty() {
+                    rel.push(b'/');
+                }
+                rel.extend_from_slice(name.as_bytes());
+                let natural = ino::path_ino(wt.id, &rel);
+                let ino = t.insert_child(
+                    parent,
+                    name,
+                    natural,
+                    NodeKind::Wt {
+                        wt,
+                        ov: child,
+                        is_root: false,
+                    },
+                );
+                self.counted_entry(t, ino)
+            }
+            NodeKind::ControlFile(..) | NodeKind::GitFile(_) => {
+                Err(FsError::new(libc::ENOTDIR, "not a directory"))
+            }
+        }
+    }
+
+    /// The entry of `ino`, whose lookup count was just raised under the write lock `t`:
+    /// its attributes and TTL, or, when its attributes cannot be had, the error with the
+    /// count given back (the kernel, answered with the error, never learns of the node).
+    pub(super) fn counted_entry(
+        &self,
+        t: RwLockWriteGuard<'_, NodeTable>,
+        ino: u64,
+    ) -> FsResult<Entry> {
+        match self.node_attr(&t, ino) {
+            Ok(attr) => Ok(Entry {
+                attr,
+                ttl: self.ttl_of(&t, ino),
+            }),
+            Err(e) => {
+                drop(t);
+                self.forget(ino, 1);
+                Err(e)
+            }
+        }
+    }
+
+    pub fn forget(&self, ino: u64, nlookup: u64) {
+        let mut t = self.nodes.write();
+        let Some(node) = t.nodes.get_mut(&ino) else {
+            return;
+        };
+        // The write lock excludes every increment (they hold the read lock).
+        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(nlookup);
+        node.lookups.store(left, Ordering::Relaxed);
+        if left > 0 {
+            return;
+        }
+        t.remove_node(ino);
+    }
+
+    pub(super) fn ttl_of(&self, t: &NodeTable, ino: u64) -> Duration {
+        match t.nodes.get(&ino).map(|n| &n.kind) {
+            // A worktree's own directory goes away through cleanup, which another process
+            // may run: its entry is re-checked as before.
+            Some(NodeKind::Wt { is_root: true, .. }) => WT_TTL,
+            Some(NodeKind::Wt { ov, .. }) if ov.in_upper && ov.ftype == FType::File => WT_TTL,
+            Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_STABLE_TTL,
+            // Listings under .control change with every lease: the kernel must look at the
+            // directory's (always new) mtime before using a listing it kept.
+            Some(NodeKind::ControlFile(..)) | Some(NodeKind::ControlDir(_)) => CONTROL_TTL,
+            _ => TOP_TTL,
+        }
+    }
+
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
+        self.stats.getattrs.fetch_add(1, Ordering::Relaxed);
+        if let Some(fh) = fh {
+            if let Some(h) = self.handles.lock().get(&fh).cloned() {
+                if let HandleKind::File { file, on_base, .. } = &*h {
+                    if !on_base.load(Ordering::Acquire) {
+                        let m = opened(file)?
+                            .metadata()
+                            .map_err(|e| FsError::io("fstat", e))?;
+                        let attr = Attr::from_meta(ino, &m);
+                        return Ok(Entry { attr, ttl: WT_TTL });
+                    }
+                }
+            }
+        }
+        let t = self.nodes.read();
+        Ok(Entry {
+            attr: self.node_attr(&t, ino)?,
+            ttl: self.ttl_of(&t, ino),
+        })
+    }
+
+    pub fn statfs(&self) -> FsResult<Statfs> {
+        let s = nix::sys::statvfs::statvfs(&self.state.root)
+            .map_err(|e| FsError::io("statvfs", io::Error::from_raw_os_error(e as i32)))?;
+        Ok(Statfs {
+            blocks: s.blocks(),
+            bfree: s.blocks_free(),
+            bavail: s.blocks_available(),
+            files: s.files(),
+            ffree: s.files_free(),
+            bsize: s.block_size() as u32,
+            namelen: 255 - WHITEOUT_PREFIX.len() as u32,
+            frsize: s.fragment_size() as u32,
+        })
+    }
+
+    pub fn access(&self, ino: u64) -> FsResult<()> {
+        if self.nodes.read().nodes.contains_key(&ino) {
+            Ok(())
+        } else {
+            Err(FsError::new(
+                libc::ESTALE,
+                format!("inode {ino} is not known"),
+            ))
+        }
+    }
+}
+
+/// Writes an upper-layer marker (see `layout::write_marker`), with the path in the error.
+pub(super) fn marker(path: &Path, ordered: bool) -> FsResult<()> {
+    crate::layout::write_marker(path, ordered)
+        .map_err(|e| FsError::io(format!("writing marker {}", path.display()), e))
+}
