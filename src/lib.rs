@@ -9,19 +9,15 @@
 //! * [`fuse`]: the thin adapter from fuser's callbacks to [`view`].
 //! * [`daemon`]: locking the state directory, mounting, serving, unmounting.
 
-pub mod blobcache;
-pub mod cleanup;
 pub mod daemon;
+pub mod durable;
 pub mod fs;
-pub mod fsmonitor;
-pub mod gitlayer;
-pub mod holders;
+pub mod git;
 pub mod ino;
 pub mod layout;
 pub mod lease;
+pub mod lifecycle;
 pub mod names;
 pub mod report;
 pub mod state;
 pub mod store;
-pub mod untracked;
-pub mod worktree;

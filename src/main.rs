@@ -10,11 +10,11 @@ use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand};
 
 use worktreefs::daemon::{self, MountRequest};
-use worktreefs::gitlayer;
+use worktreefs::git;
+use worktreefs::lifecycle::create::{self, CreateRequest};
 use worktreefs::names::{sanitize_name, validate_name};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
-use worktreefs::worktree::{self, CreateRequest};
 
 #[derive(Parser)]
 #[command(
@@ -329,7 +329,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 bail!("repository '{name}' still has {n} worktree(s); they must be removed first (see `worktreefs list`)");
             }
             store.remove_repo(repo.id)?;
-            if let Err(e) = worktreefs::fsmonitor::disable_for_repo(&repo.gitdir) {
+            if let Err(e) = worktreefs::git::fsmonitor::disable_for_repo(&repo.gitdir) {
                 eprintln!(
                     "worktreefs: could not remove the fsmonitor include from {}/config: {e:#}; remove the includeIf section naming {}/worktreefs by hand",
                     repo.gitdir.display(),
@@ -349,7 +349,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
             })?;
             let mut store = open_store(&state)?;
-            let row = worktree::create_worktree(
+            let row = create::create_worktree(
                 &state,
                 &mut store,
                 &CreateRequest {
@@ -362,7 +362,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
             )?;
             daemon::poke(&state);
-            let mountpoint = worktree::mountpoint_of(&state, &store);
+            let mountpoint = create::mountpoint_of(&state, &store);
             println!(
                 "created {}/{} on branch {} at {}",
                 row.repo,
@@ -384,7 +384,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::List { json } => {
             let store = open_store(&state)?;
             let rows = store.worktrees()?;
-            let mountpoint = worktree::mountpoint_of(&state, &store);
+            let mountpoint = create::mountpoint_of(&state, &store);
             if json {
                 let out: Vec<_> = rows
                     .iter()
@@ -529,14 +529,14 @@ fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
 }
 
 fn cmd_reclaim(state: &StateDir, target: &str, discard: bool) -> anyhow::Result<()> {
-    use worktreefs::cleanup::{request_removal, Outcome, RequestError};
+    use worktreefs::lifecycle::cleanup::{request_removal, Outcome, RequestError};
     let (repo, name) = split_target(target)?;
     let mut store = open_store(state)?;
     let row = store
         .worktree(repo, name)?
         .filter(|w| w.state != "removed")
         .ok_or_else(|| anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list` and `worktreefs retained`"))?;
-    let mountpoint = worktree::mountpoint_of(state, &store);
+    let mountpoint = create::mountpoint_of(state, &store);
     let r = request_removal(state, &mut store, &row, &mountpoint, discard, &mut |d| {
         println!("discarding from {repo}/{name}:");
         if let Some(e) = &d.uninspected {
@@ -673,7 +673,7 @@ fn add_repo(
     if let Some(n) = name {
         validate_name("repository", n).map_err(|e| anyhow!(e))?;
     }
-    let (gitdir, workdir) = gitlayer::discover(path)?;
+    let (gitdir, workdir) = git::discover(path)?;
     let top = workdir.clone().unwrap_or_else(|| gitdir.clone());
     let name = match name {
         Some(n) => n.to_string(),
@@ -742,7 +742,7 @@ fn cmd_mount(
     let mut registered = None;
     if mountpoint.is_none() {
         if let Ok(cwd) = std::env::current_dir() {
-            if let Ok((gitdir, _)) = gitlayer::discover(&cwd) {
+            if let Ok((gitdir, _)) = git::discover(&cwd) {
                 let store = open_store(state)?;
                 registered = Some(match store.repo_by_gitdir(&gitdir)? {
                     Some(r) => r,
@@ -764,7 +764,7 @@ fn cmd_mount(
     daemon::prepare(&req)?;
     let pid = daemon::spawn_background(&req, log_level)?;
     let store = open_store(state)?;
-    let mp = worktree::mountpoint_of(state, &store);
+    let mp = create::mountpoint_of(state, &store);
     let mp = fs::canonicalize(&mp).unwrap_or(mp);
     println!(
         "worktreefs: mounted at {} (daemon pid {pid}, state dir {})",

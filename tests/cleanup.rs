@@ -614,7 +614,7 @@ fn inspection_agrees_with_git_status_after_random_work_through_the_mount() {
     let store = worktreefs::store::Store::open(&state.root).unwrap();
     let row = store.worktree("repo", "rnd").unwrap().unwrap();
     let repo = store.repo_by_id(row.repo_id).unwrap().unwrap();
-    let target = worktreefs::cleanup::Target::new(&state, &row, &repo, &m.mountpoint);
+    let target = worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint);
 
     // WTFS_SEED=<n> runs another sequence.
     let mut seed: u64 = std::env::var("WTFS_SEED")
@@ -653,7 +653,7 @@ fn inspection_agrees_with_git_status_after_random_work_through_the_mount() {
             run_ok("sh", &["-c", &s], &wt);
         }
         let truth = git_dirty_paths(&wt);
-        let f = worktreefs::cleanup::inspect(&target).unwrap();
+        let f = worktreefs::lifecycle::cleanup::inspect(&target).unwrap();
         let ours: Vec<String> = f.changes.iter().map(|c| c.path.clone()).collect();
         // Every path git lists is one we found (or under a directory we found), and every
         // change we found covers something git lists.

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use common::*;
-use worktreefs::cleanup::{self, ChangeKind, Findings, Head, Outcome, Target};
+use worktreefs::lifecycle::cleanup::{self, ChangeKind, Findings, Head, Outcome, Target};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 

@@ -21,7 +21,7 @@ use fuser::{
 
 use super::error::FsError;
 use super::{Attr, Caller, DirEntry, FType, SetAttr, View};
-use crate::holders::Tracker;
+use crate::lifecycle::holders::Tracker;
 
 pub struct WorktreeFs {
     pub view: Arc<View>,

@@ -48,7 +48,7 @@ impl View {
                 "retained".into(),
                 "status".into(),
                 "stats".into(),
-                crate::fsmonitor::CONTROL_DIR.into(),
+                crate::git::fsmonitor::CONTROL_DIR.into(),
             ]),
             ControlDir::Worktrees => {
                 self.refresh()?;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::UNIX_EPOCH;
 
-use crate::gitlayer::{self, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
+use crate::git::{self, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
 use super::error::{FsError, FsResult};
@@ -130,7 +130,7 @@ impl View {
                     .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
             }
             FType::Symlink => {
-                let target = gitlayer::read_blob(&wt.gitdir, base.oid)
+                let target = git::read_blob(&wt.gitdir, base.oid)
                     .map_err(|e| FsError::git("reading symlink target", e))?;
                 let tmp = Self::work_tmp(&wt, "copyup");
                 std::os::unix::fs::symlink(OsStr::from_bytes(&target), &tmp)
@@ -290,7 +290,7 @@ impl View {
                     self.copy_up_tree_at(wt, &up, Some(child_base))?;
                 }
                 MODE_LINK => {
-                    let target = gitlayer::read_blob(&wt.gitdir, e.oid)
+                    let target = git::read_blob(&wt.gitdir, e.oid)
                         .map_err(|err| FsError::git("reading symlink target", err))?;
                     std::os::unix::fs::symlink(OsStr::from_bytes(&target), &up)
                         .map_err(|err| FsError::io("symlink", err))?;

@@ -105,7 +105,7 @@ impl View {
     ) -> u64 {
         let on_base = blob.is_some();
         if let Some(w) = &wt {
-            *w.open_writers.lock().entry(ino).or_insert(0) += 1;
+            w.journal.writer_opened(ino);
         }
         self.add_handle(HandleKind::File {
             ino,
@@ -139,20 +139,7 @@ impl View {
             ino, wt: Some(wt), ..
         }) = h.as_deref()
         {
-            let last = {
-                let mut w = wt.open_writers.lock();
-                match w.get_mut(ino) {
-                    Some(n) if *n > 1 => {
-                        *n -= 1;
-                        false
-                    }
-                    _ => {
-                        w.remove(ino);
-                        true
-                    }
-                }
-            };
-            if last {
+            if wt.journal.writer_closed(*ino) {
                 // Written behind the daemon's back (passthrough, mmap): recorded at close.
                 self.note_node(*ino);
             }
@@ -426,7 +413,7 @@ impl View {
                 // this handle's earlier record (and git will stat the file after this write)
                 // or bumped the epoch, and then the path is recorded again here.
                 if let Some(wt) = wt {
-                    let epoch = wt.query_epoch.load(Ordering::Acquire);
+                    let epoch = wt.journal.query_epoch();
                     if noted_epoch.swap(epoch, Ordering::AcqRel) != epoch {
                         self.note_node(*ino);
                     }

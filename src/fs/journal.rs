@@ -1,24 +1,148 @@
 //! What git's fsmonitor hook asks: each change made through a view is recorded in its
 //! worktree's journal, and a query answers the paths changed since a token.
 
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::fs::{self};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use git2::Oid;
 
-use crate::gitlayer::{self, MODE_TREE};
+use crate::git::{self, MODE_TREE};
 use crate::layout::{OPAQUE_MARKER, RESERVED_PREFIX, WHITEOUT_PREFIX};
 
 use super::error::{FsError, FsResult};
 use super::overlay::WtCtx;
 use super::view::{exists, View, GITFILE_NAME};
 
+/// How many changes a worktree's journal keeps before older tokens get the full answer.
+const JOURNAL_CAPACITY: usize = 65_536;
+
+/// Paths changed through one worktree, in order, each with its sequence number.
+#[derive(Debug, Default)]
+pub struct Journal {
+    seq: u64,
+    /// Every change with a sequence number above `floor` is still in `entries`.
+    floor: u64,
+    entries: VecDeque<(u64, Vec<u8>)>,
+}
+
+/// What a query answers.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Since {
+    /// These paths changed (possibly none).
+    Paths(Vec<Vec<u8>>),
+    /// The token is not this journal's: the caller answers from the upper layer.
+    Unknown,
+    /// The journal no longer reaches back that far: everything may have changed.
+    Everything,
+}
+
+impl Journal {
+    /// Records that `path` (relative to the worktree) changed.
+    pub fn record(&mut self, path: &[u8]) {
+        self.seq += 1;
+        self.entries.push_back((self.seq, path.to_vec()));
+        if self.entries.len() > JOURNAL_CAPACITY {
+            if let Some((s, _)) = self.entries.pop_front() {
+                self.floor = s;
+            }
+        }
+    }
+
+    /// The sequence number the next token will carry.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Paths changed after sequence number `since`.
+    pub fn since(&self, since: u64) -> Since {
+        if since < self.floor || since > self.seq {
+            return Since::Everything;
+        }
+        let mut out: Vec<Vec<u8>> = self
+            .entries
+            .iter()
+            .filter(|(s, _)| *s > since)
+            .map(|(_, p)| p.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        Since::Paths(out)
+    }
+}
+
+/// One worktree's record for git's fsmonitor hook: the journal of changed paths, the
+/// query epoch, and the files open for writing.
+#[derive(Debug, Default)]
+pub(super) struct WorktreeJournal {
+    /// Paths changed through this view.
+    journal: Mutex<Journal>,
+    /// Bumped by every fsmonitor query; an open file records its path again on its first
+    /// write after a query (see `View::write`).
+    query_epoch: AtomicU64,
+    /// Inodes open for writing, with how many handles: every fsmonitor query reports them
+    /// as changed, since with FUSE passthrough their writes never reach the daemon. Each is
+    /// recorded in the journal again when its last writer closes.
+    open_writers: Mutex<HashMap<u64, usize>>,
+}
+
+impl WorktreeJournal {
+    pub(super) fn record(&self, rel: &[u8]) {
+        self.journal.lock().record(rel);
+    }
+
+    /// The epoch of the latest query (see `query_epoch`).
+    pub(super) fn query_epoch(&self) -> u64 {
+        self.query_epoch.load(Ordering::Acquire)
+    }
+
+    /// A query begins: bumped first, so a write that has not yet checked the epoch will
+    /// record its path again. Returns the journal's sequence number and what changed
+    /// since `token`'s (None: the token is not this journal's).
+    pub(super) fn begin_query(&self, since: Option<u64>) -> (u64, Since) {
+        self.query_epoch.fetch_add(1, Ordering::AcqRel);
+        let j = self.journal.lock();
+        let answer = match since {
+            Some(s) => j.since(s),
+            None => Since::Unknown,
+        };
+        (j.seq(), answer)
+    }
+
+    /// A handle opened `ino` for writing.
+    pub(super) fn writer_opened(&self, ino: u64) {
+        *self.open_writers.lock().entry(ino).or_insert(0) += 1;
+    }
+
+    /// A writing handle of `ino` closed; true when it was the last.
+    pub(super) fn writer_closed(&self, ino: u64) -> bool {
+        let mut w = self.open_writers.lock();
+        match w.get_mut(&ino) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => {
+                w.remove(&ino);
+                true
+            }
+        }
+    }
+
+    /// Inodes open for writing now.
+    pub(super) fn open_writers(&self) -> Vec<u64> {
+        self.open_writers.lock().keys().copied().collect()
+    }
+}
+
 impl View {
     pub(super) fn note(&self, wt: &WtCtx, rel: &[u8]) {
-        wt.journal.lock().record(rel);
+        wt.journal.record(rel);
     }
 
     /// Records that the entry `ino` changed.
@@ -87,17 +211,8 @@ impl View {
             .find(|w| w.repo == repo && w.name == name)
             .cloned()
             .ok_or_else(|| FsError::not_found(format!("worktree {repo}/{name}")))?;
-        use crate::fsmonitor::{encode_response, parse_token, token as make_token, Since};
-        // Bump first: a write that has not yet checked the epoch will record again.
-        wt.query_epoch.fetch_add(1, Ordering::AcqRel);
-        let (seq, since) = {
-            let j = wt.journal.lock();
-            let since = match parse_token(token, &self.instance) {
-                Some(s) => j.since(s),
-                None => Since::Unknown,
-            };
-            (j.seq(), since)
-        };
+        use crate::git::fsmonitor::{encode_response, parse_token, token as make_token};
+        let (seq, since) = wt.journal.begin_query(parse_token(token, &self.instance));
         let mut paths = match since {
             Since::Paths(p) => p,
             Since::Everything => vec![b"/".to_vec()],
@@ -111,7 +226,7 @@ impl View {
             }
         };
         // Files open for writing may change at any moment without a request reaching us.
-        let writers: Vec<u64> = wt.open_writers.lock().keys().copied().collect();
+        let writers = wt.journal.open_writers();
         if !writers.is_empty() {
             let t = self.nodes.read();
             for ino in writers {
@@ -210,7 +325,7 @@ impl View {
     pub(super) fn base_paths(
         &self,
         wt: &WtCtx,
-        entry: &gitlayer::TreeEntry,
+        entry: &git::TreeEntry,
         path: &[u8],
         out: &mut Vec<Vec<u8>>,
     ) -> FsResult<()> {
@@ -228,5 +343,45 @@ impl View {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_answers_by_sequence() {
+        let mut j = Journal::default();
+        assert_eq!(j.since(0), Since::Paths(vec![]));
+        j.record(b"a");
+        j.record(b"b/c");
+        let mid = j.seq();
+        j.record(b"a");
+        assert_eq!(
+            j.since(0),
+            Since::Paths(vec![b"a".to_vec(), b"b/c".to_vec()])
+        );
+        assert_eq!(j.since(mid), Since::Paths(vec![b"a".to_vec()]));
+        assert_eq!(j.since(j.seq()), Since::Paths(vec![]));
+        // A token from the future (another life of this journal) is not trusted.
+        assert_eq!(j.since(j.seq() + 1), Since::Everything);
+    }
+
+    #[test]
+    fn journal_overflow_answers_everything_for_old_tokens() {
+        let mut j = Journal::default();
+        for i in 0..(JOURNAL_CAPACITY + 10) {
+            j.record(format!("f{i}").as_bytes());
+        }
+        assert_eq!(j.since(3), Since::Everything);
+        let recent = j.seq() - 2;
+        assert_eq!(
+            j.since(recent),
+            Since::Paths(vec![
+                format!("f{}", JOURNAL_CAPACITY + 8).into_bytes(),
+                format!("f{}", JOURNAL_CAPACITY + 9).into_bytes(),
+            ])
+        );
     }
 }

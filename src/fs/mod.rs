@@ -18,6 +18,7 @@ mod handles;
 mod inomap;
 mod journal;
 mod listing;
+pub mod mount;
 mod namespace;
 mod nodes;
 mod ops;

@@ -8,20 +8,20 @@ use std::fs::{self};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use git2::Oid;
-use parking_lot::Mutex;
 
-use crate::gitlayer::{self, MODE_TREE};
+use crate::git::{self, MODE_TREE};
 use crate::ino;
+use crate::lifecycle::create::{self, CreateRequest};
 use crate::store::{RepoRow, Store, WorktreeRow};
-use crate::worktree::{self, CreateRequest};
 
 use super::control::{CONTROL_INO, CONTROL_NAME};
 use super::error::{FsError, FsResult};
+use super::journal::WorktreeJournal;
 use super::nodes::{Node, NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::{BaseRef, Overlay, WtCtx};
 use super::types::{systime, Attr, Caller, Entry, FType, Inval};
@@ -52,7 +52,7 @@ impl View {
         }
         fs::create_dir_all(&upper)?;
         fs::create_dir_all(&work)?;
-        let admin = gitlayer::admin_dir(&repo.gitdir, &row.admin_name);
+        let admin = git::admin_dir(&repo.gitdir, &row.admin_name);
         Ok(WtCtx {
             id: row.id,
             repo_id: row.repo_id,
@@ -67,9 +67,7 @@ impl View {
             work,
             gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
             sizes_seeded: false.into(),
-            journal: Mutex::new(crate::fsmonitor::Journal::default()),
-            query_epoch: AtomicU64::new(0),
-            open_writers: Mutex::new(HashMap::new()),
+            journal: WorktreeJournal::default(),
         })
     }
 
@@ -390,7 +388,7 @@ impl View {
             .ok_or_else(|| FsError::not_found("repository"))?;
         {
             let mut store = self.store.lock();
-            worktree::create_worktree(
+            create::create_worktree(
                 &self.state,
                 &mut store,
                 &CreateRequest {
@@ -413,7 +411,7 @@ impl View {
     /// `rmdir <mount>/<repo>/<wt>`: the same removal as `worktreefs reclaim`. EBUSY while
     /// leased or in use, ENOTEMPTY while it holds work (its files stay).
     pub(super) fn rmdir_worktree(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<()> {
-        use crate::cleanup::{request_removal, Outcome, RequestError};
+        use crate::lifecycle::cleanup::{request_removal, Outcome, RequestError};
         let wt = self.worktree_ctx(repo_id, name)?;
         let label = format!("{}/{}", wt.repo, wt.name);
         let mut store =
@@ -451,5 +449,25 @@ impl View {
             Err(RequestError::Gone(m)) => Err(FsError::not_found(m)),
             Err(RequestError::Other(e)) => Err(FsError::new(libc::EIO, format!("rmdir {label}: {e:#}"))),
         }
+    }
+}
+
+/// The lifecycle reaches the filesystem only through this (see `lifecycle::Mounted`).
+impl crate::lifecycle::Mounted for View {
+    fn mountpoint(&self) -> &std::path::Path {
+        View::mountpoint(self)
+    }
+
+    fn catalog_changed(&self) {
+        View::catalog_changed(self)
+    }
+
+    fn shed_idle(
+        &self,
+        budget: usize,
+        recently: &mut HashMap<i64, std::time::Instant>,
+        again: Duration,
+    ) -> usize {
+        View::shed_idle(self, budget, recently, again)
     }
 }

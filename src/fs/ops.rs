@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::gitlayer::{self};
+use crate::git::{self};
 use crate::ino;
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
@@ -263,7 +263,7 @@ impl View {
             .base
             .ok_or_else(|| FsError::new(libc::EIO, "symlink without object"))?;
         drop(t);
-        gitlayer::read_blob(&wt.gitdir, base.oid).map_err(|e| FsError::git("reading symlink", e))
+        git::read_blob(&wt.gitdir, base.oid).map_err(|e| FsError::git("reading symlink", e))
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Entry> {

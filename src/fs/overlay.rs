@@ -1,22 +1,21 @@
 //! Resolving a worktree name through the layers: the upper directory, its whiteouts and
 //! opaque markers, then the base tree.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use git2::Oid;
-use parking_lot::Mutex;
 
-use crate::gitlayer::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
+use crate::git::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
 use super::error::{FsError, FsResult};
+use super::journal::WorktreeJournal;
 use super::nodes::{Node, NodeKind};
 use super::types::{Attr, FType};
 use super::view::{exists, lstat, View, GITFILE_NAME};
@@ -38,15 +37,8 @@ pub struct WtCtx {
     pub gitfile: Vec<u8>,
     /// Whether blob sizes were seeded from the cached index of the base tree.
     pub(super) sizes_seeded: std::sync::atomic::AtomicBool,
-    /// Paths changed through this view, for git's fsmonitor hook.
-    pub(super) journal: Mutex<crate::fsmonitor::Journal>,
-    /// Bumped by every fsmonitor query; an open file records its path again on its first
-    /// write after a query (see `write`).
-    pub(super) query_epoch: AtomicU64,
-    /// Inodes open for writing, with how many handles: every fsmonitor query reports them
-    /// as changed, since with FUSE passthrough their writes never reach the daemon. Each is
-    /// recorded in the journal again when its last writer closes.
-    pub(super) open_writers: Mutex<HashMap<u64, usize>>,
+    /// What git's fsmonitor hook asks of this worktree.
+    pub(super) journal: WorktreeJournal,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -110,7 +102,7 @@ impl View {
         &self,
         wt: &WtCtx,
         ov: &Overlay,
-    ) -> FsResult<Option<Arc<gitlayer::TreeListing>>> {
+    ) -> FsResult<Option<Arc<git::TreeListing>>> {
         match ov.base {
             Some(b) if b.mode == MODE_TREE && ov.ftype == FType::Dir => self
                 .objects

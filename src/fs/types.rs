@@ -6,7 +6,7 @@ use std::fs::{self, File};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::gitlayer::{MODE_GITLINK, MODE_LINK, MODE_TREE};
+use crate::git::{MODE_GITLINK, MODE_LINK, MODE_TREE};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FType {

@@ -14,8 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
-use crate::blobcache::BlobCache;
-use crate::gitlayer::ObjectCache;
+use crate::git::blobcache::BlobCache;
+use crate::git::ObjectCache;
 use crate::ino;
 use crate::layout::{RESERVED_PREFIX, WHITEOUT_PREFIX};
 use crate::state::StateDir;
@@ -185,7 +185,7 @@ impl View {
                 CTRL_FSMONITOR_INO,
                 NodeKind::ControlDir(ControlDir::FsMonitor),
                 CONTROL_INO,
-                crate::fsmonitor::CONTROL_DIR,
+                crate::git::fsmonitor::CONTROL_DIR,
             ),
         ];
         for (i, kind, parent, name) in fixed {

@@ -450,10 +450,10 @@ pub fn create_at_head(
     store: &mut worktreefs::store::Store,
     name: &str,
 ) -> worktreefs::store::WorktreeRow {
-    worktreefs::worktree::create_worktree(
+    worktreefs::lifecycle::create::create_worktree(
         state,
         store,
-        &worktreefs::worktree::CreateRequest {
+        &worktreefs::lifecycle::create::CreateRequest {
             repo: "repo",
             name,
             base: None,

@@ -24,7 +24,7 @@ use std::path::Path;
 
 use git2::{ObjectType, Oid};
 
-use crate::gitlayer::{IndexStat, MODE_BLOB, MODE_EXEC};
+use crate::git::{IndexStat, MODE_BLOB, MODE_EXEC};
 use crate::ino::path_ino_low;
 
 /// `DIR_SHOW_OTHER_DIRECTORIES | DIR_HIDE_EMPTY_DIRECTORIES`: what `git status` asks for
@@ -347,7 +347,7 @@ mod tests {
         }
         let ignore = Oid::from_str("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391").unwrap();
         dirs.note_entry(b"a/b", b".gitignore", MODE_BLOB, ignore);
-        dirs.note_entry(b"a", b".gitignore", crate::gitlayer::MODE_LINK, ignore); // a symlink: not read
+        dirs.note_entry(b"a", b".gitignore", crate::git::MODE_LINK, ignore); // a symlink: not read
         dirs.note_entry(b"B", b"other", MODE_BLOB, ignore);
         let order: Vec<(String, usize, bool)> = dirs
             .git_order()
@@ -423,7 +423,7 @@ mod tests {
 #[cfg(test)]
 mod retarget_tests {
     use super::*;
-    use crate::gitlayer::{encode_index, IndexEntry};
+    use crate::git::{encode_index, IndexEntry};
 
     #[test]
     fn retarget_replaces_only_the_ident() {
@@ -443,7 +443,7 @@ mod retarget_tests {
         let index = encode_index(
             &entries,
             &stat,
-            &[crate::fsmonitor::index_extension("t"), ext],
+            &[crate::git::fsmonitor::index_extension("t"), ext],
         );
         let moved = retarget(&index, Path::new("/new/somewhere/else")).unwrap();
         let want_ext = extension(
@@ -454,7 +454,7 @@ mod retarget_tests {
         let want = encode_index(
             &entries,
             &stat,
-            &[crate::fsmonitor::index_extension("t"), want_ext],
+            &[crate::git::fsmonitor::index_extension("t"), want_ext],
         );
         assert_eq!(moved, want);
         // Without the extension there is nothing to do.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{BranchType, Repository};
 
-use crate::gitlayer::{self, IndexStat};
+use crate::git::{self, IndexStat};
 use crate::names::validate_name;
 use crate::state::StateDir;
 use crate::store::{now_secs, NewWorktree, Store, WorktreeRow};
@@ -160,7 +160,7 @@ pub fn create_worktree(
         (None, Some(_)) => format!("refs/heads/{branch_name}"),
         (None, None) => "HEAD".to_string(),
     };
-    let base = gitlayer::resolve_base(&repo, &base_rev).map_err(|e| {
+    let base = git::resolve_base(&repo, &base_rev).map_err(|e| {
         CreateError::BadRevision(format!(
             "{e}; pass --base with a commit, branch or tag that exists"
         ))
@@ -181,7 +181,7 @@ pub fn create_worktree(
             )));
         }
         let full = format!("refs/heads/{branch_name}");
-        if let Some((holder, _)) = gitlayer::checked_out_branches(&repo)
+        if let Some((holder, _)) = git::checked_out_branches(&repo)
             .into_iter()
             .find(|(_, r)| *r == full)
         {
@@ -214,13 +214,13 @@ pub fn create_worktree(
         rollback.branch = Some(branch_name.clone());
     }
 
-    let gitdir = gitlayer::common_dir(&repo);
-    let admin_name = gitlayer::free_admin_name(&gitdir, req.name);
-    let admin = gitlayer::admin_dir(&gitdir, &admin_name);
+    let gitdir = git::common_dir(&repo);
+    let admin_name = git::free_admin_name(&gitdir, req.name);
+    let admin = git::admin_dir(&gitdir, &admin_name);
     let mountpoint = mountpoint_of(state, store);
     let worktree_path = mountpoint.join(req.repo).join(req.name);
     rollback.dirs.push(admin.clone());
-    gitlayer::write_admin_entry(
+    git::write_admin_entry(
         &admin,
         &format!("ref: refs/heads/{branch_name}"),
         &gitfile_path(&mountpoint, req.repo, req.name),
@@ -296,7 +296,7 @@ struct CachedIndex {
     body: IndexBody,
     /// The body's length: the cached index without its checksum.
     body_len: u64,
-    prefix: gitlayer::Sha1Prefix,
+    prefix: git::Sha1Prefix,
     /// The body's bytes after the blocks `prefix` covers (fewer than 64).
     tail: Vec<u8>,
     untr: Vec<u8>,
@@ -312,7 +312,7 @@ enum IndexBody {
 impl CachedIndex {
     fn from_bytes(index: Vec<u8>, untr: Vec<u8>) -> Self {
         let body_len = index.len().saturating_sub(20);
-        let prefix = gitlayer::Sha1Prefix::of(&index[..body_len]);
+        let prefix = git::Sha1Prefix::of(&index[..body_len]);
         let tail = index[prefix.covered() as usize..body_len].to_vec();
         CachedIndex {
             body: IndexBody::Bytes(index),
@@ -340,8 +340,8 @@ impl CachedIndex {
         let mut checksum = [0u8; 20];
         file.read_exact_at(&mut checksum, body_len)?;
         let saved = fs::read(state_path).ok().and_then(|b| {
-            let (state, sum) = b.split_at_checked(gitlayer::Sha1Prefix::ENCODED_LEN)?;
-            let prefix = gitlayer::Sha1Prefix::decode(state)?;
+            let (state, sum) = b.split_at_checked(git::Sha1Prefix::ENCODED_LEN)?;
+            let prefix = git::Sha1Prefix::decode(state)?;
             (sum == checksum && prefix.covered() == body_len / 64 * 64).then_some(prefix)
         });
         let prefix = match saved {
@@ -351,9 +351,9 @@ impl CachedIndex {
                 // which another writer may have replaced since.
                 let mut bytes = vec![0u8; body_len as usize];
                 file.read_exact_at(&mut bytes, 0)?;
-                let prefix = gitlayer::Sha1Prefix::of(&bytes);
+                let prefix = git::Sha1Prefix::of(&bytes);
                 let saved = [&prefix.encode()[..], &checksum].concat();
-                if let Err(e) = gitlayer::write_file_synced(state_path, &saved) {
+                if let Err(e) = crate::durable::write_file_synced(state_path, &saved) {
                     tracing::warn!("could not cache {}: {e}", state_path.display());
                 }
                 prefix
@@ -379,7 +379,7 @@ impl CachedIndex {
         common_dir: &Path,
     ) -> std::io::Result<()> {
         use std::io::{Read, Seek, Write};
-        let ext = crate::untracked::extension(worktree_path, common_dir, &self.untr);
+        let ext = crate::git::untracked::extension(worktree_path, common_dir, &self.untr);
         let checksum = self.prefix.finish(&[&self.tail, &ext]);
         match &self.body {
             IndexBody::File(file) => {
@@ -441,19 +441,19 @@ fn cached_index(
         uid,
         gid,
     };
-    gitlayer::sweep_temporaries(&state.index_cache());
+    crate::durable::sweep_temporaries(&state.index_cache());
     let known = sizes_from_newest_cached_index(state);
-    let mut dirs = crate::untracked::TreeDirs::default();
-    let entries = gitlayer::index_entries(repo, tree, &known, &mut dirs)
+    let mut dirs = crate::git::untracked::TreeDirs::default();
+    let entries = git::index_entries(repo, tree, &known, &mut dirs)
         .map_err(|e| internal("reading the base tree")(format!("{e:#}")))?;
-    let index = gitlayer::encode_index(
+    let index = git::encode_index(
         &entries,
         &stat,
-        &[crate::fsmonitor::index_extension(
-            crate::fsmonitor::CREATED_TOKEN,
+        &[crate::git::fsmonitor::index_extension(
+            crate::git::fsmonitor::CREATED_TOKEN,
         )],
     );
-    let untr = crate::untracked::directories_part(&dirs, &stat);
+    let untr = crate::git::untracked::directories_part(&dirs, &stat);
     let mut cached = CachedIndex::from_bytes(index, untr);
     let IndexBody::Bytes(index) = &cached.body else {
         unreachable!("built in memory")
@@ -466,7 +466,7 @@ fn cached_index(
         (&state_key, &saved),
         (&key, index),
     ] {
-        if let Err(e) = gitlayer::write_file_synced(path, bytes) {
+        if let Err(e) = crate::durable::write_file_synced(path, bytes) {
             tracing::warn!("could not cache {}: {e}", path.display());
             written = false;
         }
@@ -495,7 +495,7 @@ fn sizes_from_newest_cached_index(state: &StateDir) -> std::collections::HashMap
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .max();
     match newest.and_then(|(_, path)| fs::read(path).ok()) {
-        Some(bytes) => gitlayer::decode_index_sizes(&bytes).into_iter().collect(),
+        Some(bytes) => git::decode_index_sizes(&bytes).into_iter().collect(),
         None => Default::default(),
     }
 }
@@ -507,7 +507,7 @@ pub fn repoint_admin_entries(store: &Store, mountpoint: &Path) -> anyhow::Result
         let Some(repo) = store.repo_by_id(w.repo_id)? else {
             continue;
         };
-        let admin = gitlayer::admin_dir(&repo.gitdir, &w.admin_name);
+        let admin = git::admin_dir(&repo.gitdir, &w.admin_name);
         let file = admin.join("gitdir");
         let want = format!("{}\n", gitfile_path(mountpoint, &w.repo, &w.name).display());
         if fs::read_to_string(&file).ok().as_deref() != Some(want.as_str()) && file.exists() {
@@ -527,7 +527,7 @@ fn retarget_index(admin: &Path, worktree_path: &Path) {
     let Ok(index) = fs::read(&index_path) else {
         return;
     };
-    let Some(updated) = crate::untracked::retarget(&index, worktree_path) else {
+    let Some(updated) = crate::git::untracked::retarget(&index, worktree_path) else {
         return;
     };
     let lock = admin.join("index.lock");

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use git2::Oid;
 use parking_lot::Mutex;
 
-use crate::gitlayer;
+use crate::git;
 
 const STRIPES: usize = 64;
 
@@ -56,7 +56,7 @@ impl BlobCache {
         if Self::present(&path, size) {
             return Ok(path);
         }
-        let data = gitlayer::read_blob(gitdir, oid).map_err(|e| {
+        let data = git::read_blob(gitdir, oid).map_err(|e| {
             std::io::Error::other(format!(
                 "reading blob {oid} from {}: {}",
                 gitdir.display(),

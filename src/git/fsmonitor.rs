@@ -2,7 +2,7 @@
 //! answered from the daemon's own record of the paths changed through each worktree.
 //!
 //! * Every change made through a view (create, write, truncate, chmod, rename, unlink, …)
-//!   appends its path to the worktree's [`Journal`] with a sequence number.
+//!   appends its path to the worktree's journal with a sequence number (`fs/journal.rs`).
 //! * The index written at creation carries git's FSMN extension with the token
 //!   [`CREATED_TOKEN`] and every entry marked valid, so the first `git status` in an
 //!   untouched view asks the hook instead of calling `lstat` 100,000 times.
@@ -17,7 +17,6 @@
 //!   is, by construction, every path that differs from the base commit. Only a journal
 //!   overflow falls back to git's "everything may have changed" answer (`/`).
 
-use std::collections::VecDeque;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -25,63 +24,6 @@ use anyhow::Context;
 
 /// The token in the index written at creation: "no change since the worktree was made".
 pub const CREATED_TOKEN: &str = "wtfs-created";
-/// How many changes a worktree's journal keeps before older tokens get the full answer.
-const JOURNAL_CAPACITY: usize = 65_536;
-
-/// Paths changed through one worktree, in order, each with its sequence number.
-#[derive(Debug, Default)]
-pub struct Journal {
-    seq: u64,
-    /// Every change with a sequence number above `floor` is still in `entries`.
-    floor: u64,
-    entries: VecDeque<(u64, Vec<u8>)>,
-}
-
-/// What a query answers.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Since {
-    /// These paths changed (possibly none).
-    Paths(Vec<Vec<u8>>),
-    /// The token is not this journal's: the caller answers from the upper layer.
-    Unknown,
-    /// The journal no longer reaches back that far: everything may have changed.
-    Everything,
-}
-
-impl Journal {
-    /// Records that `path` (relative to the worktree) changed.
-    pub fn record(&mut self, path: &[u8]) {
-        self.seq += 1;
-        self.entries.push_back((self.seq, path.to_vec()));
-        if self.entries.len() > JOURNAL_CAPACITY {
-            if let Some((s, _)) = self.entries.pop_front() {
-                self.floor = s;
-            }
-        }
-    }
-
-    /// The sequence number the next token will carry.
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// Paths changed after sequence number `since`.
-    pub fn since(&self, since: u64) -> Since {
-        if since < self.floor || since > self.seq {
-            return Since::Everything;
-        }
-        let mut out: Vec<Vec<u8>> = self
-            .entries
-            .iter()
-            .filter(|(s, _)| *s > since)
-            .map(|(_, p)| p.clone())
-            .collect();
-        out.sort();
-        out.dedup();
-        Since::Paths(out)
-    }
-}
-
 /// A token this daemon hands out: `wtfs:<instance>:<seq>`.
 pub fn token(instance: &str, seq: u64) -> String {
     format!("wtfs:{instance}:{seq}")
@@ -238,41 +180,6 @@ pub fn disable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn journal_answers_by_sequence() {
-        let mut j = Journal::default();
-        assert_eq!(j.since(0), Since::Paths(vec![]));
-        j.record(b"a");
-        j.record(b"b/c");
-        let mid = j.seq();
-        j.record(b"a");
-        assert_eq!(
-            j.since(0),
-            Since::Paths(vec![b"a".to_vec(), b"b/c".to_vec()])
-        );
-        assert_eq!(j.since(mid), Since::Paths(vec![b"a".to_vec()]));
-        assert_eq!(j.since(j.seq()), Since::Paths(vec![]));
-        // A token from the future (another life of this journal) is not trusted.
-        assert_eq!(j.since(j.seq() + 1), Since::Everything);
-    }
-
-    #[test]
-    fn journal_overflow_answers_everything_for_old_tokens() {
-        let mut j = Journal::default();
-        for i in 0..(JOURNAL_CAPACITY + 10) {
-            j.record(format!("f{i}").as_bytes());
-        }
-        assert_eq!(j.since(3), Since::Everything);
-        let recent = j.seq() - 2;
-        assert_eq!(
-            j.since(recent),
-            Since::Paths(vec![
-                format!("f{}", JOURNAL_CAPACITY + 8).into_bytes(),
-                format!("f{}", JOURNAL_CAPACITY + 9).into_bytes(),
-            ])
-        );
-    }
 
     #[test]
     fn tokens_belong_to_one_instance() {

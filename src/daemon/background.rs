@@ -1,0 +1,106 @@
+//! Running in the background: the child that serves and tells its parent when it is
+//! ready, and the signals that unmount.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context};
+
+use super::*;
+
+pub(super) fn signal_set() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGHUP);
+    set
+}
+
+pub(super) fn block_signals() {
+    let _ = signal_set().thread_block();
+}
+
+/// SIGTERM, SIGINT or SIGHUP unmount the filesystem, which ends the session cleanly.
+pub(super) fn spawn_signal_thread(mountpoint: PathBuf) {
+    let _ = std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Ok(sig) = signal_set().wait() {
+                tracing::info!("{sig:?}: unmounting {}", mountpoint.display());
+                if let Err(e) = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+                    tracing::error!("unmount of {} failed: {e}", mountpoint.display());
+                }
+            }
+        });
+}
+
+/// Starts the daemon in the background and returns once the mount is ready (or failed).
+pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::Result<i32> {
+    let state = &req.state;
+    let mountpoint = req.mountpoint.as_deref();
+    let (read_end, write_end) = nix::unistd::pipe()?;
+    let exe = std::env::current_exe()?;
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.log_file())?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount");
+    if let Some(m) = mountpoint {
+        cmd.arg(m);
+    }
+    cmd.arg("--state-dir")
+        .arg(&state.root)
+        .arg("--foreground")
+        .arg("--linger")
+        .arg(req.linger.to_string())
+        .arg("--threads")
+        .arg(req.threads.to_string());
+    if !req.track_leases {
+        cmd.arg("--no-lease-tracking");
+    }
+    if !req.passthrough {
+        cmd.arg("--no-passthrough");
+    }
+    if !req.readdirplus {
+        cmd.arg("--no-readdirplus");
+    }
+    cmd.arg("--cache-nodes").arg(req.cache_nodes.to_string());
+    if let Some(l) = log_level {
+        cmd.arg("--log-level").arg(l);
+    }
+    cmd.env(READY_FD_ENV, write_end.as_raw_fd().to_string())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    let fd = write_end.as_raw_fd();
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("starting the daemon")?;
+    drop(write_end);
+    let mut answer = String::new();
+    File::from(read_end).read_to_string(&mut answer)?;
+    let answer = answer.trim();
+    if answer == "ready" {
+        return Ok(child.id() as i32);
+    }
+    if let Some(msg) = answer.strip_prefix("error: ") {
+        bail!("{msg}");
+    }
+    bail!(
+        "the daemon exited before the mount was ready; see {}",
+        state.log_file().display()
+    )
+}

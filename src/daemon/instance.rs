@@ -1,0 +1,81 @@
+//! The one daemon of a state directory: its lock file, who holds it, and the poke that
+//! makes it re-read the store.
+
+use std::fs::{self, File, OpenOptions};
+
+use std::os::fd::AsRawFd;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+use crate::state::StateDir;
+
+/// Who holds a state directory's lock, as written in the lock file.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    pub pid: i32,
+    pub mountpoint: PathBuf,
+}
+
+pub(super) fn read_holder(path: &Path) -> Option<Holder> {
+    let text = fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    let pid = lines.next()?.trim().parse().ok()?;
+    let mountpoint = PathBuf::from(lines.next()?.trim());
+    Some(Holder { pid, mountpoint })
+}
+
+/// The daemon serving `state`, if one is running (its lock is held).
+pub fn running_daemon(state: &StateDir) -> Option<Holder> {
+    let file = OpenOptions::new().read(true).open(state.lock_file()).ok()?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if rc == 0 {
+        // SAFETY: as above.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        return None;
+    }
+    Some(read_holder(&state.lock_file()).unwrap_or(Holder {
+        pid: 0,
+        mountpoint: PathBuf::new(),
+    }))
+}
+
+/// Takes the state directory's exclusive lock, or says who has it.
+pub(super) fn acquire_lock(state: &StateDir) -> anyhow::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(state.lock_file())
+        .with_context(|| format!("opening {}", state.lock_file().display()))?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let who = read_holder(&state.lock_file());
+        bail!(
+            "another worktreefs daemon{} is already serving state dir {}{}; unmount it first with `worktreefs unmount --state-dir {}`, or use another --state-dir",
+            who.as_ref().map(|h| format!(" (pid {})", h.pid)).unwrap_or_default(),
+            state.root.display(),
+            who.as_ref()
+                .map(|h| format!(" at {}", h.mountpoint.display()))
+                .unwrap_or_default(),
+            state.root.display()
+        );
+    }
+    Ok(file)
+}
+
+/// Asks the running daemon, if any, to re-read the store now (after the CLI changed
+/// repositories or worktrees), so its listings are current when the command returns.
+pub fn poke(state: &StateDir) {
+    if let Some(h) = running_daemon(state) {
+        let _ = fs::symlink_metadata(
+            h.mountpoint
+                .join(crate::fs::CONTROL_NAME)
+                .join(crate::fs::REFRESH_NAME),
+        );
+    }
+}

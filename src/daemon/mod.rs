@@ -1,0 +1,180 @@
+//! The daemon: one per state directory. Takes the state dir's lock, checks the
+//! mountpoint, mounts, signals readiness to the process that started it, and serves until
+//! unmounted (by `worktreefs unmount`, `umount`, `fusermount3 -u`, or SIGTERM/SIGINT).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use std::path::PathBuf;
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+
+use crate::fs::View;
+use crate::lifecycle::create::{self, META_MOUNTPOINT};
+use crate::state::StateDir;
+use crate::store::Store;
+
+mod background;
+mod instance;
+mod mountpoint;
+mod unmount;
+
+pub use background::spawn_background;
+use background::{block_signals, spawn_signal_thread};
+use instance::acquire_lock;
+pub use instance::{poke, running_daemon, Holder};
+use mountpoint::check_mountpoint;
+pub use mountpoint::{is_mountpoint, mount_type};
+pub use unmount::{unmount, Unmounted};
+
+pub const READY_FD_ENV: &str = "WORKTREEFS_READY_FD";
+
+pub struct MountRequest {
+    pub state: StateDir,
+    pub mountpoint: Option<PathBuf>,
+    pub threads: usize,
+    /// Grace period, in seconds, between a worktree's last release and its cleanup.
+    pub linger: u64,
+    /// Process leases (off only to measure what they cost).
+    pub track_leases: bool,
+    /// FUSE passthrough where the kernel offers it.
+    pub passthrough: bool,
+    /// Listings with the entries' attributes (READDIRPLUS) where the kernel offers them.
+    pub readdirplus: bool,
+    /// Inodes kept before the kernel's caches of idle worktrees are dropped.
+    pub cache_nodes: usize,
+}
+
+/// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
+pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
+    if let Some(h) = running_daemon(&req.state) {
+        bail!(
+            "another worktreefs daemon (pid {}) is already serving state dir {} at {}; unmount it first with `worktreefs unmount --state-dir {}`, or use another --state-dir",
+            h.pid,
+            req.state.root.display(),
+            h.mountpoint.display(),
+            req.state.root.display()
+        );
+    }
+    let mountpoint = match &req.mountpoint {
+        Some(m) => m.clone(),
+        None => {
+            let d = req.state.default_mountpoint();
+            fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            d
+        }
+    };
+    check_mountpoint(&mountpoint)?;
+    let mountpoint = fs::canonicalize(&mountpoint)?;
+    // The device can be named for tests of the refusal; the kernel's is /dev/fuse.
+    let device = std::env::var_os("WORKTREEFS_FUSE_DEVICE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/fuse"));
+    if !device.exists() {
+        bail!(
+            "{} is missing: the fuse kernel module is not loaded (try `modprobe fuse`), or this container was started without access to /dev/fuse",
+            device.display()
+        );
+    }
+    if let Err(e) = OpenOptions::new().read(true).write(true).open(&device) {
+        bail!(
+            "cannot open {}: {e}; worktreefs needs permission to use FUSE (run as root or add the user to the fuse group)",
+            device.display()
+        );
+    }
+    Ok(mountpoint)
+}
+
+/// Runs the daemon in this process until the filesystem is unmounted. `ready` receives one
+/// line: "ready" once the mount answers, or "error: …".
+pub fn serve(req: MountRequest, ready: Option<OwnedFd>) -> anyhow::Result<()> {
+    let mut ready = ready.map(File::from);
+    let result = serve_inner(&req, &mut ready);
+    if let (Err(e), Some(f)) = (&result, ready.as_mut()) {
+        let _ = writeln!(f, "error: {e:#}");
+    }
+    result
+}
+
+fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<()> {
+    let mountpoint = prepare(req)?;
+    let mut lock = acquire_lock(&req.state)?;
+    lock.set_len(0)?;
+    writeln!(lock, "{}\n{}", std::process::id(), mountpoint.display())?;
+
+    {
+        let store = Store::open(&req.state.root)?;
+        store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
+        create::repoint_admin_entries(&store, &mountpoint)?;
+        enable_fsmonitor(&store);
+    }
+    // Boot reconcile: finish what a daemon that died left deleting, remove retained
+    // worktrees that are now clean and pushed, before anyone can enter.
+    crate::lifecycle::cleanup::reconcile_at_boot(&req.state, &mountpoint)?;
+    let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
+    let tracker = {
+        let view = view.clone();
+        crate::lifecycle::holders::Tracker::new(
+            req.state.clone(),
+            Box::new(move || view.catalog_changed()),
+        )?
+    };
+    // Boot reconcile: leases of processes that are gone are swept before anyone enters.
+    tracker.reconcile(&mountpoint)?;
+    tracker.spawn_watcher();
+    block_signals();
+    let session = crate::fs::mount::mount(
+        view.clone(),
+        req.track_leases.then(|| tracker.clone()),
+        &mountpoint,
+        &crate::fs::mount::MountOptions {
+            threads: req.threads,
+            passthrough: req.passthrough,
+            readdirplus: req.readdirplus,
+        },
+    )?;
+    tracing::info!(mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
+    if let Some(mut f) = ready.take() {
+        let _ = writeln!(f, "ready");
+    }
+    spawn_signal_thread(mountpoint.clone());
+    crate::lifecycle::sweeper::spawn(
+        req.state.clone(),
+        req.linger,
+        req.cache_nodes,
+        view.clone(),
+        tracker,
+    );
+    let r = session.run();
+    tracing::info!(mountpoint = %mountpoint.display(), "session ended");
+    // Unmounted (by us, umount or fusermount3 -u): leases go, cleanup runs, then the
+    // state dir is free.
+    if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(&req.state, &mountpoint) {
+        tracing::error!("cleanup at unmount failed: {e:#}");
+    }
+    drop(lock);
+    r.map_err(|e| anyhow!("FUSE session ended with an error: {e}"))
+}
+
+/// Installs the fsmonitor hook and enables it for every registered repository's managed
+/// worktrees. Failing that, git falls back to scanning: logged, not fatal.
+pub fn enable_fsmonitor(store: &Store) {
+    for repo in store.repos().unwrap_or_default() {
+        if let Err(e) = crate::git::fsmonitor::enable_for_repo(&repo.gitdir) {
+            tracing::warn!(
+                "fsmonitor not enabled for repository {} ({e:#}); git status there will scan every file",
+                repo.name
+            );
+        }
+    }
+}
+
+pub fn ready_fd_from_env() -> Option<OwnedFd> {
+    let fd: i32 = std::env::var(READY_FD_ENV).ok()?.parse().ok()?;
+    std::env::remove_var(READY_FD_ENV);
+    // SAFETY: the parent passed us this descriptor for our exclusive use.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}

@@ -1,0 +1,97 @@
+//! `worktreefs unmount`: leases released, cleanup, then the mount goes (or is refused
+//! while a process is inside).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::lifecycle::create;
+use crate::state::StateDir;
+use crate::store::Store;
+
+use super::*;
+
+pub enum Unmounted {
+    /// Unmounted, and the daemon finished its cleanup and exited.
+    Done(PathBuf),
+    /// `--lazy` with processes inside: detached; these are still inside ("pid (command)").
+    Detached(PathBuf, Vec<String>),
+}
+
+/// Unmounts the filesystem served for `state` and waits for its daemon to finish (it
+/// releases every lease and runs the cleanup first). With processes inside: refused,
+/// naming them, or with `lazy`, detached and left to finish in the background.
+pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Result<Unmounted> {
+    let holder = running_daemon(state);
+    let mountpoint = match &holder {
+        Some(h) => h.mountpoint.clone(),
+        None => {
+            let store = Store::open(&state.root)?;
+            let m = create::mountpoint_of(state, &store);
+            if is_mountpoint(&m) {
+                // A daemon that died left its mount behind: detach it.
+                nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH)
+                    .with_context(|| format!("detaching the stale mount at {}", m.display()))?;
+                return Ok(Unmounted::Done(m));
+            }
+            bail!(
+                "nothing is mounted for state dir {}: no worktreefs daemon is running; start one with `worktreefs mount`",
+                state.root.display()
+            );
+        }
+    };
+    let inside = crate::lifecycle::holders::describe_processes_inside(&mountpoint);
+    if !inside.is_empty() {
+        if !lazy {
+            bail!(
+                "{} is in use by {} process(es): {}; they must leave it (cd out, close files, or end them) before `worktreefs unmount`, or detach now with `worktreefs unmount --lazy` and cleanup runs once they have left",
+                mountpoint.display(),
+                inside.len(),
+                inside.join(", ")
+            );
+        }
+        nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
+            .with_context(|| format!("detaching {}", mountpoint.display()))?;
+        return Ok(Unmounted::Detached(mountpoint, inside));
+    }
+    let flags = if lazy {
+        nix::mount::MntFlags::MNT_DETACH
+    } else {
+        nix::mount::MntFlags::empty()
+    };
+    match nix::mount::umount2(&mountpoint, flags) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EBUSY) => bail!(
+            "{} is busy (something the process scan could not name holds it, such as a mount below it or a mapped file); leave it and run `worktreefs unmount` again, or `worktreefs unmount --lazy`",
+            mountpoint.display()
+        ),
+        Err(nix::errno::Errno::EPERM) => {
+            let status = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&mountpoint)
+                .status()
+                .context("running fusermount3 -u")?;
+            if !status.success() {
+                bail!("fusermount3 -u {} failed", mountpoint.display());
+            }
+        }
+        Err(e) => bail!("unmounting {} failed: {e}", mountpoint.display()),
+    }
+    let deadline = Instant::now() + timeout;
+    while running_daemon(state).is_some() {
+        if Instant::now() > deadline {
+            bail!(
+                "{} was unmounted but the daemon (pid {}) has not exited after {:?}; see {}",
+                mountpoint.display(),
+                holder.map(|h| h.pid).unwrap_or(0),
+                timeout,
+                state.log_file().display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(Unmounted::Done(mountpoint))
+}

@@ -1,0 +1,123 @@
+//! Finding a repository, resolving a revision, and the admin entry of a linked worktree
+//! under `<gitdir>/worktrees/`.
+
+use crate::durable::write_synced;
+
+use std::fs;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context};
+use git2::{Oid, Repository};
+
+/// The repository's common git directory and its work tree (None when bare).
+pub fn discover(path: &Path) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let repo = Repository::open(path).with_context(|| {
+        format!(
+            "{} is not a git repository (or cannot be opened); pass the path of a repository's top directory",
+            path.display()
+        )
+    })?;
+    let common = common_dir(&repo);
+    let common = fs::canonicalize(&common).unwrap_or(common);
+    let workdir = repo
+        .workdir()
+        .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
+    Ok((common, workdir))
+}
+
+/// The common git directory (where refs, objects and `worktrees/` live), also when `repo`
+/// was opened through a linked worktree.
+pub fn common_dir(repo: &Repository) -> PathBuf {
+    let path = repo.path().to_path_buf();
+    match fs::read_to_string(path.join("commondir")) {
+        Ok(rel) => {
+            let joined = path.join(rel.trim());
+            fs::canonicalize(&joined).unwrap_or(joined)
+        }
+        Err(_) => path,
+    }
+}
+
+pub struct ResolvedBase {
+    pub commit: Oid,
+    pub tree: Oid,
+    pub commit_time: i64,
+}
+
+pub fn resolve_base(repo: &Repository, rev: &str) -> anyhow::Result<ResolvedBase> {
+    let obj = repo
+        .revparse_single(rev)
+        .map_err(|e| anyhow!("base revision '{rev}' does not resolve: {}", e.message()))?;
+    let commit = obj
+        .peel_to_commit()
+        .map_err(|_| anyhow!("base revision '{rev}' does not name a commit"))?;
+    let commit_time = commit.committer().when().seconds();
+    Ok(ResolvedBase {
+        commit: commit.id(),
+        tree: commit.tree_id(),
+        commit_time,
+    })
+}
+
+/// Where git keeps a linked worktree's administrative files.
+pub fn admin_dir(gitdir: &Path, admin_name: &str) -> PathBuf {
+    gitdir.join("worktrees").join(admin_name)
+}
+
+/// Picks a free admin entry name for worktree `name`, the way git suffixes numbers.
+pub fn free_admin_name(gitdir: &Path, name: &str) -> String {
+    let base = format!("wtfs-{name}");
+    if !admin_dir(gitdir, &base).exists() {
+        return base;
+    }
+    (1..)
+        .map(|i| format!("{base}{i}"))
+        .find(|n| !admin_dir(gitdir, n).exists())
+        .unwrap_or(base)
+}
+
+/// What the branch of a checked-out worktree is, for every worktree git knows of.
+pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Ok(head) = repo.find_reference("HEAD") {
+        if let Some(target) = head.symbolic_target() {
+            out.push(("main worktree".to_string(), target.to_string()));
+        }
+    }
+    let dir = common_dir(repo).join("worktrees");
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if let Ok(head) = fs::read_to_string(e.path().join("HEAD")) {
+                if let Some(r) = head.trim().strip_prefix("ref: ") {
+                    out.push((e.file_name().to_string_lossy().into_owned(), r.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Writes the admin entry of a managed worktree: locked first, so that `git worktree prune`
+/// never sees a half-made one.
+pub fn write_admin_entry(
+    dir: &Path,
+    head: &str,
+    worktree_gitfile: &Path,
+    write_index: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
+    lock_reason: &str,
+) -> anyhow::Result<()> {
+    if dir.exists() {
+        bail!("git worktree entry {} already exists", dir.display());
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::write(dir.join("locked"), lock_reason)?;
+    fs::write(dir.join("commondir"), "../..\n")?;
+    fs::write(
+        dir.join("gitdir"),
+        format!("{}\n", worktree_gitfile.display()),
+    )?;
+    fs::write(dir.join("HEAD"), format!("{head}\n"))?;
+    write_synced(&dir.join("index"), write_index)?;
+    Ok(())
+}

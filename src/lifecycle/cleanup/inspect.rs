@@ -1,0 +1,478 @@
+//! Inspection from the upper layer and the object database, never through the view: the
+//! index and the merged view against HEAD's tree, untracked files against the ignore rules.
+
+use std::collections::BTreeSet;
+
+use std::fs;
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use git2::{ObjectType, Oid, Repository, Tree};
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+use crate::git::{MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
+use crate::layout::{OPAQUE_MARKER, RESERVED_PREFIX, WHITEOUT_PREFIX};
+
+use super::*;
+
+/// Whether `tip` is reachable from some ref other than `except`: branches, tags,
+/// remote-tracking refs.
+pub(super) fn reachable_elsewhere(
+    repo: &Repository,
+    tip: Oid,
+    except: Option<&str>,
+) -> Result<bool, git2::Error> {
+    let mut walk = repo.revwalk()?;
+    walk.push(tip)?;
+    let mut hidden = false;
+    for r in repo.references()?.flatten() {
+        let Some(name) = r.name() else { continue };
+        if Some(name) == except
+            || !(name.starts_with("refs/heads/")
+                || name.starts_with("refs/tags/")
+                || name.starts_with("refs/remotes/"))
+        {
+            continue;
+        }
+        if let Ok(c) = r.peel_to_commit() {
+            walk.hide(c.id())?;
+            hidden = true;
+        }
+    }
+    if !hidden {
+        return Ok(false);
+    }
+    Ok(walk.next().is_none())
+}
+
+// ----- inspection -----
+
+fn read_head(admin: &Path) -> Result<Head, String> {
+    let text = fs::read_to_string(admin.join("HEAD"))
+        .map_err(|e| format!("reading {}/HEAD: {e}", admin.display()))?;
+    let text = text.trim();
+    if let Some(r) = text.strip_prefix("ref: ") {
+        return Ok(Head::Branch(
+            r.strip_prefix("refs/heads/").unwrap_or(r).to_string(),
+        ));
+    }
+    Oid::from_str(text)
+        .map(Head::Detached)
+        .map_err(|_| format!("{}/HEAD holds {text:?}", admin.display()))
+}
+
+/// Inspects a worktree. Errors say what could not be read; the caller retains on any.
+pub fn inspect(t: &Target) -> Result<Findings, String> {
+    let repo = Repository::open(&t.gitdir)
+        .map_err(|e| format!("opening {}: {}", t.gitdir.display(), e.message()))?;
+    if !t.admin.exists() {
+        return Err(format!(
+            "git's worktree entry {} is missing",
+            t.admin.display()
+        ));
+    }
+    let head = read_head(&t.admin)?;
+    let head_commit = match &head {
+        Head::Branch(b) => repo
+            .find_reference(&format!("refs/heads/{b}"))
+            .and_then(|r| r.peel_to_commit())
+            .map_err(|e| format!("HEAD names branch {b}: {}", e.message()))?,
+        Head::Detached(o) => repo
+            .find_commit(*o)
+            .map_err(|e| format!("HEAD names commit {o}: {}", e.message()))?,
+    };
+    let head_tree = head_commit.tree().map_err(|e| e.message().to_string())?;
+    let base_commit = Oid::from_str(&t.base_commit).map_err(|e| e.message().to_string())?;
+    let base_tree = repo
+        .find_tree(Oid::from_str(&t.base_tree).map_err(|e| e.message().to_string())?)
+        .map_err(|e| format!("base tree: {}", e.message()))?;
+
+    let mut changes = Vec::new();
+    // The index against HEAD.
+    let index_path = t.admin.join("index");
+    let index = git2::Index::open(&index_path)
+        .map_err(|e| format!("reading {}: {}", index_path.display(), e.message()))?;
+    let staged = repo
+        .diff_tree_to_index(Some(&head_tree), Some(&index), None)
+        .map_err(|e| format!("comparing the index with HEAD: {}", e.message()))?;
+    for d in staged.deltas() {
+        let p = d.new_file().path().or(d.old_file().path());
+        changes.push(Change {
+            kind: ChangeKind::Staged,
+            path: p.map(|p| p.display().to_string()).unwrap_or_default(),
+        });
+    }
+    // The view against HEAD.
+    let mut w = Walker {
+        repo: &repo,
+        changes: Vec::new(),
+        global: global_excludes(&repo, &t.gitdir),
+        stack: Vec::new(),
+    };
+    let upper = t.upper.is_dir().then_some(t.upper.as_path());
+    if upper.is_none() {
+        return Err(format!("upper layer {} is missing", t.upper.display()));
+    }
+    w.dir("", upper, Some(base_tree), Some(head_tree))
+        .map_err(|e| format!("comparing the files with HEAD: {e}"))?;
+    for c in w.changes {
+        if !changes.iter().any(|x: &Change| x.path == c.path) {
+            changes.push(c);
+        }
+    }
+
+    // Commits only here.
+    let mut walk = repo.revwalk().map_err(|e| e.message().to_string())?;
+    walk.push(head_commit.id())
+        .map_err(|e| e.message().to_string())?;
+    if repo.find_commit(base_commit).is_ok() {
+        walk.hide(base_commit)
+            .map_err(|e| e.message().to_string())?;
+    }
+    for r in repo
+        .references_glob("refs/remotes/*")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if let Ok(c) = r.peel_to_commit() {
+            let _ = walk.hide(c.id());
+        }
+    }
+    let unpushed: Vec<Oid> = walk
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("walking commits: {}", e.message()))?;
+    let except = match &head {
+        Head::Branch(b) => Some(format!("refs/heads/{b}")),
+        Head::Detached(_) => None,
+    };
+    let tip_elsewhere = reachable_elsewhere(&repo, head_commit.id(), except.as_deref())
+        .map_err(|e| e.message().to_string())?;
+    Ok(Findings {
+        changes,
+        head,
+        unpushed,
+        tip_elsewhere,
+    })
+}
+
+/// `info/exclude` and `core.excludesFile`, the lowest-precedence ignore rules.
+fn global_excludes(repo: &Repository, gitdir: &Path) -> Option<Gitignore> {
+    let mut b = GitignoreBuilder::new(VROOT);
+    let mut any = false;
+    if let Ok(text) = fs::read_to_string(gitdir.join("info/exclude")) {
+        for line in text.lines() {
+            any |= b.add_line(None, line).is_ok();
+        }
+    }
+    let excludes = repo
+        .config()
+        .ok()
+        .and_then(|c| c.get_path("core.excludesFile").ok())
+        .or_else(|| {
+            let base = std::env::var_os("XDG_CONFIG_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+            Some(base.join("git/ignore"))
+        });
+    if let Some(text) = excludes.and_then(|p| fs::read_to_string(p).ok()) {
+        for line in text.lines() {
+            any |= b.add_line(None, line).is_ok();
+        }
+    }
+    any.then(|| b.build().ok()).flatten()
+}
+
+/// Ignore rules are matched against paths under this made-up root.
+const VROOT: &str = "/.wtfs-root";
+
+/// A view entry at one path.
+enum ViewEntry<'t> {
+    /// From the upper layer: its path and what it is.
+    Upper(PathBuf, fs::Metadata),
+    /// From the base tree, untouched.
+    Base(git2::TreeEntry<'t>),
+}
+
+struct Walker<'r> {
+    repo: &'r Repository,
+    changes: Vec<Change>,
+    global: Option<Gitignore>,
+    /// The `.gitignore` rules of each directory from the root down to the one being walked.
+    stack: Vec<Option<Gitignore>>,
+}
+
+fn join(rel: &str, name: &str) -> String {
+    if rel.is_empty() {
+        name.to_string()
+    } else {
+        format!("{rel}/{name}")
+    }
+}
+
+impl<'r> Walker<'r> {
+    /// Whether git ignores `path` (relative to the worktree): it, or a directory above it,
+    /// matches an ignore rule; the deepest `.gitignore` with a say wins, `!` re-includes,
+    /// `info/exclude` and `core.excludesFile` come last. Called from the walk of `path`'s
+    /// parent, so the stack holds the rules of every directory above it.
+    fn ignored(&self, path: &str, is_dir: bool) -> bool {
+        use ignore::Match;
+        let comps: Vec<&str> = path.split('/').collect();
+        for k in 1..=comps.len() {
+            let abs = format!("{VROOT}/{}", comps[..k].join("/"));
+            let dir = k < comps.len() || is_dir;
+            let levels = &self.stack[..k.min(self.stack.len())];
+            let mut verdict = None;
+            for m in levels.iter().rev().flatten().chain(self.global.iter()) {
+                match m.matched(&abs, dir) {
+                    Match::None => continue,
+                    Match::Ignore(_) => verdict = Some(true),
+                    Match::Whitelist(_) => verdict = Some(false),
+                }
+                break;
+            }
+            if verdict == Some(true) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn change(&mut self, kind: ChangeKind, path: String) {
+        self.changes.push(Change { kind, path });
+    }
+
+    /// Compares directory `rel` of the view (`upper`, if the upper layer has it, over
+    /// `base`) with HEAD's `head`.
+    fn dir(
+        &mut self,
+        rel: &str,
+        upper: Option<&Path>,
+        base: Option<Tree<'r>>,
+        head: Option<Tree<'r>>,
+    ) -> Result<(), String> {
+        // The upper layer's entries, whiteouts and opaque marker.
+        let mut up_names: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut whiteouts: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let mut opaque = false;
+        if let Some(u) = upper {
+            for e in fs::read_dir(u).map_err(|e| format!("listing {}: {e}", u.display()))? {
+                let e = e.map_err(|e| e.to_string())?;
+                let n = e.file_name().as_bytes().to_vec();
+                if n == OPAQUE_MARKER.as_bytes() {
+                    opaque = true;
+                } else if let Some(h) = n.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
+                    whiteouts.insert(h.to_vec());
+                } else if !n.starts_with(RESERVED_PREFIX) {
+                    up_names.insert(n);
+                }
+            }
+        }
+        let base = if opaque { None } else { base };
+        let base_visible = |n: &[u8]| !whiteouts.contains(n);
+
+        // This directory's .gitignore, as the view has it.
+        let gi_text: Option<Vec<u8>> = if up_names.contains(b".gitignore".as_slice()) {
+            let p = upper.map(|u| u.join(".gitignore"));
+            p.filter(|p| p.is_file()).and_then(|p| fs::read(p).ok())
+        } else if base_visible(b".gitignore") {
+            base.as_ref()
+                .and_then(|t| t.get_name(".gitignore").map(|e| e.id()))
+                .and_then(|id| self.repo.find_blob(id).ok())
+                .map(|b| b.content().to_vec())
+        } else {
+            None
+        };
+        let matcher = gi_text.and_then(|text| {
+            let root = join(VROOT, rel);
+            let mut b = GitignoreBuilder::new(root);
+            for line in String::from_utf8_lossy(&text).lines() {
+                let _ = b.add_line(None, line);
+            }
+            b.build().ok()
+        });
+        self.stack.push(matcher);
+        let r = self.entries(rel, upper, &up_names, &base, &whiteouts, &head);
+        self.stack.pop();
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn entries(
+        &mut self,
+        rel: &str,
+        upper: Option<&Path>,
+        up_names: &BTreeSet<Vec<u8>>,
+        base: &Option<Tree<'r>>,
+        whiteouts: &BTreeSet<Vec<u8>>,
+        head: &Option<Tree<'r>>,
+    ) -> Result<(), String> {
+        let mut names: BTreeSet<Vec<u8>> = up_names.clone();
+        if let Some(b) = base {
+            names.extend(
+                b.iter()
+                    .map(|e| e.name_bytes().to_vec())
+                    .filter(|n| !whiteouts.contains(n)),
+            );
+        }
+        if let Some(h) = head {
+            names.extend(h.iter().map(|e| e.name_bytes().to_vec()));
+        }
+        for name in names {
+            if rel.is_empty() && name == b".git" {
+                continue;
+            }
+            let name_s = String::from_utf8_lossy(&name).into_owned();
+            let path = join(rel, &name_s);
+            let base_e = base.as_ref().and_then(|b| b.get_name_bytes(&name));
+            // Below an upper directory, the base's tree of the same name shows through.
+            let below = base_e
+                .as_ref()
+                .filter(|e| e.filemode() as u32 == MODE_TREE)
+                .map(|e| e.id());
+            let view = if up_names.contains(&name) {
+                let p = upper
+                    .map(|u| u.join(std::ffi::OsStr::from_bytes(&name)))
+                    .ok_or("upper entry without an upper directory")?;
+                let m = fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                Some(ViewEntry::Upper(p, m))
+            } else if whiteouts.contains(&name) {
+                None
+            } else {
+                base_e.map(ViewEntry::Base)
+            };
+            let head_e = head.as_ref().and_then(|h| h.get_name_bytes(&name));
+            self.entry(&path, view, below, head_e)?;
+        }
+        Ok(())
+    }
+
+    fn tree(&self, id: Oid) -> Result<Tree<'r>, String> {
+        self.repo
+            .find_tree(id)
+            .map_err(|e| format!("tree {id}: {}", e.message()))
+    }
+
+    fn entry(
+        &mut self,
+        path: &str,
+        view: Option<ViewEntry<'_>>,
+        below: Option<Oid>,
+        head: Option<git2::TreeEntry<'_>>,
+    ) -> Result<(), String> {
+        let head_mode = head.as_ref().map(|h| h.filemode() as u32);
+        let head_is_dir = head_mode == Some(MODE_TREE);
+        match view {
+            None => {
+                // Gone from the view: a HEAD entry here is deleted work.
+                if head.is_some() {
+                    self.change(ChangeKind::Deleted, path.to_string());
+                }
+            }
+            Some(ViewEntry::Base(b)) => {
+                let bmode = b.filemode() as u32;
+                if let Some(h) = &head {
+                    if h.id() == b.id() && h.filemode() == b.filemode() {
+                        return Ok(()); // untouched and the same in HEAD (whole subtrees too)
+                    }
+                }
+                match (bmode, head_mode) {
+                    (MODE_TREE, Some(MODE_TREE)) => {
+                        let bt = self.tree(b.id())?;
+                        let ht = self.tree(head.as_ref().map(|h| h.id()).unwrap_or(b.id()))?;
+                        self.dir(path, None, Some(bt), Some(ht))?;
+                    }
+                    (MODE_TREE, None) => {
+                        if !self.ignored(path, true) {
+                            let bt = self.tree(b.id())?;
+                            self.dir(path, None, Some(bt), None)?;
+                        }
+                    }
+                    // An unpopulated submodule: an empty directory either way.
+                    (MODE_GITLINK, Some(MODE_GITLINK)) | (MODE_GITLINK, None) => {}
+                    (_, None) => {
+                        if !self.ignored(path, false) {
+                            self.change(ChangeKind::Untracked, path.to_string());
+                        }
+                    }
+                    _ => self.change(ChangeKind::Modified, path.to_string()),
+                }
+            }
+            Some(ViewEntry::Upper(p, m)) => {
+                let ft = m.file_type();
+                if ft.is_dir() {
+                    match head_mode {
+                        Some(MODE_TREE) | None => {
+                            if head.is_none() && self.ignored(path, true) {
+                                return Ok(());
+                            }
+                            let ht = match &head {
+                                Some(h) => Some(self.tree(h.id())?),
+                                None => None,
+                            };
+                            let bt = match below {
+                                Some(id) => Some(self.tree(id)?),
+                                None => None,
+                            };
+                            self.dir(path, Some(&p), bt, ht)?;
+                        }
+                        Some(MODE_GITLINK) => {
+                            let empty = fs::read_dir(&p)
+                                .map(|mut d| d.next().is_none())
+                                .unwrap_or(false);
+                            if !empty {
+                                self.change(ChangeKind::Modified, path.to_string());
+                            }
+                        }
+                        Some(_) => self.change(ChangeKind::Modified, path.to_string()),
+                    }
+                    return Ok(());
+                }
+                let Some(h) = head else {
+                    if !self.ignored(path, false) {
+                        self.change(ChangeKind::Untracked, path.to_string());
+                    }
+                    return Ok(());
+                };
+                if head_is_dir {
+                    self.change(ChangeKind::Modified, path.to_string());
+                    return Ok(());
+                }
+                let same = if ft.is_symlink() {
+                    let target = fs::read_link(&p).map_err(|e| e.to_string())?;
+                    h.filemode() as u32 == MODE_LINK
+                        && Oid::hash_object(ObjectType::Blob, target.as_os_str().as_bytes())
+                            .map(|o| o == h.id())
+                            .unwrap_or(false)
+                } else if ft.is_file() {
+                    let mode = if m.permissions().mode() & 0o100 != 0 {
+                        MODE_EXEC
+                    } else {
+                        crate::git::MODE_BLOB
+                    };
+                    let size_matches = self
+                        .repo
+                        .odb()
+                        .and_then(|o| o.read_header(h.id()))
+                        .map(|(size, _)| size as u64 == m.len())
+                        .unwrap_or(true);
+                    h.filemode() as u32 == mode
+                        && size_matches
+                        && Oid::hash_file(ObjectType::Blob, &p)
+                            .map(|o| o == h.id())
+                            .unwrap_or(false)
+                } else {
+                    false // a fifo or socket git cannot hold
+                };
+                if !same {
+                    self.change(ChangeKind::Modified, path.to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ----- running it -----

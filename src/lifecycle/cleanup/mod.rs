@@ -1,0 +1,288 @@
+//! Cleanup after the last release (SPEC "Cleanup"): inspect a worktree, decide, then
+//! remove it or retain it with the reason.
+//!
+//! * **Inspect** from the upper layer and the object database, never through the view:
+//!   the index against HEAD's tree, and the merged view against HEAD's tree only where the
+//!   two can differ (paths in the upper layer, and paths where HEAD's tree differs from the
+//!   base tree; identical subtrees are skipped by object id). Untracked files count unless
+//!   `.gitignore` (the view's own, read from the upper layer or the base), the
+//!   repository's `info/exclude` or `core.excludesFile` ignore them.
+//! * **Decide** ([`decide`], pure): removed only when nothing is uncommitted, HEAD is where
+//!   creation put it, and every commit is reachable from the base commit or a
+//!   remote-tracking ref. The branch goes too only when worktreefs created it and its tip
+//!   is reachable from another ref (merged or pushed).
+//! * **Remove** ([`execute`]): each step can be undone; a failing step undoes the ones
+//!   before it and the worktree is retained with `cleanup-error: …`, files untouched. The
+//!   decision is written to the store before the first step, so a daemon that dies in the
+//!   middle finishes the removal at the next mount.
+
+mod decide;
+mod inspect;
+mod reconcile;
+mod remove;
+
+pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
+pub use inspect::inspect;
+pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
+pub use remove::{execute, plan, try_lock, CleanupLock, Remover, Step};
+use remove::{gone_by_hand, run_removal};
+
+use std::fmt;
+
+use std::path::{Path, PathBuf};
+
+use git2::Oid;
+
+use crate::lease::State;
+use crate::state::StateDir;
+use crate::store::{BeginError, RepoRow, Store, WorktreeRow};
+
+/// The text of the `locked` file of every admin entry worktreefs writes starts so.
+pub const ADMIN_MARKER: &str = "managed by worktreefs";
+/// Where removed admin entries wait to be deleted, inside the repository's git dir (same
+/// filesystem, so parking is one rename) and outside `worktrees/` (so git never sees them).
+const PARKED_ADMIN_DIR: &str = "worktreefs/removing";
+
+// ----- what cleanup looks at -----
+
+/// Everything cleanup needs to know of one worktree.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub id: i64,
+    pub repo: String,
+    pub name: String,
+    /// The repository's common git dir.
+    pub gitdir: PathBuf,
+    /// git's admin entry for this worktree (`<gitdir>/worktrees/wtfs-<name>`).
+    pub admin: PathBuf,
+    /// `<state>/worktrees/<id>`: the upper layer and work directory.
+    pub dir: PathBuf,
+    pub upper: PathBuf,
+    pub base_commit: String,
+    pub base_tree: String,
+    pub branch: Option<String>,
+    pub branch_created: bool,
+    /// Where it is under the mount (for messages and the retained store).
+    pub path: PathBuf,
+}
+
+impl Target {
+    pub fn new(state: &StateDir, row: &WorktreeRow, repo: &RepoRow, mountpoint: &Path) -> Target {
+        Target {
+            id: row.id,
+            repo: row.repo.clone(),
+            name: row.name.clone(),
+            gitdir: repo.gitdir.clone(),
+            admin: crate::git::admin_dir(&repo.gitdir, &row.admin_name),
+            dir: state.worktree_dir(row.id),
+            upper: state.upper(row.id),
+            base_commit: row.base_commit.clone(),
+            base_tree: row.base_tree.clone(),
+            branch: row.branch.clone(),
+            branch_created: row.branch_created,
+            path: mountpoint.join(&row.repo).join(&row.name),
+        }
+    }
+
+    fn parked_admin(&self) -> PathBuf {
+        let name = self
+            .admin
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.gitdir
+            .join(PARKED_ADMIN_DIR)
+            .join(format!("{}-{name}", self.id))
+    }
+
+    fn parked_dir(&self, state: &StateDir) -> PathBuf {
+        state.trash().join(self.id.to_string())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Removed(String),
+    Retained(String),
+}
+
+fn target_of(
+    state: &StateDir,
+    store: &Store,
+    row: &WorktreeRow,
+    mountpoint: &Path,
+) -> anyhow::Result<Target> {
+    let repo = store
+        .repo_by_id(row.repo_id)?
+        .ok_or_else(|| anyhow::anyhow!("repository of worktree {} is gone", row.id))?;
+    Ok(Target::new(state, row, &repo, mountpoint))
+}
+
+/// Finishes a worktree in `deleting`: inspects, decides, removes or retains; or carries
+/// on with a removal already decided by a daemon that died.
+pub fn finish(
+    state: &StateDir,
+    store: &mut Store,
+    row: &WorktreeRow,
+    mountpoint: &Path,
+) -> anyhow::Result<Outcome> {
+    let t = target_of(state, store, row, mountpoint)?;
+    if let Some(removal) = &row.removal {
+        tracing::info!(worktree = %t.path.display(), "finishing a removal begun before ({removal})");
+        return run_removal(state, store, &t, removal == "remove+branch");
+    }
+    if !t.dir.exists() && !t.parked_dir(state).exists() {
+        return gone_by_hand(state, store, &t);
+    }
+    let inspected = inspect(&t);
+    match decide(t.branch.as_deref(), t.branch_created, &inspected) {
+        Verdict::Remove { delete_branch } => run_removal(state, store, &t, delete_branch),
+        Verdict::Retain(reason) => {
+            store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
+            tracing::info!(worktree = %t.path.display(), "retained: {reason}");
+            Ok(Outcome::Retained(reason))
+        }
+    }
+}
+
+/// Why a removal someone asked for did not happen.
+#[derive(Debug)]
+pub enum RequestError {
+    /// Leased, in use, or being cleaned up: try again later.
+    Busy(String),
+    /// It holds work: the reason.
+    HoldsWork(String),
+    /// Already removed.
+    Gone(String),
+    Other(anyhow::Error),
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::Busy(m) | RequestError::HoldsWork(m) | RequestError::Gone(m) => {
+                f.write_str(m)
+            }
+            RequestError::Other(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+impl From<anyhow::Error> for RequestError {
+    fn from(e: anyhow::Error) -> Self {
+        RequestError::Other(e)
+    }
+}
+
+impl From<rusqlite::Error> for RequestError {
+    fn from(e: rusqlite::Error) -> Self {
+        RequestError::Other(e.into())
+    }
+}
+
+/// What `--discard` throws away, shown before it does.
+#[derive(Debug, Clone)]
+pub struct Discarded {
+    pub changes: Vec<Change>,
+    /// Commits that no ref keeps once the worktree is gone (HEAD was detached or moved).
+    pub commits: Vec<Oid>,
+    /// Unpushed commits that stay on the (kept) branch.
+    pub kept_on_branch: Option<(String, usize)>,
+    /// Inspection failed: everything in the upper layer goes.
+    pub uninspected: Option<String>,
+}
+
+/// A removal asked for by `worktreefs reclaim` or `rmdir`: only without leases and nobody
+/// inside, and only when the checks pass, unless `discard` (then `show` is told what goes
+/// before anything does).
+pub fn request_removal(
+    state: &StateDir,
+    store: &mut Store,
+    row: &WorktreeRow,
+    mountpoint: &Path,
+    discard: bool,
+    show: &mut dyn FnMut(&Discarded),
+) -> Result<Outcome, RequestError> {
+    let label = format!("{}/{}", row.repo, row.name);
+    let t = target_of(state, store, row, mountpoint)?;
+    let _lock = try_lock(state, row.id).ok_or_else(|| {
+        RequestError::Busy(format!(
+            "worktree {label} is being cleaned up right now; try again in a moment"
+        ))
+    })?;
+    let inside = crate::lifecycle::holders::describe_processes_inside(&t.path);
+    if !inside.is_empty() {
+        return Err(RequestError::Busy(format!(
+            "worktree {label} is in use by {}; those processes must leave it first",
+            inside.join(", ")
+        )));
+    }
+    let why = if discard {
+        "reclaim --discard"
+    } else {
+        "removal asked for"
+    };
+    let prev = store
+        .begin_deleting(row.id, &[State::Ready, State::Lingering, State::Retained], why)
+        .map_err(|e| match e {
+            BeginError::Leased(n, st) => RequestError::Busy(format!(
+                "worktree {label} is {st} with {n} lease{}; release {} first (see `worktreefs leases`)",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "it" } else { "them" }
+            )),
+            BeginError::State(st) if st == "removed" => {
+                RequestError::Gone(format!("worktree {label} is already removed"))
+            }
+            BeginError::State(st) => RequestError::Busy(format!(
+                "worktree {label} is {st}; its cleanup is already running"
+            )),
+            BeginError::Db(e) => e.into(),
+        })?;
+    let inspected = inspect(&t);
+    let verdict = decide(t.branch.as_deref(), t.branch_created, &inspected);
+    match verdict {
+        Verdict::Remove { delete_branch } => Ok(run_removal(state, store, &t, delete_branch)?),
+        Verdict::Retain(reason) if !discard => {
+            store.end_deleting(row.id, prev, &format!("removal refused: {reason}"))?;
+            Err(RequestError::HoldsWork(reason))
+        }
+        Verdict::Retain(_) => {
+            let d = match &inspected {
+                Ok(f) => {
+                    let on_branch = match &f.head {
+                        Head::Branch(b) => Some(b.clone()),
+                        Head::Detached(_) => None,
+                    };
+                    Discarded {
+                        changes: f.changes.clone(),
+                        commits: if on_branch.is_some() {
+                            Vec::new()
+                        } else {
+                            f.unpushed.clone()
+                        },
+                        kept_on_branch: on_branch
+                            .filter(|_| !f.unpushed.is_empty())
+                            .map(|b| (b, f.unpushed.len())),
+                        uninspected: None,
+                    }
+                }
+                Err(e) => Discarded {
+                    changes: Vec::new(),
+                    commits: Vec::new(),
+                    kept_on_branch: None,
+                    uninspected: Some(e.clone()),
+                },
+            };
+            show(&d);
+            let delete_branch = match &inspected {
+                Ok(f) => {
+                    t.branch_created
+                        && f.tip_elsewhere
+                        && matches!((&f.head, &t.branch), (Head::Branch(h), Some(b)) if h == b)
+                }
+                Err(_) => false,
+            };
+            Ok(run_removal(state, store, &t, delete_branch)?)
+        }
+    }
+}

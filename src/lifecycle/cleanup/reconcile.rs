@@ -1,0 +1,167 @@
+//! Finishing what an earlier daemon left: deleting worktrees at boot, parked admin
+//! entries, and the cleanup of every worktree left without a lease at unmount.
+
+use std::fs;
+
+use std::path::Path;
+
+use crate::lease::State;
+use crate::state::StateDir;
+use crate::store::{Store, WorktreeRow};
+
+use super::*;
+
+/// Runs cleanup for every worktree in `deleting` that nobody else is working on.
+pub fn finish_all_deleting(
+    state: &StateDir,
+    store: &mut Store,
+    mountpoint: &Path,
+) -> Vec<(WorktreeRow, anyhow::Result<Outcome>)> {
+    let mut out = Vec::new();
+    for row in store.worktrees_in(State::Deleting).unwrap_or_default() {
+        let Some(_lock) = try_lock(state, row.id) else {
+            continue;
+        };
+        // Read again under the lock: someone may have finished it meanwhile.
+        let Ok(Some(row)) = store.worktree_by_id(row.id) else {
+            continue;
+        };
+        if row.state != "deleting" {
+            continue;
+        }
+        let r = finish(state, store, &row, mountpoint);
+        if let Err(e) = &r {
+            tracing::error!("cleanup of {}/{} failed: {e:#}", row.repo, row.name);
+        }
+        out.push((row, r));
+    }
+    out
+}
+
+/// At every mount, before serving: puts back or deletes what a dead cleanup parked,
+/// finishes `deleting` worktrees, removes retained ones that are now clean and pushed, and
+/// lets go of worktrees whose directory was removed by hand. Never touches a directory
+/// worktreefs did not make.
+pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<()> {
+    let mut store = Store::open(&state.root)?;
+    restore_or_purge_parked(state, &store);
+    for (row, r) in finish_all_deleting(state, &mut store, mountpoint) {
+        if let Ok(o) = r {
+            tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
+        }
+    }
+    for row in store.worktrees_in(State::Retained)? {
+        let Some(_lock) = try_lock(state, row.id) else {
+            continue;
+        };
+        let t = target_of(state, &store, &row, mountpoint)?;
+        if !t.dir.exists() {
+            continue; // handled below
+        }
+        let inspected = inspect(&t);
+        if let Verdict::Remove { delete_branch } =
+            decide(t.branch.as_deref(), t.branch_created, &inspected)
+        {
+            if store
+                .begin_deleting(
+                    row.id,
+                    &[State::Retained],
+                    "boot reconcile: now clean and pushed",
+                )
+                .is_ok()
+            {
+                let o = super::run_removal(state, &mut store, &t, delete_branch)?;
+                tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
+            }
+        }
+    }
+    for row in store.worktrees()? {
+        if row.state == "deleting" || state.worktree_dir(row.id).exists() {
+            continue;
+        }
+        let Some(_lock) = try_lock(state, row.id) else {
+            continue;
+        };
+        let t = target_of(state, &store, &row, mountpoint)?;
+        gone_by_hand(state, &mut store, &t)?;
+    }
+    Ok(())
+}
+
+/// Parked directories (a worktree's state dir in `<state>/trash`, git entries in
+/// `<gitdir>/worktreefs/removing`) of removals that did not finish: deleted when their
+/// worktree is removed, put back when its removal was never recorded as decided.
+fn restore_or_purge_parked(state: &StateDir, store: &Store) {
+    let decide_for = |id: i64| -> Option<bool> {
+        // Some(true): delete; Some(false): put back; None: leave (removal to finish).
+        match store.worktree_by_id(id).ok()? {
+            None => Some(true),
+            Some(r) if r.state == "removed" => Some(true),
+            Some(r) if r.state == "deleting" && r.removal.is_some() => None,
+            Some(_) => Some(false),
+        }
+    };
+    for e in fs::read_dir(state.trash()).into_iter().flatten().flatten() {
+        let Some(id) = e.file_name().to_str().and_then(|n| n.parse::<i64>().ok()) else {
+            continue;
+        };
+        match decide_for(id) {
+            Some(true) => {
+                let _ = fs::remove_dir_all(e.path());
+            }
+            Some(false) if !state.worktree_dir(id).exists() => {
+                tracing::warn!(
+                    "putting back {} (its removal never finished)",
+                    e.path().display()
+                );
+                let _ = fs::rename(e.path(), state.worktree_dir(id));
+            }
+            _ => {}
+        }
+    }
+    for repo in store.repos().unwrap_or_default() {
+        let dir = repo.gitdir.join(PARKED_ADMIN_DIR);
+        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some((id, admin)) = name
+                .split_once('-')
+                .and_then(|(i, a)| Some((i.parse::<i64>().ok()?, a.to_string())))
+            else {
+                continue;
+            };
+            match decide_for(id) {
+                Some(true) => {
+                    let _ = fs::remove_dir_all(e.path());
+                }
+                Some(false) => {
+                    let back = crate::git::admin_dir(&repo.gitdir, &admin);
+                    if !back.exists() {
+                        tracing::warn!("putting back {}", back.display());
+                        let _ = fs::rename(e.path(), back);
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// At unmount: every lease released with reason `unmount`, then cleanup for every worktree
+/// left without one (the grace period does not apply: the mount is going away). Worktrees
+/// never leased (`ready`) and retained ones stay as they are.
+pub fn reclaim_at_unmount(state: &StateDir, mountpoint: &Path) -> anyhow::Result<()> {
+    let mut store = Store::open(&state.root)?;
+    let released = store.release_all_leases("unmount")?;
+    let marked = store.mark_deleting_after_grace(0)?;
+    tracing::info!(
+        "unmount: {released} lease(s) released, {} worktree(s) to clean up",
+        marked.len()
+    );
+    for (row, r) in finish_all_deleting(state, &mut store, mountpoint) {
+        match r {
+            Ok(o) => tracing::info!("unmount: {}/{}: {o:?}", row.repo, row.name),
+            Err(e) => tracing::error!("unmount: {}/{}: {e:#}", row.repo, row.name),
+        }
+    }
+    Ok(())
+}

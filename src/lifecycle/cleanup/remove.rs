@@ -1,0 +1,344 @@
+//! The removal on disk and in git: a plan of steps, each of which can be undone, run by
+//! a `Remover`; a failing step undoes the ones before it.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
+
+use std::path::Path;
+
+use git2::{Oid, Repository};
+
+use crate::state::StateDir;
+use crate::store::Store;
+
+use super::inspect::reachable_elsewhere;
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// `<state>/worktrees/<id>` out of the way (one rename into `<state>/trash`).
+    ParkUpper,
+    /// git's admin entry out of `worktrees/` (one rename), so git no longer lists it.
+    ParkAdmin,
+    /// The branch, when worktreefs created it and it is merged or pushed.
+    DeleteBranch,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Step::ParkUpper => "moving the upper layer away",
+            Step::ParkAdmin => "removing git's worktree entry",
+            Step::DeleteBranch => "deleting the branch",
+        })
+    }
+}
+
+pub fn plan(delete_branch: bool) -> Vec<Step> {
+    let mut p = vec![Step::ParkUpper, Step::ParkAdmin];
+    if delete_branch {
+        p.push(Step::DeleteBranch);
+    }
+    p
+}
+
+/// Carries out the steps of a removal, and takes each back.
+pub trait Remover {
+    fn run(&mut self, step: Step) -> Result<(), String>;
+    fn undo(&mut self, step: Step) -> Result<(), String>;
+}
+
+/// Runs `plan`; on the first failing step, undoes the steps done, newest first, and says
+/// which step failed and why. An undo that fails is part of the message.
+pub fn execute(plan: &[Step], r: &mut dyn Remover) -> Result<(), String> {
+    for (i, step) in plan.iter().enumerate() {
+        if let Err(e) = r.run(*step) {
+            let mut msg = format!("{step}: {e}");
+            for done in plan[..i].iter().rev() {
+                if let Err(u) = r.undo(*done) {
+                    tracing::error!("undoing '{done}' after a failed cleanup: {u}");
+                    msg.push_str(&format!(" (and undoing '{done}' failed: {u})"));
+                }
+            }
+            return Err(msg);
+        }
+    }
+    Ok(())
+}
+
+/// The removal on disk and in git. Every step also succeeds when it finds its work
+/// already done, so a removal a dead daemon began can be run again to its end.
+struct FsRemover<'a> {
+    state: &'a StateDir,
+    t: &'a Target,
+    /// The branch tip, once the branch is deleted (to put it back).
+    deleted_tip: Option<Oid>,
+}
+
+fn is_ours(admin: &Path) -> bool {
+    fs::read_to_string(admin.join("locked"))
+        .map(|s| s.starts_with(ADMIN_MARKER))
+        .unwrap_or(false)
+}
+
+impl Remover for FsRemover<'_> {
+    fn run(&mut self, step: Step) -> Result<(), String> {
+        match step {
+            Step::ParkUpper => {
+                let parked = self.t.parked_dir(self.state);
+                if !self.t.dir.exists() && parked.exists() {
+                    return Ok(());
+                }
+                fs::rename(&self.t.dir, &parked).map_err(|e| {
+                    format!(
+                        "rename {} -> {}: {e}",
+                        self.t.dir.display(),
+                        parked.display()
+                    )
+                })
+            }
+            Step::ParkAdmin => {
+                if !self.t.admin.exists() {
+                    return Ok(());
+                }
+                if !is_ours(&self.t.admin) {
+                    return Err(format!(
+                        "{} is not marked as created by worktreefs; left alone",
+                        self.t.admin.display()
+                    ));
+                }
+                let parked = self.t.parked_admin();
+                if let Some(p) = parked.parent() {
+                    fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()))?;
+                }
+                let _ = fs::remove_dir_all(&parked);
+                fs::rename(&self.t.admin, &parked).map_err(|e| {
+                    format!(
+                        "rename {} -> {}: {e}",
+                        self.t.admin.display(),
+                        parked.display()
+                    )
+                })
+            }
+            Step::DeleteBranch => {
+                let Some(branch) = &self.t.branch else {
+                    return Ok(());
+                };
+                let repo = Repository::open(&self.t.gitdir).map_err(|e| e.to_string())?;
+                let name = format!("refs/heads/{branch}");
+                let Ok(mut r) = repo.find_reference(&name) else {
+                    return Ok(());
+                };
+                let tip = r
+                    .target()
+                    .ok_or_else(|| format!("{name} is not a direct reference"))?;
+                // Checked again now: the branch may have moved since inspection.
+                if !reachable_elsewhere(&repo, tip, Some(&name)).map_err(|e| e.to_string())? {
+                    return Err(format!(
+                        "{name} now points at {tip}, which no other ref reaches"
+                    ));
+                }
+                r.delete().map_err(|e| e.to_string())?;
+                self.deleted_tip = Some(tip);
+                Ok(())
+            }
+        }
+    }
+
+    fn undo(&mut self, step: Step) -> Result<(), String> {
+        match step {
+            Step::ParkUpper => {
+                let parked = self.t.parked_dir(self.state);
+                fs::rename(&parked, &self.t.dir).map_err(|e| e.to_string())
+            }
+            Step::ParkAdmin => {
+                let parked = self.t.parked_admin();
+                if parked.exists() {
+                    fs::rename(&parked, &self.t.admin).map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            Step::DeleteBranch => {
+                let (Some(branch), Some(tip)) = (&self.t.branch, self.deleted_tip) else {
+                    return Ok(());
+                };
+                let repo = Repository::open(&self.t.gitdir).map_err(|e| e.to_string())?;
+                repo.reference(
+                    &format!("refs/heads/{branch}"),
+                    tip,
+                    false,
+                    "worktreefs: cleanup undone",
+                )
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// Held by whoever runs one worktree's cleanup (the daemon's sweeper, a reclaim, the boot
+/// reconcile), so two never work on the same worktree.
+pub struct CleanupLock(#[allow(dead_code)] File);
+
+pub fn try_lock(state: &StateDir, id: i64) -> Option<CleanupLock> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(state.cleanup_lock(id))
+        .ok()?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    (rc == 0).then_some(CleanupLock(f))
+}
+
+/// Removes: records the decision, runs the steps, and records the outcome.
+pub(super) fn run_removal(
+    state: &StateDir,
+    store: &mut Store,
+    t: &Target,
+    delete_branch: bool,
+) -> anyhow::Result<Outcome> {
+    store.set_removal(
+        t.id,
+        if delete_branch {
+            "remove+branch"
+        } else {
+            "remove"
+        },
+    )?;
+    let mut r = FsRemover {
+        state,
+        t,
+        deleted_tip: None,
+    };
+    match execute(&plan(delete_branch), &mut r) {
+        Ok(()) => {
+            let branch = match (&t.branch, delete_branch) {
+                (Some(b), true) => format!("; branch {b} deleted (merged or pushed)"),
+                (Some(b), false) => format!("; branch {b} kept"),
+                (None, _) => String::new(),
+            };
+            let detail = format!("clean and pushed{branch}");
+            store.mark_removed(t.id, &detail)?;
+            purge(state, t);
+            tracing::info!(worktree = %t.path.display(), "removed: {detail}");
+            Ok(Outcome::Removed(detail))
+        }
+        Err(e) => {
+            let reason = format!("cleanup-error: {e}");
+            store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
+            tracing::warn!(worktree = %t.path.display(), "retained: {reason}");
+            Ok(Outcome::Retained(reason))
+        }
+    }
+}
+
+/// Deletes what a removal parked.
+pub(super) fn purge(state: &StateDir, t: &Target) {
+    for p in [t.parked_dir(state), t.parked_admin()] {
+        if p.exists() {
+            if let Err(e) = fs::remove_dir_all(&p) {
+                tracing::warn!(
+                    "could not delete {}: {e} (deleted at the next mount)",
+                    p.display()
+                );
+            }
+        }
+    }
+}
+
+/// The worktree's directory in the state dir was removed by hand: nothing is left to keep.
+/// Its git entry goes too when worktreefs made it; the branch stays.
+pub(super) fn gone_by_hand(
+    state: &StateDir,
+    store: &mut Store,
+    t: &Target,
+) -> anyhow::Result<Outcome> {
+    let mut r = FsRemover {
+        state,
+        t,
+        deleted_tip: None,
+    };
+    if let Err(e) = r.run(Step::ParkAdmin) {
+        tracing::warn!("{}: {e}", t.admin.display());
+    }
+    purge(state, t);
+    let detail = format!(
+        "its directory {} was removed by hand; branch kept",
+        t.dir.display()
+    );
+    store.mark_removed(t.id, &detail)?;
+    tracing::warn!(worktree = %t.path.display(), "{detail}");
+    Ok(Outcome::Removed(detail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what ran and was undone; fails at one step.
+    struct Fake {
+        fail_at: Option<Step>,
+        log: Vec<String>,
+    }
+
+    impl Remover for Fake {
+        fn run(&mut self, step: Step) -> Result<(), String> {
+            if self.fail_at == Some(step) {
+                return Err("disk full".into());
+            }
+            self.log.push(format!("run {step:?}"));
+            Ok(())
+        }
+        fn undo(&mut self, step: Step) -> Result<(), String> {
+            self.log.push(format!("undo {step:?}"));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failing_step_undoes_the_ones_before_it() {
+        // (delete branch?, failing step, result, log)
+        let rows: Vec<(bool, Option<Step>, bool, Vec<&str>)> = vec![
+            (false, None, true, vec!["run ParkUpper", "run ParkAdmin"]),
+            (
+                true,
+                None,
+                true,
+                vec!["run ParkUpper", "run ParkAdmin", "run DeleteBranch"],
+            ),
+            (true, Some(Step::ParkUpper), false, vec![]),
+            (
+                true,
+                Some(Step::ParkAdmin),
+                false,
+                vec!["run ParkUpper", "undo ParkUpper"],
+            ),
+            (
+                true,
+                Some(Step::DeleteBranch),
+                false,
+                vec![
+                    "run ParkUpper",
+                    "run ParkAdmin",
+                    "undo ParkAdmin",
+                    "undo ParkUpper",
+                ],
+            ),
+        ];
+        for (db, fail_at, ok, log) in rows {
+            let mut f = Fake {
+                fail_at,
+                log: Vec::new(),
+            };
+            let r = execute(&plan(db), &mut f);
+            assert_eq!(r.is_ok(), ok, "{fail_at:?}");
+            if let Err(e) = r {
+                assert!(e.ends_with("disk full"), "{e}");
+            }
+            assert_eq!(f.log, log, "{fail_at:?}");
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! The worktree lifecycle: creation, the processes that hold leases, cleanup after the
+//! last release, and the sweeper that moves worktrees through their states. Leases and
+//! states themselves are `crate::lease` (the pure state machine) and `crate::store` (their
+//! transactions).
+//!
+//! The lifecycle never imports `crate::fs`: where it must reach the mounted filesystem, it
+//! calls [`Mounted`], which the filesystem implements.
+
+pub mod cleanup;
+pub mod create;
+pub mod holders;
+pub mod sweeper;
+
+pub use sweeper::Mounted;

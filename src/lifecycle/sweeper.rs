@@ -1,0 +1,91 @@
+//! The sweeper: four times a second, moves worktrees whose grace period is over from
+//! `lingering` to `deleting`, runs their cleanup, and keeps the filesystem's inode table
+//! near its budget.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::lease::State;
+use crate::lifecycle::cleanup;
+use crate::lifecycle::holders::Tracker;
+use crate::state::StateDir;
+use crate::store::Store;
+
+/// The mounted filesystem, as the lifecycle reaches it (implemented by `fs::View`): the
+/// arrows run from the filesystem to the lifecycle, never back.
+pub trait Mounted: Send + Sync {
+    /// Where the worktrees are served.
+    fn mountpoint(&self) -> &Path;
+    /// The store changed (a state moved, a worktree went): the filesystem re-reads it.
+    fn catalog_changed(&self);
+    /// Keeps the filesystem's inode table near `budget` nodes by asking the kernel to drop
+    /// its caches of idle worktrees; one shed is not asked again for `again` (`recently`
+    /// remembers when each was). Returns how many were asked.
+    fn shed_idle(
+        &self,
+        budget: usize,
+        recently: &mut HashMap<i64, Instant>,
+        again: Duration,
+    ) -> usize;
+}
+
+/// Moves worktrees whose grace period is over from `lingering` to `deleting` and runs
+/// their cleanup (removed or retained). Four times a second: a worktree is marked within a
+/// quarter second of its grace period ending.
+pub fn spawn(
+    state: StateDir,
+    linger: u64,
+    cache_nodes: usize,
+    view: Arc<dyn Mounted>,
+    tracker: Arc<Tracker>,
+) {
+    let _ = std::thread::Builder::new()
+        .name("sweeper".into())
+        .spawn(move || {
+            let mut store = match Store::open(&state.root) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("lifecycle sweeper cannot open the store: {e}");
+                    return;
+                }
+            };
+            let mut shed = HashMap::new();
+            loop {
+                std::thread::sleep(Duration::from_millis(250));
+                // Memory: idle worktrees' inodes go when the table is over its budget.
+                view.shed_idle(cache_nodes, &mut shed, Duration::from_secs(10));
+                // A process inside (working directory, open file) that the kernel's caches
+                // kept from ever asking us gets its lease before the worktree may go.
+                for (id, repo, name) in store.lingering_past(linger as i64).unwrap_or_default() {
+                    let path = view.mountpoint().join(repo).join(name);
+                    if tracker.adopt_processes_inside(id, &path) {
+                        tracing::info!("{} is still in use: leased again", path.display());
+                    }
+                }
+                match store.mark_deleting_after_grace(linger as i64) {
+                    Ok(ids) if !ids.is_empty() => {
+                        tracing::info!(
+                            "worktrees {ids:?} have no lease after {linger} s: deleting"
+                        );
+                        view.catalog_changed();
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("lifecycle sweep failed: {e}"),
+                }
+                // Cleanup of every deleting worktree nobody else is at (those marked just
+                // now, and any whose cleanup someone else left unfinished).
+                if !store
+                    .worktrees_in(State::Deleting)
+                    .unwrap_or_default()
+                    .is_empty()
+                {
+                    let done = cleanup::finish_all_deleting(&state, &mut store, view.mountpoint());
+                    if !done.is_empty() {
+                        view.catalog_changed();
+                    }
+                }
+            }
+        });
+}

@@ -1,0 +1,244 @@
+//! Repositories and worktrees: their rows and how they are added, read and removed.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, OptionalExtension};
+use serde::Serialize;
+
+use super::*;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RepoRow {
+    pub id: i64,
+    pub name: String,
+    pub path: PathBuf,
+    pub gitdir: PathBuf,
+    pub added_at: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WorktreeRow {
+    pub id: i64,
+    pub repo_id: i64,
+    pub repo: String,
+    pub name: String,
+    pub branch: Option<String>,
+    pub branch_created: bool,
+    pub base_commit: String,
+    pub base_tree: String,
+    pub base_mtime: i64,
+    pub uid: u32,
+    pub gid: u32,
+    pub admin_name: String,
+    pub state: String,
+    pub created_at: i64,
+    pub state_changed_at: i64,
+    /// Set while a removal is under way: "remove" or "remove+branch" (the branch goes too).
+    pub removal: Option<String>,
+}
+
+pub struct NewWorktree<'a> {
+    pub repo_id: i64,
+    pub name: &'a str,
+    pub branch: Option<&'a str>,
+    pub branch_created: bool,
+    pub base_commit: &'a str,
+    pub base_tree: &'a str,
+    pub base_mtime: i64,
+    pub uid: u32,
+    pub gid: u32,
+    pub admin_name: &'a str,
+}
+
+pub(super) const WORKTREE_COLUMNS: &str =
+    "w.id, w.repo_id, r.name, w.name, w.branch, w.branch_created, \
+     w.base_commit, w.base_tree, w.base_mtime, w.uid, w.gid, w.admin_name, w.state, \
+     w.created_at, w.state_changed_at, w.removal";
+
+pub(super) fn worktree_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<WorktreeRow> {
+    Ok(WorktreeRow {
+        id: row.get(0)?,
+        repo_id: row.get(1)?,
+        repo: row.get(2)?,
+        name: row.get(3)?,
+        branch: row.get(4)?,
+        branch_created: row.get(5)?,
+        base_commit: row.get(6)?,
+        base_tree: row.get(7)?,
+        base_mtime: row.get(8)?,
+        uid: row.get(9)?,
+        gid: row.get(10)?,
+        admin_name: row.get(11)?,
+        state: row.get(12)?,
+        created_at: row.get(13)?,
+        state_changed_at: row.get(14)?,
+        removal: row.get(15)?,
+    })
+}
+
+pub(super) fn repo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RepoRow> {
+    Ok(RepoRow {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        path: PathBuf::from(row.get::<_, String>(2)?),
+        gitdir: PathBuf::from(row.get::<_, String>(3)?),
+        added_at: row.get(4)?,
+    })
+}
+
+impl Store {
+    pub fn add_repo(&self, name: &str, path: &Path, gitdir: &Path) -> rusqlite::Result<RepoRow> {
+        self.conn.execute(
+            "INSERT INTO repos(name, path, gitdir, added_at) VALUES (?1, ?2, ?3, ?4)",
+            params![
+                name,
+                path.to_string_lossy(),
+                gitdir.to_string_lossy(),
+                now_secs()
+            ],
+        )?;
+        let id = self.conn.last_insert_rowid();
+        self.repo_by_id(id)?
+            .ok_or(rusqlite::Error::QueryReturnedNoRows)
+    }
+
+    /// Unregisters a repository that has no live worktree; the rows of its removed
+    /// worktrees go with it (their events stay, without names).
+    pub fn remove_repo(&mut self, id: i64) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "DELETE FROM worktrees WHERE repo_id = ?1 AND state = 'removed'",
+            [id],
+        )?;
+        tx.execute("DELETE FROM repos WHERE id = ?1", [id])?;
+        tx.commit()
+    }
+
+    pub fn repos(&self) -> rusqlite::Result<Vec<RepoRow>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, name, path, gitdir, added_at FROM repos ORDER BY name")?;
+        let rows = stmt.query_map([], repo_from_row)?;
+        rows.collect()
+    }
+
+    pub fn repo_by_name(&self, name: &str) -> rusqlite::Result<Option<RepoRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, name, path, gitdir, added_at FROM repos WHERE name = ?1",
+                [name],
+                repo_from_row,
+            )
+            .optional()
+    }
+
+    pub fn repo_by_id(&self, id: i64) -> rusqlite::Result<Option<RepoRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, name, path, gitdir, added_at FROM repos WHERE id = ?1",
+                [id],
+                repo_from_row,
+            )
+            .optional()
+    }
+
+    pub fn repo_by_gitdir(&self, gitdir: &Path) -> rusqlite::Result<Option<RepoRow>> {
+        self.conn
+            .query_row(
+                "SELECT id, name, path, gitdir, added_at FROM repos WHERE gitdir = ?1",
+                [gitdir.to_string_lossy()],
+                repo_from_row,
+            )
+            .optional()
+    }
+
+    /// Inserts a worktree in state `ready` and records the creation as an event, in one
+    /// transaction. Fails on a duplicate (repo, name).
+    pub fn insert_worktree(&mut self, w: &NewWorktree<'_>) -> rusqlite::Result<i64> {
+        let now = now_secs();
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO worktrees(repo_id, name, branch, branch_created, base_commit, base_tree,
+                 base_mtime, uid, gid, admin_name, state, created_at, state_changed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'ready', ?11, ?11)",
+            params![
+                w.repo_id,
+                w.name,
+                w.branch,
+                w.branch_created,
+                w.base_commit,
+                w.base_tree,
+                w.base_mtime,
+                w.uid,
+                w.gid,
+                w.admin_name,
+                now
+            ],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.execute(
+            "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, ?2, 'created', ?3)",
+            params![now, id, format!("base {}", w.base_commit)],
+        )?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    pub fn worktrees(&self) -> rusqlite::Result<Vec<WorktreeRow>> {
+        let sql = format!(
+            "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE w.state != 'removed' ORDER BY r.name, w.name"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([], worktree_from_row)?;
+        rows.collect()
+    }
+
+    pub fn worktree(&self, repo: &str, name: &str) -> rusqlite::Result<Option<WorktreeRow>> {
+        let sql = format!(
+            "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE r.name = ?1 AND w.name = ?2
+             ORDER BY w.state = 'removed', w.id DESC LIMIT 1"
+        );
+        self.conn
+            .query_row(&sql, params![repo, name], worktree_from_row)
+            .optional()
+    }
+
+    /// Removes a row that never became a usable worktree (creation failed after the insert).
+    pub fn delete_worktree_row(&self, id: i64) -> rusqlite::Result<()> {
+        self.conn
+            .execute("DELETE FROM events WHERE worktree_id = ?1", [id])?;
+        self.conn
+            .execute("DELETE FROM worktrees WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    pub fn worktree_count(&self, repo_id: i64) -> rusqlite::Result<i64> {
+        self.conn.query_row(
+            "SELECT count(*) FROM worktrees WHERE repo_id = ?1 AND state != 'removed'",
+            [repo_id],
+            |r| r.get(0),
+        )
+    }
+    pub fn worktree_by_id(&self, id: i64) -> rusqlite::Result<Option<WorktreeRow>> {
+        let sql = format!(
+            "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE w.id = ?1"
+        );
+        self.conn
+            .query_row(&sql, [id], worktree_from_row)
+            .optional()
+    }
+
+    /// Worktrees in one state.
+    pub fn worktrees_in(&self, state: crate::lease::State) -> rusqlite::Result<Vec<WorktreeRow>> {
+        let sql = format!(
+            "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE w.state = ?1 ORDER BY w.id"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([state.as_str()], worktree_from_row)?;
+        rows.collect()
+    }
+}

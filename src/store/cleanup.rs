@@ -1,0 +1,165 @@
+//! What cleanup writes: the `deleting` mark and its removal plan, the removed state, and
+//! the retained store.
+
+use rusqlite::params;
+use serde::Serialize;
+
+use super::leases::{event, lease_count, set_state, state_of};
+use super::*;
+
+/// A worktree cleanup kept because removing it would lose work (SPEC "Cleanup").
+#[derive(Debug, Clone, Serialize)]
+pub struct RetainedRow {
+    pub worktree_id: i64,
+    pub repo: String,
+    pub worktree: String,
+    pub path: String,
+    pub branch: Option<String>,
+    pub base_commit: String,
+    pub reason: String,
+    pub entered_at: i64,
+}
+
+impl RetainedRow {
+    /// Its name under `.control/retained`.
+    pub fn entry_name(&self) -> String {
+        format!("{}:{}", self.repo, self.worktree)
+    }
+}
+
+/// Why a removal cannot begin.
+#[derive(Debug)]
+pub enum BeginError {
+    /// Someone holds it: (number of leases, its state).
+    Leased(usize, String),
+    /// Its state does not allow it (deleting: someone else is at it; removed: gone).
+    State(String),
+    Db(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for BeginError {
+    fn from(e: rusqlite::Error) -> Self {
+        BeginError::Db(e)
+    }
+}
+
+impl Store {
+    /// Marks a worktree `deleting` for a removal someone asked for (reclaim, rmdir), in the
+    /// transaction that finds it without a lease and in one of `from`. Returns the state it
+    /// had, to go back to when the removal is refused.
+    pub fn begin_deleting(
+        &mut self,
+        worktree_id: i64,
+        from: &[crate::lease::State],
+        reason: &str,
+    ) -> Result<crate::lease::State, BeginError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let state = state_of(&tx, worktree_id)?;
+        let leases = lease_count(&tx, worktree_id)?;
+        if leases > 0 {
+            return Err(BeginError::Leased(leases, state.to_string()));
+        }
+        if !from.contains(&state) {
+            return Err(BeginError::State(state.to_string()));
+        }
+        set_state(&tx, worktree_id, crate::lease::State::Deleting)?;
+        event(&tx, worktree_id, "deleting", None, reason)?;
+        tx.commit()?;
+        Ok(state)
+    }
+
+    /// A removal that was refused: the worktree goes back to the state it had.
+    pub fn end_deleting(
+        &mut self,
+        worktree_id: i64,
+        back_to: crate::lease::State,
+        reason: &str,
+    ) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        if state_of(&tx, worktree_id)? == crate::lease::State::Deleting {
+            set_state(&tx, worktree_id, back_to)?;
+            tx.execute(
+                "UPDATE worktrees SET removal = NULL WHERE id = ?1",
+                [worktree_id],
+            )?;
+            event(&tx, worktree_id, back_to.as_str(), None, reason)?;
+        }
+        tx.commit()
+    }
+
+    /// Records that the removal of a deleting worktree has begun (what it will do), so a
+    /// daemon that dies in the middle finishes it at the next mount.
+    pub fn set_removal(&self, worktree_id: i64, removal: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "UPDATE worktrees SET removal = ?1 WHERE id = ?2 AND state = 'deleting'",
+            params![removal, worktree_id],
+        )?;
+        Ok(())
+    }
+
+    /// The worktree is gone: state `removed`, out of the retained store, its leases (if any
+    /// were left) released. One transaction.
+    pub fn mark_removed(&mut self, worktree_id: i64, reason: &str) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
+        tx.execute("DELETE FROM leases WHERE worktree_id = ?1", [worktree_id])?;
+        set_state(&tx, worktree_id, crate::lease::State::Removed)?;
+        tx.execute(
+            "UPDATE worktrees SET removal = NULL WHERE id = ?1",
+            [worktree_id],
+        )?;
+        event(&tx, worktree_id, "removed", None, reason)?;
+        tx.commit()
+    }
+
+    /// The worktree holds work (or its cleanup failed): state `retained` and an entry in the
+    /// retained store saying why. One transaction.
+    pub fn retain(&mut self, worktree_id: i64, path: &str, reason: &str) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let now = now_secs();
+        tx.execute(
+            "INSERT INTO retained(worktree_id, path, repo, branch, base_commit, reason, entered_at)
+             SELECT w.id, ?2, r.name, w.branch, w.base_commit, ?3, ?4
+             FROM worktrees w JOIN repos r ON r.id = w.repo_id WHERE w.id = ?1
+             ON CONFLICT(worktree_id) DO UPDATE SET reason = excluded.reason, path = excluded.path",
+            params![worktree_id, path, reason, now],
+        )?;
+        set_state(&tx, worktree_id, crate::lease::State::Retained)?;
+        tx.execute(
+            "UPDATE worktrees SET removal = NULL WHERE id = ?1",
+            [worktree_id],
+        )?;
+        event(&tx, worktree_id, "retained", None, reason)?;
+        tx.commit()
+    }
+
+    pub fn retained(&self) -> rusqlite::Result<Vec<RetainedRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT t.worktree_id, t.repo, w.name, t.path, t.branch, t.base_commit, t.reason,
+                    t.entered_at
+             FROM retained t JOIN worktrees w ON w.id = t.worktree_id
+             ORDER BY t.repo, w.name",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(RetainedRow {
+                worktree_id: r.get(0)?,
+                repo: r.get(1)?,
+                worktree: r.get(2)?,
+                path: r.get(3)?,
+                branch: r.get(4)?,
+                base_commit: r.get(5)?,
+                reason: r.get(6)?,
+                entered_at: r.get(7)?,
+            })
+        })?;
+        rows.collect()
+    }
+}

@@ -1,0 +1,333 @@
+//! Leases and the lifecycle transitions they drive, each in one transaction, and the
+//! event log.
+
+use rusqlite::params;
+use serde::Serialize;
+
+use super::*;
+
+/// A lease to record: who holds it.
+#[derive(Debug, Clone)]
+pub enum NewLease {
+    /// A process, identified by pid and start time (so a reused pid is never the holder).
+    Process {
+        pid: i32,
+        start: u64,
+        command: String,
+    },
+    /// A named lease of an orchestrator's session.
+    Session { id: String },
+}
+
+impl NewLease {
+    /// The holder's key, unique per worktree: `pid:<pid>:<start>` or `session:<id>`.
+    pub fn holder(&self) -> String {
+        match self {
+            NewLease::Process { pid, start, .. } => format!("pid:{pid}:{start}"),
+            NewLease::Session { id } => format!("session:{id}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeaseRow {
+    pub repo: String,
+    pub worktree: String,
+    pub worktree_id: i64,
+    pub holder_kind: String,
+    pub holder: String,
+    pub pid: Option<i64>,
+    pub pid_start: Option<i64>,
+    pub command: Option<String>,
+    pub session: Option<String>,
+    pub acquired_at: i64,
+}
+
+impl LeaseRow {
+    /// The entry name under `.control/leases`.
+    pub fn entry_name(&self) -> String {
+        format!("{}:{}@{}", self.repo, self.worktree, self.holder)
+    }
+
+    /// Who holds it, for a person: the command line or the session id.
+    pub fn holder_label(&self) -> &str {
+        self.command
+            .as_deref()
+            .or(self.session.as_deref())
+            .unwrap_or("")
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRow {
+    pub id: i64,
+    pub at: i64,
+    pub repo: Option<String>,
+    pub worktree: Option<String>,
+    pub kind: String,
+    pub holder: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum LeaseError {
+    /// The worktree is deleting or removed; `state` names it.
+    Conflict(crate::lease::Conflict, String),
+    Db(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for LeaseError {
+    fn from(e: rusqlite::Error) -> Self {
+        LeaseError::Db(e)
+    }
+}
+
+pub(super) const LEASE_COLUMNS: &str =
+    "r.name, w.name, l.worktree_id, l.holder_kind, l.holder, l.pid, \
+     l.pid_start, l.command, l.session, l.acquired_at";
+
+pub(super) fn lease_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRow> {
+    Ok(LeaseRow {
+        repo: row.get(0)?,
+        worktree: row.get(1)?,
+        worktree_id: row.get(2)?,
+        holder_kind: row.get(3)?,
+        holder: row.get(4)?,
+        pid: row.get(5)?,
+        pid_start: row.get(6)?,
+        command: row.get(7)?,
+        session: row.get(8)?,
+        acquired_at: row.get(9)?,
+    })
+}
+
+pub(super) fn event(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+    kind: &str,
+    holder: Option<&str>,
+    reason: &str,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO events(at, worktree_id, kind, holder, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![now_secs(), worktree_id, kind, holder, reason],
+    )?;
+    Ok(())
+}
+
+pub(super) fn state_of(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+) -> rusqlite::Result<crate::lease::State> {
+    let s: String = tx.query_row(
+        "SELECT state FROM worktrees WHERE id = ?1",
+        [worktree_id],
+        |r| r.get(0),
+    )?;
+    Ok(crate::lease::State::parse(&s).unwrap_or(crate::lease::State::Ready))
+}
+
+pub(super) fn lease_count(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+) -> rusqlite::Result<usize> {
+    tx.query_row(
+        "SELECT count(*) FROM leases WHERE worktree_id = ?1",
+        [worktree_id],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n as usize)
+}
+
+pub(super) fn set_state(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+    state: crate::lease::State,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE worktrees SET state = ?1, state_changed_at = ?2 WHERE id = ?3",
+        params![state.as_str(), now_secs(), worktree_id],
+    )?;
+    Ok(())
+}
+
+impl Store {
+    /// Takes a lease on a worktree: refused while it is deleting or removed; a retained
+    /// worktree leaves the retained store. One transaction. Returns false when the holder
+    /// already had it.
+    pub fn acquire_lease(
+        &mut self,
+        worktree_id: i64,
+        lease: &NewLease,
+        reason: &str,
+    ) -> Result<bool, LeaseError> {
+        use crate::lease::{on_acquire, State};
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let state = state_of(&tx, worktree_id)?;
+        let next = on_acquire(state).map_err(|c| LeaseError::Conflict(c, state.to_string()))?;
+        let holder = lease.holder();
+        let (kind, pid, start, command, session) = match lease {
+            NewLease::Process {
+                pid,
+                start,
+                command,
+            } => (
+                "process",
+                Some(*pid as i64),
+                Some(*start as i64),
+                Some(command.clone()),
+                None,
+            ),
+            NewLease::Session { id } => ("session", None, None, None, Some(id.clone())),
+        };
+        let inserted = tx.execute(
+            "INSERT OR IGNORE INTO leases(worktree_id, holder_kind, holder, pid, pid_start, command, session, acquired_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![worktree_id, kind, holder, pid, start, command, session, now_secs()],
+        )? == 1;
+        if state != next {
+            set_state(&tx, worktree_id, next)?;
+        }
+        if state == State::Retained {
+            tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
+        }
+        if inserted {
+            event(&tx, worktree_id, "acquired", Some(&holder), reason)?;
+        }
+        tx.commit()?;
+        Ok(inserted)
+    }
+
+    /// Releases one holder's lease; the last release moves the worktree to `lingering`, in
+    /// the same transaction. Returns false when there was no such lease.
+    pub fn release_lease(
+        &mut self,
+        worktree_id: i64,
+        holder: &str,
+        kind: &str,
+        reason: &str,
+    ) -> rusqlite::Result<bool> {
+        use crate::lease::on_release;
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let removed = tx.execute(
+            "DELETE FROM leases WHERE worktree_id = ?1 AND holder = ?2",
+            params![worktree_id, holder],
+        )? == 1;
+        if removed {
+            event(&tx, worktree_id, kind, Some(holder), reason)?;
+            let state = state_of(&tx, worktree_id)?;
+            let next = on_release(state, lease_count(&tx, worktree_id)?);
+            if next != state {
+                set_state(&tx, worktree_id, next)?;
+                event(&tx, worktree_id, next.as_str(), None, "last lease released")?;
+            }
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// For every lingering worktree whose grace period is over and which has no lease:
+    /// the `deleting` mark, written in the same transaction that finds no lease. Returns
+    /// the ids marked.
+    pub fn mark_deleting_after_grace(&mut self, linger: i64) -> rusqlite::Result<Vec<i64>> {
+        let ids: Vec<i64> = {
+            let mut stmt = self
+                .conn
+                .prepare("SELECT id FROM worktrees WHERE state = 'lingering'")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let mut marked = Vec::new();
+        for id in ids {
+            let tx = self
+                .conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let state = state_of(&tx, id)?;
+            let since: i64 = tx.query_row(
+                "SELECT state_changed_at FROM worktrees WHERE id = ?1",
+                [id],
+                |r| r.get(0),
+            )?;
+            if crate::lease::grace_over(state, lease_count(&tx, id)?, since, now_secs(), linger) {
+                set_state(&tx, id, crate::lease::State::Deleting)?;
+                event(
+                    &tx,
+                    id,
+                    "deleting",
+                    None,
+                    &format!("no lease for {linger} s"),
+                )?;
+                marked.push(id);
+            }
+            tx.commit()?;
+        }
+        Ok(marked)
+    }
+
+    /// Lingering worktrees whose grace period is over: (id, repo, name).
+    pub fn lingering_past(&self, linger: i64) -> rusqlite::Result<Vec<(i64, String, String)>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT w.id, r.name, w.name FROM worktrees w JOIN repos r ON r.id = w.repo_id
+             WHERE w.state = 'lingering' AND ?1 - w.state_changed_at >= ?2",
+        )?;
+        let rows = stmt.query_map(params![now_secs(), linger], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+        rows.collect()
+    }
+
+    pub fn leases(&self) -> rusqlite::Result<Vec<LeaseRow>> {
+        let sql = format!(
+            "SELECT {LEASE_COLUMNS} FROM leases l JOIN worktrees w ON w.id = l.worktree_id
+             JOIN repos r ON r.id = w.repo_id ORDER BY r.name, w.name, l.holder"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([], lease_from_row)?;
+        rows.collect()
+    }
+
+    /// The newest `limit` events, oldest first, after event id `after`.
+    pub fn events(&self, after: i64, limit: i64) -> rusqlite::Result<Vec<EventRow>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT * FROM (
+                SELECT e.id, e.at, r.name, w.name, e.kind, e.holder, e.reason
+                FROM events e LEFT JOIN worktrees w ON w.id = e.worktree_id
+                LEFT JOIN repos r ON r.id = w.repo_id
+                WHERE e.id > ?1 ORDER BY e.id DESC LIMIT ?2
+             ) ORDER BY 1",
+        )?;
+        let rows = stmt.query_map(params![after, limit], |row| {
+            Ok(EventRow {
+                id: row.get(0)?,
+                at: row.get(1)?,
+                repo: row.get(2)?,
+                worktree: row.get(3)?,
+                kind: row.get(4)?,
+                holder: row.get(5)?,
+                reason: row.get(6)?,
+            })
+        })?;
+        rows.collect()
+    }
+    /// Releases every lease (unmount): each release is its own transaction and event.
+    /// Returns how many were released.
+    pub fn release_all_leases(&mut self, reason: &str) -> rusqlite::Result<usize> {
+        let mut n = 0;
+        for l in self.leases()? {
+            if self.release_lease(l.worktree_id, &l.holder, "released", reason)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The id of the newest event (0 when there is none).
+    pub fn last_event_id(&self) -> rusqlite::Result<i64> {
+        self.conn
+            .query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| r.get(0))
+    }
+}

@@ -1,0 +1,259 @@
+//! The SQLite store: the one place that owns the schema and its migrations.
+//!
+//! Repositories, worktrees and their lifecycle state, and the lease, retained and event
+//! tables that the lease and cleanup work fills. WAL mode, a busy timeout so the CLI and
+//! the daemon can share the file, and versioned migrations keyed by `PRAGMA user_version`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+mod catalog;
+mod cleanup;
+mod leases;
+mod schema;
+
+pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
+pub use cleanup::{BeginError, RetainedRow};
+pub use leases::{EventRow, LeaseError, LeaseRow, NewLease};
+use schema::MIGRATIONS;
+
+pub const DB_FILE: &str = "worktreefs.db";
+
+pub struct Store {
+    conn: Connection,
+}
+
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database in `state_dir` and brings the schema up to date.
+    pub fn open(state_dir: &Path) -> rusqlite::Result<Store> {
+        let conn = Connection::open(state_dir.join(DB_FILE))?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let mut store = Store { conn };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    pub fn schema_version(&self) -> rusqlite::Result<i64> {
+        self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+    }
+
+    fn migrate(&mut self) -> rusqlite::Result<()> {
+        // Rebuilding a table needs foreign keys off, and that can only change outside a
+        // transaction; they are checked again after.
+        self.conn.pragma_update(None, "foreign_keys", "OFF")?;
+        let result = self.migrate_inner();
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        result
+    }
+
+    fn migrate_inner(&mut self) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let current: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        for (i, sql) in MIGRATIONS.iter().enumerate() {
+            let version = i as i64 + 1;
+            if version > current {
+                tx.execute_batch(sql)?;
+                tx.pragma_update(None, "user_version", version)?;
+            }
+        }
+        let broken: Option<String> = tx
+            .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
+            .optional()?;
+        if let Some(table) = broken {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
+                Some(format!("migration left a dangling reference in {table}")),
+            ));
+        }
+        tx.commit()
+    }
+
+    /// Changes whenever another connection commits; cheap enough to ask on every directory
+    /// lookup at the top of the mount.
+    pub fn data_version(&self) -> rusqlite::Result<i64> {
+        self.conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+    }
+
+    pub fn meta_get(&self, key: &str) -> rusqlite::Result<Option<String>> {
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+    }
+
+    pub fn meta_set(&self, key: &str, value: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?1, ?2)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_run_once_and_reopen_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let mode: String = store
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn worktree_names_are_unique_per_repo() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let repo = store
+            .add_repo("r", Path::new("/x"), Path::new("/x/.git"))
+            .unwrap();
+        let w = NewWorktree {
+            repo_id: repo.id,
+            name: "a",
+            branch: Some("a"),
+            branch_created: true,
+            base_commit: "c",
+            base_tree: "t",
+            base_mtime: 1,
+            uid: 0,
+            gid: 0,
+            admin_name: "a",
+        };
+        store.insert_worktree(&w).unwrap();
+        assert!(store.insert_worktree(&w).is_err());
+        let rows = store.worktrees().unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].state, "ready");
+        assert_eq!(rows[0].repo, "r");
+        assert!(store.worktree("r", "a").unwrap().is_some());
+        assert!(store.worktree("r", "b").unwrap().is_none());
+    }
+
+    fn store_with_worktree() -> (tempfile::TempDir, Store, i64) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let repo = store
+            .add_repo("r", Path::new("/x"), Path::new("/x/.git"))
+            .unwrap();
+        let id = store
+            .insert_worktree(&NewWorktree {
+                repo_id: repo.id,
+                name: "w",
+                branch: Some("w"),
+                branch_created: true,
+                base_commit: "c",
+                base_tree: "t",
+                base_mtime: 1,
+                uid: 0,
+                gid: 0,
+                admin_name: "w",
+            })
+            .unwrap();
+        (dir, store, id)
+    }
+
+    fn state(store: &Store) -> String {
+        store.worktree("r", "w").unwrap().unwrap().state
+    }
+
+    #[test]
+    fn leases_move_the_lifecycle() {
+        let (_d, mut store, id) = store_with_worktree();
+        let a = NewLease::Session { id: "a".into() };
+        let b = NewLease::Session { id: "b".into() };
+        assert!(store.acquire_lease(id, &a, "test").unwrap());
+        assert!(
+            !store.acquire_lease(id, &a, "test").unwrap(),
+            "same holder twice is one lease"
+        );
+        assert!(store.acquire_lease(id, &b, "test").unwrap());
+        assert_eq!(state(&store), "active");
+        assert_eq!(store.leases().unwrap().len(), 2);
+        assert!(store
+            .release_lease(id, &a.holder(), "released", "test")
+            .unwrap());
+        assert_eq!(state(&store), "active", "one holder remains");
+        assert!(store
+            .release_lease(id, &b.holder(), "released", "test")
+            .unwrap());
+        assert_eq!(state(&store), "lingering");
+        assert!(!store
+            .release_lease(id, &b.holder(), "released", "test")
+            .unwrap());
+        // Grace of 0: marked deleting at the next sweep; then leases are refused.
+        assert_eq!(store.mark_deleting_after_grace(0).unwrap(), vec![id]);
+        assert_eq!(state(&store), "deleting");
+        match store.acquire_lease(id, &a, "test") {
+            Err(LeaseError::Conflict(crate::lease::Conflict::Deleting, s)) => {
+                assert_eq!(s, "deleting")
+            }
+            other => panic!("{other:?}"),
+        }
+        let kinds: Vec<String> = store
+            .events(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "created",
+                "acquired",
+                "acquired",
+                "released",
+                "released",
+                "lingering",
+                "deleting"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_lease_during_the_grace_period_keeps_the_worktree() {
+        let (_d, mut store, id) = store_with_worktree();
+        let a = NewLease::Session { id: "a".into() };
+        store.acquire_lease(id, &a, "t").unwrap();
+        store
+            .release_lease(id, &a.holder(), "released", "t")
+            .unwrap();
+        assert!(store.mark_deleting_after_grace(3600).unwrap().is_empty());
+        store.acquire_lease(id, &a, "t").unwrap();
+        assert_eq!(state(&store), "active");
+        assert!(store.mark_deleting_after_grace(0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn data_version_moves_when_another_connection_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Store::open(dir.path()).unwrap();
+        let b = Store::open(dir.path()).unwrap();
+        let before = a.data_version().unwrap();
+        b.add_repo("r", Path::new("/x"), Path::new("/x/.git"))
+            .unwrap();
+        assert_ne!(a.data_version().unwrap(), before);
+    }
+}

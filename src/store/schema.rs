@@ -1,0 +1,93 @@
+//! The schema: every migration, in order, keyed by `PRAGMA user_version`.
+
+/// Each entry moves the schema one version forward. Never edit a released entry; append.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    r#"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE repos (
+        id       INTEGER PRIMARY KEY,
+        name     TEXT NOT NULL UNIQUE,
+        path     TEXT NOT NULL,
+        gitdir   TEXT NOT NULL,
+        added_at INTEGER NOT NULL
+    );
+    CREATE TABLE worktrees (
+        id               INTEGER PRIMARY KEY,
+        repo_id          INTEGER NOT NULL REFERENCES repos(id),
+        name             TEXT NOT NULL,
+        branch           TEXT,
+        branch_created   INTEGER NOT NULL,
+        base_commit      TEXT NOT NULL,
+        base_tree        TEXT NOT NULL,
+        base_mtime       INTEGER NOT NULL,
+        uid              INTEGER NOT NULL,
+        gid              INTEGER NOT NULL,
+        admin_name       TEXT NOT NULL,
+        state            TEXT NOT NULL DEFAULT 'ready'
+                         CHECK (state IN ('ready','active','lingering','deleting','removed','retained')),
+        created_at       INTEGER NOT NULL,
+        state_changed_at INTEGER NOT NULL,
+        UNIQUE (repo_id, name)
+    );
+    CREATE TABLE leases (
+        id          INTEGER PRIMARY KEY,
+        worktree_id INTEGER NOT NULL REFERENCES worktrees(id),
+        holder_kind TEXT NOT NULL CHECK (holder_kind IN ('process','session')),
+        holder      TEXT NOT NULL,
+        pid         INTEGER,
+        pid_start   INTEGER,
+        command     TEXT,
+        session     TEXT,
+        acquired_at INTEGER NOT NULL,
+        UNIQUE (worktree_id, holder)
+    );
+    CREATE TABLE retained (
+        worktree_id INTEGER PRIMARY KEY REFERENCES worktrees(id),
+        path        TEXT NOT NULL,
+        repo        TEXT NOT NULL,
+        branch      TEXT,
+        base_commit TEXT NOT NULL,
+        reason      TEXT NOT NULL,
+        entered_at  INTEGER NOT NULL
+    );
+    CREATE TABLE events (
+        id          INTEGER PRIMARY KEY,
+        at          INTEGER NOT NULL,
+        worktree_id INTEGER,
+        kind        TEXT NOT NULL,
+        holder      TEXT,
+        reason      TEXT
+    );
+    CREATE INDEX events_by_worktree ON events(worktree_id, at);
+    "#,
+    // 2: a removed worktree's name can be used again (its row stays for the event
+    // history), and a removal in progress is recorded so a daemon that died can finish it.
+    r#"
+    CREATE TABLE worktrees_v2 (
+        id               INTEGER PRIMARY KEY,
+        repo_id          INTEGER NOT NULL REFERENCES repos(id),
+        name             TEXT NOT NULL,
+        branch           TEXT,
+        branch_created   INTEGER NOT NULL,
+        base_commit      TEXT NOT NULL,
+        base_tree        TEXT NOT NULL,
+        base_mtime       INTEGER NOT NULL,
+        uid              INTEGER NOT NULL,
+        gid              INTEGER NOT NULL,
+        admin_name       TEXT NOT NULL,
+        state            TEXT NOT NULL DEFAULT 'ready'
+                         CHECK (state IN ('ready','active','lingering','deleting','removed','retained')),
+        created_at       INTEGER NOT NULL,
+        state_changed_at INTEGER NOT NULL,
+        removal          TEXT
+    );
+    INSERT INTO worktrees_v2 SELECT *, NULL FROM worktrees;
+    DROP TABLE worktrees;
+    ALTER TABLE worktrees_v2 RENAME TO worktrees;
+    CREATE UNIQUE INDEX worktrees_live_name ON worktrees(repo_id, name) WHERE state != 'removed';
+    "#,
+];
