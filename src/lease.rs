@@ -12,7 +12,8 @@
 
 use std::fmt;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum State {
     Ready,
     Active,
@@ -60,15 +61,6 @@ pub enum Conflict {
     Removed,
 }
 
-impl Conflict {
-    /// What the filesystem answers (SPEC: EBUSY for deleting, ENOENT for removed).
-    pub fn errno(self) -> i32 {
-        match self {
-            Conflict::Deleting => libc::EBUSY,
-            Conflict::Removed => libc::ENOENT,
-        }
-    }
-}
 
 /// The state a worktree moves to when a lease is taken, or why it cannot be.
 pub fn on_acquire(state: State) -> Result<State, Conflict> {
@@ -135,8 +127,6 @@ mod tests {
         for (state, want) in rows {
             assert_eq!(on_acquire(state), want, "{state}");
         }
-        assert_eq!(Conflict::Deleting.errno(), libc::EBUSY);
-        assert_eq!(Conflict::Removed.errno(), libc::ENOENT);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use worktreefs::daemon::{self, MountRequest};
 use worktreefs::git;
+use worktreefs::lease::State;
 use worktreefs::lifecycle::create::{self, CreateRequest};
 use worktreefs::names::{sanitize_name, validate_name};
 use worktreefs::state::StateDir;
@@ -515,7 +516,7 @@ fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
     // What cleanup did.
     let store = open_store(state)?;
     for e in store.events(since, 10_000)? {
-        if e.kind == "removed" || e.kind == "retained" {
+        if e.kind == State::Removed.as_str() || e.kind == State::Retained.as_str() {
             println!(
                 "  {}/{}: {} ({})",
                 e.repo.as_deref().unwrap_or("-"),
@@ -534,7 +535,7 @@ fn cmd_reclaim(state: &StateDir, target: &str, discard: bool) -> anyhow::Result<
     let mut store = open_store(state)?;
     let row = store
         .worktree(repo, name)?
-        .filter(|w| w.state != "removed")
+        .filter(|w| w.state != State::Removed)
         .ok_or_else(|| anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list` and `worktreefs retained`"))?;
     let mountpoint = create::mountpoint_of(state, &store);
     let r = request_removal(state, &mut store, &row, &mountpoint, discard, &mut |d| {
@@ -594,7 +595,7 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
         match store.acquire_lease(row.id, &lease, "named lease") {
             Ok(true) => println!("session {session} holds {repo}/{name}"),
             Ok(false) => println!("session {session} already holds {repo}/{name}"),
-            Err(worktreefs::store::LeaseError::Conflict(_, st)) if st == "removed" => bail!(
+            Err(worktreefs::store::LeaseError::Conflict(_, State::Removed)) => bail!(
                 "worktree '{repo}/{name}' is removed (cleaned up after its last lease), so it cannot be leased; create a new one with `worktreefs new {repo}/{name}`"
             ),
             Err(worktreefs::store::LeaseError::Conflict(_, st)) => bail!(

@@ -171,7 +171,7 @@ fn a_step_failing_in_the_middle_of_removal_retains_with_every_file_in_place() {
     );
     assert!(t.admin.join("HEAD").exists());
     let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
-    assert_eq!(row.state, "retained");
+    assert_eq!(row.state.as_str(), "retained");
     assert!(row.removal.is_none());
     assert_eq!(fx.store.retained().unwrap().len(), 1);
     // The branch is untouched.

@@ -51,7 +51,7 @@ impl Core {
             cur = self
                 .view
                 .lookup(cur, OsStr::new(part))
-                .map_err(|e| e.errno)?
+                .map_err(|e| e.errno())?
                 .attr
                 .ino;
         }
@@ -68,8 +68,12 @@ impl Core {
 
     fn read(&self, path: &str) -> Result<Vec<u8>, i32> {
         let (_, ino) = self.resolve(path)?;
-        let fh = self.view.open(ino, libc::O_RDONLY).map_err(|e| e.errno)?.0;
-        let data = self.view.read(fh, 0, 1 << 24).map_err(|e| e.errno);
+        let fh = self
+            .view
+            .open(ino, libc::O_RDONLY)
+            .map_err(|e| e.errno())?
+            .0;
+        let data = self.view.read(fh, 0, 1 << 24).map_err(|e| e.errno());
         self.view.release(fh);
         data
     }
@@ -79,14 +83,14 @@ impl Core {
             Ok((_, ino)) => {
                 self.view
                     .open(ino, libc::O_WRONLY | libc::O_TRUNC)
-                    .map_err(|e| e.errno)?
+                    .map_err(|e| e.errno())?
                     .0
             }
             Err(libc::ENOENT) => {
                 let (dir, name) = self.dir_of(path)?;
                 self.view
                     .create(dir, OsStr::new(&name), 0o100644, 0o022, libc::O_WRONLY, ME)
-                    .map_err(|e| e.errno)?
+                    .map_err(|e| e.errno())?
                     .1
             }
             Err(e) => return Err(e),
@@ -95,7 +99,7 @@ impl Core {
             .view
             .write(fh, 0, data)
             .map(|_| ())
-            .map_err(|e| e.errno);
+            .map_err(|e| e.errno());
         self.view.release(fh);
         r
     }
@@ -160,18 +164,21 @@ fn direct_calls_read_the_base_and_write_the_upper_layer() {
         c.view
             .mkdir(c.root, OsStr::new(".wtfs-opaque"), 0o755, 0, ME)
             .unwrap_err()
-            .errno,
+            .errno(),
         libc::EINVAL
     );
     assert_eq!(
         c.view
             .mkdir(c.root, OsStr::new("src"), 0o755, 0, ME)
             .unwrap_err()
-            .errno,
+            .errno(),
         libc::EEXIST
     );
     assert_eq!(
-        c.view.unlink(c.root, OsStr::new(".git")).unwrap_err().errno,
+        c.view
+            .unlink(c.root, OsStr::new(".git"))
+            .unwrap_err()
+            .errno(),
         libc::EPERM
     );
 }
@@ -208,16 +215,16 @@ fn apply_view(c: &Core, op: &Op) -> i32 {
         Op::Write(path, data) => c.write(path, data),
         Op::Unlink(path) => c
             .dir_of(path)
-            .and_then(|(d, n)| c.view.unlink(d, OsStr::new(&n)).map_err(|e| e.errno)),
+            .and_then(|(d, n)| c.view.unlink(d, OsStr::new(&n)).map_err(|e| e.errno())),
         Op::Mkdir(path) => c.dir_of(path).and_then(|(d, n)| {
             c.view
                 .mkdir(d, OsStr::new(&n), 0o755, 0, ME)
                 .map(|_| ())
-                .map_err(|e| e.errno)
+                .map_err(|e| e.errno())
         }),
         Op::Rmdir(path) => c
             .dir_of(path)
-            .and_then(|(d, n)| c.view.rmdir(d, OsStr::new(&n)).map_err(|e| e.errno)),
+            .and_then(|(d, n)| c.view.rmdir(d, OsStr::new(&n)).map_err(|e| e.errno())),
         Op::Rename(a, b) => c.dir_of(a).and_then(|(d1, n1)| {
             let (d2, n2) = c.dir_of(b)?;
             // The kernel checks this before asking the filesystem.
@@ -226,7 +233,7 @@ fn apply_view(c: &Core, op: &Op) -> i32 {
             }
             c.view
                 .rename(d1, OsStr::new(&n1), d2, OsStr::new(&n2), 0)
-                .map_err(|e| e.errno)
+                .map_err(|e| e.errno())
         }),
     };
     r.err().unwrap_or(0)
@@ -336,7 +343,7 @@ fn a_lookup_whose_attributes_fail_leaves_no_node_behind() {
             c.view.lookup(c.root, name)
         };
         assert_eq!(
-            r.err().map(|e| e.errno),
+            r.err().map(|e| e.errno()),
             Some(libc::EIO),
             "listed: {listed}"
         );

@@ -19,7 +19,7 @@ use fuser::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::error::FsError;
+use super::error::{FsError, Level};
 use super::{Attr, Caller, DirEntry, FType, SetAttr, View};
 use crate::lifecycle::holders::Tracker;
 
@@ -233,9 +233,11 @@ impl WorktreeFs {
         }
         tracker
             .touch(worktree, || self.view.worktree_path(worktree), req.pid())
-            .map_err(|errno| {
-                tracing::info!(pid = req.pid(), worktree, "refused entry: errno {errno}");
-                Errno::from_i32(errno)
+            .map_err(|e| {
+                errno(
+                    "enter",
+                    FsError::lease(format!("pid {} entering worktree {worktree}", req.pid()), e),
+                )
             })
     }
 }
@@ -309,13 +311,16 @@ fn negative_entry(reply: ReplyEntry, ttl: Duration) {
     reply.entry(&ttl, &bare_attr(0, FileType::RegularFile), Generation(0));
 }
 
+/// The errno a failed request is answered with, logged at its kind's level.
 fn errno(op: &str, e: FsError) -> Errno {
-    if e.expected {
-        tracing::debug!(op, errno = e.errno, "{}", e.message);
-    } else {
-        tracing::warn!(op, errno = e.errno, "{}", e.message);
+    let errno = e.errno();
+    match e.level() {
+        Level::Debug => tracing::debug!(op, errno, "{}", e.message),
+        Level::Info => tracing::info!(op, errno, "{}", e.message),
+        Level::Warn => tracing::warn!(op, errno, "{}", e.message),
+        Level::Error => tracing::error!(op, errno, "{}", e.message),
     }
-    Errno::from_i32(e.errno)
+    Errno::from_i32(errno)
 }
 
 fn caller(req: &Request) -> Caller {
@@ -401,7 +406,7 @@ impl Filesystem for WorktreeFs {
         match self.view.lookup(parent.0, name) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => match e.negative_ttl {
-                Some(ttl) if e.errno == libc::ENOENT => {
+                Some(ttl) if e.errno() == libc::ENOENT => {
                     tracing::debug!(op = "lookup", "{} (cached as absent)", e.message);
                     negative_entry(reply, ttl)
                 }
@@ -781,7 +786,9 @@ impl Filesystem for WorktreeFs {
                         }
                         full
                     }
-                    Err(err) if !matches!(err.errno, libc::ENOENT | libc::ESTALE | libc::EBUSY) => {
+                    Err(err)
+                        if !matches!(err.errno(), libc::ENOENT | libc::ESTALE | libc::EBUSY) =>
+                    {
                         // Its attributes cannot be read. Sent without them, the name
                         // would be dropped from `readdir` (inode 0, see below) without a
                         // word: the reply ends before it instead, and the next request
@@ -792,7 +799,7 @@ impl Filesystem for WorktreeFs {
                         }
                         tracing::debug!(
                             op = "readdirplus",
-                            errno = err.errno,
+                            errno = err.errno(),
                             "reply ends before {:?}: {}",
                             e.name,
                             err.message
@@ -806,7 +813,7 @@ impl Filesystem for WorktreeFs {
                         // glibc before 2.37 leaves out).
                         tracing::debug!(
                             op = "readdirplus",
-                            errno = err.errno,
+                            errno = err.errno(),
                             "{:?} listed without attributes: {}",
                             e.name,
                             err.message

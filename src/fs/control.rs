@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use crate::ino;
 
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::{NodeKind, DYNAMIC_INO_BIT};
 use super::types::Entry;
 use super::view::{View, CONTROL_TTL};
@@ -119,7 +119,7 @@ impl View {
                     .find(|l| l.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/leases/{entry}")))?;
                 let v = serde_json::to_value(&lease)
-                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
+                    .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Retained, entry) => {
@@ -132,7 +132,7 @@ impl View {
                     .find(|r| r.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/retained/{entry}")))?;
                 let v = serde_json::to_value(&row)
-                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
+                    .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Worktrees, entry) => {
@@ -146,7 +146,7 @@ impl View {
                     .map_err(store_err)?
                     .ok_or_else(|| FsError::not_found(entry.to_string()))?;
                 let mut v = serde_json::to_value(&row)
-                    .map_err(|e| FsError::new(libc::EIO, e.to_string()))?;
+                    .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
                 v["path"] = serde_json::Value::String(
                     self.mountpoint.join(repo).join(wt).display().to_string(),
                 );
@@ -168,8 +168,8 @@ impl View {
             // The CLI asks this after changing repositories or worktrees, so listings the
             // kernel cached are dropped before the command returns.
             self.refresh_catalog(true)
-                .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))?;
-            return Err(FsError::expected(libc::ENOENT, "catalog refreshed"));
+                .map_err(|e| FsError::store("reading the store", e))?;
+            return Err(FsError::new(ErrorKind::NotFound, "catalog refreshed"));
         }
         // A generated file named in a listing is sent with size 0 instead of having its
         // content generated for each entry (a listing of N leases would generate N

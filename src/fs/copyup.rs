@@ -47,7 +47,7 @@ impl View {
                     break;
                 }
                 if ov.ftype != FType::Dir {
-                    return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+                    return Err(FsError::not_dir());
                 }
                 chain.push(cur);
                 if is_root {
@@ -109,7 +109,7 @@ impl View {
         self.ensure_upper_dir(parent)?;
         let base = ov
             .base
-            .ok_or_else(|| FsError::new(libc::EIO, "copy-up of an entry with no base"))?;
+            .ok_or_else(|| FsError::internal("copy-up of an entry with no base"))?;
         match ov.ftype {
             FType::Dir => {
                 match fs::create_dir(&path) {
@@ -145,7 +145,7 @@ impl View {
                 fs::rename(&tmp, &path)
                     .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
             }
-            _ => return Err(FsError::new(libc::EIO, "unexpected base entry type")),
+            _ => return Err(FsError::internal("unexpected base entry type")),
         }
         self.stats.copy_ups.fetch_add(1, Ordering::Relaxed);
         self.set_in_upper(ino, None);

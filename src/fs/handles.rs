@@ -13,7 +13,7 @@ use git2::Oid;
 use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::control::ControlDir;
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;
 use super::overlay::WtCtx;
 use super::types::{Backing, DirEntry, FType};
@@ -72,7 +72,7 @@ pub(super) fn plain_read_write(file: &File) -> Option<File> {
 /// opened the blob (`View::read_file`).
 pub(super) fn opened(file: &RwLock<Option<File>>) -> FsResult<MappedRwLockReadGuard<'_, File>> {
     RwLockReadGuard::try_map(file.read(), Option::as_ref)
-        .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))
+        .map_err(|_| FsError::new(ErrorKind::BadHandle, "handle has no file"))
 }
 
 pub(super) fn open_upper(path: &Path, flags: i32) -> FsResult<File> {
@@ -126,11 +126,12 @@ impl View {
     }
 
     pub(super) fn handle(&self, fh: u64) -> FsResult<Arc<HandleKind>> {
-        self.handles
-            .lock()
-            .get(&fh)
-            .cloned()
-            .ok_or_else(|| FsError::new(libc::EBADF, format!("file handle {fh} is not open")))
+        self.handles.lock().get(&fh).cloned().ok_or_else(|| {
+            FsError::new(
+                ErrorKind::BadHandle,
+                format!("file handle {fh} is not open"),
+            )
+        })
     }
 
     pub fn release(&self, fh: u64) {
@@ -221,14 +222,14 @@ impl View {
             .nodes
             .get(&ino)
             .map(|n| n.kind.clone())
-            .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?;
+            .ok_or_else(|| FsError::stale(ino))?;
         let acc = flags & libc::O_ACCMODE;
         let writing = acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         match kind {
             NodeKind::GitFile(wt) => {
                 if writing {
                     return Err(FsError::new(
-                        libc::EACCES,
+                        ErrorKind::Denied,
                         "the worktree's .git file is managed by worktreefs",
                     ));
                 }
@@ -236,7 +237,7 @@ impl View {
             }
             NodeKind::ControlFile(dir, name) => {
                 if writing {
-                    return Err(FsError::new(libc::EACCES, ".control is read-only"));
+                    return Err(FsError::new(ErrorKind::Denied, ".control is read-only"));
                 }
                 let content = if dir == ControlDir::FsMonitor {
                     self.fsmonitor_query(&name)?
@@ -247,7 +248,7 @@ impl View {
             }
             NodeKind::Wt { wt, ov, .. } => {
                 if ov.ftype == FType::Dir {
-                    return Err(FsError::new(libc::EISDIR, "is a directory"));
+                    return Err(FsError::is_dir());
                 }
                 if writing {
                     let _m = self.mutate.lock();
@@ -264,7 +265,7 @@ impl View {
                 }
                 let base = ov
                     .base
-                    .ok_or_else(|| FsError::new(libc::EIO, "file without object"))?;
+                    .ok_or_else(|| FsError::internal("file without object"))?;
                 // The blob is read at the first READ; a missing object (a partial clone, a
                 // pruned one) still fails here, from the size cache the attributes filled.
                 let size = self
@@ -278,7 +279,7 @@ impl View {
                 };
                 Ok(self.file_handle(ino, None, None, Some(blob)))
             }
-            _ => Err(FsError::new(libc::EISDIR, "is a directory")),
+            _ => Err(FsError::is_dir()),
         }
     }
 
@@ -324,7 +325,7 @@ impl View {
                 buf.truncate(done);
                 Ok(buf)
             }
-            HandleKind::Dir(_) => Err(FsError::new(libc::EISDIR, "is a directory")),
+            HandleKind::Dir(_) => Err(FsError::is_dir()),
         }
     }
 
@@ -355,20 +356,20 @@ impl View {
             return Ok(f);
         }
         let BaseBlob { wt, oid, size } =
-            blob.ok_or_else(|| FsError::new(libc::EBADF, "handle has no file"))?;
+            blob.ok_or_else(|| FsError::new(ErrorKind::BadHandle, "handle has no file"))?;
         let mut slot = file.write();
         if slot.is_none() {
             // EIO whatever went wrong (a full disk, say): the errno a read may return.
             let path = self
                 .blobs
                 .ensure(&wt.gitdir, *oid, *size)
-                .map_err(|e| FsError::new(libc::EIO, format!("materializing blob {oid}: {e}")))?;
+                .map_err(|e| FsError::eio(format!("materializing blob {oid}"), e))?;
             let file = File::open(&path)
-                .map_err(|e| FsError::new(libc::EIO, format!("opening cached blob {oid}: {e}")))?;
+                .map_err(|e| FsError::eio(format!("opening cached blob {oid}"), e))?;
             *slot = Some(file);
         }
         RwLockReadGuard::try_map(RwLockWriteGuard::downgrade(slot), Option::as_ref)
-            .map_err(|_| FsError::new(libc::EBADF, "handle has no file"))
+            .map_err(|_| FsError::new(ErrorKind::BadHandle, "handle has no file"))
     }
 
     /// A handle opened before its file was copied up reads the upper file from then on, so
@@ -420,7 +421,10 @@ impl View {
                 }
                 Ok(data.len() as u32)
             }
-            _ => Err(FsError::new(libc::EBADF, "handle not open for writing")),
+            _ => Err(FsError::new(
+                ErrorKind::BadHandle,
+                "handle not open for writing",
+            )),
         }
     }
 

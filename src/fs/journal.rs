@@ -15,7 +15,7 @@ use git2::Oid;
 use crate::git::{self, MODE_TREE};
 use crate::layout::{OPAQUE_MARKER, RESERVED_PREFIX, WHITEOUT_PREFIX};
 
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::overlay::WtCtx;
 use super::view::{exists, View, GITFILE_NAME};
 
@@ -196,7 +196,7 @@ impl View {
     pub(super) fn fsmonitor_query(&self, query: &str) -> FsResult<Vec<u8>> {
         let bad = || {
             FsError::new(
-                libc::EINVAL,
+                ErrorKind::Invalid,
                 format!("fsmonitor query {query:?} is not <repo>:<worktree>@<token>"),
             )
         };

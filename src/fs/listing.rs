@@ -13,7 +13,7 @@ use crate::ino;
 use crate::layout::{RESERVED_PREFIX, WHITEOUT_PREFIX};
 
 use super::control::{control_ino, ControlDir, CONTROL_INO, CONTROL_NAME};
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::HandleKind;
 use super::namespace::REPO_INO_BASE;
 use super::nodes::{NodeKind, NodeTable, ROOT_INO};
@@ -24,7 +24,7 @@ impl View {
     pub(super) fn merged_listing(&self, t: &NodeTable, ino: u64) -> FsResult<Vec<DirEntry>> {
         let (wt, ov, is_root) = t.wt_of(ino)?;
         if ov.ftype != FType::Dir {
-            return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+            return Err(FsError::not_dir());
         }
         let rel = t.rel_path(ino)?;
         let child_ino = |name: &[u8]| {
@@ -109,7 +109,7 @@ impl View {
             t.nodes
                 .get(&ino)
                 .map(|n| n.kind.clone())
-                .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?
+                .ok_or_else(|| FsError::stale(ino))?
         };
         match kind {
             NodeKind::Root => {
@@ -170,7 +170,7 @@ impl View {
                 let t = self.nodes.read();
                 self.merged_listing(&t, ino)
             }
-            _ => Err(FsError::new(libc::ENOTDIR, "not a directory")),
+            _ => Err(FsError::not_dir()),
         }
     }
 
@@ -216,7 +216,7 @@ impl View {
                 .skip(offset as usize)
                 .map(|(i, e)| (i as u64 + 1, e.clone()))
                 .collect()),
-            _ => Err(FsError::new(libc::ENOTDIR, "handle is not a directory")),
+            _ => Err(FsError::new(ErrorKind::NotDir, "handle is not a directory")),
         }
     }
 

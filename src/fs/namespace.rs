@@ -14,13 +14,14 @@ use std::time::{Duration, SystemTime};
 
 use git2::Oid;
 
+use crate::lease::State;
 use crate::git::{self, MODE_TREE};
 use crate::ino;
 use crate::lifecycle::create::{self, CreateRequest};
 use crate::store::{RepoRow, Store, WorktreeRow};
 
 use super::control::{CONTROL_INO, CONTROL_NAME};
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::journal::WorktreeJournal;
 use super::nodes::{Node, NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::{BaseRef, Overlay, WtCtx};
@@ -36,7 +37,7 @@ pub(super) struct Catalog {
     pub(super) repos: Vec<RepoRow>,
     pub(super) worktrees: HashMap<(i64, String), Arc<WtCtx>>,
     /// Lifecycle state by worktree id.
-    pub(super) states: HashMap<i64, String>,
+    pub(super) states: HashMap<i64, State>,
     /// Worktrees without a lease (ready, lingering, retained) and since when.
     pub(super) idle_since: HashMap<i64, i64>,
 }
@@ -83,10 +84,10 @@ impl View {
         drop(store);
         let mut cat = self.catalog.write();
         let mut worktrees = HashMap::new();
-        let states: HashMap<i64, String> = rows.iter().map(|r| (r.id, r.state.clone())).collect();
+        let states: HashMap<i64, State> = rows.iter().map(|r| (r.id, r.state)).collect();
         let idle_since: HashMap<i64, i64> = rows
             .iter()
-            .filter(|r| matches!(r.state.as_str(), "ready" | "lingering" | "retained"))
+            .filter(|r| matches!(r.state, State::Ready | State::Lingering | State::Retained))
             .map(|r| (r.id, r.state_changed_at))
             .collect();
         // Worktrees that just started deleting: the kernel must ask again before anyone
@@ -94,8 +95,7 @@ impl View {
         let now_deleting: Vec<(u64, OsString)> = rows
             .iter()
             .filter(|r| {
-                r.state == "deleting"
-                    && cat.states.get(&r.id).map(String::as_str) != Some("deleting")
+                r.state == State::Deleting && cat.states.get(&r.id) != Some(&State::Deleting)
             })
             .map(|r| (REPO_INO_BASE + r.repo_id as u64, OsString::from(&r.name)))
             .chain(
@@ -227,7 +227,7 @@ impl View {
 
     pub(super) fn refresh(&self) -> FsResult<()> {
         self.refresh_catalog(false)
-            .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))
+            .map_err(|e| FsError::store("reading the store", e))
     }
 
     pub(super) fn top_dir_attr(&self, ino: u64) -> Attr {
@@ -318,14 +318,13 @@ impl View {
         name: &OsStr,
     ) -> FsResult<Entry> {
         let wt = self.worktree_ctx(repo_id, name)?;
-        if self.catalog.read().states.get(&wt.id).map(String::as_str) == Some("deleting") {
-            let c = crate::lease::Conflict::Deleting;
-            return Err(FsError::new(
-                c.errno(),
+        if self.catalog.read().states.get(&wt.id) == Some(&State::Deleting) {
+            return Err(FsError::conflict(
                 format!(
                     "worktree {}/{} is deleting (no lease, cleanup begun): not entered",
                     wt.repo, wt.name
                 ),
+                crate::lease::Conflict::Deleting,
             ));
         }
         let mut t = self.nodes.write();
@@ -376,7 +375,10 @@ impl View {
         caller: Caller,
     ) -> FsResult<Entry> {
         let name_s = name.to_str().ok_or_else(|| {
-            FsError::new(libc::EINVAL, format!("worktree name {name:?} is not UTF-8"))
+            FsError::new(
+                ErrorKind::Invalid,
+                format!("worktree name {name:?} is not UTF-8"),
+            )
         })?;
         let repo = self
             .catalog
@@ -400,10 +402,10 @@ impl View {
                     gid: caller.gid,
                 },
             )
-            .map_err(|e| FsError::new(e.errno(), format!("mkdir {repo}/{name_s}: {e}")))?;
+            .map_err(|e| FsError::creation(format!("mkdir {repo}/{name_s}"), e))?;
         }
         self.refresh_catalog(true)
-            .map_err(|e| FsError::new(libc::EIO, format!("reading the store: {e:#}")))?;
+            .map_err(|e| FsError::store("reading the store", e))?;
         tracing::info!(repo, worktree = name_s, "created worktree by mkdir");
         self.lookup_repo_child(parent, repo_id, name)
     }
@@ -411,7 +413,7 @@ impl View {
     /// `rmdir <mount>/<repo>/<wt>`: the same removal as `worktreefs reclaim`. EBUSY while
     /// leased or in use, ENOTEMPTY while it holds work (its files stay).
     pub(super) fn rmdir_worktree(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<()> {
-        use crate::lifecycle::cleanup::{request_removal, Outcome, RequestError};
+        use crate::lifecycle::cleanup::{request_removal, Outcome};
         let wt = self.worktree_ctx(repo_id, name)?;
         let label = format!("{}/{}", wt.repo, wt.name);
         let mut store =
@@ -435,19 +437,8 @@ impl View {
                 self.nodes.write().detach_name(parent, name);
                 Ok(())
             }
-            Ok(Outcome::Retained(reason)) => Err(FsError::new(
-                libc::EIO,
-                format!("rmdir {label}: removal failed, worktree retained with its files: {reason}"),
-            )),
-            Err(RequestError::Busy(m)) => Err(FsError::new(libc::EBUSY, format!("rmdir {label}: {m}"))),
-            Err(RequestError::HoldsWork(m)) => Err(FsError::new(
-                libc::ENOTEMPTY,
-                format!(
-                    "rmdir {label}: refused, it holds work: {m}; commit and push it, or throw it away with `worktreefs reclaim {label} --discard`"
-                ),
-            )),
-            Err(RequestError::Gone(m)) => Err(FsError::not_found(m)),
-            Err(RequestError::Other(e)) => Err(FsError::new(libc::EIO, format!("rmdir {label}: {e:#}"))),
+            Ok(Outcome::Retained(reason)) => Err(FsError::removal_failed(&label, &reason)),
+            Err(e) => Err(FsError::removal(&label, e)),
         }
     }
 }

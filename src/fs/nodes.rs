@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::control::ControlDir;
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::inomap::{ChildIndex, InoMap};
 use super::overlay::{Overlay, WtCtx};
 
@@ -237,17 +237,14 @@ impl NodeTable {
         let mut parts: Vec<&OsStr> = Vec::new();
         let mut cur = ino;
         loop {
-            let node = self
-                .nodes
-                .get(&cur)
-                .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {cur} is not known")))?;
+            let node = self.nodes.get(&cur).ok_or_else(|| FsError::stale(cur))?;
             match &node.kind {
                 NodeKind::Wt { is_root: true, .. } => break,
                 NodeKind::Wt { .. } => {
                     parts.push(&node.name);
                     cur = node.parent;
                 }
-                _ => return Err(FsError::new(libc::EINVAL, "not a worktree entry")),
+                _ => return Err(FsError::new(ErrorKind::Invalid, "not a worktree entry")),
             }
         }
         let mut out = Vec::new();
@@ -263,11 +260,11 @@ impl NodeTable {
     pub(super) fn wt_of(&self, ino: u64) -> FsResult<(Arc<WtCtx>, Overlay, bool)> {
         match self.nodes.get(&ino).map(|n| &n.kind) {
             Some(NodeKind::Wt { wt, ov, is_root }) => Ok((wt.clone(), *ov, *is_root)),
-            Some(_) => Err(FsError::new(libc::EPERM, "not a worktree entry")),
-            None => Err(FsError::new(
-                libc::ESTALE,
-                format!("inode {ino} is not known"),
+            Some(_) => Err(FsError::new(
+                ErrorKind::NotPermitted,
+                "not a worktree entry",
             )),
+            None => Err(FsError::stale(ino)),
         }
     }
 

@@ -15,7 +15,7 @@ use crate::git::{self};
 use crate::ino;
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::{opened, HandleKind};
 use super::nodes::NodeKind;
 use super::overlay::{Overlay, WtCtx};
@@ -61,8 +61,8 @@ impl View {
     ) -> FsResult<(Arc<WtCtx>, PathBuf)> {
         check_name(name)?;
         if self.child_state(parent, name)?.is_some() {
-            return Err(FsError::expected(
-                libc::EEXIST,
+            return Err(FsError::new(
+                ErrorKind::Exists,
                 format!("{} exists", name.to_string_lossy()),
             ));
         }
@@ -173,7 +173,7 @@ impl View {
             Some(NodeKind::Wt { .. }) => {}
             Some(NodeKind::Root) => {
                 return Err(FsError::new(
-                    libc::EPERM,
+                    ErrorKind::NotPermitted,
                     format!(
                         "cannot mkdir {:?} at the top of the mount: repositories are added with `worktreefs repo add PATH`",
                         name
@@ -251,7 +251,7 @@ impl View {
         let t = self.nodes.read();
         let (wt, ov, _) = t.wt_of(ino)?;
         if ov.ftype != FType::Symlink {
-            return Err(FsError::new(libc::EINVAL, "not a symlink"));
+            return Err(FsError::new(ErrorKind::Invalid, "not a symlink"));
         }
         if ov.in_upper {
             let path = t.upper_path(ino)?;
@@ -261,7 +261,7 @@ impl View {
         }
         let base = ov
             .base
-            .ok_or_else(|| FsError::new(libc::EIO, "symlink without object"))?;
+            .ok_or_else(|| FsError::internal("symlink without object"))?;
         drop(t);
         git::read_blob(&wt.gitdir, base.oid).map_err(|e| FsError::git("reading symlink", e))
     }
@@ -274,7 +274,7 @@ impl View {
         };
         if ov.ftype == FType::Dir {
             return Err(FsError::new(
-                libc::EPERM,
+                ErrorKind::NotPermitted,
                 "hard links to directories are not allowed",
             ));
         }
@@ -305,7 +305,7 @@ impl View {
                 Some(NodeKind::Wt { .. }) => {}
                 Some(NodeKind::GitFile(_)) => {
                     return Err(FsError::new(
-                        libc::EPERM,
+                        ErrorKind::NotPermitted,
                         "the worktree's .git file is managed by worktreefs",
                     ))
                 }

@@ -14,7 +14,7 @@ use git2::Oid;
 use crate::git::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::journal::WorktreeJournal;
 use super::nodes::{Node, NodeKind};
 use super::types::{Attr, FType};
@@ -61,7 +61,7 @@ impl View {
     pub(super) fn base_attr(&self, ino: u64, wt: &WtCtx, ov: &Overlay) -> FsResult<Attr> {
         let base = ov
             .base
-            .ok_or_else(|| FsError::new(libc::EIO, "base entry without object"))?;
+            .ok_or_else(|| FsError::internal("base entry without object"))?;
         let (size, perm, nlink) = match ov.ftype {
             FType::Dir => (4096, 0o755, 2),
             FType::Symlink | FType::File => {
@@ -188,7 +188,7 @@ impl View {
             }) = t.nodes.get(&ino)
             {
                 return Err(FsError::new(
-                    libc::EPERM,
+                    ErrorKind::NotPermitted,
                     "the worktree's .git file is managed by worktreefs",
                 ));
             }
@@ -196,7 +196,7 @@ impl View {
         let (wt, ov, is_root) = t.wt_of(parent)?;
         if is_root && name == GITFILE_NAME {
             return Err(FsError::new(
-                libc::EPERM,
+                ErrorKind::NotPermitted,
                 "the worktree's .git file is managed by worktreefs",
             ));
         }

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::layout::{whiteout_name, OPAQUE_MARKER, RESERVED_PREFIX};
 
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;
 use super::overlay::Overlay;
 use super::types::FType;
@@ -23,7 +23,7 @@ impl View {
             Some(NodeKind::Wt { .. }) => {}
             Some(NodeKind::Repo(_)) => {
                 return Err(FsError::new(
-                    libc::EPERM,
+                    ErrorKind::NotPermitted,
                     format!(
                         "{} is a worktree: remove it with rmdir (or `worktreefs reclaim`), not unlink or rename",
                         name.to_string_lossy()
@@ -40,7 +40,7 @@ impl View {
         let _m = self.mutate.lock();
         let (_, ov) = self.remove_checks(parent, name)?;
         if ov.ftype == FType::Dir {
-            return Err(FsError::new(libc::EISDIR, "is a directory"));
+            return Err(FsError::is_dir());
         }
         let needs_whiteout = self.base_has(parent, name)?;
         if needs_whiteout {
@@ -68,7 +68,7 @@ impl View {
         let _m = self.mutate.lock();
         let (ino, ov) = self.remove_checks(parent, name)?;
         if ov.ftype != FType::Dir {
-            return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+            return Err(FsError::not_dir());
         }
         // Emptiness in the merged view.
         let (wt, dir) = self.dir_upper_path(parent)?;
@@ -95,8 +95,8 @@ impl View {
             }
         };
         if nonempty {
-            return Err(FsError::expected(
-                libc::ENOTEMPTY,
+            return Err(FsError::new(
+                ErrorKind::NotEmpty,
                 format!("{} is not empty", name.to_string_lossy()),
             ));
         }
@@ -129,7 +129,7 @@ impl View {
     ) -> FsResult<()> {
         if flags & (libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT) != 0 {
             return Err(FsError::new(
-                libc::EINVAL,
+                ErrorKind::Invalid,
                 "RENAME_EXCHANGE and RENAME_WHITEOUT are not supported",
             ));
         }
@@ -142,20 +142,17 @@ impl View {
         }
         if let Some((dst_ino, d)) = &dst {
             if flags & libc::RENAME_NOREPLACE != 0 {
-                return Err(FsError::expected(
-                    libc::EEXIST,
+                return Err(FsError::new(
+                    ErrorKind::Exists,
                     format!("{} exists", newname.to_string_lossy()),
                 ));
             }
             match (src.ftype == FType::Dir, d.ftype == FType::Dir) {
                 (true, false) => {
-                    return Err(FsError::expected(
-                        libc::ENOTDIR,
-                        "target is not a directory",
-                    ))
+                    return Err(FsError::new(ErrorKind::NotDir, "target is not a directory"))
                 }
                 (false, true) => {
-                    return Err(FsError::expected(libc::EISDIR, "target is a directory"))
+                    return Err(FsError::new(ErrorKind::IsDir, "target is a directory"))
                 }
                 (true, true) => {
                     let ino = match dst_ino {
@@ -170,8 +167,8 @@ impl View {
                         self.forget(ino, 1);
                     }
                     if nonempty {
-                        return Err(FsError::expected(
-                            libc::ENOTEMPTY,
+                        return Err(FsError::new(
+                            ErrorKind::NotEmpty,
                             "target directory is not empty",
                         ));
                     }

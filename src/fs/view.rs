@@ -25,7 +25,7 @@ use super::control::{
     ControlDir, CONTROL_INO, CONTROL_NAME, CTRL_FSMONITOR_INO, CTRL_LEASES_INO, CTRL_RETAINED_INO,
     CTRL_STATS_INO, CTRL_STATUS_INO, CTRL_WORKTREES_INO,
 };
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::{opened, HandleKind};
 use super::namespace::Catalog;
 use super::nodes::{Node, NodeKind, NodeTable, ROOT_INO};
@@ -95,8 +95,12 @@ pub struct View {
 }
 
 pub(super) fn cstr(p: &Path) -> FsResult<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| FsError::new(libc::EINVAL, format!("path {} contains NUL", p.display())))
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+        FsError::new(
+            ErrorKind::Invalid,
+            format!("path {} contains NUL", p.display()),
+        )
+    })
 }
 
 pub(super) fn lstat(p: &Path) -> io::Result<fs::Metadata> {
@@ -110,11 +114,14 @@ pub(super) fn exists(p: &Path) -> bool {
 pub(super) fn check_name(name: &OsStr) -> FsResult<()> {
     let b = name.as_bytes();
     if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
-        return Err(FsError::new(libc::EINVAL, format!("invalid name {name:?}")));
+        return Err(FsError::new(
+            ErrorKind::Invalid,
+            format!("invalid name {name:?}"),
+        ));
     }
     if b.starts_with(RESERVED_PREFIX) {
         return Err(FsError::new(
-            libc::EINVAL,
+            ErrorKind::Invalid,
             format!(
                 "name {name:?} uses the prefix '.wtfs-', which worktreefs reserves for its upper-layer markers"
             ),
@@ -122,7 +129,7 @@ pub(super) fn check_name(name: &OsStr) -> FsResult<()> {
     }
     if b.len() > 255 - WHITEOUT_PREFIX.len() {
         return Err(FsError::new(
-            libc::ENAMETOOLONG,
+            ErrorKind::NameTooLong,
             format!(
                 "name of {} bytes is longer than worktreefs allows ({})",
                 b.len(),
@@ -134,7 +141,10 @@ pub(super) fn check_name(name: &OsStr) -> FsResult<()> {
 }
 
 pub(super) fn not_supported(what: &str) -> FsError {
-    FsError::new(libc::EPERM, format!("{what} is not possible here"))
+    FsError::new(
+        ErrorKind::NotPermitted,
+        format!("{what} is not possible here"),
+    )
 }
 
 impl View {
@@ -289,10 +299,7 @@ impl View {
     }
 
     pub(super) fn node_attr(&self, t: &NodeTable, ino: u64) -> FsResult<Attr> {
-        let node = t
-            .nodes
-            .get(&ino)
-            .ok_or_else(|| FsError::new(libc::ESTALE, format!("inode {ino} is not known")))?;
+        let node = t.nodes.get(&ino).ok_or_else(|| FsError::stale(ino))?;
         match &node.kind {
             NodeKind::Root | NodeKind::ControlDir(_) | NodeKind::Repo(_) => {
                 Ok(self.top_dir_attr(ino))
@@ -307,7 +314,7 @@ impl View {
             NodeKind::Wt { wt, ov, .. } => {
                 if ov.in_upper {
                     if node.unlinked {
-                        return Err(FsError::expected(libc::ENOENT, "entry was removed"));
+                        return Err(FsError::new(ErrorKind::NotFound, "entry was removed"));
                     }
                     let path = t.upper_path(ino)?;
                     let m = lstat(&path)
@@ -337,9 +344,7 @@ impl View {
     pub(super) fn lookup_in(&self, parent: u64, name: &OsStr, listed: bool) -> FsResult<Entry> {
         let parent_kind = {
             let t = self.nodes.read();
-            let node = t.nodes.get(&parent).ok_or_else(|| {
-                FsError::new(libc::ESTALE, format!("inode {parent} is not known"))
-            })?;
+            let node = t.nodes.get(&parent).ok_or_else(|| FsError::stale(parent))?;
             let kind = node.kind.clone();
             let known = t.child(parent, name);
             if let Some(ino) = known.filter(|_| {
@@ -372,7 +377,7 @@ impl View {
             NodeKind::ControlDir(dir) => self.lookup_control(parent, dir, name, listed),
             NodeKind::Wt { wt, ov, is_root } => {
                 if ov.ftype != FType::Dir {
-                    return Err(FsError::new(libc::ENOTDIR, "not a directory"));
+                    return Err(FsError::not_dir());
                 }
                 if is_root && name == GITFILE_NAME {
                     let natural = ino::path_ino(wt.id, b".git");
@@ -414,9 +419,7 @@ impl View {
                 );
                 self.counted_entry(t, ino)
             }
-            NodeKind::ControlFile(..) | NodeKind::GitFile(_) => {
-                Err(FsError::new(libc::ENOTDIR, "not a directory"))
-            }
+            NodeKind::ControlFile(..) | NodeKind::GitFile(_) => Err(FsError::not_dir()),
         }
     }
 
@@ -510,10 +513,7 @@ impl View {
         if self.nodes.read().nodes.contains_key(&ino) {
             Ok(())
         } else {
-            Err(FsError::new(
-                libc::ESTALE,
-                format!("inode {ino} is not known"),
-            ))
+            Err(FsError::stale(ino))
         }
     }
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use git2::{BranchType, Repository};
 
+use crate::lease::State;
 use crate::git::{self, IndexStat};
 use crate::names::validate_name;
 use crate::state::StateDir;
@@ -24,16 +25,6 @@ pub enum CreateError {
     Internal(String),
 }
 
-impl CreateError {
-    pub fn errno(&self) -> i32 {
-        match self {
-            CreateError::InvalidName(_) | CreateError::BadRevision(_) => libc::EINVAL,
-            CreateError::UnknownRepo(_) => libc::ENOENT,
-            CreateError::Exists(_) | CreateError::BranchConflict(_) => libc::EEXIST,
-            CreateError::Internal(_) => libc::EIO,
-        }
-    }
-}
 
 impl fmt::Display for CreateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -127,7 +118,7 @@ pub fn create_worktree(
     if let Some(existing) = store
         .worktree(req.repo, req.name)
         .map_err(|e| internal("reading worktrees")(e.to_string()))?
-        .filter(|w| w.state != "removed")
+        .filter(|w| w.state != State::Removed)
     {
         return Err(CreateError::Exists(format!(
             "worktree '{}/{}' already exists (state: {}); pick another name",

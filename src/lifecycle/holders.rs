@@ -197,13 +197,13 @@ impl Tracker {
     }
 
     /// Called on every request inside a worktree. Cheap when the process is covered.
-    /// Err(errno) when the worktree cannot be leased (deleting: EBUSY, removed: ENOENT).
+    /// Err when the worktree cannot be leased (deleting, removed) or the lease not recorded.
     pub fn touch(
         &self,
         worktree_id: i64,
         worktree_path: impl FnOnce() -> Option<PathBuf>,
         tid: u32,
-    ) -> Result<(), i32> {
+    ) -> Result<(), LeaseError> {
         let tid = tid as i32;
         if tid <= 0 {
             return Ok(());
@@ -308,7 +308,7 @@ impl Tracker {
         info: ProcInfo,
         reason: &str,
         notify: bool,
-    ) -> Result<(), i32> {
+    ) -> Result<(), LeaseError> {
         let Some(pidfd) = pidfd_open(info.pid) else {
             return Ok(()); // exited meanwhile
         };
@@ -320,11 +320,7 @@ impl Tracker {
         };
         match self.store.lock().acquire_lease(worktree_id, &lease, reason) {
             Ok(_) => {}
-            Err(LeaseError::Conflict(c, _)) => return Err(c.errno()),
-            Err(LeaseError::Db(e)) => {
-                tracing::warn!("recording a process lease failed: {e}");
-                return Err(libc::EIO);
-            }
+            Err(e) => return Err(e),
         }
         self.watch(Watched {
             worktree_id,

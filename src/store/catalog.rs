@@ -6,6 +6,7 @@ use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::*;
+use crate::lease::State;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RepoRow {
@@ -30,7 +31,7 @@ pub struct WorktreeRow {
     pub uid: u32,
     pub gid: u32,
     pub admin_name: String,
-    pub state: String,
+    pub state: State,
     pub created_at: i64,
     pub state_changed_at: i64,
     /// Set while a removal is under way: "remove" or "remove+branch" (the branch goes too).
@@ -69,7 +70,7 @@ pub(super) fn worktree_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Wor
         uid: row.get(9)?,
         gid: row.get(10)?,
         admin_name: row.get(11)?,
-        state: row.get(12)?,
+        state: parse_state(row.get(12)?)?,
         created_at: row.get(13)?,
         state_changed_at: row.get(14)?,
         removal: row.get(15)?,
@@ -241,4 +242,15 @@ impl Store {
         let rows = stmt.query_map([state.as_str()], worktree_from_row)?;
         rows.collect()
     }
+}
+
+/// A state as the store spells it; one it does not know is an error, not a guess.
+pub(super) fn parse_state(s: String) -> rusqlite::Result<State> {
+    State::parse(&s).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            12,
+            rusqlite::types::Type::Text,
+            format!("unknown worktree state {s:?}").into(),
+        )
+    })
 }

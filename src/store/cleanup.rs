@@ -31,9 +31,9 @@ impl RetainedRow {
 #[derive(Debug)]
 pub enum BeginError {
     /// Someone holds it: (number of leases, its state).
-    Leased(usize, String),
+    Leased(usize, crate::lease::State),
     /// Its state does not allow it (deleting: someone else is at it; removed: gone).
-    State(String),
+    State(crate::lease::State),
     Db(rusqlite::Error),
 }
 
@@ -59,10 +59,10 @@ impl Store {
         let state = state_of(&tx, worktree_id)?;
         let leases = lease_count(&tx, worktree_id)?;
         if leases > 0 {
-            return Err(BeginError::Leased(leases, state.to_string()));
+            return Err(BeginError::Leased(leases, state));
         }
         if !from.contains(&state) {
-            return Err(BeginError::State(state.to_string()));
+            return Err(BeginError::State(state));
         }
         set_state(&tx, worktree_id, crate::lease::State::Deleting)?;
         event(&tx, worktree_id, "deleting", None, reason)?;

@@ -72,7 +72,7 @@ pub struct EventRow {
 #[derive(Debug)]
 pub enum LeaseError {
     /// The worktree is deleting or removed; `state` names it.
-    Conflict(crate::lease::Conflict, String),
+    Conflict(crate::lease::Conflict, crate::lease::State),
     Db(rusqlite::Error),
 }
 
@@ -166,7 +166,7 @@ impl Store {
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let state = state_of(&tx, worktree_id)?;
-        let next = on_acquire(state).map_err(|c| LeaseError::Conflict(c, state.to_string()))?;
+        let next = on_acquire(state).map_err(|c| LeaseError::Conflict(c, state))?;
         let holder = lease.holder();
         let (kind, pid, start, command, session) = match lease {
             NewLease::Process {

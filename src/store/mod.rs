@@ -146,7 +146,7 @@ mod tests {
         assert!(store.insert_worktree(&w).is_err());
         let rows = store.worktrees().unwrap();
         assert_eq!(rows.len(), 1);
-        assert_eq!(rows[0].state, "ready");
+        assert_eq!(rows[0].state.as_str(), "ready");
         assert_eq!(rows[0].repo, "r");
         assert!(store.worktree("r", "a").unwrap().is_some());
         assert!(store.worktree("r", "b").unwrap().is_none());
@@ -176,7 +176,7 @@ mod tests {
     }
 
     fn state(store: &Store) -> String {
-        store.worktree("r", "w").unwrap().unwrap().state
+        store.worktree("r", "w").unwrap().unwrap().state.to_string()
     }
 
     #[test]
@@ -208,7 +208,7 @@ mod tests {
         assert_eq!(state(&store), "deleting");
         match store.acquire_lease(id, &a, "test") {
             Err(LeaseError::Conflict(crate::lease::Conflict::Deleting, s)) => {
-                assert_eq!(s, "deleting")
+                assert_eq!(s.as_str(), "deleting")
             }
             other => panic!("{other:?}"),
         }

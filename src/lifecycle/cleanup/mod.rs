@@ -230,7 +230,7 @@ pub fn request_removal(
                 if n == 1 { "" } else { "s" },
                 if n == 1 { "it" } else { "them" }
             )),
-            BeginError::State(st) if st == "removed" => {
+            BeginError::State(State::Removed) => {
                 RequestError::Gone(format!("worktree {label} is already removed"))
             }
             BeginError::State(st) => RequestError::Busy(format!(

@@ -26,7 +26,7 @@ pub fn finish_all_deleting(
         let Ok(Some(row)) = store.worktree_by_id(row.id) else {
             continue;
         };
-        if row.state != "deleting" {
+        if row.state != State::Deleting {
             continue;
         }
         let r = finish(state, store, &row, mountpoint);
@@ -76,7 +76,7 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
         }
     }
     for row in store.worktrees()? {
-        if row.state == "deleting" || state.worktree_dir(row.id).exists() {
+        if row.state == State::Deleting || state.worktree_dir(row.id).exists() {
             continue;
         }
         let Some(_lock) = try_lock(state, row.id) else {
@@ -96,8 +96,8 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
         // Some(true): delete; Some(false): put back; None: leave (removal to finish).
         match store.worktree_by_id(id).ok()? {
             None => Some(true),
-            Some(r) if r.state == "removed" => Some(true),
-            Some(r) if r.state == "deleting" && r.removal.is_some() => None,
+            Some(r) if r.state == State::Removed => Some(true),
+            Some(r) if r.state == State::Deleting && r.removal.is_some() => None,
             Some(_) => Some(false),
         }
     };
