@@ -61,7 +61,6 @@ pub enum Conflict {
     Removed,
 }
 
-
 /// The state a worktree moves to when a lease is taken, or why it cannot be.
 pub fn on_acquire(state: State) -> Result<State, Conflict> {
     match state {

@@ -9,17 +9,11 @@ use std::time::SystemTime;
 use crate::ino;
 
 use super::error::{ErrorKind, FsError, FsResult};
-use super::nodes::{NodeKind, DYNAMIC_INO_BIT};
+use super::nodes::{NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
 use super::types::Entry;
 use super::view::{View, CONTROL_TTL};
 
 pub(super) const CONTROL_INO: u64 = 2;
-pub(super) const CTRL_LEASES_INO: u64 = 3;
-pub(super) const CTRL_WORKTREES_INO: u64 = 4;
-pub(super) const CTRL_RETAINED_INO: u64 = 5;
-pub(super) const CTRL_STATUS_INO: u64 = 6;
-pub(super) const CTRL_STATS_INO: u64 = 7;
-pub(super) const CTRL_FSMONITOR_INO: u64 = 8;
 pub const CONTROL_NAME: &str = ".control";
 /// Looking up `.control/refresh` makes the daemon re-read the store at once.
 pub const REFRESH_NAME: &str = "refresh";
@@ -34,6 +28,45 @@ pub(super) enum ControlDir {
     FsMonitor,
 }
 
+/// What `.control` itself holds, stated once: inode, name, and the directory it is (None:
+/// a generated file of `.control` itself). The view's fixed nodes, the listing of
+/// `.control` and its names all come from here.
+const LAYOUT: [(u64, &str, Option<ControlDir>); 6] = [
+    (3, "leases", Some(ControlDir::Leases)),
+    (4, "worktrees", Some(ControlDir::Worktrees)),
+    (5, "retained", Some(ControlDir::Retained)),
+    (6, "status", None),
+    (7, "stats", None),
+    (
+        8,
+        crate::git::fsmonitor::CONTROL_DIR,
+        Some(ControlDir::FsMonitor),
+    ),
+];
+
+/// The nodes of `.control` and what it holds, `(ino, kind, parent, name)`, as the node
+/// table is built with them.
+pub(super) fn fixed_nodes() -> impl Iterator<Item = (u64, NodeKind, u64, &'static str)> {
+    let top = (
+        CONTROL_INO,
+        NodeKind::ControlDir(ControlDir::Top),
+        ROOT_INO,
+        CONTROL_NAME,
+    );
+    std::iter::once(top).chain(LAYOUT.iter().map(|&(ino, name, dir)| {
+        let kind = match dir {
+            Some(d) => NodeKind::ControlDir(d),
+            None => NodeKind::ControlFile(ControlDir::Top, name.into()),
+        };
+        (ino, kind, CONTROL_INO, name)
+    }))
+}
+
+/// Whether `name` in `.control` itself is a directory.
+pub(super) fn is_control_dir(name: &str) -> bool {
+    LAYOUT.iter().any(|&(_, n, dir)| n == name && dir.is_some())
+}
+
 /// The inode a generated `.control` entry is given (unless taken: see `assign_ino`).
 pub(super) fn control_ino(dir: ControlDir, name: &OsStr) -> u64 {
     DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(name.as_bytes()) as u64 | ((dir as u64) << 32)
@@ -42,20 +75,13 @@ pub(super) fn control_ino(dir: ControlDir, name: &OsStr) -> u64 {
 impl View {
     pub(super) fn control_names(&self, dir: ControlDir) -> FsResult<Vec<String>> {
         match dir {
-            ControlDir::Top => Ok(vec![
-                "leases".into(),
-                "worktrees".into(),
-                "retained".into(),
-                "status".into(),
-                "stats".into(),
-                crate::git::fsmonitor::CONTROL_DIR.into(),
-            ]),
+            ControlDir::Top => Ok(LAYOUT.iter().map(|(_, n, _)| n.to_string()).collect()),
             ControlDir::Worktrees => {
                 self.refresh()?;
-                let cat = self.catalog.read();
-                let mut names: Vec<String> = cat
-                    .worktrees
-                    .values()
+                let mut names: Vec<String> = self
+                    .catalog
+                    .worktrees()
+                    .iter()
                     .map(|w| format!("{}:{}", w.repo, w.name))
                     .collect();
                 names.sort();
@@ -182,7 +208,7 @@ impl View {
             let ino = t
                 .child(parent, name)
                 .ok_or_else(|| FsError::not_found(format!(".control/{name_s}")))?;
-            let attr = match t.nodes.get(&ino).map(|n| &n.kind) {
+            let attr = match t.kind(ino) {
                 Some(NodeKind::ControlFile(..)) if listed => listed_file(ino),
                 _ => self.node_attr(&t, ino)?,
             };

@@ -53,7 +53,7 @@ impl View {
                 if is_root {
                     break;
                 }
-                cur = t.nodes.get(&cur).map(|n| n.parent).unwrap_or(ROOT_INO);
+                cur = t.get(cur).map(|n| n.parent).unwrap_or(ROOT_INO);
             }
         }
         for dir in chain.into_iter().rev() {
@@ -67,7 +67,7 @@ impl View {
         if let Some(Node {
             kind: NodeKind::Wt { ov, .. },
             ..
-        }) = t.nodes.get_mut(&ino)
+        }) = t.get_mut(ino)
         {
             ov.in_upper = true;
             if let Some(b) = base {
@@ -75,7 +75,7 @@ impl View {
             }
         }
         drop(t);
-        self.copy_up_epoch.fetch_add(1, Ordering::AcqRel);
+        self.handles.copied_up();
     }
 
     pub(super) fn work_tmp(wt: &WtCtx, what: &str) -> PathBuf {
@@ -102,8 +102,7 @@ impl View {
         let parent = self
             .nodes
             .read()
-            .nodes
-            .get(&ino)
+            .get(ino)
             .map(|n| n.parent)
             .unwrap_or(ROOT_INO);
         self.ensure_upper_dir(parent)?;
@@ -224,17 +223,12 @@ impl View {
         self.copy_up_tree_at(&wt, &path, ov.base)?;
         // Every node below now lives entirely in the upper layer.
         let mut t = self.nodes.write();
-        let below: Vec<u64> = t
-            .nodes
-            .keys()
-            .copied()
-            .filter(|&n| t.is_below(n, ino))
-            .collect();
+        let below = t.below(ino);
         for n in below.into_iter().chain(std::iter::once(ino)) {
             if let Some(Node {
                 kind: NodeKind::Wt { ov, .. },
                 ..
-            }) = t.nodes.get_mut(&n)
+            }) = t.get_mut(n)
             {
                 ov.in_upper = true;
                 if ov.ftype == FType::Dir {
@@ -243,7 +237,7 @@ impl View {
             }
         }
         drop(t);
-        self.copy_up_epoch.fetch_add(1, Ordering::AcqRel);
+        self.handles.copied_up();
         Ok(())
     }
 

@@ -12,6 +12,9 @@ use std::sync::Arc;
 use git2::Oid;
 use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use std::collections::HashMap;
+use parking_lot::Mutex;
+
 use super::control::ControlDir;
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;
@@ -93,6 +96,49 @@ pub(super) fn open_upper(path: &Path, flags: i32) -> FsResult<File> {
         .map_err(|e| FsError::io(format!("open {}", path.display()), e))
 }
 
+/// The open handles, files and directories, by handle number, and the copy-up epoch
+/// their reads check. Lock order: after the node table.
+pub(super) struct Handles {
+    open: Mutex<HashMap<u64, Arc<HandleKind>>>,
+    next_fh: AtomicU64,
+    /// Bumped by every copy-up: a read on a handle opened on a base blob checks whether its
+    /// file was copied up only when this moved since the handle last looked.
+    copy_ups: AtomicU64,
+}
+
+impl Handles {
+    pub(super) fn new() -> Handles {
+        Handles {
+            open: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            copy_ups: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn add(&self, kind: HandleKind) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.open.lock().insert(fh, Arc::new(kind));
+        fh
+    }
+
+    pub(super) fn get(&self, fh: u64) -> Option<Arc<HandleKind>> {
+        self.open.lock().get(&fh).cloned()
+    }
+
+    pub(super) fn remove(&self, fh: u64) -> Option<Arc<HandleKind>> {
+        self.open.lock().remove(&fh)
+    }
+
+    /// A copy-up is done: handles reading the base look again.
+    pub(super) fn copied_up(&self) {
+        self.copy_ups.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn copy_up_epoch(&self) -> u64 {
+        self.copy_ups.load(Ordering::Acquire)
+    }
+}
+
 impl View {
     /// A handle on the upper file `file`, or (with `blob`) on a base file, opened at its
     /// first read.
@@ -111,7 +157,7 @@ impl View {
             ino,
             wt,
             noted_epoch: AtomicU64::new(u64::MAX),
-            seen_copy_ups: AtomicU64::new(self.copy_up_epoch.load(Ordering::Acquire)),
+            seen_copy_ups: AtomicU64::new(self.handles.copy_up_epoch()),
             read_seen: false.into(),
             file: RwLock::new(file),
             on_base: on_base.into(),
@@ -120,13 +166,11 @@ impl View {
     }
 
     pub(super) fn add_handle(&self, kind: HandleKind) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, Arc::new(kind));
-        fh
+        self.handles.add(kind)
     }
 
     pub(super) fn handle(&self, fh: u64) -> FsResult<Arc<HandleKind>> {
-        self.handles.lock().get(&fh).cloned().ok_or_else(|| {
+        self.handles.get(fh).ok_or_else(|| {
             FsError::new(
                 ErrorKind::BadHandle,
                 format!("file handle {fh} is not open"),
@@ -135,7 +179,7 @@ impl View {
     }
 
     pub fn release(&self, fh: u64) {
-        let h = self.handles.lock().remove(&fh);
+        let h = self.handles.remove(fh);
         if let Some(HandleKind::File {
             ino, wt: Some(wt), ..
         }) = h.as_deref()
@@ -208,10 +252,7 @@ impl View {
     /// Opens a file. The flag says the content is generated (`.git`, `.control`): the
     /// kernel must read it directly rather than trust a cached size.
     pub fn open(&self, ino: u64, flags: i32) -> FsResult<(u64, bool)> {
-        let generated = matches!(
-            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
-            Some(NodeKind::ControlFile(..))
-        );
+        let generated = matches!(self.nodes.read().kind(ino), Some(NodeKind::ControlFile(..)));
         self.open_inner(ino, flags).map(|fh| (fh, generated))
     }
 
@@ -219,8 +260,7 @@ impl View {
         let kind = self
             .nodes
             .read()
-            .nodes
-            .get(&ino)
+            .get(ino)
             .map(|n| n.kind.clone())
             .ok_or_else(|| FsError::stale(ino))?;
         let acc = flags & libc::O_ACCMODE;
@@ -306,7 +346,7 @@ impl View {
                 }
                 if on_base.load(Ordering::Acquire) {
                     // Recorded before looking: a copy-up after the look moves the epoch again.
-                    let epoch = self.copy_up_epoch.load(Ordering::Acquire);
+                    let epoch = self.handles.copy_up_epoch();
                     if seen_copy_ups.swap(epoch, Ordering::AcqRel) != epoch {
                         self.follow_copy_up(*ino, file, on_base)?;
                     }

@@ -205,11 +205,7 @@ impl View {
         self.refresh()?;
         let wt = self
             .catalog
-            .read()
-            .worktrees
-            .values()
-            .find(|w| w.repo == repo && w.name == name)
-            .cloned()
+            .worktree_named(repo, name)
             .ok_or_else(|| FsError::not_found(format!("worktree {repo}/{name}")))?;
         use crate::git::fsmonitor::{encode_response, parse_token, token as make_token};
         let (seq, since) = wt.journal.begin_query(parse_token(token, &self.instance));

@@ -12,13 +12,38 @@ use std::sync::Arc;
 use crate::ino;
 use crate::layout::{RESERVED_PREFIX, WHITEOUT_PREFIX};
 
-use super::control::{control_ino, ControlDir, CONTROL_INO, CONTROL_NAME};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+use super::catalog::repo_ino;
+use super::control::{control_ino, is_control_dir, ControlDir, CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::HandleKind;
-use super::namespace::REPO_INO_BASE;
 use super::nodes::{NodeKind, NodeTable, ROOT_INO};
 use super::types::{DirEntry, FType};
 use super::view::{View, GITFILE_NAME};
+
+/// Listings being read by handle-less readdir (see `View::readdir_ino`), by directory.
+pub(super) struct Listings(Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>);
+
+impl Listings {
+    pub(super) fn new() -> Listings {
+        Listings(Mutex::new(HashMap::new()))
+    }
+
+    /// The listing of `ino` a pass is reading.
+    fn continued(&self, ino: u64) -> Option<Arc<Vec<DirEntry>>> {
+        self.0.lock().get(&ino).cloned()
+    }
+
+    fn started(&self, ino: u64, listing: Arc<Vec<DirEntry>>) {
+        self.0.lock().insert(ino, listing);
+    }
+
+    fn finished(&self, ino: u64) {
+        self.0.lock().remove(&ino);
+    }
+}
 
 impl View {
     pub(super) fn merged_listing(&self, t: &NodeTable, ino: u64) -> FsResult<Vec<DirEntry>> {
@@ -106,8 +131,7 @@ impl View {
     pub(super) fn listing(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
         let kind = {
             let t = self.nodes.read();
-            t.nodes
-                .get(&ino)
+            t.get(ino)
                 .map(|n| n.kind.clone())
                 .ok_or_else(|| FsError::stale(ino))?
         };
@@ -119,9 +143,9 @@ impl View {
                     kind: FType::Dir,
                     name: CONTROL_NAME.into(),
                 }];
-                for r in &self.catalog.read().repos {
+                for r in self.catalog.repos() {
                     out.push(DirEntry {
-                        ino: REPO_INO_BASE + r.id as u64,
+                        ino: repo_ino(r.id),
                         kind: FType::Dir,
                         name: r.name.clone().into(),
                     });
@@ -132,9 +156,8 @@ impl View {
                 self.refresh()?;
                 let mut out: Vec<DirEntry> = self
                     .catalog
-                    .read()
-                    .worktrees
-                    .values()
+                    .worktrees()
+                    .iter()
                     .filter(|w| w.repo_id == repo_id)
                     .map(|w| DirEntry {
                         ino: ino::path_ino(w.id, b""),
@@ -156,8 +179,7 @@ impl View {
                             .then(|| t.child(ino, OsStr::new(&n)))
                             .flatten()
                             .unwrap_or_else(|| control_ino(dir, OsStr::new(&n))),
-                        kind: if dir == ControlDir::Top && !matches!(n.as_str(), "status" | "stats")
-                        {
+                        kind: if dir == ControlDir::Top && is_control_dir(&n) {
                             FType::Dir
                         } else {
                             FType::File
@@ -179,10 +201,7 @@ impl View {
     /// the kernel makes (and then drops its copy), false at the top of the mount.
     pub fn opendir(&self, ino: u64) -> FsResult<(u64, bool)> {
         self.stats.opendirs.fetch_add(1, Ordering::Relaxed);
-        let cacheable = matches!(
-            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
-            Some(NodeKind::Wt { .. })
-        );
+        let cacheable = matches!(self.nodes.read().kind(ino), Some(NodeKind::Wt { .. }));
         let entries = self.listing_with_dots(ino)?;
         Ok((self.add_handle(HandleKind::Dir(entries)), cacheable))
     }
@@ -227,7 +246,7 @@ impl View {
         self.stats.readdirs.fetch_add(1, Ordering::Relaxed);
         let listing = {
             let cached = if offset > 0 {
-                self.listings.lock().get(&ino).cloned()
+                self.listings.continued(ino)
             } else {
                 None
             };
@@ -235,13 +254,13 @@ impl View {
                 Some(l) => l,
                 None => {
                     let l = Arc::new(self.listing_with_dots(ino)?);
-                    self.listings.lock().insert(ino, l.clone());
+                    self.listings.started(ino, l.clone());
                     l
                 }
             }
         };
         if offset as usize >= listing.len() {
-            self.listings.lock().remove(&ino);
+            self.listings.finished(ino);
         }
         Ok(listing
             .iter()

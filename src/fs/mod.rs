@@ -11,6 +11,7 @@
 //! built in the work directory and renamed into place.
 
 pub mod adapter;
+mod catalog;
 mod control;
 mod copyup;
 pub mod error;

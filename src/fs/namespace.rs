@@ -14,12 +14,13 @@ use std::time::{Duration, SystemTime};
 
 use git2::Oid;
 
-use crate::lease::State;
 use crate::git::{self, MODE_TREE};
 use crate::ino;
+use crate::lease::State;
 use crate::lifecycle::create::{self, CreateRequest};
 use crate::store::{RepoRow, Store, WorktreeRow};
 
+use super::catalog::{repo_ino, REPO_INO_BASE};
 use super::control::{CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
 use super::journal::WorktreeJournal;
@@ -27,20 +28,6 @@ use super::nodes::{Node, NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::{BaseRef, Overlay, WtCtx};
 use super::types::{systime, Attr, Caller, Entry, FType, Inval};
 use super::view::{View, CONTROL_TTL, TOP_TTL};
-
-pub(super) const REPO_INO_BASE: u64 = 1 << 61;
-pub(super) struct Catalog {
-    pub(super) data_version: i64,
-    /// When the set of repositories or worktrees last changed: the mtime of the top
-    /// directories, which the kernel compares to decide whether its cached listing holds.
-    pub(super) changed_at: SystemTime,
-    pub(super) repos: Vec<RepoRow>,
-    pub(super) worktrees: HashMap<(i64, String), Arc<WtCtx>>,
-    /// Lifecycle state by worktree id.
-    pub(super) states: HashMap<i64, State>,
-    /// Worktrees without a lease (ready, lingering, retained) and since when.
-    pub(super) idle_since: HashMap<i64, i64>,
-}
 
 impl View {
     pub(super) fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> anyhow::Result<WtCtx> {
@@ -76,81 +63,23 @@ impl View {
     pub(super) fn refresh_catalog(&self, force: bool) -> anyhow::Result<()> {
         let store = self.store.lock();
         let version = store.data_version()?;
-        if !force && self.catalog.read().data_version == version {
+        if !force && self.catalog.data_version() == version {
             return Ok(());
         }
         let repos = store.repos()?;
         let rows = store.worktrees()?;
         drop(store);
-        let mut cat = self.catalog.write();
-        let mut worktrees = HashMap::new();
-        let states: HashMap<i64, State> = rows.iter().map(|r| (r.id, r.state)).collect();
-        let idle_since: HashMap<i64, i64> = rows
-            .iter()
-            .filter(|r| matches!(r.state, State::Ready | State::Lingering | State::Retained))
-            .map(|r| (r.id, r.state_changed_at))
-            .collect();
-        // Worktrees that just started deleting: the kernel must ask again before anyone
-        // enters them, and then hears EBUSY.
-        let now_deleting: Vec<(u64, OsString)> = rows
-            .iter()
-            .filter(|r| {
-                r.state == State::Deleting && cat.states.get(&r.id) != Some(&State::Deleting)
-            })
-            .map(|r| (REPO_INO_BASE + r.repo_id as u64, OsString::from(&r.name)))
-            .chain(
-                // Gone from the catalog (removed) without being seen deleting.
-                cat.worktrees
-                    .iter()
-                    .filter(|(_, w)| !states.contains_key(&w.id))
-                    .map(|((repo_id, name), _)| {
-                        (REPO_INO_BASE + *repo_id as u64, OsString::from(name))
-                    }),
-            )
-            .collect();
-        for row in rows {
-            let key = (row.repo_id, row.name.clone());
-            if let Some(existing) = cat.worktrees.get(&key).filter(|w| w.id == row.id) {
-                worktrees.insert(key, existing.clone());
-                continue;
-            }
-            let Some(repo) = repos.iter().find(|r| r.id == row.repo_id) else {
-                continue;
-            };
-            match self.wt_ctx(&row, repo) {
-                Ok(ctx) => {
-                    worktrees.insert(key, Arc::new(ctx));
-                }
-                Err(e) => {
-                    tracing::error!("worktree {}/{} cannot be served: {e:#}", row.repo, row.name)
-                }
-            }
-        }
-        let changed = cat
-            .repos
-            .iter()
-            .map(|r| r.id)
-            .ne(repos.iter().map(|r| r.id))
-            || cat.worktrees.len() != worktrees.len()
-            || worktrees.keys().any(|k| !cat.worktrees.contains_key(k));
-        let repo_ids: Vec<i64> = repos.iter().map(|r| r.id).collect();
-        cat.repos = repos;
-        cat.worktrees = worktrees;
-        cat.states = states;
-        cat.idle_since = idle_since;
-        cat.data_version = version;
-        if changed {
-            cat.changed_at = SystemTime::now();
-        }
-        drop(cat);
+        let update = self
+            .catalog
+            .update(version, repos, rows, |row, repo| self.wt_ctx(row, repo));
         if let Some(inval) = self.invalidator.get() {
-            if changed {
+            if update.changed {
                 inval(Inval::Inode(ROOT_INO));
-                for id in repo_ids {
-                    inval(Inval::Inode(REPO_INO_BASE + id as u64));
+                for id in update.repo_ids {
+                    inval(Inval::Inode(repo_ino(id)));
                 }
             }
-            for (parent, name) in now_deleting {
+            for (parent, name) in update.now_deleting {
                 inval(Inval::Entry(parent, name));
             }
         }
@@ -186,19 +115,13 @@ impl View {
         // The catalog first, released before the table is read: the lock order is `nodes`
         // then `catalog` (a lookup at the top holds the table while it reads the catalog),
         // and holding both the other way round deadlocks once a catalog writer queues.
-        let candidates: Vec<(i64, i64, u64, OsString)> = {
-            let cat = self.catalog.read();
-            cat.worktrees
-                .iter()
-                .filter_map(|((repo_id, name), w)| {
-                    let since = *cat.idle_since.get(&w.id)?;
-                    (!recently.contains_key(&w.id)).then(|| {
-                        let parent = REPO_INO_BASE + *repo_id as u64;
-                        (since, w.id, parent, OsString::from(name))
-                    })
-                })
-                .collect()
-        };
+        let candidates: Vec<(i64, i64, u64, OsString)> = self
+            .catalog
+            .idle()
+            .into_iter()
+            .filter(|(_, w)| !recently.contains_key(&w.id))
+            .map(|(since, w)| (since, w.id, repo_ino(w.repo_id), OsString::from(&w.name)))
+            .collect();
         let mut idle: Vec<(i64, i64, u64, OsString)> = {
             let t = self.nodes.read();
             candidates
@@ -218,10 +141,8 @@ impl View {
 
     /// Where worktree `id` is under the mount.
     pub fn worktree_path(&self, id: i64) -> Option<PathBuf> {
-        let cat = self.catalog.read();
-        cat.worktrees
-            .values()
-            .find(|w| w.id == id)
+        self.catalog
+            .worktree_by_id(id)
             .map(|w| self.mountpoint.join(&w.repo).join(&w.name))
     }
 
@@ -236,17 +157,15 @@ impl View {
         let now = SystemTime::now();
         let is_repo = (REPO_INO_BASE..DYNAMIC_INO_BIT).contains(&ino);
         let mtime = if ino == ROOT_INO || is_repo {
-            self.catalog.read().changed_at
+            self.catalog.changed_at()
         } else {
             now
         };
         // A repository's directory belongs to the repository's owner, who may create
         // worktrees in it with mkdir.
         let (uid, gid, perm) = if is_repo {
-            let cat = self.catalog.read();
-            cat.repos
-                .iter()
-                .find(|r| REPO_INO_BASE + r.id as u64 == ino)
+            self.catalog
+                .repo((ino - REPO_INO_BASE) as i64)
                 .and_then(|r| fs::metadata(&r.path).ok())
                 .map(|m| (m.uid(), m.gid(), 0o755))
                 .unwrap_or((0, 0, 0o755))
@@ -281,18 +200,14 @@ impl View {
         self.refresh()?;
         let repo = self
             .catalog
-            .read()
-            .repos
-            .iter()
-            .find(|r| r.name.as_bytes() == name.as_bytes())
-            .cloned()
+            .repo_named(name.as_bytes())
             .ok_or_else(|| FsError::not_found(format!("repository {}", name.to_string_lossy())))?;
-        let ino = REPO_INO_BASE + repo.id as u64;
+        let ino = repo_ino(repo.id);
         let mut t = self.nodes.write();
-        if !t.nodes.contains_key(&ino) {
+        if !t.contains(ino) {
             t.insert_node(ino, Node::new(NodeKind::Repo(repo.id), ROOT_INO, name, 0));
         }
-        if let Some(n) = t.nodes.get(&ino) {
+        if let Some(n) = t.get(ino) {
             n.lookups.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Entry {
@@ -304,10 +219,7 @@ impl View {
     pub(super) fn worktree_ctx(&self, repo_id: i64, name: &OsStr) -> FsResult<Arc<WtCtx>> {
         self.refresh()?;
         self.catalog
-            .read()
-            .worktrees
-            .get(&(repo_id, name.to_string_lossy().into_owned()))
-            .cloned()
+            .worktree(repo_id, &name.to_string_lossy())
             .ok_or_else(|| FsError::not_found(format!("worktree {}", name.to_string_lossy())))
     }
 
@@ -318,7 +230,7 @@ impl View {
         name: &OsStr,
     ) -> FsResult<Entry> {
         let wt = self.worktree_ctx(repo_id, name)?;
-        if self.catalog.read().states.get(&wt.id) == Some(&State::Deleting) {
+        if self.catalog.state(wt.id) == Some(State::Deleting) {
             return Err(FsError::conflict(
                 format!(
                     "worktree {}/{} is deleting (no lease, cleanup begun): not entered",
@@ -332,7 +244,7 @@ impl View {
         // A worktree re-created under the same name is a different worktree: replace the
         // stale mapping.
         if let Some(old) = t.child(parent, name) {
-            let stale = match t.nodes.get(&old).map(|n| &n.kind) {
+            let stale = match t.kind(old) {
                 Some(NodeKind::Wt { wt: w, .. }) => w.id != wt.id,
                 _ => true,
             };
@@ -362,7 +274,7 @@ impl View {
 
     pub(super) fn is_repo(&self, ino: u64) -> bool {
         matches!(
-            self.nodes.read().nodes.get(&ino).map(|n| &n.kind),
+            self.nodes.read().kind(ino),
             Some(NodeKind::Repo(_)) | Some(NodeKind::Root) | Some(NodeKind::ControlDir(_)) | None
         )
     }
@@ -382,11 +294,8 @@ impl View {
         })?;
         let repo = self
             .catalog
-            .read()
-            .repos
-            .iter()
-            .find(|r| r.id == repo_id)
-            .map(|r| r.name.clone())
+            .repo(repo_id)
+            .map(|r| r.name)
             .ok_or_else(|| FsError::not_found("repository"))?;
         {
             let mut store = self.store.lock();

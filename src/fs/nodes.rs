@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
 use super::control::ControlDir;
 use super::error::{ErrorKind, FsError, FsResult};
 use super::inomap::{ChildIndex, InoMap};
@@ -57,14 +59,51 @@ impl Node {
 /// The inode table. Memory per node bounds a mount with many worktrees (see
 /// `inomap.rs`): nodes live in a slab, and the name index keeps no copy of the names.
 pub(super) struct NodeTable {
-    pub(super) nodes: InoMap<Node>,
-    pub(super) children: ChildIndex,
+    nodes: InoMap<Node>,
+    children: ChildIndex,
     /// Further names of hard-linked upper files (rare), by inode.
-    pub(super) aliases: HashMap<u64, Vec<(u64, OsString)>>,
-    pub(super) next_dynamic: u64,
+    aliases: HashMap<u64, Vec<(u64, OsString)>>,
+    next_dynamic: u64,
     /// `nodes.len()`, readable without the table's lock (the stats file and the sweeper
     /// read it; a request that holds the lock must never take it again).
-    pub(super) count: Arc<AtomicUsize>,
+    count: Arc<AtomicUsize>,
+}
+
+/// The node table and its lock. Lock order (see `View`): after `mutate`, before the
+/// handles and the catalog. Read-locked by lookups, getattr and path resolution;
+/// write-locked to add, move or forget nodes.
+pub(super) struct Nodes {
+    table: RwLock<NodeTable>,
+    count: Arc<AtomicUsize>,
+}
+
+impl Nodes {
+    /// A table holding the fixed nodes `(ino, kind, parent, name)`, whose lookup counts
+    /// are never used up.
+    pub(super) fn new<'a>(fixed: impl IntoIterator<Item = (u64, NodeKind, u64, &'a str)>) -> Nodes {
+        let count = Arc::new(AtomicUsize::new(0));
+        let mut table = NodeTable::new(count.clone());
+        for (ino, kind, parent, name) in fixed {
+            table.insert_node(ino, Node::new(kind, parent, OsStr::new(name), u64::MAX / 2));
+        }
+        Nodes {
+            table: RwLock::new(table),
+            count,
+        }
+    }
+
+    pub(super) fn read(&self) -> RwLockReadGuard<'_, NodeTable> {
+        self.table.read()
+    }
+
+    pub(super) fn write(&self) -> RwLockWriteGuard<'_, NodeTable> {
+        self.table.write()
+    }
+
+    /// How many nodes the table holds, without its lock.
+    pub(super) fn len(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
 }
 
 impl NodeTable {
@@ -90,6 +129,64 @@ impl NodeTable {
             if !self.nodes.contains_key(&candidate) {
                 return candidate;
             }
+        }
+    }
+
+    pub(super) fn get(&self, ino: u64) -> Option<&Node> {
+        self.nodes.get(&ino)
+    }
+
+    pub(super) fn get_mut(&mut self, ino: u64) -> Option<&mut Node> {
+        self.nodes.get_mut(&ino)
+    }
+
+    pub(super) fn contains(&self, ino: u64) -> bool {
+        self.nodes.contains_key(&ino)
+    }
+
+    pub(super) fn kind(&self, ino: u64) -> Option<&NodeKind> {
+        self.nodes.get(&ino).map(|n| &n.kind)
+    }
+
+    /// Every node below directory `ino` (not `ino` itself).
+    pub(super) fn below(&self, ino: u64) -> Vec<u64> {
+        self.nodes
+            .keys()
+            .copied()
+            .filter(|&n| self.is_below(n, ino))
+            .collect()
+    }
+
+    /// Moves the name `(parent, name)` of `ino` to `(newparent, newname)`, replacing
+    /// whatever had that name (a rename): the node's own name, or one of its links.
+    pub(super) fn move_name(
+        &mut self,
+        ino: u64,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+    ) {
+        self.detach_name(newparent, newname);
+        self.unmap_child(parent, name);
+        let own_name = self
+            .nodes
+            .get(&ino)
+            .is_some_and(|n| n.parent == parent && &*n.name == name);
+        if own_name {
+            if let Some(node) = self.nodes.get_mut(&ino) {
+                node.parent = newparent;
+                node.name = newname.into();
+            }
+            self.map_child(newparent, newname, ino);
+        } else if self.nodes.contains_key(&ino) {
+            if let Some(v) = self.aliases.get_mut(&ino) {
+                v.retain(|(p, n)| !(*p == parent && n == name));
+            }
+            self.add_alias(ino, newparent, newname);
+        }
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.unlinked = false;
         }
     }
 

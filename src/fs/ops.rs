@@ -167,7 +167,7 @@ impl View {
         umask: u32,
         caller: Caller,
     ) -> FsResult<Entry> {
-        let parent_kind = self.nodes.read().nodes.get(&parent).map(|n| n.kind.clone());
+        let parent_kind = self.nodes.read().get(parent).map(|n| n.kind.clone());
         match parent_kind {
             Some(NodeKind::Repo(repo_id)) => return self.mkdir_worktree(parent, repo_id, name, caller),
             Some(NodeKind::Wt { .. }) => {}
@@ -288,10 +288,10 @@ impl View {
         self.note_node(ino);
         let mut t = self.nodes.write();
         t.detach_name(newparent, newname);
-        if t.nodes.contains_key(&ino) {
+        if t.contains(ino) {
             t.add_alias(ino, newparent, newname);
         }
-        if let Some(node) = t.nodes.get(&ino) {
+        if let Some(node) = t.get(ino) {
             node.lookups.fetch_add(1, Ordering::Relaxed);
         }
         self.counted_entry(t, ino)
@@ -301,7 +301,7 @@ impl View {
         let _m = self.mutate.lock();
         {
             let t = self.nodes.read();
-            match t.nodes.get(&ino).map(|n| &n.kind) {
+            match t.kind(ino) {
                 Some(NodeKind::Wt { .. }) => {}
                 Some(NodeKind::GitFile(_)) => {
                     return Err(FsError::new(

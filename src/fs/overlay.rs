@@ -178,14 +178,14 @@ impl View {
             if let Some(Node {
                 kind: NodeKind::Wt { ov, .. },
                 ..
-            }) = t.nodes.get(&ino)
+            }) = t.get(ino)
             {
                 return Ok(Some((Some(ino), *ov)));
             }
             if let Some(Node {
                 kind: NodeKind::GitFile(_),
                 ..
-            }) = t.nodes.get(&ino)
+            }) = t.get(ino)
             {
                 return Err(FsError::new(
                     ErrorKind::NotPermitted,

@@ -18,7 +18,7 @@ impl View {
         parent: u64,
         name: &OsStr,
     ) -> FsResult<(Option<u64>, Overlay)> {
-        let kind = self.nodes.read().nodes.get(&parent).map(|n| n.kind.clone());
+        let kind = self.nodes.read().get(parent).map(|n| n.kind.clone());
         match kind {
             Some(NodeKind::Wt { .. }) => {}
             Some(NodeKind::Repo(_)) => {
@@ -61,7 +61,7 @@ impl View {
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
-        let parent_kind = self.nodes.read().nodes.get(&parent).map(|n| n.kind.clone());
+        let parent_kind = self.nodes.read().get(parent).map(|n| n.kind.clone());
         if let Some(NodeKind::Repo(repo_id)) = parent_kind {
             return self.rmdir_worktree(parent, repo_id, name);
         }
@@ -254,26 +254,8 @@ impl View {
             }
         }
         let mut t = self.nodes.write();
-        t.detach_name(newparent, newname);
-        t.unmap_child(parent, name);
-        let own_name = t
-            .nodes
-            .get(&src_ino)
-            .is_some_and(|n| n.parent == parent && &*n.name == name);
-        if own_name {
-            if let Some(node) = t.nodes.get_mut(&src_ino) {
-                node.parent = newparent;
-                node.name = newname.into();
-            }
-            t.map_child(newparent, newname, src_ino);
-        } else if t.nodes.contains_key(&src_ino) {
-            if let Some(v) = t.aliases.get_mut(&src_ino) {
-                v.retain(|(p, n)| !(*p == parent && n == name));
-            }
-            t.add_alias(src_ino, newparent, newname);
-        }
-        if let Some(node) = t.nodes.get_mut(&src_ino) {
-            node.unlinked = false;
+        t.move_name(src_ino, parent, name, newparent, newname);
+        if let Some(node) = t.get_mut(src_ino) {
             if let NodeKind::Wt { ov, .. } = &mut node.kind {
                 if ov.ftype == FType::Dir && dst.is_some() {
                     ov.base = None;

@@ -1,18 +1,17 @@
 //! The view: the struct that composes the node table, the catalog, the handles and the
 //! object caches; its lock order; lookup, forget and getattr.
 
-use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs::{self};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLockWriteGuard};
 
 use crate::git::blobcache::BlobCache;
 use crate::git::ObjectCache;
@@ -21,15 +20,13 @@ use crate::layout::{RESERVED_PREFIX, WHITEOUT_PREFIX};
 use crate::state::StateDir;
 use crate::store::Store;
 
-use super::control::{
-    ControlDir, CONTROL_INO, CONTROL_NAME, CTRL_FSMONITOR_INO, CTRL_LEASES_INO, CTRL_RETAINED_INO,
-    CTRL_STATS_INO, CTRL_STATUS_INO, CTRL_WORKTREES_INO,
-};
+use super::catalog::Catalog;
+use super::control::fixed_nodes;
 use super::error::{ErrorKind, FsError, FsResult};
-use super::handles::{opened, HandleKind};
-use super::namespace::Catalog;
-use super::nodes::{Node, NodeKind, NodeTable, ROOT_INO};
-use super::types::{Attr, DirEntry, Entry, FType, Invalidator, Statfs};
+use super::handles::{opened, HandleKind, Handles};
+use super::listing::Listings;
+use super::nodes::{NodeKind, NodeTable, Nodes, ROOT_INO};
+use super::types::{Attr, Entry, FType, Invalidator, Statfs};
 
 /// Worktree entries (the worktree's own directory included) change only through this
 /// daemon, and every such change is a request the kernel makes and so accounts for: the
@@ -74,21 +71,15 @@ pub struct View {
     pub(super) state: StateDir,
     pub(super) mountpoint: PathBuf,
     pub(super) store: Mutex<Store>,
-    pub(super) catalog: RwLock<Catalog>,
+    pub(super) catalog: Catalog,
     pub(super) objects: ObjectCache,
     pub(super) blobs: BlobCache,
     pub(super) mutate: Mutex<()>,
-    pub(super) nodes: RwLock<NodeTable>,
-    /// The table's size, kept by the table itself (see `NodeTable::count`).
-    pub(super) node_count: Arc<AtomicUsize>,
-    pub(super) handles: Mutex<HashMap<u64, Arc<HandleKind>>>,
-    pub(super) next_fh: AtomicU64,
+    pub(super) nodes: Nodes,
+    pub(super) handles: Handles,
     /// Listings being read by handle-less readdir (see `readdir_ino`).
-    pub(super) listings: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    pub(super) listings: Listings,
     pub(super) invalidator: std::sync::OnceLock<Invalidator>,
-    /// Bumped by every copy-up: a read on a handle opened on a base blob checks whether its
-    /// file was copied up only when this moved since the handle last looked.
-    pub(super) copy_up_epoch: AtomicU64,
     /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
     pub(super) instance: String,
     pub stats: Stats,
@@ -151,78 +142,20 @@ impl View {
     pub fn new(state: StateDir, mountpoint: PathBuf) -> anyhow::Result<View> {
         let store = Store::open(&state.root)?;
         let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
-        let node_count = Arc::new(AtomicUsize::new(0));
-        let mut nodes = NodeTable::new(node_count.clone());
-        let fixed = [
-            (ROOT_INO, NodeKind::Root, ROOT_INO, ""),
-            (
-                CONTROL_INO,
-                NodeKind::ControlDir(ControlDir::Top),
-                ROOT_INO,
-                CONTROL_NAME,
-            ),
-            (
-                CTRL_LEASES_INO,
-                NodeKind::ControlDir(ControlDir::Leases),
-                CONTROL_INO,
-                "leases",
-            ),
-            (
-                CTRL_WORKTREES_INO,
-                NodeKind::ControlDir(ControlDir::Worktrees),
-                CONTROL_INO,
-                "worktrees",
-            ),
-            (
-                CTRL_RETAINED_INO,
-                NodeKind::ControlDir(ControlDir::Retained),
-                CONTROL_INO,
-                "retained",
-            ),
-            (
-                CTRL_STATUS_INO,
-                NodeKind::ControlFile(ControlDir::Top, "status".into()),
-                CONTROL_INO,
-                "status",
-            ),
-            (
-                CTRL_STATS_INO,
-                NodeKind::ControlFile(ControlDir::Top, "stats".into()),
-                CONTROL_INO,
-                "stats",
-            ),
-            (
-                CTRL_FSMONITOR_INO,
-                NodeKind::ControlDir(ControlDir::FsMonitor),
-                CONTROL_INO,
-                crate::git::fsmonitor::CONTROL_DIR,
-            ),
-        ];
-        for (i, kind, parent, name) in fixed {
-            nodes.insert_node(i, Node::new(kind, parent, OsStr::new(name), u64::MAX / 2));
-        }
+        let root = (ROOT_INO, NodeKind::Root, ROOT_INO, "");
+        let nodes = Nodes::new(std::iter::once(root).chain(fixed_nodes()));
         let view = View {
             state,
             mountpoint,
             store: Mutex::new(store),
-            catalog: RwLock::new(Catalog {
-                data_version: -1,
-                changed_at: SystemTime::now(),
-                repos: Vec::new(),
-                worktrees: HashMap::new(),
-                states: HashMap::new(),
-                idle_since: HashMap::new(),
-            }),
-            node_count,
+            catalog: Catalog::new(),
             objects: ObjectCache::default(),
             blobs,
             mutate: Mutex::new(()),
-            nodes: RwLock::new(nodes),
-            handles: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
-            listings: Mutex::new(HashMap::new()),
+            nodes,
+            handles: Handles::new(),
+            listings: Listings::new(),
             invalidator: std::sync::OnceLock::new(),
-            copy_up_epoch: AtomicU64::new(0),
             instance: format!(
                 "{}.{}",
                 std::process::id(),
@@ -246,7 +179,7 @@ impl View {
     /// allocation.
     pub fn worktree_of(&self, ino: u64) -> Option<(i64, bool)> {
         let t = self.nodes.read();
-        match t.nodes.get(&ino).map(|n| &n.kind) {
+        match t.kind(ino) {
             Some(NodeKind::Wt { wt, is_root, .. }) => Some((wt.id, *is_root)),
             Some(NodeKind::GitFile(wt)) => Some((wt.id, false)),
             _ => None,
@@ -255,7 +188,7 @@ impl View {
 
     /// How many inodes the daemon keeps (one per inode the kernel holds).
     pub fn node_count(&self) -> usize {
-        self.node_count.load(Ordering::Relaxed)
+        self.nodes.len()
     }
 
     pub fn mountpoint(&self) -> &Path {
@@ -299,7 +232,7 @@ impl View {
     }
 
     pub(super) fn node_attr(&self, t: &NodeTable, ino: u64) -> FsResult<Attr> {
-        let node = t.nodes.get(&ino).ok_or_else(|| FsError::stale(ino))?;
+        let node = t.get(ino).ok_or_else(|| FsError::stale(ino))?;
         match &node.kind {
             NodeKind::Root | NodeKind::ControlDir(_) | NodeKind::Repo(_) => {
                 Ok(self.top_dir_attr(ino))
@@ -344,7 +277,7 @@ impl View {
     pub(super) fn lookup_in(&self, parent: u64, name: &OsStr, listed: bool) -> FsResult<Entry> {
         let parent_kind = {
             let t = self.nodes.read();
-            let node = t.nodes.get(&parent).ok_or_else(|| FsError::stale(parent))?;
+            let node = t.get(parent).ok_or_else(|| FsError::stale(parent))?;
             let kind = node.kind.clone();
             let known = t.child(parent, name);
             if let Some(ino) = known.filter(|_| {
@@ -355,7 +288,7 @@ impl View {
             }) {
                 // Counted under the read lock that found it: a forget needs the write lock,
                 // so it cannot drop the node in between. Given back if its attributes fail.
-                if let Some(n) = t.nodes.get(&ino) {
+                if let Some(n) = t.get(ino) {
                     n.lookups.fetch_add(1, Ordering::Relaxed);
                 }
                 let attr = self.node_attr(&t, ino);
@@ -446,7 +379,7 @@ impl View {
 
     pub fn forget(&self, ino: u64, nlookup: u64) {
         let mut t = self.nodes.write();
-        let Some(node) = t.nodes.get_mut(&ino) else {
+        let Some(node) = t.get_mut(ino) else {
             return;
         };
         // The write lock excludes every increment (they hold the read lock).
@@ -459,7 +392,7 @@ impl View {
     }
 
     pub(super) fn ttl_of(&self, t: &NodeTable, ino: u64) -> Duration {
-        match t.nodes.get(&ino).map(|n| &n.kind) {
+        match t.kind(ino) {
             // A worktree's own directory goes away through cleanup, which another process
             // may run: its entry is re-checked as before.
             Some(NodeKind::Wt { is_root: true, .. }) => WT_TTL,
@@ -475,7 +408,7 @@ impl View {
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
         self.stats.getattrs.fetch_add(1, Ordering::Relaxed);
         if let Some(fh) = fh {
-            if let Some(h) = self.handles.lock().get(&fh).cloned() {
+            if let Some(h) = self.handles.get(fh) {
                 if let HandleKind::File { file, on_base, .. } = &*h {
                     if !on_base.load(Ordering::Acquire) {
                         let m = opened(file)?
@@ -510,7 +443,7 @@ impl View {
     }
 
     pub fn access(&self, ino: u64) -> FsResult<()> {
-        if self.nodes.read().nodes.contains_key(&ino) {
+        if self.nodes.read().contains(ino) {
             Ok(())
         } else {
             Err(FsError::stale(ino))

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use git2::{BranchType, Repository};
 
-use crate::lease::State;
 use crate::git::{self, IndexStat};
+use crate::lease::State;
 use crate::names::validate_name;
 use crate::state::StateDir;
 use crate::store::{now_secs, NewWorktree, Store, WorktreeRow};
@@ -24,7 +24,6 @@ pub enum CreateError {
     BranchConflict(String),
     Internal(String),
 }
-
 
 impl fmt::Display for CreateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
