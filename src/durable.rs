@@ -3,7 +3,6 @@
 
 use std::fs;
 use std::io::Write;
-
 use std::path::Path;
 
 pub fn write_file_synced(path: &Path, content: &[u8]) -> std::io::Result<()> {

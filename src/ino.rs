@@ -4,8 +4,9 @@
 //! in its index and must survive remounts. Base entries and directories get
 //! `worktree id << 32 | fnv1a32(path)`: git keeps only the low 32 bits, so the index written
 //! at creation (which knows the path but need not know the worktree) matches, while two
-//! worktrees never share an inode number. Regular files and symlinks that live in the upper
-//! layer report their real inode with the top bit set, so hard links show one number.
+//! worktrees never share an inode number. An entry keeps its number when it is copied up
+//! (the node does); a collision with a live node keeps the low 32 bits and changes the
+//! high ones (`fs/nodes.rs`, `NodeTable::assign_ino`).
 
 pub fn fnv1a32(bytes: &[u8]) -> u32 {
     let mut hash: u32 = 0x811c_9dc5;
@@ -26,10 +27,6 @@ pub fn path_ino(worktree_id: i64, path: &[u8]) -> u64 {
     ((worktree_id as u64 & 0x7fff_ffff) << 32) | path_ino_low(path) as u64
 }
 
-pub fn upper_ino(worktree_id: i64, real_ino: u64) -> u64 {
-    (1u64 << 63) | ((worktree_id as u64 & 0x7fff) << 48) | (real_ino & 0xffff_ffff_ffff)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,7 +39,6 @@ mod tests {
             path_ino(3, b"src/main.rs") as u32,
             path_ino(4, b"src/main.rs") as u32
         );
-        assert_ne!(path_ino(3, b"a"), upper_ino(3, path_ino(3, b"a")));
         // Known FNV-1a vector.
         assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
     }

@@ -8,15 +8,19 @@
 //!   shows through.
 //! * Names starting with `.wtfs-` are reserved in the view (EINVAL on create).
 
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::fs::OpenOptions;
+use std::fs::{self, OpenOptions};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 pub const RESERVED_PREFIX: &[u8] = b".wtfs-";
 pub const WHITEOUT_PREFIX: &str = ".wtfs-wh.";
 pub const OPAQUE_MARKER: &str = ".wtfs-opaque";
+
+/// The name of the whiteout that hides base entry `name`.
 pub fn whiteout_name(name: &OsStr) -> OsString {
     let mut s = OsString::from(WHITEOUT_PREFIX);
     s.push(name);
@@ -38,5 +42,168 @@ pub fn write_marker(path: &Path, ordered: bool) -> io::Result<()> {
         Ok(f) if ordered => f.sync_all(),
         Ok(_) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// Whether `name` is one of worktreefs' own (a marker, or reserved for one).
+pub fn is_reserved(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(RESERVED_PREFIX)
+}
+
+/// What an upper-directory name is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Name<'a> {
+    /// An entry of the view.
+    Entry,
+    /// A whiteout hiding the base entry named so.
+    Whiteout(&'a OsStr),
+    /// The opaque marker.
+    Opaque,
+    /// Reserved, but neither of the above (left alone).
+    Reserved,
+}
+
+pub fn classify(name: &OsStr) -> Name<'_> {
+    let b = name.as_bytes();
+    if let Some(hidden) = b.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
+        Name::Whiteout(OsStr::from_bytes(hidden))
+    } else if b == OPAQUE_MARKER.as_bytes() {
+        Name::Opaque
+    } else if b.starts_with(RESERVED_PREFIX) {
+        Name::Reserved
+    } else {
+        Name::Entry
+    }
+}
+
+/// What to do with an entry the directory listing could not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreadable {
+    /// The whole read fails with its error.
+    Fail,
+    /// The entry is passed over.
+    Skip,
+}
+
+/// One upper directory, read in one pass: its entries (markers left out), the base names
+/// its whiteouts hide, and whether it is opaque. Entries are kept as the listing gave
+/// them, so a caller asks their type (`DirEntry::file_type`) only if it needs it.
+#[derive(Debug, Default)]
+pub struct UpperDir {
+    pub entries: Vec<fs::DirEntry>,
+    pub whiteouts: HashSet<OsString>,
+    pub opaque: bool,
+}
+
+impl UpperDir {
+    pub fn read(dir: &Path, unreadable: Unreadable) -> io::Result<UpperDir> {
+        let mut out = UpperDir::default();
+        for e in fs::read_dir(dir)? {
+            let e = match e {
+                Ok(e) => e,
+                Err(_) if unreadable == Unreadable::Skip => continue,
+                Err(err) => return Err(err),
+            };
+            let name = e.file_name();
+            match classify(&name) {
+                Name::Entry => out.entries.push(e),
+                Name::Whiteout(hidden) => {
+                    out.whiteouts.insert(hidden.to_os_string());
+                }
+                Name::Opaque => out.opaque = true,
+                Name::Reserved => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the base entry `name` shows through here (not opaque, no whiteout).
+    pub fn shows_base(&self, name: &OsStr) -> bool {
+        !self.opaque && !self.whiteouts.contains(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every marker kind, written as the filesystem writes it, reads back as what it is;
+    /// entries stay entries, whatever their type.
+    #[test]
+    fn every_marker_kind_written_reads_back() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        write_marker(&dir.join(whiteout_name(OsStr::new("gone.txt"))), true).unwrap();
+        write_marker(&dir.join(whiteout_name(OsStr::new("old dir"))), false).unwrap();
+        write_marker(&dir.join(OPAQUE_MARKER), true).unwrap();
+        fs::write(dir.join(".wtfs-future"), b"").unwrap();
+        fs::write(dir.join("file"), b"x").unwrap();
+        fs::create_dir(dir.join("sub")).unwrap();
+        std::os::unix::fs::symlink("file", dir.join("link")).unwrap();
+        // A name that only looks like a marker once its prefix is taken off.
+        fs::write(dir.join("wh.not-a-whiteout"), b"").unwrap();
+
+        let u = UpperDir::read(dir, Unreadable::Fail).unwrap();
+        assert!(u.opaque);
+        let mut whiteouts: Vec<_> = u.whiteouts.iter().cloned().collect();
+        whiteouts.sort();
+        assert_eq!(
+            whiteouts,
+            vec![OsString::from("gone.txt"), "old dir".into()]
+        );
+        let mut entries: Vec<(String, &str)> = u
+            .entries
+            .iter()
+            .map(|e| {
+                let (n, t) = (e.file_name(), e.file_type().unwrap());
+                let kind = if t.is_dir() {
+                    "dir"
+                } else if t.is_symlink() {
+                    "link"
+                } else {
+                    "file"
+                };
+                (n.to_string_lossy().into_owned(), kind)
+            })
+            .collect();
+        entries.sort();
+        assert_eq!(
+            entries,
+            vec![
+                ("file".into(), "file"),
+                ("link".into(), "link"),
+                ("sub".into(), "dir"),
+                ("wh.not-a-whiteout".into(), "file"),
+            ]
+        );
+        assert!(!u.shows_base(OsStr::new("anything")), "opaque hides all");
+
+        // Markers are empty files of mode 0600, whatever was there before.
+        let wh = dir.join(whiteout_name(OsStr::new("gone.txt")));
+        fs::write(&wh, b"junk").unwrap();
+        write_marker(&wh, true).unwrap();
+        let m = fs::metadata(&wh).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!((m.len(), m.permissions().mode() & 0o777), (0, 0o600));
+    }
+
+    #[test]
+    fn names_are_classified_by_their_prefix() {
+        let rows: [(&str, Name); 6] = [
+            ("a", Name::Entry),
+            (".wtfs-wh.a", Name::Whiteout(OsStr::new("a"))),
+            (".wtfs-wh.", Name::Whiteout(OsStr::new(""))),
+            (".wtfs-opaque", Name::Opaque),
+            (".wtfs-other", Name::Reserved),
+            (".wtfs", Name::Entry),
+        ];
+        for (name, want) in rows {
+            assert_eq!(classify(OsStr::new(name)), want, "{name}");
+            assert_eq!(is_reserved(OsStr::new(name)), want != Name::Entry, "{name}");
+        }
+        let mut u = UpperDir::default();
+        u.whiteouts.insert("x".into());
+        assert!(!u.shows_base(OsStr::new("x")));
+        assert!(u.shows_base(OsStr::new("y")));
     }
 }

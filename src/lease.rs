@@ -49,8 +49,9 @@ impl State {
 }
 
 impl fmt::Display for State {
+    /// Padded like a string (`{:<10}` in the status table).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -111,6 +112,23 @@ pub fn validate_session(id: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A state formats like its name, padding included (the status table aligns on it).
+    #[test]
+    fn a_state_formats_as_its_name_with_padding() {
+        assert_eq!(format!("{:<10}|", State::Ready), "ready     |");
+        assert_eq!(format!("{}", State::Deleting), "deleting");
+        for s in [
+            "ready",
+            "active",
+            "lingering",
+            "deleting",
+            "removed",
+            "retained",
+        ] {
+            assert_eq!(State::parse(s).map(State::as_str), Some(s));
+        }
+    }
     use State::*;
 
     #[test]

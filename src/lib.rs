@@ -1,13 +1,19 @@
 //! worktreefs: a FUSE filesystem that gives every agent its own copy-on-write git worktree.
 //!
-//! Layers, each testable without a mount:
-//! * [`store`]: the SQLite schema and its migrations.
-//! * [`gitlayer`]: reading trees and blobs, writing what git needs (admin entry, index).
-//! * [`worktree`]: creating a managed worktree, all or nothing.
-//! * [`view`]: the copy-on-write view and the namespace of a mount.
-//! * [`fsmonitor`]: git's fsmonitor hook answered from each worktree's change journal.
-//! * [`fuse`]: the thin adapter from fuser's callbacks to [`view`].
-//! * [`daemon`]: locking the state directory, mounting, serving, unmounting.
+//! ## Layering (imports run downward only, never in a circle)
+//!
+//! ```text
+//! 5  daemon/            composition root with main.rs: builds the pieces and wires them
+//! 4  fs/                the filesystem; only fs/ names fuser (adapter.rs, mount.rs)
+//! 3  lifecycle/         create, holders, cleanup, sweeper; reaches fs/ only through
+//!                       its own trait `lifecycle::Mounted`, which `fs::View` implements
+//! 2  report             the status table, from store rows
+//! 1  git/, store/       the repository; the SQLite store
+//! 0  layout, lease, names, ino, state, durable    leaves: name nothing of the crate
+//! ```
+//!
+//! A module names only modules on a lower floor (`tests/layering.rs` checks it).
+//! `docs/architecture.md` has the table "Where is …?".
 
 pub mod daemon;
 pub mod durable;

@@ -617,16 +617,11 @@ fn inspection_agrees_with_git_status_after_random_work_through_the_mount() {
     let target = worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint);
 
     // WTFS_SEED=<n> runs another sequence.
-    let mut seed: u64 = std::env::var("WTFS_SEED")
+    let seed: u64 = std::env::var("WTFS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed_c1ea);
-    let mut next = |n: u64| {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (seed >> 33) % n
-    };
+    let mut rng = Rng::new(seed);
     let scripts = [
         "echo new >> notes-$N.txt",
         "echo edit >> README.md",
@@ -648,8 +643,8 @@ fn inspection_agrees_with_git_status_after_random_work_through_the_mount() {
     let mut clean_seen = 0;
     let mut dirty_seen = 0;
     for round in 0..14 {
-        for _ in 0..1 + next(3) {
-            let s = scripts[next(scripts.len() as u64) as usize].replace("$N", &round.to_string());
+        for _ in 0..1 + rng.below(3) {
+            let s = rng.pick(&scripts).replace("$N", &round.to_string());
             run_ok("sh", &["-c", &s], &wt);
         }
         let truth = git_dirty_paths(&wt);

@@ -627,18 +627,10 @@ fn the_daemon_backgrounds_and_a_second_one_is_refused() {
     assert!(out.contains("mounted at"), "{out}");
     assert!(is_mounted(&fs::canonicalize(&mp).unwrap()));
     // From here on, make sure we unmount whatever happens.
-    struct Guard<'a>(&'a Path, &'a Path);
-    impl Drop for Guard<'_> {
-        fn drop(&mut self) {
-            let _ = wtfs(self.0, &["unmount"]);
-            if is_mounted(self.1) {
-                let c = std::ffi::CString::new(self.1.as_os_str().as_encoded_bytes()).unwrap();
-                // SAFETY: valid path.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
-        }
-    }
-    let _g = Guard(&env.state(), &mp);
+    let _g = UnmountOnDrop {
+        state: env.state(),
+        mountpoint: mp.clone(),
+    };
     let other_mp = env.dir.path().join("mnt2");
     fs::create_dir_all(&other_mp).unwrap();
     let second = wtfs(&env.state(), &["mount", other_mp.to_str().unwrap()]);

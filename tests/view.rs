@@ -14,11 +14,7 @@ use worktreefs::fs::{Caller, FType, View, ROOT_INO};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
-const ME: Caller = Caller {
-    uid: 0,
-    gid: 0,
-    pid: 1,
-};
+const ME: Caller = Caller { uid: 0, gid: 0 };
 
 struct Core {
     _env: Env,
@@ -183,20 +179,6 @@ fn direct_calls_read_the_base_and_write_the_upper_layer() {
     );
 }
 
-/// A tiny deterministic generator (xorshift), so failures reproduce from the seed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[(self.next() % items.len() as u64) as usize]
-    }
-}
-
 /// Applies one operation to a plain directory; returns the errno (0 on success).
 fn apply_plain(root: &Path, op: &Op) -> i32 {
     let p = |s: &str| root.join(s);
@@ -268,7 +250,7 @@ fn random_operations_agree_with_a_plain_directory() {
             &c._env.repo.path(),
         );
         fs::create_dir_all(plain.path().join("vendor/sub")).unwrap();
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut log = Vec::new();
         for step in 0..60 {
             let op = match rng.next() % 5 {

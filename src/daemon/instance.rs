@@ -2,9 +2,7 @@
 //! makes it re-read the store.
 
 use std::fs::{self, File, OpenOptions};
-
 use std::os::fd::AsRawFd;
-
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};

@@ -5,9 +5,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
-
 use std::path::PathBuf;
-
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};

@@ -2,7 +2,6 @@
 //! can take a mount.
 
 use std::fs;
-
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};

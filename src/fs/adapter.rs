@@ -2,7 +2,6 @@
 //! result into a reply or an errno. Every operation runs in a tracing span with the
 //! request's unique id, inode and pid; failures are logged (expected ones at debug).
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::path::Path;
@@ -10,18 +9,19 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use parking_lot::Mutex;
-
 use fuser::{
     AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
     Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use parking_lot::Mutex;
+
+use crate::lifecycle::holders::Tracker;
 
 use super::error::{FsError, Level};
+use super::passthrough::{self, Backings, Decision};
 use super::{Attr, Caller, DirEntry, FType, SetAttr, View};
-use crate::lifecycle::holders::Tracker;
 
 pub struct WorktreeFs {
     pub view: Arc<View>,
@@ -35,44 +35,7 @@ pub struct WorktreeFs {
     passthrough: std::sync::atomic::AtomicBool,
     /// Listings with the entries' attributes: asked for unless `mount --no-readdirplus`.
     want_readdirplus: bool,
-    backings: Mutex<Backings>,
-}
-
-/// Backing files registered with the kernel, and which inodes have handles doing I/O
-/// through the daemon. The kernel keeps one I/O mode per inode while it is open: every
-/// passthrough open must name the same backing file, and no open through its page cache
-/// may stand next to a passthrough one (it refuses such an open with EIO).
-#[derive(Default)]
-struct Backings {
-    /// Handle -> its inode and backing.
-    by_fh: HashMap<u64, (u64, Arc<BackingId>)>,
-    /// Inode -> its backing (while any handle holds it) and the backing file's identity;
-    /// the entry goes with the inode's last handle, which closes the backing.
-    by_ino: HashMap<u64, (Arc<BackingId>, (u64, u64))>,
-    /// Handles doing I/O through the daemon, and how many each inode has.
-    cached_fh: HashMap<u64, u64>,
-    cached: HashMap<u64, usize>,
-}
-
-impl Backings {
-    /// Handle `fh` is closed: its share of a backing file, or of the inode's handles
-    /// through the daemon, goes.
-    fn release(&mut self, fh: u64) {
-        if let Some((ino, id)) = self.by_fh.remove(&fh) {
-            // Ours and the inode entry's: the last handle of this inode.
-            if Arc::strong_count(&id) == 2 {
-                self.by_ino.remove(&ino);
-            }
-        }
-        if let Some(ino) = self.cached_fh.remove(&fh) {
-            if let Some(n) = self.cached.get_mut(&ino) {
-                *n -= 1;
-                if *n == 0 {
-                    self.cached.remove(&ino);
-                }
-            }
-        }
-    }
+    backings: Mutex<Backings<BackingId>>,
 }
 
 /// How an open is answered.
@@ -151,71 +114,116 @@ impl WorktreeFs {
         } else {
             FopenFlags::empty()
         };
-        if !self.passthrough.load(Ordering::Relaxed) {
-            return OpenMode::Daemon(keep);
+        let decision = passthrough::decide(
+            &self.backings,
+            &self.passthrough,
+            fh,
+            ino,
+            on_base,
+            || self.view.backing_for(fh),
+            register,
+        );
+        match decision {
+            Decision::Passthrough(id) => OpenMode::Passthrough(id),
+            Decision::Daemon => OpenMode::Daemon(keep),
+            Decision::DirectIo => OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO),
         }
-        let through_daemon = |b: &mut Backings| {
-            b.cached_fh.insert(fh, ino);
-            *b.cached.entry(ino).or_insert(0) += 1;
-            OpenMode::Daemon(keep)
+    }
+
+    /// Fills a READDIRPLUS reply: each entry is looked up and counted as a LOOKUP
+    /// would be, the one that does not fit is given back.
+    fn fill_listing_plus(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries = self.entries_from(ino, fh, offset);
+        let entries = match entries {
+            Ok(entries) => entries,
+            Err(e) => return reply.error(errno("readdirplus", e)),
         };
-        // Decided under the lock; the backing file is opened outside it (a syscall and
-        // the view's locks), then the decision is checked again before registering.
-        let must_share_daemon = |b: &Backings| {
-            !b.by_ino.contains_key(&ino)
-                && (on_base || b.cached.get(&ino).copied().unwrap_or(0) > 0)
-        };
-        {
-            let mut b = self.backings.lock();
-            if must_share_daemon(&b) {
-                return through_daemon(&mut b);
-            }
-        }
-        let opened = self.view.backing_for(fh);
-        let mut b = self.backings.lock();
-        let (file, key) = match opened {
-            Ok(Some(backing)) => (backing.file, backing.key),
-            Ok(None) => return through_daemon(&mut b),
-            Err(e) => {
-                tracing::warn!("no passthrough for this open: {}", e.message);
-                if b.by_ino.contains_key(&ino) {
-                    return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+        for (sent, (next, e)) in entries.into_iter().enumerate() {
+            let full = if e.name == "." || e.name == ".." {
+                // The kernel links neither: it reads only the inode number and type.
+                let attr = bare_attr(e.ino, kind(e.kind));
+                reply.add(
+                    INodeNo(e.ino),
+                    next,
+                    &e.name,
+                    &Duration::ZERO,
+                    &attr,
+                    Generation(0),
+                )
+            } else {
+                // The kernel links every other entry it is given, as if it had looked
+                // the name up, and forgets it later: the lookup is done and counted here.
+                match self.view.lookup_listed(ino.0, &e.name) {
+                    Ok(found) => {
+                        let full = reply.add(
+                            INodeNo(found.attr.ino),
+                            next,
+                            &e.name,
+                            &found.ttl,
+                            &fattr(&found.attr),
+                            Generation(0),
+                        );
+                        if full {
+                            // Not sent: the kernel does not know it from this reply.
+                            self.view.forget(found.attr.ino, 1);
+                        }
+                        full
+                    }
+                    Err(err)
+                        if !matches!(err.errno(), libc::ENOENT | libc::ESTALE | libc::EBUSY) =>
+                    {
+                        // Its attributes cannot be read. Sent without them, the name
+                        // would be dropped from `readdir` (inode 0, see below) without a
+                        // word: the reply ends before it instead, and the next request
+                        // lists it as a plain READDIR (unless names here were looked at
+                        // in between: then it fails with the error, for the caller to see).
+                        if sent == 0 {
+                            return reply.error(errno("readdirplus", err));
+                        }
+                        tracing::debug!(
+                            op = "readdirplus",
+                            errno = err.errno(),
+                            "reply ends before {:?}: {}",
+                            e.name,
+                            err.message
+                        );
+                        true
+                    }
+                    Err(err) => {
+                        // Listed a moment ago but gone now (removed meanwhile, or a
+                        // worktree being deleted, which cannot be entered): sent with
+                        // inode 0, which the kernel passes on without linking (and
+                        // glibc before 2.37 leaves out).
+                        tracing::debug!(
+                            op = "readdirplus",
+                            errno = err.errno(),
+                            "{:?} listed without attributes: {}",
+                            e.name,
+                            err.message
+                        );
+                        let attr = bare_attr(0, kind(e.kind));
+                        reply.add(
+                            INodeNo(0),
+                            next,
+                            &e.name,
+                            &Duration::ZERO,
+                            &attr,
+                            Generation(0),
+                        )
+                    }
                 }
-                return through_daemon(&mut b);
-            }
-        };
-        if let Some((id, k)) = b.by_ino.get(&ino) {
-            if *k != key {
-                // Cannot happen while an inode keeps its upper file; said loudly if it does.
-                tracing::error!(
-                    "inode {ino} is open with another backing file; this open is served by the daemon"
-                );
-                return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
-            }
-            let id = id.clone();
-            b.by_fh.insert(fh, (ino, id.clone()));
-            return OpenMode::Passthrough(id);
-        }
-        if must_share_daemon(&b) {
-            return through_daemon(&mut b);
-        }
-        match register(&file) {
-            Ok(id) => {
-                let id = Arc::new(id);
-                b.by_ino.insert(ino, (id.clone(), key));
-                b.by_fh.insert(fh, (ino, id.clone()));
-                OpenMode::Passthrough(id)
-            }
-            Err(e) => {
-                // Turned off for the session: every later open goes through the daemon.
-                if self.passthrough.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(
-                        "FUSE passthrough turned off: registering a backing file failed ({e}); file I/O goes through the daemon"
-                    );
-                }
-                through_daemon(&mut b)
+            };
+            if full {
+                break;
             }
         }
+        reply.ok();
     }
 
     /// A request inside a worktree: its process is covered by a lease, or takes one.
@@ -327,7 +335,6 @@ fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
         gid: req.gid(),
-        pid: req.pid(),
     }
 }
 
@@ -746,95 +753,11 @@ impl Filesystem for WorktreeFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
         span!("readdirplus", req, ino.0);
         enter_or_reply!(self, req, ino, true, reply);
-        let entries = self.entries_from(ino, fh, offset);
-        let entries = match entries {
-            Ok(entries) => entries,
-            Err(e) => return reply.error(errno("readdirplus", e)),
-        };
-        for (sent, (next, e)) in entries.into_iter().enumerate() {
-            let full = if e.name == "." || e.name == ".." {
-                // The kernel links neither: it reads only the inode number and type.
-                let attr = bare_attr(e.ino, kind(e.kind));
-                reply.add(
-                    INodeNo(e.ino),
-                    next,
-                    &e.name,
-                    &Duration::ZERO,
-                    &attr,
-                    Generation(0),
-                )
-            } else {
-                // The kernel links every other entry it is given, as if it had looked
-                // the name up, and forgets it later: the lookup is done and counted here.
-                match self.view.lookup_listed(ino.0, &e.name) {
-                    Ok(found) => {
-                        let full = reply.add(
-                            INodeNo(found.attr.ino),
-                            next,
-                            &e.name,
-                            &found.ttl,
-                            &fattr(&found.attr),
-                            Generation(0),
-                        );
-                        if full {
-                            // Not sent: the kernel does not know it from this reply.
-                            self.view.forget(found.attr.ino, 1);
-                        }
-                        full
-                    }
-                    Err(err)
-                        if !matches!(err.errno(), libc::ENOENT | libc::ESTALE | libc::EBUSY) =>
-                    {
-                        // Its attributes cannot be read. Sent without them, the name
-                        // would be dropped from `readdir` (inode 0, see below) without a
-                        // word: the reply ends before it instead, and the next request
-                        // lists it as a plain READDIR (unless names here were looked at
-                        // in between: then it fails with the error, for the caller to see).
-                        if sent == 0 {
-                            return reply.error(errno("readdirplus", err));
-                        }
-                        tracing::debug!(
-                            op = "readdirplus",
-                            errno = err.errno(),
-                            "reply ends before {:?}: {}",
-                            e.name,
-                            err.message
-                        );
-                        true
-                    }
-                    Err(err) => {
-                        // Listed a moment ago but gone now (removed meanwhile, or a
-                        // worktree being deleted, which cannot be entered): sent with
-                        // inode 0, which the kernel passes on without linking (and
-                        // glibc before 2.37 leaves out).
-                        tracing::debug!(
-                            op = "readdirplus",
-                            errno = err.errno(),
-                            "{:?} listed without attributes: {}",
-                            e.name,
-                            err.message
-                        );
-                        let attr = bare_attr(0, kind(e.kind));
-                        reply.add(
-                            INodeNo(0),
-                            next,
-                            &e.name,
-                            &Duration::ZERO,
-                            &attr,
-                            Generation(0),
-                        )
-                    }
-                }
-            };
-            if full {
-                break;
-            }
-        }
-        reply.ok();
+        self.fill_listing_plus(ino, fh, offset, reply);
     }
 
     fn releasedir(

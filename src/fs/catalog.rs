@@ -203,3 +203,123 @@ impl Catalog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn repo(id: i64) -> RepoRow {
+        RepoRow {
+            id,
+            name: format!("r{id}"),
+            path: PathBuf::from("/nowhere"),
+            gitdir: PathBuf::from("/nowhere/.git"),
+            added_at: 0,
+        }
+    }
+
+    fn row(id: i64, name: &str, state: State) -> WorktreeRow {
+        WorktreeRow {
+            id,
+            repo_id: 1,
+            repo: "r1".into(),
+            name: name.into(),
+            branch: None,
+            branch_created: false,
+            base_commit: String::new(),
+            base_tree: String::new(),
+            base_mtime: 0,
+            uid: 0,
+            gid: 0,
+            admin_name: name.into(),
+            state,
+            created_at: 0,
+            state_changed_at: 10 + id,
+            removal: None,
+        }
+    }
+
+    fn ctx(row: &WorktreeRow, _: &RepoRow) -> anyhow::Result<WtCtx> {
+        if row.name == "broken" {
+            anyhow::bail!("its directory is missing");
+        }
+        Ok(WtCtx {
+            id: row.id,
+            repo_id: row.repo_id,
+            repo: row.repo.clone(),
+            name: row.name.clone(),
+            gitdir: PathBuf::new(),
+            base_tree: git2::Oid::zero(),
+            base_mtime: SystemTime::UNIX_EPOCH,
+            uid: 0,
+            gid: 0,
+            upper: PathBuf::new(),
+            work: PathBuf::new(),
+            gitfile: Vec::new(),
+            sizes_seeded: false.into(),
+            journal: Default::default(),
+        })
+    }
+
+    /// An update keeps the contexts of worktrees already served, says when the set
+    /// changed, which worktrees just began deleting or are gone, and which are idle.
+    #[test]
+    fn an_update_keeps_contexts_and_names_what_the_kernel_must_forget() {
+        let cat = Catalog::new();
+        let first = cat.update(
+            1,
+            vec![repo(1)],
+            vec![row(1, "a", State::Active), row(2, "b", State::Ready)],
+            ctx,
+        );
+        assert!(first.changed);
+        assert_eq!(first.repo_ids, vec![1]);
+        assert!(first.now_deleting.is_empty());
+        assert_eq!(cat.data_version(), 1);
+        let a = cat.worktree(1, "a").unwrap();
+        let idle: Vec<(i64, i64)> = cat.idle().iter().map(|(s, w)| (*s, w.id)).collect();
+        assert_eq!(idle, vec![(12, 2)], "only the ready one is idle");
+
+        // Same set, b now deleting: not a change of the set, but b must be looked up again.
+        let second = cat.update(
+            2,
+            vec![repo(1)],
+            vec![row(1, "a", State::Active), row(2, "b", State::Deleting)],
+            ctx,
+        );
+        assert!(!second.changed);
+        assert_eq!(second.now_deleting, vec![(repo_ino(1), "b".into())]);
+        assert!(
+            Arc::ptr_eq(&a, &cat.worktree(1, "a").unwrap()),
+            "context kept"
+        );
+        assert_eq!(cat.state(2), Some(State::Deleting));
+
+        // Still deleting: nothing new to forget. Then b goes, and a worktree that cannot be
+        // served is left out.
+        let third = cat.update(
+            3,
+            vec![repo(1)],
+            vec![row(1, "a", State::Active), row(2, "b", State::Deleting)],
+            ctx,
+        );
+        assert!(third.now_deleting.is_empty());
+        let fourth = cat.update(
+            4,
+            vec![repo(1)],
+            vec![row(1, "a", State::Active), row(3, "broken", State::Ready)],
+            ctx,
+        );
+        assert!(fourth.changed);
+        assert_eq!(fourth.now_deleting, vec![(repo_ino(1), "b".into())]);
+        assert!(cat.worktree(1, "broken").is_none());
+        assert_eq!(cat.worktrees().len(), 1);
+        assert_eq!(cat.worktree_named("r1", "a").map(|w| w.id), Some(1));
+        assert_eq!(
+            cat.worktree_by_id(1).map(|w| w.name.clone()),
+            Some("a".into())
+        );
+        assert_eq!(cat.repo_named(b"r1").map(|r| r.id), Some(1));
+    }
+}

@@ -21,7 +21,7 @@ use super::types::FType;
 use super::view::{exists, lstat, marker, View};
 
 /// FICLONE where the filesystem shares extents, else copy_file_range (std::io::copy uses it).
-pub(super) fn clone_or_copy(src: &File, dst: &File, _size: u64) -> io::Result<()> {
+pub(super) fn clone_or_copy(src: &File, dst: &File) -> io::Result<()> {
     const FICLONE: libc::c_ulong = 0x4004_9409;
     // SAFETY: both descriptors are open for the duration of the call.
     let rc = unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) };
@@ -174,7 +174,7 @@ impl View {
                 .ensure(&wt.gitdir, base.oid, size)
                 .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?;
             let src = File::open(&src_path).map_err(|e| FsError::io("opening cached blob", e))?;
-            clone_or_copy(&src, &dst, size).map_err(|e| FsError::io("copying blob", e))?;
+            clone_or_copy(&src, &dst).map_err(|e| FsError::io("copying blob", e))?;
         }
         let perm = if base.mode == MODE_EXEC { 0o755 } else { 0o644 };
         dst.set_permissions(fs::Permissions::from_mode(perm))

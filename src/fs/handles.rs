@@ -1,6 +1,7 @@
 //! Open files: the handle table, open, read, write, fsync and release, and the backing
 //! file an open hands to the kernel for passthrough.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -10,10 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use git2::Oid;
-use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-use std::collections::HashMap;
-use parking_lot::Mutex;
+use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::control::ControlDir;
 use super::error::{ErrorKind, FsError, FsResult};

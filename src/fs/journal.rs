@@ -1,7 +1,6 @@
 //! What git's fsmonitor hook asks: each change made through a view is recorded in its
 //! worktree's journal, and a query answers the paths changed since a token.
 
-use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::fs::{self};
@@ -11,13 +10,16 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use git2::Oid;
+use parking_lot::Mutex;
 
 use crate::git::{self, MODE_TREE};
-use crate::layout::{OPAQUE_MARKER, RESERVED_PREFIX, WHITEOUT_PREFIX};
+use crate::layout::RESERVED_PREFIX;
+use crate::layout::{Unreadable, UpperDir};
 
 use super::error::{ErrorKind, FsError, FsResult};
+use super::nodes::join_rel;
 use super::overlay::WtCtx;
-use super::view::{exists, View, GITFILE_NAME};
+use super::view::{View, GITFILE_NAME};
 
 /// How many changes a worktree's journal keeps before older tokens get the full answer.
 const JOURNAL_CAPACITY: usize = 65_536;
@@ -157,12 +159,8 @@ impl View {
     /// Records that the name `name` in directory `parent` changed (created or removed).
     pub(super) fn note_child(&self, parent: u64, name: &OsStr) {
         let t = self.nodes.read();
-        if let (Ok((wt, _, _)), Ok(mut rel)) = (t.wt_of(parent), t.rel_path(parent)) {
+        if let (Ok((wt, _, _)), Ok(rel)) = (t.wt_of(parent), t.child_rel_path(parent, name)) {
             drop(t);
-            if !rel.is_empty() {
-                rel.push(b'/');
-            }
-            rel.extend_from_slice(name.as_bytes());
             self.note(&wt, &rel);
         }
     }
@@ -176,13 +174,10 @@ impl View {
             if name.as_bytes().starts_with(RESERVED_PREFIX) {
                 continue;
             }
-            let join = |base: &[u8]| {
-                let mut p = base.to_vec();
-                p.push(b'/');
-                p.extend_from_slice(name.as_bytes());
-                p
-            };
-            let (new, old) = (join(rel), join(old_rel));
+            let (new, old) = (
+                join_rel(rel, name.as_bytes()),
+                join_rel(old_rel, name.as_bytes()),
+            );
             self.note(wt, &new);
             self.note(wt, &old);
             if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
@@ -251,15 +246,9 @@ impl View {
         base: Option<Oid>,
         out: &mut Vec<Vec<u8>>,
     ) -> FsResult<()> {
-        let join = |name: &[u8]| {
-            let mut p = rel.to_vec();
-            if !p.is_empty() {
-                p.push(b'/');
-            }
-            p.extend_from_slice(name);
-            p
-        };
-        let opaque = exists(&dir.join(OPAQUE_MARKER));
+        let join = |name: &[u8]| join_rel(rel, name);
+        let upper = UpperDir::read(dir, Unreadable::Skip)
+            .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
         let listing = match base {
             Some(tree) => Some(
                 self.objects
@@ -268,48 +257,41 @@ impl View {
             ),
             None => None,
         };
-        if opaque {
+        if upper.opaque {
             if let Some(l) = &listing {
                 for e in &l.entries {
                     self.base_paths(wt, e, &join(e.name.as_bytes()), out)?;
                 }
             }
         }
-        let rd =
-            fs::read_dir(dir).map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let b = name.as_bytes();
-            if let Some(hidden) = b.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
-                // A deleted base directory hides everything below it.
-                match listing
-                    .as_ref()
-                    .and_then(|l| l.get(OsStr::from_bytes(hidden)))
-                {
-                    Some(entry) => self.base_paths(wt, entry, &join(hidden), out)?,
-                    None => out.push(join(hidden)),
-                }
+        for hidden in &upper.whiteouts {
+            // A deleted base directory hides everything below it.
+            match listing.as_ref().and_then(|l| l.get(hidden)) {
+                Some(entry) => self.base_paths(wt, entry, &join(hidden.as_bytes()), out)?,
+                None => out.push(join(hidden.as_bytes())),
+            }
+        }
+        for e in &upper.entries {
+            let name = &e.file_name();
+            if rel.is_empty() && name == GITFILE_NAME {
                 continue;
             }
-            if b.starts_with(RESERVED_PREFIX) || (rel.is_empty() && name == GITFILE_NAME) {
-                continue;
-            }
-            let path = join(b);
+            let path = join(name.as_bytes());
             out.push(path.clone());
             if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                let below = if opaque {
+                let below = if upper.opaque {
                     None
                 } else {
                     listing
                         .as_ref()
-                        .and_then(|l| l.get(&name))
+                        .and_then(|l| l.get(name))
                         .filter(|entry| entry.mode == MODE_TREE)
                         .map(|entry| entry.oid)
                 };
                 self.upper_paths(wt, &e.path(), &path, below, out)?;
-            } else if let Some(entry) = listing.as_ref().and_then(|l| l.get(&name)) {
+            } else if let Some(entry) = listing.as_ref().and_then(|l| l.get(name)) {
                 // A file where the base has a directory: the directory's files are gone.
-                if entry.mode == MODE_TREE && !opaque {
+                if entry.mode == MODE_TREE && !upper.opaque {
                     self.base_paths(wt, entry, &path, out)?;
                 }
             }
@@ -332,10 +314,7 @@ impl View {
                 .tree(&wt.gitdir, entry.oid)
                 .map_err(|e| FsError::git("reading tree", e))?;
             for e in &l.entries {
-                let mut p = path.to_vec();
-                p.push(b'/');
-                p.extend_from_slice(e.name.as_bytes());
-                self.base_paths(wt, e, &p, out)?;
+                self.base_paths(wt, e, &join_rel(path, e.name.as_bytes()), out)?;
             }
         }
         Ok(())

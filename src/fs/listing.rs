@@ -1,24 +1,24 @@
 //! Directory listings: the merge of an upper directory and its base tree, and the
 //! readdir offsets the kernel continues from.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::ino;
-use crate::layout::{RESERVED_PREFIX, WHITEOUT_PREFIX};
-
 use parking_lot::Mutex;
-use std::collections::HashMap;
+
+use crate::ino;
+use crate::layout::{Unreadable, UpperDir};
 
 use super::catalog::repo_ino;
 use super::control::{control_ino, is_control_dir, ControlDir, CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::HandleKind;
+use super::nodes::join_rel;
 use super::nodes::{NodeKind, NodeTable, ROOT_INO};
 use super::types::{DirEntry, FType};
 use super::view::{View, GITFILE_NAME};
@@ -52,29 +52,16 @@ impl View {
             return Err(FsError::not_dir());
         }
         let rel = t.rel_path(ino)?;
-        let child_ino = |name: &[u8]| {
-            let mut p = rel.clone();
-            if !p.is_empty() {
-                p.push(b'/');
-            }
-            p.extend_from_slice(name);
-            ino::path_ino(wt.id, &p)
-        };
+        let child_ino = |name: &[u8]| ino::path_ino(wt.id, &join_rel(&rel, name));
         let mut names: BTreeMap<OsString, DirEntry> = BTreeMap::new();
-        let mut whiteouts: HashSet<OsString> = HashSet::new();
+        let mut upper = UpperDir::default();
         if ov.in_upper {
             let dir = t.upper_path(ino)?;
-            let rd = fs::read_dir(&dir)
+            upper = UpperDir::read(&dir, Unreadable::Fail)
                 .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
-            for e in rd {
-                let e = e.map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+            for e in &upper.entries {
                 let name = e.file_name();
-                let b = name.as_bytes();
-                if let Some(hidden) = b.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
-                    whiteouts.insert(OsStr::from_bytes(hidden).to_os_string());
-                    continue;
-                }
-                if b.starts_with(RESERVED_PREFIX) || (is_root && name == GITFILE_NAME) {
+                if is_root && name == GITFILE_NAME {
                     continue;
                 }
                 let ft = e
@@ -94,7 +81,7 @@ impl View {
                 names.insert(
                     name.clone(),
                     DirEntry {
-                        ino: child_ino(b),
+                        ino: child_ino(name.as_bytes()),
                         kind,
                         name,
                     },
@@ -103,7 +90,7 @@ impl View {
         }
         if let Some(listing) = self.base_tree_of(&wt, &ov)? {
             for e in &listing.entries {
-                if names.contains_key(&e.name) || whiteouts.contains(&e.name) {
+                if names.contains_key(&e.name) || upper.whiteouts.contains(&e.name) {
                     continue;
                 }
                 names.insert(

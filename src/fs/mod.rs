@@ -24,6 +24,7 @@ mod namespace;
 mod nodes;
 mod ops;
 mod overlay;
+mod passthrough;
 mod remove;
 mod types;
 mod view;

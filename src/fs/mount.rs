@@ -7,9 +7,10 @@ use std::sync::Arc;
 use anyhow::anyhow;
 use fuser::{Config, MountOption, Session, SessionACL};
 
+use crate::lifecycle::holders::Tracker;
+
 use super::adapter::WorktreeFs;
 use super::{Inval, View};
-use crate::lifecycle::holders::Tracker;
 
 pub struct MountOptions {
     /// Threads answering requests.

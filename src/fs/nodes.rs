@@ -56,6 +56,18 @@ impl Node {
     }
 }
 
+/// The path `name` in the directory at `rel` (both relative to the worktree; `rel` empty
+/// for the worktree's own directory).
+pub(super) fn join_rel(rel: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(rel.len() + 1 + name.len());
+    p.extend_from_slice(rel);
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
 /// The inode table. Memory per node bounds a mount with many worktrees (see
 /// `inomap.rs`): nodes live in a slab, and the name index keeps no copy of the names.
 pub(super) struct NodeTable {
@@ -352,6 +364,11 @@ impl NodeTable {
             out.extend_from_slice(p.as_bytes());
         }
         Ok(out)
+    }
+
+    /// The path of the name `name` in directory `parent`, relative to its worktree.
+    pub(super) fn child_rel_path(&self, parent: u64, name: &OsStr) -> FsResult<Vec<u8>> {
+        Ok(join_rel(&self.rel_path(parent)?, name.as_bytes()))
     }
 
     pub(super) fn wt_of(&self, ino: u64) -> FsResult<(Arc<WtCtx>, Overlay, bool)> {

@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -33,11 +33,7 @@ impl View {
         let mut t = self.nodes.write();
         let (wt, _, _) = t.wt_of(parent)?;
         t.detach_name(parent, name);
-        let mut rel = t.rel_path(parent)?;
-        if !rel.is_empty() {
-            rel.push(b'/');
-        }
-        rel.extend_from_slice(name.as_bytes());
+        let rel = t.child_rel_path(parent, name)?;
         let natural = ino::path_ino(wt.id, &rel);
         let ino = t.insert_child(
             parent,

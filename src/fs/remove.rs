@@ -2,15 +2,15 @@
 
 use std::ffi::OsStr;
 use std::fs::{self};
-use std::os::unix::ffi::OsStrExt;
 
-use crate::layout::{whiteout_name, OPAQUE_MARKER, RESERVED_PREFIX};
+use crate::layout::{whiteout_name, OPAQUE_MARKER};
+use crate::layout::{Unreadable, UpperDir};
 
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;
 use super::overlay::Overlay;
 use super::types::FType;
-use super::view::{check_name, exists, marker, not_supported, View};
+use super::view::{check_name, marker, not_supported, View};
 
 impl View {
     pub(super) fn remove_checks(
@@ -79,18 +79,17 @@ impl View {
                 !self.merged_listing(&t, ino)?.is_empty()
             }
             None => {
-                let upper_has = ov.in_upper
-                    && fs::read_dir(&path)
-                        .map_err(|e| FsError::io("listing", e))?
-                        .flatten()
-                        .any(|e| !e.file_name().as_bytes().starts_with(RESERVED_PREFIX));
+                let upper = if ov.in_upper {
+                    UpperDir::read(&path, Unreadable::Skip)
+                        .map_err(|e| FsError::io(format!("listing {}", path.display()), e))?
+                } else {
+                    UpperDir::default()
+                };
                 let base_has = match self.base_tree_of(&wt, &ov)? {
-                    Some(l) => l
-                        .entries
-                        .iter()
-                        .any(|e| !(ov.in_upper && exists(&path.join(whiteout_name(&e.name))))),
+                    Some(l) => l.entries.iter().any(|e| upper.shows_base(&e.name)),
                     None => false,
                 };
+                let upper_has = !upper.entries.is_empty();
                 upper_has || base_has
             }
         };
@@ -239,16 +238,7 @@ impl View {
         self.note_child(parent, name);
         self.note_child(newparent, newname);
         if src.ftype == FType::Dir {
-            let rel_of = |p: u64, n: &OsStr| {
-                let t = self.nodes.read();
-                t.rel_path(p).map(|mut r| {
-                    if !r.is_empty() {
-                        r.push(b'/');
-                    }
-                    r.extend_from_slice(n.as_bytes());
-                    r
-                })
-            };
+            let rel_of = |p: u64, n: &OsStr| self.nodes.read().child_rel_path(p, n);
             if let (Ok(new_rel), Ok(old_rel)) = (rel_of(newparent, newname), rel_of(parent, name)) {
                 self.note_moved_tree(&wt, &to, &new_rel, &old_rel);
             }

@@ -97,7 +97,6 @@ pub struct Statfs {
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
-    pub pid: u32,
 }
 
 /// A file the kernel reads and writes directly for an open handle (FUSE passthrough), and

@@ -1,14 +1,24 @@
 //! The view: the struct that composes the node table, the catalog, the handles and the
 //! object caches; its lock order; lookup, forget and getattr.
+//!
+//! ## Locks (take them in this order, never the reverse)
+//!
+//! 1. `mutate`: one namespace change at a time (create, unlink, rename, copy-up, …).
+//! 2. `nodes` (`nodes.rs`): the inode table, read-locked by lookups, getattr and path
+//!    resolution, write-locked to add, move or forget nodes. No thread takes it while it
+//!    already holds it, not even to read twice (parking_lot's lock is fair: a second read
+//!    waits behind a queued writer, which waits for the first).
+//! 3. `handles` (`handles.rs`): the open handles (a brief map lookup).
+//! 4. `catalog` (`catalog.rs`) and `store`: repositories and worktrees from SQLite, taken
+//!    only at the top of the mount and in mkdir/rmdir of a worktree, never on the read
+//!    path.
 
 use std::ffi::{CString, OsStr};
 use std::fs::{self};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLockWriteGuard};
@@ -45,7 +55,10 @@ pub(super) const TOP_TTL: Duration = Duration::from_secs(1);
 /// `.control` files change with every lease and state change: never cached.
 pub(super) const CONTROL_TTL: Duration = Duration::ZERO;
 
+/// The name of a worktree's virtual `.git` file.
 pub const GITFILE_NAME: &str = ".git";
+
+/// The daemon's counters, shown in `.control/stats`.
 #[derive(Default)]
 pub struct Stats {
     /// read() requests served on worktree content (not `.git` or `.control`).
@@ -67,6 +80,8 @@ pub struct Stats {
     pub xattr_requests: AtomicU64,
 }
 
+/// The filesystem core: every operation the adapter calls, on plain values, with no
+/// mount needed. Each part owns its state and lock; see the lock order above.
 pub struct View {
     pub(super) state: StateDir,
     pub(super) mountpoint: PathBuf,
@@ -334,11 +349,7 @@ impl View {
                         e
                     })?;
                 let mut t = self.nodes.write();
-                let mut rel = t.rel_path(parent)?;
-                if !rel.is_empty() {
-                    rel.push(b'/');
-                }
-                rel.extend_from_slice(name.as_bytes());
+                let rel = t.child_rel_path(parent, name)?;
                 let natural = ino::path_ino(wt.id, &rel);
                 let ino = t.insert_child(
                     parent,

@@ -1,14 +1,13 @@
 //! Finding a repository, resolving a revision, and the admin entry of a linked worktree
 //! under `<gitdir>/worktrees/`.
 
-use crate::durable::write_synced;
-
 use std::fs;
-
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
 use git2::{Oid, Repository};
+
+use crate::durable::write_synced;
 
 /// The repository's common git directory and its work tree (None when bare).
 pub fn discover(path: &Path) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {

@@ -1,13 +1,12 @@
 //! git's index file format: encoding the entries written at creation, the running SHA-1
 //! that lets a copy finish its checksum, and reading blob sizes back from a cached index.
 
-use super::MODE_GITLINK;
-
 use git2::Oid;
-
 use sha1::{Digest, Sha1};
 
 use crate::ino::path_ino_low;
+
+use super::MODE_GITLINK;
 
 /// One index entry, with the stat data the view will report for it.
 pub struct IndexEntry {

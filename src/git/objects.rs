@@ -1,18 +1,18 @@
 //! Reading base trees and blobs, through per-thread `git2::Repository` handles so readers
 //! never share a lock, with caches of trees and blob sizes.
 
-use super::index::decode_index_sizes;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs;
-
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use git2::{ObjectType, Oid, Repository};
 use parking_lot::Mutex;
+
+use super::index::decode_index_sizes;
 
 thread_local! {
     static REPOS: RefCell<HashMap<PathBuf, Repository>> = RefCell::new(HashMap::new());

@@ -1,16 +1,14 @@
 //! The walk of a base tree that lists the index's entries and, in the same pass, the
 //! directories git's untracked cache needs.
 
-use super::index::IndexEntry;
-use super::{MODE_GITLINK, MODE_TREE};
-
 use std::collections::HashMap;
-
 use std::fs;
-
 use std::path::{Path, PathBuf};
 
 use git2::{Oid, Repository};
+
+use super::index::IndexEntry;
+use super::{MODE_GITLINK, MODE_TREE};
 
 /// Every blob, symlink and gitlink of `tree`, recursively, with sizes: from `known` (sizes
 /// already learnt, e.g. from the index of a nearby commit) where it has them, else from the

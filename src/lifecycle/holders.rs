@@ -320,7 +320,12 @@ impl Tracker {
         };
         match self.store.lock().acquire_lease(worktree_id, &lease, reason) {
             Ok(_) => {}
-            Err(e) => return Err(e),
+            Err(e) => {
+                if let LeaseError::Db(db) = &e {
+                    tracing::warn!("recording a process lease failed: {db}");
+                }
+                return Err(e);
+            }
         }
         self.watch(Watched {
             worktree_id,

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
-use super::*;
 use crate::lease::State;
+
+use super::*;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RepoRow {

@@ -495,3 +495,47 @@ pub fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A small deterministic generator (64-bit LCG, high bits), so a random sequence in a
+/// model test reproduces from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// Unmounts a daemon started in the background (`worktreefs mount` without
+/// `--foreground`) when dropped, even when the test fails: through the CLI, then by
+/// detaching whatever is still mounted.
+pub struct UnmountOnDrop {
+    pub state: PathBuf,
+    pub mountpoint: PathBuf,
+}
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        let _ = wtfs(&self.state, &["unmount"]);
+        if is_mounted(&self.mountpoint) {
+            detach(&self.mountpoint);
+        }
+    }
+}

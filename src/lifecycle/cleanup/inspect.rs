@@ -2,9 +2,7 @@
 //! index and the merged view against HEAD's tree, untracked files against the ignore rules.
 
 use std::collections::BTreeSet;
-
 use std::fs;
-
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -13,7 +11,7 @@ use git2::{ObjectType, Oid, Repository, Tree};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use crate::git::{MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
-use crate::layout::{OPAQUE_MARKER, RESERVED_PREFIX, WHITEOUT_PREFIX};
+use crate::layout::{Unreadable, UpperDir};
 
 use super::*;
 
@@ -258,17 +256,15 @@ impl<'r> Walker<'r> {
         let mut whiteouts: BTreeSet<Vec<u8>> = BTreeSet::new();
         let mut opaque = false;
         if let Some(u) = upper {
-            for e in fs::read_dir(u).map_err(|e| format!("listing {}: {e}", u.display()))? {
-                let e = e.map_err(|e| e.to_string())?;
-                let n = e.file_name().as_bytes().to_vec();
-                if n == OPAQUE_MARKER.as_bytes() {
-                    opaque = true;
-                } else if let Some(h) = n.strip_prefix(WHITEOUT_PREFIX.as_bytes()) {
-                    whiteouts.insert(h.to_vec());
-                } else if !n.starts_with(RESERVED_PREFIX) {
-                    up_names.insert(n);
-                }
-            }
+            let dir = UpperDir::read(u, Unreadable::Fail)
+                .map_err(|e| format!("listing {}: {e}", u.display()))?;
+            opaque = dir.opaque;
+            whiteouts.extend(dir.whiteouts.iter().map(|n| n.as_bytes().to_vec()));
+            up_names.extend(
+                dir.entries
+                    .iter()
+                    .map(|e| e.file_name().as_bytes().to_vec()),
+            );
         }
         let base = if opaque { None } else { base };
         let base_visible = |n: &[u8]| !whiteouts.contains(n);

@@ -2,7 +2,6 @@
 //! entries, and the cleanup of every worktree left without a lease at unmount.
 
 use std::fs;
-
 use std::path::Path;
 
 use crate::lease::State;

@@ -4,7 +4,6 @@
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
-
 use std::path::Path;
 
 use git2::{Oid, Repository};
