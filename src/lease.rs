@@ -7,7 +7,7 @@
 //!   └──────────────────────────── lease / reclaim ◀──────────────────────────────┘
 //! ```
 //!
-//! The decisions are pure functions here, tested row by row; `store.rs` applies them inside
+//! The decisions are pure functions here, tested row by row; `store/leases.rs` applies them inside
 //! SQLite transactions (the last release and the `deleting` mark each in one).
 
 use std::fmt;
@@ -36,7 +36,7 @@ impl State {
         })
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             State::Ready => "ready",
             State::Active => "active",

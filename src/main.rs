@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand};
-
 use worktreefs::daemon::{self, MountRequest};
 use worktreefs::git;
 use worktreefs::lease::State;

@@ -809,18 +809,12 @@ fn random_operations_through_the_mount_agree_with_a_plain_directory() {
             &env.repo.path(),
         );
         fs::create_dir_all(plain.path().join("vendor/sub")).unwrap();
-        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut log = Vec::new();
         for step in 0..80 {
-            let a = paths[(next() % paths.len() as u64) as usize];
-            let b = paths[(next() % paths.len() as u64) as usize];
-            let kind = next() % 6;
+            let a = rng.pick(&paths);
+            let b = rng.pick(&paths);
+            let kind = rng.below(6);
             let apply = |root: &Path| -> bool {
                 let r = match kind {
                     0 => fs::write(root.join(a), format!("{seed}-{step}")),

@@ -116,7 +116,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     let tracker = {
         let view = view.clone();
         crate::lifecycle::holders::Tracker::new(
-            req.state.clone(),
+            &req.state,
             Box::new(move || view.catalog_changed()),
         )?
     };

@@ -10,7 +10,9 @@ use crate::ino;
 
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::{NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
+use super::types::Attr;
 use super::types::Entry;
+use super::view::ttl_of;
 use super::view::{View, CONTROL_TTL};
 
 pub(super) const CONTROL_INO: u64 = 2;
@@ -28,6 +30,11 @@ pub(super) enum ControlDir {
     FsMonitor,
 }
 
+/// `.control/status`: the table `worktreefs status` prints.
+const STATUS: &str = "status";
+/// `.control/stats`: the daemon's counters (JSON).
+const STATS: &str = "stats";
+
 /// What `.control` itself holds, stated once: inode, name, and the directory it is (None:
 /// a generated file of `.control` itself). The view's fixed nodes, the listing of
 /// `.control` and its names all come from here.
@@ -35,8 +42,8 @@ const LAYOUT: [(u64, &str, Option<ControlDir>); 6] = [
     (3, "leases", Some(ControlDir::Leases)),
     (4, "worktrees", Some(ControlDir::Worktrees)),
     (5, "retained", Some(ControlDir::Retained)),
-    (6, "status", None),
-    (7, "stats", None),
+    (6, STATUS, None),
+    (7, STATS, None),
     (
         8,
         crate::git::fsmonitor::CONTROL_DIR,
@@ -113,13 +120,13 @@ impl View {
         match (dir, name) {
             // Answered at open (a query has effects); nothing to show before.
             (ControlDir::FsMonitor, _) => Ok(Vec::new()),
-            (ControlDir::Top, "status") => {
+            (ControlDir::Top, STATUS) => {
                 let store = self.store.lock();
                 let rows = store.worktrees().map_err(store_err)?;
                 let leases = store.leases().map_err(store_err)?;
                 Ok(crate::report::status_table(&rows, &leases).into_bytes())
             }
-            (ControlDir::Top, "stats") => {
+            (ControlDir::Top, STATS) => {
                 let v = serde_json::json!({
                     "content_reads": self.stats.content_reads.load(Ordering::Relaxed),
                     "blob_fills": self.blob_fills(),
@@ -201,7 +208,7 @@ impl View {
         // content generated for each entry (a listing of N leases would generate N
         // times): its TTL is 0, so the kernel asks again (LOOKUP by path, GETATTR on an
         // open file; both generate it) before it uses the attributes for anything.
-        let listed_file = |ino: u64| self.memory_attr(ino, 0, SystemTime::now(), 0, 0);
+        let listed_file = |ino: u64| Attr::memory(ino, 0, SystemTime::now(), 0, 0);
         if dir == ControlDir::Top {
             // Fixed nodes: their lookup counts are never used up.
             let t = self.nodes.read();
@@ -214,7 +221,7 @@ impl View {
             };
             return Ok(Entry {
                 attr,
-                ttl: self.ttl_of(&t, ino),
+                ttl: ttl_of(&t, ino),
             });
         }
         if !listed && dir != ControlDir::FsMonitor && !self.control_names(dir)?.contains(&name_s) {

@@ -15,7 +15,7 @@ use crate::git::{self, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
 use super::error::{FsError, FsResult};
-use super::nodes::{Node, NodeKind, ROOT_INO};
+use super::nodes::ROOT_INO;
 use super::overlay::{BaseRef, WtCtx};
 use super::types::FType;
 use super::view::{exists, lstat, marker, View};
@@ -53,7 +53,7 @@ impl View {
                 if is_root {
                     break;
                 }
-                cur = t.get(cur).map(|n| n.parent).unwrap_or(ROOT_INO);
+                cur = t.get(cur).map(|n| n.parent()).unwrap_or(ROOT_INO);
             }
         }
         for dir in chain.into_iter().rev() {
@@ -64,11 +64,7 @@ impl View {
 
     pub(super) fn set_in_upper(&self, ino: u64, base: Option<Option<BaseRef>>) {
         let mut t = self.nodes.write();
-        if let Some(Node {
-            kind: NodeKind::Wt { ov, .. },
-            ..
-        }) = t.get_mut(ino)
-        {
+        if let Some(ov) = t.overlay_mut(ino) {
             ov.in_upper = true;
             if let Some(b) = base {
                 ov.base = b;
@@ -103,7 +99,7 @@ impl View {
             .nodes
             .read()
             .get(ino)
-            .map(|n| n.parent)
+            .map(|n| n.parent())
             .unwrap_or(ROOT_INO);
         self.ensure_upper_dir(parent)?;
         let base = ov
@@ -116,7 +112,7 @@ impl View {
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(FsError::io(format!("mkdir {}", path.display()), e)),
                 }
-                self.chown(&path, wt.uid, wt.gid)?;
+                chown(&path, wt.uid, wt.gid)?;
             }
             FType::File => {
                 let tmp = Self::work_tmp(&wt, "copyup");
@@ -192,22 +188,6 @@ impl View {
         Ok(())
     }
 
-    pub(super) fn chown(&self, path: &Path, uid: u32, gid: u32) -> FsResult<()> {
-        match nix::unistd::fchownat(
-            None,
-            path,
-            Some(nix::unistd::Uid::from_raw(uid)),
-            Some(nix::unistd::Gid::from_raw(gid)),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        ) {
-            Ok(()) | Err(nix::errno::Errno::EPERM) => Ok(()),
-            Err(e) => Err(FsError::io(
-                format!("chown {}", path.display()),
-                io::Error::from_raw_os_error(e as i32),
-            )),
-        }
-    }
-
     /// Copies every base entry below directory `ino` into the upper layer and marks it
     /// opaque, so the directory can move without its base (used by rename of directories).
     pub(super) fn copy_up_tree(&self, ino: u64) -> FsResult<()> {
@@ -225,11 +205,7 @@ impl View {
         let mut t = self.nodes.write();
         let below = t.below(ino);
         for n in below.into_iter().chain(std::iter::once(ino)) {
-            if let Some(Node {
-                kind: NodeKind::Wt { ov, .. },
-                ..
-            }) = t.get_mut(n)
-            {
+            if let Some(ov) = t.overlay_mut(n) {
                 ov.in_upper = true;
                 if ov.ftype == FType::Dir {
                     ov.base = None;
@@ -280,7 +256,7 @@ impl View {
                 MODE_TREE | MODE_GITLINK => {
                     fs::create_dir(&up)
                         .map_err(|err| FsError::io(format!("mkdir {}", up.display()), err))?;
-                    self.chown(&up, wt.uid, wt.gid)?;
+                    chown(&up, wt.uid, wt.gid)?;
                     self.copy_up_tree_at(wt, &up, Some(child_base))?;
                 }
                 MODE_LINK => {
@@ -288,7 +264,7 @@ impl View {
                         .map_err(|err| FsError::git("reading symlink target", err))?;
                     std::os::unix::fs::symlink(OsStr::from_bytes(&target), &up)
                         .map_err(|err| FsError::io("symlink", err))?;
-                    self.chown(&up, wt.uid, wt.gid)?;
+                    chown(&up, wt.uid, wt.gid)?;
                 }
                 _ => {
                     let tmp = Self::work_tmp(wt, "copyup");
@@ -298,5 +274,20 @@ impl View {
             }
         }
         marker(&dir.join(OPAQUE_MARKER), true)
+    }
+}
+
+/// Gives `path` to `uid:gid` without following a symlink; EPERM (a daemon that may not
+/// chown) leaves the owner as it is.
+pub(super) fn chown(path: &Path, uid: u32, gid: u32) -> FsResult<()> {
+    match nix::unistd::fchownat(
+        None,
+        path,
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => Ok(()),
+        Err(e) => Err(FsError::sys(format!("chown {}", path.display()), e)),
     }
 }

@@ -14,7 +14,7 @@ use git2::Oid;
 use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::control::ControlDir;
-use super::error::{ErrorKind, FsError, FsResult};
+use super::error::{FsError, FsResult};
 use super::nodes::NodeKind;
 use super::overlay::WtCtx;
 use super::types::{Backing, DirEntry, FType};
@@ -73,7 +73,7 @@ pub(super) fn plain_read_write(file: &File) -> Option<File> {
 /// opened the blob (`View::read_file`).
 pub(super) fn opened(file: &RwLock<Option<File>>) -> FsResult<MappedRwLockReadGuard<'_, File>> {
     RwLockReadGuard::try_map(file.read(), Option::as_ref)
-        .map_err(|_| FsError::new(ErrorKind::BadHandle, "handle has no file"))
+        .map_err(|_| FsError::bad_handle("handle has no file"))
 }
 
 pub(super) fn open_upper(path: &Path, flags: i32) -> FsResult<File> {
@@ -168,12 +168,9 @@ impl View {
     }
 
     pub(super) fn handle(&self, fh: u64) -> FsResult<Arc<HandleKind>> {
-        self.handles.get(fh).ok_or_else(|| {
-            FsError::new(
-                ErrorKind::BadHandle,
-                format!("file handle {fh} is not open"),
-            )
-        })
+        self.handles
+            .get(fh)
+            .ok_or_else(|| FsError::bad_handle(format!("file handle {fh} is not open")))
     }
 
     pub fn release(&self, fh: u64) {
@@ -259,15 +256,14 @@ impl View {
             .nodes
             .read()
             .get(ino)
-            .map(|n| n.kind.clone())
+            .map(|n| n.kind().clone())
             .ok_or_else(|| FsError::stale(ino))?;
         let acc = flags & libc::O_ACCMODE;
         let writing = acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         match kind {
             NodeKind::GitFile(wt) => {
                 if writing {
-                    return Err(FsError::new(
-                        ErrorKind::Denied,
+                    return Err(FsError::denied(
                         "the worktree's .git file is managed by worktreefs",
                     ));
                 }
@@ -275,7 +271,7 @@ impl View {
             }
             NodeKind::ControlFile(dir, name) => {
                 if writing {
-                    return Err(FsError::new(ErrorKind::Denied, ".control is read-only"));
+                    return Err(FsError::denied(".control is read-only"));
                 }
                 let content = if dir == ControlDir::FsMonitor {
                     self.fsmonitor_query(&name)?
@@ -394,7 +390,7 @@ impl View {
             return Ok(f);
         }
         let BaseBlob { wt, oid, size } =
-            blob.ok_or_else(|| FsError::new(ErrorKind::BadHandle, "handle has no file"))?;
+            blob.ok_or_else(|| FsError::bad_handle("handle has no file"))?;
         let mut slot = file.write();
         if slot.is_none() {
             // EIO whatever went wrong (a full disk, say): the errno a read may return.
@@ -407,7 +403,7 @@ impl View {
             *slot = Some(file);
         }
         RwLockReadGuard::try_map(RwLockWriteGuard::downgrade(slot), Option::as_ref)
-            .map_err(|_| FsError::new(ErrorKind::BadHandle, "handle has no file"))
+            .map_err(|_| FsError::bad_handle("handle has no file"))
     }
 
     /// A handle opened before its file was copied up reads the upper file from then on, so
@@ -459,10 +455,7 @@ impl View {
                 }
                 Ok(data.len() as u32)
             }
-            _ => Err(FsError::new(
-                ErrorKind::BadHandle,
-                "handle not open for writing",
-            )),
+            _ => Err(FsError::bad_handle("handle not open for writing")),
         }
     }
 

@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
-use std::fs::{self};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
@@ -13,10 +12,9 @@ use git2::Oid;
 use parking_lot::Mutex;
 
 use crate::git::{self, MODE_TREE};
-use crate::layout::RESERVED_PREFIX;
 use crate::layout::{Unreadable, UpperDir};
 
-use super::error::{ErrorKind, FsError, FsResult};
+use super::error::{FsError, FsResult};
 use super::nodes::join_rel;
 use super::overlay::WtCtx;
 use super::view::{View, GITFILE_NAME};
@@ -143,16 +141,12 @@ impl WorktreeJournal {
 }
 
 impl View {
-    pub(super) fn note(&self, wt: &WtCtx, rel: &[u8]) {
-        wt.journal.record(rel);
-    }
-
     /// Records that the entry `ino` changed.
     pub(super) fn note_node(&self, ino: u64) {
         let t = self.nodes.read();
         if let (Ok((wt, _, _)), Ok(rel)) = (t.wt_of(ino), t.rel_path(ino)) {
             drop(t);
-            self.note(&wt, &rel);
+            wt.journal.record(&rel);
         }
     }
 
@@ -161,25 +155,24 @@ impl View {
         let t = self.nodes.read();
         if let (Ok((wt, _, _)), Ok(rel)) = (t.wt_of(parent), t.child_rel_path(parent, name)) {
             drop(t);
-            self.note(&wt, &rel);
+            wt.journal.record(&rel);
         }
     }
 
     /// Records every path below the upper directory `dir` (at `rel` in the worktree) under
     /// both `rel` and `old_rel`: a directory moved from `old_rel`.
     pub(super) fn note_moved_tree(&self, wt: &WtCtx, dir: &Path, rel: &[u8], old_rel: &[u8]) {
-        let Ok(rd) = fs::read_dir(dir) else { return };
-        for e in rd.flatten() {
+        let Ok(upper) = UpperDir::read(dir, Unreadable::Skip) else {
+            return;
+        };
+        for e in &upper.entries {
             let name = e.file_name();
-            if name.as_bytes().starts_with(RESERVED_PREFIX) {
-                continue;
-            }
             let (new, old) = (
                 join_rel(rel, name.as_bytes()),
                 join_rel(old_rel, name.as_bytes()),
             );
-            self.note(wt, &new);
-            self.note(wt, &old);
+            wt.journal.record(&new);
+            wt.journal.record(&old);
             if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                 self.note_moved_tree(wt, &e.path(), &new, &old);
             }
@@ -190,10 +183,9 @@ impl View {
     /// every path that changed since `token`.
     pub(super) fn fsmonitor_query(&self, query: &str) -> FsResult<Vec<u8>> {
         let bad = || {
-            FsError::new(
-                ErrorKind::Invalid,
-                format!("fsmonitor query {query:?} is not <repo>:<worktree>@<token>"),
-            )
+            FsError::invalid(format!(
+                "fsmonitor query {query:?} is not <repo>:<worktree>@<token>"
+            ))
         };
         let (who, token) = query.split_once('@').ok_or_else(bad)?;
         let (repo, name) = who.split_once(':').ok_or_else(bad)?;

@@ -118,9 +118,7 @@ impl View {
     pub(super) fn listing(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
         let kind = {
             let t = self.nodes.read();
-            t.get(ino)
-                .map(|n| n.kind.clone())
-                .ok_or_else(|| FsError::stale(ino))?
+            t.kind(ino).cloned().ok_or_else(|| FsError::stale(ino))?
         };
         match kind {
             NodeKind::Root => {

@@ -1,5 +1,5 @@
 //! The filesystem core: the copy-on-write view of every worktree and the namespace of a
-//! mount, callable without a mount (`adapter` alone names fuser).
+//! mount, callable without a mount (`adapter` and `mount` alone name fuser).
 //!
 //! A worktree entry is the merge of a **base** (the tree of the base commit, read lazily
 //! through `ObjectCache`) and an **upper** layer (real files under

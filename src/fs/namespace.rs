@@ -8,7 +8,6 @@ use std::fs::{self};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -22,7 +21,7 @@ use crate::store::{RepoRow, Store, WorktreeRow};
 
 use super::catalog::{repo_ino, REPO_INO_BASE};
 use super::control::{CONTROL_INO, CONTROL_NAME};
-use super::error::{ErrorKind, FsError, FsResult};
+use super::error::{FsError, FsResult};
 use super::journal::WorktreeJournal;
 use super::nodes::{Node, NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::{BaseRef, Overlay, WtCtx};
@@ -207,9 +206,7 @@ impl View {
         if !t.contains(ino) {
             t.insert_node(ino, Node::new(NodeKind::Repo(repo.id), ROOT_INO, name, 0));
         }
-        if let Some(n) = t.get(ino) {
-            n.lookups.fetch_add(1, Ordering::Relaxed);
-        }
+        t.count_lookup(ino);
         Ok(Entry {
             attr: self.top_dir_attr(ino),
             ttl: TOP_TTL,
@@ -286,12 +283,9 @@ impl View {
         name: &OsStr,
         caller: Caller,
     ) -> FsResult<Entry> {
-        let name_s = name.to_str().ok_or_else(|| {
-            FsError::new(
-                ErrorKind::Invalid,
-                format!("worktree name {name:?} is not UTF-8"),
-            )
-        })?;
+        let name_s = name
+            .to_str()
+            .ok_or_else(|| FsError::invalid(format!("worktree name {name:?} is not UTF-8")))?;
         let repo = self
             .catalog
             .repo(repo_id)

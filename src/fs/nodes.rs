@@ -11,7 +11,7 @@ use std::sync::Arc;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::control::ControlDir;
-use super::error::{ErrorKind, FsError, FsResult};
+use super::error::{FsError, FsResult};
 use super::inomap::{ChildIndex, InoMap};
 use super::overlay::{Overlay, WtCtx};
 
@@ -35,16 +35,29 @@ pub(super) enum NodeKind {
 
 #[derive(Debug)]
 pub(super) struct Node {
-    pub(super) kind: NodeKind,
-    pub(super) parent: u64,
-    pub(super) name: Box<OsStr>,
+    kind: NodeKind,
+    parent: u64,
+    name: Box<OsStr>,
     /// The kernel's lookup count. Atomic so a lookup of a known name counts it under the
     /// table's read lock; `forget` (write lock) is the only one that lowers it.
-    pub(super) lookups: AtomicU64,
-    pub(super) unlinked: bool,
+    lookups: AtomicU64,
+    unlinked: bool,
 }
 
 impl Node {
+    pub(super) fn kind(&self) -> &NodeKind {
+        &self.kind
+    }
+
+    pub(super) fn parent(&self) -> u64 {
+        self.parent
+    }
+
+    /// Whether its last name was removed (it lives on while the kernel knows it).
+    pub(super) fn is_unlinked(&self) -> bool {
+        self.unlinked
+    }
+
     pub(super) fn new(kind: NodeKind, parent: u64, name: &OsStr, lookups: u64) -> Node {
         Node {
             kind,
@@ -148,8 +161,33 @@ impl NodeTable {
         self.nodes.get(&ino)
     }
 
-    pub(super) fn get_mut(&mut self, ino: u64) -> Option<&mut Node> {
-        self.nodes.get_mut(&ino)
+    /// The overlay state of worktree entry `ino`, to change it (copy-up, rename).
+    pub(super) fn overlay_mut(&mut self, ino: u64) -> Option<&mut Overlay> {
+        match self.nodes.get_mut(&ino).map(|n| &mut n.kind) {
+            Some(NodeKind::Wt { ov, .. }) => Some(ov),
+            _ => None,
+        }
+    }
+
+    /// The kernel learned of `ino` once more (a lookup, a link, a listing's entry). Under
+    /// the read lock: a forget needs the write lock, so it cannot drop the node meanwhile.
+    pub(super) fn count_lookup(&self, ino: u64) {
+        if let Some(n) = self.nodes.get(&ino) {
+            n.lookups.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The kernel forgot `nlookup` of its lookups of `ino`; the node goes with the last.
+    pub(super) fn forget(&mut self, ino: u64, nlookup: u64) {
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        // The write lock excludes every increment (they hold the read lock).
+        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(nlookup);
+        node.lookups.store(left, Ordering::Relaxed);
+        if left == 0 {
+            self.remove_node(ino);
+        }
     }
 
     pub(super) fn contains(&self, ino: u64) -> bool {
@@ -353,7 +391,7 @@ impl NodeTable {
                     parts.push(&node.name);
                     cur = node.parent;
                 }
-                _ => return Err(FsError::new(ErrorKind::Invalid, "not a worktree entry")),
+                _ => return Err(FsError::invalid("not a worktree entry")),
             }
         }
         let mut out = Vec::new();
@@ -374,10 +412,7 @@ impl NodeTable {
     pub(super) fn wt_of(&self, ino: u64) -> FsResult<(Arc<WtCtx>, Overlay, bool)> {
         match self.nodes.get(&ino).map(|n| &n.kind) {
             Some(NodeKind::Wt { wt, ov, is_root }) => Ok((wt.clone(), *ov, *is_root)),
-            Some(_) => Err(FsError::new(
-                ErrorKind::NotPermitted,
-                "not a worktree entry",
-            )),
+            Some(_) => Err(FsError::not_permitted("not a worktree entry")),
             None => Err(FsError::stale(ino)),
         }
     }

@@ -15,11 +15,13 @@ use crate::git::{self};
 use crate::ino;
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
-use super::error::{ErrorKind, FsError, FsResult};
+use super::copyup::chown;
+use super::error::{FsError, FsResult};
 use super::handles::{opened, HandleKind};
 use super::nodes::NodeKind;
 use super::overlay::{Overlay, WtCtx};
 use super::types::{Caller, Entry, FType, SetAttr};
+use super::view::ttl_of;
 use super::view::{check_name, cstr, marker, not_supported, View};
 
 impl View {
@@ -57,10 +59,10 @@ impl View {
     ) -> FsResult<(Arc<WtCtx>, PathBuf)> {
         check_name(name)?;
         if self.child_state(parent, name)?.is_some() {
-            return Err(FsError::new(
-                ErrorKind::Exists,
-                format!("{} exists", name.to_string_lossy()),
-            ));
+            return Err(FsError::exists(format!(
+                "{} exists",
+                name.to_string_lossy()
+            )));
         }
         self.ensure_upper_dir(parent)?;
         self.dir_upper_path(parent)
@@ -95,7 +97,7 @@ impl View {
             .mode(mode & !umask & 0o7777)
             .open(&path)
             .map_err(|e| FsError::io(format!("create {}", path.display()), e))?;
-        self.chown(&path, caller.uid, caller.gid)?;
+        chown(&path, caller.uid, caller.gid)?;
         self.drop_whiteout(parent, &dir, name);
         self.note_child(parent, name);
         let entry = self.new_entry(
@@ -141,7 +143,7 @@ impl View {
                 io::Error::last_os_error(),
             ));
         }
-        self.chown(&path, caller.uid, caller.gid)?;
+        chown(&path, caller.uid, caller.gid)?;
         self.drop_whiteout(parent, &dir, name);
         self.note_child(parent, name);
         self.new_entry(
@@ -163,14 +165,12 @@ impl View {
         umask: u32,
         caller: Caller,
     ) -> FsResult<Entry> {
-        let parent_kind = self.nodes.read().get(parent).map(|n| n.kind.clone());
+        let parent_kind = self.nodes.read().kind(parent).cloned();
         match parent_kind {
             Some(NodeKind::Repo(repo_id)) => return self.mkdir_worktree(parent, repo_id, name, caller),
             Some(NodeKind::Wt { .. }) => {}
             Some(NodeKind::Root) => {
-                return Err(FsError::new(
-                    ErrorKind::NotPermitted,
-                    format!(
+                return Err(FsError::not_permitted(format!(
                         "cannot mkdir {:?} at the top of the mount: repositories are added with `worktreefs repo add PATH`",
                         name
                     ),
@@ -191,7 +191,7 @@ impl View {
             marker(&tmp.join(OPAQUE_MARKER), true)?;
             fs::set_permissions(&tmp, fs::Permissions::from_mode(perm))
                 .map_err(|e| FsError::io("chmod", e))?;
-            self.chown(&tmp, caller.uid, caller.gid)?;
+            chown(&tmp, caller.uid, caller.gid)?;
             fs::rename(&tmp, &path)
                 .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
         } else {
@@ -199,7 +199,7 @@ impl View {
                 .map_err(|e| FsError::io(format!("mkdir {}", path.display()), e))?;
             fs::set_permissions(&path, fs::Permissions::from_mode(perm))
                 .map_err(|e| FsError::io("chmod", e))?;
-            self.chown(&path, caller.uid, caller.gid)?;
+            chown(&path, caller.uid, caller.gid)?;
         }
         self.drop_whiteout(parent, &dir, name);
         self.note_child(parent, name);
@@ -229,7 +229,7 @@ impl View {
         let path = dir.join(name);
         std::os::unix::fs::symlink(target, &path)
             .map_err(|e| FsError::io(format!("symlink {}", path.display()), e))?;
-        self.chown(&path, caller.uid, caller.gid)?;
+        chown(&path, caller.uid, caller.gid)?;
         self.drop_whiteout(parent, &dir, name);
         self.note_child(parent, name);
         self.new_entry(
@@ -247,7 +247,7 @@ impl View {
         let t = self.nodes.read();
         let (wt, ov, _) = t.wt_of(ino)?;
         if ov.ftype != FType::Symlink {
-            return Err(FsError::new(ErrorKind::Invalid, "not a symlink"));
+            return Err(FsError::invalid("not a symlink"));
         }
         if ov.in_upper {
             let path = t.upper_path(ino)?;
@@ -269,8 +269,7 @@ impl View {
             t.wt_of(ino)?
         };
         if ov.ftype == FType::Dir {
-            return Err(FsError::new(
-                ErrorKind::NotPermitted,
+            return Err(FsError::not_permitted(
                 "hard links to directories are not allowed",
             ));
         }
@@ -287,9 +286,7 @@ impl View {
         if t.contains(ino) {
             t.add_alias(ino, newparent, newname);
         }
-        if let Some(node) = t.get(ino) {
-            node.lookups.fetch_add(1, Ordering::Relaxed);
-        }
+        t.count_lookup(ino);
         self.counted_entry(t, ino)
     }
 
@@ -300,8 +297,7 @@ impl View {
             match t.kind(ino) {
                 Some(NodeKind::Wt { .. }) => {}
                 Some(NodeKind::GitFile(_)) => {
-                    return Err(FsError::new(
-                        ErrorKind::NotPermitted,
+                    return Err(FsError::not_permitted(
                         "the worktree's .git file is managed by worktreefs",
                     ))
                 }
@@ -329,12 +325,7 @@ impl View {
                 set.gid.map(nix::unistd::Gid::from_raw),
                 nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
             )
-            .map_err(|e| {
-                FsError::io(
-                    format!("chown {}", path.display()),
-                    io::Error::from_raw_os_error(e as i32),
-                )
-            })?;
+            .map_err(|e| FsError::sys(format!("chown {}", path.display()), e))?;
         }
         if let Some(size) = set.size {
             let via_handle = set.fh.and_then(|fh| self.handle(fh).ok());
@@ -369,19 +360,14 @@ impl View {
                 &spec(set.mtime),
                 nix::sys::stat::UtimensatFlags::NoFollowSymlink,
             )
-            .map_err(|e| {
-                FsError::io(
-                    format!("utimens {}", path.display()),
-                    io::Error::from_raw_os_error(e as i32),
-                )
-            })?;
+            .map_err(|e| FsError::sys(format!("utimens {}", path.display()), e))?;
         }
         // Recorded after the change, so a query cannot slip in between and miss it.
         self.note_node(ino);
         let t = self.nodes.read();
         Ok(Entry {
             attr: self.node_attr(&t, ino)?,
-            ttl: self.ttl_of(&t, ino),
+            ttl: ttl_of(&t, ino),
         })
     }
 }

@@ -14,9 +14,9 @@ use git2::Oid;
 use crate::git::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
-use super::error::{ErrorKind, FsError, FsResult};
+use super::error::{FsError, FsResult};
 use super::journal::WorktreeJournal;
-use super::nodes::{Node, NodeKind};
+use super::nodes::NodeKind;
 use super::types::{Attr, FType};
 use super::view::{exists, lstat, View, GITFILE_NAME};
 
@@ -175,28 +175,18 @@ impl View {
     ) -> FsResult<Option<(Option<u64>, Overlay)>> {
         let t = self.nodes.read();
         if let Some(ino) = t.child(parent, name) {
-            if let Some(Node {
-                kind: NodeKind::Wt { ov, .. },
-                ..
-            }) = t.get(ino)
-            {
+            if let Some(NodeKind::Wt { ov, .. }) = t.kind(ino) {
                 return Ok(Some((Some(ino), *ov)));
             }
-            if let Some(Node {
-                kind: NodeKind::GitFile(_),
-                ..
-            }) = t.get(ino)
-            {
-                return Err(FsError::new(
-                    ErrorKind::NotPermitted,
+            if let Some(NodeKind::GitFile(_)) = t.kind(ino) {
+                return Err(FsError::not_permitted(
                     "the worktree's .git file is managed by worktreefs",
                 ));
             }
         }
         let (wt, ov, is_root) = t.wt_of(parent)?;
         if is_root && name == GITFILE_NAME {
-            return Err(FsError::new(
-                ErrorKind::NotPermitted,
+            return Err(FsError::not_permitted(
                 "the worktree's .git file is managed by worktreefs",
             ));
         }

@@ -87,7 +87,7 @@ impl<B> Backings<B> {
         }
     }
 
-    /// How many inodes have a backing file registered (for tests and the stats).
+    /// How many inodes have a backing file registered.
     #[cfg(test)]
     fn inodes_passing_through(&self) -> usize {
         self.by_ino.len()

@@ -18,13 +18,11 @@ impl View {
         parent: u64,
         name: &OsStr,
     ) -> FsResult<(Option<u64>, Overlay)> {
-        let kind = self.nodes.read().get(parent).map(|n| n.kind.clone());
+        let kind = self.nodes.read().kind(parent).cloned();
         match kind {
             Some(NodeKind::Wt { .. }) => {}
             Some(NodeKind::Repo(_)) => {
-                return Err(FsError::new(
-                    ErrorKind::NotPermitted,
-                    format!(
+                return Err(FsError::not_permitted(format!(
                         "{} is a worktree: remove it with rmdir (or `worktreefs reclaim`), not unlink or rename",
                         name.to_string_lossy()
                     ),
@@ -61,7 +59,7 @@ impl View {
     }
 
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
-        let parent_kind = self.nodes.read().get(parent).map(|n| n.kind.clone());
+        let parent_kind = self.nodes.read().kind(parent).cloned();
         if let Some(NodeKind::Repo(repo_id)) = parent_kind {
             return self.rmdir_worktree(parent, repo_id, name);
         }
@@ -94,10 +92,10 @@ impl View {
             }
         };
         if nonempty {
-            return Err(FsError::new(
-                ErrorKind::NotEmpty,
-                format!("{} is not empty", name.to_string_lossy()),
-            ));
+            return Err(FsError::not_empty(format!(
+                "{} is not empty",
+                name.to_string_lossy()
+            )));
         }
         let needs_whiteout = self.base_has(parent, name)?;
         if needs_whiteout {
@@ -127,8 +125,7 @@ impl View {
         flags: u32,
     ) -> FsResult<()> {
         if flags & (libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT) != 0 {
-            return Err(FsError::new(
-                ErrorKind::Invalid,
+            return Err(FsError::invalid(
                 "RENAME_EXCHANGE and RENAME_WHITEOUT are not supported",
             ));
         }
@@ -141,10 +138,10 @@ impl View {
         }
         if let Some((dst_ino, d)) = &dst {
             if flags & libc::RENAME_NOREPLACE != 0 {
-                return Err(FsError::new(
-                    ErrorKind::Exists,
-                    format!("{} exists", newname.to_string_lossy()),
-                ));
+                return Err(FsError::exists(format!(
+                    "{} exists",
+                    newname.to_string_lossy()
+                )));
             }
             match (src.ftype == FType::Dir, d.ftype == FType::Dir) {
                 (true, false) => {
@@ -166,10 +163,7 @@ impl View {
                         self.forget(ino, 1);
                     }
                     if nonempty {
-                        return Err(FsError::new(
-                            ErrorKind::NotEmpty,
-                            "target directory is not empty",
-                        ));
+                        return Err(FsError::not_empty("target directory is not empty"));
                     }
                 }
                 _ => {}
@@ -245,11 +239,9 @@ impl View {
         }
         let mut t = self.nodes.write();
         t.move_name(src_ino, parent, name, newparent, newname);
-        if let Some(node) = t.get_mut(src_ino) {
-            if let NodeKind::Wt { ov, .. } = &mut node.kind {
-                if ov.ftype == FType::Dir && dst.is_some() {
-                    ov.base = None;
-                }
+        if let Some(ov) = t.overlay_mut(src_ino) {
+            if ov.ftype == FType::Dir && dst.is_some() {
+                ov.base = None;
             }
         }
         Ok(())

@@ -127,6 +127,24 @@ pub(super) fn systime(secs: i64, nsecs: i64) -> SystemTime {
 }
 
 impl Attr {
+    /// A generated file (`.git`, `.control`): read-only, `len` bytes.
+    pub fn memory(ino: u64, len: usize, mtime: SystemTime, uid: u32, gid: u32) -> Attr {
+        Attr {
+            ino,
+            size: len as u64,
+            blocks: (len as u64).div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            kind: FType::File,
+            perm: 0o444,
+            nlink: 1,
+            uid,
+            gid,
+            rdev: 0,
+        }
+    }
+
     pub fn from_meta(ino: u64, m: &fs::Metadata) -> Attr {
         Attr {
             ino,

@@ -10,8 +10,8 @@
 //!    waits behind a queued writer, which waits for the first).
 //! 3. `handles` (`handles.rs`): the open handles (a brief map lookup).
 //! 4. `catalog` (`catalog.rs`) and `store`: repositories and worktrees from SQLite, taken
-//!    only at the top of the mount and in mkdir/rmdir of a worktree, never on the read
-//!    path.
+//!    at the top of the mount, in `.control` and in mkdir of a worktree (rmdir of one
+//!    opens a store connection of its own), never on a worktree's read path.
 
 use std::ffi::{CString, OsStr};
 use std::fs::{self};
@@ -26,7 +26,7 @@ use parking_lot::{Mutex, RwLockWriteGuard};
 use crate::git::blobcache::BlobCache;
 use crate::git::ObjectCache;
 use crate::ino;
-use crate::layout::{RESERVED_PREFIX, WHITEOUT_PREFIX};
+use crate::layout::{is_reserved, WHITEOUT_PREFIX};
 use crate::state::StateDir;
 use crate::store::Store;
 
@@ -101,12 +101,8 @@ pub struct View {
 }
 
 pub(super) fn cstr(p: &Path) -> FsResult<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
-        FsError::new(
-            ErrorKind::Invalid,
-            format!("path {} contains NUL", p.display()),
-        )
-    })
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| FsError::invalid(format!("path {} contains NUL", p.display())))
 }
 
 pub(super) fn lstat(p: &Path) -> io::Result<fs::Metadata> {
@@ -120,37 +116,26 @@ pub(super) fn exists(p: &Path) -> bool {
 pub(super) fn check_name(name: &OsStr) -> FsResult<()> {
     let b = name.as_bytes();
     if b.is_empty() || b == b"." || b == b".." || b.contains(&b'/') {
-        return Err(FsError::new(
-            ErrorKind::Invalid,
-            format!("invalid name {name:?}"),
-        ));
+        return Err(FsError::invalid(format!("invalid name {name:?}")));
     }
-    if b.starts_with(RESERVED_PREFIX) {
-        return Err(FsError::new(
-            ErrorKind::Invalid,
-            format!(
+    if is_reserved(name) {
+        return Err(FsError::invalid(format!(
                 "name {name:?} uses the prefix '.wtfs-', which worktreefs reserves for its upper-layer markers"
             ),
         ));
     }
     if b.len() > 255 - WHITEOUT_PREFIX.len() {
-        return Err(FsError::new(
-            ErrorKind::NameTooLong,
-            format!(
-                "name of {} bytes is longer than worktreefs allows ({})",
-                b.len(),
-                255 - WHITEOUT_PREFIX.len()
-            ),
-        ));
+        return Err(FsError::name_too_long(format!(
+            "name of {} bytes is longer than worktreefs allows ({})",
+            b.len(),
+            255 - WHITEOUT_PREFIX.len()
+        )));
     }
     Ok(())
 }
 
 pub(super) fn not_supported(what: &str) -> FsError {
-    FsError::new(
-        ErrorKind::NotPermitted,
-        format!("{what} is not possible here"),
-    )
+    FsError::not_permitted(format!("{what} is not possible here"))
 }
 
 impl View {
@@ -222,46 +207,26 @@ impl View {
         let _ = self.invalidator.set(f);
     }
 
-    pub(super) fn memory_attr(
-        &self,
-        ino: u64,
-        len: usize,
-        mtime: SystemTime,
-        uid: u32,
-        gid: u32,
-    ) -> Attr {
-        Attr {
-            ino,
-            size: len as u64,
-            blocks: (len as u64).div_ceil(512),
-            atime: mtime,
-            mtime,
-            ctime: mtime,
-            kind: FType::File,
-            perm: 0o444,
-            nlink: 1,
-            uid,
-            gid,
-            rdev: 0,
-        }
-    }
-
     pub(super) fn node_attr(&self, t: &NodeTable, ino: u64) -> FsResult<Attr> {
         let node = t.get(ino).ok_or_else(|| FsError::stale(ino))?;
-        match &node.kind {
+        match node.kind() {
             NodeKind::Root | NodeKind::ControlDir(_) | NodeKind::Repo(_) => {
                 Ok(self.top_dir_attr(ino))
             }
             NodeKind::ControlFile(dir, name) => {
                 let content = self.control_content(*dir, name)?;
-                Ok(self.memory_attr(ino, content.len(), SystemTime::now(), 0, 0))
+                Ok(Attr::memory(ino, content.len(), SystemTime::now(), 0, 0))
             }
-            NodeKind::GitFile(wt) => {
-                Ok(self.memory_attr(ino, wt.gitfile.len(), wt.base_mtime, wt.uid, wt.gid))
-            }
+            NodeKind::GitFile(wt) => Ok(Attr::memory(
+                ino,
+                wt.gitfile.len(),
+                wt.base_mtime,
+                wt.uid,
+                wt.gid,
+            )),
             NodeKind::Wt { wt, ov, .. } => {
                 if ov.in_upper {
-                    if node.unlinked {
+                    if node.is_unlinked() {
                         return Err(FsError::new(ErrorKind::NotFound, "entry was removed"));
                     }
                     let path = t.upper_path(ino)?;
@@ -292,8 +257,10 @@ impl View {
     pub(super) fn lookup_in(&self, parent: u64, name: &OsStr, listed: bool) -> FsResult<Entry> {
         let parent_kind = {
             let t = self.nodes.read();
-            let node = t.get(parent).ok_or_else(|| FsError::stale(parent))?;
-            let kind = node.kind.clone();
+            let kind = t
+                .kind(parent)
+                .cloned()
+                .ok_or_else(|| FsError::stale(parent))?;
             let known = t.child(parent, name);
             if let Some(ino) = known.filter(|_| {
                 !matches!(
@@ -301,13 +268,11 @@ impl View {
                     NodeKind::Root | NodeKind::Repo(_) | NodeKind::ControlDir(_)
                 )
             }) {
-                // Counted under the read lock that found it: a forget needs the write lock,
-                // so it cannot drop the node in between. Given back if its attributes fail.
-                if let Some(n) = t.get(ino) {
-                    n.lookups.fetch_add(1, Ordering::Relaxed);
-                }
+                // Counted under the read lock that found it (given back if its attributes
+                // fail).
+                t.count_lookup(ino);
                 let attr = self.node_attr(&t, ino);
-                let ttl = self.ttl_of(&t, ino);
+                let ttl = ttl_of(&t, ino);
                 drop(t);
                 return match attr {
                     Ok(attr) => Ok(Entry { attr, ttl }),
@@ -333,7 +298,7 @@ impl View {
                     let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));
                     return self.counted_entry(t, ino);
                 }
-                if name.as_bytes().starts_with(RESERVED_PREFIX) {
+                if is_reserved(name) {
                     return Err(FsError::not_found(name.to_string_lossy()));
                 }
                 let dir_upper = || self.nodes.read().upper_path(parent);
@@ -378,7 +343,7 @@ impl View {
         match self.node_attr(&t, ino) {
             Ok(attr) => Ok(Entry {
                 attr,
-                ttl: self.ttl_of(&t, ino),
+                ttl: ttl_of(&t, ino),
             }),
             Err(e) => {
                 drop(t);
@@ -389,31 +354,7 @@ impl View {
     }
 
     pub fn forget(&self, ino: u64, nlookup: u64) {
-        let mut t = self.nodes.write();
-        let Some(node) = t.get_mut(ino) else {
-            return;
-        };
-        // The write lock excludes every increment (they hold the read lock).
-        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(nlookup);
-        node.lookups.store(left, Ordering::Relaxed);
-        if left > 0 {
-            return;
-        }
-        t.remove_node(ino);
-    }
-
-    pub(super) fn ttl_of(&self, t: &NodeTable, ino: u64) -> Duration {
-        match t.kind(ino) {
-            // A worktree's own directory goes away through cleanup, which another process
-            // may run: its entry is re-checked as before.
-            Some(NodeKind::Wt { is_root: true, .. }) => WT_TTL,
-            Some(NodeKind::Wt { ov, .. }) if ov.in_upper && ov.ftype == FType::File => WT_TTL,
-            Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_STABLE_TTL,
-            // Listings under .control change with every lease: the kernel must look at the
-            // directory's (always new) mtime before using a listing it kept.
-            Some(NodeKind::ControlFile(..)) | Some(NodeKind::ControlDir(_)) => CONTROL_TTL,
-            _ => TOP_TTL,
-        }
+        self.nodes.write().forget(ino, nlookup);
     }
 
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
@@ -434,13 +375,13 @@ impl View {
         let t = self.nodes.read();
         Ok(Entry {
             attr: self.node_attr(&t, ino)?,
-            ttl: self.ttl_of(&t, ino),
+            ttl: ttl_of(&t, ino),
         })
     }
 
     pub fn statfs(&self) -> FsResult<Statfs> {
-        let s = nix::sys::statvfs::statvfs(&self.state.root)
-            .map_err(|e| FsError::io("statvfs", io::Error::from_raw_os_error(e as i32)))?;
+        let s =
+            nix::sys::statvfs::statvfs(&self.state.root).map_err(|e| FsError::sys("statvfs", e))?;
         Ok(Statfs {
             blocks: s.blocks(),
             bfree: s.blocks_free(),
@@ -466,4 +407,19 @@ impl View {
 pub(super) fn marker(path: &Path, ordered: bool) -> FsResult<()> {
     crate::layout::write_marker(path, ordered)
         .map_err(|e| FsError::io(format!("writing marker {}", path.display()), e))
+}
+
+/// How long the kernel may keep what it learned of `ino`.
+pub(super) fn ttl_of(t: &NodeTable, ino: u64) -> Duration {
+    match t.kind(ino) {
+        // A worktree's own directory goes away through cleanup, which another process
+        // may run: its entry is re-checked as before.
+        Some(NodeKind::Wt { is_root: true, .. }) => WT_TTL,
+        Some(NodeKind::Wt { ov, .. }) if ov.in_upper && ov.ftype == FType::File => WT_TTL,
+        Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_STABLE_TTL,
+        // Listings under .control change with every lease: the kernel must look at the
+        // directory's (always new) mtime before using a listing it kept.
+        Some(NodeKind::ControlFile(..)) | Some(NodeKind::ControlDir(_)) => CONTROL_TTL,
+        _ => TOP_TTL,
+    }
 }

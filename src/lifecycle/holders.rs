@@ -126,7 +126,6 @@ struct Watched {
 }
 
 pub struct Tracker {
-    state: StateDir,
     store: Mutex<Store>,
     /// Processes known covered, per worktree: the fast path of every request.
     covered: RwLock<HashMap<i64, HashSet<i32>>>,
@@ -143,13 +142,12 @@ pub struct Tracker {
 
 impl Tracker {
     pub fn new(
-        state: StateDir,
+        state: &StateDir,
         on_change: Box<dyn Fn() + Send + Sync>,
     ) -> anyhow::Result<Arc<Tracker>> {
         let store = Store::open(&state.root)?;
         let (r, w) = nix::unistd::pipe()?;
         let tracker = Arc::new(Tracker {
-            state,
             store: Mutex::new(store),
             covered: RwLock::new(HashMap::new()),
             drops: AtomicU64::new(0),
@@ -507,10 +505,6 @@ impl Tracker {
         }
         any
     }
-
-    pub fn state_root(&self) -> &Path {
-        &self.state.root
-    }
 }
 
 #[cfg(test)]
@@ -521,7 +515,7 @@ mod tests {
     fn a_walk_that_began_before_a_holder_exited_marks_nobody_covered() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::open(dir.path()).unwrap();
-        let t = Tracker::new(state, Box::new(|| {})).unwrap();
+        let t = Tracker::new(&state, Box::new(|| {})).unwrap();
         let covered = |pid| t.covered.read().get(&7).is_some_and(|s| s.contains(&pid));
         let seen = t.drops.load(Ordering::Acquire);
         t.mark_covered(7, seen, &[100, 101]);

@@ -109,7 +109,7 @@ impl Store {
     pub fn remove_repo(&mut self, id: i64) -> rusqlite::Result<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
-            "DELETE FROM worktrees WHERE repo_id = ?1 AND state = 'removed'",
+            &format!("DELETE FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}'"),
             [id],
         )?;
         tx.execute("DELETE FROM repos WHERE id = ?1", [id])?;
@@ -160,9 +160,11 @@ impl Store {
         let now = now_secs();
         let tx = self.conn.transaction()?;
         tx.execute(
-            "INSERT INTO worktrees(repo_id, name, branch, branch_created, base_commit, base_tree,
+            &format!(
+                "INSERT INTO worktrees(repo_id, name, branch, branch_created, base_commit, base_tree,
                  base_mtime, uid, gid, admin_name, state, created_at, state_changed_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'ready', ?11, ?11)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '{READY}', ?11, ?11)"
+            ),
             params![
                 w.repo_id,
                 w.name,
@@ -189,7 +191,7 @@ impl Store {
     pub fn worktrees(&self) -> rusqlite::Result<Vec<WorktreeRow>> {
         let sql = format!(
             "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
-             WHERE w.state != 'removed' ORDER BY r.name, w.name"
+             WHERE w.state != '{REMOVED}' ORDER BY r.name, w.name"
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([], worktree_from_row)?;
@@ -200,7 +202,7 @@ impl Store {
         let sql = format!(
             "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
              WHERE r.name = ?1 AND w.name = ?2
-             ORDER BY w.state = 'removed', w.id DESC LIMIT 1"
+             ORDER BY w.state = '{REMOVED}', w.id DESC LIMIT 1"
         );
         self.conn
             .query_row(&sql, params![repo, name], worktree_from_row)
@@ -218,7 +220,7 @@ impl Store {
 
     pub fn worktree_count(&self, repo_id: i64) -> rusqlite::Result<i64> {
         self.conn.query_row(
-            "SELECT count(*) FROM worktrees WHERE repo_id = ?1 AND state != 'removed'",
+            &format!("SELECT count(*) FROM worktrees WHERE repo_id = ?1 AND state != '{REMOVED}'"),
             [repo_id],
             |r| r.get(0),
         )

@@ -65,7 +65,7 @@ impl Store {
             return Err(BeginError::State(state));
         }
         set_state(&tx, worktree_id, crate::lease::State::Deleting)?;
-        event(&tx, worktree_id, "deleting", None, reason)?;
+        event(&tx, worktree_id, DELETING, None, reason)?;
         tx.commit()?;
         Ok(state)
     }
@@ -95,7 +95,7 @@ impl Store {
     /// daemon that dies in the middle finishes it at the next mount.
     pub fn set_removal(&self, worktree_id: i64, removal: &str) -> rusqlite::Result<()> {
         self.conn.execute(
-            "UPDATE worktrees SET removal = ?1 WHERE id = ?2 AND state = 'deleting'",
+            &format!("UPDATE worktrees SET removal = ?1 WHERE id = ?2 AND state = '{DELETING}'"),
             params![removal, worktree_id],
         )?;
         Ok(())
@@ -114,7 +114,7 @@ impl Store {
             "UPDATE worktrees SET removal = NULL WHERE id = ?1",
             [worktree_id],
         )?;
-        event(&tx, worktree_id, "removed", None, reason)?;
+        event(&tx, worktree_id, REMOVED, None, reason)?;
         tx.commit()
     }
 
@@ -137,7 +137,7 @@ impl Store {
             "UPDATE worktrees SET removal = NULL WHERE id = ?1",
             [worktree_id],
         )?;
-        event(&tx, worktree_id, "retained", None, reason)?;
+        event(&tx, worktree_id, State::Retained.as_str(), None, reason)?;
         tx.commit()
     }
 

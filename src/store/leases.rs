@@ -124,7 +124,7 @@ pub(super) fn state_of(
         [worktree_id],
         |r| r.get(0),
     )?;
-    Ok(crate::lease::State::parse(&s).unwrap_or(crate::lease::State::Ready))
+    super::catalog::parse_state(s)
 }
 
 pub(super) fn lease_count(
@@ -235,9 +235,9 @@ impl Store {
     /// the ids marked.
     pub fn mark_deleting_after_grace(&mut self, linger: i64) -> rusqlite::Result<Vec<i64>> {
         let ids: Vec<i64> = {
-            let mut stmt = self
-                .conn
-                .prepare("SELECT id FROM worktrees WHERE state = 'lingering'")?;
+            let mut stmt = self.conn.prepare(&format!(
+                "SELECT id FROM worktrees WHERE state = '{LINGERING}'"
+            ))?;
             let rows = stmt.query_map([], |r| r.get(0))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
@@ -254,13 +254,7 @@ impl Store {
             )?;
             if crate::lease::grace_over(state, lease_count(&tx, id)?, since, now_secs(), linger) {
                 set_state(&tx, id, crate::lease::State::Deleting)?;
-                event(
-                    &tx,
-                    id,
-                    "deleting",
-                    None,
-                    &format!("no lease for {linger} s"),
-                )?;
+                event(&tx, id, DELETING, None, &format!("no lease for {linger} s"))?;
                 marked.push(id);
             }
             tx.commit()?;
@@ -270,10 +264,10 @@ impl Store {
 
     /// Lingering worktrees whose grace period is over: (id, repo, name).
     pub fn lingering_past(&self, linger: i64) -> rusqlite::Result<Vec<(i64, String, String)>> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare(&format!(
             "SELECT w.id, r.name, w.name FROM worktrees w JOIN repos r ON r.id = w.repo_id
-             WHERE w.state = 'lingering' AND ?1 - w.state_changed_at >= ?2",
-        )?;
+             WHERE w.state = '{LINGERING}' AND ?1 - w.state_changed_at >= ?2"
+        ))?;
         let rows = stmt.query_map(params![now_secs(), linger], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })?;

@@ -9,6 +9,15 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::lease::State;
+
+/// The states as the `state` column spells them, for SQL text (`lease::State` is the
+/// one spelling; literals stay in the SQL so partial indexes still apply).
+const READY: &str = State::Ready.as_str();
+const LINGERING: &str = State::Lingering.as_str();
+const DELETING: &str = State::Deleting.as_str();
+const REMOVED: &str = State::Removed.as_str();
+
 mod catalog;
 mod cleanup;
 mod leases;
