@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::ino;
+
 use super::control::ControlDir;
 use super::error::{FsError, FsResult};
 use super::inomap::{ChildIndex, InoMap};
@@ -309,6 +311,24 @@ impl NodeTable {
         let ino = self.assign_ino(natural);
         self.insert_node(ino, Node::new(kind, parent, name, 1));
         ino
+    }
+
+    /// Adds (or counts once more) the worktree entry `name` of directory `parent`, with
+    /// the inode number its path gives (see `ino::path_ino`).
+    pub(super) fn insert_entry(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        wt: Arc<WtCtx>,
+        ov: Overlay,
+    ) -> FsResult<u64> {
+        let natural = ino::path_ino(wt.id, &self.child_rel_path(parent, name)?);
+        let kind = NodeKind::Wt {
+            wt,
+            ov,
+            is_root: false,
+        };
+        Ok(self.insert_child(parent, name, natural, kind))
     }
 
     /// Gives `ino` the further name `(parent, name)` (a hard link, or a rename of one).

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::git::{self};
-use crate::ino;
+
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
 use super::copyup::chown;
@@ -35,18 +35,7 @@ impl View {
         let mut t = self.nodes.write();
         let (wt, _, _) = t.wt_of(parent)?;
         t.detach_name(parent, name);
-        let rel = t.child_rel_path(parent, name)?;
-        let natural = ino::path_ino(wt.id, &rel);
-        let ino = t.insert_child(
-            parent,
-            name,
-            natural,
-            NodeKind::Wt {
-                wt,
-                ov,
-                is_root: false,
-            },
-        );
+        let ino = t.insert_entry(parent, name, wt, ov)?;
         self.counted_entry(t, ino)
     }
 

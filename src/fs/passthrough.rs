@@ -276,28 +276,21 @@ mod tests {
     fn no_backing_file_or_a_failed_open_goes_through_the_daemon() {
         let k = Kernel::new();
         assert_eq!(k.open(1, 7, false, None), "daemon");
-        let d = decide(
-            &k.backings,
-            &k.enabled,
-            2,
-            8,
-            false,
-            || Err(FsError::not_found("upper file")),
-            |_| Ok(0),
-        );
-        assert!(matches!(d, Decision::Daemon));
+        let failing = |fh, ino| {
+            decide(
+                &k.backings,
+                &k.enabled,
+                fh,
+                ino,
+                false,
+                || Err(FsError::not_found("upper file")),
+                |_| Ok(0),
+            )
+        };
+        assert!(matches!(failing(2, 8), Decision::Daemon));
         // The same failure for an inode that passes through: direct, no mix.
         assert_eq!(k.open(3, 9, false, UPPER), "pass 1");
-        let d = decide(
-            &k.backings,
-            &k.enabled,
-            4,
-            9,
-            false,
-            || Err(FsError::not_found("upper file")),
-            |_| Ok(0),
-        );
-        assert!(matches!(d, Decision::DirectIo));
+        assert!(matches!(failing(4, 9), Decision::DirectIo));
     }
 
     #[test]

@@ -314,18 +314,7 @@ impl View {
                         e
                     })?;
                 let mut t = self.nodes.write();
-                let rel = t.child_rel_path(parent, name)?;
-                let natural = ino::path_ino(wt.id, &rel);
-                let ino = t.insert_child(
-                    parent,
-                    name,
-                    natural,
-                    NodeKind::Wt {
-                        wt,
-                        ov: child,
-                        is_root: false,
-                    },
-                );
+                let ino = t.insert_entry(parent, name, wt, child)?;
                 self.counted_entry(t, ino)
             }
             NodeKind::ControlFile(..) | NodeKind::GitFile(_) => Err(FsError::not_dir()),
