@@ -26,7 +26,8 @@ pub(super) enum ControlDir {
     Leases,
     Worktrees,
     Retained,
-    /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see fsmonitor.rs).
+    /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see
+    /// `git/fsmonitor.rs`, `fs/journal.rs`).
     FsMonitor,
 }
 

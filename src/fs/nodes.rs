@@ -84,7 +84,7 @@ pub(super) fn join_rel(rel: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 /// The inode table. Memory per node bounds a mount with many worktrees (see
-/// `inomap.rs`): nodes live in a slab, and the name index keeps no copy of the names.
+/// `fs/inomap.rs`): nodes live in a slab, and the name index keeps no copy of the names.
 pub(super) struct NodeTable {
     nodes: InoMap<Node>,
     children: ChildIndex,
