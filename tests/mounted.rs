@@ -526,6 +526,41 @@ fn blobs_are_materialized_once_for_all_worktrees() {
     );
 }
 
+/// Two worktrees are two filesystems to their users (issue 14): rename and link between
+/// them answer EXDEV (it used to succeed and lose the file from both views until a
+/// remount), and `mv` falls back to a copy, which each view then shows at once.
+#[test]
+fn a_file_moved_between_worktrees_is_copied_not_lost() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/one"]);
+    wtfs_ok(&env.state(), &["new", "repo/two"]);
+    let m = env.mount();
+    let (one, two) = (m.wt("repo", "one"), m.wt("repo", "two"));
+    let xdev = |e: std::io::Error| e.raw_os_error();
+    let err = fs::rename(one.join("README.md"), two.join("moved.md")).unwrap_err();
+    assert_eq!(xdev(err), Some(libc::EXDEV));
+    let err = fs::hard_link(one.join("README.md"), two.join("linked.md")).unwrap_err();
+    assert_eq!(xdev(err), Some(libc::EXDEV));
+    let err = fs::rename(one.join("src"), two.join("src2")).unwrap_err();
+    assert_eq!(xdev(err), Some(libc::EXDEV));
+    let err = fs::rename(one.join("README.md"), m.mountpoint.join(".control/x")).unwrap_err();
+    assert_eq!(xdev(err), Some(libc::EXDEV));
+    assert!(one.join("README.md").exists() && !two.join("moved.md").exists());
+
+    run_ok("mv", &["src", two.join("src2").to_str().unwrap()], &one);
+    assert!(!one.join("src").exists());
+    assert_eq!(
+        fs::read_to_string(two.join("src2/main.rs")).unwrap(),
+        "fn main() { println!(\"hi\"); }\n"
+    );
+    assert!(
+        porcelain(&one).contains("src/main.rs"),
+        "{}",
+        porcelain(&one)
+    );
+    assert!(porcelain(&two).contains("src2/"), "{}", porcelain(&two));
+}
+
 #[test]
 fn mkdir_creates_a_worktree_and_bad_names_are_refused() {
     let env = Env::new();

@@ -415,3 +415,105 @@ fn a_base_file_is_taken_from_the_blob_cache_at_its_first_read_not_at_open() {
     assert_eq!(c.view.blob_fills(), before + 1);
     c.view.release(reader);
 }
+
+/// Worktrees are isolated (issue 14): a rename or a link from one worktree into another
+/// (of the same repository or another), or into or out of `.control`, answers EXDEV as
+/// between two filesystems, and every side keeps what it had. Within a worktree both work.
+#[test]
+fn rename_and_link_across_worktrees_answer_exdev() {
+    let env = Env::new();
+    let other = TestRepo::new();
+    wtfs_ok(
+        &env.state(),
+        &[
+            "repo",
+            "add",
+            other.path().to_str().unwrap(),
+            "--name",
+            "other",
+        ],
+    );
+    let state = StateDir::open(&env.state()).unwrap();
+    let mut store = Store::open(&state.root).unwrap();
+    create_at_head(&state, &mut store, "a");
+    create_at_head(&state, &mut store, "b");
+    worktreefs::lifecycle::create::create_worktree(
+        &state,
+        &mut store,
+        &worktreefs::lifecycle::create::CreateRequest {
+            repo: "other",
+            name: "c",
+            base: None,
+            branch: None,
+            uid: 0,
+            gid: 0,
+        },
+    )
+    .unwrap();
+    let view = View::new(state, env.mountpoint()).unwrap();
+    let look = |dir: u64, name: &str| view.lookup(dir, OsStr::new(name)).map(|e| e.attr.ino);
+    let repo = look(ROOT_INO, "repo").unwrap();
+    let other_repo = look(ROOT_INO, "other").unwrap();
+    let (a, b) = (look(repo, "a").unwrap(), look(repo, "b").unwrap());
+    let c = look(other_repo, "c").unwrap();
+    let control = look(ROOT_INO, ".control").unwrap();
+    let src = look(a, "src").unwrap();
+    let readme = look(a, "README.md").unwrap();
+    let rename = |from: u64, name: &str, to: u64, newname: &str| {
+        view.rename(from, OsStr::new(name), to, OsStr::new(newname), 0)
+            .map_err(|e| e.errno())
+    };
+    let link = |ino: u64, to: u64, newname: &str| {
+        view.link(ino, to, OsStr::new(newname))
+            .map(|_| ())
+            .map_err(|e| e.errno())
+    };
+    let exdev = Err(libc::EXDEV);
+    assert_eq!(
+        rename(a, "README.md", b, "moved.md"),
+        exdev,
+        "file to a sibling"
+    );
+    assert_eq!(
+        rename(src, "main.rs", b, "main.rs"),
+        exdev,
+        "from a subdirectory"
+    );
+    assert_eq!(rename(a, "src", b, "src2"), exdev, "a directory");
+    assert_eq!(
+        rename(a, "README.md", c, "moved.md"),
+        exdev,
+        "another repository"
+    );
+    assert_eq!(rename(a, "README.md", control, "x"), exdev, "into .control");
+    assert_eq!(
+        rename(control, "status", a, "status"),
+        exdev,
+        "out of .control"
+    );
+    assert_eq!(
+        rename(repo, "a", other_repo, "a"),
+        exdev,
+        "a worktree to another repo"
+    );
+    assert_eq!(link(readme, b, "linked.md"), exdev);
+    assert_eq!(link(readme, c, "linked.md"), exdev);
+    // Nothing moved.
+    assert!(look(a, "README.md").is_ok() && look(src, "main.rs").is_ok());
+    for (dir, name) in [
+        (b, "moved.md"),
+        (b, "main.rs"),
+        (b, "src2"),
+        (c, "moved.md"),
+    ] {
+        assert_eq!(
+            look(dir, name).err().map(|e| e.errno()),
+            Some(libc::ENOENT),
+            "{name}"
+        );
+    }
+    assert!(look(b, "linked.md").is_err() && look(c, "linked.md").is_err());
+    // Within one worktree, as before.
+    assert_eq!(rename(a, "README.md", src, "README.md"), Ok(()));
+    assert_eq!(link(look(src, "README.md").unwrap(), a, "again.md"), Ok(()));
+}

@@ -35,6 +35,9 @@ pub enum ErrorKind {
     Busy,
     /// The kernel named an inode this daemon no longer knows: it looks again.
     Stale,
+    /// A rename or link between two parts of the mount that are isolated from each other
+    /// (two worktrees, a worktree and `.control`), as between two filesystems.
+    CrossDevice,
     /// A bad argument: a name, a flag, a query.
     Invalid,
     /// A name longer than the filesystem allows.
@@ -80,6 +83,7 @@ impl ErrorKind {
             ErrorKind::IsDir => libc::EISDIR,
             ErrorKind::Busy => libc::EBUSY,
             ErrorKind::Stale => libc::ESTALE,
+            ErrorKind::CrossDevice => libc::EXDEV,
             ErrorKind::Invalid => libc::EINVAL,
             ErrorKind::NameTooLong => libc::ENAMETOOLONG,
             ErrorKind::NotPermitted => libc::EPERM,
@@ -98,7 +102,8 @@ impl ErrorKind {
             | ErrorKind::NotEmpty
             | ErrorKind::NotDir
             | ErrorKind::IsDir
-            | ErrorKind::Stale => Level::Debug,
+            | ErrorKind::Stale
+            | ErrorKind::CrossDevice => Level::Debug,
             ErrorKind::Busy
             | ErrorKind::Invalid
             | ErrorKind::NameTooLong
@@ -183,6 +188,10 @@ impl FsError {
     /// An inode the kernel named that this daemon does not know (any more).
     pub fn stale(ino: u64) -> Self {
         FsError::new(ErrorKind::Stale, format!("inode {ino} is not known"))
+    }
+
+    pub fn cross_device(message: impl Into<String>) -> Self {
+        FsError::new(ErrorKind::CrossDevice, message)
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -340,6 +349,7 @@ mod tests {
             (NotDir, libc::ENOTDIR, Level::Debug),
             (IsDir, libc::EISDIR, Level::Debug),
             (Stale, libc::ESTALE, Level::Debug),
+            (CrossDevice, libc::EXDEV, Level::Debug),
             (Busy, libc::EBUSY, Level::Info),
             (Invalid, libc::EINVAL, Level::Info),
             (NameTooLong, libc::ENAMETOOLONG, Level::Info),

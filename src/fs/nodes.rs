@@ -83,6 +83,20 @@ pub(super) fn join_rel(rel: &[u8], name: &[u8]) -> Vec<u8> {
     p
 }
 
+/// The part of the mount a node belongs to. Names never move between two parts: a rename
+/// or a link across answers EXDEV, as between two filesystems, so each worktree's upper
+/// layer holds only its own files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Domain {
+    /// The top of the mount.
+    Top,
+    Control,
+    /// A repository's directory (where its worktrees are).
+    Repo(i64),
+    /// Everything inside worktree `id`, its own directory included.
+    Worktree(i64),
+}
+
 /// The inode table. Memory per node bounds a mount with many worktrees (see
 /// `fs/inomap.rs`): nodes live in a slab, and the name index keeps no copy of the names.
 pub(super) struct NodeTable {
@@ -161,6 +175,27 @@ impl NodeTable {
 
     pub(super) fn get(&self, ino: u64) -> Option<&Node> {
         self.nodes.get(&ino)
+    }
+
+    pub(super) fn domain(&self, ino: u64) -> FsResult<Domain> {
+        Ok(match self.kind(ino).ok_or_else(|| FsError::stale(ino))? {
+            NodeKind::Root => Domain::Top,
+            NodeKind::ControlDir(_) | NodeKind::ControlFile(..) => Domain::Control,
+            NodeKind::Repo(id) => Domain::Repo(*id),
+            NodeKind::Wt { wt, .. } | NodeKind::GitFile(wt) => Domain::Worktree(wt.id),
+        })
+    }
+
+    /// Refuses a rename or link from `from` into directory `to` when they are in two
+    /// isolated parts of the mount (see `Domain`).
+    pub(super) fn same_domain(&self, from: u64, to: u64, what: &str) -> FsResult<()> {
+        let (a, b) = (self.domain(from)?, self.domain(to)?);
+        if a == b {
+            return Ok(());
+        }
+        Err(FsError::cross_device(format!(
+            "{what} from {a:?} into {b:?}: worktrees are separate filesystems"
+        )))
     }
 
     /// The overlay state of worktree entry `ino`, to change it (copy-up, rename).

@@ -252,6 +252,7 @@ impl View {
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Entry> {
+        self.nodes.read().same_domain(ino, newparent, "link")?;
         let _m = self.mutate.lock();
         let (_, ov, _) = {
             let t = self.nodes.read();

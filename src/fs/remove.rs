@@ -129,6 +129,7 @@ impl View {
                 "RENAME_EXCHANGE and RENAME_WHITEOUT are not supported",
             ));
         }
+        self.nodes.read().same_domain(parent, newparent, "rename")?;
         check_name(newname)?;
         let _m = self.mutate.lock();
         let (src_ino, src) = self.remove_checks(parent, name)?;
