@@ -594,17 +594,7 @@ fn mkdir_creates_a_worktree_and_bad_names_are_refused() {
 fn a_repository_added_while_mounted_appears_at_once() {
     let env = Env::new();
     let m = env.mount();
-    let other = TestRepo::new();
-    wtfs_ok(
-        &env.state(),
-        &[
-            "repo",
-            "add",
-            other.path().to_str().unwrap(),
-            "--name",
-            "other",
-        ],
-    );
+    let _other = env.add_repo("other");
     assert!(m.mountpoint.join("other").is_dir());
     wtfs_ok(&env.state(), &["new", "other/w"]);
     assert!(m.wt("other", "w").join("README.md").exists());

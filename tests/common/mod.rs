@@ -430,6 +430,22 @@ impl Env {
     pub fn mountpoint(&self) -> PathBuf {
         self.dir.path().join("mnt")
     }
+    /// Registers a second repository (a new test repository) under `name`.
+    pub fn add_repo(&self, name: &str) -> TestRepo {
+        let other = TestRepo::new();
+        wtfs_ok(
+            &self.state(),
+            &[
+                "repo",
+                "add",
+                other.path().to_str().unwrap(),
+                "--name",
+                name,
+            ],
+        );
+        other
+    }
+
     pub fn mount(&self) -> Mounted {
         Mounted::start(&self.state(), &self.mountpoint())
     }
@@ -450,11 +466,21 @@ pub fn create_at_head(
     store: &mut worktreefs::store::Store,
     name: &str,
 ) -> worktreefs::store::WorktreeRow {
+    create_in(state, store, "repo", name)
+}
+
+/// Creates worktree `name` of repository `repo` at its HEAD, without a mount.
+pub fn create_in(
+    state: &worktreefs::state::StateDir,
+    store: &mut worktreefs::store::Store,
+    repo: &str,
+    name: &str,
+) -> worktreefs::store::WorktreeRow {
     worktreefs::lifecycle::create::create_worktree(
         state,
         store,
         &worktreefs::lifecycle::create::CreateRequest {
-            repo: "repo",
+            repo,
             name,
             base: None,
             branch: None,
