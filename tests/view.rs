@@ -341,6 +341,16 @@ fn a_lookup_whose_attributes_fail_leaves_no_node_behind() {
 fn every_worktree_index_has_the_right_checksum_however_its_cached_index_was_found() {
     use sha1::Digest;
     let env = Env::new();
+    // The cache is keyed by the commit's time, which a creation clamps to a second ago: a
+    // commit made just now would give each creation a second later another key (and a
+    // fresh cache) on a slow machine. This test needs every creation to find one cache.
+    let amended = std::process::Command::new("git")
+        .args(["commit", "-q", "--amend", "--no-edit", "--date=@1600000000"])
+        .env("GIT_COMMITTER_DATE", "@1600000000")
+        .current_dir(env.repo.path())
+        .status()
+        .unwrap();
+    assert!(amended.success());
     let state = StateDir::open(&env.state()).unwrap();
     let mut store = Store::open(&state.root).unwrap();
     let tracked = run_ok("git", &["ls-files"], &env.repo.path())
