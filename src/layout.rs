@@ -10,11 +10,12 @@
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+
+use crate::beneath::{self, Listed};
 
 pub const RESERVED_PREFIX: &[u8] = b".wtfs-";
 pub const WHITEOUT_PREFIX: &str = ".wtfs-wh.";
@@ -27,22 +28,21 @@ pub fn whiteout_name(name: &OsStr) -> OsString {
     s
 }
 
-/// Creates an empty marker file (whiteout or opaque). `ordered`: a later step removes or
-/// moves an upper entry and must not reach the disk before this marker does, so the
-/// marker is synced first. A marker with nothing after it is as durable as any other
-/// unlink: until the next sync, like the filesystem underneath.
-pub fn write_marker(path: &Path, ordered: bool) -> io::Result<()> {
-    match OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(f) if ordered => f.sync_all(),
-        Ok(_) => Ok(()),
-        Err(e) => Err(e),
+/// Creates an empty marker file (whiteout or opaque) `name` in the upper directory `dir`.
+/// `ordered`: a later step removes or moves an upper entry and must not reach the disk
+/// before this marker does, so the marker is synced first. A marker with nothing after it
+/// is as durable as any other unlink: until the next sync, like the filesystem underneath.
+pub fn write_marker(dir: BorrowedFd, name: &OsStr, ordered: bool) -> io::Result<()> {
+    let fd = beneath::open(
+        dir,
+        name.as_bytes(),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        0o600,
+    )?;
+    if ordered {
+        fs::File::from(fd).sync_all()?;
     }
+    Ok(())
 }
 
 /// Whether `name` is one of worktreefs' own (a marker, or reserved for one).
@@ -76,36 +76,21 @@ pub fn classify(name: &OsStr) -> Name<'_> {
     }
 }
 
-/// What to do with an entry the directory listing could not read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unreadable {
-    /// The whole read fails with its error.
-    Fail,
-    /// The entry is passed over.
-    Skip,
-}
-
 /// One upper directory, read in one pass: its entries (markers left out), the base names
-/// its whiteouts hide, and whether it is opaque. Entries are kept as the listing gave
-/// them, so a caller asks their type (`DirEntry::file_type`) only if it needs it.
+/// its whiteouts hide, and whether it is opaque.
 #[derive(Debug, Default)]
 pub struct UpperDir {
-    pub entries: Vec<fs::DirEntry>,
+    pub entries: Vec<Listed>,
     pub whiteouts: HashSet<OsString>,
     pub opaque: bool,
 }
 
 impl UpperDir {
-    pub fn read(dir: &Path, unreadable: Unreadable) -> io::Result<UpperDir> {
+    /// Reads the upper directory `dir` (a descriptor: see `crate::beneath`).
+    pub fn read(dir: BorrowedFd) -> io::Result<UpperDir> {
         let mut out = UpperDir::default();
-        for e in fs::read_dir(dir)? {
-            let e = match e {
-                Ok(e) => e,
-                Err(_) if unreadable == Unreadable::Skip => continue,
-                Err(err) => return Err(err),
-            };
-            let name = e.file_name();
-            match classify(&name) {
+        for e in beneath::list(dir)? {
+            match classify(&e.name) {
                 Name::Entry => out.entries.push(e),
                 Name::Whiteout(hidden) => {
                     out.whiteouts.insert(hidden.to_os_string());
@@ -126,6 +111,7 @@ impl UpperDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     /// Every marker kind, written as the filesystem writes it, reads back as what it is;
     /// entries stay entries, whatever their type.
@@ -133,9 +119,11 @@ mod tests {
     fn every_marker_kind_written_reads_back() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path();
-        write_marker(&dir.join(whiteout_name(OsStr::new("gone.txt"))), true).unwrap();
-        write_marker(&dir.join(whiteout_name(OsStr::new("old dir"))), false).unwrap();
-        write_marker(&dir.join(OPAQUE_MARKER), true).unwrap();
+        let fd = beneath::open_root(dir).unwrap();
+        let at = fd.as_fd();
+        write_marker(at, &whiteout_name(OsStr::new("gone.txt")), true).unwrap();
+        write_marker(at, &whiteout_name(OsStr::new("old dir")), false).unwrap();
+        write_marker(at, OsStr::new(OPAQUE_MARKER), true).unwrap();
         fs::write(dir.join(".wtfs-future"), b"").unwrap();
         fs::write(dir.join("file"), b"x").unwrap();
         fs::create_dir(dir.join("sub")).unwrap();
@@ -143,7 +131,7 @@ mod tests {
         // A name that only looks like a marker once its prefix is taken off.
         fs::write(dir.join("wh.not-a-whiteout"), b"").unwrap();
 
-        let u = UpperDir::read(dir, Unreadable::Fail).unwrap();
+        let u = UpperDir::read(at).unwrap();
         assert!(u.opaque);
         let mut whiteouts: Vec<_> = u.whiteouts.iter().cloned().collect();
         whiteouts.sort();
@@ -155,15 +143,12 @@ mod tests {
             .entries
             .iter()
             .map(|e| {
-                let (n, t) = (e.file_name(), e.file_type().unwrap());
-                let kind = if t.is_dir() {
-                    "dir"
-                } else if t.is_symlink() {
-                    "link"
-                } else {
-                    "file"
+                let kind = match e.d_type {
+                    libc::DT_DIR => "dir",
+                    libc::DT_LNK => "link",
+                    _ => "file",
                 };
-                (n.to_string_lossy().into_owned(), kind)
+                (e.name.to_string_lossy().into_owned(), kind)
             })
             .collect();
         entries.sort();
@@ -181,7 +166,7 @@ mod tests {
         // Markers are empty files of mode 0600, whatever was there before.
         let wh = dir.join(whiteout_name(OsStr::new("gone.txt")));
         fs::write(&wh, b"junk").unwrap();
-        write_marker(&wh, true).unwrap();
+        write_marker(at, &whiteout_name(OsStr::new("gone.txt")), true).unwrap();
         let m = fs::metadata(&wh).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!((m.len(), m.permissions().mode() & 0o777), (0, 0o600));

@@ -207,7 +207,7 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
     fn repo(id: i64) -> RepoRow {
         RepoRow {
@@ -256,6 +256,8 @@ mod tests {
             gid: 0,
             upper: PathBuf::new(),
             work: PathBuf::new(),
+            upper_fd: crate::beneath::open_root(Path::new("/")).unwrap(),
+            work_fd: crate::beneath::open_root(Path::new("/")).unwrap(),
             gitfile: Vec::new(),
             sizes_seeded: false.into(),
             journal: Default::default(),

@@ -1,16 +1,16 @@
 //! Copy-up: bringing a base entry into the upper layer before it changes, atomically
 //! (built in the work directory, then renamed into place).
 
-use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::UNIX_EPOCH;
 
+use crate::beneath;
 use crate::git::{self, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
@@ -18,7 +18,7 @@ use super::error::{FsError, FsResult};
 use super::nodes::ROOT_INO;
 use super::overlay::{BaseRef, WtCtx};
 use super::types::FType;
-use super::view::{exists, lstat, marker, View};
+use super::view::{marker, View};
 
 /// FICLONE where the filesystem shares extents, else copy_file_range (std::io::copy uses it).
 pub(super) fn clone_or_copy(src: &File, dst: &File) -> io::Result<()> {
@@ -62,10 +62,13 @@ impl View {
         Ok(())
     }
 
-    pub(super) fn set_in_upper(&self, ino: u64, base: Option<Option<BaseRef>>) {
+    /// Node `ino` is in the upper layer now, as the file with inode number `upper_ino`
+    /// (`base`: its base changes too).
+    pub(super) fn set_in_upper(&self, ino: u64, base: Option<Option<BaseRef>>, upper_ino: u64) {
         let mut t = self.nodes.write();
         if let Some(ov) = t.overlay_mut(ino) {
             ov.in_upper = true;
+            ov.upper_ino = upper_ino;
             if let Some(b) = base {
                 ov.base = b;
             }
@@ -74,9 +77,11 @@ impl View {
         self.handles.copied_up();
     }
 
-    pub(super) fn work_tmp(wt: &WtCtx, what: &str) -> PathBuf {
+    /// A fresh name in the worktree's work directory, for something built there before
+    /// it is renamed into place.
+    pub(super) fn work_tmp(what: &str) -> OsString {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        wt.work.join(format!(
+        OsString::from(format!(
             "{what}-{}-{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
@@ -85,81 +90,114 @@ impl View {
 
     /// Copies the entry `ino` into the upper layer (callers hold `mutate`). With
     /// `with_data` false a regular file arrives empty (it is about to be truncated).
-    /// Atomic: built in the work directory, fsync'd, renamed into place.
+    /// Atomic: built in the work directory, fsync'd, renamed into place. An entry whose
+    /// last name is gone (a removed base file still open) is built the same way and kept
+    /// open instead, with no name.
     pub(super) fn copy_up(&self, ino: u64, with_data: bool) -> FsResult<()> {
-        let (wt, ov, path) = {
+        let (wt, ov, parent, name, unlinked) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
             if ov.in_upper {
                 return Ok(());
             }
-            (wt, ov, t.upper_path(ino)?)
+            let n = t.get(ino).ok_or_else(|| FsError::stale(ino))?;
+            (wt, ov, n.parent(), n.name().to_os_string(), n.is_unlinked())
         };
-        let parent = self
-            .nodes
-            .read()
-            .get(ino)
-            .map(|n| n.parent())
-            .unwrap_or(ROOT_INO);
-        self.ensure_upper_dir(parent)?;
         let base = ov
             .base
             .ok_or_else(|| FsError::internal("copy-up of an entry with no base"))?;
-        match ov.ftype {
-            FType::Dir => {
-                match fs::create_dir(&path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(FsError::io(format!("mkdir {}", path.display()), e)),
+        let tmp = Self::work_tmp("copyup");
+        let work = wt.work_fd.as_fd();
+        let built = self.build_in_work(&wt, ov.ftype, base, &tmp, with_data);
+        let upper_ino = match built {
+            Ok(ino) => ino,
+            Err(e) => {
+                let _ = beneath::remove_tree(work, &tmp);
+                return Err(e);
+            }
+        };
+        if unlinked {
+            let fd = beneath::entry(work, &tmp).map_err(|e| FsError::io("keeping a copy-up", e));
+            let _ = beneath::remove_tree(work, &tmp);
+            self.nodes.write().set_orphan(ino, fd?);
+        } else {
+            self.ensure_upper_dir(parent)?;
+            let dir = self.upper_dir(parent)?;
+            if let Err(e) = beneath::rename_at(work, &tmp, dir.as_fd(), &name, 0) {
+                let _ = beneath::remove_tree(work, &tmp);
+                // A directory made by an earlier copy-up that did not finish (a crash)
+                // stays: it is what the entry is.
+                let existing = beneath::stat_at(dir.as_fd(), &name);
+                match existing {
+                    Ok(st)
+                        if ov.ftype == FType::Dir && FType::from_mode(st.st_mode) == FType::Dir =>
+                    {
+                        self.stats.copy_ups.fetch_add(1, Ordering::Relaxed);
+                        self.set_in_upper(ino, None, st.st_ino);
+                        return Ok(());
+                    }
+                    _ => {
+                        return Err(FsError::io(
+                            format!("copy-up of {}/{}", wt.name, name.to_string_lossy()),
+                            e,
+                        ))
+                    }
                 }
-                chown(&path, wt.uid, wt.gid)?;
             }
-            FType::File => {
-                let tmp = Self::work_tmp(&wt, "copyup");
-                let result = self.copy_blob_to(&wt, base, &tmp, with_data);
-                if let Err(e) = result {
-                    let _ = fs::remove_file(&tmp);
-                    return Err(e);
-                }
-                fs::rename(&tmp, &path)
-                    .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
-            }
-            FType::Symlink => {
-                let target = git::read_blob(&wt.gitdir, base.oid)
-                    .map_err(|e| FsError::git("reading symlink target", e))?;
-                let tmp = Self::work_tmp(&wt, "copyup");
-                std::os::unix::fs::symlink(OsStr::from_bytes(&target), &tmp)
-                    .map_err(|e| FsError::io("creating symlink in work dir", e))?;
-                let _ = nix::unistd::fchownat(
-                    None,
-                    &tmp,
-                    Some(nix::unistd::Uid::from_raw(wt.uid)),
-                    Some(nix::unistd::Gid::from_raw(wt.gid)),
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                );
-                fs::rename(&tmp, &path)
-                    .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
-            }
-            _ => return Err(FsError::internal("unexpected base entry type")),
         }
         self.stats.copy_ups.fetch_add(1, Ordering::Relaxed);
-        self.set_in_upper(ino, None);
+        self.set_in_upper(ino, None, upper_ino);
         Ok(())
     }
 
+    /// Builds the base entry `base` (of type `ftype`) as `tmp` in the work directory, owned
+    /// by the worktree's owner; returns its inode number.
+    fn build_in_work(
+        &self,
+        wt: &WtCtx,
+        ftype: FType,
+        base: BaseRef,
+        tmp: &OsStr,
+        with_data: bool,
+    ) -> FsResult<u64> {
+        let work = wt.work_fd.as_fd();
+        match ftype {
+            FType::Dir => {
+                beneath::mkdir_at(work, tmp, 0o755)
+                    .map_err(|e| FsError::io("mkdir in work dir", e))?;
+                own(work, tmp, wt.uid, wt.gid)
+            }
+            FType::File => self.copy_blob_to(wt, base, work, tmp, with_data),
+            FType::Symlink => {
+                let target = git::read_blob(&wt.gitdir, base.oid)
+                    .map_err(|e| FsError::git("reading symlink target", e))?;
+                beneath::symlink_at(&target, work, tmp)
+                    .map_err(|e| FsError::io("creating symlink in work dir", e))?;
+                own(work, tmp, wt.uid, wt.gid)
+            }
+            _ => Err(FsError::internal("unexpected base entry type")),
+        }
+    }
+
+    /// Writes the blob `base` as the new file `name` of `dir`, with the base's mode and
+    /// time and the worktree's owner; returns its inode number.
     pub(super) fn copy_blob_to(
         &self,
         wt: &WtCtx,
         base: BaseRef,
-        tmp: &Path,
+        dir: BorrowedFd,
+        name: &OsStr,
         with_data: bool,
-    ) -> FsResult<()> {
-        let dst = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(tmp)
-            .map_err(|e| FsError::io(format!("creating {}", tmp.display()), e))?;
+    ) -> FsResult<u64> {
+        let dst = File::from(
+            beneath::open(
+                dir,
+                name.as_bytes(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                0o600,
+            )
+            .map_err(|e| FsError::io(format!("creating {}", name.to_string_lossy()), e))?,
+        );
         if with_data {
             let size = self
                 .objects
@@ -172,41 +210,56 @@ impl View {
             let src = File::open(&src_path).map_err(|e| FsError::io("opening cached blob", e))?;
             clone_or_copy(&src, &dst).map_err(|e| FsError::io("copying blob", e))?;
         }
-        let perm = if base.mode == MODE_EXEC { 0o755 } else { 0o644 };
-        dst.set_permissions(fs::Permissions::from_mode(perm))
-            .map_err(|e| FsError::io("chmod", e))?;
+        // Owner first: a chown clears set-id bits, and the mode is the last word.
         let _ = nix::unistd::fchown(
             dst.as_raw_fd(),
             Some(nix::unistd::Uid::from_raw(wt.uid)),
             Some(nix::unistd::Gid::from_raw(wt.gid)),
         );
+        let perm = if base.mode == MODE_EXEC { 0o755 } else { 0o644 };
+        dst.set_permissions(fs::Permissions::from_mode(perm))
+            .map_err(|e| FsError::io("chmod", e))?;
         let t = nix::sys::time::TimeSpec::from(
             wt.base_mtime.duration_since(UNIX_EPOCH).unwrap_or_default(),
         );
         let _ = nix::sys::stat::futimens(dst.as_raw_fd(), &t, &t);
         dst.sync_all().map_err(|e| FsError::io("fsync", e))?;
-        Ok(())
+        let st = beneath::fstat(dst.as_fd()).map_err(|e| FsError::io("fstat", e))?;
+        Ok(st.st_ino)
     }
 
     /// Copies every base entry below directory `ino` into the upper layer and marks it
     /// opaque, so the directory can move without its base (used by rename of directories).
     pub(super) fn copy_up_tree(&self, ino: u64) -> FsResult<()> {
-        let (wt, ov, path) = {
+        let (wt, ov) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
-            (wt, ov, t.upper_path(ino)?)
+            (wt, ov)
         };
         self.ensure_upper_dir(ino)?;
         if ov.base.is_none() {
             return Ok(());
         }
-        self.copy_up_tree_at(&wt, &path, ov.base)?;
-        // Every node below now lives entirely in the upper layer.
+        let dir = self.upper_dir(ino)?;
+        self.copy_up_tree_at(&wt, dir.as_fd(), ov.base)?;
+        // Every node below now lives entirely in the upper layer, each as the file now at
+        // its name.
+        let below = self.nodes.read().below(ino);
+        let mut found = Vec::with_capacity(below.len());
+        for n in below {
+            let st = self.place(n).and_then(|p| {
+                p.stat()
+                    .map_err(|e| FsError::io(format!("stat of inode {n}"), e))
+            });
+            found.push((n, st.map(|s| s.st_ino).unwrap_or(0)));
+        }
         let mut t = self.nodes.write();
-        let below = t.below(ino);
-        for n in below.into_iter().chain(std::iter::once(ino)) {
+        for (n, upper_ino) in found.into_iter().chain(std::iter::once((ino, 0))) {
             if let Some(ov) = t.overlay_mut(n) {
                 ov.in_upper = true;
+                if n != ino {
+                    ov.upper_ino = upper_ino;
+                }
                 if ov.ftype == FType::Dir {
                     ov.base = None;
                 }
@@ -220,74 +273,85 @@ impl View {
     pub(super) fn copy_up_tree_at(
         &self,
         wt: &WtCtx,
-        dir: &Path,
+        dir: BorrowedFd,
         base: Option<BaseRef>,
     ) -> FsResult<()> {
         let Some(base) = base.filter(|b| b.mode == MODE_TREE) else {
             return Ok(());
         };
-        if exists(&dir.join(OPAQUE_MARKER)) {
+        if beneath::stat_at(dir, OsStr::new(OPAQUE_MARKER)).is_ok() {
             return Ok(());
         }
         let listing = self
             .objects
             .tree(&wt.gitdir, base.oid)
             .map_err(|e| FsError::git("reading tree", e))?;
+        let sub = |name: &OsStr| {
+            beneath::dir(dir, name.as_bytes())
+                .map_err(|e| FsError::io(format!("opening {}", name.to_string_lossy()), e))
+        };
         for e in &listing.entries {
-            let up = dir.join(&e.name);
             let child_base = BaseRef {
                 oid: e.oid,
                 mode: e.mode,
             };
-            match lstat(&up) {
-                Ok(m) => {
-                    if m.is_dir() && e.mode == MODE_TREE {
-                        self.copy_up_tree_at(wt, &up, Some(child_base))?;
+            match beneath::stat_at(dir, &e.name) {
+                Ok(st) => {
+                    if FType::from_mode(st.st_mode) == FType::Dir && e.mode == MODE_TREE {
+                        self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base))?;
                     }
                     continue;
                 }
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => return Err(FsError::io(format!("stat {}", up.display()), err)),
+                Err(err) => {
+                    return Err(FsError::io(
+                        format!("stat {}", e.name.to_string_lossy()),
+                        err,
+                    ))
+                }
             }
-            if exists(&dir.join(whiteout_name(&e.name))) {
+            if beneath::stat_at(dir, &whiteout_name(&e.name)).is_ok() {
                 continue;
             }
             match e.mode {
                 MODE_TREE | MODE_GITLINK => {
-                    fs::create_dir(&up)
-                        .map_err(|err| FsError::io(format!("mkdir {}", up.display()), err))?;
-                    chown(&up, wt.uid, wt.gid)?;
-                    self.copy_up_tree_at(wt, &up, Some(child_base))?;
+                    beneath::mkdir_at(dir, &e.name, 0o755).map_err(|err| {
+                        FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
+                    })?;
+                    own(dir, &e.name, wt.uid, wt.gid)?;
+                    self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base))?;
                 }
                 MODE_LINK => {
                     let target = git::read_blob(&wt.gitdir, e.oid)
                         .map_err(|err| FsError::git("reading symlink target", err))?;
-                    std::os::unix::fs::symlink(OsStr::from_bytes(&target), &up)
+                    beneath::symlink_at(&target, dir, &e.name)
                         .map_err(|err| FsError::io("symlink", err))?;
-                    chown(&up, wt.uid, wt.gid)?;
+                    own(dir, &e.name, wt.uid, wt.gid)?;
                 }
                 _ => {
-                    let tmp = Self::work_tmp(wt, "copyup");
-                    self.copy_blob_to(wt, child_base, &tmp, true)?;
-                    fs::rename(&tmp, &up).map_err(|err| FsError::io("rename", err))?;
+                    let tmp = Self::work_tmp("copyup");
+                    let work = wt.work_fd.as_fd();
+                    self.copy_blob_to(wt, child_base, work, &tmp, true)?;
+                    beneath::rename_at(work, &tmp, dir, &e.name, 0)
+                        .map_err(|err| FsError::io("rename", err))?;
                 }
             }
         }
-        marker(&dir.join(OPAQUE_MARKER), true)
+        marker(dir, OsStr::new(OPAQUE_MARKER), true)
     }
 }
 
-/// Gives `path` to `uid:gid` without following a symlink; EPERM (a daemon that may not
-/// chown) leaves the owner as it is.
-pub(super) fn chown(path: &Path, uid: u32, gid: u32) -> FsResult<()> {
-    match nix::unistd::fchownat(
-        None,
-        path,
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    ) {
-        Ok(()) | Err(nix::errno::Errno::EPERM) => Ok(()),
-        Err(e) => Err(FsError::sys(format!("chown {}", path.display()), e)),
+/// Gives the entry `name` of `dir` (not following a symlink) to `uid:gid`; EPERM (a
+/// daemon that may not chown) leaves the owner as it is. Returns its inode number.
+pub(super) fn own(dir: BorrowedFd, name: &OsStr, uid: u32, gid: u32) -> FsResult<u64> {
+    let fd = beneath::entry(dir, name)
+        .map_err(|e| FsError::io(format!("opening {}", name.to_string_lossy()), e))?;
+    match beneath::chown(fd.as_fd(), Some(uid), Some(gid)) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+        Err(e) => return Err(FsError::io(format!("chown {}", name.to_string_lossy()), e)),
     }
+    beneath::fstat(fd.as_fd())
+        .map(|st| st.st_ino)
+        .map_err(|e| FsError::io("fstat", e))
 }

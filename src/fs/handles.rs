@@ -2,11 +2,10 @@
 //! file an open hands to the kernel for passthrough.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -76,22 +75,18 @@ pub(super) fn opened(file: &RwLock<Option<File>>) -> FsResult<MappedRwLockReadGu
         .map_err(|_| FsError::bad_handle("handle has no file"))
 }
 
-pub(super) fn open_upper(path: &Path, flags: i32) -> FsResult<File> {
-    let acc = flags & libc::O_ACCMODE;
-    OpenOptions::new()
-        .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
-        .write(acc == libc::O_WRONLY || acc == libc::O_RDWR)
-        .custom_flags(
-            (flags
-                & (libc::O_APPEND
-                    | libc::O_TRUNC
-                    | libc::O_NOATIME
-                    | libc::O_SYNC
-                    | libc::O_DSYNC))
-                | libc::O_NOFOLLOW,
-        )
-        .open(path)
-        .map_err(|e| FsError::io(format!("open {}", path.display()), e))
+/// The flags an upper file is opened with for an open with `flags`: its access mode
+/// (both ways for the special mode 3, which ext4 lets open a file for neither reads nor
+/// writes: the kernel's own descriptor allows neither) and the flags that change the file
+/// (`O_TRUNC`) or how I/O on it behaves.
+pub(super) fn upper_flags(flags: i32) -> i32 {
+    let acc = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => libc::O_RDONLY,
+        libc::O_WRONLY => libc::O_WRONLY,
+        _ => libc::O_RDWR,
+    };
+    acc | (flags
+        & (libc::O_APPEND | libc::O_TRUNC | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC))
 }
 
 /// The open handles, files and directories, by handle number, and the copy-up epoch
@@ -220,15 +215,7 @@ impl View {
             // spares a path walk.
             plain
         } else {
-            let path = self.nodes.read().upper_path(*ino)?;
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-                .map_err(|e| {
-                    FsError::io(format!("opening {} for passthrough", path.display()), e)
-                })?
+            self.at_place(*ino, "opening for passthrough", |p| p.open(libc::O_RDWR))?
         };
         let m = backing
             .metadata()
@@ -287,14 +274,12 @@ impl View {
                 if writing {
                     let _m = self.mutate.lock();
                     self.copy_up(ino, flags & libc::O_TRUNC == 0)?;
-                    let path = self.nodes.read().upper_path(ino)?;
-                    let file = open_upper(&path, flags)?;
+                    let file = self.at_place(ino, "open", |p| p.open(upper_flags(flags)))?;
                     self.note_node(ino);
                     return Ok(self.file_handle(ino, Some(wt), Some(file), None));
                 }
                 if ov.in_upper {
-                    let path = self.nodes.read().upper_path(ino)?;
-                    let file = open_upper(&path, flags)?;
+                    let file = self.at_place(ino, "open", |p| p.open(upper_flags(flags)))?;
                     return Ok(self.file_handle(ino, None, Some(file), None));
                 }
                 let base = ov
@@ -414,16 +399,13 @@ impl View {
         file: &RwLock<Option<File>>,
         on_base: &std::sync::atomic::AtomicBool,
     ) -> FsResult<()> {
-        let t = self.nodes.read();
-        let Ok((_, ov, _)) = t.wt_of(ino) else {
+        let Ok((_, ov, _)) = self.nodes.read().wt_of(ino) else {
             return Ok(());
         };
         if !ov.in_upper {
             return Ok(());
         }
-        let path = t.upper_path(ino)?;
-        drop(t);
-        let f = open_upper(&path, libc::O_RDONLY)?;
+        let f = self.at_place(ino, "open", |p| p.open(libc::O_RDONLY))?;
         *file.write() = Some(f);
         // Release: whoever sees `false` (Acquire) also sees the file just put in.
         on_base.store(false, Ordering::Release);

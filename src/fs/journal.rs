@@ -3,16 +3,17 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
 use git2::Oid;
 use parking_lot::Mutex;
 
+use crate::beneath;
 use crate::git::{self, MODE_TREE};
-use crate::layout::{Unreadable, UpperDir};
+use crate::layout::UpperDir;
 
 use super::error::{FsError, FsResult};
 use super::nodes::join_rel;
@@ -161,20 +162,19 @@ impl View {
 
     /// Records every path below the upper directory `dir` (at `rel` in the worktree) under
     /// both `rel` and `old_rel`: a directory moved from `old_rel`.
-    pub(super) fn note_moved_tree(&self, wt: &WtCtx, dir: &Path, rel: &[u8], old_rel: &[u8]) {
-        let Ok(upper) = UpperDir::read(dir, Unreadable::Skip) else {
+    pub(super) fn note_moved_tree(&self, wt: &WtCtx, dir: BorrowedFd, rel: &[u8], old_rel: &[u8]) {
+        let Ok(upper) = UpperDir::read(dir) else {
             return;
         };
         for e in &upper.entries {
-            let name = e.file_name();
-            let (new, old) = (
-                join_rel(rel, name.as_bytes()),
-                join_rel(old_rel, name.as_bytes()),
-            );
+            let name = e.name.as_bytes();
+            let (new, old) = (join_rel(rel, name), join_rel(old_rel, name));
             wt.journal.record(&new);
             wt.journal.record(&old);
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                self.note_moved_tree(wt, &e.path(), &new, &old);
+            if e.is_dir(dir) {
+                if let Ok(sub) = beneath::dir(dir, name) {
+                    self.note_moved_tree(wt, sub.as_fd(), &new, &old);
+                }
             }
         }
     }
@@ -202,7 +202,7 @@ impl View {
             Since::Unknown => {
                 // Everything that differs from the base is in the upper layer.
                 let mut out = Vec::new();
-                self.upper_paths(&wt, &wt.upper, b"", Some(wt.base_tree), &mut out)?;
+                self.upper_paths(&wt, wt.upper_fd.as_fd(), b"", Some(wt.base_tree), &mut out)?;
                 out.sort();
                 out.dedup();
                 out
@@ -233,14 +233,18 @@ impl View {
     pub(super) fn upper_paths(
         &self,
         wt: &WtCtx,
-        dir: &Path,
+        dir: BorrowedFd,
         rel: &[u8],
         base: Option<Oid>,
         out: &mut Vec<Vec<u8>>,
     ) -> FsResult<()> {
         let join = |name: &[u8]| join_rel(rel, name);
-        let upper = UpperDir::read(dir, Unreadable::Skip)
-            .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+        let upper = UpperDir::read(dir).map_err(|e| {
+            FsError::io(
+                format!("listing {}/{}", wt.name, String::from_utf8_lossy(rel)),
+                e,
+            )
+        })?;
         let listing = match base {
             Some(tree) => Some(
                 self.objects
@@ -264,13 +268,13 @@ impl View {
             }
         }
         for e in &upper.entries {
-            let name = &e.file_name();
+            let name = &e.name;
             if rel.is_empty() && name == GITFILE_NAME {
                 continue;
             }
             let path = join(name.as_bytes());
             out.push(path.clone());
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            if e.is_dir(dir) {
                 let below = if upper.opaque {
                     None
                 } else {
@@ -280,7 +284,9 @@ impl View {
                         .filter(|entry| entry.mode == MODE_TREE)
                         .map(|entry| entry.oid)
                 };
-                self.upper_paths(wt, &e.path(), &path, below, out)?;
+                let sub = beneath::dir(dir, name.as_bytes())
+                    .map_err(|e| FsError::io("opening an upper directory", e))?;
+                self.upper_paths(wt, sub.as_fd(), &path, below, out)?;
             } else if let Some(entry) = listing.as_ref().and_then(|l| l.get(name)) {
                 // A file where the base has a directory: the directory's files are gone.
                 if entry.mode == MODE_TREE && !upper.opaque {

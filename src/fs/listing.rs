@@ -4,15 +4,16 @@
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileTypeExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::beneath;
 use crate::ino;
-use crate::layout::{Unreadable, UpperDir};
+use crate::layout::UpperDir;
 
 use super::catalog::repo_ino;
 use super::control::{control_ino, is_control_dir, ControlDir, CONTROL_INO, CONTROL_NAME};
@@ -20,6 +21,7 @@ use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::HandleKind;
 use super::nodes::join_rel;
 use super::nodes::{NodeKind, NodeTable, ROOT_INO};
+use super::place::stale_io;
 use super::types::{DirEntry, FType};
 use super::view::{View, GITFILE_NAME};
 
@@ -55,35 +57,49 @@ impl View {
         let child_ino = |name: &[u8]| ino::path_ino(wt.id, &join_rel(&rel, name));
         let mut names: BTreeMap<OsString, DirEntry> = BTreeMap::new();
         let mut upper = UpperDir::default();
+        if t.get(ino).is_some_and(|n| n.is_unlinked()) {
+            // A removed directory lists as empty, as on ext4.
+            return Ok(Vec::new());
+        }
         if ov.in_upper {
-            let dir = t.upper_path(ino)?;
-            upper = UpperDir::read(&dir, Unreadable::Fail)
-                .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
+            let (_, rel, expect) = t.dir_spec(ino)?;
+            let dir = beneath::dir(wt.upper_fd.as_fd(), &rel).and_then(|d| {
+                if expect != 0 && beneath::fstat(d.as_fd())?.st_ino != expect {
+                    return Err(stale_io());
+                }
+                Ok(d)
+            });
+            let listed = |e| {
+                FsError::io(
+                    format!("listing {}/{}", wt.name, String::from_utf8_lossy(&rel)),
+                    e,
+                )
+            };
+            let dir = dir.map_err(listed)?;
+            upper = UpperDir::read(dir.as_fd()).map_err(listed)?;
             for e in &upper.entries {
-                let name = e.file_name();
+                let name = &e.name;
                 if is_root && name == GITFILE_NAME {
                     continue;
                 }
-                let ft = e
-                    .file_type()
-                    .map_err(|e| FsError::io(format!("listing {}", dir.display()), e))?;
-                let kind = if ft.is_dir() {
-                    FType::Dir
-                } else if ft.is_symlink() {
-                    FType::Symlink
-                } else if ft.is_fifo() {
-                    FType::Fifo
-                } else if ft.is_socket() {
-                    FType::Socket
-                } else {
-                    FType::File
+                let kind = match e.d_type {
+                    libc::DT_DIR => FType::Dir,
+                    libc::DT_LNK => FType::Symlink,
+                    libc::DT_FIFO => FType::Fifo,
+                    libc::DT_SOCK => FType::Socket,
+                    libc::DT_CHR => FType::CharDev,
+                    libc::DT_BLK => FType::BlockDev,
+                    libc::DT_REG => FType::File,
+                    _ => beneath::stat_at(dir.as_fd(), name)
+                        .map(|st| FType::from_mode(st.st_mode))
+                        .map_err(listed)?,
                 };
                 names.insert(
                     name.clone(),
                     DirEntry {
                         ino: child_ino(name.as_bytes()),
                         kind,
-                        name,
+                        name: name.clone(),
                     },
                 );
             }

@@ -25,6 +25,7 @@ mod nodes;
 mod ops;
 mod overlay;
 mod passthrough;
+mod place;
 mod remove;
 mod types;
 mod view;

@@ -39,6 +39,8 @@ impl View {
         }
         fs::create_dir_all(&upper)?;
         fs::create_dir_all(&work)?;
+        let upper_fd = crate::beneath::open_root(&upper)?;
+        let work_fd = crate::beneath::open_root(&work)?;
         let admin = git::admin_dir(&repo.gitdir, &row.admin_name);
         Ok(WtCtx {
             id: row.id,
@@ -52,6 +54,8 @@ impl View {
             gid: row.gid,
             upper,
             work,
+            upper_fd,
+            work_fd,
             gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
             sizes_seeded: false.into(),
             journal: WorktreeJournal::default(),
@@ -262,6 +266,8 @@ impl View {
                         mode: MODE_TREE,
                     }),
                     in_upper: true,
+                    // The worktree's directory is its upper directory's descriptor itself.
+                    upper_ino: 0,
                 },
                 is_root: true,
             },

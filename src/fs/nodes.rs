@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -53,6 +53,10 @@ impl Node {
 
     pub(super) fn parent(&self) -> u64 {
         self.parent
+    }
+
+    pub(super) fn name(&self) -> &OsStr {
+        &self.name
     }
 
     /// Whether its last name was removed (it lives on while the kernel knows it).
@@ -104,6 +108,9 @@ pub(super) struct NodeTable {
     children: ChildIndex,
     /// Further names of hard-linked upper files (rare), by inode.
     aliases: HashMap<u64, Vec<(u64, OsString)>>,
+    /// The deleted-but-open set: upper files of nodes whose last name is gone, held open
+    /// (`O_PATH`) until the kernel forgets the node (see `fs/place.rs`).
+    orphans: HashMap<u64, Arc<OwnedFd>>,
     next_dynamic: u64,
     /// `nodes.len()`, readable without the table's lock (the stats file and the sweeper
     /// read it; a request that holds the lock must never take it again).
@@ -153,6 +160,7 @@ impl NodeTable {
             nodes: InoMap::default(),
             children: ChildIndex::default(),
             aliases: HashMap::new(),
+            orphans: HashMap::new(),
             next_dynamic: 0,
             count,
         }
@@ -253,8 +261,9 @@ impl NodeTable {
         name: &OsStr,
         newparent: u64,
         newname: &OsStr,
+        kept: Option<(u64, OwnedFd)>,
     ) {
-        self.detach_name(newparent, newname);
+        self.detach_keeping(newparent, newname, kept);
         self.unmap_child(parent, name);
         let own_name = self
             .nodes
@@ -377,6 +386,17 @@ impl NodeTable {
 
     /// Drops the name `(parent, name)`; the node stays while the kernel still knows it.
     pub(super) fn detach_name(&mut self, parent: u64, name: &OsStr) {
+        self.detach_keeping(parent, name, None)
+    }
+
+    /// As `detach_name`; `kept` is the file that had the name, held open (see
+    /// `View::keep`), which the node keeps if this was its last name.
+    pub(super) fn detach_keeping(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        kept: Option<(u64, OwnedFd)>,
+    ) {
         let Some(ino) = self.unmap_child(parent, name) else {
             return;
         };
@@ -390,6 +410,9 @@ impl NodeTable {
                 node.name = n.into();
             } else {
                 node.unlinked = true;
+                if let Some((_, fd)) = kept.filter(|(k, _)| *k == ino) {
+                    self.orphans.insert(ino, Arc::new(fd));
+                }
             }
         } else if let Some(v) = self.aliases.get_mut(&ino) {
             v.retain(|(p, n)| !(*p == parent && n == name));
@@ -397,6 +420,25 @@ impl NodeTable {
         if self.aliases.get(&ino).is_some_and(|v| v.is_empty()) {
             self.aliases.remove(&ino);
         }
+    }
+
+    /// The kept file of node `ino`, whose last name is gone.
+    pub(super) fn orphan(&self, ino: u64) -> Option<Arc<OwnedFd>> {
+        self.orphans.get(&ino).cloned()
+    }
+
+    /// Node `ino`, whose last name is gone, now has its own file `fd` (a copy-up of a
+    /// removed base file).
+    pub(super) fn set_orphan(&mut self, ino: u64, fd: OwnedFd) {
+        self.orphans.insert(ino, Arc::new(fd));
+    }
+
+    /// Whether `(parent, name)` is the last name of node `ino` (removing it orphans it).
+    pub(super) fn is_last_name(&self, ino: u64, parent: u64, name: &OsStr) -> bool {
+        self.nodes
+            .get(&ino)
+            .is_some_and(|n| n.parent == parent && &*n.name == name)
+            && self.aliases.get(&ino).is_none_or(|v| v.is_empty())
     }
 
     /// Removes a node the kernel has forgotten, with every name still mapped to it.
@@ -412,6 +454,7 @@ impl NodeTable {
             }
         }
         self.aliases.remove(&ino);
+        self.orphans.remove(&ino);
         self.nodes.remove(&ino);
         self.count.store(self.nodes.len(), Ordering::Relaxed);
     }
@@ -472,14 +515,22 @@ impl NodeTable {
         }
     }
 
-    pub(super) fn upper_path(&self, ino: u64) -> FsResult<PathBuf> {
-        let (wt, _, _) = self.wt_of(ino)?;
-        let rel = self.rel_path(ino)?;
-        Ok(if rel.is_empty() {
-            wt.upper.clone()
-        } else {
-            wt.upper.join(OsStr::from_bytes(&rel))
-        })
+    /// As `rel_path`, for reaching the upper layer: ENOENT when the node or an ancestor
+    /// has lost its last name (nothing below a removed directory has a path).
+    pub(super) fn live_rel_path(&self, ino: u64) -> FsResult<Vec<u8>> {
+        let mut cur = ino;
+        loop {
+            let node = self.nodes.get(&cur).ok_or_else(|| FsError::stale(cur))?;
+            if node.unlinked {
+                return Err(FsError::not_found(format!("inode {cur} was removed")));
+            }
+            match &node.kind {
+                NodeKind::Wt { is_root: true, .. } => break,
+                NodeKind::Wt { .. } => cur = node.parent,
+                _ => return Err(FsError::invalid("not a worktree entry")),
+            }
+        }
+        self.rel_path(ino)
     }
 
     pub(super) fn is_below(&self, mut n: u64, ancestor: u64) -> bool {

@@ -2,35 +2,75 @@
 //! link, setattr (and readlink).
 
 use std::ffi::OsStr;
-use std::fs::{self, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::beneath;
 use crate::git::{self};
-
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
 
-use super::copyup::chown;
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::{opened, HandleKind};
 use super::nodes::NodeKind;
 use super::overlay::{Overlay, WtCtx};
+use super::place::Place;
 use super::types::{Caller, Entry, FType, SetAttr};
-use super::view::ttl_of;
-use super::view::{check_name, cstr, marker, not_supported, View};
+use super::view::{check_name, marker, not_supported, View};
+
+/// The owner of a new entry made by `caller` in a directory with attributes `dir`, and
+/// whether it gets the set-group-id bit: as ext4 gives them, the caller's uid, and the
+/// directory's group (and, for a directory, its bit) when the directory is set-group-id.
+fn new_owner(caller: Caller, dir: &beneath::Stat, is_dir: bool) -> (u32, u32, u32) {
+    if dir.st_mode & libc::S_ISGID != 0 {
+        let bit = if is_dir { libc::S_ISGID } else { 0 };
+        (caller.uid, dir.st_gid, bit)
+    } else {
+        (caller.uid, caller.gid, 0)
+    }
+}
+
+/// Sets the entry `name` of `dir` to owner `uid:gid` and then mode `perm` (a chown clears
+/// the set-id bits, so the mode comes last); returns its inode number. The daemon's own
+/// umask never applies: the mode is the one the caller asked for, the kernel's `umask`
+/// taken off.
+fn finish_new(
+    dir: BorrowedFd,
+    name: &OsStr,
+    uid: u32,
+    gid: u32,
+    perm: Option<u32>,
+) -> FsResult<u64> {
+    let fd = beneath::entry(dir, name).map_err(io_err("opening the new entry", name))?;
+    finish_fd(fd.as_fd(), uid, gid, perm)
+}
+
+/// As `finish_new`, for the new entry `fd` (an `O_PATH` descriptor or an open file).
+fn finish_fd(fd: BorrowedFd, uid: u32, gid: u32, perm: Option<u32>) -> FsResult<u64> {
+    match beneath::chown(fd, Some(uid), Some(gid)) {
+        Ok(()) => {}
+        // A daemon that may not chown leaves the owner as it is.
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+        Err(e) => return Err(FsError::io("chown of a new entry", e)),
+    }
+    if let Some(perm) = perm {
+        beneath::chmod(fd, perm).map_err(|e| FsError::io("chmod of a new entry", e))?;
+    }
+    beneath::fstat(fd)
+        .map(|st| st.st_ino)
+        .map_err(|e| FsError::io("fstat of a new entry", e))
+}
+
+fn io_err<'a>(what: &'a str, name: &'a OsStr) -> impl FnOnce(io::Error) -> FsError + 'a {
+    move |e| FsError::io(format!("{what} {}", name.to_string_lossy()), e)
+}
 
 impl View {
-    pub(super) fn dir_upper_path(&self, parent: u64) -> FsResult<(Arc<WtCtx>, PathBuf)> {
-        let t = self.nodes.read();
-        let (wt, _, _) = t.wt_of(parent)?;
-        Ok((wt, t.upper_path(parent)?))
-    }
-
     pub(super) fn new_entry(&self, parent: u64, name: &OsStr, ov: Overlay) -> FsResult<Entry> {
         let mut t = self.nodes.write();
         let (wt, _, _) = t.wt_of(parent)?;
@@ -40,12 +80,13 @@ impl View {
     }
 
     /// Prepares `(parent, name)` for a new upper entry: the name must be free in the view
-    /// and the parent directory present in the upper layer. Returns the parent's upper dir.
+    /// and the parent directory present in the upper layer. Returns the worktree, the
+    /// parent's upper directory and its attributes (for the new entry's owner).
     pub(super) fn prepare_create(
         &self,
         parent: u64,
         name: &OsStr,
-    ) -> FsResult<(Arc<WtCtx>, PathBuf)> {
+    ) -> FsResult<(Arc<WtCtx>, OwnedFd, beneath::Stat)> {
         check_name(name)?;
         if self.child_state(parent, name)?.is_some() {
             return Err(FsError::exists(format!(
@@ -54,15 +95,18 @@ impl View {
             )));
         }
         self.ensure_upper_dir(parent)?;
-        self.dir_upper_path(parent)
+        let dir = self.upper_dir(parent)?;
+        let st = beneath::fstat(dir.as_fd()).map_err(|e| FsError::io("fstat of a directory", e))?;
+        let wt = self.nodes.read().wt_of(parent)?.0;
+        Ok((wt, dir, st))
     }
 
     /// Removes the whiteout of `name` in `parent` (upper directory `dir`), if there can be
     /// one: whiteouts are written only over base entries, so most creations have none to
     /// remove and skip the failing `unlink`.
-    pub(super) fn drop_whiteout(&self, parent: u64, dir: &Path, name: &OsStr) {
+    pub(super) fn drop_whiteout(&self, parent: u64, dir: BorrowedFd, name: &OsStr) {
         if self.base_has(parent, name).unwrap_or(true) {
-            let _ = fs::remove_file(dir.join(whiteout_name(name)));
+            let _ = beneath::unlink_at(dir, &whiteout_name(name), false);
         }
     }
 
@@ -76,28 +120,22 @@ impl View {
         caller: Caller,
     ) -> FsResult<(Entry, u64)> {
         let _m = self.mutate.lock();
-        let (wt, dir) = self.prepare_create(parent, name)?;
-        let path = dir.join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .custom_flags(flags & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC))
-            .mode(mode & !umask & 0o7777)
-            .open(&path)
-            .map_err(|e| FsError::io(format!("create {}", path.display()), e))?;
-        chown(&path, caller.uid, caller.gid)?;
-        self.drop_whiteout(parent, &dir, name);
+        let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
+        let extra = flags & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC);
+        let file = File::from(
+            beneath::open(
+                dir.as_fd(),
+                name.as_bytes(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | extra,
+                0o600,
+            )
+            .map_err(io_err("create", name))?,
+        );
+        let (uid, gid, _) = new_owner(caller, &dir_attr, false);
+        let upper_ino = finish_fd(file.as_fd(), uid, gid, Some(mode & !umask & 0o7777))?;
+        self.drop_whiteout(parent, dir.as_fd(), name);
         self.note_child(parent, name);
-        let entry = self.new_entry(
-            parent,
-            name,
-            Overlay {
-                ftype: FType::File,
-                base: None,
-                in_upper: true,
-            },
-        )?;
+        let entry = self.new_entry(parent, name, Overlay::upper(FType::File, upper_ino))?;
         let fh = self.file_handle(entry.attr.ino, Some(wt), Some(file), None);
         Ok((entry, fh))
     }
@@ -115,34 +153,22 @@ impl View {
             return Err(not_supported("creating a file beside worktrees"));
         }
         let _m = self.mutate.lock();
-        let (_, dir) = self.prepare_create(parent, name)?;
-        let path = dir.join(name);
-        let c = cstr(&path)?;
-        // SAFETY: c is a valid NUL-terminated path.
-        let rc = unsafe {
-            libc::mknod(
-                c.as_ptr(),
-                (mode & !umask) as libc::mode_t,
-                rdev as libc::dev_t,
-            )
-        };
-        if rc != 0 {
-            return Err(FsError::io(
-                format!("mknod {}", path.display()),
-                io::Error::last_os_error(),
-            ));
-        }
-        chown(&path, caller.uid, caller.gid)?;
-        self.drop_whiteout(parent, &dir, name);
+        let (_, dir, dir_attr) = self.prepare_create(parent, name)?;
+        beneath::mknod_at(
+            dir.as_fd(),
+            name,
+            (mode & libc::S_IFMT) | 0o600,
+            rdev as u64,
+        )
+        .map_err(io_err("mknod", name))?;
+        let (uid, gid, _) = new_owner(caller, &dir_attr, false);
+        let upper_ino = finish_new(dir.as_fd(), name, uid, gid, Some(mode & !umask & 0o7777))?;
+        self.drop_whiteout(parent, dir.as_fd(), name);
         self.note_child(parent, name);
         self.new_entry(
             parent,
             name,
-            Overlay {
-                ftype: FType::from_mode(mode),
-                base: None,
-                in_upper: true,
-            },
+            Overlay::upper(FType::from_mode(mode), upper_ino),
         )
     }
 
@@ -169,38 +195,36 @@ impl View {
         }
         let _m = self.mutate.lock();
         let base_had_name = self.base_has(parent, name)?;
-        let (wt, dir) = self.prepare_create(parent, name)?;
-        let path = dir.join(name);
-        let perm = mode & !umask & 0o7777;
-        if base_had_name {
+        let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
+        let (uid, gid, sgid) = new_owner(caller, &dir_attr, true);
+        let perm = (mode & !umask & 0o1777) | sgid;
+        let upper_ino = if base_had_name {
             // The base has (had) this name and it was removed: the new directory must hide
             // the base's content, so it is built opaque and renamed into place.
-            let tmp = Self::work_tmp(&wt, "mkdir");
-            fs::create_dir(&tmp).map_err(|e| FsError::io("mkdir in work dir", e))?;
-            marker(&tmp.join(OPAQUE_MARKER), true)?;
-            fs::set_permissions(&tmp, fs::Permissions::from_mode(perm))
-                .map_err(|e| FsError::io("chmod", e))?;
-            chown(&tmp, caller.uid, caller.gid)?;
-            fs::rename(&tmp, &path)
-                .map_err(|e| FsError::io(format!("rename into {}", path.display()), e))?;
+            let work = wt.work_fd.as_fd();
+            let tmp = Self::work_tmp("mkdir");
+            beneath::mkdir_at(work, &tmp, 0o700)
+                .map_err(|e| FsError::io("mkdir in work dir", e))?;
+            let built = beneath::dir(work, tmp.as_bytes())
+                .map_err(|e| FsError::io("mkdir in work dir", e))
+                .and_then(|d| marker(d.as_fd(), OsStr::new(OPAQUE_MARKER), true))
+                .and_then(|_| finish_new(work, &tmp, uid, gid, Some(perm)))
+                .and_then(|ino| {
+                    beneath::rename_at(work, &tmp, dir.as_fd(), name, 0)
+                        .map_err(io_err("rename into", name))
+                        .map(|_| ino)
+                });
+            if built.is_err() {
+                let _ = beneath::remove_tree(work, &tmp);
+            }
+            built?
         } else {
-            fs::create_dir(&path)
-                .map_err(|e| FsError::io(format!("mkdir {}", path.display()), e))?;
-            fs::set_permissions(&path, fs::Permissions::from_mode(perm))
-                .map_err(|e| FsError::io("chmod", e))?;
-            chown(&path, caller.uid, caller.gid)?;
-        }
-        self.drop_whiteout(parent, &dir, name);
+            beneath::mkdir_at(dir.as_fd(), name, 0o700).map_err(io_err("mkdir", name))?;
+            finish_new(dir.as_fd(), name, uid, gid, Some(perm))?
+        };
+        self.drop_whiteout(parent, dir.as_fd(), name);
         self.note_child(parent, name);
-        self.new_entry(
-            parent,
-            name,
-            Overlay {
-                ftype: FType::Dir,
-                base: None,
-                in_upper: true,
-            },
-        )
+        self.new_entry(parent, name, Overlay::upper(FType::Dir, upper_ino))
     }
 
     pub fn symlink(
@@ -214,40 +238,34 @@ impl View {
             return Err(not_supported("creating a symlink beside worktrees"));
         }
         let _m = self.mutate.lock();
-        let (_, dir) = self.prepare_create(parent, name)?;
-        let path = dir.join(name);
-        std::os::unix::fs::symlink(target, &path)
-            .map_err(|e| FsError::io(format!("symlink {}", path.display()), e))?;
-        chown(&path, caller.uid, caller.gid)?;
-        self.drop_whiteout(parent, &dir, name);
+        let (_, dir, dir_attr) = self.prepare_create(parent, name)?;
+        beneath::symlink_at(target.as_os_str().as_bytes(), dir.as_fd(), name)
+            .map_err(io_err("symlink", name))?;
+        let (uid, gid, _) = new_owner(caller, &dir_attr, false);
+        let upper_ino = finish_new(dir.as_fd(), name, uid, gid, None)?;
+        self.drop_whiteout(parent, dir.as_fd(), name);
         self.note_child(parent, name);
-        self.new_entry(
-            parent,
-            name,
-            Overlay {
-                ftype: FType::Symlink,
-                base: None,
-                in_upper: true,
-            },
-        )
+        self.new_entry(parent, name, Overlay::upper(FType::Symlink, upper_ino))
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
-        let t = self.nodes.read();
-        let (wt, ov, _) = t.wt_of(ino)?;
+        let (wt, ov, _) = self.nodes.read().wt_of(ino)?;
         if ov.ftype != FType::Symlink {
             return Err(FsError::invalid("not a symlink"));
         }
         if ov.in_upper {
-            let path = t.upper_path(ino)?;
-            return fs::read_link(&path)
-                .map(|p| p.into_os_string().into_vec())
-                .map_err(|e| FsError::io(format!("readlink {}", path.display()), e));
+            return self.at_place(ino, "readlink", |p| match p.named() {
+                Some((dir, name)) => {
+                    // Checked to be the node's symlink, then read by name.
+                    p.fd()?;
+                    beneath::readlink_at(dir, name)
+                }
+                None => beneath::readlink(p.fd()?.as_fd()),
+            });
         }
         let base = ov
             .base
             .ok_or_else(|| FsError::internal("symlink without object"))?;
-        drop(t);
         git::read_blob(&wt.gitdir, base.oid).map_err(|e| FsError::git("reading symlink", e))
     }
 
@@ -263,12 +281,20 @@ impl View {
                 "hard links to directories are not allowed",
             ));
         }
-        let (_, dir) = self.prepare_create(newparent, newname)?;
+        let (_, dir, _) = self.prepare_create(newparent, newname)?;
         self.copy_up(ino, true)?;
-        let src = self.nodes.read().upper_path(ino)?;
-        let dst = dir.join(newname);
-        fs::hard_link(&src, &dst).map_err(|e| FsError::io(format!("link {}", dst.display()), e))?;
-        self.drop_whiteout(newparent, &dir, newname);
+        let Place::Named {
+            dir: from_dir,
+            name: from_name,
+            ..
+        } = self.place(ino)?
+        else {
+            return Err(FsError::not_found("the file to link was removed"));
+        };
+        self.place(ino)?.fd().map_err(|e| FsError::io("link", e))?;
+        beneath::link_at(from_dir.as_fd(), &from_name, dir.as_fd(), newname)
+            .map_err(io_err("link", newname))?;
+        self.drop_whiteout(newparent, dir.as_fd(), newname);
         self.note_child(newparent, newname);
         self.note_node(ino);
         let mut t = self.nodes.write();
@@ -296,26 +322,24 @@ impl View {
         }
         let truncating_to_zero = set.size == Some(0);
         self.copy_up(ino, !truncating_to_zero)?;
-        let path = self.nodes.read().upper_path(ino)?;
+        let place = self.place(ino)?;
+        let fd = place
+            .fd()
+            .map_err(|e| FsError::io(format!("setattr of inode {ino}"), e))?;
+        let is_link = beneath::fstat(fd.as_fd())
+            .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+            .map_err(|e| FsError::io("fstat", e))?;
+        if set.uid.is_some() || set.gid.is_some() {
+            beneath::chown(fd.as_fd(), set.uid, set.gid).map_err(|e| FsError::io("chown", e))?;
+        }
         if let Some(mode) = set.mode {
-            let c = cstr(&path)?;
-            // SAFETY: valid path; fchmodat without AT_SYMLINK_NOFOLLOW as Linux requires.
-            if unsafe { libc::chmod(c.as_ptr(), (mode & 0o7777) as libc::mode_t) } != 0 {
-                return Err(FsError::io(
-                    format!("chmod {}", path.display()),
-                    io::Error::last_os_error(),
+            if is_link {
+                return Err(FsError::new(
+                    ErrorKind::Os(libc::EOPNOTSUPP),
+                    "a symlink has no mode of its own",
                 ));
             }
-        }
-        if set.uid.is_some() || set.gid.is_some() {
-            nix::unistd::fchownat(
-                None,
-                &path,
-                set.uid.map(nix::unistd::Uid::from_raw),
-                set.gid.map(nix::unistd::Gid::from_raw),
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map_err(|e| FsError::sys(format!("chown {}", path.display()), e))?;
+            beneath::chmod(fd.as_fd(), mode & 0o7777).map_err(|e| FsError::io("chmod", e))?;
         }
         if let Some(size) = set.size {
             let via_handle = set.fh.and_then(|fh| self.handle(fh).ok());
@@ -327,37 +351,43 @@ impl View {
                         .set_len(size)
                         .map_err(|e| FsError::io("ftruncate", e))?
                 }
-                _ => OpenOptions::new()
-                    .write(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&path)
+                _ => beneath::reopen(fd.as_fd(), libc::O_WRONLY)
                     .and_then(|f| f.set_len(size))
-                    .map_err(|e| FsError::io(format!("truncate {}", path.display()), e))?,
+                    .map_err(|e| FsError::io(format!("truncate of inode {ino}"), e))?,
             }
         }
         if set.atime.is_some() || set.mtime.is_some() {
             let spec = |t: Option<Option<SystemTime>>| match t {
-                None => nix::sys::time::TimeSpec::new(0, libc::UTIME_OMIT),
-                Some(None) => nix::sys::time::TimeSpec::new(0, libc::UTIME_NOW),
+                None => libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_OMIT,
+                },
+                Some(None) => libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
                 Some(Some(t)) => {
-                    nix::sys::time::TimeSpec::from(t.duration_since(UNIX_EPOCH).unwrap_or_default())
+                    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+                    libc::timespec {
+                        tv_sec: d.as_secs() as libc::time_t,
+                        tv_nsec: d.subsec_nanos() as libc::c_long,
+                    }
                 }
             };
-            nix::sys::stat::utimensat(
-                None,
-                &path,
-                &spec(set.atime),
-                &spec(set.mtime),
-                nix::sys::stat::UtimensatFlags::NoFollowSymlink,
-            )
-            .map_err(|e| FsError::sys(format!("utimens {}", path.display()), e))?;
+            let times = [spec(set.atime), spec(set.mtime)];
+            let r = match place.named() {
+                Some((dir, name)) if is_link => beneath::utimens_at(dir, name, &times),
+                _ => beneath::utimens(fd.as_fd(), &times),
+            };
+            r.map_err(|e| FsError::io("utimens", e))?;
+        }
+        if (SetAttr { fh: None, ..set }) == SetAttr::default() {
+            // chown(f, -1, -1): nothing changes but the change time, as on ext4.
+            beneath::chown(fd.as_fd(), None, None).map_err(|e| FsError::io("chown", e))?;
         }
         // Recorded after the change, so a query cannot slip in between and miss it.
         self.note_node(ino);
-        let t = self.nodes.read();
-        Ok(Entry {
-            attr: self.node_attr(&t, ino)?,
-            ttl: ttl_of(&t, ino),
-        })
+        let (attr, ttl) = self.settled_attr(ino)?;
+        Ok(Entry { attr, ttl })
     }
 }

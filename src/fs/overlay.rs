@@ -3,7 +3,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -18,7 +18,8 @@ use super::error::{FsError, FsResult};
 use super::journal::WorktreeJournal;
 use super::nodes::NodeKind;
 use super::types::{Attr, FType};
-use super::view::{exists, lstat, View, GITFILE_NAME};
+use super::view::{View, GITFILE_NAME};
+use crate::beneath;
 
 /// A worktree as the view needs it, built from its row.
 #[derive(Debug)]
@@ -32,8 +33,12 @@ pub struct WtCtx {
     pub base_mtime: SystemTime,
     pub uid: u32,
     pub gid: u32,
+    /// The upper and work directories: their paths for messages, their descriptors for
+    /// everything else (see `fs/place.rs`).
     pub upper: PathBuf,
     pub work: PathBuf,
+    pub(super) upper_fd: OwnedFd,
+    pub(super) work_fd: OwnedFd,
     pub gitfile: Vec<u8>,
     /// Whether blob sizes were seeded from the cached index of the base tree.
     pub(super) sizes_seeded: std::sync::atomic::AtomicBool,
@@ -55,6 +60,21 @@ pub(super) struct Overlay {
     /// Files and symlinks: the base object, used while the entry is not in the upper layer.
     pub(super) base: Option<BaseRef>,
     pub(super) in_upper: bool,
+    /// The upper file's inode number, which the file found at the node's name must have
+    /// (0: not in the upper layer, or not known).
+    pub(super) upper_ino: u64,
+}
+
+impl Overlay {
+    /// A new entry of the upper layer, whose file has inode number `upper_ino`.
+    pub(super) fn upper(ftype: FType, upper_ino: u64) -> Overlay {
+        Overlay {
+            ftype,
+            base: None,
+            in_upper: true,
+            upper_ino,
+        }
+    }
 }
 
 impl View {
@@ -114,28 +134,27 @@ impl View {
     }
 
     /// What the name `name` in worktree directory `dir` is, from the layers on disk.
-    /// `dir_upper` gives the directory's upper path, asked only when the directory is in
-    /// the upper layer (most lookups are in base-only directories).
+    /// `dir_upper` gives the directory's upper directory, asked only when the directory is
+    /// in the upper layer (most lookups are in base-only directories).
     pub(super) fn resolve_child(
         &self,
         wt: &WtCtx,
         dir_ov: &Overlay,
-        dir_upper: impl FnOnce() -> FsResult<PathBuf>,
+        dir_upper: impl FnOnce() -> FsResult<OwnedFd>,
         name: &OsStr,
     ) -> FsResult<Option<Overlay>> {
         let base_listing = self.base_tree_of(wt, dir_ov)?;
         let base_entry = base_listing.as_ref().and_then(|l| l.get(name)).cloned();
         if dir_ov.in_upper {
-            let dir_upper = dir_upper()?;
-            let up = dir_upper.join(name);
-            match lstat(&up) {
-                Ok(m) => {
-                    let ftype = FType::from_mode(m.mode());
+            let dir = dir_upper()?;
+            match beneath::stat_at(dir.as_fd(), name) {
+                Ok(st) => {
+                    let ftype = FType::from_mode(st.st_mode);
                     let base = match &base_entry {
                         Some(e)
                             if ftype == FType::Dir
                                 && e.mode == MODE_TREE
-                                && !exists(&up.join(OPAQUE_MARKER)) =>
+                                && !self.is_opaque(dir.as_fd(), name) =>
                         {
                             Some(BaseRef {
                                 oid: e.oid,
@@ -148,12 +167,18 @@ impl View {
                         ftype,
                         base,
                         in_upper: true,
+                        upper_ino: st.st_ino,
                     }));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(FsError::io(format!("stat {}", up.display()), e)),
+                Err(e) => {
+                    return Err(FsError::io(
+                        format!("stat {}/{}", wt.name, name.to_string_lossy()),
+                        e,
+                    ))
+                }
             }
-            if base_entry.is_some() && exists(&dir_upper.join(whiteout_name(name))) {
+            if base_entry.is_some() && beneath::stat_at(dir.as_fd(), &whiteout_name(name)).is_ok() {
                 return Ok(None);
             }
         }
@@ -164,7 +189,15 @@ impl View {
                 mode: e.mode,
             }),
             in_upper: false,
+            upper_ino: 0,
         }))
+    }
+
+    /// Whether the upper directory `name` of `dir` is opaque (holds the opaque marker).
+    pub(super) fn is_opaque(&self, dir: std::os::fd::BorrowedFd, name: &OsStr) -> bool {
+        beneath::dir(dir, std::os::unix::ffi::OsStrExt::as_bytes(name))
+            .and_then(|d| beneath::stat_at(d.as_fd(), OsStr::new(OPAQUE_MARKER)))
+            .is_ok()
     }
 
     /// The overlay entry currently at `(parent, name)`, from the table or from disk.
@@ -191,7 +224,7 @@ impl View {
             ));
         }
         drop(t);
-        let dir_upper = || self.nodes.read().upper_path(parent);
+        let dir_upper = || self.upper_dir(parent);
         Ok(self
             .resolve_child(&wt, &ov, dir_upper, name)?
             .map(|o| (None, o)))

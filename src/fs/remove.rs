@@ -1,14 +1,17 @@
 //! Namespace changes that take a name away: unlink, rmdir and rename.
 
 use std::ffi::OsStr;
-use std::fs::{self};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 
+use crate::beneath;
+use crate::layout::UpperDir;
 use crate::layout::{whiteout_name, OPAQUE_MARKER};
-use crate::layout::{Unreadable, UpperDir};
 
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;
-use super::overlay::Overlay;
+use super::overlay::{Overlay, WtCtx};
+use super::place::Fd;
 use super::types::FType;
 use super::view::{check_name, marker, not_supported, View};
 
@@ -34,6 +37,27 @@ impl View {
             .ok_or_else(|| FsError::not_found(name.to_string_lossy()))
     }
 
+    /// The file at `(parent, name)` held open, when removing the name takes the last name
+    /// of a node the kernel knows: the node keeps it (the deleted-but-open set). Callers
+    /// hold `mutate`.
+    pub(super) fn keep(&self, parent: u64, name: &OsStr) -> Option<(u64, OwnedFd)> {
+        let ino = {
+            let t = self.nodes.read();
+            let ino = t.child(parent, name)?;
+            let (_, ov, _) = t.wt_of(ino).ok()?;
+            (ov.in_upper && t.is_last_name(ino, parent, name)).then_some(ino)?
+        };
+        let place = self.place(ino).ok()?;
+        match place.fd() {
+            Ok(Fd::Owned(fd)) => Some((ino, fd)),
+            Ok(Fd::Borrowed(_)) => None,
+            Err(e) => {
+                tracing::warn!("inode {ino} loses its file with its last name: {e}");
+                None
+            }
+        }
+    }
+
     pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
         let _m = self.mutate.lock();
         let (_, ov) = self.remove_checks(parent, name)?;
@@ -44,17 +68,20 @@ impl View {
         if needs_whiteout {
             self.ensure_upper_dir(parent)?;
         }
-        let (_, dir) = self.dir_upper_path(parent)?;
+        let dir = self.upper_dir(parent)?;
         if needs_whiteout {
-            marker(&dir.join(whiteout_name(name)), ov.in_upper)?;
+            marker(dir.as_fd(), &whiteout_name(name), ov.in_upper)?;
         }
-        if ov.in_upper {
-            let path = dir.join(name);
-            fs::remove_file(&path)
-                .map_err(|e| FsError::io(format!("unlink {}", path.display()), e))?;
-        }
+        let kept = if ov.in_upper {
+            let kept = self.keep(parent, name);
+            beneath::unlink_at(dir.as_fd(), name, false)
+                .map_err(|e| FsError::io(format!("unlink {}", name.to_string_lossy()), e))?;
+            kept
+        } else {
+            None
+        };
         self.note_child(parent, name);
-        self.nodes.write().detach_name(parent, name);
+        self.nodes.write().detach_keeping(parent, name, kept);
         Ok(())
     }
 
@@ -69,8 +96,7 @@ impl View {
             return Err(FsError::not_dir());
         }
         // Emptiness in the merged view.
-        let (wt, dir) = self.dir_upper_path(parent)?;
-        let path = dir.join(name);
+        let wt = self.nodes.read().wt_of(parent)?.0;
         let nonempty = match ino {
             Some(ino) => {
                 let t = self.nodes.read();
@@ -78,8 +104,12 @@ impl View {
             }
             None => {
                 let upper = if ov.in_upper {
-                    UpperDir::read(&path, Unreadable::Skip)
-                        .map_err(|e| FsError::io(format!("listing {}", path.display()), e))?
+                    let dir = self.upper_dir(parent)?;
+                    beneath::dir(dir.as_fd(), name.as_bytes())
+                        .and_then(|d| UpperDir::read(d.as_fd()))
+                        .map_err(|e| {
+                            FsError::io(format!("listing {}", name.to_string_lossy()), e)
+                        })?
                 } else {
                     UpperDir::default()
                 };
@@ -100,19 +130,42 @@ impl View {
         let needs_whiteout = self.base_has(parent, name)?;
         if needs_whiteout {
             self.ensure_upper_dir(parent)?;
-            marker(&dir.join(whiteout_name(name)), ov.in_upper)?;
         }
-        if ov.in_upper {
-            // Out of the view in one rename, then deleted with its markers.
-            let trash = Self::work_tmp(&wt, "trash");
-            fs::rename(&path, &trash)
-                .map_err(|e| FsError::io(format!("rmdir {}", path.display()), e))?;
-            if let Err(e) = fs::remove_dir_all(&trash) {
-                tracing::warn!("could not empty {}: {e}", trash.display());
-            }
+        let dir = self.upper_dir(parent)?;
+        if needs_whiteout {
+            marker(dir.as_fd(), &whiteout_name(name), ov.in_upper)?;
         }
+        let kept = if ov.in_upper {
+            let kept = self.keep(parent, name);
+            self.to_trash(&wt, dir.as_fd(), name)
+                .map_err(|e| FsError::io(format!("rmdir {}", name.to_string_lossy()), e))?;
+            kept
+        } else {
+            None
+        };
         self.note_child(parent, name);
-        self.nodes.write().detach_name(parent, name);
+        self.nodes.write().detach_keeping(parent, name, kept);
+        Ok(())
+    }
+
+    /// Takes the directory `name` of `dir` out of the view in one rename, then deletes it
+    /// with its markers (a failure to delete is only logged: it is out of the view).
+    pub(super) fn to_trash(
+        &self,
+        wt: &WtCtx,
+        dir: BorrowedFd,
+        name: &OsStr,
+    ) -> std::io::Result<()> {
+        let trash = Self::work_tmp("trash");
+        let work = wt.work_fd.as_fd();
+        beneath::rename_at(dir, name, work, &trash, 0)?;
+        if let Err(e) = beneath::remove_tree(work, &trash) {
+            tracing::warn!(
+                "could not empty {}/{}: {e}",
+                wt.work.display(),
+                trash.to_string_lossy()
+            );
+        }
         Ok(())
     }
 
@@ -208,38 +261,51 @@ impl View {
             self.copy_up(src_ino, true)?;
         }
         self.ensure_upper_dir(newparent)?;
-        let (wt, from_dir) = self.dir_upper_path(parent)?;
-        let (_, to_dir) = self.dir_upper_path(newparent)?;
-        let from = from_dir.join(name);
-        let to = to_dir.join(newname);
+        let wt = self.nodes.read().wt_of(parent)?.0;
+        let from_dir = self.upper_dir(parent)?;
+        let to_dir = self.upper_dir(newparent)?;
+        let (from_dir, to_dir) = (from_dir.as_fd(), to_dir.as_fd());
         if src.ftype == FType::Dir && self.base_has(newparent, newname)? {
-            marker(&from.join(OPAQUE_MARKER), true)?;
+            let d = beneath::dir(from_dir, name.as_bytes())
+                .map_err(|e| FsError::io(format!("opening {}", name.to_string_lossy()), e))?;
+            marker(d.as_fd(), OsStr::new(OPAQUE_MARKER), true)?;
         }
         if self.base_has(parent, name)? {
-            marker(&from_dir.join(whiteout_name(name)), true)?;
+            marker(from_dir, &whiteout_name(name), true)?;
         }
+        let kept = match dst {
+            Some(d) if d.in_upper => self.keep(newparent, newname),
+            _ => None,
+        };
         if let Some(d) = dst {
             if d.in_upper && d.ftype == FType::Dir {
-                let trash = Self::work_tmp(&wt, "trash");
-                fs::rename(&to, &trash)
+                self.to_trash(&wt, to_dir, newname)
                     .map_err(|e| FsError::io("moving the replaced directory out", e))?;
-                let _ = fs::remove_dir_all(&trash);
             }
         }
-        fs::rename(&from, &to).map_err(|e| {
-            FsError::io(format!("rename {} to {}", from.display(), to.display()), e)
+        beneath::rename_at(from_dir, name, to_dir, newname, 0).map_err(|e| {
+            FsError::io(
+                format!(
+                    "rename {} to {}",
+                    name.to_string_lossy(),
+                    newname.to_string_lossy()
+                ),
+                e,
+            )
         })?;
-        self.drop_whiteout(newparent, &to_dir, newname);
+        self.drop_whiteout(newparent, to_dir, newname);
         self.note_child(parent, name);
         self.note_child(newparent, newname);
         if src.ftype == FType::Dir {
             let rel_of = |p: u64, n: &OsStr| self.nodes.read().child_rel_path(p, n);
             if let (Ok(new_rel), Ok(old_rel)) = (rel_of(newparent, newname), rel_of(parent, name)) {
-                self.note_moved_tree(&wt, &to, &new_rel, &old_rel);
+                if let Ok(moved) = beneath::dir(to_dir, newname.as_bytes()) {
+                    self.note_moved_tree(&wt, moved.as_fd(), &new_rel, &old_rel);
+                }
             }
         }
         let mut t = self.nodes.write();
-        t.move_name(src_ino, parent, name, newparent, newname);
+        t.move_name(src_ino, parent, name, newparent, newname, kept);
         if let Some(ov) = t.overlay_mut(src_ino) {
             if ov.ftype == FType::Dir && dst.is_some() {
                 ov.base = None;

@@ -70,7 +70,7 @@ pub struct DirEntry {
     pub name: OsString,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct SetAttr {
     pub mode: Option<u32>,
     pub uid: Option<u32>,
@@ -142,6 +142,23 @@ impl Attr {
             uid,
             gid,
             rdev: 0,
+        }
+    }
+
+    pub fn from_stat(ino: u64, st: &crate::beneath::Stat) -> Attr {
+        Attr {
+            ino,
+            size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
+            atime: systime(st.st_atime, st.st_atime_nsec),
+            mtime: systime(st.st_mtime, st.st_mtime_nsec),
+            ctime: systime(st.st_ctime, st.st_ctime_nsec),
+            kind: FType::from_mode(st.st_mode),
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev as u32,
         }
     }
 

@@ -13,9 +13,8 @@
 //!    at the top of the mount, in `.control` and in mkdir of a worktree (rmdir of one
 //!    opens a store connection of its own), never on a worktree's read path.
 
-use std::ffi::{CString, OsStr};
-use std::fs::{self};
-use std::io;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,10 +31,11 @@ use crate::store::Store;
 
 use super::catalog::Catalog;
 use super::control::fixed_nodes;
-use super::error::{ErrorKind, FsError, FsResult};
+use super::error::{FsError, FsResult};
 use super::handles::{opened, HandleKind, Handles};
 use super::listing::Listings;
 use super::nodes::{NodeKind, NodeTable, Nodes, ROOT_INO};
+use super::place::{held, Place};
 use super::types::{Attr, Entry, FType, Invalidator, Statfs};
 
 /// Worktree entries (the worktree's own directory included) change only through this
@@ -89,7 +89,7 @@ pub struct View {
     pub(super) catalog: Catalog,
     pub(super) objects: ObjectCache,
     pub(super) blobs: BlobCache,
-    pub(super) mutate: Mutex<()>,
+    pub(super) mutate: super::place::Mutate,
     pub(super) nodes: Nodes,
     pub(super) handles: Handles,
     /// Listings being read by handle-less readdir (see `readdir_ino`).
@@ -98,19 +98,6 @@ pub struct View {
     /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
     pub(super) instance: String,
     pub stats: Stats,
-}
-
-pub(super) fn cstr(p: &Path) -> FsResult<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| FsError::invalid(format!("path {} contains NUL", p.display())))
-}
-
-pub(super) fn lstat(p: &Path) -> io::Result<fs::Metadata> {
-    fs::symlink_metadata(p)
-}
-
-pub(super) fn exists(p: &Path) -> bool {
-    lstat(p).is_ok()
 }
 
 pub(super) fn check_name(name: &OsStr) -> FsResult<()> {
@@ -151,7 +138,7 @@ impl View {
             catalog: Catalog::new(),
             objects: ObjectCache::default(),
             blobs,
-            mutate: Mutex::new(()),
+            mutate: super::place::Mutate::new(),
             nodes,
             handles: Handles::new(),
             listings: Listings::new(),
@@ -226,17 +213,35 @@ impl View {
             )),
             NodeKind::Wt { wt, ov, .. } => {
                 if ov.in_upper {
-                    if node.is_unlinked() {
-                        return Err(FsError::new(ErrorKind::NotFound, "entry was removed"));
-                    }
-                    let path = t.upper_path(ino)?;
-                    let m = lstat(&path)
-                        .map_err(|e| FsError::io(format!("stat {}", path.display()), e))?;
-                    Ok(Attr::from_meta(ino, &m))
+                    let (wt, spec) = t.place_spec(ino)?;
+                    let st = Place::find(wt, spec)?
+                        .stat()
+                        .map_err(|e| FsError::io(format!("stat of inode {ino}"), e))?;
+                    Ok(Attr::from_stat(ino, &st))
                 } else {
-                    self.base_attr(ino, wt, ov)
+                    let mut attr = self.base_attr(ino, wt, ov)?;
+                    if node.is_unlinked() {
+                        attr.nlink = 0;
+                    }
+                    Ok(attr)
                 }
             }
+        }
+    }
+
+    /// The attributes and TTL of `ino`; when its name held another file (a change in
+    /// flight), asked again once that change is done.
+    pub(super) fn settled_attr(&self, ino: u64) -> FsResult<(Attr, Duration)> {
+        let once = || {
+            let t = self.nodes.read();
+            self.node_attr(&t, ino).map(|a| (a, ttl_of(&t, ino)))
+        };
+        match once() {
+            Err(e) if e.errno() == libc::ESTALE && !held() => {
+                let _m = self.mutate.lock();
+                once()
+            }
+            other => other,
         }
     }
 
@@ -271,11 +276,9 @@ impl View {
                 // Counted under the read lock that found it (given back if its attributes
                 // fail).
                 t.count_lookup(ino);
-                let attr = self.node_attr(&t, ino);
-                let ttl = ttl_of(&t, ino);
                 drop(t);
-                return match attr {
-                    Ok(attr) => Ok(Entry { attr, ttl }),
+                return match self.settled_attr(ino) {
+                    Ok((attr, ttl)) => Ok(Entry { attr, ttl }),
                     Err(e) => {
                         self.forget(ino, 1);
                         Err(e)
@@ -301,7 +304,7 @@ impl View {
                 if is_reserved(name) {
                     return Err(FsError::not_found(name.to_string_lossy()));
                 }
-                let dir_upper = || self.nodes.read().upper_path(parent);
+                let dir_upper = || self.upper_dir(parent);
                 let child = self
                     .resolve_child(&wt, &ov, dir_upper, name)?
                     .ok_or_else(|| {
@@ -352,20 +355,16 @@ impl View {
             if let Some(h) = self.handles.get(fh) {
                 if let HandleKind::File { file, on_base, .. } = &*h {
                     if !on_base.load(Ordering::Acquire) {
-                        let m = opened(file)?
-                            .metadata()
+                        let st = crate::beneath::fstat(opened(file)?.as_fd())
                             .map_err(|e| FsError::io("fstat", e))?;
-                        let attr = Attr::from_meta(ino, &m);
+                        let attr = Attr::from_stat(ino, &st);
                         return Ok(Entry { attr, ttl: WT_TTL });
                     }
                 }
             }
         }
-        let t = self.nodes.read();
-        Ok(Entry {
-            attr: self.node_attr(&t, ino)?,
-            ttl: ttl_of(&t, ino),
-        })
+        let (attr, ttl) = self.settled_attr(ino)?;
+        Ok(Entry { attr, ttl })
     }
 
     pub fn statfs(&self) -> FsResult<Statfs> {
@@ -393,9 +392,9 @@ impl View {
 }
 
 /// Writes an upper-layer marker (see `layout::write_marker`), with the path in the error.
-pub(super) fn marker(path: &Path, ordered: bool) -> FsResult<()> {
-    crate::layout::write_marker(path, ordered)
-        .map_err(|e| FsError::io(format!("writing marker {}", path.display()), e))
+pub(super) fn marker(dir: BorrowedFd, name: &OsStr, ordered: bool) -> FsResult<()> {
+    crate::layout::write_marker(dir, name, ordered)
+        .map_err(|e| FsError::io(format!("writing marker {}", name.to_string_lossy()), e))
 }
 
 /// How long the kernel may keep what it learned of `ino`.

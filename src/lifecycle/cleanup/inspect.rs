@@ -3,15 +3,16 @@
 
 use std::collections::BTreeSet;
 use std::fs;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use git2::{ObjectType, Oid, Repository, Tree};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+use crate::beneath;
 use crate::git::{MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
-use crate::layout::{Unreadable, UpperDir};
+use crate::layout::UpperDir;
 
 use super::*;
 
@@ -109,11 +110,9 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         global: global_excludes(&repo, &t.gitdir),
         stack: Vec::new(),
     };
-    let upper = t.upper.is_dir().then_some(t.upper.as_path());
-    if upper.is_none() {
-        return Err(format!("upper layer {} is missing", t.upper.display()));
-    }
-    w.dir("", upper, Some(base_tree), Some(head_tree))
+    let upper = beneath::open_root(&t.upper)
+        .map_err(|e| format!("upper layer {}: {e}", t.upper.display()))?;
+    w.dir("", Some(upper.as_fd()), Some(base_tree), Some(head_tree))
         .map_err(|e| format!("comparing the files with HEAD: {e}"))?;
     for c in w.changes {
         if !changes.iter().any(|x: &Change| x.path == c.path) {
@@ -188,8 +187,8 @@ const VROOT: &str = "/.wtfs-root";
 
 /// A view entry at one path.
 enum ViewEntry<'t> {
-    /// From the upper layer: its path and what it is.
-    Upper(PathBuf, fs::Metadata),
+    /// From the upper layer: the entry (an `O_PATH` descriptor) and what it is.
+    Upper(OwnedFd, beneath::Stat),
     /// From the base tree, untouched.
     Base(git2::TreeEntry<'t>),
 }
@@ -247,7 +246,7 @@ impl<'r> Walker<'r> {
     fn dir(
         &mut self,
         rel: &str,
-        upper: Option<&Path>,
+        upper: Option<BorrowedFd>,
         base: Option<Tree<'r>>,
         head: Option<Tree<'r>>,
     ) -> Result<(), String> {
@@ -256,23 +255,22 @@ impl<'r> Walker<'r> {
         let mut whiteouts: BTreeSet<Vec<u8>> = BTreeSet::new();
         let mut opaque = false;
         if let Some(u) = upper {
-            let dir = UpperDir::read(u, Unreadable::Fail)
-                .map_err(|e| format!("listing {}: {e}", u.display()))?;
+            let dir = UpperDir::read(u).map_err(|e| format!("listing {rel:?}: {e}"))?;
             opaque = dir.opaque;
             whiteouts.extend(dir.whiteouts.iter().map(|n| n.as_bytes().to_vec()));
-            up_names.extend(
-                dir.entries
-                    .iter()
-                    .map(|e| e.file_name().as_bytes().to_vec()),
-            );
+            up_names.extend(dir.entries.iter().map(|e| e.name.as_bytes().to_vec()));
         }
         let base = if opaque { None } else { base };
         let base_visible = |n: &[u8]| !whiteouts.contains(n);
 
         // This directory's .gitignore, as the view has it.
         let gi_text: Option<Vec<u8>> = if up_names.contains(b".gitignore".as_slice()) {
-            let p = upper.map(|u| u.join(".gitignore"));
-            p.filter(|p| p.is_file()).and_then(|p| fs::read(p).ok())
+            upper.and_then(|u| {
+                let f = beneath::open(u, b".gitignore", libc::O_RDONLY, 0).ok()?;
+                let mut text = Vec::new();
+                std::io::Read::read_to_end(&mut fs::File::from(f), &mut text).ok()?;
+                Some(text)
+            })
         } else if base_visible(b".gitignore") {
             base.as_ref()
                 .and_then(|t| t.get_name(".gitignore").map(|e| e.id()))
@@ -299,7 +297,7 @@ impl<'r> Walker<'r> {
     fn entries(
         &mut self,
         rel: &str,
-        upper: Option<&Path>,
+        upper: Option<BorrowedFd>,
         up_names: &BTreeSet<Vec<u8>>,
         base: &Option<Tree<'r>>,
         whiteouts: &BTreeSet<Vec<u8>>,
@@ -329,11 +327,11 @@ impl<'r> Walker<'r> {
                 .filter(|e| e.filemode() as u32 == MODE_TREE)
                 .map(|e| e.id());
             let view = if up_names.contains(&name) {
-                let p = upper
-                    .map(|u| u.join(std::ffi::OsStr::from_bytes(&name)))
-                    .ok_or("upper entry without an upper directory")?;
-                let m = fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-                Some(ViewEntry::Upper(p, m))
+                let u = upper.ok_or("upper entry without an upper directory")?;
+                let fd = beneath::entry(u, std::ffi::OsStr::from_bytes(&name))
+                    .map_err(|e| format!("{path}: {e}"))?;
+                let st = beneath::fstat(fd.as_fd()).map_err(|e| format!("{path}: {e}"))?;
+                Some(ViewEntry::Upper(fd, st))
             } else if whiteouts.contains(&name) {
                 None
             } else {
@@ -396,9 +394,9 @@ impl<'r> Walker<'r> {
                     _ => self.change(ChangeKind::Modified, path.to_string()),
                 }
             }
-            Some(ViewEntry::Upper(p, m)) => {
-                let ft = m.file_type();
-                if ft.is_dir() {
+            Some(ViewEntry::Upper(fd, st)) => {
+                let ft = st.st_mode & libc::S_IFMT;
+                if ft == libc::S_IFDIR {
                     match head_mode {
                         Some(MODE_TREE) | None => {
                             if head.is_none() && self.ignored(path, true) {
@@ -412,11 +410,11 @@ impl<'r> Walker<'r> {
                                 Some(id) => Some(self.tree(id)?),
                                 None => None,
                             };
-                            self.dir(path, Some(&p), bt, ht)?;
+                            self.dir(path, Some(fd.as_fd()), bt, ht)?;
                         }
                         Some(MODE_GITLINK) => {
-                            let empty = fs::read_dir(&p)
-                                .map(|mut d| d.next().is_none())
+                            let empty = beneath::list(fd.as_fd())
+                                .map(|d| d.is_empty())
                                 .unwrap_or(false);
                             if !empty {
                                 self.change(ChangeKind::Modified, path.to_string());
@@ -436,14 +434,14 @@ impl<'r> Walker<'r> {
                     self.change(ChangeKind::Modified, path.to_string());
                     return Ok(());
                 }
-                let same = if ft.is_symlink() {
-                    let target = fs::read_link(&p).map_err(|e| e.to_string())?;
+                let same = if ft == libc::S_IFLNK {
+                    let target = beneath::readlink(fd.as_fd()).map_err(|e| e.to_string())?;
                     h.filemode() as u32 == MODE_LINK
-                        && Oid::hash_object(ObjectType::Blob, target.as_os_str().as_bytes())
+                        && Oid::hash_object(ObjectType::Blob, &target)
                             .map(|o| o == h.id())
                             .unwrap_or(false)
-                } else if ft.is_file() {
-                    let mode = if m.permissions().mode() & 0o100 != 0 {
+                } else if ft == libc::S_IFREG {
+                    let mode = if st.st_mode & 0o100 != 0 {
                         MODE_EXEC
                     } else {
                         crate::git::MODE_BLOB
@@ -452,13 +450,11 @@ impl<'r> Walker<'r> {
                         .repo
                         .odb()
                         .and_then(|o| o.read_header(h.id()))
-                        .map(|(size, _)| size as u64 == m.len())
+                        .map(|(size, _)| size as u64 == st.st_size as u64)
                         .unwrap_or(true);
                     h.filemode() as u32 == mode
                         && size_matches
-                        && Oid::hash_file(ObjectType::Blob, &p)
-                            .map(|o| o == h.id())
-                            .unwrap_or(false)
+                        && blob_id(fd.as_fd()).is_ok_and(|o| o == h.id())
                 } else {
                     false // a fifo or socket git cannot hold
                 };
@@ -469,6 +465,31 @@ impl<'r> Walker<'r> {
         }
         Ok(())
     }
+}
+
+/// The blob id of the file `fd` (an `O_PATH` descriptor of it), read through a
+/// descriptor of its own and hashed as it streams.
+fn blob_id(fd: BorrowedFd) -> std::io::Result<Oid> {
+    use sha1::Digest;
+    use std::io::Read;
+    let mut f = beneath::reopen(fd, libc::O_RDONLY)?;
+    let len = f.metadata()?.len();
+    let mut h = sha1::Sha1::new();
+    h.update(format!("blob {len}\0").as_bytes());
+    let mut buf = vec![0u8; 1 << 16];
+    let mut seen = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        seen += n as u64;
+        h.update(&buf[..n]);
+    }
+    if seen != len {
+        return Err(std::io::Error::other("the file changed while it was read"));
+    }
+    Oid::from_bytes(h.finalize().as_slice()).map_err(std::io::Error::other)
 }
 
 // ----- running it -----

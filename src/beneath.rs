@@ -1,0 +1,604 @@
+//! Reaching files below a directory descriptor, never by absolute path: every resolution
+//! starts at a directory the daemon holds open, never follows a symlink, never leaves that
+//! directory, and never crosses into another filesystem (`openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV`; where
+//! the kernel lacks `openat2`, one `openat(O_NOFOLLOW)` per component). The final component
+//! of every call here is taken as it is (`O_NOFOLLOW`, `AT_SYMLINK_NOFOLLOW`).
+//!
+//! The daemon runs as root on behalf of users who may be adversaries and who create the
+//! symlinks the upper layer holds; this module is the one place that turns a name into a
+//! file, so nothing a user made can steer the daemon outside the layer (libfuse's
+//! `passthrough_hp` and fuse-backend-rs resolve the same way).
+
+use std::ffi::{CString, OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub type Stat = libc::stat;
+
+/// Whether `openat2` is known to be missing (then components are walked one by one).
+static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
+
+/// The longest piece of a relative path handed to the kernel at once: a path of any
+/// length is resolved in pieces of at most this many bytes, each beneath the last.
+const PIECE: usize = 3072;
+
+fn cstr(b: &[u8]) -> io::Result<CString> {
+    CString::new(b).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn owned(rc: libc::c_int) -> io::Result<OwnedFd> {
+    check(rc)?;
+    // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc) })
+}
+
+/// Opens `path` (trusted: the daemon's own state directory) as a directory to resolve
+/// beneath.
+pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
+    let c = cstr(path.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    owned(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })
+}
+
+/// Opens `rel` (relative, `/`-separated, no `..`; empty for `dir` itself) beneath `dir`
+/// with `flags` (`O_NOFOLLOW` and `O_CLOEXEC` added) and `mode` for a creation.
+pub fn open(dir: BorrowedFd, rel: &[u8], flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    let rel = trim(rel);
+    if rel.is_empty() {
+        return reopen_dir(dir, flags);
+    }
+    if rel.len() > PIECE {
+        // Long: walk to the last piece's directory first.
+        let cut = split_long(rel);
+        let (head, tail) = (&rel[..cut], &rel[cut + 1..]);
+        let d = open(dir, head, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        return open(d.as_fd(), tail, flags, mode);
+    }
+    let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    if !NO_OPENAT2.load(Ordering::Relaxed) {
+        match openat2(dir, rel, flags, mode) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                NO_OPENAT2.store(true, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
+    walk(dir, rel, flags, mode)
+}
+
+/// Where to cut a long path: the last `/` within the first `PIECE` bytes.
+fn split_long(rel: &[u8]) -> usize {
+    rel[..PIECE]
+        .iter()
+        .rposition(|&b| b == b'/')
+        .unwrap_or(PIECE.min(rel.len()))
+}
+
+fn trim(rel: &[u8]) -> &[u8] {
+    let mut r = rel;
+    while let Some(rest) = r.strip_prefix(b"/") {
+        r = rest;
+    }
+    while let Some(rest) = r.strip_suffix(b"/") {
+        r = rest;
+    }
+    r
+}
+
+/// `dir` itself, opened anew with `flags` (`.` beneath it).
+fn reopen_dir(dir: BorrowedFd, flags: i32) -> io::Result<OwnedFd> {
+    // SAFETY: a valid descriptor and a NUL-terminated name.
+    owned(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            flags | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })
+}
+
+fn openat2(dir: BorrowedFd, rel: &[u8], flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    let c = cstr(rel)?;
+    // SAFETY: open_how is plain data; zeroed is its documented default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 {
+        mode as u64
+    } else {
+        0
+    };
+    how.resolve = libc::RESOLVE_BENEATH
+        | libc::RESOLVE_NO_SYMLINKS
+        | libc::RESOLVE_NO_MAGICLINKS
+        | libc::RESOLVE_NO_XDEV;
+    // SAFETY: valid descriptor, NUL-terminated path, and an open_how of the size passed.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    owned(rc as libc::c_int)
+}
+
+/// One `openat(O_NOFOLLOW)` per component, refusing `..` (the fallback for kernels
+/// without `openat2`).
+fn walk(dir: BorrowedFd, rel: &[u8], flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    let parts: Vec<&[u8]> = rel
+        .split(|&b| b == b'/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let mut cur: Option<OwnedFd> = None;
+    for (i, part) in parts.iter().enumerate() {
+        if *part == b".." {
+            return Err(io::Error::from_raw_os_error(libc::EXDEV));
+        }
+        let last = i + 1 == parts.len();
+        let f = if last {
+            flags
+        } else {
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC
+        };
+        let at = cur.as_ref().map(|d| d.as_fd()).unwrap_or(dir);
+        let c = cstr(part)?;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        let fd = owned(unsafe { libc::openat(at.as_raw_fd(), c.as_ptr(), f, mode) });
+        // A symlink met on the way (ENOTDIR from O_DIRECTORY|O_NOFOLLOW) reads as ELOOP,
+        // as openat2 says it.
+        let fd = match fd {
+            Err(e) if !last && e.raw_os_error() == Some(libc::ENOTDIR) => {
+                match stat_at(at, OsStr::from_bytes(part)) {
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
+                        return Err(io::Error::from_raw_os_error(libc::ELOOP))
+                    }
+                    _ => return Err(e),
+                }
+            }
+            other => other?,
+        };
+        cur = Some(fd);
+    }
+    match cur {
+        Some(fd) => Ok(fd),
+        None => reopen_dir(dir, flags),
+    }
+}
+
+/// The directory `rel` beneath `dir`, as an `O_PATH` descriptor.
+pub fn dir(dir: BorrowedFd, rel: &[u8]) -> io::Result<OwnedFd> {
+    open(dir, rel, libc::O_PATH | libc::O_DIRECTORY, 0)
+}
+
+/// The entry `name` of `dir` itself, whatever it is (a symlink is not followed), as an
+/// `O_PATH` descriptor.
+pub fn entry(dir: BorrowedFd, name: &OsStr) -> io::Result<OwnedFd> {
+    let c = name_c(name)?;
+    // SAFETY: valid descriptor and NUL-terminated name.
+    owned(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    })
+}
+
+/// A single component: no `/`, not `..` (`.` is the directory itself).
+fn name_c(name: &OsStr) -> io::Result<CString> {
+    let b = name.as_bytes();
+    if b.contains(&b'/') || b == b".." || b.is_empty() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    cstr(b)
+}
+
+pub fn fstat(fd: BorrowedFd) -> io::Result<Stat> {
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: Stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and a stat buffer.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
+pub fn stat_at(dir: BorrowedFd, name: &OsStr) -> io::Result<Stat> {
+    let c = name_c(name)?;
+    // SAFETY: stat is plain data, filled by the kernel.
+    let mut st: Stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor, NUL-terminated name, a stat buffer.
+    check(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(st)
+}
+
+/// The `/proc/self/fd/N` name of `fd`: opening or changing it reaches exactly the file
+/// `fd` is (the way `passthrough_hp` reopens and changes an `O_PATH` descriptor).
+pub fn proc_path(fd: BorrowedFd) -> CString {
+    cstr(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_bytes()).expect("no NUL in a number")
+}
+
+/// Opens the file `fd` (an `O_PATH` descriptor of a file that is not a symlink) anew with
+/// `flags`.
+pub fn reopen(fd: BorrowedFd, flags: i32) -> io::Result<File> {
+    let p = proc_path(fd);
+    // SAFETY: a NUL-terminated path.
+    let fd = owned(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC, 0) })?;
+    Ok(File::from(fd))
+}
+
+/// chmod of the file `fd` is (not a symlink: Linux has no mode on those).
+pub fn chmod(fd: BorrowedFd, mode: u32) -> io::Result<()> {
+    let p = proc_path(fd);
+    // SAFETY: a NUL-terminated path.
+    check(unsafe { libc::chmod(p.as_ptr(), mode as libc::mode_t) })
+}
+
+/// chown of the file `fd` is (a symlink itself, when it is one); `None` keeps a field.
+pub fn chown(fd: BorrowedFd, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    // SAFETY: valid descriptor, empty name with AT_EMPTY_PATH.
+    check(unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            uid.unwrap_or(u32::MAX),
+            gid.unwrap_or(u32::MAX),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+}
+
+/// utimensat of `name` in `dir`, not following a symlink.
+pub fn utimens_at(dir: BorrowedFd, name: &OsStr, times: &[libc::timespec; 2]) -> io::Result<()> {
+    let c = name_c(name)?;
+    // SAFETY: valid descriptor, NUL-terminated name, two timespecs.
+    check(unsafe {
+        libc::utimensat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+}
+
+/// utimensat of the file `fd` is (not a symlink).
+pub fn utimens(fd: BorrowedFd, times: &[libc::timespec; 2]) -> io::Result<()> {
+    let p = proc_path(fd);
+    // SAFETY: NUL-terminated path, two timespecs.
+    check(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) })
+}
+
+pub fn mkdir_at(dir: BorrowedFd, name: &OsStr, mode: u32) -> io::Result<()> {
+    let c = name_c(name)?;
+    // SAFETY: valid descriptor and NUL-terminated name.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t) })
+}
+
+pub fn mknod_at(dir: BorrowedFd, name: &OsStr, mode: u32, rdev: u64) -> io::Result<()> {
+    let c = name_c(name)?;
+    // SAFETY: valid descriptor and NUL-terminated name.
+    check(unsafe {
+        libc::mknodat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            mode as libc::mode_t,
+            rdev as libc::dev_t,
+        )
+    })
+}
+
+pub fn symlink_at(target: &[u8], dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
+    let (t, c) = (cstr(target)?, name_c(name)?);
+    // SAFETY: NUL-terminated strings and a valid descriptor.
+    check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) })
+}
+
+pub fn readlink_at(dir: BorrowedFd, name: &OsStr) -> io::Result<Vec<u8>> {
+    readlink_c(dir, &name_c(name)?)
+}
+
+/// The target of the symlink `fd` is (an `O_PATH` descriptor of it).
+pub fn readlink(fd: BorrowedFd) -> io::Result<Vec<u8>> {
+    readlink_c(fd, c"")
+}
+
+fn readlink_c(dir: BorrowedFd, c: &std::ffi::CStr) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: valid descriptor, NUL-terminated name, a buffer of the length passed.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// Removes `name` from `dir` (a directory with `is_dir`).
+pub fn unlink_at(dir: BorrowedFd, name: &OsStr, is_dir: bool) -> io::Result<()> {
+    let c = name_c(name)?;
+    let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: valid descriptor and NUL-terminated name.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) })
+}
+
+/// renameat2 of `from` in `from_dir` to `to` in `to_dir`, with `flags`
+/// (`RENAME_NOREPLACE`, `RENAME_EXCHANGE`).
+pub fn rename_at(
+    from_dir: BorrowedFd,
+    from: &OsStr,
+    to_dir: BorrowedFd,
+    to: &OsStr,
+    flags: u32,
+) -> io::Result<()> {
+    let (a, b) = (name_c(from)?, name_c(to)?);
+    // SAFETY: valid descriptors and NUL-terminated names.
+    check(unsafe {
+        libc::renameat2(
+            from_dir.as_raw_fd(),
+            a.as_ptr(),
+            to_dir.as_raw_fd(),
+            b.as_ptr(),
+            flags,
+        )
+    })
+}
+
+/// A hard link `to` in `to_dir` of `from` in `from_dir` (not following a symlink).
+pub fn link_at(
+    from_dir: BorrowedFd,
+    from: &OsStr,
+    to_dir: BorrowedFd,
+    to: &OsStr,
+) -> io::Result<()> {
+    let (a, b) = (name_c(from)?, name_c(to)?);
+    // SAFETY: valid descriptors and NUL-terminated names.
+    check(unsafe {
+        libc::linkat(
+            from_dir.as_raw_fd(),
+            a.as_ptr(),
+            to_dir.as_raw_fd(),
+            b.as_ptr(),
+            0,
+        )
+    })
+}
+
+/// One entry of a directory listing: its name, its type as `d_type` gives it
+/// (`DT_UNKNOWN` on filesystems that do not fill it), its inode number.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub name: OsString,
+    pub d_type: u8,
+    pub ino: u64,
+}
+
+impl Listed {
+    pub fn is_dir(&self, dir: BorrowedFd) -> bool {
+        match self.d_type {
+            libc::DT_DIR => true,
+            libc::DT_UNKNOWN => {
+                stat_at(dir, &self.name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The entries of the directory `dir` (`.` and `..` left out). Each entry that cannot be
+/// read fails the listing.
+pub fn list(dir: BorrowedFd) -> io::Result<Vec<Listed>> {
+    let fd = reopen_dir(dir, libc::O_RDONLY)?;
+    // SAFETY: fdopendir takes the descriptor over (closed by closedir).
+    let d = unsafe { libc::fdopendir(fd.as_raw_fd()) };
+    if d.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    std::mem::forget(fd);
+    let mut out = Vec::new();
+    let result = loop {
+        // readdir's end and its error look alike but for errno.
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = 0 };
+        // SAFETY: a stream opened above.
+        let e = unsafe { libc::readdir64(d) };
+        if e.is_null() {
+            let err = io::Error::last_os_error();
+            break match err.raw_os_error() {
+                Some(0) | None => Ok(()),
+                _ => Err(err),
+            };
+        }
+        // SAFETY: readdir returned an entry with a NUL-terminated name.
+        let (name, d_type, ino) = unsafe {
+            (
+                std::ffi::CStr::from_ptr((*e).d_name.as_ptr()),
+                (*e).d_type,
+                (*e).d_ino,
+            )
+        };
+        let name = name.to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        out.push(Listed {
+            name: OsString::from_vec(name.to_vec()),
+            d_type,
+            ino,
+        });
+    };
+    // SAFETY: the stream opened above, closed once.
+    unsafe { libc::closedir(d) };
+    result.map(|_| out)
+}
+
+/// Removes `name` in `dir` and everything below it, never following a symlink.
+pub fn remove_tree(dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
+    match unlink_at(dir, name, false) {
+        Ok(()) => return Ok(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::EPERM)) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let sub = open(dir, name.as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    for e in list(sub.as_fd())? {
+        remove_tree(sub.as_fd(), &e.name)?;
+    }
+    match unlink_at(dir, name, true) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> (tempfile::TempDir, OwnedFd) {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        fs::create_dir_all(root.join("a/b")).unwrap();
+        fs::write(root.join("a/b/f"), b"inside").unwrap();
+        fs::create_dir(d.path().join("outside")).unwrap();
+        fs::write(d.path().join("outside/f"), b"outside").unwrap();
+        symlink(d.path().join("outside"), root.join("a/abs")).unwrap();
+        symlink("../..", root.join("a/b/up")).unwrap();
+        symlink("b", root.join("a/rel")).unwrap();
+        let fd = open_root(&root).unwrap();
+        (d, fd)
+    }
+
+    fn read(dir: BorrowedFd, rel: &str) -> io::Result<Vec<u8>> {
+        use std::io::Read;
+        let mut f = File::from(open(dir, rel.as_bytes(), libc::O_RDONLY, 0)?);
+        let mut v = Vec::new();
+        f.read_to_end(&mut v)?;
+        Ok(v)
+    }
+
+    /// Inside names resolve; a symlink anywhere on the way, `..`, or a final symlink
+    /// never does, whether the kernel has openat2 or the walk stands in for it.
+    #[test]
+    fn resolution_stays_beneath_and_follows_no_symlink() {
+        let (_d, root) = tree();
+        for fallback in [false, true] {
+            NO_OPENAT2.store(fallback, Ordering::Relaxed);
+            let r = root.as_fd();
+            assert_eq!(read(r, "a/b/f").unwrap(), b"inside", "fallback {fallback}");
+            for bad in ["a/abs/f", "a/rel/f", "a/b/up/a/b/f", "../root/a/b/f"] {
+                let e = read(r, bad).unwrap_err();
+                assert!(
+                    matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV)),
+                    "fallback {fallback}: {bad}: {e}"
+                );
+            }
+            // The final component is never followed either.
+            let e = open(r, b"a/rel", libc::O_RDONLY, 0).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "fallback {fallback}");
+            assert!(
+                open(r, b"a/rel", libc::O_PATH, 0).is_ok(),
+                "a symlink itself"
+            );
+        }
+        NO_OPENAT2.store(false, Ordering::Relaxed);
+    }
+
+    /// A path longer than PATH_MAX resolves, in pieces, each beneath the last.
+    #[test]
+    fn a_path_longer_than_path_max_resolves() {
+        let d = tempfile::tempdir().unwrap();
+        let root = open_root(d.path()).unwrap();
+        let part = "d".repeat(200);
+        let mut rel = Vec::new();
+        let mut cur = root.try_clone().unwrap();
+        for _ in 0..30 {
+            mkdir_at(cur.as_fd(), OsStr::new(&part), 0o755).unwrap();
+            cur = dir(cur.as_fd(), part.as_bytes()).unwrap();
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(part.as_bytes());
+        }
+        assert!(rel.len() > libc::PATH_MAX as usize);
+        let deep = dir(root.as_fd(), &rel).unwrap();
+        assert_eq!(
+            fstat(deep.as_fd()).unwrap().st_ino,
+            fstat(cur.as_fd()).unwrap().st_ino
+        );
+    }
+
+    #[test]
+    fn changes_through_descriptors_reach_the_file_not_its_name() {
+        let (d, root) = tree();
+        let r = root.as_fd();
+        let a = dir(r, b"a").unwrap();
+        let f = entry(dir(r, b"a/b").unwrap().as_fd(), OsStr::new("f")).unwrap();
+        // The name now holds something else; the descriptor still reaches the file.
+        rename_at(
+            a.as_fd(),
+            OsStr::new("b"),
+            a.as_fd(),
+            OsStr::new("moved"),
+            0,
+        )
+        .unwrap();
+        symlink(d.path().join("outside"), d.path().join("root/a/b")).unwrap();
+        chmod(f.as_fd(), 0o600).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &str| {
+            fs::symlink_metadata(d.path().join(p))
+                .unwrap()
+                .permissions()
+                .mode()
+        };
+        assert_eq!(mode("root/a/moved/f") & 0o777, 0o600);
+        assert_ne!(mode("outside/f") & 0o777, 0o600);
+        let st = fstat(f.as_fd()).unwrap();
+        assert_eq!(st.st_mode & 0o777, 0o600);
+        // Listings and trees go by descriptor too: removing a tree with a symlink to the
+        // outside in it leaves the outside alone.
+        let names: Vec<_> = list(a.as_fd())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert!(names.contains(&OsString::from("moved")), "{names:?}");
+        remove_tree(r, OsStr::new("a")).unwrap();
+        assert_eq!(fs::read(d.path().join("outside/f")).unwrap(), b"outside");
+        assert!(!d.path().join("root/a").exists());
+    }
+}

@@ -1,0 +1,492 @@
+//! A filesystem you can trust (issue 14): every operation reaches the file a node is, not
+//! whatever holds its name now. Mounted, with a real repository; each test bounded by the
+//! mount's watchdog and unmounted by its guard.
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const NOBODY: u32 = 65534;
+
+/// Runs `script` with `sh` as the unprivileged user nobody, in `dir`.
+fn as_nobody(dir: &Path, script: &str) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script).current_dir(dir);
+    // SAFETY: setgroups, setgid and setuid are async-signal-safe; nothing else runs here.
+    unsafe {
+        cmd.pre_exec(|| {
+            let groups = [NOBODY];
+            if libc::setgroups(1, groups.as_ptr()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+/// The test's directories, which nobody must be able to walk through to the mount.
+fn open_to_others(env: &Env) {
+    fs::set_permissions(env.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A root-owned directory outside the mount, with a file in it, as an attacker would aim
+/// at: returns its path and a fingerprint (mode, owner, mtime, entries, content).
+fn target(env: &Env) -> (std::path::PathBuf, impl Fn() -> String) {
+    let t = env.dir.path().join("root-owned");
+    fs::create_dir(&t).unwrap();
+    fs::write(t.join("secret"), b"root's file\n").unwrap();
+    fs::set_permissions(t.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(&t, fs::Permissions::from_mode(0o700)).unwrap();
+    let p = t.clone();
+    let print = move || {
+        let m = fs::symlink_metadata(&p).unwrap();
+        let f = fs::symlink_metadata(p.join("secret")).unwrap();
+        let mut names: Vec<_> = fs::read_dir(&p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        format!(
+            "dir {:o} {}:{} mtime {}.{} entries {names:?}; secret {:o} {}:{} size {} mtime {}.{} {:?}",
+            m.mode(),
+            m.uid(),
+            m.gid(),
+            m.mtime(),
+            m.mtime_nsec(),
+            f.mode(),
+            f.uid(),
+            f.gid(),
+            f.len(),
+            f.mtime(),
+            f.mtime_nsec(),
+            fs::read(p.join("secret")).unwrap()
+        )
+    };
+    (t, print)
+}
+
+/// Through a descriptor whose name now holds a symlink to a root-owned directory, an
+/// unprivileged user changes nothing outside the mount: not the directory's mode, owner,
+/// times or entries, not the file in it. Each attack is tried on a directory and on a file
+/// in it, new ones (in the upper layer) and committed ones (in the base).
+#[test]
+fn a_stale_descriptor_never_reaches_outside_the_upper_layer() {
+    let env = Env::new();
+    open_to_others(&env);
+    let (t, print) = target(&env);
+    let before = print();
+    let m = env.mount();
+    let wt = m.wt("repo", "attack");
+    fs::create_dir(&wt).unwrap();
+    std::os::unix::fs::chown(&wt, Some(NOBODY), Some(NOBODY)).unwrap();
+    let t = t.display();
+    // Each: a setup leaving descriptor 3 open on something that is then removed and
+    // replaced by a symlink to the target, then the attack through /proc/self/fd/3 (the
+    // kernel's own inode of the descriptor, as fchmod and friends reach it).
+    let setups = [
+        // A new directory.
+        format!("mkdir d && exec 3<d && rmdir d && ln -s {t} d"),
+        // A new file in a new directory.
+        format!("mkdir e && echo x > e/secret && exec 3<e/secret && rm -r e && ln -s {t} e"),
+        // A committed directory, and a committed file in one, after rm -rf.
+        format!("exec 3<src/lib && rm -rf src/lib && ln -s {t} src/lib"),
+        format!("exec 3<src/lib/util.rs && rm -rf src/lib && ln -s {t} src/lib"),
+    ];
+    let attacks = [
+        "chmod 777 /proc/self/fd/3",
+        "touch -d 2001-01-01 /proc/self/fd/3",
+        "chown nobody /proc/self/fd/3",
+        ": > /proc/self/fd/3",
+        "echo owned >> /proc/self/fd/3",
+        "cat /proc/self/fd/3 > /dev/null",
+        "ls /proc/self/fd/3/ > /dev/null",
+        "touch /proc/self/fd/3/new",
+        "mkdir /proc/self/fd/3/newdir",
+        "ln -s x /proc/self/fd/3/newlink",
+        "mv /proc/self/fd/3/secret /proc/self/fd/3/moved",
+        "rm -f /proc/self/fd/3/secret",
+    ];
+    for (i, setup) in setups.iter().enumerate() {
+        for attack in attacks {
+            // A fresh copy of the setup's names for each attack.
+            let reset = "rm -rf d e; git checkout -q -- src 2>/dev/null; true";
+            let out = as_nobody(&wt, &format!("{reset}; {setup} && {attack}"));
+            let after = print();
+            assert_eq!(
+                after,
+                before,
+                "setup {i} ({setup}), attack {attack}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    // Nothing appeared outside the worktree's upper layer: the state directory holds no
+    // file named like the attack's.
+    let strays: Vec<_> = walk_names(&env.state())
+        .into_iter()
+        .filter(|p| {
+            ["new", "newdir", "newlink", "moved"]
+                .iter()
+                .any(|n| p.ends_with(n))
+        })
+        .filter(|p| !p.contains("/upper/"))
+        .collect();
+    assert!(strays.is_empty(), "{strays:?}");
+    m.unmount();
+}
+
+fn walk_names(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                stack.push(p.clone());
+            }
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
+/// An open file whose name is gone (unlinked, or renamed over) works as on ext4: fstat
+/// says nlink 0, and ftruncate, fchmod, fchown, futimens, fallocate, reads and writes all
+/// reach it. For a committed file (in the base), a new one, and one renamed over.
+#[test]
+fn an_open_file_whose_name_is_gone_stays_usable() {
+    let env = Env::new();
+    let m = env.mount();
+    let wt = m.wt("repo", "gone");
+    fs::create_dir(&wt).unwrap();
+    fs::write(wt.join("new.txt"), b"new file\n").unwrap();
+    fs::write(wt.join("over.txt"), b"to be renamed over\n").unwrap();
+    fs::write(wt.join("other.txt"), b"the replacement\n").unwrap();
+    type Case<'a> = (&'a str, &'a [u8], Box<dyn Fn() + 'a>);
+    let cases: [Case; 3] = [
+        (
+            "README.md",
+            b"# test repository\n",
+            Box::new(|| fs::remove_file(wt.join("README.md")).unwrap()),
+        ),
+        (
+            "new.txt",
+            b"new file\n",
+            Box::new(|| fs::remove_file(wt.join("new.txt")).unwrap()),
+        ),
+        (
+            "over.txt",
+            b"to be renamed over\n",
+            Box::new(|| fs::rename(wt.join("other.txt"), wt.join("over.txt")).unwrap()),
+        ),
+    ];
+    for (name, content, remove) in cases {
+        let mut ro = fs::File::open(wt.join(name)).unwrap();
+        let mut rw = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(wt.join(name))
+            .unwrap();
+        remove();
+        let meta = ro
+            .metadata()
+            .unwrap_or_else(|e| panic!("{name}: fstat: {e}"));
+        assert_eq!(meta.nlink(), 0, "{name}");
+        assert_eq!(meta.len(), content.len() as u64, "{name}");
+        let mut read = Vec::new();
+        ro.read_to_end(&mut read).unwrap();
+        assert_eq!(read, content, "{name}");
+
+        rw.set_permissions(fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("{name}: fchmod: {e}"));
+        std::os::unix::fs::fchown(&rw, Some(1), Some(1))
+            .unwrap_or_else(|e| panic!("{name}: fchown: {e}"));
+        rw.set_len(4)
+            .unwrap_or_else(|e| panic!("{name}: ftruncate: {e}"));
+        // SAFETY: posix_fallocate on a descriptor this File owns.
+        let r = unsafe { libc::posix_fallocate(rw.as_raw_fd(), 0, 8192) };
+        assert_eq!(
+            r,
+            0,
+            "{name}: posix_fallocate: {}",
+            std::io::Error::from_raw_os_error(r)
+        );
+        rw.seek(SeekFrom::Start(0)).unwrap();
+        rw.write_all(b"WXYZ").unwrap();
+        // Last: the writes above change the time too.
+        let when = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        rw.set_modified(when)
+            .unwrap_or_else(|e| panic!("{name}: futimens: {e}"));
+        let meta = rw.metadata().unwrap();
+        assert_eq!(
+            (
+                meta.nlink(),
+                meta.mode() & 0o7777,
+                meta.uid(),
+                meta.gid(),
+                meta.mtime()
+            ),
+            (0, 0o600, 1, 1, 1_000_000_000),
+            "{name}"
+        );
+        assert_eq!(meta.len(), 8192, "{name}");
+        let mut fresh = fs::File::open(format!("/proc/self/fd/{}", rw.as_raw_fd())).unwrap();
+        let mut head = [0u8; 4];
+        fresh.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"WXYZ", "{name}");
+        drop((ro, rw, fresh));
+    }
+    // The replacement kept its own content; the removed names stay removed.
+    assert_eq!(fs::read(wt.join("over.txt")).unwrap(), b"the replacement\n");
+    assert!(!wt.join("README.md").exists() && !wt.join("new.txt").exists());
+    m.unmount();
+}
+
+/// A content with its own checksum in front: readers tell a whole file from a torn one.
+fn framed(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let body: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    let mut out = fnv(&body).to_le_bytes().to_vec();
+    out.extend_from_slice(&(len as u64).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+fn fnv(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+fn whole(data: &[u8]) -> bool {
+    data.len() >= 16
+        && u64::from_le_bytes(data[8..16].try_into().unwrap()) as usize == data.len() - 16
+        && u64::from_le_bytes(data[..8].try_into().unwrap()) == fnv(&data[16..])
+}
+
+/// Three writers replace three files atomically (write a temporary file, fsync, rename it
+/// over) while three readers open and read them: every open succeeds and every read is a
+/// whole file, with passthrough on and off.
+fn atomic_replace(extra: &[&str]) {
+    let env = Env::new();
+    let m = env.mount_with(extra);
+    let wt = m.wt("repo", "replace");
+    fs::create_dir(&wt).unwrap();
+    let targets: Vec<_> = (0..3).map(|i| wt.join(format!("target{i}"))).collect();
+    for (i, t) in targets.iter().enumerate() {
+        fs::write(t, framed(i as u64, 1000)).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (reads, bad) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let errors = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let mut threads = Vec::new();
+    for w in 0..3u64 {
+        let (wt, targets, stop) = (wt.clone(), targets.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let tmp = wt.join(format!(".tmp-{w}-{n}"));
+                let len = 1 + ((w * 7919 + n * 104_729) % 200_000) as usize;
+                let mut f = fs::File::create(&tmp).unwrap();
+                f.write_all(&framed(w << 32 | n, len)).unwrap();
+                f.sync_all().unwrap();
+                drop(f);
+                fs::rename(&tmp, &targets[(n % 3) as usize]).unwrap();
+            }
+        }));
+    }
+    for r in 0..3usize {
+        let (targets, stop) = (targets.clone(), stop.clone());
+        let (reads, bad, errors) = (reads.clone(), bad.clone(), errors.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut k = r;
+            while !stop.load(Ordering::Relaxed) {
+                k += 1;
+                let t = &targets[k % 3];
+                let got = fs::File::open(t).and_then(|mut f| {
+                    let mut v = Vec::new();
+                    f.read_to_end(&mut v).map(|_| v)
+                });
+                reads.fetch_add(1, Ordering::Relaxed);
+                let problem = match got {
+                    Ok(v) if whole(&v) => continue,
+                    Ok(v) => format!("{}: a torn read of {} bytes", t.display(), v.len()),
+                    Err(e) => format!("{}: {e}", t.display()),
+                };
+                bad.fetch_add(1, Ordering::Relaxed);
+                let mut e = errors.lock();
+                if e.len() < 10 {
+                    e.push(problem);
+                }
+            }
+        }));
+    }
+    let end = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (reads, bad) = (reads.load(Ordering::Relaxed), bad.load(Ordering::Relaxed));
+    assert!(reads > 100, "only {reads} reads");
+    assert_eq!(bad, 0, "{bad} of {reads} reads failed: {:?}", errors.lock());
+    let log = m.log();
+    assert!(
+        !log.contains("another backing file"),
+        "{}",
+        log.lines()
+            .filter(|l| l.contains("another backing"))
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    m.unmount();
+}
+
+#[test]
+fn atomic_replace_under_concurrency_serves_whole_files_with_passthrough() {
+    atomic_replace(&["--linger", "600"]);
+}
+
+#[test]
+fn atomic_replace_under_concurrency_serves_whole_files_without_passthrough() {
+    atomic_replace(&["--linger", "600", "--no-passthrough"]);
+}
+
+/// Runs the Perl program `script` as nobody with umask `umask` (its system calls made
+/// exactly as a user's program makes them: Perl is in every Debian, `perl-base`).
+fn perl_as_nobody(umask: u32, script: &str) {
+    let out = as_nobody(
+        Path::new("/"),
+        &format!("umask {umask:03o} && exec perl -MPOSIX -MFcntl -e '{script}'"),
+    );
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn c(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+fn sys(rc: libc::c_int) -> std::io::Result<()> {
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Modes and owners of new entries are the ones ext4 gives: the caller's umask (the
+/// kernel's, never the daemon's), set-id bits as asked, a set-group-id directory's group
+/// and bit passed on, access mode 3 opened, and chown(f, -1, -1) moving the change time.
+#[test]
+fn modes_and_owners_are_the_ones_ext4_gives() {
+    let env = Env::new();
+    open_to_others(&env);
+    let m = env.mount();
+    let wt = m.wt("repo", "modes");
+    fs::create_dir(&wt).unwrap();
+    std::os::unix::fs::chown(&wt, Some(NOBODY), Some(NOBODY)).unwrap();
+    let plain = Path::new(env.dir.path()).join("plain");
+    fs::create_dir(&plain).unwrap();
+    std::os::unix::fs::chown(&plain, Some(NOBODY), Some(NOBODY)).unwrap();
+    // A set-group-id directory of a group nobody is not in.
+    let mut modes = Vec::new();
+    for dir in [wt.clone(), plain.clone()] {
+        let sg = dir.join("sg");
+        fs::create_dir(&sg).unwrap();
+        std::os::unix::fs::chown(&sg, Some(NOBODY), Some(4242)).unwrap();
+        fs::set_permissions(&sg, fs::Permissions::from_mode(0o2777)).unwrap();
+        let d = dir.display();
+        let create = |name: &str, mode: u32| {
+            format!("sysopen(my $f, \"{d}/{name}\", O_CREAT|O_WRONLY, {mode:#o}) or die \"{name}: $!\";")
+        };
+        let mkdir = |name: &str, mode: u32| {
+            format!("mkdir(\"{d}/{name}\", {mode:#o}) or die \"{name}: $!\";")
+        };
+        perl_as_nobody(
+            0,
+            &[
+                create("f0", 0o666),
+                mkdir("dn", 0o777),
+                format!("mkfifo(\"{d}/p0\", 0666) or die \"p0: $!\";"),
+                create("s0", 0o6777),
+                mkdir("t0", 0o1777),
+                create("sg/f", 0o644),
+                mkdir("sg/d", 0o755),
+                create("sg/s", 0o2755),
+            ]
+            .concat(),
+        );
+        perl_as_nobody(0o002, &create("f2", 0o666));
+        let got: Vec<String> = ["f0", "dn", "p0", "s0", "t0", "f2", "sg/f", "sg/d", "sg/s"]
+            .iter()
+            .map(|n| {
+                let m = fs::symlink_metadata(dir.join(n)).unwrap();
+                format!("{n} {:o} {}:{}", m.mode(), m.uid(), m.gid())
+            })
+            .collect();
+        modes.push(got);
+    }
+    assert_eq!(modes[0], modes[1], "the view, then ext4");
+
+    // Access mode 3 opens (for neither reads nor writes), as on ext4.
+    for f in [wt.join("README.md"), plain.join("f0")] {
+        let fd = unsafe { libc::open(c(&f).as_ptr(), libc::O_WRONLY | libc::O_RDWR) };
+        assert!(
+            fd >= 0,
+            "{}: {}",
+            f.display(),
+            std::io::Error::last_os_error()
+        );
+        let mut b = [0u8; 1];
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+        assert_eq!(
+            (n, std::io::Error::last_os_error().raw_os_error()),
+            (-1, Some(libc::EBADF))
+        );
+        unsafe { libc::close(fd) };
+    }
+
+    // chown(f, -1, -1) changes nothing but the change time: of a committed file and a
+    // new one.
+    for f in [wt.join("build.sh"), wt.join("f0")] {
+        let before = fs::symlink_metadata(&f).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        sys(unsafe { libc::chown(c(&f).as_ptr(), u32::MAX, u32::MAX) }).unwrap();
+        let after = fs::symlink_metadata(&f).unwrap();
+        assert!(
+            (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+            "{}",
+            f.display()
+        );
+        assert_eq!(
+            (after.mode(), after.uid(), after.gid()),
+            (before.mode(), before.uid(), before.gid())
+        );
+    }
+    m.unmount();
+}
