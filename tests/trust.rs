@@ -490,3 +490,147 @@ fn modes_and_owners_are_the_ones_ext4_gives() {
     }
     m.unmount();
 }
+
+/// Names of 255 bytes work everywhere (a whiteout spends none of them), 256 answer
+/// ENAMETOOLONG from every operation, a lookup included, and statfs says 255; paths work
+/// to PATH_MAX relative to the worktree and deeper by `cd`.
+#[test]
+fn long_names_and_deep_paths_work_as_on_ext4() {
+    let env = Env::new();
+    let long = "n".repeat(255);
+    let repo = env.repo.path();
+    fs::write(repo.join(&long), b"a committed file with a long name\n").unwrap();
+    fs::create_dir(repo.join(format!("{}d", "n".repeat(254)))).unwrap();
+    fs::write(repo.join(format!("{}d/f", "n".repeat(254))), b"below\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "long names"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "long");
+    fs::create_dir(&wt).unwrap();
+    let long_dir = format!("{}d", "n".repeat(254));
+    // Committed long names read, and go (each leaves a whiteout at its own name).
+    assert_eq!(
+        fs::read(wt.join(&long)).unwrap(),
+        b"a committed file with a long name\n"
+    );
+    fs::remove_file(wt.join(&long)).unwrap();
+    fs::remove_dir_all(wt.join(&long_dir)).unwrap();
+    assert!(!wt.join(&long).exists() && !wt.join(&long_dir).exists());
+    // New long names, over those whiteouts too.
+    fs::write(wt.join(&long), b"new").unwrap();
+    fs::create_dir(wt.join(&long_dir)).unwrap();
+    assert!(
+        fs::read_dir(wt.join(&long_dir)).unwrap().next().is_none(),
+        "opaque"
+    );
+    let other = "o".repeat(255);
+    fs::rename(wt.join(&long), wt.join(&other)).unwrap();
+    fs::hard_link(wt.join(&other), wt.join(&long)).unwrap();
+    std::os::unix::fs::symlink(&other, wt.join(format!("{}s", "n".repeat(254)))).unwrap();
+    let status = porcelain(&wt);
+    assert!(status.contains(&format!("?? {other}")), "{status}");
+
+    // 256 bytes: ENAMETOOLONG from each.
+    let too = wt.join("x".repeat(256));
+    let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+    let enametoolong = Some(libc::ENAMETOOLONG);
+    assert_eq!(
+        errno(fs::symlink_metadata(&too).map(|_| ())),
+        enametoolong,
+        "lookup"
+    );
+    assert_eq!(errno(fs::write(&too, b"")), enametoolong, "create");
+    assert_eq!(errno(fs::create_dir(&too)), enametoolong, "mkdir");
+    assert_eq!(
+        errno(fs::rename(wt.join(&other), &too)),
+        enametoolong,
+        "rename"
+    );
+    assert_eq!(
+        errno(fs::hard_link(wt.join(&other), &too)),
+        enametoolong,
+        "link"
+    );
+    assert_eq!(
+        errno(std::os::unix::fs::symlink("x", &too)),
+        enametoolong,
+        "symlink"
+    );
+    assert_eq!(errno(fs::remove_file(&too)), enametoolong, "unlink");
+    let sfs = nix::sys::statfs::statfs(&wt).unwrap();
+    assert_eq!(sfs.maximum_name_length(), 255);
+
+    // A relative path of PATH_MAX - 1 bytes, and 30 levels of 200-byte names by cd.
+    let part = "p".repeat(250);
+    let mut rel = String::new();
+    while rel.len() + part.len() + 1 < 4095 - 10 {
+        if !rel.is_empty() {
+            rel.push('/');
+        }
+        rel.push_str(&part);
+    }
+    let file = format!("{rel}/{}", "f".repeat(4095 - rel.len() - 1));
+    assert_eq!(file.len(), 4095);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "mkdir -p {rel} && echo deep > {file} && cat {file} && \
+             perl -e '$d = \"d\" x 200; for (1..30) {{ mkdir $d or die \"mkdir $_: $!\"; \
+             chdir $d or die \"chdir $_: $!\" }} open(F, \">f\") or die; print F \"deeper\\n\"; \
+             close F; open(F, \"f\") or die; print <F>'"
+        ))
+        .current_dir(&wt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "deep\ndeeper\n");
+    m.unmount();
+}
+
+/// An upper layer written in format 1 (whiteouts as `.wtfs-wh.N` files) is rewritten at
+/// mount: what was removed stays removed, git sees the same, and no old name is left.
+#[test]
+fn a_format_1_upper_layer_is_rewritten_at_mount() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/old"]);
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let row = store
+        .worktrees()
+        .unwrap()
+        .into_iter()
+        .find(|w| w.name == "old")
+        .unwrap();
+    let (upper, work) = (state.upper(row.id), state.work(row.id));
+    fs::create_dir_all(upper.join("src")).unwrap();
+    fs::create_dir_all(&work).unwrap();
+    // Format 1: README.md and src/main.rs removed; src/ in the upper layer.
+    fs::write(upper.join(".wtfs-wh.README.md"), b"").unwrap();
+    fs::write(upper.join("src/.wtfs-wh.main.rs"), b"").unwrap();
+    let _ = fs::remove_file(work.join("format-2"));
+    let m = env.mount();
+    let wt = m.wt("repo", "old");
+    assert!(!wt.join("README.md").exists() && !wt.join("src/main.rs").exists());
+    assert!(wt.join("src/lib/util.rs").exists());
+    let status = porcelain(&wt);
+    assert!(
+        status.contains(" D README.md") && status.contains(" D src/main.rs"),
+        "{status}"
+    );
+    let left: Vec<_> = walk_names(&upper)
+        .into_iter()
+        .filter(|p| p.contains(".wtfs-wh."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(work.join("format-2").exists());
+    assert!(m.log().contains("format 2"), "{}", m.log());
+    m.unmount();
+}
+
+fn porcelain(dir: &Path) -> String {
+    git(dir, &["status", "--porcelain", "--untracked-files=all"])
+}

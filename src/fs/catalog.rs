@@ -258,6 +258,7 @@ mod tests {
             work: PathBuf::new(),
             upper_fd: crate::beneath::open_root(Path::new("/")).unwrap(),
             work_fd: crate::beneath::open_root(Path::new("/")).unwrap(),
+            whiteouts: crate::layout::Whiteouts::empty(),
             gitfile: Vec::new(),
             sizes_seeded: false.into(),
             journal: Default::default(),

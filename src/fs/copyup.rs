@@ -12,7 +12,7 @@ use std::time::UNIX_EPOCH;
 
 use crate::beneath;
 use crate::git::{self, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
-use crate::layout::{whiteout_name, OPAQUE_MARKER};
+use crate::layout::OPAQUE_MARKER;
 
 use super::error::{FsError, FsResult};
 use super::nodes::ROOT_INO;
@@ -296,6 +296,7 @@ impl View {
                 mode: e.mode,
             };
             match beneath::stat_at(dir, &e.name) {
+                Ok(st) if wt.whiteouts.is(&st) => continue,
                 Ok(st) => {
                     if FType::from_mode(st.st_mode) == FType::Dir && e.mode == MODE_TREE {
                         self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base))?;
@@ -309,9 +310,6 @@ impl View {
                         err,
                     ))
                 }
-            }
-            if beneath::stat_at(dir, &whiteout_name(&e.name)).is_ok() {
-                continue;
             }
             match e.mode {
                 MODE_TREE | MODE_GITLINK => {

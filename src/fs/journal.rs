@@ -163,7 +163,7 @@ impl View {
     /// Records every path below the upper directory `dir` (at `rel` in the worktree) under
     /// both `rel` and `old_rel`: a directory moved from `old_rel`.
     pub(super) fn note_moved_tree(&self, wt: &WtCtx, dir: BorrowedFd, rel: &[u8], old_rel: &[u8]) {
-        let Ok(upper) = UpperDir::read(dir) else {
+        let Ok(upper) = UpperDir::read(dir, &wt.whiteouts) else {
             return;
         };
         for e in &upper.entries {
@@ -239,7 +239,7 @@ impl View {
         out: &mut Vec<Vec<u8>>,
     ) -> FsResult<()> {
         let join = |name: &[u8]| join_rel(rel, name);
-        let upper = UpperDir::read(dir).map_err(|e| {
+        let upper = UpperDir::read(dir, &wt.whiteouts).map_err(|e| {
             FsError::io(
                 format!("listing {}/{}", wt.name, String::from_utf8_lossy(rel)),
                 e,

@@ -76,7 +76,7 @@ impl View {
                 )
             };
             let dir = dir.map_err(listed)?;
-            upper = UpperDir::read(dir.as_fd()).map_err(listed)?;
+            upper = UpperDir::read(dir.as_fd(), &wt.whiteouts).map_err(listed)?;
             for e in &upper.entries {
                 let name = &e.name;
                 if is_root && name == GITFILE_NAME {

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -41,6 +42,17 @@ impl View {
         fs::create_dir_all(&work)?;
         let upper_fd = crate::beneath::open_root(&upper)?;
         let work_fd = crate::beneath::open_root(&work)?;
+        let whiteouts = crate::layout::Whiteouts::open(work_fd.as_fd())?;
+        let migrated = crate::layout::migrate(upper_fd.as_fd(), work_fd.as_fd(), &whiteouts)
+            .map_err(|e| anyhow::anyhow!("migrating the upper layer {}: {e}", upper.display()))?;
+        if migrated > 0 {
+            tracing::info!(
+                repo = %row.repo,
+                worktree = %row.name,
+                whiteouts = migrated,
+                "upper layer rewritten in format 2 (whiteouts that spend no name bytes)"
+            );
+        }
         let admin = git::admin_dir(&repo.gitdir, &row.admin_name);
         Ok(WtCtx {
             id: row.id,
@@ -56,6 +68,7 @@ impl View {
             work,
             upper_fd,
             work_fd,
+            whiteouts,
             gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
             sizes_seeded: false.into(),
             journal: WorktreeJournal::default(),

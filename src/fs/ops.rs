@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::beneath;
 use crate::git::{self};
-use crate::layout::{whiteout_name, OPAQUE_MARKER};
+use crate::layout::OPAQUE_MARKER;
 
 use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::{opened, HandleKind};
@@ -66,6 +66,35 @@ fn finish_fd(fd: BorrowedFd, uid: u32, gid: u32, perm: Option<u32>) -> FsResult<
         .map_err(|e| FsError::io("fstat of a new entry", e))
 }
 
+/// Where a new entry is being made (see `View::new_at`).
+pub(super) struct NewAt<'a> {
+    wt: &'a WtCtx,
+    pub(super) dir: BorrowedFd<'a>,
+    pub(super) name: std::borrow::Cow<'a, OsStr>,
+    /// The name it goes to once built, when it is built in the work directory.
+    target: Option<(BorrowedFd<'a>, &'a OsStr)>,
+}
+
+impl NewAt<'_> {
+    /// Puts the entry in place (over a whiteout), or removes what was built on failure.
+    pub(super) fn finish(self, built: FsResult<u64>, is_dir: bool) -> FsResult<u64> {
+        let Some((dir, name)) = self.target else {
+            return built;
+        };
+        let placed = built.and_then(|ino| {
+            self.wt
+                .whiteouts
+                .install(self.dir, &self.name, dir, name, is_dir)
+                .map_err(io_err("installing", name))
+                .map(|_| ino)
+        });
+        if placed.is_err() {
+            let _ = beneath::remove_tree(self.dir, &self.name);
+        }
+        placed
+    }
+}
+
 fn io_err<'a>(what: &'a str, name: &'a OsStr) -> impl FnOnce(io::Error) -> FsError + 'a {
     move |e| FsError::io(format!("{what} {}", name.to_string_lossy()), e)
 }
@@ -101,13 +130,31 @@ impl View {
         Ok((wt, dir, st))
     }
 
-    /// Removes the whiteout of `name` in `parent` (upper directory `dir`), if there can be
-    /// one: whiteouts are written only over base entries, so most creations have none to
-    /// remove and skip the failing `unlink`.
-    pub(super) fn drop_whiteout(&self, parent: u64, dir: BorrowedFd, name: &OsStr) {
-        if self.base_has(parent, name).unwrap_or(true) {
-            let _ = beneath::unlink_at(dir, &whiteout_name(name), false);
-        }
+    /// Where a new entry `name` of `parent` (upper directory `dir`) is made: at the name
+    /// itself, or, where a whiteout may sit (over a removed base entry), built in the work
+    /// directory and installed over it in one rename (`finish`).
+    pub(super) fn new_at<'a>(
+        &self,
+        wt: &'a WtCtx,
+        parent: u64,
+        dir: BorrowedFd<'a>,
+        name: &'a OsStr,
+    ) -> FsResult<NewAt<'a>> {
+        Ok(if self.base_has(parent, name)? {
+            NewAt {
+                wt,
+                dir: wt.work_fd.as_fd(),
+                name: Self::work_tmp("new").into(),
+                target: Some((dir, name)),
+            }
+        } else {
+            NewAt {
+                wt,
+                dir,
+                name: name.into(),
+                target: None,
+            }
+        })
     }
 
     pub fn create(
@@ -122,18 +169,19 @@ impl View {
         let _m = self.mutate.lock();
         let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
         let extra = flags & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC);
+        let at = self.new_at(&wt, parent, dir.as_fd(), name)?;
         let file = File::from(
             beneath::open(
-                dir.as_fd(),
-                name.as_bytes(),
+                at.dir,
+                at.name.as_bytes(),
                 libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | extra,
                 0o600,
             )
             .map_err(io_err("create", name))?,
         );
         let (uid, gid, _) = new_owner(caller, &dir_attr, false);
-        let upper_ino = finish_fd(file.as_fd(), uid, gid, Some(mode & !umask & 0o7777))?;
-        self.drop_whiteout(parent, dir.as_fd(), name);
+        let built = finish_fd(file.as_fd(), uid, gid, Some(mode & !umask & 0o7777));
+        let upper_ino = at.finish(built, false)?;
         self.note_child(parent, name);
         let entry = self.new_entry(parent, name, Overlay::upper(FType::File, upper_ino))?;
         let fh = self.file_handle(entry.attr.ino, Some(wt), Some(file), None);
@@ -153,17 +201,13 @@ impl View {
             return Err(not_supported("creating a file beside worktrees"));
         }
         let _m = self.mutate.lock();
-        let (_, dir, dir_attr) = self.prepare_create(parent, name)?;
-        beneath::mknod_at(
-            dir.as_fd(),
-            name,
-            (mode & libc::S_IFMT) | 0o600,
-            rdev as u64,
-        )
-        .map_err(io_err("mknod", name))?;
+        let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
+        let at = self.new_at(&wt, parent, dir.as_fd(), name)?;
+        beneath::mknod_at(at.dir, &at.name, (mode & libc::S_IFMT) | 0o600, rdev as u64)
+            .map_err(io_err("mknod", name))?;
         let (uid, gid, _) = new_owner(caller, &dir_attr, false);
-        let upper_ino = finish_new(dir.as_fd(), name, uid, gid, Some(mode & !umask & 0o7777))?;
-        self.drop_whiteout(parent, dir.as_fd(), name);
+        let built = finish_new(at.dir, &at.name, uid, gid, Some(mode & !umask & 0o7777));
+        let upper_ino = at.finish(built, false)?;
         self.note_child(parent, name);
         self.new_entry(
             parent,
@@ -200,29 +244,18 @@ impl View {
         let perm = (mode & !umask & 0o1777) | sgid;
         let upper_ino = if base_had_name {
             // The base has (had) this name and it was removed: the new directory must hide
-            // the base's content, so it is built opaque and renamed into place.
-            let work = wt.work_fd.as_fd();
-            let tmp = Self::work_tmp("mkdir");
-            beneath::mkdir_at(work, &tmp, 0o700)
-                .map_err(|e| FsError::io("mkdir in work dir", e))?;
-            let built = beneath::dir(work, tmp.as_bytes())
-                .map_err(|e| FsError::io("mkdir in work dir", e))
+            // the base's content, so it is built opaque and put in place of the whiteout.
+            let at = self.new_at(&wt, parent, dir.as_fd(), name)?;
+            beneath::mkdir_at(at.dir, &at.name, 0o700).map_err(io_err("mkdir", name))?;
+            let built = beneath::dir(at.dir, at.name.as_bytes())
+                .map_err(io_err("mkdir", name))
                 .and_then(|d| marker(d.as_fd(), OsStr::new(OPAQUE_MARKER), true))
-                .and_then(|_| finish_new(work, &tmp, uid, gid, Some(perm)))
-                .and_then(|ino| {
-                    beneath::rename_at(work, &tmp, dir.as_fd(), name, 0)
-                        .map_err(io_err("rename into", name))
-                        .map(|_| ino)
-                });
-            if built.is_err() {
-                let _ = beneath::remove_tree(work, &tmp);
-            }
-            built?
+                .and_then(|_| finish_new(at.dir, &at.name, uid, gid, Some(perm)));
+            at.finish(built, true)?
         } else {
             beneath::mkdir_at(dir.as_fd(), name, 0o700).map_err(io_err("mkdir", name))?;
             finish_new(dir.as_fd(), name, uid, gid, Some(perm))?
         };
-        self.drop_whiteout(parent, dir.as_fd(), name);
         self.note_child(parent, name);
         self.new_entry(parent, name, Overlay::upper(FType::Dir, upper_ino))
     }
@@ -238,12 +271,13 @@ impl View {
             return Err(not_supported("creating a symlink beside worktrees"));
         }
         let _m = self.mutate.lock();
-        let (_, dir, dir_attr) = self.prepare_create(parent, name)?;
-        beneath::symlink_at(target.as_os_str().as_bytes(), dir.as_fd(), name)
+        let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
+        let at = self.new_at(&wt, parent, dir.as_fd(), name)?;
+        beneath::symlink_at(target.as_os_str().as_bytes(), at.dir, &at.name)
             .map_err(io_err("symlink", name))?;
         let (uid, gid, _) = new_owner(caller, &dir_attr, false);
-        let upper_ino = finish_new(dir.as_fd(), name, uid, gid, None)?;
-        self.drop_whiteout(parent, dir.as_fd(), name);
+        let built = finish_new(at.dir, &at.name, uid, gid, None);
+        let upper_ino = at.finish(built, false)?;
         self.note_child(parent, name);
         self.new_entry(parent, name, Overlay::upper(FType::Symlink, upper_ino))
     }
@@ -281,7 +315,7 @@ impl View {
                 "hard links to directories are not allowed",
             ));
         }
-        let (_, dir, _) = self.prepare_create(newparent, newname)?;
+        let (wt, dir, _) = self.prepare_create(newparent, newname)?;
         self.copy_up(ino, true)?;
         let Place::Named {
             dir: from_dir,
@@ -292,9 +326,11 @@ impl View {
             return Err(FsError::not_found("the file to link was removed"));
         };
         self.place(ino)?.fd().map_err(|e| FsError::io("link", e))?;
-        beneath::link_at(from_dir.as_fd(), &from_name, dir.as_fd(), newname)
-            .map_err(io_err("link", newname))?;
-        self.drop_whiteout(newparent, dir.as_fd(), newname);
+        let at = self.new_at(&wt, newparent, dir.as_fd(), newname)?;
+        let built = beneath::link_at(from_dir.as_fd(), &from_name, at.dir, &at.name)
+            .map_err(io_err("link", newname))
+            .map(|_| 0);
+        at.finish(built, false)?;
         self.note_child(newparent, newname);
         self.note_node(ino);
         let mut t = self.nodes.write();

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use git2::Oid;
 
 use crate::git::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
-use crate::layout::{whiteout_name, OPAQUE_MARKER};
+use crate::layout::{Whiteouts, OPAQUE_MARKER};
 
 use super::error::{FsError, FsResult};
 use super::journal::WorktreeJournal;
@@ -39,6 +39,8 @@ pub struct WtCtx {
     pub work: PathBuf,
     pub(super) upper_fd: OwnedFd,
     pub(super) work_fd: OwnedFd,
+    /// Its whiteout files (see `crate::layout`).
+    pub(super) whiteouts: Whiteouts,
     pub gitfile: Vec<u8>,
     /// Whether blob sizes were seeded from the cached index of the base tree.
     pub(super) sizes_seeded: std::sync::atomic::AtomicBool,
@@ -148,6 +150,7 @@ impl View {
         if dir_ov.in_upper {
             let dir = dir_upper()?;
             match beneath::stat_at(dir.as_fd(), name) {
+                Ok(st) if wt.whiteouts.is(&st) => return Ok(None),
                 Ok(st) => {
                     let ftype = FType::from_mode(st.st_mode);
                     let base = match &base_entry {
@@ -177,9 +180,6 @@ impl View {
                         e,
                     ))
                 }
-            }
-            if base_entry.is_some() && beneath::stat_at(dir.as_fd(), &whiteout_name(name)).is_ok() {
-                return Ok(None);
             }
         }
         Ok(base_entry.map(|e| Overlay {

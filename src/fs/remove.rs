@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::beneath;
 use crate::layout::UpperDir;
-use crate::layout::{whiteout_name, OPAQUE_MARKER};
+use crate::layout::OPAQUE_MARKER;
 
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;
@@ -64,22 +64,20 @@ impl View {
         if ov.ftype == FType::Dir {
             return Err(FsError::is_dir());
         }
-        let needs_whiteout = self.base_has(parent, name)?;
-        if needs_whiteout {
-            self.ensure_upper_dir(parent)?;
-        }
+        self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
-        if needs_whiteout {
-            marker(dir.as_fd(), &whiteout_name(name), ov.in_upper)?;
-        }
-        let kept = if ov.in_upper {
-            let kept = self.keep(parent, name);
-            beneath::unlink_at(dir.as_fd(), name, false)
-                .map_err(|e| FsError::io(format!("unlink {}", name.to_string_lossy()), e))?;
-            kept
-        } else {
-            None
+        let kept = self.keep(parent, name);
+        let wt = self.nodes.read().wt_of(parent)?.0;
+        let work = wt.work_fd.as_fd();
+        let gone = match (self.base_has(parent, name)?, ov.in_upper) {
+            (true, true) => {
+                let tmp = Self::work_tmp("whiteout");
+                wt.whiteouts.replace(work, dir.as_fd(), name, &tmp, false)
+            }
+            (true, false) => wt.whiteouts.link(work, dir.as_fd(), name),
+            (false, _) => beneath::unlink_at(dir.as_fd(), name, false),
         };
+        gone.map_err(|e| FsError::io(format!("unlink {}", name.to_string_lossy()), e))?;
         self.note_child(parent, name);
         self.nodes.write().detach_keeping(parent, name, kept);
         Ok(())
@@ -106,7 +104,7 @@ impl View {
                 let upper = if ov.in_upper {
                     let dir = self.upper_dir(parent)?;
                     beneath::dir(dir.as_fd(), name.as_bytes())
-                        .and_then(|d| UpperDir::read(d.as_fd()))
+                        .and_then(|d| UpperDir::read(d.as_fd(), &wt.whiteouts))
                         .map_err(|e| {
                             FsError::io(format!("listing {}", name.to_string_lossy()), e)
                         })?
@@ -127,22 +125,30 @@ impl View {
                 name.to_string_lossy()
             )));
         }
-        let needs_whiteout = self.base_has(parent, name)?;
-        if needs_whiteout {
-            self.ensure_upper_dir(parent)?;
-        }
+        self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
-        if needs_whiteout {
-            marker(dir.as_fd(), &whiteout_name(name), ov.in_upper)?;
-        }
-        let kept = if ov.in_upper {
-            let kept = self.keep(parent, name);
-            self.to_trash(&wt, dir.as_fd(), name)
-                .map_err(|e| FsError::io(format!("rmdir {}", name.to_string_lossy()), e))?;
-            kept
-        } else {
-            None
+        let kept = self.keep(parent, name);
+        let work = wt.work_fd.as_fd();
+        let gone = match (self.base_has(parent, name)?, ov.in_upper) {
+            (true, true) => {
+                // Exchanged with a whiteout in one rename, then deleted out of the view.
+                let tmp = Self::work_tmp("trash");
+                let r = wt.whiteouts.replace(work, dir.as_fd(), name, &tmp, true);
+                if r.is_ok() {
+                    if let Err(e) = beneath::remove_tree(work, &tmp) {
+                        tracing::warn!(
+                            "could not empty {}/{}: {e}",
+                            wt.work.display(),
+                            tmp.to_string_lossy()
+                        );
+                    }
+                }
+                r
+            }
+            (true, false) => wt.whiteouts.link(work, dir.as_fd(), name),
+            (false, _) => self.to_trash(&wt, dir.as_fd(), name),
         };
+        gone.map_err(|e| FsError::io(format!("rmdir {}", name.to_string_lossy()), e))?;
         self.note_child(parent, name);
         self.nodes.write().detach_keeping(parent, name, kept);
         Ok(())
@@ -270,9 +276,6 @@ impl View {
                 .map_err(|e| FsError::io(format!("opening {}", name.to_string_lossy()), e))?;
             marker(d.as_fd(), OsStr::new(OPAQUE_MARKER), true)?;
         }
-        if self.base_has(parent, name)? {
-            marker(from_dir, &whiteout_name(name), true)?;
-        }
         let kept = match dst {
             Some(d) if d.in_upper => self.keep(newparent, newname),
             _ => None,
@@ -283,7 +286,7 @@ impl View {
                     .map_err(|e| FsError::io("moving the replaced directory out", e))?;
             }
         }
-        beneath::rename_at(from_dir, name, to_dir, newname, 0).map_err(|e| {
+        let moved = |e| {
             FsError::io(
                 format!(
                     "rename {} to {}",
@@ -292,8 +295,33 @@ impl View {
                 ),
                 e,
             )
-        })?;
-        self.drop_whiteout(newparent, to_dir, newname);
+        };
+        let work = wt.work_fd.as_fd();
+        let source_hidden = self.base_has(parent, name)?;
+        let onto_whiteout = dst.is_none() && wt.whiteouts.at(to_dir, newname);
+        if src.ftype == FType::Dir && onto_whiteout {
+            // A directory cannot replace a file: exchanged with the whiteout, which then
+            // hides the base entry at the old name, or goes.
+            match beneath::rename_at(from_dir, name, to_dir, newname, libc::RENAME_EXCHANGE) {
+                Ok(()) if source_hidden => {}
+                Ok(()) => beneath::unlink_at(from_dir, name, false).map_err(moved)?,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    beneath::unlink_at(to_dir, newname, false).map_err(moved)?;
+                    beneath::rename_at(from_dir, name, to_dir, newname, 0).map_err(moved)?;
+                    if source_hidden {
+                        wt.whiteouts.link(work, from_dir, name).map_err(moved)?;
+                    }
+                }
+                Err(e) => return Err(moved(e)),
+            }
+        } else {
+            beneath::rename_at(from_dir, name, to_dir, newname, 0).map_err(moved)?;
+            // After the move, not before: a crash between the two shows the base entry at
+            // its old name again beside the moved one, and loses nothing.
+            if source_hidden {
+                wt.whiteouts.link(work, from_dir, name).map_err(moved)?;
+            }
+        }
         self.note_child(parent, name);
         self.note_child(newparent, newname);
         if src.ftype == FType::Dir {

@@ -25,7 +25,7 @@ use parking_lot::{Mutex, RwLockWriteGuard};
 use crate::git::blobcache::BlobCache;
 use crate::git::ObjectCache;
 use crate::ino;
-use crate::layout::{is_reserved, WHITEOUT_PREFIX};
+use crate::layout::is_reserved;
 use crate::state::StateDir;
 use crate::store::Store;
 
@@ -111,11 +111,18 @@ pub(super) fn check_name(name: &OsStr) -> FsResult<()> {
             ),
         ));
     }
-    if b.len() > 255 - WHITEOUT_PREFIX.len() {
+    check_len(name)
+}
+
+/// The longest name, as on ext4 (whiteouts spend none of it: see `crate::layout`).
+pub(super) const NAME_MAX: usize = 255;
+
+/// ENAMETOOLONG for a name longer than `NAME_MAX`, from every operation (a lookup too).
+pub(super) fn check_len(name: &OsStr) -> FsResult<()> {
+    if name.len() > NAME_MAX {
         return Err(FsError::name_too_long(format!(
-            "name of {} bytes is longer than worktreefs allows ({})",
-            b.len(),
-            255 - WHITEOUT_PREFIX.len()
+            "name of {} bytes is longer than {NAME_MAX}",
+            name.len()
         )));
     }
     Ok(())
@@ -247,6 +254,7 @@ impl View {
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
+        check_len(name)?;
         self.lookup_in(parent, name, false)
     }
 
@@ -377,7 +385,7 @@ impl View {
             files: s.files(),
             ffree: s.files_free(),
             bsize: s.block_size() as u32,
-            namelen: 255 - WHITEOUT_PREFIX.len() as u32,
+            namelen: NAME_MAX as u32,
             frsize: s.fragment_size() as u32,
         })
     }

@@ -104,14 +104,19 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         });
     }
     // The view against HEAD.
+    let upper = beneath::open_root(&t.upper)
+        .map_err(|e| format!("upper layer {}: {e}", t.upper.display()))?;
+    let work = t.dir.join("work");
+    let whiteouts = beneath::open_root(&work)
+        .and_then(|w| crate::layout::Whiteouts::open(w.as_fd()))
+        .map_err(|e| format!("work directory {}: {e}", work.display()))?;
     let mut w = Walker {
         repo: &repo,
         changes: Vec::new(),
         global: global_excludes(&repo, &t.gitdir),
         stack: Vec::new(),
+        whiteouts: &whiteouts,
     };
-    let upper = beneath::open_root(&t.upper)
-        .map_err(|e| format!("upper layer {}: {e}", t.upper.display()))?;
     w.dir("", Some(upper.as_fd()), Some(base_tree), Some(head_tree))
         .map_err(|e| format!("comparing the files with HEAD: {e}"))?;
     for c in w.changes {
@@ -195,6 +200,7 @@ enum ViewEntry<'t> {
 
 struct Walker<'r> {
     repo: &'r Repository,
+    whiteouts: &'r crate::layout::Whiteouts,
     changes: Vec<Change>,
     global: Option<Gitignore>,
     /// The `.gitignore` rules of each directory from the root down to the one being walked.
@@ -255,7 +261,8 @@ impl<'r> Walker<'r> {
         let mut whiteouts: BTreeSet<Vec<u8>> = BTreeSet::new();
         let mut opaque = false;
         if let Some(u) = upper {
-            let dir = UpperDir::read(u).map_err(|e| format!("listing {rel:?}: {e}"))?;
+            let dir =
+                UpperDir::read(u, self.whiteouts).map_err(|e| format!("listing {rel:?}: {e}"))?;
             opaque = dir.opaque;
             whiteouts.extend(dir.whiteouts.iter().map(|n| n.as_bytes().to_vec()));
             up_names.extend(dir.entries.iter().map(|e| e.name.as_bytes().to_vec()));
