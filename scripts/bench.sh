@@ -16,6 +16,8 @@
 #            touching 100 files, reading every file cold and warm, a metadata walk,
 #            writing 10,000 small files, sequential write and read of $SEQ_MB MiB, a
 #            compile of a generated C project (make -j2), eight worktrees used at once
+#   checkout: `git checkout` to a commit that differs in $CHECKOUT_FILES files (default
+#            4000) and back, in a view against a checkout
 #   memory:  the daemon's peak RSS with $RSS_WORKTREES worktrees, 10% of each one's files read
 # --quick: 2,000 files, one run per row, 128 MiB, 10 worktrees for the memory row (under
 # two minutes). Prints each median and the ratio. Always unmounts, even on failure.
@@ -41,8 +43,10 @@ done
 
 if [ "$QUICK" = 1 ]; then
   FILES=2000; RUNS=1; SEQ_MB=${SEQ_MB:-128}; RSS_WORKTREES=${RSS_WORKTREES:-10}; IO_RUNS=1
+  CHECKOUT_FILES=${CHECKOUT_FILES:-400}
 fi
 SEQ_MB=${SEQ_MB:-1024}
+CHECKOUT_FILES=${CHECKOUT_FILES:-4000}
 RSS_WORKTREES=${RSS_WORKTREES:-100}
 IO_RUNS=${IO_RUNS:-3}
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,6 +72,26 @@ if [ -z "$REPO" ]; then
 fi
 REPO=$(cd "$REPO" && pwd)
 nfiles=$(git -C "$REPO" ls-tree -r --name-only HEAD | wc -l)
+# For the checkout row: a commit beside HEAD that changes the first $CHECKOUT_FILES files
+# (made once per repository and size; not a bench-* branch, which cleanup deletes).
+OTHER="wtfs-bench-other-$CHECKOUT_FILES"
+if ! git -C "$REPO" rev-parse -q --verify "refs/heads/$OTHER" >/dev/null; then
+  # (Through a file: with pipefail, head closing the pipe early would fail the script.)
+  git -C "$REPO" ls-tree -r --name-only HEAD > "$BENCH_DIR/.tracked-$$"
+  head -n "$CHECKOUT_FILES" "$BENCH_DIR/.tracked-$$" |
+    python3 -c '
+import sys
+head, ref = sys.argv[1], sys.argv[2]
+out = sys.stdout.buffer
+msg = b"bench: another version of some files\n"
+out.write(b"commit refs/heads/%s\ncommitter bench <bench@example.com> 1700000000 +0000\n" % ref.encode())
+out.write(b"data %d\n%s" % (len(msg), msg))
+out.write(b"from %s\n" % head.encode())
+for n, path in enumerate(sys.stdin.buffer.read().splitlines()):
+    data = b"changed for the checkout row, %d\n" % n
+    out.write(b"M 100644 inline %s\ndata %d\n%s\n" % (path, len(data), data))
+' "$(git -C "$REPO" rev-parse HEAD)" "$OTHER" | git -C "$REPO" fast-import --quiet
+fi
 
 RUN_DIR=$(mktemp -d "$BENCH_DIR/run.XXXXXX")
 STATE="$RUN_DIR/state"
@@ -388,6 +412,20 @@ for i in $(seq 1 "$IO_RUNS"); do
   time_cmd "$RUN_DIR/eight-checkout" eight checkout
 done
 
+# git checkout to a commit that differs in $CHECKOUT_FILES files and back (a branch switch
+# as agents make them), in a fresh view and in a checkout, alternating.
+"$BIN" new bench/bench-co >/dev/null
+[ -d "$CHECKOUTS/wt-co" ] || git -C "$REPO" worktree add -q --detach "$CHECKOUTS/wt-co" HEAD
+base=$(git -C "$REPO" rev-parse HEAD)
+switch() { git -C "$1" checkout -q --detach "$OTHER" && git -C "$1" checkout -q --detach "$base"; }
+backing_before=$(grep -c "another backing file" "$STATE/daemon.log" 2>/dev/null || true)
+for i in $(seq 1 "$RUNS"); do
+  time_cmd "$RUN_DIR/checkout-wtfs" switch "$MNT/bench/bench-co"
+  time_cmd "$RUN_DIR/checkout-git" switch "$CHECKOUTS/wt-co"
+done
+backing_after=$(grep -c "another backing file" "$STATE/daemon.log" 2>/dev/null || true)
+co_clean=$(git -C "$MNT/bench/bench-co" status --porcelain | wc -l)
+
 # Memory: the daemon's peak RSS with many worktrees, 10% of each one's files read.
 "$BIN" unmount >/dev/null
 "$BIN" mount "$MNT" --linger 3600 >/dev/null
@@ -415,6 +453,7 @@ row "read $(wc -l < "$RUN_DIR/readlist") files, leases on vs off" "$RUN_DIR/read
 row "first find, readdirplus on vs off" "$RUN_DIR/find-plus" "$RUN_DIR/find-noplus"
 row "first ls -lR, readdirplus on vs off" "$RUN_DIR/lslr-plus" "$RUN_DIR/lslr-noplus"
 [ -s "$RUN_DIR/remove-wtfs" ] && row "remove a clean worktree" "$RUN_DIR/remove-wtfs" "$RUN_DIR/remove-git"
+row "git checkout, $CHECKOUT_FILES files, and back" "$RUN_DIR/checkout-wtfs" "$RUN_DIR/checkout-git"
 if [ "$cold" = 1 ]; then
   row "git status, kernel caches dropped" "$RUN_DIR/status-wtfs-cold" "$RUN_DIR/status-git-cold"
 else
@@ -458,4 +497,6 @@ for k in "${skipped[@]}"; do echo "skipped: $k"; done
 [ "$cold" = 1 ] || echo "cold rows: caches not dropped (needs root)"
 echo
 echo "fresh view clean: $([ "$clean" = 0 ] && echo yes || echo "NO ($clean lines)")"
+echo "view clean after the checkouts: $([ "$co_clean" = 0 ] && echo yes || echo "NO ($co_clean lines)")"
+echo "daemon log, 'open with another backing file' during the checkouts: $(( ${backing_after:-0} - ${backing_before:-0} ))"
 echo "daemon counters: $reads"

@@ -634,3 +634,77 @@ fn a_format_1_upper_layer_is_rewritten_at_mount() {
 fn porcelain(dir: &Path) -> String {
     git(dir, &["status", "--porcelain", "--untracked-files=all"])
 }
+
+/// Cleanup inspects what a user put in the upper layer without trusting it: a FIFO named
+/// `.gitignore` is not opened (which would block the inspection, and with it every
+/// removal, for good), and the worktree is kept for what it holds.
+#[test]
+fn a_fifo_named_gitignore_does_not_block_cleanup() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/fifo"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "fifo");
+    // From a process of its own, whose lease ends with it (this one's would not).
+    run_ok("sh", &["-c", "mkfifo src/.gitignore"], &wt);
+    let end = Instant::now() + Duration::from_secs(10);
+    while state_of(&env, "fifo") != "lingering" {
+        assert!(Instant::now() < end, "{}", state_of(&env, "fifo"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_worktreefs"))
+        .args([
+            "--state-dir",
+            env.state().to_str().unwrap(),
+            "reclaim",
+            "repo/fifo",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert!(status.is_some(), "reclaim hung on the FIFO");
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("src/.gitignore"), "{said}");
+    assert!(wt.join("README.md").exists(), "kept: {said}");
+    m.unmount();
+}
+
+/// A committed file still open after its name went, in a directory then moved (which
+/// copies the directory's tree up): the descriptor still reads and changes it.
+#[test]
+fn an_open_removed_file_survives_the_move_of_its_directory() {
+    let env = Env::new();
+    let m = env.mount();
+    let wt = m.wt("repo", "moved");
+    fs::create_dir(&wt).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .open(wt.join("src/lib/util.rs"))
+        .unwrap();
+    fs::remove_file(wt.join("src/lib/util.rs")).unwrap();
+    fs::rename(wt.join("src/lib"), wt.join("src/lib2")).unwrap();
+    let mut content = String::new();
+    f.read_to_string(&mut content).unwrap();
+    assert_eq!(content, "pub fn one() -> u32 { 1 }\n");
+    assert_eq!(f.metadata().unwrap().nlink(), 0);
+    f.set_permissions(fs::Permissions::from_mode(0o600))
+        .unwrap();
+    assert_eq!(f.metadata().unwrap().mode() & 0o777, 0o600);
+    assert!(!wt.join("src/lib2/util.rs").exists());
+    assert!(wt.join("src/lib2/mod.rs").exists());
+    m.unmount();
+}

@@ -97,8 +97,28 @@ pub fn serve(req: MountRequest, ready: Option<OwnedFd>) -> anyhow::Result<()> {
     result
 }
 
+/// Raises the daemon's open-file limit to its hard limit: each open file through the mount
+/// may hold a descriptor, and so may each removed file still open (the deleted-but-open
+/// set, `fs/place.rs`). Returns the limit in force.
+fn raise_open_file_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(e) => {
+                tracing::warn!("could not raise the open-file limit from {soft} to {hard}: {e}");
+                soft
+            }
+        },
+        Ok((soft, _)) => soft,
+        Err(_) => 0,
+    }
+}
+
 fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<()> {
     let mountpoint = prepare(req)?;
+    let limit = raise_open_file_limit();
+    tracing::debug!(limit, "open-file limit");
     let mut lock = acquire_lock(&req.state)?;
     lock.set_len(0)?;
     writeln!(lock, "{}\n{}", std::process::id(), mountpoint.display())?;

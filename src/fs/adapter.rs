@@ -423,7 +423,13 @@ impl Filesystem for WorktreeFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.view.forget(ino.0, nlookup);
+        // Under the backings' lock: no open can register a backing file for a new node
+        // with this number between the node's end and the end of its bookkeeping (lock
+        // order: backings, then the node table; nothing takes them the other way).
+        let mut b = self.backings.lock();
+        if self.view.forget(ino.0, nlookup) {
+            b.forgotten(ino.0);
+        }
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -165,7 +165,7 @@ impl View {
             FType::Dir => {
                 beneath::mkdir_at(work, tmp, 0o755)
                     .map_err(|e| FsError::io("mkdir in work dir", e))?;
-                own(work, tmp, wt.uid, wt.gid)
+                own_dir(work, tmp, wt.uid, wt.gid)
             }
             FType::File => self.copy_blob_to(wt, base, work, tmp, with_data),
             FType::Symlink => {
@@ -244,21 +244,32 @@ impl View {
         self.copy_up_tree_at(&wt, dir.as_fd(), ov.base)?;
         // Every node below now lives entirely in the upper layer, each as the file now at
         // its name.
-        let below = self.nodes.read().below(ino);
-        let mut found = Vec::with_capacity(below.len());
+        // A node whose name is gone (a removed base file still open) keeps reading its
+        // base; one whose file cannot be found is left as it is (its next use says why).
+        let below: Vec<u64> = {
+            let t = self.nodes.read();
+            t.below(ino)
+                .into_iter()
+                .filter(|n| t.get(*n).is_some_and(|node| !node.is_unlinked()))
+                .collect()
+        };
+        let mut found = Vec::with_capacity(below.len() + 1);
         for n in below {
-            let st = self.place(n).and_then(|p| {
+            match self.place(n).and_then(|p| {
                 p.stat()
                     .map_err(|e| FsError::io(format!("stat of inode {n}"), e))
-            });
-            found.push((n, st.map(|s| s.st_ino).unwrap_or(0)));
+            }) {
+                Ok(st) => found.push((n, Some(st.st_ino))),
+                Err(e) => tracing::warn!("after copying up a tree: {}", e.message),
+            }
         }
+        found.push((ino, None));
         let mut t = self.nodes.write();
-        for (n, upper_ino) in found.into_iter().chain(std::iter::once((ino, 0))) {
+        for (n, upper_ino) in found {
             if let Some(ov) = t.overlay_mut(n) {
                 ov.in_upper = true;
-                if n != ino {
-                    ov.upper_ino = upper_ino;
+                if let Some(i) = upper_ino {
+                    ov.upper_ino = i;
                 }
                 if ov.ftype == FType::Dir {
                     ov.base = None;
@@ -316,7 +327,7 @@ impl View {
                     beneath::mkdir_at(dir, &e.name, 0o755).map_err(|err| {
                         FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
                     })?;
-                    own(dir, &e.name, wt.uid, wt.gid)?;
+                    own_dir(dir, &e.name, wt.uid, wt.gid)?;
                     self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base))?;
                 }
                 MODE_LINK => {
@@ -337,6 +348,16 @@ impl View {
         }
         marker(dir, OsStr::new(OPAQUE_MARKER), true)
     }
+}
+
+/// As `own`, for a directory copied up from the base: mode 0755 as the base showed it
+/// (`mkdir` took the daemon's umask off).
+fn own_dir(dir: BorrowedFd, name: &OsStr, uid: u32, gid: u32) -> FsResult<u64> {
+    let ino = own(dir, name, uid, gid)?;
+    let fd =
+        beneath::entry(dir, name).map_err(|e| FsError::io("opening a copied-up directory", e))?;
+    beneath::chmod(fd.as_fd(), 0o755).map_err(|e| FsError::io("chmod", e))?;
+    Ok(ino)
 }
 
 /// Gives the entry `name` of `dir` (not following a symlink) to `uid:gid`; EPERM (a

@@ -349,17 +349,21 @@ impl View {
     }
 
     pub(super) fn record_content_path(&self, ino: u64) {
-        let mut paths = self.stats.content_paths.lock();
-        if paths.len() >= MAX_RECORDED_PATHS {
+        if self.stats.content_paths.lock().len() >= MAX_RECORDED_PATHS {
             return;
         }
-        let t = self.nodes.read();
-        let Ok((wt, _, _)) = t.wt_of(ino) else {
-            return;
+        // The path first, then the list: the stats file takes the list while its reader
+        // holds the node table, so the list is never held while waiting for the table.
+        let p = {
+            let t = self.nodes.read();
+            let Ok((wt, _, _)) = t.wt_of(ino) else {
+                return;
+            };
+            let rel = t.rel_path(ino).unwrap_or_default();
+            format!("{}/{}/{}", wt.repo, wt.name, String::from_utf8_lossy(&rel))
         };
-        let rel = t.rel_path(ino).unwrap_or_default();
-        let p = format!("{}/{}/{}", wt.repo, wt.name, String::from_utf8_lossy(&rel));
-        if !paths.contains(&p) {
+        let mut paths = self.stats.content_paths.lock();
+        if paths.len() < MAX_RECORDED_PATHS && !paths.contains(&p) {
             paths.push(p);
         }
     }

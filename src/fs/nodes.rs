@@ -223,9 +223,9 @@ impl NodeTable {
     }
 
     /// The kernel forgot `nlookup` of its lookups of `ino`; the node goes with the last.
-    pub(super) fn forget(&mut self, ino: u64, nlookup: u64) {
+    pub(super) fn forget(&mut self, ino: u64, nlookup: u64) -> bool {
         let Some(node) = self.nodes.get_mut(&ino) else {
-            return;
+            return false;
         };
         // The write lock excludes every increment (they hold the read lock).
         let left = node.lookups.load(Ordering::Relaxed).saturating_sub(nlookup);
@@ -233,6 +233,7 @@ impl NodeTable {
         if left == 0 {
             self.remove_node(ino);
         }
+        left == 0
     }
 
     pub(super) fn contains(&self, ino: u64) -> bool {

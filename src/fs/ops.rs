@@ -288,14 +288,7 @@ impl View {
             return Err(FsError::invalid("not a symlink"));
         }
         if ov.in_upper {
-            return self.at_place(ino, "readlink", |p| match p.named() {
-                Some((dir, name)) => {
-                    // Checked to be the node's symlink, then read by name.
-                    p.fd()?;
-                    beneath::readlink_at(dir, name)
-                }
-                None => beneath::readlink(p.fd()?.as_fd()),
-            });
+            return self.at_place(ino, "readlink", |p| beneath::readlink(p.fd()?.as_fd()));
         }
         let base = ov
             .base

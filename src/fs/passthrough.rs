@@ -87,6 +87,17 @@ impl<B> Backings<B> {
         }
     }
 
+    /// The kernel forgot inode `ino` (its node is gone; the number may be given to a new
+    /// node at once). What its handles held goes now, not at their releases, which the
+    /// daemon may process later than the forget: a new node with this number starts with
+    /// no backing file and no handle through the daemon.
+    pub(super) fn forgotten(&mut self, ino: u64) {
+        self.by_ino.remove(&ino);
+        self.cached.remove(&ino);
+        self.by_fh.retain(|_, (i, _)| *i != ino);
+        self.cached_fh.retain(|_, i| *i != ino);
+    }
+
     /// How many inodes have a backing file registered.
     #[cfg(test)]
     fn inodes_passing_through(&self) -> usize {
@@ -270,6 +281,36 @@ mod tests {
         assert_eq!(k.open(1, 7, false, UPPER), "pass 1");
         assert_eq!(k.open(2, 7, false, Some((1, 200))), "direct");
         assert_eq!(k.registered.get(), 1);
+    }
+
+    /// A node forgotten while the release of one of its handles is still queued: the next
+    /// node given its inode number passes through with its own backing file, and the late
+    /// release leaves the new node's state alone.
+    #[test]
+    fn an_inode_number_given_again_after_a_forget_starts_afresh() {
+        let k = Kernel::new();
+        assert_eq!(k.open(1, 7, false, UPPER), "pass 1");
+        assert_eq!(k.open(2, 8, true, UPPER), "daemon");
+        k.backings.lock().forgotten(7);
+        k.backings.lock().forgotten(8);
+        assert_eq!(k.open(3, 7, false, Some((1, 200))), "pass 2", "a new file");
+        assert_eq!(
+            k.open(4, 8, false, UPPER),
+            "pass 3",
+            "no handle through the daemon"
+        );
+        k.release(1);
+        k.release(2);
+        assert_eq!(
+            k.open(5, 7, false, Some((1, 200))),
+            "pass 2",
+            "still shared"
+        );
+        assert_eq!(k.open(6, 8, false, UPPER), "pass 3");
+        for fh in 3..=6 {
+            k.release(fh);
+        }
+        assert_eq!(k.backings.lock().inodes_passing_through(), 0);
     }
 
     #[test]

@@ -60,8 +60,14 @@ pub(super) fn stale_io() -> io::Error {
     io::Error::from_raw_os_error(libc::ESTALE)
 }
 
-fn is_stale(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ESTALE)
+/// Whether an error may come from a namespace change in flight (the name holds another
+/// file, or the directory on the way moved or is being replaced): a request that does not
+/// hold `mutate` looks once more holding it, when the change is done.
+pub(super) fn is_changing(errno: Option<i32>) -> bool {
+    matches!(
+        errno,
+        Some(libc::ESTALE) | Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP)
+    )
 }
 
 /// An `O_PATH` descriptor of a place's file: owned, or the one an orphan keeps.
@@ -127,26 +133,12 @@ impl Place {
         }
     }
 
-    /// Opens the file with `flags` (never through a symlink), checked to be the node's.
+    /// Opens the file with `flags`, checked to be the node's before it is opened: found as
+    /// an `O_PATH` descriptor (which opens nothing: a FIFO or a device put at the name
+    /// meanwhile is never opened), its identity checked, then reopened through it.
     pub(super) fn open(&self, flags: i32) -> io::Result<File> {
-        let file = match self {
-            Place::Named { dir, name, .. } => File::from(beneath::open(
-                dir.as_fd(),
-                std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()),
-                flags,
-                0,
-            )?),
-            Place::Root(wt) => beneath::reopen(wt.upper_fd.as_fd(), flags)?,
-            Place::Orphan(fd) => beneath::reopen(fd.as_fd(), flags)?,
-        };
-        if let Place::Named { expect, .. } = self {
-            use std::os::unix::fs::MetadataExt;
-            let ino = file.metadata()?.ino();
-            if *expect != 0 && ino != *expect {
-                return Err(stale_io());
-            }
-        }
-        Ok(file)
+        let fd = self.fd()?;
+        beneath::reopen(fd.as_fd(), flags)
     }
 
     /// The directory holding the name and the name, for a change that must not follow a
@@ -221,13 +213,23 @@ impl View {
         what: &str,
         f: impl Fn(&Place) -> io::Result<T>,
     ) -> FsResult<T> {
-        let attempt = || -> FsResult<Result<T, io::Error>> { Ok(f(&self.place(ino)?)) };
-        let r = match attempt()? {
-            Err(e) if is_stale(&e) && !held() => {
-                let _m = self.mutate.lock_unless_held();
-                attempt()?
+        let attempt = || -> FsResult<io::Result<T>> {
+            match self.place(ino) {
+                Ok(p) => Ok(f(&p)),
+                Err(e) => Err(e),
             }
-            other => other,
+        };
+        let first = attempt();
+        let changing = match &first {
+            Ok(Err(e)) => is_changing(e.raw_os_error()),
+            Err(e) => is_changing(Some(e.errno())),
+            Ok(Ok(_)) => false,
+        };
+        let r = if changing && !held() {
+            let _m = self.mutate.lock_unless_held();
+            attempt()?
+        } else {
+            first?
         };
         r.map_err(|e| FsError::io(format!("{what} of inode {ino}"), e))
     }
@@ -244,12 +246,17 @@ impl View {
                 Ok(fd)
             }))
         };
-        let r = match open()? {
-            Err(e) if is_stale(&e) && !held() => {
-                let _m = self.mutate.lock_unless_held();
-                open()?
-            }
-            other => other,
+        let first = open();
+        let changing = match &first {
+            Ok(Err(e)) => is_changing(e.raw_os_error()),
+            Err(e) => is_changing(Some(e.errno())),
+            Ok(Ok(_)) => false,
+        };
+        let r = if changing && !held() {
+            let _m = self.mutate.lock_unless_held();
+            open()?
+        } else {
+            first?
         };
         r.map_err(|e| FsError::io(format!("upper directory of inode {ino}"), e))
     }

@@ -39,22 +39,29 @@ impl View {
 
     /// The file at `(parent, name)` held open, when removing the name takes the last name
     /// of a node the kernel knows: the node keeps it (the deleted-but-open set). Callers
-    /// hold `mutate`.
-    pub(super) fn keep(&self, parent: u64, name: &OsStr) -> Option<(u64, OwnedFd)> {
+    /// hold `mutate`. An error (no descriptor left, say) fails the removal: the file must
+    /// not lose its name while it cannot be kept.
+    pub(super) fn keep(&self, parent: u64, name: &OsStr) -> FsResult<Option<(u64, OwnedFd)>> {
         let ino = {
             let t = self.nodes.read();
-            let ino = t.child(parent, name)?;
-            let (_, ov, _) = t.wt_of(ino).ok()?;
-            (ov.in_upper && t.is_last_name(ino, parent, name)).then_some(ino)?
-        };
-        let place = self.place(ino).ok()?;
-        match place.fd() {
-            Ok(Fd::Owned(fd)) => Some((ino, fd)),
-            Ok(Fd::Borrowed(_)) => None,
-            Err(e) => {
-                tracing::warn!("inode {ino} loses its file with its last name: {e}");
-                None
+            let Some(ino) = t.child(parent, name) else {
+                return Ok(None);
+            };
+            let Ok((_, ov, _)) = t.wt_of(ino) else {
+                return Ok(None);
+            };
+            if !(ov.in_upper && t.is_last_name(ino, parent, name)) {
+                return Ok(None);
             }
+            ino
+        };
+        match self.place(ino)?.fd() {
+            Ok(Fd::Owned(fd)) => Ok(Some((ino, fd))),
+            Ok(Fd::Borrowed(_)) => Ok(None),
+            Err(e) => Err(FsError::io(
+                format!("keeping inode {ino} open past its last name"),
+                e,
+            )),
         }
     }
 
@@ -66,7 +73,7 @@ impl View {
         }
         self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
-        let kept = self.keep(parent, name);
+        let kept = self.keep(parent, name)?;
         let wt = self.nodes.read().wt_of(parent)?.0;
         let work = wt.work_fd.as_fd();
         let gone = match (self.base_has(parent, name)?, ov.in_upper) {
@@ -127,7 +134,7 @@ impl View {
         }
         self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
-        let kept = self.keep(parent, name);
+        let kept = self.keep(parent, name)?;
         let work = wt.work_fd.as_fd();
         let gone = match (self.base_has(parent, name)?, ov.in_upper) {
             (true, true) => {
@@ -277,7 +284,7 @@ impl View {
             marker(d.as_fd(), OsStr::new(OPAQUE_MARKER), true)?;
         }
         let kept = match dst {
-            Some(d) if d.in_upper => self.keep(newparent, newname),
+            Some(d) if d.in_upper => self.keep(newparent, newname)?,
             _ => None,
         };
         if let Some(d) = dst {
@@ -322,6 +329,17 @@ impl View {
                 wt.whiteouts.link(work, from_dir, name).map_err(moved)?;
             }
         }
+        // The table learns the move at once (readers meanwhile look again under `mutate`);
+        // the fsmonitor journal after it.
+        {
+            let mut t = self.nodes.write();
+            t.move_name(src_ino, parent, name, newparent, newname, kept);
+            if let Some(ov) = t.overlay_mut(src_ino) {
+                if ov.ftype == FType::Dir && dst.is_some() {
+                    ov.base = None;
+                }
+            }
+        }
         self.note_child(parent, name);
         self.note_child(newparent, newname);
         if src.ftype == FType::Dir {
@@ -330,13 +348,6 @@ impl View {
                 if let Ok(moved) = beneath::dir(to_dir, newname.as_bytes()) {
                     self.note_moved_tree(&wt, moved.as_fd(), &new_rel, &old_rel);
                 }
-            }
-        }
-        let mut t = self.nodes.write();
-        t.move_name(src_ino, parent, name, newparent, newname, kept);
-        if let Some(ov) = t.overlay_mut(src_ino) {
-            if ov.ftype == FType::Dir && dst.is_some() {
-                ov.base = None;
             }
         }
         Ok(())

@@ -35,7 +35,7 @@ use super::error::{FsError, FsResult};
 use super::handles::{opened, HandleKind, Handles};
 use super::listing::Listings;
 use super::nodes::{NodeKind, NodeTable, Nodes, ROOT_INO};
-use super::place::{held, Place};
+use super::place::{held, is_changing, Place};
 use super::types::{Attr, Entry, FType, Invalidator, Statfs};
 
 /// Worktree entries (the worktree's own directory included) change only through this
@@ -244,7 +244,7 @@ impl View {
             self.node_attr(&t, ino).map(|a| (a, ttl_of(&t, ino)))
         };
         match once() {
-            Err(e) if e.errno() == libc::ESTALE && !held() => {
+            Err(e) if is_changing(Some(e.errno())) && !held() => {
                 let _m = self.mutate.lock();
                 once()
             }
@@ -353,8 +353,10 @@ impl View {
         }
     }
 
-    pub fn forget(&self, ino: u64, nlookup: u64) {
-        self.nodes.write().forget(ino, nlookup);
+    /// The kernel forgot `nlookup` of its lookups of `ino`; true when the node went with
+    /// them (its number may be given to a new node from now on).
+    pub fn forget(&self, ino: u64, nlookup: u64) -> bool {
+        self.nodes.write().forget(ino, nlookup)
     }
 
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {

@@ -272,12 +272,7 @@ impl<'r> Walker<'r> {
 
         // This directory's .gitignore, as the view has it.
         let gi_text: Option<Vec<u8>> = if up_names.contains(b".gitignore".as_slice()) {
-            upper.and_then(|u| {
-                let f = beneath::open(u, b".gitignore", libc::O_RDONLY, 0).ok()?;
-                let mut text = Vec::new();
-                std::io::Read::read_to_end(&mut fs::File::from(f), &mut text).ok()?;
-                Some(text)
-            })
+            upper.and_then(|u| read_small_file(u, ".gitignore"))
         } else if base_visible(b".gitignore") {
             base.as_ref()
                 .and_then(|t| t.get_name(".gitignore").map(|e| e.id()))
@@ -472,6 +467,22 @@ impl<'r> Walker<'r> {
         }
         Ok(())
     }
+}
+
+/// The content of the regular file `name` of upper directory `dir`, up to 1 MiB: nothing
+/// for anything else (a FIFO a user put there is never opened, a huge file never read).
+fn read_small_file(dir: BorrowedFd, name: &str) -> Option<Vec<u8>> {
+    use std::io::Read;
+    const MAX: u64 = 1 << 20;
+    let fd = beneath::entry(dir, std::ffi::OsStr::new(name)).ok()?;
+    let st = beneath::fstat(fd.as_fd()).ok()?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size as u64 > MAX {
+        return None;
+    }
+    let f = beneath::reopen(fd.as_fd(), libc::O_RDONLY | libc::O_NONBLOCK).ok()?;
+    let mut text = Vec::new();
+    f.take(MAX).read_to_end(&mut text).ok()?;
+    Some(text)
 }
 
 /// The blob id of the file `fd` (an `O_PATH` descriptor of it), read through a
