@@ -252,11 +252,25 @@ pub fn reopen(fd: BorrowedFd, flags: i32) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
-/// chmod of the file `fd` is (not a symlink: Linux has no mode on those).
+/// chmod of the file `fd` is (not a symlink: Linux has no mode on those): `fchmod` for an
+/// open file, through `/proc/self/fd` for an `O_PATH` descriptor.
 pub fn chmod(fd: BorrowedFd, mode: u32) -> io::Result<()> {
+    // SAFETY: a valid descriptor.
+    match check(unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }) {
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => {}
+        other => return other,
+    }
     let p = proc_path(fd);
     // SAFETY: a NUL-terminated path.
     check(unsafe { libc::chmod(p.as_ptr(), mode as libc::mode_t) })
+}
+
+/// chmod of the entry `name` of `dir`, which the caller knows is no symlink (fchmodat
+/// follows one at the name).
+pub fn chmod_at(dir: BorrowedFd, name: &OsStr, mode: u32) -> io::Result<()> {
+    let c = name_c(name)?;
+    // SAFETY: valid descriptor and NUL-terminated name.
+    check(unsafe { libc::fchmodat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t, 0) })
 }
 
 /// chown of the file `fd` is (a symlink itself, when it is one); `None` keeps a field.

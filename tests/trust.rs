@@ -251,7 +251,15 @@ fn an_open_file_whose_name_is_gone_stays_usable() {
         let mut head = [0u8; 4];
         fresh.read_exact(&mut head).unwrap();
         assert_eq!(&head, b"WXYZ", "{name}");
+        let kept = m.stats()["removed_files_kept_open"].as_u64().unwrap();
+        assert!(kept >= 1, "{name}: {kept} kept open");
         drop((ro, rw, fresh));
+    }
+    // Closed, the removed files are forgotten by the kernel, and let go by the daemon.
+    let end = Instant::now() + Duration::from_secs(10);
+    while m.stats()["removed_files_kept_open"].as_u64().unwrap() != 0 {
+        assert!(Instant::now() < end, "{}", m.stats());
+        std::thread::sleep(Duration::from_millis(50));
     }
     // The replacement kept its own content; the removed names stay removed.
     assert_eq!(fs::read(wt.join("over.txt")).unwrap(), b"the replacement\n");

@@ -140,6 +140,8 @@ impl View {
                     "passthrough_opens": self.stats.passthrough_opens.load(Ordering::Relaxed),
                     "xattr_requests": self.stats.xattr_requests.load(Ordering::Relaxed),
                     "nodes": self.node_count(),
+                    "removed_files_kept_open": self.nodes.kept_open(),
+                    "open_descriptors": std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0),
                 });
                 Ok(format!("{v}\n").into_bytes())
             }

@@ -111,6 +111,8 @@ pub(super) struct NodeTable {
     /// The deleted-but-open set: upper files of nodes whose last name is gone, held open
     /// (`O_PATH`) until the kernel forgets the node (see `fs/place.rs`).
     orphans: HashMap<u64, Arc<OwnedFd>>,
+    /// `orphans.len()`, readable without the lock (the stats file).
+    kept: Arc<AtomicUsize>,
     next_dynamic: u64,
     /// `nodes.len()`, readable without the table's lock (the stats file and the sweeper
     /// read it; a request that holds the lock must never take it again).
@@ -123,6 +125,7 @@ pub(super) struct NodeTable {
 pub(super) struct Nodes {
     table: RwLock<NodeTable>,
     count: Arc<AtomicUsize>,
+    kept: Arc<AtomicUsize>,
 }
 
 impl Nodes {
@@ -135,6 +138,7 @@ impl Nodes {
             table.insert_node(ino, Node::new(kind, parent, OsStr::new(name), u64::MAX / 2));
         }
         Nodes {
+            kept: table.kept.clone(),
             table: RwLock::new(table),
             count,
         }
@@ -152,6 +156,11 @@ impl Nodes {
     pub(super) fn len(&self) -> usize {
         self.count.load(Ordering::Relaxed)
     }
+
+    /// How many removed files are kept open (the deleted-but-open set), without the lock.
+    pub(super) fn kept_open(&self) -> usize {
+        self.kept.load(Ordering::Relaxed)
+    }
 }
 
 impl NodeTable {
@@ -161,6 +170,7 @@ impl NodeTable {
             children: ChildIndex::default(),
             aliases: HashMap::new(),
             orphans: HashMap::new(),
+            kept: Arc::new(AtomicUsize::new(0)),
             next_dynamic: 0,
             count,
         }
@@ -413,6 +423,7 @@ impl NodeTable {
                 node.unlinked = true;
                 if let Some((_, fd)) = kept.filter(|(k, _)| *k == ino) {
                     self.orphans.insert(ino, Arc::new(fd));
+                    self.kept.store(self.orphans.len(), Ordering::Relaxed);
                 }
             }
         } else if let Some(v) = self.aliases.get_mut(&ino) {
@@ -432,6 +443,7 @@ impl NodeTable {
     /// removed base file).
     pub(super) fn set_orphan(&mut self, ino: u64, fd: OwnedFd) {
         self.orphans.insert(ino, Arc::new(fd));
+        self.kept.store(self.orphans.len(), Ordering::Relaxed);
     }
 
     /// Whether `(parent, name)` is the last name of node `ino` (removing it orphans it).
@@ -455,7 +467,9 @@ impl NodeTable {
             }
         }
         self.aliases.remove(&ino);
-        self.orphans.remove(&ino);
+        if self.orphans.remove(&ino).is_some() {
+            self.kept.store(self.orphans.len(), Ordering::Relaxed);
+        }
         self.nodes.remove(&ino);
         self.count.store(self.nodes.len(), Ordering::Relaxed);
     }

@@ -47,7 +47,13 @@ fn finish_new(
     perm: Option<u32>,
 ) -> FsResult<u64> {
     let fd = beneath::entry(dir, name).map_err(io_err("opening the new entry", name))?;
-    finish_fd(fd.as_fd(), uid, gid, perm)
+    let ino = finish_fd(fd.as_fd(), uid, gid, None)?;
+    if let Some(perm) = perm {
+        // By name: the entry was just made here, under `mutate` (no one else changes the
+        // upper layer), and is no symlink (those get no mode).
+        beneath::chmod_at(dir, name, perm).map_err(io_err("chmod of the new entry", name))?;
+    }
+    Ok(ino)
 }
 
 /// As `finish_new`, for the new entry `fd` (an `O_PATH` descriptor or an open file).
@@ -117,14 +123,18 @@ impl View {
         name: &OsStr,
     ) -> FsResult<(Arc<WtCtx>, OwnedFd, beneath::Stat)> {
         check_name(name)?;
-        if self.child_state(parent, name)?.is_some() {
+        let mut opened = None;
+        if self.child_state_in(parent, name, &mut opened)?.is_some() {
             return Err(FsError::exists(format!(
                 "{} exists",
                 name.to_string_lossy()
             )));
         }
         self.ensure_upper_dir(parent)?;
-        let dir = self.upper_dir(parent)?;
+        let dir = match opened {
+            Some(d) => d,
+            None => self.upper_dir(parent)?,
+        };
         let st = beneath::fstat(dir.as_fd()).map_err(|e| FsError::io("fstat of a directory", e))?;
         let wt = self.nodes.read().wt_of(parent)?.0;
         Ok((wt, dir, st))

@@ -138,17 +138,22 @@ impl View {
     /// What the name `name` in worktree directory `dir` is, from the layers on disk.
     /// `dir_upper` gives the directory's upper directory, asked only when the directory is
     /// in the upper layer (most lookups are in base-only directories).
+    /// `dir` keeps the upper directory once opened, for a caller that goes on in it.
     pub(super) fn resolve_child(
         &self,
         wt: &WtCtx,
         dir_ov: &Overlay,
+        dir: &mut Option<OwnedFd>,
         dir_upper: impl FnOnce() -> FsResult<OwnedFd>,
         name: &OsStr,
     ) -> FsResult<Option<Overlay>> {
         let base_listing = self.base_tree_of(wt, dir_ov)?;
         let base_entry = base_listing.as_ref().and_then(|l| l.get(name)).cloned();
         if dir_ov.in_upper {
-            let dir = dir_upper()?;
+            if dir.is_none() {
+                *dir = Some(dir_upper()?);
+            }
+            let dir = dir.as_ref().expect("just opened");
             match beneath::stat_at(dir.as_fd(), name) {
                 Ok(st) if wt.whiteouts.is(&st) => return Ok(None),
                 Ok(st) => {
@@ -206,6 +211,16 @@ impl View {
         parent: u64,
         name: &OsStr,
     ) -> FsResult<Option<(Option<u64>, Overlay)>> {
+        self.child_state_in(parent, name, &mut None)
+    }
+
+    /// As `child_state`; `dir` keeps the parent's upper directory if it was opened.
+    pub(super) fn child_state_in(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        dir: &mut Option<OwnedFd>,
+    ) -> FsResult<Option<(Option<u64>, Overlay)>> {
         let t = self.nodes.read();
         if let Some(ino) = t.child(parent, name) {
             if let Some(NodeKind::Wt { ov, .. }) = t.kind(ino) {
@@ -226,7 +241,7 @@ impl View {
         drop(t);
         let dir_upper = || self.upper_dir(parent);
         Ok(self
-            .resolve_child(&wt, &ov, dir_upper, name)?
+            .resolve_child(&wt, &ov, dir, dir_upper, name)?
             .map(|o| (None, o)))
     }
 
