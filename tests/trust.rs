@@ -716,3 +716,75 @@ fn an_open_removed_file_survives_the_move_of_its_directory() {
     assert!(wt.join("src/lib2/mod.rs").exists());
     m.unmount();
 }
+
+/// Requests on open directories and files never fail while an ancestor is renamed back
+/// and forth (the node table learns a rename just after the disk does; a request made in
+/// between looks again once the rename is done), as on ext4.
+#[test]
+fn open_descriptors_work_while_an_ancestor_is_renamed() {
+    let env = Env::new();
+    let m = env.mount();
+    let wt = m.wt("repo", "moving");
+    fs::create_dir(&wt).unwrap();
+    fs::create_dir_all(wt.join("a/b/c")).unwrap();
+    for i in 0..20 {
+        fs::write(wt.join(format!("a/b/c/f{i}")), format!("{i}")).unwrap();
+    }
+    let dir = fs::File::open(wt.join("a/b/c")).unwrap();
+    let file = fs::File::open(wt.join("a/b/c/f3")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mover = {
+        let (wt, stop) = (wt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let (from, to) = if n.is_multiple_of(2) {
+                    ("a", "z")
+                } else {
+                    ("z", "a")
+                };
+                fs::rename(wt.join(from), wt.join(to)).unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let (mut ops, mut errors) = (0u64, Vec::new());
+    let end = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < end {
+        let via = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        // A change inside, so the kernel drops its copy of the listing and asks again.
+        let tmp = format!("{via}/tmp");
+        if let Err(e) = fs::write(&tmp, b"x").and_then(|_| fs::remove_file(&tmp)) {
+            errors.push(format!("create and remove: {e}"));
+        }
+        match fs::read_dir(&via).map(|d| d.count()) {
+            Ok(20) => {}
+            Ok(n) => errors.push(format!("listed {n} entries")),
+            Err(e) => errors.push(format!("listing: {e}")),
+        }
+        if let Err(e) = file.metadata() {
+            errors.push(format!("fstat: {e}"));
+        }
+        let mut s = String::new();
+        match fs::File::open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .and_then(|mut f| f.read_to_string(&mut s))
+        {
+            Ok(_) if s == "3" => {}
+            other => errors.push(format!("reopen: {other:?} {s:?}")),
+        }
+        ops += 1;
+        if errors.len() > 10 {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let renames = mover.join().unwrap();
+    assert!(renames > 10 && ops > 10, "{renames} renames, {ops} rounds");
+    assert!(
+        errors.is_empty(),
+        "{} rounds, {renames} renames: {errors:?}",
+        ops
+    );
+    m.unmount();
+}

@@ -21,7 +21,7 @@ use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::HandleKind;
 use super::nodes::join_rel;
 use super::nodes::{NodeKind, NodeTable, ROOT_INO};
-use super::place::stale_io;
+use super::place::{held, is_changing, stale_io};
 use super::types::{DirEntry, FType};
 use super::view::{View, GITFILE_NAME};
 
@@ -190,8 +190,19 @@ impl View {
                     .collect())
             }
             NodeKind::Wt { .. } => {
-                let t = self.nodes.read();
-                self.merged_listing(&t, ino)
+                let once = || {
+                    let t = self.nodes.read();
+                    self.merged_listing(&t, ino)
+                };
+                match once() {
+                    // A rename of the directory or an ancestor in flight: listed again
+                    // once it is done (the table's lock is not held while waiting).
+                    Err(e) if is_changing(Some(e.errno())) && !held() => {
+                        let _m = self.mutate.lock();
+                        once()
+                    }
+                    other => other,
+                }
             }
             _ => Err(FsError::not_dir()),
         }
