@@ -121,7 +121,7 @@ impl Whiteouts {
     /// Links a whiteout at `name` in `to_dir` (which must be free), from the work
     /// directory `work`.
     pub fn link(&self, work: BorrowedFd, to_dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
-        loop {
+        for _ in 0..8 {
             let (count, current) = {
                 let f = self.files.read();
                 let last = f.last().map(|(_, n)| n.clone());
@@ -133,6 +133,7 @@ impl Whiteouts {
                 other => return other,
             }
         }
+        Err(io::Error::other("no whiteout file takes another link"))
     }
 
     /// Puts a whiteout in place of the entry `name` of `dir` in one rename. For a
@@ -178,10 +179,19 @@ impl Whiteouts {
             return beneath::rename_at(work, tmp, dir, name, 0);
         }
         match beneath::rename_at(work, tmp, dir, name, libc::RENAME_EXCHANGE) {
-            Ok(()) => beneath::unlink_at(work, tmp, false),
+            Ok(()) => {
+                // Installed; the whiteout left in the work directory is only litter.
+                if let Err(e) = beneath::unlink_at(work, tmp, false) {
+                    tracing::warn!("could not remove a whiteout from the work directory: {e}");
+                }
+                Ok(())
+            }
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 beneath::unlink_at(dir, name, false)?;
-                beneath::rename_at(work, tmp, dir, name, 0)
+                beneath::rename_at(work, tmp, dir, name, 0).inspect_err(|_| {
+                    // Put the whiteout back: the base entry must stay hidden.
+                    let _ = self.link(work, dir, name);
+                })
             }
             Err(e) => Err(e),
         }

@@ -788,3 +788,41 @@ fn open_descriptors_work_while_an_ancestor_is_renamed() {
     );
     m.unmount();
 }
+
+/// A name removed in a directory that is then moved (which copies the directory up and
+/// makes it opaque, keeping its whiteouts) can be made again, by create, mkdir, symlink
+/// or link, there and after a move back; and a file cannot be renamed over the
+/// worktree's own `.git`.
+#[test]
+fn a_removed_name_in_a_moved_directory_can_be_made_again() {
+    let env = Env::new();
+    let m = env.mount();
+    let wt = m.wt("repo", "again");
+    fs::create_dir(&wt).unwrap();
+    fs::remove_file(wt.join("src/lib/util.rs")).unwrap();
+    fs::remove_file(wt.join("src/lib/mod.rs")).unwrap();
+    fs::remove_file(wt.join("src/main.rs")).unwrap();
+    fs::rename(wt.join("src"), wt.join("moved")).unwrap();
+    for d in ["moved/lib", "moved"] {
+        assert!(fs::read_dir(wt.join(d)).unwrap().all(|e| {
+            let n = e.unwrap().file_name();
+            n == "lib"
+        }));
+    }
+    fs::write(wt.join("moved/lib/util.rs"), b"again\n").unwrap();
+    fs::create_dir(wt.join("moved/main.rs")).unwrap();
+    std::os::unix::fs::symlink("x", wt.join("moved/lib/mod.rs")).unwrap();
+    fs::remove_dir(wt.join("moved/main.rs")).unwrap();
+    fs::hard_link(wt.join("moved/lib/util.rs"), wt.join("moved/main.rs")).unwrap();
+    fs::rename(wt.join("moved"), wt.join("src")).unwrap();
+    assert_eq!(fs::read(wt.join("src/lib/util.rs")).unwrap(), b"again\n");
+    assert_eq!(fs::read(wt.join("src/main.rs")).unwrap(), b"again\n");
+    fs::write(wt.join("notgit"), b"x").unwrap();
+    let err = fs::rename(wt.join("notgit"), wt.join(".git")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
+    assert!(fs::read_to_string(wt.join(".git"))
+        .unwrap()
+        .starts_with("gitdir: "));
+    assert!(wt.join("notgit").exists());
+    m.unmount();
+}

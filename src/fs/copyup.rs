@@ -302,6 +302,10 @@ impl View {
                 .map_err(|e| FsError::io(format!("opening {}", name.to_string_lossy()), e))
         };
         for e in &listing.entries {
+            if crate::layout::is_reserved(&e.name) {
+                // Hidden in the view (as a lookup hides it): never brought up.
+                continue;
+            }
             let child_base = BaseRef {
                 oid: e.oid,
                 mode: e.mode,

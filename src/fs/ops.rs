@@ -160,17 +160,18 @@ impl View {
         Ok((wt, dir, st))
     }
 
-    /// Where a new entry `name` of `parent` (upper directory `dir`) is made: at the name
-    /// itself, or, where a whiteout may sit (over a removed base entry), built in the work
-    /// directory and installed over it in one rename (`finish`).
+    /// Where a new entry `name` of the upper directory `dir` is made: at the name itself,
+    /// or, where a whiteout sits (over a removed base entry), built in the work directory
+    /// and installed over it in one rename (`finish`).
     pub(super) fn new_at<'a>(
         &self,
         wt: &'a WtCtx,
-        parent: u64,
         dir: BorrowedFd<'a>,
         name: &'a OsStr,
     ) -> FsResult<NewAt<'a>> {
-        Ok(if self.base_has(parent, name)? {
+        // On what the disk holds, not on whether the base has the name: a directory moved
+        // (made opaque) keeps the whiteouts it had, for names its base no longer shows.
+        Ok(if wt.whiteouts.at(dir, name) {
             NewAt {
                 wt,
                 dir: wt.work_fd.as_fd(),
@@ -199,7 +200,7 @@ impl View {
         let _m = self.mutate.lock();
         let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
         let extra = flags & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC);
-        let at = self.new_at(&wt, parent, dir.as_fd(), name)?;
+        let at = self.new_at(&wt, dir.as_fd(), name)?;
         let file = File::from(
             beneath::open(
                 at.dir,
@@ -233,7 +234,7 @@ impl View {
         }
         let _m = self.mutate.lock();
         let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
-        let at = self.new_at(&wt, parent, dir.as_fd(), name)?;
+        let at = self.new_at(&wt, dir.as_fd(), name)?;
         beneath::mknod_at(at.dir, &at.name, (mode & libc::S_IFMT) | 0o600, rdev as u64)
             .map_err(io_err("mknod", name))?;
         let (uid, gid, _) = new_owner(caller, &dir_attr, false);
@@ -274,20 +275,20 @@ impl View {
         let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
         let (uid, gid, sgid) = new_owner(caller, &dir_attr, true);
         let perm = (mode & !umask & 0o1777) | sgid;
-        let upper_ino = if base_had_name {
-            // The base has (had) this name and it was removed: the new directory must hide
-            // the base's content, so it is built opaque and put in place of the whiteout.
-            let at = self.new_at(&wt, parent, dir.as_fd(), name)?;
-            beneath::mkdir_at(at.dir, &at.name, 0o700).map_err(io_err("mkdir", name))?;
-            let built = beneath::dir(at.dir, at.name.as_bytes())
+        // Over a whiteout: built in the work directory and put in its place. Where the base
+        // has (had) this name, the new directory must hide the base's content: opaque.
+        let at = self.new_at(&wt, dir.as_fd(), name)?;
+        beneath::mkdir_at(at.dir, &at.name, 0o700).map_err(io_err("mkdir", name))?;
+        let opaque = || {
+            if !base_had_name {
+                return Ok(());
+            }
+            beneath::dir(at.dir, at.name.as_bytes())
                 .map_err(io_err("mkdir", name))
                 .and_then(|d| marker(d.as_fd(), OsStr::new(OPAQUE_MARKER), true))
-                .and_then(|_| finish_new(at.dir, &at.name, uid, gid, Some(perm)));
-            at.finish(built, true)?
-        } else {
-            beneath::mkdir_at(dir.as_fd(), name, 0o700).map_err(io_err("mkdir", name))?;
-            finish_new(dir.as_fd(), name, uid, gid, Some(perm))?
         };
+        let built = opaque().and_then(|_| finish_new(at.dir, &at.name, uid, gid, Some(perm)));
+        let upper_ino = at.finish(built, true)?;
         self.note_child(parent, name);
         self.new_entry(parent, name, Overlay::upper(FType::Dir, upper_ino))
     }
@@ -304,7 +305,7 @@ impl View {
         }
         let _m = self.mutate.lock();
         let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
-        let at = self.new_at(&wt, parent, dir.as_fd(), name)?;
+        let at = self.new_at(&wt, dir.as_fd(), name)?;
         beneath::symlink_at(target.as_os_str().as_bytes(), at.dir, &at.name)
             .map_err(io_err("symlink", name))?;
         let (uid, gid, _) = new_owner(caller, &dir_attr, false);
@@ -351,7 +352,7 @@ impl View {
             return Err(FsError::not_found("the file to link was removed"));
         };
         self.place(ino)?.fd().map_err(|e| FsError::io("link", e))?;
-        let at = self.new_at(&wt, newparent, dir.as_fd(), newname)?;
+        let at = self.new_at(&wt, dir.as_fd(), newname)?;
         let built = beneath::link_at(from_dir.as_fd(), &from_name, at.dir, &at.name)
             .map_err(io_err("link", newname))
             .map(|_| 0);

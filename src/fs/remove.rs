@@ -199,7 +199,13 @@ impl View {
         check_name(newname)?;
         let _m = self.mutate.lock();
         let (src_ino, src) = self.remove_checks(parent, name)?;
-        let dst = self.remove_checks(newparent, newname).ok();
+        // Nothing there is the usual case; a name that may not be replaced (the worktree's
+        // .git) refuses the rename.
+        let dst = match self.remove_checks(newparent, newname) {
+            Ok(d) => Some(d),
+            Err(e) if e.errno() == libc::ENOENT => None,
+            Err(e) => return Err(e),
+        };
         if parent == newparent && name == newname {
             return Ok(());
         }
