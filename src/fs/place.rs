@@ -204,6 +204,23 @@ impl View {
         Place::find(wt, spec)
     }
 
+    /// `attempt`, once more holding `mutate` when it failed as a namespace change in
+    /// flight would make it fail (see `is_changing`) and this thread does not hold it.
+    fn settled<T>(&self, attempt: impl Fn() -> FsResult<io::Result<T>>) -> FsResult<io::Result<T>> {
+        let first = attempt();
+        let changing = match &first {
+            Ok(Err(e)) => is_changing(e.raw_os_error()),
+            Err(e) => is_changing(Some(e.errno())),
+            Ok(Ok(_)) => false,
+        };
+        if changing && !held() {
+            let _m = self.mutate.lock_unless_held();
+            attempt()
+        } else {
+            first
+        }
+    }
+
     /// `f` on node `ino`'s upper file. A request that does not hold `mutate` and finds
     /// another file at the name tries once more holding it: a change to the name was in
     /// flight, and is done then.
@@ -213,31 +230,14 @@ impl View {
         what: &str,
         f: impl Fn(&Place) -> io::Result<T>,
     ) -> FsResult<T> {
-        let attempt = || -> FsResult<io::Result<T>> {
-            match self.place(ino) {
-                Ok(p) => Ok(f(&p)),
-                Err(e) => Err(e),
-            }
-        };
-        let first = attempt();
-        let changing = match &first {
-            Ok(Err(e)) => is_changing(e.raw_os_error()),
-            Err(e) => is_changing(Some(e.errno())),
-            Ok(Ok(_)) => false,
-        };
-        let r = if changing && !held() {
-            let _m = self.mutate.lock_unless_held();
-            attempt()?
-        } else {
-            first?
-        };
-        r.map_err(|e| FsError::io(format!("{what} of inode {ino}"), e))
+        self.settled(|| self.place(ino).map(|p| f(&p)))?
+            .map_err(|e| FsError::io(format!("{what} of inode {ino}"), e))
     }
 
     /// The upper directory that directory node `ino` is, as an `O_PATH` descriptor,
     /// checked as `at_place` checks.
     pub(super) fn upper_dir(&self, ino: u64) -> FsResult<OwnedFd> {
-        let open = || -> FsResult<io::Result<OwnedFd>> {
+        self.settled(|| {
             let (wt, rel, expect) = self.nodes.read().dir_spec(ino)?;
             Ok(beneath::dir(wt.upper_fd.as_fd(), &rel).and_then(|fd| {
                 if expect != 0 && beneath::fstat(fd.as_fd())?.st_ino != expect {
@@ -245,20 +245,8 @@ impl View {
                 }
                 Ok(fd)
             }))
-        };
-        let first = open();
-        let changing = match &first {
-            Ok(Err(e)) => is_changing(e.raw_os_error()),
-            Err(e) => is_changing(Some(e.errno())),
-            Ok(Ok(_)) => false,
-        };
-        let r = if changing && !held() {
-            let _m = self.mutate.lock_unless_held();
-            open()?
-        } else {
-            first?
-        };
-        r.map_err(|e| FsError::io(format!("upper directory of inode {ino}"), e))
+        })?
+        .map_err(|e| FsError::io(format!("upper directory of inode {ino}"), e))
     }
 }
 
