@@ -432,17 +432,7 @@ fn a_base_file_is_taken_from_the_blob_cache_at_its_first_read_not_at_open() {
 #[test]
 fn rename_and_link_across_worktrees_answer_exdev() {
     let env = Env::new();
-    let other = TestRepo::new();
-    wtfs_ok(
-        &env.state(),
-        &[
-            "repo",
-            "add",
-            other.path().to_str().unwrap(),
-            "--name",
-            "other",
-        ],
-    );
+    let _other = env.add_repo("other");
     let state = StateDir::open(&env.state()).unwrap();
     let mut store = Store::open(&state.root).unwrap();
     create_at_head(&state, &mut store, "a");
