@@ -49,7 +49,7 @@ git -C "$t/repo" -c user.name=ci -c user.email=ci@localhost commit -qm init
 "$bin" repo add "$t/repo" --name repo >/dev/null
 mkdir -p "$t/mnt" "$t/native"
 chmod 755 "$t/native"
-"$bin" mount "$t/mnt" >/dev/null || { echo "pjdfstest.sh: mount failed" >&2; exit 1; }
+"$bin" mount "$t/mnt" --allow-other >/dev/null || { echo "pjdfstest.sh: mount failed" >&2; exit 1; }
 mounted=1
 "$bin" new repo/pjdfstest >/dev/null
 view="$t/mnt/repo/pjdfstest"

@@ -68,6 +68,12 @@ enum Command {
         /// worktrees nobody holds (worktrees in use are never dropped).
         #[arg(long, default_value_t = 150_000)]
         cache_nodes: usize,
+        /// Let other users use the mount (FUSE's allow_other; without root it needs
+        /// `user_allow_other` in /etc/fuse.conf). Without it the mount is private to the
+        /// user who mounted it. With it, each worktree belongs to the user who created it
+        /// and a repository's worktrees are no more readable than its own directory.
+        #[arg(long)]
+        allow_other: bool,
     },
     /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
     /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
@@ -184,10 +190,30 @@ fn init_logging(level: Option<&str>) {
         .filter(|v| !v.is_empty())
         .or_else(|| level.map(str::to_string))
         .unwrap_or_else(|| "info".into());
+    use std::io::IsTerminal;
+    // A log line that cannot be written (the log's disk is full) is dropped: never an
+    // error, and never the panic that `eprintln!` makes of it (tracing-subscriber's report
+    // of a failed write is one), which would end the daemon under its users.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .try_init();
+}
+
+/// Standard error for log lines, whose failures are ignored.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 fn main() -> ExitCode {
@@ -238,12 +264,21 @@ fn main() -> ExitCode {
 
 fn open_state(global: &Global) -> anyhow::Result<StateDir> {
     let root = StateDir::resolve(global.state_dir.clone());
-    StateDir::open(&root).with_context(|| format!("opening state dir {}", root.display()))
+    StateDir::open(&root).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            anyhow!(
+                "state dir {} cannot be used by this user (uid {}): {e}; run as its owner, or use a state dir of your own with --state-dir",
+                root.display(),
+                nix::unistd::geteuid()
+            )
+        } else {
+            anyhow!("opening state dir {}: {e}", root.display())
+        }
+    })
 }
 
 fn open_store(state: &StateDir) -> anyhow::Result<Store> {
-    Store::open(&state.root)
-        .with_context(|| format!("opening the database in {}", state.root.display()))
+    Store::open_described(&state.root)
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -258,6 +293,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             no_passthrough,
             no_readdirplus,
             cache_nodes,
+            allow_other,
         } => cmd_mount(
             &state,
             mountpoint,
@@ -269,6 +305,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 passthrough: !no_passthrough,
                 readdirplus: !no_readdirplus,
                 cache_nodes,
+                allow_other,
             },
             cli.global.log_level.as_deref(),
         ),
@@ -529,44 +566,42 @@ fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
 }
 
 fn cmd_reclaim(state: &StateDir, target: &str, discard: bool) -> anyhow::Result<()> {
-    use worktreefs::lifecycle::cleanup::{request_removal, Outcome, RequestError};
+    use worktreefs::daemon::socket::Answer;
     let (repo, name) = split_target(target)?;
-    let mut store = open_store(state)?;
-    let row = store
-        .worktree(repo, name)?
-        .filter(|w| w.state != State::Removed)
-        .ok_or_else(|| anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list` and `worktreefs retained`"))?;
-    let mountpoint = create::mountpoint_of(state, &store);
-    let r = request_removal(state, &mut store, &row, &mountpoint, discard, &mut |d| {
-        println!("discarding from {repo}/{name}:");
-        if let Some(e) = &d.uninspected {
-            println!("  everything in its upper layer (it could not be inspected: {e})");
+    let mountpoint = create::mountpoint_of(state, &open_store(state)?);
+    // Through the live daemon when one serves this state dir (it alone sees the leases
+    // it keeps in memory), else here.
+    let mut result = None;
+    daemon::socket::reclaim(state, repo, name, discard, &mut |a| match a {
+        Answer::Discarding { lines } => {
+            println!("discarding from {repo}/{name}:");
+            for l in lines {
+                println!("  {l}");
+            }
         }
-        for c in &d.changes {
-            println!("  {c}");
-        }
-        for c in &d.commits {
-            println!("  commit {c} (on no branch or remote-tracking ref)");
-        }
-        if let Some((b, n)) = &d.kept_on_branch {
-            println!("  (kept: {n} unpushed commit(s) stay on branch {b})");
-        }
-    });
+        other => result = Some(other.clone()),
+    })?;
     daemon::poke(state);
-    match r {
-        Ok(Outcome::Removed(detail)) => {
+    match result {
+        Some(Answer::Removed { detail }) => {
             println!("removed {repo}/{name}: {detail}");
             Ok(())
         }
-        Ok(Outcome::Retained(reason)) => bail!(
+        Some(Answer::Retained { reason }) => bail!(
             "worktree '{repo}/{name}' could not be removed and is retained with its files: {reason}; see {}",
             state.log_file().display()
         ),
-        Err(RequestError::HoldsWork(reason)) => bail!(
+        Some(Answer::HoldsWork { reason }) => bail!(
             "worktree '{repo}/{name}' holds work and stays: {reason}; commit and push it (cd {}), or throw it away with `worktreefs reclaim {repo}/{name} --discard`",
             mountpoint.join(repo).join(name).display()
         ),
-        Err(e) => bail!("{e}"),
+        Some(Answer::Gone { message }) => bail!(
+            "{message}; see `worktreefs list` and `worktreefs retained`"
+        ),
+        Some(Answer::Busy { message }) | Some(Answer::Error { message }) => bail!("{message}"),
+        Some(Answer::Discarding { .. }) | None => {
+            bail!("reclaim of {repo}/{name} ended without an answer")
+        }
     }
 }
 
@@ -708,6 +743,7 @@ struct MountTuning {
     passthrough: bool,
     readdirplus: bool,
     cache_nodes: usize,
+    allow_other: bool,
 }
 
 fn cmd_mount(
@@ -724,6 +760,7 @@ fn cmd_mount(
         passthrough,
         readdirplus,
         cache_nodes,
+        allow_other,
     } = tuning;
     if foreground {
         let req = MountRequest {
@@ -735,6 +772,7 @@ fn cmd_mount(
             passthrough,
             readdirplus,
             cache_nodes,
+            allow_other,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -760,6 +798,7 @@ fn cmd_mount(
         passthrough,
         readdirplus,
         cache_nodes,
+        allow_other,
     };
     daemon::prepare(&req)?;
     let pid = daemon::spawn_background(&req, log_level)?;

@@ -11,7 +11,7 @@
 //! <state>/worktrees/<id>/work/     its work directory (copy-up and trash, same filesystem)
 //! <state>/trash/<id>/              a removed worktree's directory, until it is deleted
 //! <state>/locks/<id>               flock'd by whoever runs a worktree's cleanup
-//! <state>/mnt/                     the default mountpoint
+//! <state>/mnt/                     the default mountpoint before issue 15 (kept where it exists)
 //! ```
 
 use std::fs;
@@ -38,16 +38,25 @@ impl StateDir {
         home.join(".local/state/worktreefs")
     }
 
-    /// Creates the directory layout if it is missing.
+    /// Creates the directory layout if it is missing. The state directory is private to
+    /// its owner (0700, every directory in it 0700): it holds every worktree's content
+    /// and every lease and event. One made public by an older version is made private
+    /// again by its owner.
     pub fn open(root: &Path) -> std::io::Result<StateDir> {
-        fs::create_dir_all(root)?;
+        private_dir_all(root)?;
         let root = fs::canonicalize(root)?;
+        make_private(&root)?;
         let s = StateDir { root };
-        fs::create_dir_all(s.blobs_tmp())?;
-        fs::create_dir_all(s.index_cache())?;
-        fs::create_dir_all(s.root.join("worktrees"))?;
-        fs::create_dir_all(s.root.join("trash"))?;
-        fs::create_dir_all(s.root.join("locks"))?;
+        for d in [
+            s.blobs(),
+            s.blobs_tmp(),
+            s.index_cache(),
+            s.root.join("worktrees"),
+            s.trash(),
+            s.root.join("locks"),
+        ] {
+            private_dir_all(&d)?;
+        }
         Ok(s)
     }
 
@@ -81,7 +90,44 @@ impl StateDir {
     pub fn cleanup_lock(&self, id: i64) -> PathBuf {
         self.root.join("locks").join(id.to_string())
     }
+    /// Where `mount` mounts when no mountpoint is given: `<state>-mnt`, next to the state
+    /// directory rather than in it, so the private state directory does not hide the
+    /// mount from the users `--allow-other` lets in. A state directory that already has
+    /// the old default, `<state>/mnt`, keeps it: its worktrees' git entries point there.
     pub fn default_mountpoint(&self) -> PathBuf {
+        let old = self.old_default_mountpoint();
+        if old.is_dir() {
+            return old;
+        }
+        let mut name = self.root.file_name().unwrap_or_default().to_os_string();
+        name.push("-mnt");
+        self.root.with_file_name(name)
+    }
+
+    /// The default mountpoint before issue 15, inside the state directory.
+    pub fn old_default_mountpoint(&self) -> PathBuf {
         self.root.join("mnt")
     }
+}
+
+/// Creates `dir` and its missing parents; `dir` itself gets mode 0700.
+fn private_dir_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent)?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        r => r,
+    }
+}
+
+/// Takes group and other permissions off `dir` when this user owns it.
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let m = fs::symlink_metadata(dir)?;
+    if m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(m.mode() & 0o700))?;
+    }
+    Ok(())
 }

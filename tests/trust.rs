@@ -16,30 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const NOBODY: u32 = 65534;
-
-/// Runs `script` with `sh` as the unprivileged user nobody, in `dir`.
-fn as_nobody(dir: &Path, script: &str) -> std::process::Output {
-    use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(script).current_dir(dir);
-    // SAFETY: setgroups, setgid and setuid are async-signal-safe; nothing else runs here.
-    unsafe {
-        cmd.pre_exec(|| {
-            let groups = [NOBODY];
-            if libc::setgroups(1, groups.as_ptr()) != 0
-                || libc::setgid(NOBODY) != 0
-                || libc::setuid(NOBODY) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
-}
-
 /// The test's directories, which nobody must be able to walk through to the mount.
+/// (The mount must be made with `--allow-other` too: it is private to root otherwise.)
 fn open_to_others(env: &Env) {
     fs::set_permissions(env.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
 }
@@ -90,7 +68,7 @@ fn a_stale_descriptor_never_reaches_outside_the_upper_layer() {
     open_to_others(&env);
     let (t, print) = target(&env);
     let before = print();
-    let m = env.mount();
+    let m = env.mount_with(&["--linger", "600", "--allow-other"]);
     let wt = m.wt("repo", "attack");
     fs::create_dir(&wt).unwrap();
     std::os::unix::fs::chown(&wt, Some(NOBODY), Some(NOBODY)).unwrap();
@@ -414,7 +392,7 @@ fn sys(rc: libc::c_int) -> std::io::Result<()> {
 fn modes_and_owners_are_the_ones_ext4_gives() {
     let env = Env::new();
     open_to_others(&env);
-    let m = env.mount();
+    let m = env.mount_with(&["--linger", "600", "--allow-other"]);
     let wt = m.wt("repo", "modes");
     fs::create_dir(&wt).unwrap();
     std::os::unix::fs::chown(&wt, Some(NOBODY), Some(NOBODY)).unwrap();

@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -48,6 +49,7 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
     let log = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(state.log_file())?;
     let mut cmd = Command::new(exe);
     cmd.arg("mount");
@@ -69,6 +71,9 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
     }
     if !req.readdirplus {
         cmd.arg("--no-readdirplus");
+    }
+    if req.allow_other {
+        cmd.arg("--allow-other");
     }
     cmd.arg("--cache-nodes").arg(req.cache_nodes.to_string());
     if let Some(l) = log_level {

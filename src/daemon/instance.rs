@@ -3,6 +3,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -47,6 +48,7 @@ pub(super) fn acquire_lock(state: &StateDir) -> anyhow::Result<File> {
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open(state.lock_file())
         .with_context(|| format!("opening {}", state.lock_file().display()))?;
     // SAFETY: flock on a descriptor we own.

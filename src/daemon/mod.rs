@@ -18,6 +18,7 @@ use crate::store::Store;
 mod background;
 mod instance;
 mod mountpoint;
+pub mod socket;
 mod unmount;
 
 pub use background::spawn_background;
@@ -44,6 +45,8 @@ pub struct MountRequest {
     pub readdirplus: bool,
     /// Inodes kept before the kernel's caches of idle worktrees are dropped.
     pub cache_nodes: usize,
+    /// Other users may use the mount (`mount --allow-other`); otherwise it is private.
+    pub allow_other: bool,
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -124,7 +127,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     writeln!(lock, "{}\n{}", std::process::id(), mountpoint.display())?;
 
     {
-        let store = Store::open(&req.state.root)?;
+        let store = Store::open_described(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
         create::repoint_admin_entries(&store, &mountpoint)?;
         enable_fsmonitor(&store);
@@ -133,10 +136,16 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // worktrees that are now clean and pushed, before anyone can enter.
     crate::lifecycle::cleanup::reconcile_at_boot(&req.state, &mountpoint)?;
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
+    let gate = view.gate();
+    // Worktrees still deleting (a cleanup boot reconcile could not finish) take no lease.
+    for w in Store::open(&req.state.root)?.worktrees_in(crate::lease::State::Deleting)? {
+        gate.close(w.id);
+    }
     let tracker = {
         let view = view.clone();
         crate::lifecycle::holders::Tracker::new(
             &req.state,
+            gate.clone(),
             Box::new(move || view.catalog_changed()),
         )?
     };
@@ -152,8 +161,10 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             threads: req.threads,
             passthrough: req.passthrough,
             readdirplus: req.readdirplus,
+            allow_other: req.allow_other,
         },
     )?;
+    socket::serve(&req.state, view.clone(), gate.clone(), mountpoint.clone())?;
     tracing::info!(mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if let Some(mut f) = ready.take() {
         let _ = writeln!(f, "ready");
@@ -165,6 +176,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         req.cache_nodes,
         view.clone(),
         tracker,
+        gate,
     );
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
@@ -173,6 +185,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(&req.state, &mountpoint) {
         tracing::error!("cleanup at unmount failed: {e:#}");
     }
+    let _ = fs::remove_file(socket::socket_path(&req.state));
     drop(lock);
     r.map_err(|e| anyhow!("FUSE session ended with an error: {e}"))
 }

@@ -2,7 +2,7 @@
 //! can take a mount.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
 
@@ -17,10 +17,6 @@ pub fn mount_type(path: &Path) -> Option<(String, String)> {
     })
 }
 
-pub(super) fn is_worktreefs_mount(path: &Path) -> bool {
-    matches!(mount_type(path), Some((src, fstype)) if src == "worktreefs" && fstype.starts_with("fuse"))
-}
-
 pub fn is_mountpoint(path: &Path) -> bool {
     mount_type(path).is_some()
 }
@@ -32,24 +28,148 @@ pub(super) fn unescape_mount_path(s: &str) -> String {
         .replace("\\134", "\\")
 }
 
-pub(super) fn check_mountpoint(path: &Path) -> anyhow::Result<()> {
-    // A worktreefs mount whose daemon died (no daemon holds this state dir's lock, checked
-    // by the caller) answers ENOTCONN to everything: detach it and carry on.
-    if let Ok(canonical) =
-        fs::canonicalize(path).or_else(|_| Ok::<_, std::io::Error>(path.to_path_buf()))
-    {
-        if is_worktreefs_mount(&canonical) {
+/// What answers at a mountpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its connection is gone (ENOTCONN or ECONNABORTED): a daemon that died left it.
+    Dead,
+    /// It answered, or it did not answer within the probe's time: someone serves it.
+    Alive,
+}
+
+/// How long a mountpoint may take to answer the probe before it counts as served by a
+/// daemon that is busy (a hang is a live daemon, never a dead one).
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Tells a dead connection from a live one with a `statx` that the kernel must ask the
+/// filesystem (`AT_STATX_FORCE_SYNC`: a dead FUSE mount cannot answer it from its
+/// caches), made on a thread of its own under a timeout.
+pub fn probe(path: &Path) -> Liveness {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("mount-probe".into())
+        .spawn(move || {
+            let _ = tx.send(statx_sync(&p));
+        });
+    if spawned.is_err() {
+        return Liveness::Alive;
+    }
+    match rx.recv_timeout(PROBE_TIMEOUT) {
+        Ok(Err(libc::ENOTCONN | libc::ECONNABORTED)) => Liveness::Dead,
+        _ => Liveness::Alive,
+    }
+}
+
+fn statx_sync(path: &Path) -> Result<(), i32> {
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| libc::EINVAL)?;
+    // SAFETY: a zeroed statx is a valid buffer for the call to fill.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: valid NUL-terminated path and buffer.
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_FORCE_SYNC,
+            libc::STATX_BASIC_STATS,
+            &mut st,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
+    }
+}
+
+/// The worktreefs daemon serving `mountpoint`, found from the descriptors of running
+/// processes (by readlink only: nothing under the mount is touched): a daemon holds its
+/// state directory's `daemon.lock` open, and that file names its mountpoint.
+pub fn daemon_serving(mountpoint: &Path) -> Option<(i32, PathBuf)> {
+    let want = unescape_mount_path(&mountpoint.to_string_lossy());
+    for entry in fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = fs::read_link(fd.path()) else {
+                continue;
+            };
+            if target.file_name() != Some(std::ffi::OsStr::new("daemon.lock")) {
+                continue;
+            }
+            if let Some(h) = super::instance::read_holder(&target) {
+                if h.pid == pid && h.mountpoint.to_string_lossy() == want {
+                    return target.parent().map(|state| (pid, state.to_path_buf()));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Why a live mount at `path` cannot be taken: what is mounted there, and the daemon
+/// that serves it when it is worktreefs's.
+fn live_mount_message(path: &Path, source: &str, fstype: &str) -> String {
+    let who = match daemon_serving(path) {
+        Some((pid, state)) => format!(
+            ", served by worktreefs daemon pid {pid} for state dir {} (unmount it with `worktreefs unmount --state-dir {}`)",
+            state.display(),
+            state.display()
+        ),
+        None => String::new(),
+    };
+    format!(
+        "mountpoint {} is in use: {source} ({fstype}) is mounted there and answers{who}; pick another directory, or unmount that first",
+        path.display()
+    )
+}
+
+/// Detaches the mount at `path` only when it is a worktreefs mount whose connection is
+/// dead; a live mount of any kind (or a dead one of another filesystem) is refused with
+/// what is there. Ok(false): nothing is mounted at `path`.
+pub fn detach_if_stale(path: &Path) -> anyhow::Result<bool> {
+    let Some((source, fstype)) = mount_type(path) else {
+        return Ok(false);
+    };
+    match probe(path) {
+        Liveness::Alive => bail!("{}", live_mount_message(path, &source, &fstype)),
+        Liveness::Dead if source == "worktreefs" && fstype.starts_with("fuse") => {
             tracing::warn!(
                 "detaching the stale worktreefs mount at {} left by a daemon that is gone",
-                canonical.display()
+                path.display()
             );
-            eprintln!(
-                "worktreefs: detaching the stale mount at {} (its daemon is gone)",
-                canonical.display()
-            );
-            nix::mount::umount2(&canonical, nix::mount::MntFlags::MNT_DETACH)
-                .with_context(|| format!("detaching the stale mount at {}", canonical.display()))?;
+            nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH)
+                .with_context(|| format!("detaching the stale mount at {}", path.display()))?;
+            Ok(true)
         }
+        Liveness::Dead => bail!(
+            "mountpoint {} holds a dead {fstype} mount of {source} (not worktreefs's); detach it with `umount -l {}` or pick another directory",
+            path.display(),
+            path.display()
+        ),
+    }
+}
+
+pub(super) fn check_mountpoint(path: &Path) -> anyhow::Result<()> {
+    // A mount whose daemon died answers ENOTCONN to everything: a worktreefs one is
+    // detached; anything that answers is someone's and is refused.
+    let canonical = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if detach_if_stale(&canonical)? {
+        eprintln_lossy(&format!(
+            "worktreefs: detached the stale mount at {} (its daemon is gone)",
+            canonical.display()
+        ));
     }
     let meta = fs::metadata(path).map_err(|e| {
         anyhow!(
@@ -76,4 +196,10 @@ pub(super) fn check_mountpoint(path: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A line on standard error that is dropped when it cannot be written.
+fn eprintln_lossy(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }

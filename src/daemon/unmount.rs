@@ -30,10 +30,9 @@ pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Resul
         None => {
             let store = Store::open(&state.root)?;
             let m = create::mountpoint_of(state, &store);
-            if is_mountpoint(&m) {
-                // A daemon that died left its mount behind: detach it.
-                nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH)
-                    .with_context(|| format!("detaching the stale mount at {}", m.display()))?;
+            // A daemon that died left its mount behind: detach it; a live mount there
+            // (another state dir's daemon took the mountpoint since) is refused.
+            if mountpoint::detach_if_stale(&m)? {
                 return Ok(Unmounted::Done(m));
             }
             bail!(

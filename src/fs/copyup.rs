@@ -203,11 +203,10 @@ impl View {
                 .objects
                 .blob_size(&wt.gitdir, base.oid)
                 .map_err(|e| FsError::git("blob size", e))?;
-            let src_path = self
+            let src = self
                 .blobs
-                .ensure(&wt.gitdir, base.oid, size)
+                .open(&wt.gitdir, base.oid, size)
                 .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?;
-            let src = File::open(&src_path).map_err(|e| FsError::io("opening cached blob", e))?;
             clone_or_copy(&src, &dst).map_err(|e| FsError::io("copying blob", e))?;
         }
         // Owner first: a chown clears set-id bits, and the mode is the last word.

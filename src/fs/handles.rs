@@ -383,12 +383,11 @@ impl View {
         let mut slot = file.write();
         if slot.is_none() {
             // EIO whatever went wrong (a full disk, say): the errno a read may return.
-            let path = self
+            // The cache on a full disk: the blob is served from memory instead.
+            let file = self
                 .blobs
-                .ensure(&wt.gitdir, *oid, *size)
+                .open(&wt.gitdir, *oid, *size)
                 .map_err(|e| FsError::eio(format!("materializing blob {oid}"), e))?;
-            let file = File::open(&path)
-                .map_err(|e| FsError::eio(format!("opening cached blob {oid}"), e))?;
             *slot = Some(file);
         }
         RwLockReadGuard::try_map(RwLockWriteGuard::downgrade(slot), Option::as_ref)

@@ -19,6 +19,8 @@ pub struct MountOptions {
     pub passthrough: bool,
     /// Listings with their entries' attributes (READDIRPLUS).
     pub readdirplus: bool,
+    /// Other users may use the mount (FUSE's `allow_other`); otherwise only its owner.
+    pub allow_other: bool,
 }
 
 /// A mounted filesystem; `run` serves it until it is unmounted.
@@ -50,7 +52,10 @@ pub fn mount(
         MountOption::NoDev,
         MountOption::NoSuid,
     ];
-    config.acl = if nix::unistd::geteuid().is_root() {
+    // Private to the user who mounted it, as FUSE mounts are by default; `--allow-other`
+    // lets every user in (each worktree then belongs to the user who created it, and a
+    // repository's directory is no more open than the repository's own).
+    config.acl = if opts.allow_other {
         SessionACL::All
     } else {
         SessionACL::Owner

@@ -178,13 +178,14 @@ impl View {
             now
         };
         // A repository's directory belongs to the repository's owner, who may create
-        // worktrees in it with mkdir.
+        // worktrees in it with mkdir; others may enter it as far as the repository's own
+        // directory lets them (a repository kept 0700 keeps its worktrees to its owner).
         let (uid, gid, perm) = if is_repo {
             self.catalog
                 .repo((ino - REPO_INO_BASE) as i64)
                 .and_then(|r| fs::metadata(&r.path).ok())
-                .map(|m| (m.uid(), m.gid(), 0o755))
-                .unwrap_or((0, 0, 0o755))
+                .map(|m| (m.uid(), m.gid(), 0o700 | (m.mode() & 0o055) as u16))
+                .unwrap_or((0, 0, 0o700))
         } else if ino == ROOT_INO {
             (0, 0, 0o755)
         } else {
@@ -335,7 +336,7 @@ impl View {
     /// `rmdir <mount>/<repo>/<wt>`: the same removal as `worktreefs reclaim`. EBUSY while
     /// leased or in use, ENOTEMPTY while it holds work (its files stay).
     pub(super) fn rmdir_worktree(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<()> {
-        use crate::lifecycle::cleanup::{request_removal, Outcome};
+        use crate::lifecycle::cleanup::{request_removal_gated, Outcome};
         let wt = self.worktree_ctx(repo_id, name)?;
         let label = format!("{}/{}", wt.repo, wt.name);
         let mut store =
@@ -344,7 +345,8 @@ impl View {
             .worktree_by_id(wt.id)
             .map_err(|e| FsError::store("reading the worktree", e))?
             .ok_or_else(|| FsError::not_found(&label))?;
-        let r = request_removal(
+        let r = request_removal_gated(
+            &self.gate,
             &self.state,
             &mut store,
             &row,

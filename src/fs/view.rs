@@ -18,6 +18,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLockWriteGuard};
@@ -86,6 +87,9 @@ pub struct View {
     pub(super) state: StateDir,
     pub(super) mountpoint: PathBuf,
     pub(super) store: Mutex<Store>,
+    /// The leases and removals the daemon knows in memory (`lifecycle::gate`): rmdir of a
+    /// worktree goes through it, as the sweeper and the tracker do.
+    pub(super) gate: Arc<crate::lifecycle::gate::Gate>,
     pub(super) catalog: Catalog,
     pub(super) objects: ObjectCache,
     pub(super) blobs: BlobCache,
@@ -133,6 +137,12 @@ pub(super) fn not_supported(what: &str) -> FsError {
 }
 
 impl View {
+    /// The gate the tracker, the sweeper and requests through the daemon's socket share
+    /// with this view's rmdir.
+    pub fn gate(&self) -> Arc<crate::lifecycle::gate::Gate> {
+        self.gate.clone()
+    }
+
     pub fn new(state: StateDir, mountpoint: PathBuf) -> anyhow::Result<View> {
         let store = Store::open(&state.root)?;
         let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
@@ -142,6 +152,7 @@ impl View {
             state,
             mountpoint,
             store: Mutex::new(store),
+            gate: Arc::new(crate::lifecycle::gate::Gate::new()),
             catalog: Catalog::new(),
             objects: ObjectCache::default(),
             blobs,

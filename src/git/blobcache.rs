@@ -1,5 +1,7 @@
 //! The shared content-addressed blob cache: `<state>/blobs/<2 hex>/<38 hex>`.
 //!
+//! Its files are the owner's only (0400, in the private state directory).
+//!
 //! A base file's content is materialized here the first time any worktree opens it, and
 //! read from here afterwards by every worktree. A blob is written to `blobs/tmp`, then
 //! renamed into place, so a reader never sees a partial file; a file whose size does not
@@ -71,14 +73,60 @@ impl BlobCache {
             std::process::id(),
             std::thread::current().id()
         ));
-        let mut f = File::create(&tmp)?;
-        f.write_all(&data)?;
-        drop(f);
-        let mut perms = fs::metadata(&tmp)?.permissions();
-        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o444);
-        fs::set_permissions(&tmp, perms)?;
-        fs::rename(&tmp, &path)?;
+        let written = (|| {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&data)?;
+            drop(f);
+            let mut perms = fs::metadata(&tmp)?.permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o400);
+            fs::set_permissions(&tmp, perms)?;
+            fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = written {
+            // A full disk leaves no partial blob behind in tmp.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         self.fills.fetch_add(1, Ordering::Relaxed);
         Ok(path)
     }
+
+    /// The content of `oid`, opened for reading: from the cache (filled first if needed),
+    /// or, when the cache cannot be written (its disk is full), from an anonymous
+    /// in-memory file, so a base file can still be read.
+    pub fn open(&self, gitdir: &Path, oid: Oid, size: u64) -> std::io::Result<File> {
+        match self.ensure(gitdir, oid, size) {
+            Ok(path) => File::open(path),
+            Err(e) if is_out_of_space(&e) => {
+                tracing::warn!(
+                    "the blob cache cannot be written ({e}): serving blob {oid} from memory"
+                );
+                let data = git::read_blob(gitdir, oid).map_err(|e| {
+                    std::io::Error::other(format!("reading blob {oid}: {}", e.message()))
+                })?;
+                in_memory(&data)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// ENOSPC or EDQUOT: no room left for this user on that disk.
+pub fn is_out_of_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// An anonymous in-memory file holding `data`, positioned at its start.
+fn in_memory(data: &[u8]) -> std::io::Result<File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a static NUL-terminated name; the descriptor returned is ours.
+    let fd = unsafe { libc::memfd_create(c"wtfs-blob".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just created and is owned by nothing else.
+    let mut f = unsafe { File::from_raw_fd(fd) };
+    f.write_all(data)?;
+    std::io::Seek::rewind(&mut f)?;
+    Ok(f)
 }

@@ -125,8 +125,40 @@ struct Watched {
     pidfd: OwnedFd,
 }
 
+/// A lease change the tracker could not write to SQLite at once, written by its writer in
+/// the order it was made.
+#[derive(Debug)]
+enum Op {
+    /// Counted in the gate as pending until written.
+    Acquire {
+        worktree_id: i64,
+        lease: NewLease,
+        reason: String,
+    },
+    Release {
+        worktree_id: i64,
+        holder: String,
+        kind: &'static str,
+        reason: String,
+    },
+}
+
+/// How long a request may wait for SQLite to record a new holder's lease before the lease
+/// is kept in memory instead (and written by the writer when it can be).
+const REQUEST_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(50);
+
 pub struct Tracker {
+    /// The connection requests record leases with (short busy timeout).
+    fast: Mutex<Store>,
+    /// The connection of the watcher, the writer and exits (the usual busy timeout).
     store: Mutex<Store>,
+    /// What the live daemon knows of leases and removals in memory (shared with the
+    /// sweeper and the filesystem's rmdir).
+    gate: Arc<super::gate::Gate>,
+    /// Lease changes waiting to be written, oldest first.
+    queue: Mutex<std::collections::VecDeque<Op>>,
+    /// One writer drains the queue at a time.
+    draining: Mutex<()>,
     /// Processes known covered, per worktree: the fast path of every request.
     covered: RwLock<HashMap<i64, HashSet<i32>>>,
     /// How many times a worktree's covered set was dropped (a holder exited); bumped
@@ -143,12 +175,19 @@ pub struct Tracker {
 impl Tracker {
     pub fn new(
         state: &StateDir,
+        gate: Arc<super::gate::Gate>,
         on_change: Box<dyn Fn() + Send + Sync>,
     ) -> anyhow::Result<Arc<Tracker>> {
         let store = Store::open(&state.root)?;
+        let fast = Store::open(&state.root)?;
+        fast.set_busy_timeout(REQUEST_BUSY_TIMEOUT)?;
         let (r, w) = nix::unistd::pipe()?;
         let tracker = Arc::new(Tracker {
+            fast: Mutex::new(fast),
             store: Mutex::new(store),
+            gate,
+            queue: Mutex::new(std::collections::VecDeque::new()),
+            draining: Mutex::new(()),
             covered: RwLock::new(HashMap::new()),
             drops: AtomicU64::new(0),
             watched: Mutex::new(Vec::new()),
@@ -316,15 +355,7 @@ impl Tracker {
             start: info.start,
             command,
         };
-        match self.store.lock().acquire_lease(worktree_id, &lease, reason) {
-            Ok(_) => {}
-            Err(e) => {
-                if let LeaseError::Db(db) = &e {
-                    tracing::warn!("recording a process lease failed: {db}");
-                }
-                return Err(e);
-            }
-        }
+        self.record(worktree_id, lease, reason)?;
         self.watch(Watched {
             worktree_id,
             worktree_path: worktree_path.to_path_buf(),
@@ -336,6 +367,113 @@ impl Tracker {
             (self.on_change)();
         }
         Ok(())
+    }
+
+    /// Records a new process lease: in SQLite when it answers within the request's busy
+    /// timeout and nothing is waiting to be written before it, else in memory (the gate
+    /// counts it, the writer records it later). Refused only by the lifecycle: the
+    /// worktree is deleting (in memory or in SQLite) or removed; a database that cannot be
+    /// written never fails the request.
+    fn record(&self, worktree_id: i64, lease: NewLease, reason: &str) -> Result<(), LeaseError> {
+        use crate::lease::State;
+        self.gate
+            .enter(worktree_id)
+            .map_err(|c| LeaseError::Conflict(c, State::Deleting))?;
+        let queued = !self.queue.lock().is_empty();
+        let result = if queued {
+            None
+        } else {
+            Some(self.fast.lock().acquire_lease(worktree_id, &lease, reason))
+        };
+        match result {
+            Some(Ok(_)) => {
+                self.gate.recorded(worktree_id);
+                Ok(())
+            }
+            Some(Err(e @ LeaseError::Conflict(..))) => {
+                self.gate.recorded(worktree_id);
+                Err(e)
+            }
+            Some(Err(LeaseError::Db(e))) => {
+                tracing::warn!(
+                    worktree_id,
+                    "the lease of {} is kept in memory until the database can be written: {e}",
+                    lease.holder()
+                );
+                self.enqueue(Op::Acquire {
+                    worktree_id,
+                    lease,
+                    reason: format!("{reason} (recorded late: {e})"),
+                });
+                Ok(())
+            }
+            None => {
+                self.enqueue(Op::Acquire {
+                    worktree_id,
+                    lease,
+                    reason: format!("{reason} (recorded after earlier changes waiting)"),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    fn enqueue(&self, op: Op) {
+        self.queue.lock().push_back(op);
+    }
+
+    /// Writes what is waiting, oldest first, until the queue is empty or the database
+    /// refuses (busy, full: tried again later). Returns how many are left.
+    pub fn drain(&self) -> usize {
+        let _one = self.draining.lock();
+        loop {
+            let Some(op) = self.queue.lock().pop_front() else {
+                return 0;
+            };
+            let result = match &op {
+                Op::Acquire {
+                    worktree_id,
+                    lease,
+                    reason,
+                } => match self.store.lock().acquire_lease(*worktree_id, lease, reason) {
+                    Ok(_) => Ok(()),
+                    Err(LeaseError::Conflict(c, state)) => {
+                        // Only this daemon moves a worktree to deleting, and never over a
+                        // pending lease: this means someone else did.
+                        tracing::error!(
+                            worktree_id,
+                            "a lease kept in memory could not be recorded: the worktree is {state} ({c:?})"
+                        );
+                        Ok(())
+                    }
+                    Err(LeaseError::Db(e)) => Err(e),
+                },
+                Op::Release {
+                    worktree_id,
+                    holder,
+                    kind,
+                    reason,
+                } => self
+                    .store
+                    .lock()
+                    .release_lease(*worktree_id, holder, kind, reason)
+                    .map(|_| ()),
+            };
+            match result {
+                Ok(()) => {
+                    if let Op::Acquire { worktree_id, .. } = &op {
+                        self.gate.recorded(*worktree_id);
+                    }
+                    (self.on_change)();
+                }
+                Err(e) => {
+                    tracing::debug!("lease changes wait for the database: {e}");
+                    let mut q = self.queue.lock();
+                    q.push_front(op);
+                    return q.len();
+                }
+            }
+        }
     }
 
     /// Watches a holder's exit, once per (worktree, process).
@@ -394,46 +532,67 @@ impl Tracker {
                 break 'scan;
             }
         }
-        let result = match heir {
+        // Through the queue, in order behind anything not yet written (the exited
+        // holder's own lease, if it was kept in memory).
+        match heir {
             Some((info, pidfd)) => {
-                // Take the heir's lease first, so the worktree never looks unheld.
+                // The heir's lease first, so the worktree never looks unheld.
                 let heir_lease = NewLease::Process {
                     pid: info.pid,
                     start: info.start,
                     command: command_line(info.pid).unwrap_or_else(|| info.command.clone()),
                 };
                 let reason = format!("holder {} exited; {} is still inside", w.info.pid, info.pid);
-                let taken = self
-                    .store
-                    .lock()
-                    .acquire_lease(w.worktree_id, &heir_lease, &reason);
-                if taken.is_ok() {
+                if self.gate.enter(w.worktree_id).is_ok() {
+                    self.enqueue(Op::Acquire {
+                        worktree_id: w.worktree_id,
+                        lease: heir_lease,
+                        reason: reason.clone(),
+                    });
                     self.watch(Watched {
                         worktree_id: w.worktree_id,
                         worktree_path: w.worktree_path.clone(),
                         info,
                         pidfd,
                     });
-                    let _ = nix::unistd::write(&self.wake.1, b"w");
                 }
-                self.store
-                    .lock()
-                    .release_lease(w.worktree_id, &holder, "passed", &reason)
+                self.enqueue(Op::Release {
+                    worktree_id: w.worktree_id,
+                    holder,
+                    kind: "passed",
+                    reason,
+                });
             }
-            None => {
-                self.store
-                    .lock()
-                    .release_lease(w.worktree_id, &holder, "released", "holder exited")
-            }
-        };
-        if let Err(e) = result {
-            tracing::warn!("releasing the lease of exited process {}: {e}", w.info.pid);
+            None => self.enqueue(Op::Release {
+                worktree_id: w.worktree_id,
+                holder,
+                kind: "released",
+                reason: "holder exited".into(),
+            }),
+        }
+        let left = self.drain();
+        if left > 0 {
+            tracing::warn!(
+                "the lease of exited process {} is released once the database can be written ({left} change(s) waiting)",
+                w.info.pid
+            );
         }
         (self.on_change)();
     }
 
-    /// The watcher: waits on every holder's pidfd and the wake pipe.
+    /// The watcher: waits on every holder's pidfd and the wake pipe; and the writer, which
+    /// records the lease changes kept in memory as soon as the database takes them (on a
+    /// thread of its own: a database locked for long must not delay noticing exits).
     pub fn spawn_watcher(self: &Arc<Self>) {
+        let me = self.clone();
+        let _ = std::thread::Builder::new()
+            .name("lease-writer".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                if !me.queue.lock().is_empty() {
+                    me.drain();
+                }
+            });
         let me = self.clone();
         let _ = std::thread::Builder::new()
             .name("lease-watcher".into())
@@ -515,7 +674,12 @@ mod tests {
     fn a_walk_that_began_before_a_holder_exited_marks_nobody_covered() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::open(dir.path()).unwrap();
-        let t = Tracker::new(&state, Box::new(|| {})).unwrap();
+        let t = Tracker::new(
+            &state,
+            Arc::new(crate::lifecycle::gate::Gate::new()),
+            Box::new(|| {}),
+        )
+        .unwrap();
         let covered = |pid| t.covered.read().get(&7).is_some_and(|s| s.contains(&pid));
         let seen = t.drops.load(Ordering::Acquire);
         t.mark_covered(7, seen, &[100, 101]);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::lease::State;
 use crate::lifecycle::cleanup;
+use crate::lifecycle::gate::Gate;
 use crate::lifecycle::holders::Tracker;
 use crate::state::StateDir;
 use crate::store::Store;
@@ -40,6 +41,7 @@ pub fn spawn(
     cache_nodes: usize,
     view: Arc<dyn Mounted>,
     tracker: Arc<Tracker>,
+    gate: Arc<Gate>,
 ) {
     let _ = std::thread::Builder::new()
         .name("sweeper".into())
@@ -64,15 +66,26 @@ pub fn spawn(
                         tracing::info!("{} is still in use: leased again", path.display());
                     }
                 }
-                match store.mark_deleting_after_grace(linger as i64) {
-                    Ok(ids) if !ids.is_empty() => {
-                        tracing::info!(
-                            "worktrees {ids:?} have no lease after {linger} s: deleting"
-                        );
-                        view.catalog_changed();
+                // The move to deleting, each through the gate: not while a lease is kept
+                // in memory, and no lease is let in while the transaction decides.
+                let mut marked = Vec::new();
+                for (id, _, _) in store.lingering_past(linger as i64).unwrap_or_default() {
+                    if !gate.close(id) {
+                        continue;
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!("lifecycle sweep failed: {e}"),
+                    match store.mark_deleting_if_grace_over(id, linger as i64) {
+                        // Closed until its cleanup is over.
+                        Ok(true) => marked.push(id),
+                        Ok(false) => gate.open(id),
+                        Err(e) => {
+                            gate.open(id);
+                            tracing::warn!("lifecycle sweep of worktree {id} failed: {e}");
+                        }
+                    }
+                }
+                if !marked.is_empty() {
+                    tracing::info!("worktrees {marked:?} have no lease after {linger} s: deleting");
+                    view.catalog_changed();
                 }
                 // Cleanup of every deleting worktree nobody else is at (those marked just
                 // now, and any whose cleanup someone else left unfinished).
@@ -81,7 +94,12 @@ pub fn spawn(
                     .unwrap_or_default()
                     .is_empty()
                 {
-                    let done = cleanup::finish_all_deleting(&state, &mut store, view.mountpoint());
+                    let done = cleanup::finish_all_deleting(
+                        &state,
+                        &mut store,
+                        view.mountpoint(),
+                        Some(&gate),
+                    );
                     if !done.is_empty() {
                         view.catalog_changed();
                     }

@@ -243,23 +243,33 @@ impl Store {
         };
         let mut marked = Vec::new();
         for id in ids {
-            let tx = self
-                .conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let state = state_of(&tx, id)?;
-            let since: i64 = tx.query_row(
-                "SELECT state_changed_at FROM worktrees WHERE id = ?1",
-                [id],
-                |r| r.get(0),
-            )?;
-            if crate::lease::grace_over(state, lease_count(&tx, id)?, since, now_secs(), linger) {
-                set_state(&tx, id, crate::lease::State::Deleting)?;
-                event(&tx, id, DELETING, None, &format!("no lease for {linger} s"))?;
+            if self.mark_deleting_if_grace_over(id, linger)? {
                 marked.push(id);
             }
-            tx.commit()?;
         }
         Ok(marked)
+    }
+
+    /// Worktree `id`, when it is lingering past its grace period with no lease: the
+    /// `deleting` mark, in the transaction that finds no lease. True when marked.
+    pub fn mark_deleting_if_grace_over(&mut self, id: i64, linger: i64) -> rusqlite::Result<bool> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let state = state_of(&tx, id)?;
+        let since: i64 = tx.query_row(
+            "SELECT state_changed_at FROM worktrees WHERE id = ?1",
+            [id],
+            |r| r.get(0),
+        )?;
+        let over =
+            crate::lease::grace_over(state, lease_count(&tx, id)?, since, now_secs(), linger);
+        if over {
+            set_state(&tx, id, crate::lease::State::Deleting)?;
+            event(&tx, id, DELETING, None, &format!("no lease for {linger} s"))?;
+        }
+        tx.commit()?;
+        Ok(over)
     }
 
     /// Lingering worktrees whose grace period is over: (id, repo, name).

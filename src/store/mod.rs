@@ -44,7 +44,9 @@ pub fn now_secs() -> i64 {
 impl Store {
     /// Opens (creating if needed) the database in `state_dir` and brings the schema up to date.
     pub fn open(state_dir: &Path) -> rusqlite::Result<Store> {
-        let conn = Connection::open(state_dir.join(DB_FILE))?;
+        let path = state_dir.join(DB_FILE);
+        make_owner_only(&path);
+        let conn = Connection::open(&path)?;
         conn.busy_timeout(Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -52,6 +54,17 @@ impl Store {
         let mut store = Store { conn };
         store.migrate()?;
         Ok(store)
+    }
+
+    /// `open`, with an error that names the file, what is wrong with it and the way out
+    /// (a database this user cannot write, one that is not a database or is damaged).
+    pub fn open_described(state_dir: &Path) -> anyhow::Result<Store> {
+        Store::open(state_dir).map_err(|e| anyhow::anyhow!(describe_open_error(state_dir, &e)))
+    }
+
+    /// How long a statement waits for another connection's lock before it fails busy.
+    pub fn set_busy_timeout(&self, d: Duration) -> rusqlite::Result<()> {
+        self.conn.busy_timeout(d)
     }
 
     pub fn schema_version(&self) -> rusqlite::Result<i64> {
@@ -110,6 +123,63 @@ impl Store {
             params![key, value],
         )?;
         Ok(())
+    }
+}
+
+/// The database and its WAL files are the owner's only (they hold every lease and event,
+/// with command lines): a new database is created 0600 (SQLite gives its WAL files the
+/// database's mode), and one an older version left readable to others is made 0600.
+fn make_owner_only(db: &Path) {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(db);
+    let me = nix::unistd::geteuid().as_raw();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db.as_os_str().to_os_string();
+        p.push(suffix);
+        if let Ok(m) = std::fs::symlink_metadata(&p) {
+            if m.is_file() && m.uid() == me && m.mode() & 0o077 != 0 {
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
+            }
+        }
+    }
+}
+
+/// What went wrong opening the database in `state_dir`, for a person: the file, why, and
+/// what to do.
+pub fn describe_open_error(state_dir: &Path, e: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode;
+    let db = state_dir.join(DB_FILE);
+    let code = match e {
+        rusqlite::Error::SqliteFailure(f, _) => Some(f.code),
+        _ => None,
+    };
+    let writable = nix::unistd::access(state_dir, nix::unistd::AccessFlags::W_OK).is_ok()
+        && (!db.exists() || nix::unistd::access(&db, nix::unistd::AccessFlags::W_OK).is_ok());
+    match code {
+        Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen | ErrorCode::PermissionDenied)
+            if !writable =>
+        {
+            let owner = std::fs::metadata(state_dir)
+                .map(|m| std::os::unix::fs::MetadataExt::uid(&m).to_string())
+                .unwrap_or_else(|_| "?".into());
+            format!(
+                "state dir {} is not writable by this user (uid {}; it belongs to uid {owner}): run as its owner, or use a state dir of your own with --state-dir",
+                state_dir.display(),
+                nix::unistd::geteuid()
+            )
+        }
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => format!(
+            "the database {} is damaged or is not a worktreefs database ({e}); move it aside (`mv {} {}.broken`) and run the command again to start an empty one (worktrees and leases recorded there are forgotten, their files stay in {}), or put a backup in its place",
+            db.display(),
+            db.display(),
+            db.display(),
+            state_dir.join("worktrees").display()
+        ),
+        _ => format!("opening the database {}: {e}", db.display()),
     }
 }
 

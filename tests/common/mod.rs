@@ -565,3 +565,27 @@ impl Drop for UnmountOnDrop {
         }
     }
 }
+
+pub const NOBODY: u32 = 65534;
+
+/// Runs `script` with `sh` as the unprivileged user nobody, in `dir` (entered as root
+/// first, so the directories above it need not let nobody through).
+pub fn as_nobody(dir: &Path, script: &str) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script).current_dir(dir);
+    // SAFETY: setgroups, setgid and setuid are async-signal-safe; nothing else runs here.
+    unsafe {
+        cmd.pre_exec(|| {
+            let groups = [NOBODY];
+            if libc::setgroups(1, groups.as_ptr()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}

@@ -23,7 +23,9 @@ mod remove;
 
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
 pub use inspect::inspect;
-pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
+pub use reconcile::{
+    finish_all_deleting, reclaim_at_unmount, reconcile_at_boot, reopen_unless_deleting,
+};
 pub use remove::{execute, plan, try_lock, CleanupLock, Remover, Step};
 use remove::{gone_by_hand, run_removal};
 
@@ -190,6 +192,51 @@ pub struct Discarded {
     pub kept_on_branch: Option<(String, usize)>,
     /// Inspection failed: everything in the upper layer goes.
     pub uninspected: Option<String>,
+}
+
+impl Discarded {
+    /// What `--discard` says it throws away, one line each.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(e) = &self.uninspected {
+            out.push(format!(
+                "everything in its upper layer (it could not be inspected: {e})"
+            ));
+        }
+        out.extend(self.changes.iter().map(|c| c.to_string()));
+        out.extend(
+            self.commits
+                .iter()
+                .map(|c| format!("commit {c} (on no branch or remote-tracking ref)")),
+        );
+        if let Some((b, n)) = &self.kept_on_branch {
+            out.push(format!("(kept: {n} unpushed commit(s) stay on branch {b})"));
+        }
+        out
+    }
+}
+
+/// `request_removal` in the live daemon: through its gate, so that the move to
+/// `deleting` also sees the leases it keeps in memory and no lease comes in while the
+/// removal runs.
+pub fn request_removal_gated(
+    gate: &crate::lifecycle::gate::Gate,
+    state: &StateDir,
+    store: &mut Store,
+    row: &WorktreeRow,
+    mountpoint: &Path,
+    discard: bool,
+    show: &mut dyn FnMut(&Discarded),
+) -> Result<Outcome, RequestError> {
+    if !gate.close(row.id) {
+        return Err(RequestError::Busy(format!(
+            "worktree {}/{} has a process lease being recorded (a process has just entered it); see `worktreefs leases`",
+            row.repo, row.name
+        )));
+    }
+    let r = request_removal(state, store, row, mountpoint, discard, show);
+    reopen_unless_deleting(Some(gate), store, row.id);
+    r
 }
 
 /// A removal asked for by `worktreefs reclaim` or `rmdir`: only without leases and nobody

@@ -15,9 +15,16 @@ pub fn finish_all_deleting(
     state: &StateDir,
     store: &mut Store,
     mountpoint: &Path,
+    gate: Option<&crate::lifecycle::gate::Gate>,
 ) -> Vec<(WorktreeRow, anyhow::Result<Outcome>)> {
     let mut out = Vec::new();
     for row in store.worktrees_in(State::Deleting).unwrap_or_default() {
+        // While the daemon serves: closed to new leases until its cleanup is over (a
+        // deleting worktree with a lease kept in memory waits for it to be written, and
+        // refused).
+        if gate.is_some_and(|g| !g.close(row.id)) {
+            continue;
+        }
         let Some(_lock) = try_lock(state, row.id) else {
             continue;
         };
@@ -32,9 +39,20 @@ pub fn finish_all_deleting(
         if let Err(e) = &r {
             tracing::error!("cleanup of {}/{} failed: {e:#}", row.repo, row.name);
         }
+        reopen_unless_deleting(gate, store, row.id);
         out.push((row, r));
     }
     out
+}
+
+/// Opens worktree `id` to leases again unless it is still deleting or removed (then it
+/// stays closed: a deleting one is finished later, a removed one is gone).
+pub fn reopen_unless_deleting(gate: Option<&crate::lifecycle::gate::Gate>, store: &Store, id: i64) {
+    let Some(g) = gate else { return };
+    match store.worktree_by_id(id) {
+        Ok(Some(w)) if w.state != State::Deleting && w.state != State::Removed => g.open(id),
+        _ => {}
+    }
 }
 
 /// At every mount, before serving: puts back or deletes what a dead cleanup parked,
@@ -44,7 +62,7 @@ pub fn finish_all_deleting(
 pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<()> {
     let mut store = Store::open(&state.root)?;
     restore_or_purge_parked(state, &store);
-    for (row, r) in finish_all_deleting(state, &mut store, mountpoint) {
+    for (row, r) in finish_all_deleting(state, &mut store, mountpoint, None) {
         if let Ok(o) = r {
             tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
         }
@@ -156,7 +174,7 @@ pub fn reclaim_at_unmount(state: &StateDir, mountpoint: &Path) -> anyhow::Result
         "unmount: {released} lease(s) released, {} worktree(s) to clean up",
         marked.len()
     );
-    for (row, r) in finish_all_deleting(state, &mut store, mountpoint) {
+    for (row, r) in finish_all_deleting(state, &mut store, mountpoint, None) {
         match r {
             Ok(o) => tracing::info!("unmount: {}/{}: {o:?}", row.repo, row.name),
             Err(e) => tracing::error!("unmount: {}/{}: {e:#}", row.repo, row.name),

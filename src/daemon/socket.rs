@@ -1,0 +1,282 @@
+//! The daemon's socket, `<state>/daemon.sock`: how a command asks the live daemon for what
+//! only it may do. Today that is `reclaim`: the move to `deleting` must see the leases the
+//! daemon keeps in memory (`lifecycle::gate`), so while a daemon serves a state directory,
+//! the removal runs in the daemon.
+//!
+//! One request per connection, one JSON line; the answer is JSON lines, the last one the
+//! result. The socket is the owner's only (0600 in the private state directory), and the
+//! daemon answers only its own user and root (`SO_PEERCRED`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::fs::View;
+use crate::lifecycle::cleanup::{request_removal, request_removal_gated, Outcome, RequestError};
+use crate::lifecycle::gate::Gate;
+use crate::state::StateDir;
+use crate::store::Store;
+
+pub const SOCKET_NAME: &str = "daemon.sock";
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    Reclaim {
+        repo: String,
+        name: String,
+        discard: bool,
+    },
+}
+
+/// One line of an answer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "answer", rename_all = "kebab-case")]
+pub enum Answer {
+    /// What `--discard` throws away, before it does.
+    Discarding {
+        lines: Vec<String>,
+    },
+    Removed {
+        detail: String,
+    },
+    /// The removal ran and failed; the worktree is retained with its files.
+    Retained {
+        reason: String,
+    },
+    /// Refused: it holds work.
+    HoldsWork {
+        reason: String,
+    },
+    /// Refused: leased, in use, being cleaned up.
+    Busy {
+        message: String,
+    },
+    /// Already removed.
+    Gone {
+        message: String,
+    },
+    Error {
+        message: String,
+    },
+}
+
+pub fn socket_path(state: &StateDir) -> PathBuf {
+    state.root.join(SOCKET_NAME)
+}
+
+/// Binds the socket (a stale one from a daemon that died is replaced: this daemon holds
+/// the state directory's lock) and answers on a thread of its own.
+pub(super) fn serve(
+    state: &StateDir,
+    view: Arc<View>,
+    gate: Arc<Gate>,
+    mountpoint: PathBuf,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = socket_path(state);
+    let _ = std::fs::remove_file(&path);
+    let listener =
+        UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let state = state.clone();
+    let _ = std::thread::Builder::new()
+        .name("socket".into())
+        .spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (state, view, gate, mountpoint) = (
+                    state.clone(),
+                    view.clone(),
+                    gate.clone(),
+                    mountpoint.clone(),
+                );
+                let _ = std::thread::Builder::new()
+                    .name("socket-request".into())
+                    .spawn(move || {
+                        if let Err(e) = answer(conn, &state, &view, &gate, &mountpoint) {
+                            tracing::warn!("a request on the daemon's socket failed: {e:#}");
+                        }
+                    });
+            }
+        });
+    Ok(())
+}
+
+fn peer_uid(conn: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket descriptor and a buffer of the size given.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.uid)
+}
+
+fn send(conn: &mut UnixStream, a: &Answer) -> anyhow::Result<()> {
+    let mut line = serde_json::to_string(a)?;
+    line.push('\n');
+    conn.write_all(line.as_bytes())?;
+    Ok(())
+}
+
+fn answer(
+    mut conn: UnixStream,
+    state: &StateDir,
+    view: &View,
+    gate: &Gate,
+    mountpoint: &Path,
+) -> anyhow::Result<()> {
+    let me = nix::unistd::geteuid().as_raw();
+    match peer_uid(&conn) {
+        Some(uid) if uid == me || uid == 0 => {}
+        other => {
+            tracing::warn!("a request on the daemon's socket from uid {other:?} was refused");
+            return send(
+                &mut conn,
+                &Answer::Error {
+                    message: "only the daemon's own user may ask it".into(),
+                },
+            );
+        }
+    }
+    let mut line = String::new();
+    BufReader::new(conn.try_clone()?).read_line(&mut line)?;
+    let req: Request = serde_json::from_str(line.trim()).context("reading the request")?;
+    let Request::Reclaim {
+        repo,
+        name,
+        discard,
+    } = req;
+    let mut store = Store::open(&state.root)?;
+    let row = store
+        .worktree(&repo, &name)?
+        .filter(|w| w.state != crate::lease::State::Removed);
+    let Some(row) = row else {
+        return send(
+            &mut conn,
+            &Answer::Gone {
+                message: format!("worktree {repo}/{name} does not exist"),
+            },
+        );
+    };
+    let mut shown = Vec::new();
+    let r = request_removal_gated(
+        gate,
+        state,
+        &mut store,
+        &row,
+        mountpoint,
+        discard,
+        &mut |d| shown.push(d.lines()),
+    );
+    view.catalog_changed();
+    for lines in shown {
+        send(&mut conn, &Answer::Discarding { lines })?;
+    }
+    send(&mut conn, &to_answer(r))
+}
+
+fn to_answer(r: Result<Outcome, RequestError>) -> Answer {
+    match r {
+        Ok(Outcome::Removed(detail)) => Answer::Removed { detail },
+        Ok(Outcome::Retained(reason)) => Answer::Retained { reason },
+        Err(RequestError::HoldsWork(reason)) => Answer::HoldsWork { reason },
+        Err(RequestError::Busy(message)) => Answer::Busy { message },
+        Err(RequestError::Gone(message)) => Answer::Gone { message },
+        Err(RequestError::Other(e)) => Answer::Error {
+            message: format!("{e:#}"),
+        },
+    }
+}
+
+/// How long a command waits for the daemon to take its request before it gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `reclaim`: asked of the live daemon serving `state` when there is one, else done here
+/// (no daemon: no lease is kept in memory anywhere). Each answer line goes to `each`.
+pub fn reclaim(
+    state: &StateDir,
+    repo: &str,
+    name: &str,
+    discard: bool,
+    each: &mut dyn FnMut(&Answer),
+) -> anyhow::Result<()> {
+    let Some(holder) = super::running_daemon(state) else {
+        let mut store = Store::open_described(&state.root)?;
+        let row = store
+            .worktree(repo, name)?
+            .filter(|w| w.state != crate::lease::State::Removed);
+        let Some(row) = row else {
+            each(&Answer::Gone {
+                message: format!("worktree {repo}/{name} does not exist"),
+            });
+            return Ok(());
+        };
+        let mountpoint = crate::lifecycle::create::mountpoint_of(state, &store);
+        let mut shown = Vec::new();
+        let r = request_removal(state, &mut store, &row, &mountpoint, discard, &mut |d| {
+            shown.push(d.lines())
+        });
+        for lines in shown {
+            each(&Answer::Discarding { lines });
+        }
+        each(&to_answer(r));
+        return Ok(());
+    };
+    let path = socket_path(state);
+    let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
+    let mut conn = loop {
+        match UnixStream::connect(&path) {
+            Ok(c) => break c,
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!("connecting to {}: {e}", path.display());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => {
+                each(&Answer::Busy {
+                    message: format!(
+                        "the daemon serving this state dir (pid {}) did not take the request on {} ({e}); it alone may remove a worktree while it runs: try again, or unmount first",
+                        holder.pid,
+                        path.display()
+                    ),
+                });
+                return Ok(());
+            }
+        }
+    };
+    let mut req = serde_json::to_string(&Request::Reclaim {
+        repo: repo.into(),
+        name: name.into(),
+        discard,
+    })?;
+    req.push('\n');
+    conn.write_all(req.as_bytes())?;
+    let mut got_result = false;
+    for line in BufReader::new(conn).lines() {
+        let line = line.context("reading the daemon's answer")?;
+        let a: Answer = serde_json::from_str(&line)
+            .map_err(|e| anyhow!("the daemon's answer {line:?} is not understood: {e}"))?;
+        got_result = !matches!(a, Answer::Discarding { .. });
+        each(&a);
+    }
+    if !got_result {
+        bail!(
+            "the daemon (pid {}) ended the request without an answer; see {}",
+            holder.pid,
+            state.log_file().display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,362 @@
+//! Faults (issue 15): a full disk, a database held by another process. Mounted, with a
+//! real repository; each test bounded by the mount's watchdog and unmounted by its guard.
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A small tmpfs at a path, detached when dropped (declare it before the mount it holds,
+/// so it goes last).
+struct SmallDisk {
+    path: PathBuf,
+}
+
+impl SmallDisk {
+    fn new(path: &Path, size: &str, inodes: u32) -> SmallDisk {
+        fs::create_dir_all(path).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size},nr_inodes={inodes},mode=0755"))
+            .arg("wtfs-test-disk")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs at {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk {
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// Takes every inode and every block left; returns what to delete to give them back.
+    fn fill(&self) -> PathBuf {
+        let fill = self.path.join("fill");
+        fs::create_dir(&fill).unwrap();
+        let mut i = 0;
+        loop {
+            match fs::File::create(fill.join(format!("i{i}"))) {
+                Ok(_) => i += 1,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling inodes: {e}"),
+            }
+            assert!(i < 1_000_000, "the disk never ran out of inodes");
+        }
+        // The last inode went to a file; its blocks go to one big file (which exists
+        // already: the first name).
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(fill.join("i0"))
+            .unwrap();
+        let chunk = vec![7u8; 1 << 16];
+        loop {
+            match f.write_all(&chunk) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                Err(e) => panic!("filling blocks: {e}"),
+            }
+        }
+        fill
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let c = std::ffi::CString::new(self.path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: valid path.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// An `Env` whose state directory is on `disk`.
+fn env_on(dir: tempfile::TempDir, disk_state: &Path) -> Env {
+    let repo = TestRepo::new();
+    let env = Env { repo, dir };
+    assert_eq!(env.state(), disk_state);
+    wtfs_ok(
+        &env.state(),
+        &[
+            "repo",
+            "add",
+            env.repo.path().to_str().unwrap(),
+            "--name",
+            "repo",
+        ],
+    );
+    env
+}
+
+/// Runs `script` in a new shell in `dir` (a process of its own: it takes its own lease)
+/// and returns its exit status and stderr.
+fn sh(dir: &Path, script: &str) -> (bool, String) {
+    let out = run("sh", &["-c", script], dir);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Waits up to 5 s for a shell step to succeed (space freed: the kernel may need a moment
+/// to hand it back).
+fn eventually(dir: &Path, script: &str) {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (ok, err) = sh(dir, script);
+        if ok {
+            return;
+        }
+        assert!(Instant::now() < end, "`{script}` kept failing: {err}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_full_state_disk_answers_enospc_and_the_daemon_survives_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::new(&dir.path().join("state"), "24m", 4000);
+    let env = env_on(dir, &disk.path);
+    let m = env.mount();
+    let wt = m.wt("repo", "full");
+    fs::create_dir(&wt).unwrap();
+    // Something already in the upper layer, and a directory to rename into.
+    let (ok, err) = sh(&wt, "echo before > mine.txt && mkdir there");
+    assert!(ok, "{err}");
+
+    let fill = disk.fill();
+    // Every change that needs space says so, as ext4 would.
+    let steps: &[(&str, &str)] = &[
+        ("copy-up of a base file", "echo more >> README.md"),
+        ("a new file", "echo x > new.txt"),
+        ("a new directory", "mkdir newdir"),
+        ("removing a base file (its whiteout)", "rm src/main.rs"),
+        ("renaming a base file", "mv build.sh there/"),
+        (
+            "growing an upper file",
+            "head -c 1048576 /dev/zero >> mine.txt",
+        ),
+    ];
+    for (what, script) in steps {
+        let (ok, err) = sh(&wt, script);
+        assert!(!ok, "{what} succeeded on a full disk");
+        assert!(
+            err.contains("No space left on device"),
+            "{what}: expected ENOSPC, got: {err}"
+        );
+    }
+    // Reads still work, for processes that were not seen before too.
+    for _ in 0..3 {
+        let (ok, err) = sh(
+            &wt,
+            "cat README.md src/lib/util.rs > /dev/null && ls -R . > /dev/null",
+        );
+        assert!(ok, "a read on a full disk failed: {err}");
+    }
+    // The daemon is up: its log cannot be written, and it does not care.
+    assert!(
+        fs::read_to_string(m.mountpoint.join(".control/stats")).is_ok(),
+        "the daemon is gone"
+    );
+
+    // Space comes back: everything works again.
+    fs::remove_dir_all(&fill).unwrap();
+    eventually(&wt, "echo more >> README.md");
+    for (_, script) in steps {
+        eventually(&wt, script);
+    }
+    assert!(fs::read_to_string(wt.join("README.md"))
+        .unwrap()
+        .ends_with("more\n"));
+    assert!(!wt.join("src/main.rs").exists());
+    assert!(wt.join("there/build.sh").exists());
+    m.unmount();
+}
+
+/// Holds the store's write lock from another process for `secs` seconds (SQLite's own
+/// locking, as any tool opening the file could). Returns once the lock is held.
+fn hold_database(state: &Path, secs: u32) -> std::process::Child {
+    let db = state.join("worktreefs.db");
+    let script = format!(
+        "import sqlite3,sys,time\n\
+         c=sqlite3.connect({db:?},isolation_level=None)\n\
+         c.execute('BEGIN EXCLUSIVE')\n\
+         print('held',flush=True)\n\
+         time.sleep({secs})\n\
+         c.execute('COMMIT')\n"
+    );
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "held");
+    child
+}
+
+#[test]
+fn a_database_held_by_another_process_stalls_no_request() {
+    let env = Env::new();
+    let m = env.mount();
+    let wt = m.wt("repo", "held");
+    fs::create_dir(&wt).unwrap();
+    let (ok, err) = sh(&wt, "cat README.md > /dev/null");
+    assert!(ok, "{err}");
+
+    let mut holder = hold_database(&env.state(), 8);
+    // New processes enter, read and write; `ls .control` lists. None of it waits for the
+    // database.
+    let started = Instant::now();
+    for i in 0..3 {
+        let t = Instant::now();
+        let (ok, err) = sh(
+            &wt,
+            &format!("cat README.md src/main.rs > /dev/null && echo {i} > new{i}.txt"),
+        );
+        assert!(ok, "{err}");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "a new process entering waited {:?} for the database",
+            t.elapsed()
+        );
+    }
+    let t = Instant::now();
+    let (ok, err) = sh(&m.mountpoint, "ls .control/ .control/leases > /dev/null");
+    assert!(ok, "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "ls .control waited {:?} for the database",
+        t.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(7),
+        "the requests took as long as the lock was held"
+    );
+    let _ = holder.wait();
+    m.unmount();
+}
+
+#[test]
+fn a_live_mount_of_another_state_dir_is_never_taken_over() {
+    let a = Env::new();
+    let b = Env::new();
+    // B mounted at A's mountpoint first, then died there: its mount is stale.
+    let mb = Mounted::start(&b.state(), &a.mountpoint());
+    mb.kill9();
+    // A takes the mountpoint: the dead mount is detached.
+    let ma = a.mount();
+    let wt = ma.wt("repo", "live");
+    fs::create_dir(&wt).unwrap();
+    assert!(wt.join("README.md").exists());
+
+    // B again, in the background and in the foreground: refused, naming A's daemon.
+    let amp = a.mountpoint();
+    for extra in [&[][..], &["--foreground"][..]] {
+        let mut args = vec!["mount", amp.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = wtfs(&b.state(), &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "mount over a live mount succeeded");
+        assert!(
+            err.contains("is in use") && err.contains(&format!("pid {}", ma.pid())),
+            "the refusal does not say who serves it: {err}"
+        );
+        assert!(err.contains(a.state().to_str().unwrap()), "{err}");
+    }
+    // B's unmount (its last mountpoint is A's now) leaves A alone too.
+    let out = wtfs(&b.state(), &["unmount"]);
+    assert!(!out.status.success(), "B's unmount detached A's mount");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is in use"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A is untouched and still serving.
+    assert!(is_mounted(&ma.mountpoint));
+    assert_eq!(
+        fs::read_to_string(wt.join("README.md")).unwrap(),
+        "# test repository\n"
+    );
+    assert!(fs::read_to_string(ma.mountpoint.join(".control/stats")).is_ok());
+    ma.unmount();
+}
+
+/// A worktree's state as the daemon's `.control` shows it (the CLI's `list` would wait for
+/// a database held by someone else).
+fn removed(env: &Env, name: &str) -> bool {
+    state_of(env, name) == "removed"
+}
+
+#[test]
+fn reclaim_racing_a_process_entering_never_removes_the_worktree_under_it() {
+    let env = Env::new();
+    let m = env.mount();
+    for i in 0..8 {
+        let name = format!("race-{i}");
+        let wt = m.wt("repo", &name);
+        fs::create_dir(&wt).unwrap();
+        // A shell reads a file of it itself and stays (its lease lasts as long as it does,
+        // though nothing of it is inside once the read is done). Every other round with
+        // the database held by another process: that lease is then kept in memory, where
+        // only the daemon sees it.
+        let holder = (i % 2 == 0).then(|| hold_database(&env.state(), 2));
+        let mut enter = Command::new("timeout")
+            .args(["20", "sh", "-c"])
+            .arg(format!(
+                "read line < '{}/README.md' && echo entered && sleep 5",
+                wt.display()
+            ))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100 + 60 * i as u64));
+        let reclaim = wtfs(&env.state(), &["reclaim", &format!("repo/{name}")]);
+        if let Some(mut h) = holder {
+            let _ = h.wait();
+        }
+        // Read whether it got in (it prints before sleeping).
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(enter.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let entered = line.trim() == "entered";
+        eprintln!(
+            "round {i}: entered {entered}: {}",
+            String::from_utf8_lossy(&reclaim.stderr)
+        );
+        let gone = removed(&env, &name);
+        assert!(
+            !(entered && gone),
+            "round {i}: {name} was removed while a process that entered it is inside (reclaim: {} {})",
+            reclaim.status,
+            String::from_utf8_lossy(&reclaim.stderr)
+        );
+        if entered {
+            assert!(
+                !reclaim.status.success(),
+                "round {i}: reclaim says it removed {name}"
+            );
+            assert!(wt.join("README.md").exists());
+        }
+        let _ = enter.kill();
+        let _ = enter.wait();
+    }
+    m.unmount();
+}
