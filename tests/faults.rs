@@ -360,3 +360,141 @@ fn reclaim_racing_a_process_entering_never_removes_the_worktree_under_it() {
     }
     m.unmount();
 }
+
+/// A repository of `n` files in one commit on `main`, made with git fast-import (quick).
+fn big_repo(n: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("big");
+    fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let mut stream = String::from(
+        "commit refs/heads/main\ncommitter T <t@example.com> 1700000000 +0000\ndata 4\nbig\n",
+    );
+    for i in 0..n {
+        let body = format!("file {i}\n");
+        stream.push_str(&format!(
+            "M 100644 inline d{}/e{}/f{i}.txt\ndata {}\n{body}\n",
+            i % 50,
+            i % 7,
+            body.len()
+        ));
+    }
+    let mut child = Command::new("git")
+        .args(["fast-import", "--quiet"])
+        .current_dir(&repo)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stream.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    dir
+}
+
+/// What a creation leaves: directories under `<state>/worktrees`, git admin entries of
+/// the repository, and its branches, each of which must belong to a worktree's row.
+fn assert_nothing_half_made(state: &Path, gitdir: &Path) {
+    let store = worktreefs::store::Store::open(state).unwrap();
+    assert_eq!(
+        store.creations().unwrap(),
+        vec![],
+        "creations left recorded"
+    );
+    let rows = store.worktrees().unwrap();
+    for e in fs::read_dir(state.join("worktrees")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            rows.iter().any(|w| w.id.to_string() == name),
+            "{name} in the state dir's worktrees belongs to no worktree"
+        );
+    }
+    if let Ok(rd) = fs::read_dir(gitdir.join("worktrees")) {
+        for e in rd {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(
+                rows.iter().any(|w| w.admin_name == name),
+                "git admin entry {name} belongs to no worktree"
+            );
+        }
+    }
+    let branches = run_ok(
+        "git",
+        &["for-each-ref", "--format=%(refname:short)", "refs/heads/"],
+        gitdir,
+    );
+    for b in branches.lines().filter(|b| *b != "main") {
+        assert!(
+            rows.iter().any(|w| w.branch.as_deref() == Some(b)),
+            "branch {b} belongs to no worktree"
+        );
+    }
+}
+
+#[test]
+fn new_killed_at_any_point_leaves_nothing_in_the_way() {
+    let env = Env::new();
+    let big = big_repo(20_000);
+    let big_path = big.path().join("big");
+    wtfs_ok(
+        &env.state(),
+        &["repo", "add", big_path.to_str().unwrap(), "--name", "big"],
+    );
+    // The first creation at a commit builds its index; later ones copy it. Kill times
+    // spread over a whole creation of the kind the loop makes.
+    wtfs_ok(&env.state(), &["new", "big/first"]);
+    let t = Instant::now();
+    wtfs_ok(&env.state(), &["new", "big/second"]);
+    let span = t.elapsed().max(Duration::from_millis(20)).as_micros() as u64 * 3 / 2;
+    let mut rng = Rng::new(15);
+    let mut by_mount = Vec::new();
+    for i in 0..16 {
+        let name = format!("big/k{i}");
+        let mut child = Command::new(BIN)
+            .args(["--state-dir", env.state().to_str().unwrap(), "new", &name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(rng.below(span)));
+        let _ = child.kill();
+        let _ = child.wait();
+        if i % 2 == 0 {
+            // The next `new` of that name rolls back what the killed one left.
+            let out = wtfs(&env.state(), &["new", &name]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() || err.contains("already exists"),
+                "new {name} after a kill: {err}"
+            );
+        } else {
+            by_mount.push(name);
+        }
+    }
+    // The next mount rolls back the rest.
+    let m = env.mount();
+    assert_nothing_half_made(&env.state(), &big_path.join(".git"));
+    for name in &by_mount {
+        let out = wtfs(&env.state(), &["new", name]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() || err.contains("already exists"),
+            "new {name} after a kill and a mount: {err}"
+        );
+    }
+    // Every worktree made is whole.
+    for i in 0..16 {
+        let wt = m.wt("big", &format!("k{i}"));
+        assert_eq!(
+            fs::read_to_string(wt.join("d3/e3/f3.txt")).unwrap(),
+            "file 3\n"
+        );
+        let status = run_ok("git", &["status", "--porcelain"], &wt);
+        assert_eq!(status, "", "k{i} is not clean");
+    }
+    m.unmount();
+    assert_nothing_half_made(&env.state(), &big_path.join(".git"));
+}

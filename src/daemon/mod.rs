@@ -130,9 +130,17 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let store = Store::open_described(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
         create::repoint_admin_entries(&store, &mountpoint)?;
+        let mut store = store;
+        match create::roll_back_dead_creations(&req.state, &mut store) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("boot reconcile: {n} creation(s) killed half-way rolled back"),
+            Err(e) => tracing::error!("boot reconcile: rolling back creations failed: {e:#}"),
+        }
         enable_fsmonitor(&store);
     }
-    // Boot reconcile: finish what a daemon that died left deleting, remove retained
+    // Boot reconcile: creations killed half-way are rolled back (a creation recorded by a
+    // process that is gone), then what a daemon that died left deleting is finished,
+    // retained
     // worktrees that are now clean and pushed, before anyone can enter.
     crate::lifecycle::cleanup::reconcile_at_boot(&req.state, &mountpoint)?;
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);

@@ -66,13 +66,19 @@ pub fn admin_dir(gitdir: &Path, admin_name: &str) -> PathBuf {
 
 /// Picks a free admin entry name for worktree `name`, the way git suffixes numbers.
 pub fn free_admin_name(gitdir: &Path, name: &str) -> String {
+    free_admin_name_except(gitdir, name, &[])
+}
+
+/// As `free_admin_name`, also passing over the names in `taken` (creations in progress).
+pub fn free_admin_name_except(gitdir: &Path, name: &str, taken: &[String]) -> String {
     let base = format!("wtfs-{name}");
-    if !admin_dir(gitdir, &base).exists() {
+    let free = |n: &String| !admin_dir(gitdir, n).exists() && !taken.contains(n);
+    if free(&base) {
         return base;
     }
     (1..)
         .map(|i| format!("{base}{i}"))
-        .find(|n| !admin_dir(gitdir, n).exists())
+        .find(free)
         .unwrap_or(base)
 }
 

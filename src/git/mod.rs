@@ -22,8 +22,8 @@ pub const MODE_LINK: u32 = 0o120000;
 pub const MODE_GITLINK: u32 = 0o160000;
 
 pub use admin::{
-    admin_dir, checked_out_branches, common_dir, discover, free_admin_name, resolve_base,
-    write_admin_entry, ResolvedBase,
+    admin_dir, checked_out_branches, common_dir, discover, free_admin_name, free_admin_name_except,
+    resolve_base, write_admin_entry, ResolvedBase,
 };
 pub use index::{decode_index_sizes, encode_index, IndexEntry, IndexStat, Sha1Prefix};
 pub use objects::{read_blob, with_repo, ObjectCache, TreeEntry, TreeListing};

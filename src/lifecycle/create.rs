@@ -9,9 +9,10 @@ use git2::{BranchType, Repository};
 
 use crate::git::{self, IndexStat};
 use crate::lease::State;
+use crate::lifecycle::cleanup::ADMIN_MARKER;
 use crate::names::validate_name;
 use crate::state::StateDir;
-use crate::store::{now_secs, NewWorktree, Store, WorktreeRow};
+use crate::store::{now_secs, BeginCreation, CreationRow, NewWorktree, Store, WorktreeRow};
 
 pub const META_MOUNTPOINT: &str = "mountpoint";
 
@@ -64,35 +65,6 @@ pub fn gitfile_path(mountpoint: &Path, repo: &str, name: &str) -> PathBuf {
     mountpoint.join(repo).join(name).join(".git")
 }
 
-/// Undo log for a creation in progress: whatever was made is removed on drop unless the
-/// creation was committed.
-struct Rollback<'r> {
-    repo: &'r Repository,
-    branch: Option<String>,
-    dirs: Vec<PathBuf>,
-    committed: bool,
-}
-
-impl Drop for Rollback<'_> {
-    fn drop(&mut self) {
-        if self.committed {
-            return;
-        }
-        for d in self.dirs.iter().rev() {
-            if let Err(e) = fs::remove_dir_all(d) {
-                tracing::warn!("rollback: could not remove {}: {e}", d.display());
-            }
-        }
-        if let Some(b) = &self.branch {
-            if let Ok(mut br) = self.repo.find_branch(b, BranchType::Local) {
-                if let Err(e) = br.delete() {
-                    tracing::warn!("rollback: could not delete branch {b}: {e}");
-                }
-            }
-        }
-    }
-}
-
 fn internal(context: &str) -> impl Fn(String) -> CreateError + '_ {
     move |e| CreateError::Internal(format!("{context}: {e}"))
 }
@@ -114,6 +86,24 @@ pub fn create_worktree(
                 req.repo, req.repo
             ))
         })?;
+    // A creation of this name that was killed half-way is rolled back first; one that is
+    // still running makes this one wait its turn.
+    for c in store
+        .creations()
+        .map_err(|e| internal("reading creations")(e.to_string()))?
+        .into_iter()
+        .filter(|c| c.repo_id == repo_row.id && c.name == req.name)
+    {
+        if creator_alive(&c) {
+            return Err(CreateError::Exists(format!(
+                "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
+                req.repo, req.name, c.pid
+            )));
+        }
+        roll_back_creation(state, store, &repo_row.gitdir, &c).map_err(|e| {
+            internal("rolling back an earlier creation killed half-way")(format!("{e:#}"))
+        })?;
+    }
     if let Some(existing) = store
         .worktree(req.repo, req.name)
         .map_err(|e| internal("reading worktrees")(e.to_string()))?
@@ -185,13 +175,75 @@ pub fn create_worktree(
     let base_mtime = base.commit_time.clamp(1, now_secs() - 1);
     let index = cached_index(state, &repo, base.tree, base_mtime, req.uid, req.gid)?;
 
-    let mut rollback = Rollback {
-        repo: &repo,
-        branch: None,
-        dirs: Vec::new(),
-        committed: false,
+    // Recorded before the first step: the id, the branch it makes, git's admin entry.
+    // Killed at any point from here, the next mount or the next creation of this name
+    // rolls back exactly these (`roll_back_creation`).
+    let gitdir = git::common_dir(&repo);
+    let taken = store
+        .creation_admin_names(repo_row.id)
+        .map_err(|e| internal("reading creations")(e.to_string()))?;
+    let admin_name = git::free_admin_name_except(&gitdir, req.name, &taken);
+    let me = crate::lifecycle::holders::proc_info(std::process::id() as i32);
+    let mut record = CreationRow {
+        worktree_id: 0,
+        repo_id: repo_row.id,
+        name: req.name.to_string(),
+        branch: existing_branch.is_none().then(|| branch_name.clone()),
+        base_commit: base.commit.to_string(),
+        admin_name: admin_name.clone(),
+        pid: std::process::id() as i32,
+        pid_start: me.map(|p| p.start).unwrap_or(0),
+        started_at: now_secs(),
     };
-    if existing_branch.is_none() {
+    record.worktree_id = match store.begin_creation(&record) {
+        Ok(id) => id,
+        Err(BeginCreation::Exists(state)) => {
+            return Err(CreateError::Exists(format!(
+                "worktree '{}/{}' already exists (state: {state}); pick another name",
+                req.repo, req.name
+            )))
+        }
+        Err(BeginCreation::InProgress(other)) => {
+            return Err(CreateError::Exists(format!(
+                "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
+                req.repo, req.name, other.pid
+            )))
+        }
+        Err(BeginCreation::Db(e)) => return Err(internal("recording the creation")(e.to_string())),
+    };
+    let made = make_recorded(state, store, &repo, &record, req, &base, base_mtime, &index);
+    if let Err(e) = &made {
+        if let Err(undo) = roll_back_creation(state, store, &gitdir, &record) {
+            tracing::error!(
+                "creation of {}/{} failed ({e}) and could not be rolled back ({undo:#}); the next mount rolls it back",
+                req.repo,
+                req.name
+            );
+        }
+    }
+    made?;
+    store
+        .worktree(req.repo, req.name)
+        .map_err(|e| internal("reading back the worktree")(e.to_string()))?
+        .ok_or_else(|| CreateError::Internal("worktree row vanished".into()))
+}
+
+/// The steps of a recorded creation, in order: the branch, git's admin entry, the upper
+/// layer (made under `.new-<id>`, then put at `<id>`), and the row, which replaces the
+/// record in one transaction.
+#[allow(clippy::too_many_arguments)]
+fn make_recorded(
+    state: &StateDir,
+    store: &mut Store,
+    repo: &Repository,
+    record: &CreationRow,
+    req: &CreateRequest<'_>,
+    base: &git::ResolvedBase,
+    base_mtime: i64,
+    index: &CachedIndex,
+) -> Result<(), CreateError> {
+    let branch_name = req.branch.unwrap_or(req.name).to_string();
+    if record.branch.is_some() {
         let commit = repo
             .find_commit(base.commit)
             .map_err(|e| internal("reading base commit")(e.message().to_string()))?;
@@ -201,60 +253,52 @@ pub fn create_worktree(
                 e.message()
             ))
         })?;
-        rollback.branch = Some(branch_name.clone());
     }
 
-    let gitdir = git::common_dir(&repo);
-    let admin_name = git::free_admin_name(&gitdir, req.name);
-    let admin = git::admin_dir(&gitdir, &admin_name);
+    let gitdir = git::common_dir(repo);
+    let admin = git::admin_dir(&gitdir, &record.admin_name);
     let mountpoint = mountpoint_of(state, store);
     let worktree_path = mountpoint.join(req.repo).join(req.name);
-    rollback.dirs.push(admin.clone());
     git::write_admin_entry(
         &admin,
         &format!("ref: refs/heads/{branch_name}"),
         &gitfile_path(&mountpoint, req.repo, req.name),
         |out| index.write_for(out, &worktree_path, &gitdir),
-        &format!(
-            "managed by worktreefs (state dir {})\n",
-            state.root.display()
-        ),
+        &format!("{ADMIN_MARKER} (state dir {})\n", state.root.display()),
     )
     .map_err(|e| internal("writing the git worktree entry")(format!("{e:#}")))?;
 
-    // The upper layer gets its final id-based path once the row exists; create it under a
-    // temporary name first so a failed insert leaves nothing.
-    let staging =
-        state
-            .root
-            .join("worktrees")
-            .join(format!(".new-{}-{}", std::process::id(), admin_name));
-    rollback.dirs.push(staging.clone());
+    let id = record.worktree_id;
+    let staging = staging_dir(state, id);
     fs::create_dir_all(staging.join("upper"))
         .and_then(|_| fs::create_dir_all(staging.join("work")))
         .map_err(|e| internal("creating the upper layer")(e.to_string()))?;
-    let uid_gid = (req.uid, req.gid);
     let _ = nix::unistd::chown(
         &staging.join("upper"),
-        Some(nix::unistd::Uid::from_raw(uid_gid.0)),
-        Some(nix::unistd::Gid::from_raw(uid_gid.1)),
+        Some(nix::unistd::Uid::from_raw(req.uid)),
+        Some(nix::unistd::Gid::from_raw(req.gid)),
     );
+    fs::rename(&staging, state.worktree_dir(id))
+        .map_err(|e| internal("placing the upper layer")(e.to_string()))?;
 
     let commit_s = base.commit.to_string();
     let tree_s = base.tree.to_string();
-    let id = store
-        .insert_worktree(&NewWorktree {
-            repo_id: repo_row.id,
-            name: req.name,
-            branch: Some(&branch_name),
-            branch_created: existing_branch.is_none(),
-            base_commit: &commit_s,
-            base_tree: &tree_s,
-            base_mtime,
-            uid: req.uid,
-            gid: req.gid,
-            admin_name: &admin_name,
-        })
+    store
+        .finish_creation(
+            id,
+            &NewWorktree {
+                repo_id: record.repo_id,
+                name: req.name,
+                branch: Some(&branch_name),
+                branch_created: record.branch.is_some(),
+                base_commit: &commit_s,
+                base_tree: &tree_s,
+                base_mtime,
+                uid: req.uid,
+                gid: req.gid,
+                admin_name: &record.admin_name,
+            },
+        )
         .map_err(|e| match e {
             rusqlite::Error::SqliteFailure(f, _)
                 if f.code == rusqlite::ErrorCode::ConstraintViolation =>
@@ -265,18 +309,114 @@ pub fn create_worktree(
                 ))
             }
             other => internal("recording the worktree")(other.to_string()),
-        })?;
-    let final_dir = state.worktree_dir(id);
-    if let Err(e) = fs::rename(&staging, &final_dir) {
-        // The row exists but its directory does not: remove the row too.
-        let _ = store.delete_worktree_row(id);
-        return Err(internal("placing the upper layer")(e.to_string()));
+        })
+}
+
+fn staging_dir(state: &StateDir, id: i64) -> PathBuf {
+    state.root.join("worktrees").join(format!(".new-{id}"))
+}
+
+/// Whether the process that recorded creation `c` still runs (same pid, same start).
+fn creator_alive(c: &CreationRow) -> bool {
+    crate::lifecycle::holders::proc_info(c.pid).is_some_and(|p| p.start == c.pid_start)
+}
+
+/// Undoes what creation `c` recorded, each step only if it finds its work there and
+/// only what the record names: the upper layer under its reserved id (no row has that
+/// id), its staging directory, git's admin entry when its `locked` file is worktreefs's
+/// (or the entry is still empty), the branch it made when that still points at the base
+/// commit and is checked out nowhere; then the record goes. Safe to run again.
+pub fn roll_back_creation(
+    state: &StateDir,
+    store: &mut Store,
+    gitdir: &Path,
+    c: &CreationRow,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let what = format!("creation of worktree {} (id {})", c.name, c.worktree_id);
+    if store.worktree_by_id(c.worktree_id)?.is_none() {
+        let dir = state.worktree_dir(c.worktree_id);
+        if dir.exists() {
+            fs::remove_dir_all(&dir)
+                .with_context(|| format!("{what}: removing {}", dir.display()))?;
+        }
     }
-    rollback.committed = true;
-    store
-        .worktree(req.repo, req.name)
-        .map_err(|e| internal("reading back the worktree")(e.to_string()))?
-        .ok_or_else(|| CreateError::Internal("worktree row vanished".into()))
+    let staging = staging_dir(state, c.worktree_id);
+    if staging.exists() {
+        fs::remove_dir_all(&staging)
+            .with_context(|| format!("{what}: removing {}", staging.display()))?;
+    }
+    let admin = git::admin_dir(gitdir, &c.admin_name);
+    if admin.is_dir() {
+        let locked = fs::read_to_string(admin.join("locked")).unwrap_or_default();
+        let ours = locked.starts_with(ADMIN_MARKER) || ADMIN_MARKER.starts_with(&locked);
+        let only_lock = fs::read_dir(&admin)
+            .map(|rd| rd.flatten().all(|e| e.file_name() == "locked"))
+            .unwrap_or(false);
+        if locked.starts_with(ADMIN_MARKER) || (ours && only_lock) {
+            fs::remove_dir_all(&admin)
+                .with_context(|| format!("{what}: removing {}", admin.display()))?;
+        } else {
+            tracing::warn!(
+                "{what}: git worktree entry {} is not worktreefs's; left as it is",
+                admin.display()
+            );
+        }
+    }
+    if let Some(b) = &c.branch {
+        // Killed while git's library made the branch: its lock file stays and would
+        // refuse the branch to the next creation. Removed only when made during this
+        // creation (a lock older than the record is someone else's).
+        let lock = gitdir.join("refs/heads").join(format!("{b}.lock"));
+        if let Ok(m) = fs::symlink_metadata(&lock) {
+            use std::os::unix::fs::MetadataExt;
+            if m.is_file() && m.mtime() >= c.started_at - 1 {
+                fs::remove_file(&lock)
+                    .with_context(|| format!("{what}: removing {}", lock.display()))?;
+            } else {
+                tracing::warn!("{what}: {} predates it; left as it is", lock.display());
+            }
+        }
+        if let Ok(repo) = Repository::open(gitdir) {
+            let full = format!("refs/heads/{b}");
+            let checked_out = git::checked_out_branches(&repo)
+                .into_iter()
+                .any(|(_, r)| r == full);
+            if let Ok(mut br) = repo.find_branch(b, BranchType::Local) {
+                let tip = br.get().target().map(|t| t.to_string());
+                if tip.as_deref() == Some(c.base_commit.as_str()) && !checked_out {
+                    br.delete().map_err(|e| {
+                        anyhow::anyhow!("{what}: deleting branch {b}: {}", e.message())
+                    })?;
+                } else {
+                    tracing::warn!("{what}: branch {b} moved or is checked out since; kept");
+                }
+            }
+        }
+    }
+    store.end_creation(c.worktree_id)?;
+    tracing::info!(
+        "rolled back the {what}, left half-made by process {}",
+        c.pid
+    );
+    Ok(())
+}
+
+/// At every mount: creations whose creator is gone are rolled back.
+pub fn roll_back_dead_creations(state: &StateDir, store: &mut Store) -> anyhow::Result<usize> {
+    let mut n = 0;
+    for c in store.creations()? {
+        if creator_alive(&c) {
+            continue;
+        }
+        let Some(repo) = store.repo_by_id(c.repo_id)? else {
+            store.end_creation(c.worktree_id)?;
+            continue;
+        };
+        roll_back_creation(state, store, &repo.gitdir, &c)?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// A cached index on disk and what a creation needs to copy it: the worktree-independent

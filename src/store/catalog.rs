@@ -157,13 +157,27 @@ impl Store {
     /// Inserts a worktree in state `ready` and records the creation as an event, in one
     /// transaction. Fails on a duplicate (repo, name).
     pub fn insert_worktree(&mut self, w: &NewWorktree<'_>) -> rusqlite::Result<i64> {
+        self.insert_worktree_as(None, w)
+    }
+
+    /// The last step of a recorded creation: the worktree's row, with the id the creation
+    /// reserved, and the creation's record gone, in one transaction.
+    pub fn finish_creation(&mut self, id: i64, w: &NewWorktree<'_>) -> rusqlite::Result<()> {
+        self.insert_worktree_as(Some(id), w).map(|_| ())
+    }
+
+    fn insert_worktree_as(
+        &mut self,
+        id: Option<i64>,
+        w: &NewWorktree<'_>,
+    ) -> rusqlite::Result<i64> {
         let now = now_secs();
         let tx = self.conn.transaction()?;
         tx.execute(
             &format!(
-                "INSERT INTO worktrees(repo_id, name, branch, branch_created, base_commit, base_tree,
+                "INSERT INTO worktrees(id, repo_id, name, branch, branch_created, base_commit, base_tree,
                  base_mtime, uid, gid, admin_name, state, created_at, state_changed_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '{READY}', ?11, ?11)"
+             VALUES (?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '{READY}', ?11, ?11)"
             ),
             params![
                 w.repo_id,
@@ -176,10 +190,12 @@ impl Store {
                 w.uid,
                 w.gid,
                 w.admin_name,
-                now
+                now,
+                id
             ],
         )?;
         let id = tx.last_insert_rowid();
+        tx.execute("DELETE FROM creations WHERE worktree_id = ?1", [id])?;
         tx.execute(
             "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, ?2, 'created', ?3)",
             params![now, id, format!("base {}", w.base_commit)],

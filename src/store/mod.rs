@@ -20,11 +20,13 @@ const REMOVED: &str = State::Removed.as_str();
 
 mod catalog;
 mod cleanup;
+mod creations;
 mod leases;
 mod schema;
 
 pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
 pub use cleanup::{BeginError, RetainedRow};
+pub use creations::{BeginCreation, CreationRow};
 pub use leases::{EventRow, LeaseError, LeaseRow, NewLease};
 use schema::MIGRATIONS;
 

@@ -90,4 +90,21 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE worktrees_v2 RENAME TO worktrees;
     CREATE UNIQUE INDEX worktrees_live_name ON worktrees(repo_id, name) WHERE state != 'removed';
     "#,
+    // 3: a creation records what it is about to make before its first step, so one that
+    // was killed half-way is rolled back (issue 15). `worktree_id` is reserved for it.
+    r#"
+    CREATE TABLE creations (
+        worktree_id INTEGER PRIMARY KEY,
+        repo_id     INTEGER NOT NULL REFERENCES repos(id),
+        name        TEXT NOT NULL,
+        branch      TEXT,
+        base_commit TEXT NOT NULL,
+        admin_name  TEXT NOT NULL,
+        pid         INTEGER NOT NULL,
+        pid_start   INTEGER NOT NULL,
+        started_at  INTEGER NOT NULL,
+        UNIQUE (repo_id, name),
+        UNIQUE (repo_id, admin_name)
+    );
+    "#,
 ];

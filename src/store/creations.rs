@@ -1,0 +1,143 @@
+//! Creations in progress: what a creation is about to make, recorded before its first
+//! step (a branch, git's admin entry, the upper layer's directory), so that one killed
+//! half-way is rolled back by the next mount or the next creation of that name, and
+//! nothing it did not record is touched.
+
+use rusqlite::{params, OptionalExtension};
+
+use super::{now_secs, Store, REMOVED};
+
+/// A creation in progress, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreationRow {
+    /// The id reserved for the worktree: its directory is `<state>/worktrees/<id>`.
+    pub worktree_id: i64,
+    pub repo_id: i64,
+    pub name: String,
+    /// A branch this creation makes (None: it uses one that exists).
+    pub branch: Option<String>,
+    pub base_commit: String,
+    /// git's admin entry it makes: `<gitdir>/worktrees/<admin_name>`.
+    pub admin_name: String,
+    /// The creating process, by pid and start time.
+    pub pid: i32,
+    pub pid_start: u64,
+    pub started_at: i64,
+}
+
+/// Why a creation could not be recorded.
+#[derive(Debug)]
+pub enum BeginCreation {
+    /// A worktree of that name exists (its state).
+    Exists(String),
+    /// Another creation of that name is recorded.
+    InProgress(Box<CreationRow>),
+    Db(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for BeginCreation {
+    fn from(e: rusqlite::Error) -> Self {
+        BeginCreation::Db(e)
+    }
+}
+
+const COLUMNS: &str =
+    "worktree_id, repo_id, name, branch, base_commit, admin_name, pid, pid_start, started_at";
+
+fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CreationRow> {
+    Ok(CreationRow {
+        worktree_id: r.get(0)?,
+        repo_id: r.get(1)?,
+        name: r.get(2)?,
+        branch: r.get(3)?,
+        base_commit: r.get(4)?,
+        admin_name: r.get(5)?,
+        pid: r.get(6)?,
+        pid_start: r.get::<_, i64>(7)? as u64,
+        started_at: r.get(8)?,
+    })
+}
+
+impl Store {
+    /// Records a creation before its first step, in one transaction that finds no live
+    /// worktree and no other creation of that name; reserves and returns the worktree's
+    /// id (above every worktree's and every recorded creation's).
+    pub fn begin_creation(&mut self, c: &CreationRow) -> Result<i64, BeginCreation> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let live: Option<String> = tx
+            .query_row(
+                &format!(
+                    "SELECT state FROM worktrees WHERE repo_id = ?1 AND name = ?2 AND state != '{REMOVED}'"
+                ),
+                params![c.repo_id, c.name],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(state) = live {
+            return Err(BeginCreation::Exists(state));
+        }
+        let other = tx
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM creations WHERE repo_id = ?1 AND name = ?2"),
+                params![c.repo_id, c.name],
+                from_row,
+            )
+            .optional()?;
+        if let Some(other) = other {
+            return Err(BeginCreation::InProgress(Box::new(other)));
+        }
+        let id: i64 = tx.query_row(
+            "SELECT 1 + MAX(COALESCE((SELECT MAX(id) FROM worktrees), 0),
+                            COALESCE((SELECT MAX(worktree_id) FROM creations), 0))",
+            [],
+            |r| r.get(0),
+        )?;
+        tx.execute(
+            &format!(
+                "INSERT INTO creations({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+            ),
+            params![
+                id,
+                c.repo_id,
+                c.name,
+                c.branch,
+                c.base_commit,
+                c.admin_name,
+                c.pid,
+                c.pid_start as i64,
+                now_secs()
+            ],
+        )?;
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// Every creation recorded (in progress, or left by a creator that died).
+    pub fn creations(&self) -> rusqlite::Result<Vec<CreationRow>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM creations ORDER BY worktree_id"
+        ))?;
+        let rows = stmt.query_map([], from_row)?;
+        rows.collect()
+    }
+
+    /// Admin entry names recorded by creations of repository `repo_id`.
+    pub fn creation_admin_names(&self, repo_id: i64) -> rusqlite::Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT admin_name FROM creations WHERE repo_id = ?1")?;
+        let rows = stmt.query_map([repo_id], |r| r.get(0))?;
+        rows.collect()
+    }
+
+    /// A creation rolled back: its record goes.
+    pub fn end_creation(&self, worktree_id: i64) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "DELETE FROM creations WHERE worktree_id = ?1",
+            [worktree_id],
+        )?;
+        Ok(())
+    }
+}
