@@ -233,6 +233,16 @@ fn main() -> ExitCode {
     // Objects come from the repository's own local database: libgit2 re-hashing each one
     // on every read (its default) only costs time.
     git2::opts::strict_hash_verification(false);
+    // A repository registered here may belong to another user (a root daemon with
+    // --allow-other serving its users' repositories): libgit2's ownership check (git's
+    // safe.directory) would refuse to open it. That check guards against running programs
+    // a repository's configuration names; worktreefs runs none (libgit2 runs no hooks,
+    // filters or fsmonitor commands), and only the state directory's owner registers
+    // repositories.
+    // SAFETY: set at startup, before any repository is opened.
+    unsafe {
+        let _ = git2::opts::set_verify_owner_validation(false);
+    }
     // Memory: the daemon keeps its own cache of trees and sizes, so libgit2's object cache
     // only duplicates it; and in the daemon pack files are mapped in windows of at most
     // 16 MiB, 32 MiB in all (libgit2's defaults, 1 GiB and 8 GiB, let one big pack sit in

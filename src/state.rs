@@ -96,7 +96,12 @@ impl StateDir {
     /// the old default, `<state>/mnt`, keeps it: its worktrees' git entries point there.
     pub fn default_mountpoint(&self) -> PathBuf {
         let old = self.old_default_mountpoint();
-        if old.is_dir() {
+        // A dead mount there (its daemon died) answers ENOTCONN: it is there all the same.
+        let there = match fs::symlink_metadata(&old) {
+            Ok(m) => m.is_dir(),
+            Err(e) => matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)),
+        };
+        if there {
             return old;
         }
         let mut name = self.root.file_name().unwrap_or_default().to_os_string();

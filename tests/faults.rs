@@ -314,10 +314,11 @@ fn reclaim_racing_a_process_entering_never_removes_the_worktree_under_it() {
         // the database held by another process: that lease is then kept in memory, where
         // only the daemon sees it.
         let holder = (i % 2 == 0).then(|| hold_database(&env.state(), 2));
-        let mut enter = Command::new("timeout")
-            .args(["20", "sh", "-c"])
+        // (`exec`: the shell becomes the sleep, so killing it ends everything it started.)
+        let mut enter = Command::new("sh")
+            .arg("-c")
             .arg(format!(
-                "read line < '{}/README.md' && echo entered && sleep 5",
+                "read line < '{}/README.md' && echo entered && exec sleep 5",
                 wt.display()
             ))
             .stdout(Stdio::piped())

@@ -150,8 +150,36 @@ fn a_mount_is_private_unless_allow_other() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), "# test repository\n");
-        // A worktree belongs to the user who created it.
+        // `.control` (every lease, with its command line) is the mount owner's alone.
+        for what in ["ls .control", "ls .control/leases", "cat .control/status"] {
+            let out = as_nobody(&m.mountpoint, &format!("{what} > /dev/null"));
+            assert!(!out.status.success(), "nobody could `{what}`");
+        }
+        assert!(fs::read_to_string(m.mountpoint.join(".control/status")).is_ok());
+        // A worktree belongs to the user who created it: root's to root, and one that
+        // nobody makes (in a repository of nobody's) to nobody.
         assert_eq!(fs::metadata(m.wt("repo", "shared")).unwrap().uid(), 0);
+        std::os::unix::fs::chown(env.repo.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let out = as_nobody(
+            Path::new("/"),
+            &format!(
+                "mkdir '{}' && echo mine > '{}/new.txt'",
+                m.wt("repo", "nobodys").display(),
+                m.wt("repo", "nobodys").display()
+            ),
+        );
+        assert!(
+            out.status.success(),
+            "nobody could not create a worktree in its repository: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            m.log()
+        );
+        let md = fs::metadata(m.wt("repo", "nobodys")).unwrap();
+        assert_eq!((md.uid(), md.gid()), (NOBODY, NOBODY));
+        let f = fs::metadata(m.wt("repo", "nobodys").join("README.md")).unwrap();
+        assert_eq!(f.uid(), NOBODY, "its files are nobody's too");
+        std::os::unix::fs::chown(env.repo.path(), Some(0), Some(0)).unwrap();
         // A repository kept to its owner keeps its worktrees to its owner.
         // (Within a second: the kernel keeps a repository directory's attributes that long.)
         fs::set_permissions(env.repo.path(), fs::Permissions::from_mode(0o700)).unwrap();

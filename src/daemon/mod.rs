@@ -64,7 +64,7 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
         Some(m) => m.clone(),
         None => {
             let d = req.state.default_mountpoint();
-            fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            default_mountpoint_dir(&d)?;
             d
         }
     };
@@ -87,6 +87,34 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(mountpoint)
+}
+
+/// Makes the default mountpoint, a directory of this user's: next to the state directory,
+/// where (in /tmp, say) another user may have put a name first, so a symlink or a
+/// directory of someone else's there is refused, never followed.
+fn default_mountpoint_dir(d: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Some(parent) = d.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    match fs::DirBuilder::new().mode(0o755).create(d) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => bail!("creating the default mountpoint {}: {e}", d.display()),
+    }
+    match fs::symlink_metadata(d) {
+        Ok(m) if m.file_type().is_symlink() || !m.is_dir() => bail!(
+            "the default mountpoint {} is not a directory (a symlink or a file is there); remove it, or give a mountpoint",
+            d.display()
+        ),
+        Ok(m) if m.uid() != nix::unistd::geteuid().as_raw() => bail!(
+            "the default mountpoint {} belongs to uid {}, not to you; remove it, or give a mountpoint",
+            d.display(),
+            m.uid()
+        ),
+        // A directory of this user's, or a dead mount (checked next).
+        _ => Ok(()),
+    }
 }
 
 /// Runs the daemon in this process until the filesystem is unmounted. `ready` receives one
@@ -145,10 +173,6 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     crate::lifecycle::cleanup::reconcile_at_boot(&req.state, &mountpoint)?;
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
     let gate = view.gate();
-    // Worktrees still deleting (a cleanup boot reconcile could not finish) take no lease.
-    for w in Store::open(&req.state.root)?.worktrees_in(crate::lease::State::Deleting)? {
-        gate.close(w.id);
-    }
     let tracker = {
         let view = view.clone();
         crate::lifecycle::holders::Tracker::new(
@@ -183,13 +207,14 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         req.linger,
         req.cache_nodes,
         view.clone(),
-        tracker,
+        tracker.clone(),
         gate,
     );
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
     // Unmounted (by us, umount or fusermount3 -u): leases go, cleanup runs, then the
-    // state dir is free.
+    // state dir is free. Lease changes still kept in memory are superseded.
+    tracker.stop();
     if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(&req.state, &mountpoint) {
         tracing::error!("cleanup at unmount failed: {e:#}");
     }

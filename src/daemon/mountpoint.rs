@@ -10,7 +10,8 @@ use anyhow::{anyhow, bail, Context};
 pub fn mount_type(path: &Path) -> Option<(String, String)> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
     let want = path.to_string_lossy();
-    mounts.lines().find_map(|l| {
+    // The last line for a path is the mount on top, the one a path lookup reaches.
+    mounts.lines().rev().find_map(|l| {
         let mut f = l.split_whitespace();
         let (src, target, fstype) = (f.next()?, f.next()?, f.next()?);
         (unescape_mount_path(target) == want).then(|| (src.to_string(), fstype.to_string()))

@@ -81,14 +81,24 @@ pub(super) fn serve(
     use std::os::unix::fs::PermissionsExt;
     let path = socket_path(state);
     let _ = std::fs::remove_file(&path);
+    let (_dir, addr) = addressable(&path)?;
     let listener =
-        UnixListener::bind(&path).with_context(|| format!("binding {}", path.display()))?;
+        UnixListener::bind(&addr).with_context(|| format!("binding {}", path.display()))?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     let state = state.clone();
     let _ = std::thread::Builder::new()
         .name("socket".into())
         .spawn(move || {
-            for conn in listener.incoming().flatten() {
+            for conn in listener.incoming() {
+                let conn = match conn {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of descriptors, say: not a reason to spin.
+                        tracing::warn!("the daemon's socket cannot accept: {e}");
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
+                    }
+                };
                 let (state, view, gate, mountpoint) = (
                     state.clone(),
                     view.clone(),
@@ -105,6 +115,21 @@ pub(super) fn serve(
             }
         });
     Ok(())
+}
+
+/// A path to bind or connect `path` by: itself, or when it is longer than a socket address
+/// holds (108 bytes), the same name through a descriptor of its directory
+/// (`/proc/self/fd/N/daemon.sock`), which is returned to be kept open meanwhile.
+fn addressable(path: &Path) -> anyhow::Result<(Option<std::fs::File>, PathBuf)> {
+    use std::os::fd::AsRawFd;
+    if path.as_os_str().len() < 100 {
+        return Ok((None, path.to_path_buf()));
+    }
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let f = std::fs::File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    let short = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .join(path.file_name().unwrap_or_default());
+    Ok((Some(f), short))
 }
 
 fn peer_uid(conn: &UnixStream) -> Option<u32> {
@@ -171,20 +196,21 @@ fn answer(
             },
         );
     };
-    let mut shown = Vec::new();
+    // What `--discard` throws away goes to the command before anything goes.
+    let mut out = conn.try_clone()?;
     let r = request_removal_gated(
         gate,
+        &|| view.catalog_changed(),
         state,
         &mut store,
         &row,
         mountpoint,
         discard,
-        &mut |d| shown.push(d.lines()),
+        &mut |d| {
+            let _ = send(&mut out, &Answer::Discarding { lines: d.lines() });
+        },
     );
     view.catalog_changed();
-    for lines in shown {
-        send(&mut conn, &Answer::Discarding { lines })?;
-    }
     send(&mut conn, &to_answer(r))
 }
 
@@ -203,6 +229,9 @@ fn to_answer(r: Result<Outcome, RequestError>) -> Answer {
 
 /// How long a command waits for the daemon to take its request before it gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a command waits for each line of the daemon's answer (an inspection of a
+/// large worktree hashes what it holds).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// `reclaim`: asked of the live daemon serving `state` when there is one, else done here
 /// (no daemon: no lease is kept in memory anywhere). Each answer line goes to `each`.
@@ -236,9 +265,10 @@ pub fn reclaim(
         return Ok(());
     };
     let path = socket_path(state);
+    let (_dir, addr) = addressable(&path)?;
     let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
     let mut conn = loop {
-        match UnixStream::connect(&path) {
+        match UnixStream::connect(&addr) {
             Ok(c) => break c,
             Err(e) if std::time::Instant::now() < deadline => {
                 tracing::debug!("connecting to {}: {e}", path.display());
@@ -262,10 +292,31 @@ pub fn reclaim(
         discard,
     })?;
     req.push('\n');
+    conn.set_write_timeout(Some(CONNECT_TIMEOUT))?;
+    conn.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     conn.write_all(req.as_bytes())?;
     let mut got_result = false;
     for line in BufReader::new(conn).lines() {
-        let line = line.context("reading the daemon's answer")?;
+        let line = match line {
+            Ok(l) => l,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                each(&Answer::Busy {
+                    message: format!(
+                        "the daemon (pid {}) did not answer within {} s; the removal may still finish: see `worktreefs list`, and {}",
+                        holder.pid,
+                        ANSWER_TIMEOUT.as_secs(),
+                        state.log_file().display()
+                    ),
+                });
+                return Ok(());
+            }
+            Err(e) => return Err(anyhow!("reading the daemon's answer: {e}")),
+        };
         let a: Answer = serde_json::from_str(&line)
             .map_err(|e| anyhow!("the daemon's answer {line:?} is not understood: {e}"))?;
         got_result = !matches!(a, Answer::Discarding { .. });

@@ -70,6 +70,45 @@ pub(super) fn fixed_nodes() -> impl Iterator<Item = (u64, NodeKind, u64, &'stati
     }))
 }
 
+/// The mode of `.control`'s directory `ino`. `.control` shows every lease with its
+/// command line: on a mount other users may use (`--allow-other`), only the mount's owner
+/// lists and reads it; others may only pass through to `fsmonitor/`, whose answers git's
+/// hook reads by name for the worktrees it works in.
+pub(super) fn control_dir_perm(ino: u64) -> u16 {
+    let dir = LAYOUT
+        .iter()
+        .find(|&&(i, _, _)| i == ino)
+        .and_then(|&(_, _, d)| d);
+    match dir {
+        Some(ControlDir::FsMonitor) => 0o511,
+        Some(_) => 0o500,
+        // `.control` itself.
+        None => 0o511,
+    }
+}
+
+/// The mode of a generated file in `.control`'s directory `dir` (see `control_dir_perm`).
+pub(super) fn control_file_perm(dir: ControlDir) -> u16 {
+    match dir {
+        ControlDir::FsMonitor => 0o444,
+        _ => 0o400,
+    }
+}
+
+/// A generated file of `.control`: its owner is the mount's (the daemon's user).
+pub(super) fn control_file_attr(ino: u64, dir: ControlDir, len: usize) -> Attr {
+    let me = nix::unistd::geteuid().as_raw();
+    let mut a = Attr::memory(
+        ino,
+        len,
+        SystemTime::now(),
+        me,
+        nix::unistd::getegid().as_raw(),
+    );
+    a.perm = control_file_perm(dir);
+    a
+}
+
 /// Whether `name` in `.control` itself is a directory.
 pub(super) fn is_control_dir(name: &str) -> bool {
     LAYOUT.iter().any(|&(_, n, dir)| n == name && dir.is_some())
@@ -211,7 +250,7 @@ impl View {
         // content generated for each entry (a listing of N leases would generate N
         // times): its TTL is 0, so the kernel asks again (LOOKUP by path, GETATTR on an
         // open file; both generate it) before it uses the attributes for anything.
-        let listed_file = |ino: u64| Attr::memory(ino, 0, SystemTime::now(), 0, 0);
+        let listed_file = |ino: u64| control_file_attr(ino, dir, 0);
         if dir == ControlDir::Top {
             // Fixed nodes: their lookup counts are never used up.
             let t = self.nodes.read();

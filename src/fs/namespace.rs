@@ -85,6 +85,11 @@ impl View {
         let repos = store.repos()?;
         let rows = store.worktrees()?;
         drop(store);
+        self.gate.set_deleting(
+            rows.iter()
+                .filter(|r| r.state == State::Deleting)
+                .map(|r| r.id),
+        );
         let update = self
             .catalog
             .update(version, repos, rows, |row, repo| self.wt_ctx(row, repo));
@@ -189,7 +194,11 @@ impl View {
         } else if ino == ROOT_INO {
             (0, 0, 0o755)
         } else {
-            (0, 0, 0o555)
+            (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+                super::control::control_dir_perm(ino),
+            )
         };
         Attr {
             ino,
@@ -347,6 +356,7 @@ impl View {
             .ok_or_else(|| FsError::not_found(&label))?;
         let r = request_removal_gated(
             &self.gate,
+            &|| self.catalog_changed(),
             &self.state,
             &mut store,
             &row,

@@ -220,7 +220,7 @@ impl View {
             }
             NodeKind::ControlFile(dir, name) => {
                 let content = self.control_content(*dir, name)?;
-                Ok(Attr::memory(ino, content.len(), SystemTime::now(), 0, 0))
+                Ok(super::control::control_file_attr(ino, *dir, content.len()))
             }
             NodeKind::GitFile(wt) => Ok(Attr::memory(
                 ino,

@@ -97,7 +97,7 @@ impl BlobCache {
     pub fn open(&self, gitdir: &Path, oid: Oid, size: u64) -> std::io::Result<File> {
         match self.ensure(gitdir, oid, size) {
             Ok(path) => File::open(path),
-            Err(e) if is_out_of_space(&e) => {
+            Err(e) if is_out_of_space(&e) && size <= MAX_IN_MEMORY => {
                 tracing::warn!(
                     "the blob cache cannot be written ({e}): serving blob {oid} from memory"
                 );
@@ -110,6 +110,10 @@ impl BlobCache {
         }
     }
 }
+
+/// The largest blob served from memory when the cache cannot be written (a larger one
+/// fails to read until there is room again).
+const MAX_IN_MEMORY: u64 = 64 << 20;
 
 /// ENOSPC or EDQUOT: no room left for this user on that disk.
 pub fn is_out_of_space(e: &std::io::Error) -> bool {

@@ -5,14 +5,16 @@
 //! A process lease is recorded in SQLite with a short busy timeout; when that fails (the
 //! database is locked by another process, its disk is full) the lease is kept here,
 //! `pending`, until the tracker's writer records it. The move to `deleting` is made only by
-//! this daemon (its sweeper, `rmdir`, and `reclaim` asked of it through its socket), and
-//! only through [`Gate::close`]: it is refused while a lease is pending, and from then
-//! until the worktree is open again (the move did not happen, or its cleanup retained it;
-//! a removed worktree stays closed) no new lease is let in. So the one transaction that marks a
-//! worktree deleting, run while the gate is closed, sees every lease: those in SQLite by
-//! its own reading, those in memory because none can exist.
+//! this daemon (its sweeper, `rmdir`, and `reclaim` asked of it through its socket), each
+//! holding a [`Closed`] guard from [`Gate::close`] around the transaction that makes it:
+//! the guard is refused while a lease is pending, and while any guard lives no new lease
+//! is let in. So the one transaction that marks a worktree deleting sees every lease:
+//! those in SQLite by its own reading, those in memory because none can exist. Once
+//! deleting, the worktree takes no lease because the catalog says so
+//! ([`Gate::set_deleting`], from every re-read of the store), which the closer re-reads
+//! before its guard goes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use parking_lot::Mutex;
 
@@ -22,13 +24,15 @@ use crate::lease::Conflict;
 struct Entry {
     /// Process leases taken but not yet recorded in SQLite.
     pending: usize,
-    /// A move to `deleting` is being decided or carried out.
-    closing: bool,
+    /// Guards alive: moves to `deleting` being decided or carried out.
+    closers: usize,
 }
 
 #[derive(Debug, Default)]
 pub struct Gate {
     worktrees: Mutex<HashMap<i64, Entry>>,
+    /// Worktrees the store says are deleting, as last read.
+    deleting: Mutex<HashSet<i64>>,
 }
 
 impl Gate {
@@ -36,15 +40,29 @@ impl Gate {
         Gate::default()
     }
 
-    /// A lease is being taken on worktree `id`: counted as pending until [`Gate::recorded`].
-    /// Refused (as deleting) while the worktree is closing.
+    /// A new lease is being taken on worktree `id`: counted as pending until
+    /// [`Gate::recorded`]. Refused (as deleting) while the worktree is closed or deleting.
     pub fn enter(&self, id: i64) -> Result<(), Conflict> {
+        if self.deleting.lock().contains(&id) {
+            return Err(Conflict::Deleting);
+        }
         let mut w = self.worktrees.lock();
         let e = w.entry(id).or_default();
-        if e.closing {
+        if e.closers > 0 {
             return Err(Conflict::Deleting);
         }
         e.pending += 1;
+        Ok(())
+    }
+
+    /// A lease passed on from a holder that exited to a process still inside: it
+    /// continues a lease that exists, so a closed gate does not refuse it (the closer's
+    /// transaction sees the old lease or this one); a deleting worktree does.
+    pub fn enter_continuing(&self, id: i64) -> Result<(), Conflict> {
+        if self.deleting.lock().contains(&id) {
+            return Err(Conflict::Deleting);
+        }
+        self.worktrees.lock().entry(id).or_default().pending += 1;
         Ok(())
     }
 
@@ -53,7 +71,7 @@ impl Gate {
         let mut w = self.worktrees.lock();
         if let Some(e) = w.get_mut(&id) {
             e.pending = e.pending.saturating_sub(1);
-            if e.pending == 0 && !e.closing {
+            if e.pending == 0 && e.closers == 0 {
                 w.remove(&id);
             }
         }
@@ -64,27 +82,38 @@ impl Gate {
         self.worktrees.lock().get(&id).map_or(0, |e| e.pending)
     }
 
-    /// Closes worktree `id` to new leases, for a move to `deleting` and for as long as it
-    /// is deleting: false (and nothing changes) while a lease is pending. Closing a closed
-    /// worktree again is allowed (a cleanup carried on).
-    pub fn close(&self, id: i64) -> bool {
+    /// Closes worktree `id` to new leases while the guard lives: None while a lease is
+    /// pending. Guards nest (the sweeper and an rmdir at once each hold their own).
+    pub fn close(&self, id: i64) -> Option<Closed<'_>> {
         let mut w = self.worktrees.lock();
         let e = w.entry(id).or_default();
         if e.pending > 0 {
-            return false;
+            return None;
         }
-        e.closing = true;
-        true
+        e.closers += 1;
+        Some(Closed { gate: self, id })
     }
 
-    /// Leases may come in again: the move to `deleting` did not happen, or its cleanup
-    /// kept the worktree (retained, or back in the state it had).
-    pub fn open(&self, id: i64) {
-        let mut w = self.worktrees.lock();
-        if let Some(e) = w.get_mut(&id) {
-            e.closing = false;
-            if e.pending == 0 {
-                w.remove(&id);
+    /// The worktrees the store says are deleting (from each re-read of the store).
+    pub fn set_deleting(&self, ids: impl IntoIterator<Item = i64>) {
+        *self.deleting.lock() = ids.into_iter().collect();
+    }
+}
+
+/// Worktree `id` takes no new lease while this lives.
+#[derive(Debug)]
+pub struct Closed<'a> {
+    gate: &'a Gate,
+    id: i64,
+}
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        let mut w = self.gate.worktrees.lock();
+        if let Some(e) = w.get_mut(&self.id) {
+            e.closers = e.closers.saturating_sub(1);
+            if e.pending == 0 && e.closers == 0 {
+                w.remove(&self.id);
             }
         }
     }
@@ -98,18 +127,37 @@ mod tests {
     fn a_pending_lease_keeps_the_gate_open_and_a_closed_gate_refuses_leases() {
         let g = Gate::new();
         g.enter(1).unwrap();
-        assert!(!g.close(1), "closed over a pending lease");
-        assert!(g.close(2), "another worktree is not held");
+        assert!(g.close(1).is_none(), "closed over a pending lease");
+        assert!(g.close(2).is_some(), "another worktree is not held");
         g.recorded(1);
-        assert!(g.close(1), "no lease pending");
+        let first = g.close(1).expect("no lease pending");
         assert_eq!(g.enter(1), Err(Conflict::Deleting));
-        assert!(g.close(1), "a cleanup carried on closes again");
-        assert_eq!(g.pending(1), 0);
-        g.open(1);
-        g.enter(1).unwrap();
+        let second = g.close(1).expect("guards nest");
+        drop(first);
+        assert_eq!(
+            g.enter(1),
+            Err(Conflict::Deleting),
+            "one closer opened the other's gate"
+        );
+        // An heir continues a lease that exists: let in, and counted.
+        g.enter_continuing(1).unwrap();
         assert_eq!(g.pending(1), 1);
         g.recorded(1);
-        g.open(2);
+        drop(second);
+        g.enter(1).unwrap();
+        g.recorded(1);
         assert!(g.worktrees.lock().is_empty(), "nothing left behind");
+    }
+
+    #[test]
+    fn a_deleting_worktree_takes_no_lease_and_the_set_is_replaced_on_each_read() {
+        let g = Gate::new();
+        g.set_deleting([3]);
+        assert_eq!(g.enter(3), Err(Conflict::Deleting));
+        assert_eq!(g.enter_continuing(3), Err(Conflict::Deleting));
+        g.set_deleting([]);
+        g.enter(3).unwrap();
+        g.recorded(3);
+        assert!(g.worktrees.lock().is_empty());
     }
 }

@@ -143,6 +143,25 @@ enum Op {
     },
 }
 
+/// A failure that waiting may cure: the database busy or locked, its disk full, an I/O
+/// error.
+fn is_transient(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode;
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(
+                f.code,
+                ErrorCode::DatabaseBusy
+                    | ErrorCode::DatabaseLocked
+                    | ErrorCode::DiskFull
+                    | ErrorCode::SystemIoFailure
+                    | ErrorCode::CannotOpen
+                    | ErrorCode::ReadOnly
+            )
+    )
+}
+
 /// How long a request may wait for SQLite to record a new holder's lease before the lease
 /// is kept in memory instead (and written by the writer when it can be).
 const REQUEST_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(50);
@@ -159,6 +178,8 @@ pub struct Tracker {
     queue: Mutex<std::collections::VecDeque<Op>>,
     /// One writer drains the queue at a time.
     draining: Mutex<()>,
+    /// Unmounted: nothing more is written.
+    stopped: std::sync::atomic::AtomicBool,
     /// Processes known covered, per worktree: the fast path of every request.
     covered: RwLock<HashMap<i64, HashSet<i32>>>,
     /// How many times a worktree's covered set was dropped (a holder exited); bumped
@@ -188,6 +209,7 @@ impl Tracker {
             gate,
             queue: Mutex::new(std::collections::VecDeque::new()),
             draining: Mutex::new(()),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             covered: RwLock::new(HashMap::new()),
             drops: AtomicU64::new(0),
             watched: Mutex::new(Vec::new()),
@@ -379,7 +401,21 @@ impl Tracker {
         self.gate
             .enter(worktree_id)
             .map_err(|c| LeaseError::Conflict(c, State::Deleting))?;
-        let queued = !self.queue.lock().is_empty();
+        let holder = lease.holder();
+        let (queued, again) = {
+            let q = self.queue.lock();
+            let again = q.iter().any(|op| {
+                matches!(op, Op::Acquire { worktree_id: w, lease: l, .. }
+                    if *w == worktree_id && l.holder() == holder)
+            });
+            (!q.is_empty(), again)
+        };
+        if again {
+            // Already waiting to be written (the sweeper adopts a process inside each
+            // round while the database is locked): counted once.
+            self.gate.recorded(worktree_id);
+            return Ok(());
+        }
         let result = if queued {
             None
         } else {
@@ -427,6 +463,9 @@ impl Tracker {
     pub fn drain(&self) -> usize {
         let _one = self.draining.lock();
         loop {
+            if self.stopped.load(Ordering::Acquire) {
+                return 0;
+            }
             let Some(op) = self.queue.lock().pop_front() else {
                 return 0;
             };
@@ -466,13 +505,37 @@ impl Tracker {
                     }
                     (self.on_change)();
                 }
-                Err(e) => {
+                Err(e) if is_transient(&e) => {
                     tracing::debug!("lease changes wait for the database: {e}");
                     let mut q = self.queue.lock();
                     q.push_front(op);
                     return q.len();
                 }
+                Err(e) => {
+                    // Not a matter of waiting (the worktree's row is gone, say): dropped,
+                    // so it does not hold up every change behind it.
+                    tracing::error!(
+                        "a lease change kept in memory cannot be written, dropped: {op:?}: {e}"
+                    );
+                    if let Op::Acquire { worktree_id, .. } = &op {
+                        self.gate.recorded(*worktree_id);
+                    }
+                }
             }
+        }
+    }
+
+    /// At unmount, once no request can come: what is still waiting is dropped (every
+    /// lease is released with reason `unmount` right after) and nothing more is written.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        let _one = self.draining.lock();
+        let dropped = std::mem::take(&mut *self.queue.lock());
+        if !dropped.is_empty() {
+            tracing::info!(
+                "unmount: {} lease change(s) kept in memory are superseded by the release of every lease",
+                dropped.len()
+            );
         }
     }
 
@@ -543,7 +606,7 @@ impl Tracker {
                     command: command_line(info.pid).unwrap_or_else(|| info.command.clone()),
                 };
                 let reason = format!("holder {} exited; {} is still inside", w.info.pid, info.pid);
-                if self.gate.enter(w.worktree_id).is_ok() {
+                if self.gate.enter_continuing(w.worktree_id).is_ok() {
                     self.enqueue(Op::Acquire {
                         worktree_id: w.worktree_id,
                         lease: heir_lease,

@@ -32,6 +32,10 @@ pub trait Mounted: Send + Sync {
     ) -> usize;
 }
 
+/// How long the transaction that decides a move to `deleting` may wait for another
+/// connection's lock: the worktree takes no new lease meanwhile.
+pub const DECIDE_BUSY_TIMEOUT: Duration = Duration::from_millis(200);
+
 /// Moves worktrees whose grace period is over from `lingering` to `deleting` and runs
 /// their cleanup (removed or retained). Four times a second: a worktree is marked within a
 /// quarter second of its grace period ending.
@@ -70,22 +74,26 @@ pub fn spawn(
                 // in memory, and no lease is let in while the transaction decides.
                 let mut marked = Vec::new();
                 for (id, _, _) in store.lingering_past(linger as i64).unwrap_or_default() {
-                    if !gate.close(id) {
+                    let Some(_closed) = gate.close(id) else {
                         continue;
-                    }
-                    match store.mark_deleting_if_grace_over(id, linger as i64) {
-                        // Closed until its cleanup is over.
-                        Ok(true) => marked.push(id),
-                        Ok(false) => gate.open(id),
-                        Err(e) => {
-                            gate.open(id);
-                            tracing::warn!("lifecycle sweep of worktree {id} failed: {e}");
+                    };
+                    // The gate is closed while this waits: not for long.
+                    let r = store.with_busy_timeout(DECIDE_BUSY_TIMEOUT, |s| {
+                        s.mark_deleting_if_grace_over(id, linger as i64)
+                    });
+                    match r {
+                        Ok(true) => {
+                            marked.push(id);
+                            // Read back before the guard goes: from now on the catalog's
+                            // `deleting` keeps leases out.
+                            view.catalog_changed();
                         }
+                        Ok(false) => {}
+                        Err(e) => tracing::warn!("lifecycle sweep of worktree {id} failed: {e}"),
                     }
                 }
                 if !marked.is_empty() {
                     tracing::info!("worktrees {marked:?} have no lease after {linger} s: deleting");
-                    view.catalog_changed();
                 }
                 // Cleanup of every deleting worktree nobody else is at (those marked just
                 // now, and any whose cleanup someone else left unfinished).

@@ -32,6 +32,9 @@ use schema::MIGRATIONS;
 
 pub const DB_FILE: &str = "worktreefs.db";
 
+/// How long a statement waits for another connection's lock, unless told otherwise.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct Store {
     conn: Connection,
 }
@@ -49,7 +52,7 @@ impl Store {
         let path = state_dir.join(DB_FILE);
         make_owner_only(&path);
         let conn = Connection::open(&path)?;
-        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -67,6 +70,18 @@ impl Store {
     /// How long a statement waits for another connection's lock before it fails busy.
     pub fn set_busy_timeout(&self, d: Duration) -> rusqlite::Result<()> {
         self.conn.busy_timeout(d)
+    }
+
+    /// Runs `f` with busy timeout `d`, then the usual one again.
+    pub fn with_busy_timeout<T>(
+        &mut self,
+        d: Duration,
+        f: impl FnOnce(&mut Store) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.conn.busy_timeout(d)?;
+        let r = f(self);
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        r
     }
 
     pub fn schema_version(&self) -> rusqlite::Result<i64> {

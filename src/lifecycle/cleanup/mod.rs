@@ -23,9 +23,7 @@ mod remove;
 
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
 pub use inspect::inspect;
-pub use reconcile::{
-    finish_all_deleting, reclaim_at_unmount, reconcile_at_boot, reopen_unless_deleting,
-};
+pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
 pub use remove::{execute, plan, try_lock, CleanupLock, Remover, Step};
 use remove::{gone_by_hand, run_removal};
 
@@ -217,10 +215,13 @@ impl Discarded {
 }
 
 /// `request_removal` in the live daemon: through its gate, so that the move to
-/// `deleting` also sees the leases it keeps in memory and no lease comes in while the
-/// removal runs.
+/// `deleting` also sees the leases it keeps in memory and no lease comes in while it is
+/// decided; `refresh` re-reads the store into the daemon's catalog once it is deleting
+/// (from then on the catalog keeps leases out), before the gate opens again.
+#[allow(clippy::too_many_arguments)]
 pub fn request_removal_gated(
     gate: &crate::lifecycle::gate::Gate,
+    refresh: &dyn Fn(),
     state: &StateDir,
     store: &mut Store,
     row: &WorktreeRow,
@@ -228,14 +229,20 @@ pub fn request_removal_gated(
     discard: bool,
     show: &mut dyn FnMut(&Discarded),
 ) -> Result<Outcome, RequestError> {
-    if !gate.close(row.id) {
-        return Err(RequestError::Busy(format!(
+    let mut closed = Some(gate.close(row.id).ok_or_else(|| {
+        RequestError::Busy(format!(
             "worktree {}/{} has a process lease being recorded (a process has just entered it); see `worktreefs leases`",
             row.repo, row.name
-        )));
-    }
-    let r = request_removal(state, store, row, mountpoint, discard, show);
-    reopen_unless_deleting(Some(gate), store, row.id);
+        ))
+    })?);
+    // The gate is closed while the decision waits for the database: not for long.
+    store.set_busy_timeout(crate::lifecycle::sweeper::DECIDE_BUSY_TIMEOUT)?;
+    let r = request_removal_then(state, store, row, mountpoint, discard, show, &mut |store| {
+        let _ = store.set_busy_timeout(crate::store::BUSY_TIMEOUT);
+        refresh();
+        closed.take();
+    });
+    let _ = store.set_busy_timeout(crate::store::BUSY_TIMEOUT);
     r
 }
 
@@ -249,6 +256,19 @@ pub fn request_removal(
     mountpoint: &Path,
     discard: bool,
     show: &mut dyn FnMut(&Discarded),
+) -> Result<Outcome, RequestError> {
+    request_removal_then(state, store, row, mountpoint, discard, show, &mut |_| {})
+}
+
+/// `request_removal`, calling `deleting` once the worktree is marked deleting.
+fn request_removal_then(
+    state: &StateDir,
+    store: &mut Store,
+    row: &WorktreeRow,
+    mountpoint: &Path,
+    discard: bool,
+    show: &mut dyn FnMut(&Discarded),
+    deleting: &mut dyn FnMut(&mut Store),
 ) -> Result<Outcome, RequestError> {
     let label = format!("{}/{}", row.repo, row.name);
     let t = target_of(state, store, row, mountpoint)?;
@@ -285,6 +305,7 @@ pub fn request_removal(
             )),
             BeginError::Db(e) => e.into(),
         })?;
+    deleting(store);
     let inspected = inspect(&t);
     let verdict = decide(t.branch.as_deref(), t.branch_created, &inspected);
     match verdict {

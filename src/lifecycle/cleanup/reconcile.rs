@@ -22,9 +22,15 @@ pub fn finish_all_deleting(
         // While the daemon serves: closed to new leases until its cleanup is over (a
         // deleting worktree with a lease kept in memory waits for it to be written, and
         // refused).
-        if gate.is_some_and(|g| !g.close(row.id)) {
-            continue;
-        }
+        // While the daemon serves: no lease kept in memory may be pending (the catalog's
+        // `deleting` keeps new ones out).
+        let _closed = match gate {
+            Some(g) => match g.close(row.id) {
+                Some(c) => Some(c),
+                None => continue,
+            },
+            None => None,
+        };
         let Some(_lock) = try_lock(state, row.id) else {
             continue;
         };
@@ -39,20 +45,9 @@ pub fn finish_all_deleting(
         if let Err(e) = &r {
             tracing::error!("cleanup of {}/{} failed: {e:#}", row.repo, row.name);
         }
-        reopen_unless_deleting(gate, store, row.id);
         out.push((row, r));
     }
     out
-}
-
-/// Opens worktree `id` to leases again unless it is still deleting or removed (then it
-/// stays closed: a deleting one is finished later, a removed one is gone).
-pub fn reopen_unless_deleting(gate: Option<&crate::lifecycle::gate::Gate>, store: &Store, id: i64) {
-    let Some(g) = gate else { return };
-    match store.worktree_by_id(id) {
-        Ok(Some(w)) if w.state != State::Deleting && w.state != State::Removed => g.open(id),
-        _ => {}
-    }
 }
 
 /// At every mount, before serving: puts back or deletes what a dead cleanup parked,
