@@ -143,6 +143,7 @@ fn a_full_state_disk_answers_enospc_and_the_daemon_survives_it() {
             "growing an upper file",
             "head -c 1048576 /dev/zero >> mine.txt",
         ),
+        ("a new worktree", "mkdir ../another"),
     ];
     for (what, script) in steps {
         let (ok, err) = sh(&wt, script);

@@ -321,7 +321,10 @@ impl View {
             .map(|r| r.name)
             .ok_or_else(|| FsError::not_found("repository"))?;
         {
-            let mut store = self.store.lock();
+            // A connection of its own, as rmdir's: a creation may wait for the database
+            // (held by another process), and the view's own connection answers lookups.
+            let mut store = Store::open(&self.state.root)
+                .map_err(|e| FsError::store("opening the store", e))?;
             create::create_worktree(
                 &self.state,
                 &mut store,

@@ -10,8 +10,9 @@
 //!    waits behind a queued writer, which waits for the first).
 //! 3. `handles` (`handles.rs`): the open handles (a brief map lookup).
 //! 4. `catalog` (`catalog.rs`) and `store`: repositories and worktrees from SQLite, taken
-//!    at the top of the mount, in `.control` and in mkdir of a worktree (rmdir of one
-//!    opens a store connection of its own), never on a worktree's read path.
+//!    at the top of the mount and in `.control` (mkdir and rmdir of a worktree open store
+//!    connections of their own, since they may wait for the database), never on a
+//!    worktree's read path.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -23,6 +23,8 @@ pub enum CreateError {
     Exists(String),
     BadRevision(String),
     BranchConflict(String),
+    /// The disk (the state dir's or the repository's) is full or over quota.
+    NoSpace(String),
     Internal(String),
 }
 
@@ -34,6 +36,7 @@ impl fmt::Display for CreateError {
             | CreateError::Exists(m)
             | CreateError::BadRevision(m)
             | CreateError::BranchConflict(m)
+            | CreateError::NoSpace(m)
             | CreateError::Internal(m) => f.write_str(m),
         }
     }
@@ -63,6 +66,43 @@ pub fn mountpoint_of(state: &StateDir, store: &Store) -> PathBuf {
 
 pub fn gitfile_path(mountpoint: &Path, repo: &str, name: &str) -> PathBuf {
     mountpoint.join(repo).join(name).join(".git")
+}
+
+/// A file system failure of a step: out of space is said as such (ENOSPC through the
+/// mount), anything else is internal.
+fn io_failure(context: &str) -> impl Fn(std::io::Error) -> CreateError + '_ {
+    move |e| {
+        if crate::git::blobcache::is_out_of_space(&e) {
+            CreateError::NoSpace(format!("{context}: {e}; free some space and try again"))
+        } else {
+            CreateError::Internal(format!("{context}: {e}"))
+        }
+    }
+}
+
+/// A failure with an I/O error somewhere in its chain, judged as `io_failure` does.
+fn chain_failure(context: &str) -> impl Fn(anyhow::Error) -> CreateError + '_ {
+    move |e| {
+        let full = e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<std::io::Error>())
+            .any(crate::git::blobcache::is_out_of_space);
+        if full {
+            CreateError::NoSpace(format!("{context}: {e:#}; free some space and try again"))
+        } else {
+            CreateError::Internal(format!("{context}: {e:#}"))
+        }
+    }
+}
+
+/// A store failure: a full disk is said as such.
+fn db_failure(context: &str) -> impl Fn(rusqlite::Error) -> CreateError + '_ {
+    move |e| match &e {
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
+            CreateError::NoSpace(format!("{context}: {e}; free some space and try again"))
+        }
+        _ => CreateError::Internal(format!("{context}: {e}")),
+    }
 }
 
 fn internal(context: &str) -> impl Fn(String) -> CreateError + '_ {
@@ -209,7 +249,7 @@ pub fn create_worktree(
                 req.repo, req.name, other.pid
             )))
         }
-        Err(BeginCreation::Db(e)) => return Err(internal("recording the creation")(e.to_string())),
+        Err(BeginCreation::Db(e)) => return Err(db_failure("recording the creation")(e)),
     };
     let made = make_recorded(state, store, &repo, &record, req, &base, base_mtime, &index);
     if let Err(e) = &made {
@@ -266,20 +306,19 @@ fn make_recorded(
         |out| index.write_for(out, &worktree_path, &gitdir),
         &format!("{ADMIN_MARKER} (state dir {})\n", state.root.display()),
     )
-    .map_err(|e| internal("writing the git worktree entry")(format!("{e:#}")))?;
+    .map_err(chain_failure("writing the git worktree entry"))?;
 
     let id = record.worktree_id;
     let staging = staging_dir(state, id);
     fs::create_dir_all(staging.join("upper"))
         .and_then(|_| fs::create_dir_all(staging.join("work")))
-        .map_err(|e| internal("creating the upper layer")(e.to_string()))?;
+        .map_err(io_failure("creating the upper layer"))?;
     let _ = nix::unistd::chown(
         &staging.join("upper"),
         Some(nix::unistd::Uid::from_raw(req.uid)),
         Some(nix::unistd::Gid::from_raw(req.gid)),
     );
-    fs::rename(&staging, state.worktree_dir(id))
-        .map_err(|e| internal("placing the upper layer")(e.to_string()))?;
+    fs::rename(&staging, state.worktree_dir(id)).map_err(io_failure("placing the upper layer"))?;
 
     let commit_s = base.commit.to_string();
     let tree_s = base.tree.to_string();
@@ -308,7 +347,7 @@ fn make_recorded(
                     req.repo, req.name
                 ))
             }
-            other => internal("recording the worktree")(other.to_string()),
+            other => db_failure("recording the worktree")(other),
         })
 }
 
