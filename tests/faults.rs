@@ -77,24 +77,6 @@ impl Drop for SmallDisk {
     }
 }
 
-/// An `Env` whose state directory is on `disk`.
-fn env_on(dir: tempfile::TempDir, disk_state: &Path) -> Env {
-    let repo = TestRepo::new();
-    let env = Env { repo, dir };
-    assert_eq!(env.state(), disk_state);
-    wtfs_ok(
-        &env.state(),
-        &[
-            "repo",
-            "add",
-            env.repo.path().to_str().unwrap(),
-            "--name",
-            "repo",
-        ],
-    );
-    env
-}
-
 /// Runs `script` in a new shell in `dir` (a process of its own: it takes its own lease)
 /// and returns its exit status and stderr.
 fn sh(dir: &Path, script: &str) -> (bool, String) {
@@ -123,7 +105,8 @@ fn eventually(dir: &Path, script: &str) {
 fn a_full_state_disk_answers_enospc_and_the_daemon_survives_it() {
     let dir = tempfile::tempdir().unwrap();
     let disk = SmallDisk::new(&dir.path().join("state"), "24m", 4000);
-    let env = env_on(dir, &disk.path);
+    let env = Env::in_dir(dir);
+    assert_eq!(env.state(), disk.path);
     let m = env.mount();
     let wt = m.wt("repo", "full");
     fs::create_dir(&wt).unwrap();

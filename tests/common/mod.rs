@@ -409,8 +409,12 @@ impl Drop for Env {
 
 impl Env {
     pub fn new() -> Env {
+        Env::in_dir(tempfile::tempdir().unwrap())
+    }
+
+    /// An `Env` in `dir` (whose `state` may be prepared first: a small disk, say).
+    pub fn in_dir(dir: tempfile::TempDir) -> Env {
         let repo = TestRepo::new();
-        let dir = tempfile::tempdir().unwrap();
         let env = Env { repo, dir };
         wtfs_ok(
             &env.state(),
