@@ -231,6 +231,22 @@ fn a_database_held_by_another_process_stalls_no_request() {
         "the requests took as long as the lock was held"
     );
     let _ = holder.wait();
+    // The leases kept in memory meanwhile are written once the database is free, each
+    // with its event.
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = wtfs_ok(&env.state(), &["events"]);
+        // One before the hold, then one for each of the three shells (one may take an
+        // earlier shell's lease as its heir, still inside when that one's exit is seen).
+        if events.matches(" acquired ").count() >= 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the leases taken while the database was held were not recorded: {events}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     m.unmount();
 }
 

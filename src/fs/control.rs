@@ -87,26 +87,34 @@ pub(super) fn control_dir_perm(ino: u64) -> u16 {
     }
 }
 
-/// The mode of a generated file in `.control`'s directory `dir` (see `control_dir_perm`).
-pub(super) fn control_file_perm(dir: ControlDir) -> u16 {
-    match dir {
-        ControlDir::FsMonitor => 0o444,
-        _ => 0o400,
-    }
+/// A generated file of `.control`, 0400: the mount owner's (the daemon's user), except
+/// that an fsmonitor answer belongs to the owner of the worktree it is about (`owner`),
+/// the user whose git asks for it.
+pub(super) fn control_file_attr(ino: u64, len: usize, owner: Option<(u32, u32)>) -> Attr {
+    let (uid, gid) = owner.unwrap_or_else(|| {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    });
+    let mut a = Attr::memory(ino, len, SystemTime::now(), uid, gid);
+    a.perm = 0o400;
+    a
 }
 
-/// A generated file of `.control`: its owner is the mount's (the daemon's user).
-pub(super) fn control_file_attr(ino: u64, dir: ControlDir, len: usize) -> Attr {
-    let me = nix::unistd::geteuid().as_raw();
-    let mut a = Attr::memory(
-        ino,
-        len,
-        SystemTime::now(),
-        me,
-        nix::unistd::getegid().as_raw(),
-    );
-    a.perm = control_file_perm(dir);
-    a
+impl View {
+    /// Who a generated file of `.control` belongs to when not the mount's owner: an
+    /// fsmonitor answer, `<repo>:<worktree>@<token>`, to the worktree's owner.
+    pub(super) fn control_file_owner(&self, dir: ControlDir, name: &str) -> Option<(u32, u32)> {
+        if dir != ControlDir::FsMonitor {
+            return None;
+        }
+        let (repo, rest) = name.split_once(':')?;
+        let (wt, _) = rest.rsplit_once('@')?;
+        self.catalog
+            .worktree_named(repo, wt)
+            .map(|w| (w.uid, w.gid))
+    }
 }
 
 /// Whether `name` in `.control` itself is a directory.
@@ -250,7 +258,8 @@ impl View {
         // content generated for each entry (a listing of N leases would generate N
         // times): its TTL is 0, so the kernel asks again (LOOKUP by path, GETATTR on an
         // open file; both generate it) before it uses the attributes for anything.
-        let listed_file = |ino: u64| control_file_attr(ino, dir, 0);
+        let owner = self.control_file_owner(dir, &name_s);
+        let listed_file = move |ino: u64| control_file_attr(ino, 0, owner);
         if dir == ControlDir::Top {
             // Fixed nodes: their lookup counts are never used up.
             let t = self.nodes.read();

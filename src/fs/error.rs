@@ -270,7 +270,7 @@ impl FsError {
             CreateError::InvalidName(_) | CreateError::BadRevision(_) => ErrorKind::Invalid,
             CreateError::UnknownRepo(_) => ErrorKind::NotFound,
             CreateError::Exists(_) | CreateError::BranchConflict(_) => ErrorKind::Exists,
-            CreateError::NoSpace(_) => ErrorKind::Os(libc::ENOSPC),
+            CreateError::NoSpace(_, errno) => ErrorKind::Os(*errno),
             CreateError::Internal(_) => ErrorKind::Internal,
         };
         FsError::with_source(kind, format!("{context}: {err}"), err)

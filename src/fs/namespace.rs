@@ -82,14 +82,16 @@ impl View {
         if !force && self.catalog.data_version() == version {
             return Ok(());
         }
+        let read = self.gate.begin_read();
         let repos = store.repos()?;
         let rows = store.worktrees()?;
-        drop(store);
         self.gate.set_deleting(
+            read,
             rows.iter()
                 .filter(|r| r.state == State::Deleting)
                 .map(|r| r.id),
         );
+        drop(store);
         let update = self
             .catalog
             .update(version, repos, rows, |row, repo| self.wt_ctx(row, repo));

@@ -221,7 +221,8 @@ impl View {
             }
             NodeKind::ControlFile(dir, name) => {
                 let content = self.control_content(*dir, name)?;
-                Ok(super::control::control_file_attr(ino, *dir, content.len()))
+                let owner = self.control_file_owner(*dir, name);
+                Ok(super::control::control_file_attr(ino, content.len(), owner))
             }
             NodeKind::GitFile(wt) => Ok(Attr::memory(
                 ino,

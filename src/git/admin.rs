@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use git2::{Oid, Repository};
 
 use crate::durable::write_synced;
@@ -112,10 +112,16 @@ pub fn write_admin_entry(
     write_index: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
     lock_reason: &str,
 ) -> anyhow::Result<()> {
-    if dir.exists() {
-        bail!("git worktree entry {} already exists", dir.display());
+    // Made here or refused: never an entry someone else made in the meantime.
+    if let Some(parent) = dir.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::create_dir(dir).with_context(|| {
+        format!(
+            "creating git worktree entry {} (it may exist already)",
+            dir.display()
+        )
+    })?;
     fs::write(dir.join("locked"), lock_reason)?;
     fs::write(dir.join("commondir"), "../..\n")?;
     fs::write(

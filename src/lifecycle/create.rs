@@ -23,8 +23,9 @@ pub enum CreateError {
     Exists(String),
     BadRevision(String),
     BranchConflict(String),
-    /// The disk (the state dir's or the repository's) is full or over quota.
-    NoSpace(String),
+    /// The disk (the state dir's or the repository's) is full or over quota: the message
+    /// and the errno (ENOSPC or EDQUOT).
+    NoSpace(String, i32),
     Internal(String),
 }
 
@@ -36,7 +37,7 @@ impl fmt::Display for CreateError {
             | CreateError::Exists(m)
             | CreateError::BadRevision(m)
             | CreateError::BranchConflict(m)
-            | CreateError::NoSpace(m)
+            | CreateError::NoSpace(m, _)
             | CreateError::Internal(m) => f.write_str(m),
         }
     }
@@ -73,7 +74,10 @@ pub fn gitfile_path(mountpoint: &Path, repo: &str, name: &str) -> PathBuf {
 fn io_failure(context: &str) -> impl Fn(std::io::Error) -> CreateError + '_ {
     move |e| {
         if crate::git::blobcache::is_out_of_space(&e) {
-            CreateError::NoSpace(format!("{context}: {e}; free some space and try again"))
+            CreateError::NoSpace(
+                format!("{context}: {e}; free some space and try again"),
+                e.raw_os_error().unwrap_or(libc::ENOSPC),
+            )
         } else {
             CreateError::Internal(format!("{context}: {e}"))
         }
@@ -86,9 +90,13 @@ fn chain_failure(context: &str) -> impl Fn(anyhow::Error) -> CreateError + '_ {
         let full = e
             .chain()
             .filter_map(|c| c.downcast_ref::<std::io::Error>())
-            .any(crate::git::blobcache::is_out_of_space);
-        if full {
-            CreateError::NoSpace(format!("{context}: {e:#}; free some space and try again"))
+            .find(|io| crate::git::blobcache::is_out_of_space(io))
+            .and_then(|io| io.raw_os_error());
+        if let Some(errno) = full {
+            CreateError::NoSpace(
+                format!("{context}: {e:#}; free some space and try again"),
+                errno,
+            )
         } else {
             CreateError::Internal(format!("{context}: {e:#}"))
         }
@@ -99,7 +107,10 @@ fn chain_failure(context: &str) -> impl Fn(anyhow::Error) -> CreateError + '_ {
 fn db_failure(context: &str) -> impl Fn(rusqlite::Error) -> CreateError + '_ {
     move |e| match &e {
         rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
-            CreateError::NoSpace(format!("{context}: {e}; free some space and try again"))
+            CreateError::NoSpace(
+                format!("{context}: {e}; free some space and try again"),
+                libc::ENOSPC,
+            )
         }
         _ => CreateError::Internal(format!("{context}: {e}")),
     }
@@ -140,6 +151,11 @@ pub fn create_worktree(
                 req.repo, req.name, c.pid
             )));
         }
+        let Some(c) =
+            claim(store, &c).map_err(db_failure("taking over a creation killed half-way"))?
+        else {
+            continue; // someone else took it over
+        };
         roll_back_creation(state, store, &repo_row.gitdir, &c).map_err(|e| {
             internal("rolling back an earlier creation killed half-way")(format!("{e:#}"))
         })?;
@@ -284,10 +300,15 @@ fn make_recorded(
 ) -> Result<(), CreateError> {
     let branch_name = req.branch.unwrap_or(req.name).to_string();
     if record.branch.is_some() {
-        let commit = repo
-            .find_commit(base.commit)
-            .map_err(|e| internal("reading base commit")(e.message().to_string()))?;
-        repo.branch(&branch_name, &commit, false).map_err(|e| {
+        // With a reflog message of this creation's own: a rollback deletes the branch only
+        // if its whole history is this one entry (no one else made or moved it).
+        repo.reference(
+            &format!("refs/heads/{branch_name}"),
+            base.commit,
+            false,
+            &branch_log_message(record.worktree_id),
+        )
+        .map_err(|e| {
             CreateError::BranchConflict(format!(
                 "cannot create branch '{branch_name}': {}",
                 e.message()
@@ -304,7 +325,7 @@ fn make_recorded(
         &format!("ref: refs/heads/{branch_name}"),
         &gitfile_path(&mountpoint, req.repo, req.name),
         |out| index.write_for(out, &worktree_path, &gitdir),
-        &format!("{ADMIN_MARKER} (state dir {})\n", state.root.display()),
+        &admin_lock_text(state),
     )
     .map_err(chain_failure("writing the git worktree entry"))?;
 
@@ -324,7 +345,7 @@ fn make_recorded(
     let tree_s = base.tree.to_string();
     store
         .finish_creation(
-            id,
+            record,
             &NewWorktree {
                 repo_id: record.repo_id,
                 name: req.name,
@@ -351,20 +372,46 @@ fn make_recorded(
         })
 }
 
+/// The `locked` file of an admin entry this state directory's worktreefs writes.
+fn admin_lock_text(state: &StateDir) -> String {
+    format!("{ADMIN_MARKER} (state dir {})\n", state.root.display())
+}
+
+/// The reflog message of a branch creation `id` makes.
+fn branch_log_message(id: i64) -> String {
+    format!("worktreefs: created for worktree {id}")
+}
+
 fn staging_dir(state: &StateDir, id: i64) -> PathBuf {
     state.root.join("worktrees").join(format!(".new-{id}"))
 }
 
 /// Whether the process that recorded creation `c` still runs (same pid, same start).
 fn creator_alive(c: &CreationRow) -> bool {
-    crate::lifecycle::holders::proc_info(c.pid).is_some_and(|p| p.start == c.pid_start)
+    crate::lifecycle::holders::proc_info(c.pid)
+        .is_some_and(|p| p.start == c.pid_start || c.pid_start == 0)
+}
+
+/// Takes over the record of a creation whose creator is gone, for this process: the
+/// record as it now stands, or None when someone else took it or it is gone.
+fn claim(store: &mut Store, c: &CreationRow) -> rusqlite::Result<Option<CreationRow>> {
+    let me = std::process::id() as i32;
+    let start = crate::lifecycle::holders::proc_info(me)
+        .map(|p| p.start)
+        .unwrap_or(0);
+    Ok(store.claim_creation(c, me, start)?.then(|| CreationRow {
+        pid: me,
+        pid_start: start,
+        ..c.clone()
+    }))
 }
 
 /// Undoes what creation `c` recorded, each step only if it finds its work there and
 /// only what the record names: the upper layer under its reserved id (no row has that
 /// id), its staging directory, git's admin entry when its `locked` file is worktreefs's
-/// (or the entry is still empty), the branch it made when that still points at the base
-/// commit and is checked out nowhere; then the record goes. Safe to run again.
+/// (this state directory's text, or a part of it with nothing else yet), the branch it
+/// made when its reflog is that one creation's entry, it still points at the base commit
+/// and is checked out nowhere; then the record goes. Safe to run again.
 pub fn roll_back_creation(
     state: &StateDir,
     store: &mut Store,
@@ -387,12 +434,14 @@ pub fn roll_back_creation(
     }
     let admin = git::admin_dir(gitdir, &c.admin_name);
     if admin.is_dir() {
+        // Ours: its `locked` file is exactly what this state directory writes, or it was
+        // killed while writing that file (a part of it, nothing else in the entry yet).
+        let expected = admin_lock_text(state);
         let locked = fs::read_to_string(admin.join("locked")).unwrap_or_default();
-        let ours = locked.starts_with(ADMIN_MARKER) || ADMIN_MARKER.starts_with(&locked);
         let only_lock = fs::read_dir(&admin)
             .map(|rd| rd.flatten().all(|e| e.file_name() == "locked"))
             .unwrap_or(false);
-        if locked.starts_with(ADMIN_MARKER) || (ours && only_lock) {
+        if locked == expected || (only_lock && expected.starts_with(&locked)) {
             fs::remove_dir_all(&admin)
                 .with_context(|| format!("{what}: removing {}", admin.display()))?;
         } else {
@@ -409,7 +458,11 @@ pub fn roll_back_creation(
         let lock = gitdir.join("refs/heads").join(format!("{b}.lock"));
         if let Ok(m) = fs::symlink_metadata(&lock) {
             use std::os::unix::fs::MetadataExt;
-            if m.is_file() && m.mtime() >= c.started_at - 1 {
+            // Made during the creation and holding nothing, or the base commit it was
+            // writing (what git's library puts in a ref's lock before the rename).
+            let content = fs::read_to_string(&lock).unwrap_or_default();
+            let its = content.is_empty() || content.trim() == c.base_commit;
+            if m.is_file() && m.mtime() >= c.started_at - 1 && its {
                 fs::remove_file(&lock)
                     .with_context(|| format!("{what}: removing {}", lock.display()))?;
             } else {
@@ -423,7 +476,16 @@ pub fn roll_back_creation(
                 .any(|(_, r)| r == full);
             if let Ok(mut br) = repo.find_branch(b, BranchType::Local) {
                 let tip = br.get().target().map(|t| t.to_string());
-                if tip.as_deref() == Some(c.base_commit.as_str()) && !checked_out {
+                // Made by this creation and untouched since: one reflog entry, its own.
+                // (A repository that keeps no reflogs, `core.logAllRefUpdates=false`: the
+                // tip and nothing else.)
+                let made_here = repo.reflog(&full).is_ok_and(|log| {
+                    log.is_empty()
+                        || (log.len() == 1
+                            && log.get(0).and_then(|e| e.message().map(str::to_string))
+                                == Some(branch_log_message(c.worktree_id)))
+                });
+                if made_here && tip.as_deref() == Some(c.base_commit.as_str()) && !checked_out {
                     br.delete().map_err(|e| {
                         anyhow::anyhow!("{what}: deleting branch {b}: {}", e.message())
                     })?;
@@ -433,11 +495,8 @@ pub fn roll_back_creation(
             }
         }
     }
-    store.end_creation(c.worktree_id)?;
-    tracing::info!(
-        "rolled back the {what}, left half-made by process {}",
-        c.pid
-    );
+    store.end_creation(c)?;
+    tracing::info!("rolled back the {what}");
     Ok(())
 }
 
@@ -448,12 +507,18 @@ pub fn roll_back_dead_creations(state: &StateDir, store: &mut Store) -> anyhow::
         if creator_alive(&c) {
             continue;
         }
-        let Some(repo) = store.repo_by_id(c.repo_id)? else {
-            store.end_creation(c.worktree_id)?;
+        let Some(c) = claim(store, &c)? else {
             continue;
         };
-        roll_back_creation(state, store, &repo.gitdir, &c)?;
-        n += 1;
+        let Some(repo) = store.repo_by_id(c.repo_id)? else {
+            store.end_creation(&c)?;
+            continue;
+        };
+        // One that cannot be rolled back now does not keep the others from it.
+        match roll_back_creation(state, store, &repo.gitdir, &c) {
+            Ok(()) => n += 1,
+            Err(e) => tracing::error!("{e:#}"),
+        }
     }
     Ok(n)
 }

@@ -10,15 +10,21 @@
 //! the guard is refused while a lease is pending, and while any guard lives no new lease
 //! is let in. So the one transaction that marks a worktree deleting sees every lease:
 //! those in SQLite by its own reading, those in memory because none can exist. Once
-//! deleting, the worktree takes no lease because the catalog says so
-//! ([`Gate::set_deleting`], from every re-read of the store), which the closer re-reads
-//! before its guard goes.
+//! deleting, the worktree takes no lease: its closer marks it so ([`Closed::deleting`])
+//! before its guard goes, and every re-read of the store says so
+//! ([`Gate::set_deleting`]); a mark goes only with a read begun after it. A new lease that
+//! finds the gate closed waits briefly for the decision rather than being refused.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::lease::Conflict;
+
+/// How long a new lease waits for a closed gate to open (a move to `deleting` being
+/// decided takes at most `sweeper::DECIDE_BUSY_TIMEOUT`) before it is refused.
+const WAIT_FOR_DECISION: Duration = Duration::from_millis(300);
 
 #[derive(Debug, Default)]
 struct Entry {
@@ -29,10 +35,38 @@ struct Entry {
 }
 
 #[derive(Debug, Default)]
+struct Inner {
+    worktrees: HashMap<i64, Entry>,
+    /// Worktrees the store said were deleting, as last read.
+    from_store: HashSet<i64>,
+    /// Worktrees a closer marked deleting, with the number of store reads begun by then:
+    /// kept until a read begun later shows otherwise (an older read cannot undo a mark).
+    marked: HashMap<i64, u64>,
+    /// Store reads begun.
+    reads: u64,
+}
+
+impl Inner {
+    fn deleting(&self, id: i64) -> bool {
+        self.from_store.contains(&id) || self.marked.contains_key(&id)
+    }
+
+    fn tidy(&mut self, id: i64) {
+        if self
+            .worktrees
+            .get(&id)
+            .is_some_and(|e| e.pending == 0 && e.closers == 0)
+        {
+            self.worktrees.remove(&id);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
 pub struct Gate {
-    worktrees: Mutex<HashMap<i64, Entry>>,
-    /// Worktrees the store says are deleting, as last read.
-    deleting: Mutex<HashSet<i64>>,
+    inner: Mutex<Inner>,
+    /// Signalled when a guard goes.
+    opened: Condvar,
 }
 
 impl Gate {
@@ -41,17 +75,28 @@ impl Gate {
     }
 
     /// A new lease is being taken on worktree `id`: counted as pending until
-    /// [`Gate::recorded`]. Refused (as deleting) while the worktree is closed or deleting.
+    /// [`Gate::recorded`]. Refused (as deleting) when the worktree is deleting, or still
+    /// closed after a brief wait for the decision under way.
     pub fn enter(&self, id: i64) -> Result<(), Conflict> {
-        if self.deleting.lock().contains(&id) {
-            return Err(Conflict::Deleting);
+        let mut g = self.inner.lock();
+        let deadline = std::time::Instant::now() + WAIT_FOR_DECISION;
+        loop {
+            if g.deleting(id) {
+                return Err(Conflict::Deleting);
+            }
+            let closed = g.worktrees.get(&id).is_some_and(|e| e.closers > 0);
+            if !closed {
+                break;
+            }
+            if self.opened.wait_until(&mut g, deadline).timed_out() {
+                let still = g.worktrees.get(&id).is_some_and(|e| e.closers > 0);
+                if still || g.deleting(id) {
+                    return Err(Conflict::Deleting);
+                }
+                break;
+            }
         }
-        let mut w = self.worktrees.lock();
-        let e = w.entry(id).or_default();
-        if e.closers > 0 {
-            return Err(Conflict::Deleting);
-        }
-        e.pending += 1;
+        g.worktrees.entry(id).or_default().pending += 1;
         Ok(())
     }
 
@@ -59,34 +104,37 @@ impl Gate {
     /// continues a lease that exists, so a closed gate does not refuse it (the closer's
     /// transaction sees the old lease or this one); a deleting worktree does.
     pub fn enter_continuing(&self, id: i64) -> Result<(), Conflict> {
-        if self.deleting.lock().contains(&id) {
+        let mut g = self.inner.lock();
+        if g.deleting(id) {
             return Err(Conflict::Deleting);
         }
-        self.worktrees.lock().entry(id).or_default().pending += 1;
+        g.worktrees.entry(id).or_default().pending += 1;
         Ok(())
     }
 
     /// A lease counted by [`Gate::enter`] is in SQLite now, or was refused there.
     pub fn recorded(&self, id: i64) {
-        let mut w = self.worktrees.lock();
-        if let Some(e) = w.get_mut(&id) {
+        let mut g = self.inner.lock();
+        if let Some(e) = g.worktrees.get_mut(&id) {
             e.pending = e.pending.saturating_sub(1);
-            if e.pending == 0 && e.closers == 0 {
-                w.remove(&id);
-            }
         }
+        g.tidy(id);
     }
 
     /// Leases of worktree `id` held in memory only.
     pub fn pending(&self, id: i64) -> usize {
-        self.worktrees.lock().get(&id).map_or(0, |e| e.pending)
+        self.inner
+            .lock()
+            .worktrees
+            .get(&id)
+            .map_or(0, |e| e.pending)
     }
 
     /// Closes worktree `id` to new leases while the guard lives: None while a lease is
     /// pending. Guards nest (the sweeper and an rmdir at once each hold their own).
     pub fn close(&self, id: i64) -> Option<Closed<'_>> {
-        let mut w = self.worktrees.lock();
-        let e = w.entry(id).or_default();
+        let mut g = self.inner.lock();
+        let e = g.worktrees.entry(id).or_default();
         if e.pending > 0 {
             return None;
         }
@@ -94,9 +142,22 @@ impl Gate {
         Some(Closed { gate: self, id })
     }
 
-    /// The worktrees the store says are deleting (from each re-read of the store).
-    pub fn set_deleting(&self, ids: impl IntoIterator<Item = i64>) {
-        *self.deleting.lock() = ids.into_iter().collect();
+    /// A re-read of the store begins; returns its number, for [`Gate::set_deleting`].
+    pub fn begin_read(&self) -> u64 {
+        let mut g = self.inner.lock();
+        g.reads += 1;
+        g.reads
+    }
+
+    /// The worktrees read `read` (from [`Gate::begin_read`]) found deleting. A closer's
+    /// mark goes only when a read begun after it no longer shows the worktree deleting.
+    pub fn set_deleting(&self, read: u64, ids: impl IntoIterator<Item = i64>) {
+        let mut g = self.inner.lock();
+        g.from_store = ids.into_iter().collect();
+        let Inner {
+            from_store, marked, ..
+        } = &mut *g;
+        marked.retain(|id, at| *at >= read || from_store.contains(id));
     }
 }
 
@@ -107,21 +168,34 @@ pub struct Closed<'a> {
     id: i64,
 }
 
+impl Closed<'_> {
+    /// The move this guard covers was made: the worktree is deleting, and takes no lease
+    /// from now on, whether or not the store can be read back.
+    pub fn deleting(&self) {
+        let mut g = self.gate.inner.lock();
+        let at = g.reads;
+        g.marked.insert(self.id, at);
+    }
+}
+
 impl Drop for Closed<'_> {
     fn drop(&mut self) {
-        let mut w = self.gate.worktrees.lock();
-        if let Some(e) = w.get_mut(&self.id) {
+        let mut g = self.gate.inner.lock();
+        if let Some(e) = g.worktrees.get_mut(&self.id) {
             e.closers = e.closers.saturating_sub(1);
-            if e.pending == 0 && e.closers == 0 {
-                w.remove(&self.id);
-            }
         }
+        g.tidy(self.id);
+        self.gate.opened.notify_all();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn empty(g: &Gate) -> bool {
+        g.inner.lock().worktrees.is_empty()
+    }
 
     #[test]
     fn a_pending_lease_keeps_the_gate_open_and_a_closed_gate_refuses_leases() {
@@ -146,18 +220,42 @@ mod tests {
         drop(second);
         g.enter(1).unwrap();
         g.recorded(1);
-        assert!(g.worktrees.lock().is_empty(), "nothing left behind");
+        assert!(empty(&g), "nothing left behind");
     }
 
     #[test]
-    fn a_deleting_worktree_takes_no_lease_and_the_set_is_replaced_on_each_read() {
+    fn a_lease_waits_for_a_decision_that_keeps_the_worktree() {
+        let g = std::sync::Arc::new(Gate::new());
+        let closed = g.close(1).unwrap();
+        let g2 = g.clone();
+        let t = std::thread::spawn(move || g2.enter(1));
+        std::thread::sleep(Duration::from_millis(50));
+        drop(closed);
+        assert_eq!(t.join().unwrap(), Ok(()), "refused after the gate opened");
+        g.recorded(1);
+        assert!(empty(&g));
+    }
+
+    #[test]
+    fn a_mark_outlives_reads_begun_before_it_and_goes_with_a_later_one() {
         let g = Gate::new();
-        g.set_deleting([3]);
+        let stale = g.begin_read();
+        let closed = g.close(3).unwrap();
+        closed.deleting();
+        drop(closed);
         assert_eq!(g.enter(3), Err(Conflict::Deleting));
+        // A read begun before the mark, applied after it, does not undo it.
+        g.set_deleting(stale, []);
+        assert_eq!(g.enter(3), Err(Conflict::Deleting));
+        // A read begun later that shows it deleting keeps it so; one that does not
+        // (the cleanup retained it) lets leases in again.
+        let r = g.begin_read();
+        g.set_deleting(r, [3]);
         assert_eq!(g.enter_continuing(3), Err(Conflict::Deleting));
-        g.set_deleting([]);
+        let r = g.begin_read();
+        g.set_deleting(r, []);
         g.enter(3).unwrap();
         g.recorded(3);
-        assert!(g.worktrees.lock().is_empty());
+        assert!(empty(&g));
     }
 }

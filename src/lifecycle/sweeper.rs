@@ -74,7 +74,7 @@ pub fn spawn(
                 // in memory, and no lease is let in while the transaction decides.
                 let mut marked = Vec::new();
                 for (id, _, _) in store.lingering_past(linger as i64).unwrap_or_default() {
-                    let Some(_closed) = gate.close(id) else {
+                    let Some(closed) = gate.close(id) else {
                         continue;
                     };
                     // The gate is closed while this waits: not for long.
@@ -83,6 +83,7 @@ pub fn spawn(
                     });
                     match r {
                         Ok(true) => {
+                            closed.deleting();
                             marked.push(id);
                             // Read back before the guard goes: from now on the catalog's
                             // `deleting` keeps leases out.

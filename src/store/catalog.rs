@@ -161,16 +161,23 @@ impl Store {
     }
 
     /// The last step of a recorded creation: the worktree's row, with the id the creation
-    /// reserved, and the creation's record gone, in one transaction.
-    pub fn finish_creation(&mut self, id: i64, w: &NewWorktree<'_>) -> rusqlite::Result<()> {
-        self.insert_worktree_as(Some(id), w).map(|_| ())
+    /// reserved, and the creation's record gone, in one transaction; refused
+    /// (`QueryReturnedNoRows`) when the record is no longer this creator's (a rollback
+    /// took it over).
+    pub fn finish_creation(
+        &mut self,
+        record: &super::CreationRow,
+        w: &NewWorktree<'_>,
+    ) -> rusqlite::Result<()> {
+        self.insert_worktree_as(Some(record), w).map(|_| ())
     }
 
     fn insert_worktree_as(
         &mut self,
-        id: Option<i64>,
+        record: Option<&super::CreationRow>,
         w: &NewWorktree<'_>,
     ) -> rusqlite::Result<i64> {
+        let id = record.map(|r| r.worktree_id);
         let now = now_secs();
         let tx = self.conn.transaction()?;
         tx.execute(
@@ -195,7 +202,15 @@ impl Store {
             ],
         )?;
         let id = tx.last_insert_rowid();
-        tx.execute("DELETE FROM creations WHERE worktree_id = ?1", [id])?;
+        if let Some(r) = record {
+            let n = tx.execute(
+                "DELETE FROM creations WHERE worktree_id = ?1 AND pid = ?2 AND pid_start = ?3",
+                params![r.worktree_id, r.pid, r.pid_start as i64],
+            )?;
+            if n != 1 {
+                return Err(rusqlite::Error::QueryReturnedNoRows);
+            }
+        }
         tx.execute(
             "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, ?2, 'created', ?3)",
             params![now, id, format!("base {}", w.base_commit)],

@@ -88,11 +88,20 @@ impl Store {
         if let Some(other) = other {
             return Err(BeginCreation::InProgress(Box::new(other)));
         }
+        // Never an id used before, by a worktree or a creation (one rolled back included):
+        // a rollback working from an old record must not find a newer creation's files.
         let id: i64 = tx.query_row(
             "SELECT 1 + MAX(COALESCE((SELECT MAX(id) FROM worktrees), 0),
-                            COALESCE((SELECT MAX(worktree_id) FROM creations), 0))",
+                            COALESCE((SELECT MAX(worktree_id) FROM creations), 0),
+                            COALESCE((SELECT CAST(value AS INTEGER) FROM meta
+                                      WHERE key = 'last_reserved_worktree_id'), 0))",
             [],
             |r| r.get(0),
+        )?;
+        tx.execute(
+            "INSERT INTO meta(key, value) VALUES ('last_reserved_worktree_id', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [id.to_string()],
         )?;
         tx.execute(
             &format!(
@@ -132,11 +141,28 @@ impl Store {
         rows.collect()
     }
 
-    /// A creation rolled back: its record goes.
-    pub fn end_creation(&self, worktree_id: i64) -> rusqlite::Result<()> {
+    /// Takes over the record of a creation whose creator is gone, for `pid` (started at
+    /// `start`) to roll it back: false when the record is no longer the one read (someone
+    /// else took it over, rolled it back, or the creation finished).
+    pub fn claim_creation(
+        &mut self,
+        c: &CreationRow,
+        pid: i32,
+        start: u64,
+    ) -> rusqlite::Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE creations SET pid = ?1, pid_start = ?2
+             WHERE worktree_id = ?3 AND pid = ?4 AND pid_start = ?5",
+            params![pid, start as i64, c.worktree_id, c.pid, c.pid_start as i64],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// A creation rolled back: its record goes, if it is still the one given.
+    pub fn end_creation(&self, c: &CreationRow) -> rusqlite::Result<()> {
         self.conn.execute(
-            "DELETE FROM creations WHERE worktree_id = ?1",
-            [worktree_id],
+            "DELETE FROM creations WHERE worktree_id = ?1 AND pid = ?2 AND pid_start = ?3",
+            params![c.worktree_id, c.pid, c.pid_start as i64],
         )?;
         Ok(())
     }

@@ -239,8 +239,10 @@ pub fn request_removal_gated(
     store.set_busy_timeout(crate::lifecycle::sweeper::DECIDE_BUSY_TIMEOUT)?;
     let r = request_removal_then(state, store, row, mountpoint, discard, show, &mut |store| {
         let _ = store.set_busy_timeout(crate::store::BUSY_TIMEOUT);
-        refresh();
-        closed.take();
+        if let Some(c) = closed.take() {
+            c.deleting();
+            refresh();
+        }
     });
     let _ = store.set_busy_timeout(crate::store::BUSY_TIMEOUT);
     r
