@@ -499,3 +499,50 @@ fn new_killed_at_any_point_leaves_nothing_in_the_way() {
     m.unmount();
     assert_nothing_half_made(&env.state(), &big_path.join(".git"));
 }
+
+#[test]
+fn a_rollback_touches_only_what_its_creation_made() {
+    use worktreefs::lifecycle::create::roll_back_dead_creations;
+    use worktreefs::store::{CreationRow, Store};
+    let env = Env::new();
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let mut store = Store::open(&env.state()).unwrap();
+    let repo = store.repo_by_name("repo").unwrap().unwrap();
+    let head = env.repo.head();
+    // Creations killed before their first step (their creator, pid 1 with another start
+    // time, is gone): meanwhile a user made the branch one of them meant to, and another
+    // state directory's worktreefs the admin entry the other one chose.
+    for (name, admin) in [("mine", "wtfs-mine"), ("theirs", "wtfs-theirs")] {
+        let r = CreationRow {
+            worktree_id: 0,
+            repo_id: repo.id,
+            name: name.into(),
+            branch: Some(name.into()),
+            base_commit: head.clone(),
+            admin_name: admin.into(),
+            pid: 1,
+            pid_start: 1,
+            started_at: 0,
+        };
+        store.begin_creation(&r).unwrap();
+    }
+    git(&env.repo.path(), &["branch", "mine", &head]);
+    let other = env.repo.path().join(".git/worktrees/wtfs-theirs");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(
+        other.join("locked"),
+        "managed by worktreefs (state dir /elsewhere)\n",
+    )
+    .unwrap();
+    assert_eq!(roll_back_dead_creations(&state, &mut store).unwrap(), 2);
+    assert!(store.creations().unwrap().is_empty());
+    assert_eq!(
+        git(&env.repo.path(), &["rev-parse", "refs/heads/mine"]).trim(),
+        head,
+        "the user's branch was deleted"
+    );
+    assert!(
+        other.join("locked").exists(),
+        "another state dir's entry was removed"
+    );
+}

@@ -167,3 +167,89 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::NewWorktree;
+
+    fn record(repo_id: i64, name: &str, pid: i32) -> CreationRow {
+        CreationRow {
+            worktree_id: 0,
+            repo_id,
+            name: name.into(),
+            branch: Some(name.into()),
+            base_commit: "c0ffee".into(),
+            admin_name: format!("wtfs-{name}"),
+            pid,
+            pid_start: 7,
+            started_at: 0,
+        }
+    }
+
+    fn worktree<'a>(repo_id: i64, name: &'a str) -> NewWorktree<'a> {
+        NewWorktree {
+            repo_id,
+            name,
+            branch: Some(name),
+            branch_created: true,
+            base_commit: "c0ffee",
+            base_tree: "7ree",
+            base_mtime: 1,
+            uid: 0,
+            gid: 0,
+            admin_name: name,
+        }
+    }
+
+    #[test]
+    fn a_reserved_id_is_never_given_again_and_a_stale_record_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let repo = store
+            .add_repo(
+                "r",
+                std::path::Path::new("/x"),
+                std::path::Path::new("/x/.git"),
+            )
+            .unwrap();
+        let mut dead = record(repo.id, "a", 1);
+        dead.worktree_id = store.begin_creation(&dead).unwrap();
+        assert!(matches!(
+            store.begin_creation(&record(repo.id, "a", 2)),
+            Err(BeginCreation::InProgress(_))
+        ));
+        // Two processes read the dead record; the first takes it over, the second cannot.
+        let stale = store.creations().unwrap().remove(0);
+        assert!(store.claim_creation(&stale, 3, 9).unwrap());
+        assert!(!store.claim_creation(&stale, 4, 9).unwrap());
+        let mine = CreationRow {
+            pid: 3,
+            pid_start: 9,
+            ..stale.clone()
+        };
+        // A stale copy neither ends nor finishes it.
+        store.end_creation(&stale).unwrap();
+        assert_eq!(store.creations().unwrap().len(), 1);
+        assert!(store
+            .finish_creation(&stale, &worktree(repo.id, "a"))
+            .is_err());
+        assert!(store.worktree("r", "a").unwrap().is_none());
+        store.end_creation(&mine).unwrap();
+        assert!(store.creations().unwrap().is_empty());
+        // The next creation of the name gets a new id, not the one rolled back.
+        let mut next = record(repo.id, "a", 5);
+        next.worktree_id = store.begin_creation(&next).unwrap();
+        assert!(next.worktree_id > dead.worktree_id);
+        store
+            .finish_creation(&next, &worktree(repo.id, "a"))
+            .unwrap();
+        let row = store.worktree("r", "a").unwrap().unwrap();
+        assert_eq!(row.id, next.worktree_id);
+        assert!(store.creations().unwrap().is_empty());
+        assert!(matches!(
+            store.begin_creation(&record(repo.id, "a", 6)),
+            Err(BeginCreation::Exists(_))
+        ));
+    }
+}
