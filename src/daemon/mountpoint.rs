@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 
 /// The source and filesystem type mounted at `path`, if anything is.
 pub fn mount_type(path: &Path) -> Option<(String, String)> {
@@ -150,9 +150,28 @@ pub fn detach_if_stale(path: &Path) -> anyhow::Result<bool> {
                 "detaching the stale worktreefs mount at {} left by a daemon that is gone",
                 path.display()
             );
-            nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH)
-                .with_context(|| format!("detaching the stale mount at {}", path.display()))?;
-            Ok(true)
+            match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
+                Ok(()) => Ok(true),
+                // Not root: the mount was made through fusermount3, which undoes it.
+                Err(nix::errno::Errno::EPERM) => {
+                    let ok = std::process::Command::new("fusermount3")
+                        .arg("-uz")
+                        .arg(path)
+                        .status()
+                        .map(|s| s.success())
+                        .unwrap_or(false);
+                    if !ok {
+                        bail!(
+                            "the stale mount at {} (its daemon is gone) cannot be detached by this user; run `fusermount3 -uz {}` or, as root, `umount -l {}`",
+                            path.display(),
+                            path.display(),
+                            path.display()
+                        );
+                    }
+                    Ok(true)
+                }
+                Err(e) => Err(anyhow!("detaching the stale mount at {}: {e}", path.display())),
+            }
         }
         Liveness::Dead => bail!(
             "mountpoint {} holds a dead {fstype} mount of {source} (not worktreefs's); detach it with `umount -l {}` or pick another directory",
