@@ -618,6 +618,8 @@ impl Tracker {
                         info,
                         pidfd,
                     });
+                    // The watcher polls the heir's pidfd from now on, not a second later.
+                    let _ = nix::unistd::write(&self.wake.1, b"w");
                 }
                 self.enqueue(Op::Release {
                     worktree_id: w.worktree_id,
