@@ -226,6 +226,35 @@ fn a_database_held_by_another_process_stalls_no_request() {
         "ls .control waited {:?} for the database",
         t.elapsed()
     );
+    // A process that stays holds its lease in memory meanwhile, and `.control` shows it.
+    let mut stay = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "read l < '{}/README.md' && echo in && exec sleep 5",
+            wt.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(stay.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "in");
+    let names: Vec<String> = fs::read_dir(m.mountpoint.join(".control/leases"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let _ = stay.kill();
+    let _ = stay.wait();
+    assert!(
+        names
+            .iter()
+            .any(|n| n.contains(&format!("@pid:{}:", stay.id()))),
+        "the lease kept in memory is not in .control/leases: {names:?}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(7),
         "the requests took as long as the lock was held"

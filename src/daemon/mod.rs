@@ -181,6 +181,10 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             Box::new(move || view.catalog_changed()),
         )?
     };
+    {
+        let tracker = tracker.clone();
+        view.set_pending_leases(Box::new(move || tracker.pending_leases()));
+    }
     // Boot reconcile: leases of processes that are gone are swept before anyone enters.
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();

@@ -128,6 +128,58 @@ pub(super) fn control_ino(dir: ControlDir, name: &OsStr) -> u64 {
 }
 
 impl View {
+    /// Every lease: those in SQLite and those the daemon keeps in memory until SQLite
+    /// takes them (a database held by another process), so `.control` says who holds
+    /// what either way.
+    fn all_leases(&self) -> FsResult<Vec<crate::store::LeaseRow>> {
+        use crate::store::{LeaseRow, NewLease};
+        let mut rows = self
+            .store
+            .lock()
+            .leases()
+            .map_err(|e| FsError::store("reading leases", e))?;
+        let pending = self.pending_leases.get().map(|f| f()).unwrap_or_default();
+        for (worktree_id, lease, since) in pending {
+            let holder = lease.holder();
+            if rows
+                .iter()
+                .any(|r| r.worktree_id == worktree_id && r.holder == holder)
+            {
+                continue;
+            }
+            let Some(wt) = self.catalog.worktree_by_id(worktree_id) else {
+                continue;
+            };
+            let (kind, pid, pid_start, command, session) = match lease {
+                NewLease::Process {
+                    pid,
+                    start,
+                    command,
+                } => (
+                    "process",
+                    Some(pid as i64),
+                    Some(start as i64),
+                    Some(command),
+                    None,
+                ),
+                NewLease::Session { id } => ("session", None, None, None, Some(id)),
+            };
+            rows.push(LeaseRow {
+                repo: wt.repo.clone(),
+                worktree: wt.name.clone(),
+                worktree_id,
+                holder_kind: kind.into(),
+                holder,
+                pid,
+                pid_start,
+                command,
+                session,
+                acquired_at: since,
+            });
+        }
+        Ok(rows)
+    }
+
     pub(super) fn control_names(&self, dir: ControlDir) -> FsResult<Vec<String>> {
         match dir {
             ControlDir::Top => Ok(LAYOUT.iter().map(|(_, n, _)| n.to_string()).collect()),
@@ -142,14 +194,7 @@ impl View {
                 names.sort();
                 Ok(names)
             }
-            ControlDir::Leases => Ok(self
-                .store
-                .lock()
-                .leases()
-                .map_err(|e| FsError::store("reading leases", e))?
-                .iter()
-                .map(|l| l.entry_name())
-                .collect()),
+            ControlDir::Leases => Ok(self.all_leases()?.iter().map(|l| l.entry_name()).collect()),
             ControlDir::Retained => Ok(self
                 .store
                 .lock()
@@ -169,9 +214,8 @@ impl View {
             // Answered at open (a query has effects); nothing to show before.
             (ControlDir::FsMonitor, _) => Ok(Vec::new()),
             (ControlDir::Top, STATUS) => {
-                let store = self.store.lock();
-                let rows = store.worktrees().map_err(store_err)?;
-                let leases = store.leases().map_err(store_err)?;
+                let rows = self.store.lock().worktrees().map_err(store_err)?;
+                let leases = self.all_leases()?;
                 Ok(crate::report::status_table(&rows, &leases).into_bytes())
             }
             (ControlDir::Top, STATS) => {
@@ -194,10 +238,7 @@ impl View {
             }
             (ControlDir::Leases, entry) => {
                 let lease = self
-                    .store
-                    .lock()
-                    .leases()
-                    .map_err(store_err)?
+                    .all_leases()?
                     .into_iter()
                     .find(|l| l.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/leases/{entry}")))?;

@@ -33,6 +33,7 @@ mod view;
 pub use control::{CONTROL_NAME, REFRESH_NAME};
 pub use nodes::ROOT_INO;
 pub use types::{
-    Attr, Backing, Caller, DirEntry, Entry, FType, Inval, Invalidator, SetAttr, Statfs,
+    Attr, Backing, Caller, DirEntry, Entry, FType, Inval, Invalidator, PendingLeases, SetAttr,
+    Statfs,
 };
 pub use view::{Stats, View};

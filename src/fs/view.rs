@@ -38,7 +38,7 @@ use super::handles::{opened, HandleKind, Handles};
 use super::listing::Listings;
 use super::nodes::{NodeKind, NodeTable, Nodes, ROOT_INO};
 use super::place::{held, is_changing, Place};
-use super::types::{Attr, Entry, FType, Invalidator, Statfs};
+use super::types::{Attr, Entry, FType, Invalidator, PendingLeases, Statfs};
 
 /// Worktree entries (the worktree's own directory included) change only through this
 /// daemon, and every such change is a request the kernel makes and so accounts for: the
@@ -100,6 +100,8 @@ pub struct View {
     /// Listings being read by handle-less readdir (see `readdir_ino`).
     pub(super) listings: Listings,
     pub(super) invalidator: std::sync::OnceLock<Invalidator>,
+    /// The process leases the daemon keeps in memory until SQLite takes them.
+    pub(super) pending_leases: std::sync::OnceLock<PendingLeases>,
     /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
     pub(super) instance: String,
     pub stats: Stats,
@@ -162,6 +164,7 @@ impl View {
             handles: Handles::new(),
             listings: Listings::new(),
             invalidator: std::sync::OnceLock::new(),
+            pending_leases: std::sync::OnceLock::new(),
             instance: format!(
                 "{}.{}",
                 std::process::id(),
@@ -207,6 +210,11 @@ impl View {
         nix::sys::statfs::statfs(&self.state.root)
             .map(|s| s.filesystem_type() == nix::sys::statfs::OVERLAYFS_SUPER_MAGIC)
             .unwrap_or(false)
+    }
+
+    /// Where `.control/leases` learns of the leases kept in memory (the tracker's).
+    pub fn set_pending_leases(&self, f: PendingLeases) {
+        let _ = self.pending_leases.set(f);
     }
 
     pub fn set_invalidator(&self, f: Invalidator) {

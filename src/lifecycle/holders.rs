@@ -134,6 +134,8 @@ enum Op {
         worktree_id: i64,
         lease: NewLease,
         reason: String,
+        /// When it was taken (unix seconds).
+        since: i64,
     },
     Release {
         worktree_id: i64,
@@ -440,6 +442,7 @@ impl Tracker {
                     worktree_id,
                     lease,
                     reason: format!("{reason} (recorded late: {e})"),
+                    since: crate::store::now_secs(),
                 });
                 Ok(())
             }
@@ -448,10 +451,33 @@ impl Tracker {
                     worktree_id,
                     lease,
                     reason: format!("{reason} (recorded after earlier changes waiting)"),
+                    since: crate::store::now_secs(),
                 });
                 Ok(())
             }
         }
+    }
+
+    /// The leases kept in memory, not yet in SQLite: (worktree, lease, since), for
+    /// `.control/leases` (who holds what, whether or not the database could say so).
+    pub fn pending_leases(&self) -> Vec<(i64, NewLease, i64)> {
+        let mut out: Vec<(i64, NewLease, i64)> = Vec::new();
+        for op in self.queue.lock().iter() {
+            match op {
+                Op::Acquire {
+                    worktree_id,
+                    lease,
+                    since,
+                    ..
+                } => out.push((*worktree_id, lease.clone(), *since)),
+                Op::Release {
+                    worktree_id,
+                    holder,
+                    ..
+                } => out.retain(|(w, l, _)| !(w == worktree_id && l.holder() == *holder)),
+            }
+        }
+        out
     }
 
     fn enqueue(&self, op: Op) {
@@ -474,6 +500,7 @@ impl Tracker {
                     worktree_id,
                     lease,
                     reason,
+                    ..
                 } => match self.store.lock().acquire_lease(*worktree_id, lease, reason) {
                     Ok(_) => Ok(()),
                     Err(LeaseError::Conflict(c, state)) => {
@@ -611,6 +638,7 @@ impl Tracker {
                         worktree_id: w.worktree_id,
                         lease: heir_lease,
                         reason: reason.clone(),
+                        since: crate::store::now_secs(),
                     });
                     self.watch(Watched {
                         worktree_id: w.worktree_id,
