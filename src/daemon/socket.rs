@@ -176,8 +176,11 @@ fn answer(
             );
         }
     }
+    // One line, soon and not endless (only the owner can connect, but a stuck client
+    // must not keep a thread forever).
+    conn.set_read_timeout(Some(CONNECT_TIMEOUT))?;
     let mut line = String::new();
-    BufReader::new(conn.try_clone()?).read_line(&mut line)?;
+    std::io::Read::take(BufReader::new(conn.try_clone()?), 64 << 10).read_line(&mut line)?;
     let req: Request = serde_json::from_str(line.trim()).context("reading the request")?;
     let Request::Reclaim {
         repo,

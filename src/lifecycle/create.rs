@@ -235,10 +235,6 @@ pub fn create_worktree(
     // Killed at any point from here, the next mount or the next creation of this name
     // rolls back exactly these (`roll_back_creation`).
     let gitdir = git::common_dir(&repo);
-    let taken = store
-        .creation_admin_names(repo_row.id)
-        .map_err(|e| internal("reading creations")(e.to_string()))?;
-    let admin_name = git::free_admin_name_except(&gitdir, req.name, &taken);
     let me = crate::lifecycle::holders::proc_info(std::process::id() as i32);
     let mut record = CreationRow {
         worktree_id: 0,
@@ -246,26 +242,41 @@ pub fn create_worktree(
         name: req.name.to_string(),
         branch: existing_branch.is_none().then(|| branch_name.clone()),
         base_commit: base.commit.to_string(),
-        admin_name: admin_name.clone(),
+        admin_name: String::new(),
         pid: std::process::id() as i32,
         pid_start: me.map(|p| p.start).unwrap_or(0),
         started_at: now_secs(),
     };
-    record.worktree_id = match store.begin_creation(&record) {
-        Ok(id) => id,
-        Err(BeginCreation::Exists(state)) => {
-            return Err(CreateError::Exists(format!(
-                "worktree '{}/{}' already exists (state: {state}); pick another name",
-                req.repo, req.name
-            )))
+    // Two creations at once may pick one admin name (`foo` and `foo1` both choosing
+    // `wtfs-foo1`, say): the second's record is refused by the name's uniqueness, and it
+    // picks again.
+    let mut tries = 0;
+    record.worktree_id = loop {
+        let taken = store
+            .creation_admin_names(repo_row.id)
+            .map_err(|e| internal("reading creations")(e.to_string()))?;
+        record.admin_name = git::free_admin_name_except(&gitdir, req.name, &taken);
+        match store.begin_creation(&record) {
+            Ok(id) => break id,
+            Err(BeginCreation::Exists(state)) => {
+                return Err(CreateError::Exists(format!(
+                    "worktree '{}/{}' already exists (state: {state}); pick another name",
+                    req.repo, req.name
+                )))
+            }
+            Err(BeginCreation::InProgress(other)) => {
+                return Err(CreateError::Exists(format!(
+                    "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
+                    req.repo, req.name, other.pid
+                )))
+            }
+            Err(BeginCreation::Db(rusqlite::Error::SqliteFailure(f, _)))
+                if f.code == rusqlite::ErrorCode::ConstraintViolation && tries < 5 =>
+            {
+                tries += 1;
+            }
+            Err(BeginCreation::Db(e)) => return Err(db_failure("recording the creation")(e)),
         }
-        Err(BeginCreation::InProgress(other)) => {
-            return Err(CreateError::Exists(format!(
-                "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
-                req.repo, req.name, other.pid
-            )))
-        }
-        Err(BeginCreation::Db(e)) => return Err(db_failure("recording the creation")(e)),
     };
     let made = make_recorded(state, store, &repo, &record, req, &base, base_mtime, &index);
     if let Err(e) = &made {
