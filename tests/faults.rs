@@ -575,3 +575,34 @@ fn a_rollback_touches_only_what_its_creation_made() {
         "another state dir's entry was removed"
     );
 }
+
+#[test]
+fn a_full_repository_disk_answers_enospc_to_a_new_worktree() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::new(&dir.path().join("disk"), "16m", 2000);
+    let small = disk.path.join("small");
+    run_ok(
+        "git",
+        &[
+            "clone",
+            "-q",
+            env.repo.path().to_str().unwrap(),
+            small.to_str().unwrap(),
+        ],
+        Path::new("/"),
+    );
+    wtfs_ok(
+        &env.state(),
+        &["repo", "add", small.to_str().unwrap(), "--name", "small"],
+    );
+    let m = env.mount();
+    let fill = disk.fill();
+    let err = fs::create_dir(m.mountpoint.join("small/wt")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    // Nothing half-made stays in the way: with room again, the name can be used.
+    fs::remove_dir_all(&fill).unwrap();
+    fs::create_dir(m.mountpoint.join("small/wt")).unwrap();
+    assert!(m.mountpoint.join("small/wt/README.md").exists());
+    m.unmount();
+}

@@ -320,10 +320,24 @@ fn make_recorded(
             &branch_log_message(record.worktree_id),
         )
         .map_err(|e| {
-            CreateError::BranchConflict(format!(
-                "cannot create branch '{branch_name}': {}",
-                e.message()
-            ))
+            // libgit2 keeps no errno: a full disk shows in its message only.
+            let msg = e.message();
+            let errno = if msg.contains("No space left on device") {
+                Some(libc::ENOSPC)
+            } else if msg.contains("Disk quota exceeded") {
+                Some(libc::EDQUOT)
+            } else {
+                None
+            };
+            match errno {
+                Some(errno) => CreateError::NoSpace(
+                    format!("cannot create branch '{branch_name}': {msg}; free some space and try again"),
+                    errno,
+                ),
+                None => CreateError::BranchConflict(format!(
+                    "cannot create branch '{branch_name}': {msg}"
+                )),
+            }
         })?;
     }
 
