@@ -606,3 +606,29 @@ fn a_full_repository_disk_answers_enospc_to_a_new_worktree() {
     assert!(m.mountpoint.join("small/wt/README.md").exists());
     m.unmount();
 }
+
+#[test]
+fn rmdir_while_another_process_holds_the_database_answers_ebusy() {
+    let env = Env::new();
+    let m = env.mount();
+    let wt = m.wt("repo", "later");
+    fs::create_dir(&wt).unwrap();
+    let mut holder = hold_database(&env.state(), 3);
+    let t = Instant::now();
+    let err = fs::remove_dir(&wt).unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::EBUSY),
+        "rmdir with the database held: {err}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "rmdir waited {:?}",
+        t.elapsed()
+    );
+    let _ = holder.wait();
+    // Free again: the removal goes through.
+    fs::remove_dir(&wt).unwrap();
+    assert!(!wt.exists());
+    m.unmount();
+}

@@ -200,7 +200,10 @@ fn answer(
         );
     };
     // What `--discard` throws away goes to the command before anything goes.
+    // A command that stops reading (a pager, ^Z) loses those lines rather than holding
+    // the removal, and its lock, forever.
     let mut out = conn.try_clone()?;
+    out.set_write_timeout(Some(CONNECT_TIMEOUT))?;
     let r = request_removal_gated(
         gate,
         &|| view.catalog_changed(),

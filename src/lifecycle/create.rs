@@ -278,9 +278,20 @@ pub fn create_worktree(
             Err(BeginCreation::Db(e)) => return Err(db_failure("recording the creation")(e)),
         }
     };
-    let made = make_recorded(state, store, &repo, &record, req, &base, base_mtime, &index);
+    let mut progress = Made::default();
+    let made = make_recorded(
+        state,
+        store,
+        &repo,
+        &record,
+        req,
+        &base,
+        base_mtime,
+        &index,
+        &mut progress,
+    );
     if let Err(e) = &made {
-        if let Err(undo) = roll_back_creation(state, store, &gitdir, &record) {
+        if let Err(undo) = roll_back(state, store, &gitdir, &record, Some(&progress)) {
             tracing::error!(
                 "creation of {}/{} failed ({e}) and could not be rolled back ({undo:#}); the next mount rolls it back",
                 req.repo,
@@ -308,6 +319,7 @@ fn make_recorded(
     base: &git::ResolvedBase,
     base_mtime: i64,
     index: &CachedIndex,
+    made: &mut Made,
 ) -> Result<(), CreateError> {
     let branch_name = req.branch.unwrap_or(req.name).to_string();
     if record.branch.is_some() {
@@ -339,6 +351,22 @@ fn make_recorded(
                 )),
             }
         })?;
+        made.branch = true;
+        // The reflog entry a rollback recognises, written even where the repository keeps
+        // no reflogs (a bare one, `core.logAllRefUpdates=false`).
+        let full = format!("refs/heads/{branch_name}");
+        if let Ok(mut log) = repo.reflog(&full) {
+            if log.is_empty() {
+                if let Ok(sig) = git2::Signature::now("worktreefs", "worktreefs@localhost") {
+                    let _ = log.append(
+                        base.commit,
+                        &sig,
+                        Some(&branch_log_message(record.worktree_id)),
+                    );
+                    let _ = log.write();
+                }
+            }
+        }
     }
 
     let gitdir = git::common_dir(repo);
@@ -352,7 +380,15 @@ fn make_recorded(
         |out| index.write_for(out, &worktree_path, &gitdir),
         &admin_lock_text(state),
     )
-    .map_err(chain_failure("writing the git worktree entry"))?;
+    .map_err(|e| {
+        // An entry of someone else's already there is not ours to undo.
+        made.admin = !e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<std::io::Error>())
+            .any(|io| io.kind() == std::io::ErrorKind::AlreadyExists);
+        chain_failure("writing the git worktree entry")(e)
+    })?;
+    made.admin = true;
 
     let id = record.worktree_id;
     let staging = staging_dir(state, id);
@@ -413,6 +449,11 @@ fn staging_dir(state: &StateDir, id: i64) -> PathBuf {
 
 /// Whether the process that recorded creation `c` still runs (same pid, same start).
 fn creator_alive(c: &CreationRow) -> bool {
+    // This process's own record (a rollback of it that failed earlier, say: a full disk)
+    // is tried again, not waited for: the kernel lets one mkdir of a name run at a time.
+    if c.pid == std::process::id() as i32 {
+        return false;
+    }
     crate::lifecycle::holders::proc_info(c.pid)
         .is_some_and(|p| p.start == c.pid_start || c.pid_start == 0)
 }
@@ -443,8 +484,36 @@ pub fn roll_back_creation(
     gitdir: &Path,
     c: &CreationRow,
 ) -> anyhow::Result<()> {
+    roll_back(state, store, gitdir, c, None)
+}
+
+/// What an in-process creation that failed had made itself (a rollback after a crash
+/// knows only the record, and judges what it finds).
+#[derive(Debug, Default)]
+struct Made {
+    branch: bool,
+    admin: bool,
+}
+
+fn roll_back(
+    state: &StateDir,
+    store: &mut Store,
+    gitdir: &Path,
+    c: &CreationRow,
+    made: Option<&Made>,
+) -> anyhow::Result<()> {
     use anyhow::Context;
     let what = format!("creation of worktree {} (id {})", c.name, c.worktree_id);
+    // A live worktree of this repository that has the admin entry or the branch the
+    // record names (another creation finished with them) keeps them.
+    let live = store.worktrees()?;
+    let live_admin = live
+        .iter()
+        .any(|w| w.repo_id == c.repo_id && w.admin_name == c.admin_name);
+    let live_branch = |b: &str| {
+        live.iter()
+            .any(|w| w.repo_id == c.repo_id && w.branch.as_deref() == Some(b))
+    };
     if store.worktree_by_id(c.worktree_id)?.is_none() {
         let dir = state.worktree_dir(c.worktree_id);
         if dir.exists() {
@@ -458,7 +527,7 @@ pub fn roll_back_creation(
             .with_context(|| format!("{what}: removing {}", staging.display()))?;
     }
     let admin = git::admin_dir(gitdir, &c.admin_name);
-    if admin.is_dir() {
+    if admin.is_dir() && !live_admin && made.is_none_or(|m| m.admin) {
         // Ours: its `locked` file is exactly what this state directory writes, or it was
         // killed while writing that file (a part of it, nothing else in the entry yet).
         let expected = admin_lock_text(state);
@@ -476,10 +545,19 @@ pub fn roll_back_creation(
             );
         }
     }
-    if let Some(b) = &c.branch {
-        // Killed while git's library made the branch: its lock file stays and would
-        // refuse the branch to the next creation. Removed only when made during this
-        // creation (a lock older than the record is someone else's).
+    let branch = c
+        .branch
+        .as_ref()
+        .filter(|b| !live_branch(b) && made.is_none_or(|m| m.branch));
+    // Killed while git's library made the branch: its lock file stays and would refuse
+    // the branch to the next creation. Removed only after a crash (a creation that failed
+    // in process may have failed on someone else's lock) and only when made during this
+    // creation (a lock older than the record is someone else's).
+    let crashed_branch = c
+        .branch
+        .as_ref()
+        .filter(|b| made.is_none() && !live_branch(b));
+    if let Some(b) = crashed_branch {
         let lock = gitdir.join("refs/heads").join(format!("{b}.lock"));
         if let Ok(m) = fs::symlink_metadata(&lock) {
             use std::os::unix::fs::MetadataExt;
@@ -494,6 +572,8 @@ pub fn roll_back_creation(
                 tracing::warn!("{what}: {} predates it; left as it is", lock.display());
             }
         }
+    }
+    if let Some(b) = branch {
         if let Ok(repo) = Repository::open(gitdir) {
             let full = format!("refs/heads/{b}");
             let checked_out = git::checked_out_branches(&repo)
@@ -501,14 +581,12 @@ pub fn roll_back_creation(
                 .any(|(_, r)| r == full);
             if let Ok(mut br) = repo.find_branch(b, BranchType::Local) {
                 let tip = br.get().target().map(|t| t.to_string());
-                // Made by this creation and untouched since: one reflog entry, its own.
-                // (A repository that keeps no reflogs, `core.logAllRefUpdates=false`: the
-                // tip and nothing else.)
+                // Made by this creation and untouched since: one reflog entry, its own
+                // (written by the creation even where the repository keeps no reflogs).
                 let made_here = repo.reflog(&full).is_ok_and(|log| {
-                    log.is_empty()
-                        || (log.len() == 1
-                            && log.get(0).and_then(|e| e.message().map(str::to_string))
-                                == Some(branch_log_message(c.worktree_id)))
+                    log.len() == 1
+                        && log.get(0).and_then(|e| e.message().map(str::to_string))
+                            == Some(branch_log_message(c.worktree_id))
                 });
                 if made_here && tip.as_deref() == Some(c.base_commit.as_str()) && !checked_out {
                     br.delete().map_err(|e| {

@@ -127,7 +127,7 @@ struct Watched {
 
 /// A lease change the tracker could not write to SQLite at once, written by its writer in
 /// the order it was made.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Op {
     /// Counted in the gate as pending until written.
     Acquire {
@@ -492,7 +492,9 @@ impl Tracker {
             if self.stopped.load(Ordering::Acquire) {
                 return 0;
             }
-            let Some(op) = self.queue.lock().pop_front() else {
+            // Left in the queue while it is written: `.control/leases` still shows it, and
+            // a repeat of it is still counted once.
+            let Some(op) = self.queue.lock().front().cloned() else {
                 return 0;
             };
             let result = match &op {
@@ -525,6 +527,10 @@ impl Tracker {
                     .release_lease(*worktree_id, holder, kind, reason)
                     .map(|_| ()),
             };
+            if result.as_ref().is_ok() || result.as_ref().is_err_and(|e| !is_transient(e)) {
+                // Only the writer takes from the front (under `draining`): still this one.
+                self.queue.lock().pop_front();
+            }
             match result {
                 Ok(()) => {
                     if let Op::Acquire { worktree_id, .. } = &op {
@@ -534,9 +540,7 @@ impl Tracker {
                 }
                 Err(e) if is_transient(&e) => {
                     tracing::debug!("lease changes wait for the database: {e}");
-                    let mut q = self.queue.lock();
-                    q.push_front(op);
-                    return q.len();
+                    return self.queue.lock().len();
                 }
                 Err(e) => {
                     // Not a matter of waiting (the worktree's row is gone, say): dropped,

@@ -32,6 +32,12 @@ use schema::MIGRATIONS;
 
 pub const DB_FILE: &str = "worktreefs.db";
 
+/// Whether `e` is another connection's lock (busy or locked): a matter of waiting.
+pub fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
 /// How long a statement waits for another connection's lock, unless told otherwise.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -89,6 +95,12 @@ impl Store {
     }
 
     fn migrate(&mut self) -> rusqlite::Result<()> {
+        // Up to date (every open but the first after an upgrade): nothing to write, so no
+        // write lock is taken (another process holding the database must not make every
+        // open wait for it).
+        if self.schema_version()? >= MIGRATIONS.len() as i64 {
+            return Ok(());
+        }
         // Rebuilding a table needs foreign keys off, and that can only change outside a
         // transaction; they are checked again after.
         self.conn.pragma_update(None, "foreign_keys", "OFF")?;

@@ -229,21 +229,39 @@ pub fn request_removal_gated(
     discard: bool,
     show: &mut dyn FnMut(&Discarded),
 ) -> Result<Outcome, RequestError> {
-    let mut closed = Some(gate.close(row.id).ok_or_else(|| {
+    // The gate is closed only around the decision (after the scan for processes inside,
+    // which may take a while), and the decision waits for the database not for long.
+    let busy = || {
         RequestError::Busy(format!(
             "worktree {}/{} has a process lease being recorded (a process has just entered it); see `worktreefs leases`",
             row.repo, row.name
         ))
-    })?);
-    // The gate is closed while the decision waits for the database: not for long.
-    store.set_busy_timeout(crate::lifecycle::sweeper::DECIDE_BUSY_TIMEOUT)?;
-    let r = request_removal_then(state, store, row, mountpoint, discard, show, &mut |store| {
-        let _ = store.set_busy_timeout(crate::store::BUSY_TIMEOUT);
-        if let Some(c) = closed.take() {
-            c.deleting();
-            refresh();
-        }
-    });
+    };
+    let mut closed = None;
+    let r = request_removal_then(
+        state,
+        store,
+        row,
+        mountpoint,
+        discard,
+        show,
+        &mut |phase, store| {
+            match phase {
+                Phase::Deciding => {
+                    closed = Some(gate.close(row.id).ok_or_else(busy)?);
+                    store.set_busy_timeout(crate::lifecycle::sweeper::DECIDE_BUSY_TIMEOUT)?;
+                }
+                Phase::Deleting => {
+                    store.set_busy_timeout(crate::store::BUSY_TIMEOUT)?;
+                    if let Some(c) = closed.take() {
+                        c.deleting();
+                        refresh();
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
     let _ = store.set_busy_timeout(crate::store::BUSY_TIMEOUT);
     r
 }
@@ -259,7 +277,18 @@ pub fn request_removal(
     discard: bool,
     show: &mut dyn FnMut(&Discarded),
 ) -> Result<Outcome, RequestError> {
-    request_removal_then(state, store, row, mountpoint, discard, show, &mut |_| {})
+    request_removal_then(state, store, row, mountpoint, discard, show, &mut |_, _| {
+        Ok(())
+    })
+}
+
+/// Where a removal is, for `request_removal_then`'s hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// About to decide the move to `deleting` (its transaction comes next).
+    Deciding,
+    /// Marked deleting.
+    Deleting,
 }
 
 /// `request_removal`, calling `deleting` once the worktree is marked deleting.
@@ -270,7 +299,7 @@ fn request_removal_then(
     mountpoint: &Path,
     discard: bool,
     show: &mut dyn FnMut(&Discarded),
-    deleting: &mut dyn FnMut(&mut Store),
+    hook: &mut dyn FnMut(Phase, &mut Store) -> Result<(), RequestError>,
 ) -> Result<Outcome, RequestError> {
     let label = format!("{}/{}", row.repo, row.name);
     let t = target_of(state, store, row, mountpoint)?;
@@ -291,6 +320,7 @@ fn request_removal_then(
     } else {
         "removal asked for"
     };
+    hook(Phase::Deciding, store)?;
     let prev = store
         .begin_deleting(row.id, &[State::Ready, State::Lingering, State::Retained], why)
         .map_err(|e| match e {
@@ -305,9 +335,12 @@ fn request_removal_then(
             BeginError::State(st) => RequestError::Busy(format!(
                 "worktree {label} is {st}; its cleanup is already running"
             )),
+            BeginError::Db(e) if crate::store::is_busy(&e) => RequestError::Busy(format!(
+                "worktree {label} cannot be marked for removal now: another process holds the database ({e}); try again in a moment"
+            )),
             BeginError::Db(e) => e.into(),
         })?;
-    deleting(store);
+    hook(Phase::Deleting, store)?;
     let inspected = inspect(&t);
     let verdict = decide(t.branch.as_deref(), t.branch_created, &inspected);
     match verdict {
