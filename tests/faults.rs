@@ -632,3 +632,24 @@ fn rmdir_while_another_process_holds_the_database_answers_ebusy() {
     assert!(!wt.exists());
     m.unmount();
 }
+
+#[test]
+fn mkdir_of_a_worktree_while_another_process_holds_the_database_answers_ebusy_soon() {
+    let env = Env::new();
+    let m = env.mount();
+    let wt = m.wt("repo", "soon");
+    let mut holder = hold_database(&env.state(), 4);
+    let t = Instant::now();
+    let err = fs::create_dir(&wt).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "mkdir waited {:?} for the database",
+        t.elapsed()
+    );
+    let _ = holder.wait();
+    // Nothing was left half-made: the name can be used at once.
+    fs::create_dir(&wt).unwrap();
+    assert!(wt.join("README.md").exists());
+    m.unmount();
+}

@@ -271,6 +271,7 @@ impl FsError {
             CreateError::UnknownRepo(_) => ErrorKind::NotFound,
             CreateError::Exists(_) | CreateError::BranchConflict(_) => ErrorKind::Exists,
             CreateError::NoSpace(_, errno) => ErrorKind::Os(*errno),
+            CreateError::Busy(_) => ErrorKind::Busy,
             CreateError::Internal(_) => ErrorKind::Internal,
         };
         FsError::with_source(kind, format!("{context}: {err}"), err)

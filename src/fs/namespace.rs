@@ -21,6 +21,10 @@ use crate::lifecycle::create::{self, CreateRequest};
 use crate::store::{RepoRow, Store, WorktreeRow};
 
 use super::catalog::{repo_ino, REPO_INO_BASE};
+
+/// How long `mkdir` of a worktree waits for a database another process holds (the kernel
+/// holds the repository's directory while it waits) before it answers EBUSY.
+const MKDIR_BUSY_TIMEOUT: Duration = Duration::from_millis(500);
 use super::control::{CONTROL_INO, CONTROL_NAME};
 use super::error::{FsError, FsResult};
 use super::journal::WorktreeJournal;
@@ -326,6 +330,10 @@ impl View {
             // A connection of its own, as rmdir's: a creation may wait for the database
             // (held by another process), and the view's own connection answers lookups.
             let mut store = Store::open(&self.state.root)
+                .map_err(|e| FsError::store("opening the store", e))?;
+            // The kernel holds the repository directory meanwhile: not for long.
+            store
+                .set_busy_timeout(MKDIR_BUSY_TIMEOUT)
                 .map_err(|e| FsError::store("opening the store", e))?;
             create::create_worktree(
                 &self.state,

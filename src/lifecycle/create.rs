@@ -26,6 +26,8 @@ pub enum CreateError {
     /// The disk (the state dir's or the repository's) is full or over quota: the message
     /// and the errno (ENOSPC or EDQUOT).
     NoSpace(String, i32),
+    /// Another process holds the database: try again.
+    Busy(String),
     Internal(String),
 }
 
@@ -38,6 +40,7 @@ impl fmt::Display for CreateError {
             | CreateError::BadRevision(m)
             | CreateError::BranchConflict(m)
             | CreateError::NoSpace(m, _)
+            | CreateError::Busy(m)
             | CreateError::Internal(m) => f.write_str(m),
         }
     }
@@ -112,6 +115,9 @@ fn db_failure(context: &str) -> impl Fn(rusqlite::Error) -> CreateError + '_ {
                 libc::ENOSPC,
             )
         }
+        _ if crate::store::is_busy(&e) => CreateError::Busy(format!(
+            "{context}: another process holds the database ({e}); try again in a moment"
+        )),
         _ => CreateError::Internal(format!("{context}: {e}")),
     }
 }
