@@ -77,6 +77,17 @@ impl Drop for SmallDisk {
     }
 }
 
+/// The first line a child writes to its piped standard output.
+fn first_line(child: &mut std::process::Child) -> String {
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    line
+}
+
 /// Runs `script` in a new shell in `dir` (a process of its own: it takes its own lease)
 /// and returns its exit status and stderr.
 fn sh(dir: &Path, script: &str) -> (bool, String) {
@@ -182,12 +193,7 @@ fn hold_database(state: &Path, secs: u32) -> std::process::Child {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let line = first_line(&mut child);
     assert_eq!(line.trim(), "held");
     child
 }
@@ -236,12 +242,7 @@ fn a_database_held_by_another_process_stalls_no_request() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(stay.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let line = first_line(&mut stay);
     assert_eq!(line.trim(), "in");
     let names: Vec<String> = fs::read_dir(m.mountpoint.join(".control/leases"))
         .unwrap()
@@ -360,12 +361,7 @@ fn reclaim_racing_a_process_entering_never_removes_the_worktree_under_it() {
             let _ = h.wait();
         }
         // Read whether it got in (it prints before sleeping).
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(enter.stdout.as_mut().unwrap()),
-            &mut line,
-        )
-        .unwrap();
+        let line = first_line(&mut enter);
         let entered = line.trim() == "entered";
         eprintln!(
             "round {i}: entered {entered}: {}",

@@ -132,7 +132,7 @@ impl View {
     /// takes them (a database held by another process), so `.control` says who holds
     /// what either way.
     fn all_leases(&self) -> FsResult<Vec<crate::store::LeaseRow>> {
-        use crate::store::{LeaseRow, NewLease};
+        use crate::store::LeaseRow;
         let mut rows = self
             .store
             .lock()
@@ -150,30 +150,17 @@ impl View {
             let Some(wt) = self.catalog.worktree_by_id(worktree_id) else {
                 continue;
             };
-            let (kind, pid, pid_start, command, session) = match lease {
-                NewLease::Process {
-                    pid,
-                    start,
-                    command,
-                } => (
-                    "process",
-                    Some(pid as i64),
-                    Some(start as i64),
-                    Some(command),
-                    None,
-                ),
-                NewLease::Session { id } => ("session", None, None, None, Some(id)),
-            };
+            let c = lease.columns();
             rows.push(LeaseRow {
                 repo: wt.repo.clone(),
                 worktree: wt.name.clone(),
                 worktree_id,
-                holder_kind: kind.into(),
+                holder_kind: c.kind.into(),
                 holder,
-                pid,
-                pid_start,
-                command,
-                session,
+                pid: c.pid,
+                pid_start: c.start,
+                command: c.command,
+                session: c.session,
                 acquired_at: since,
             });
         }

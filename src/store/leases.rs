@@ -19,7 +19,40 @@ pub enum NewLease {
     Session { id: String },
 }
 
+/// A lease as its row's columns say it.
+pub struct LeaseColumns {
+    pub kind: &'static str,
+    pub pid: Option<i64>,
+    pub start: Option<i64>,
+    pub command: Option<String>,
+    pub session: Option<String>,
+}
+
 impl NewLease {
+    /// The columns of its row (holder kind, pid and start time, command, session).
+    pub fn columns(&self) -> LeaseColumns {
+        match self {
+            NewLease::Process {
+                pid,
+                start,
+                command,
+            } => LeaseColumns {
+                kind: "process",
+                pid: Some(*pid as i64),
+                start: Some(*start as i64),
+                command: Some(command.clone()),
+                session: None,
+            },
+            NewLease::Session { id } => LeaseColumns {
+                kind: "session",
+                pid: None,
+                start: None,
+                command: None,
+                session: Some(id.clone()),
+            },
+        }
+    }
+
     /// The holder's key, unique per worktree: `pid:<pid>:<start>` or `session:<id>`.
     pub fn holder(&self) -> String {
         match self {
@@ -168,20 +201,13 @@ impl Store {
         let state = state_of(&tx, worktree_id)?;
         let next = on_acquire(state).map_err(|c| LeaseError::Conflict(c, state))?;
         let holder = lease.holder();
-        let (kind, pid, start, command, session) = match lease {
-            NewLease::Process {
-                pid,
-                start,
-                command,
-            } => (
-                "process",
-                Some(*pid as i64),
-                Some(*start as i64),
-                Some(command.clone()),
-                None,
-            ),
-            NewLease::Session { id } => ("session", None, None, None, Some(id.clone())),
-        };
+        let LeaseColumns {
+            kind,
+            pid,
+            start,
+            command,
+            session,
+        } = lease.columns();
         let inserted = tx.execute(
             "INSERT OR IGNORE INTO leases(worktree_id, holder_kind, holder, pid, pid_start, command, session, acquired_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",

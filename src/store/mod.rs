@@ -27,7 +27,7 @@ mod schema;
 pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
 pub use cleanup::{BeginError, RetainedRow};
 pub use creations::{BeginCreation, CreationRow};
-pub use leases::{EventRow, LeaseError, LeaseRow, NewLease};
+pub use leases::{EventRow, LeaseColumns, LeaseError, LeaseRow, NewLease};
 use schema::MIGRATIONS;
 
 pub const DB_FILE: &str = "worktreefs.db";
