@@ -188,10 +188,7 @@ fn answer(
         discard,
     } = req;
     let mut store = Store::open(&state.root)?;
-    let row = store
-        .worktree(&repo, &name)?
-        .filter(|w| w.state != crate::lease::State::Removed);
-    let Some(row) = row else {
+    let Some(row) = live_row(&store, &repo, &name)? else {
         return send(
             &mut conn,
             &Answer::Gone {
@@ -218,6 +215,17 @@ fn answer(
     );
     view.catalog_changed();
     send(&mut conn, &to_answer(r))
+}
+
+/// Worktree `repo/name` unless it is removed (or never was).
+fn live_row(
+    store: &Store,
+    repo: &str,
+    name: &str,
+) -> rusqlite::Result<Option<crate::store::WorktreeRow>> {
+    Ok(store
+        .worktree(repo, name)?
+        .filter(|w| w.state != crate::lease::State::Removed))
 }
 
 fn to_answer(r: Result<Outcome, RequestError>) -> Answer {
@@ -250,23 +258,17 @@ pub fn reclaim(
 ) -> anyhow::Result<()> {
     let Some(holder) = super::running_daemon(state) else {
         let mut store = Store::open_described(&state.root)?;
-        let row = store
-            .worktree(repo, name)?
-            .filter(|w| w.state != crate::lease::State::Removed);
-        let Some(row) = row else {
+        let Some(row) = live_row(&store, repo, name)? else {
             each(&Answer::Gone {
                 message: format!("worktree {repo}/{name} does not exist"),
             });
             return Ok(());
         };
         let mountpoint = crate::lifecycle::create::mountpoint_of(state, &store);
-        let mut shown = Vec::new();
+        // What `--discard` throws away is shown before anything goes.
         let r = request_removal(state, &mut store, &row, &mountpoint, discard, &mut |d| {
-            shown.push(d.lines())
+            each(&Answer::Discarding { lines: d.lines() })
         });
-        for lines in shown {
-            each(&Answer::Discarding { lines });
-        }
         each(&to_answer(r));
         return Ok(());
     };

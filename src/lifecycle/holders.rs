@@ -149,19 +149,18 @@ enum Op {
 /// error.
 fn is_transient(e: &rusqlite::Error) -> bool {
     use rusqlite::ErrorCode;
-    matches!(
-        e,
-        rusqlite::Error::SqliteFailure(f, _)
-            if matches!(
-                f.code,
-                ErrorCode::DatabaseBusy
-                    | ErrorCode::DatabaseLocked
-                    | ErrorCode::DiskFull
-                    | ErrorCode::SystemIoFailure
-                    | ErrorCode::CannotOpen
-                    | ErrorCode::ReadOnly
-            )
-    )
+    crate::store::is_busy(e)
+        || matches!(
+            e,
+            rusqlite::Error::SqliteFailure(f, _)
+                if matches!(
+                    f.code,
+                    ErrorCode::DiskFull
+                        | ErrorCode::SystemIoFailure
+                        | ErrorCode::CannotOpen
+                        | ErrorCode::ReadOnly
+                )
+        )
 }
 
 /// How long a request may wait for SQLite to record a new holder's lease before the lease
@@ -418,44 +417,36 @@ impl Tracker {
             self.gate.recorded(worktree_id);
             return Ok(());
         }
-        let result = if queued {
-            None
+        // Straight to SQLite when nothing waits before it; else, or when SQLite does not
+        // take it within the request's timeout, into the queue.
+        let late = if queued {
+            "recorded after earlier changes waiting".to_string()
         } else {
-            Some(self.fast.lock().acquire_lease(worktree_id, &lease, reason))
+            match self.fast.lock().acquire_lease(worktree_id, &lease, reason) {
+                Ok(_) => {
+                    self.gate.recorded(worktree_id);
+                    return Ok(());
+                }
+                Err(e @ LeaseError::Conflict(..)) => {
+                    self.gate.recorded(worktree_id);
+                    return Err(e);
+                }
+                Err(LeaseError::Db(e)) => {
+                    tracing::warn!(
+                        worktree_id,
+                        "the lease of {holder} is kept in memory until the database can be written: {e}"
+                    );
+                    format!("recorded late: {e}")
+                }
+            }
         };
-        match result {
-            Some(Ok(_)) => {
-                self.gate.recorded(worktree_id);
-                Ok(())
-            }
-            Some(Err(e @ LeaseError::Conflict(..))) => {
-                self.gate.recorded(worktree_id);
-                Err(e)
-            }
-            Some(Err(LeaseError::Db(e))) => {
-                tracing::warn!(
-                    worktree_id,
-                    "the lease of {} is kept in memory until the database can be written: {e}",
-                    lease.holder()
-                );
-                self.enqueue(Op::Acquire {
-                    worktree_id,
-                    lease,
-                    reason: format!("{reason} (recorded late: {e})"),
-                    since: crate::store::now_secs(),
-                });
-                Ok(())
-            }
-            None => {
-                self.enqueue(Op::Acquire {
-                    worktree_id,
-                    lease,
-                    reason: format!("{reason} (recorded after earlier changes waiting)"),
-                    since: crate::store::now_secs(),
-                });
-                Ok(())
-            }
-        }
+        self.enqueue(Op::Acquire {
+            worktree_id,
+            lease,
+            reason: format!("{reason} ({late})"),
+            since: crate::store::now_secs(),
+        });
+        Ok(())
     }
 
     /// The leases kept in memory, not yet in SQLite: (worktree, lease, since), for

@@ -291,7 +291,8 @@ enum Phase {
     Deleting,
 }
 
-/// `request_removal`, calling `deleting` once the worktree is marked deleting.
+/// `request_removal`, calling `hook` just before the transaction that decides the move to
+/// `deleting` and once the worktree is marked deleting.
 fn request_removal_then(
     state: &StateDir,
     store: &mut Store,
