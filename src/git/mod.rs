@@ -5,10 +5,12 @@
 //!
 //! Inside: `objects` and `admin` read the repository; `index` is the file format alone;
 //! `walk` lists a tree for the index and the untracked cache (`untracked`); `fsmonitor`
-//! is git's hook protocol and its configuration; `blobcache` keeps blobs as files.
+//! is git's hook protocol and its configuration; `blobcache` keeps blobs as files;
+//! `convert` is what a checkout does to a blob (attributes, end of line, `ident`).
 
 pub mod admin;
 pub mod blobcache;
+pub mod convert;
 pub mod fsmonitor;
 pub mod index;
 pub mod objects;
