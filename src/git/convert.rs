@@ -561,10 +561,7 @@ fn ident_in_core(src: &[u8], oid: Oid, ident: bool) -> Option<Vec<u8>> {
     let hex = oid.to_string();
     let mut out = Vec::with_capacity(src.len() + cnt * (hex.len() + 3));
     let mut src = src;
-    loop {
-        let Some(d) = src.iter().position(|&c| c == b'$') else {
-            break;
-        };
+    while let Some(d) = src.iter().position(|&c| c == b'$') {
         out.extend_from_slice(&src[..=d]);
         src = &src[d + 1..];
         if src.len() < 3 || &src[..2] != b"Id" {
