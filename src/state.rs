@@ -9,6 +9,8 @@
 //! <state>/index-cache/             prebuilt git indexes, by base tree and stat data
 //! <state>/worktrees/<id>/upper/    a worktree's upper layer
 //! <state>/worktrees/<id>/work/     its work directory (copy-up and trash, same filesystem)
+//! <state>/worktrees/<id>/conversions  what a checkout converts in its base tree, if anything
+//! <state>/blobs/conv/<2 hex>/<38 hex>  converted content, by blob and conversion
 //! <state>/trash/<id>/              a removed worktree's directory, until it is deleted
 //! <state>/locks/<id>               flock'd by whoever runs a worktree's cleanup
 //! <state>/mnt/                     the default mountpoint before issue 15 (kept where it exists)
@@ -16,6 +18,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+
+/// A worktree's list of converted files (`git::checkout::Conversions`), beside its layers.
+pub const CONVERSIONS_FILE: &str = "conversions";
 
 #[derive(Debug, Clone)]
 pub struct StateDir {
@@ -83,6 +88,9 @@ impl StateDir {
     }
     pub fn work(&self, id: i64) -> PathBuf {
         self.worktree_dir(id).join("work")
+    }
+    pub fn conversions(&self, id: i64) -> PathBuf {
+        self.worktree_dir(id).join(CONVERSIONS_FILE)
     }
     pub fn trash(&self) -> PathBuf {
         self.root.join("trash")

@@ -262,6 +262,7 @@ mod tests {
             gitfile: Vec::new(),
             sizes_seeded: false.into(),
             journal: Default::default(),
+            conversions: None,
         })
     }
 

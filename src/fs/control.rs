@@ -210,6 +210,7 @@ impl View {
                     "content_reads": self.stats.content_reads.load(Ordering::Relaxed),
                     "blob_fills": self.blob_fills(),
                     "copy_ups": self.stats.copy_ups.load(Ordering::Relaxed),
+                    "conversions": self.stats.conversions.load(Ordering::Relaxed),
                     "content_paths": *self.stats.content_paths.lock(),
                     "lookups": self.stats.lookups.load(Ordering::Relaxed),
                     "getattrs": self.stats.getattrs.load(Ordering::Relaxed),

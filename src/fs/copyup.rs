@@ -14,6 +14,7 @@ use crate::beneath;
 use crate::git::{self, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::layout::OPAQUE_MARKER;
 
+use super::converted::Converted;
 use super::error::{FsError, FsResult};
 use super::nodes::ROOT_INO;
 use super::overlay::{BaseRef, WtCtx};
@@ -94,21 +95,35 @@ impl View {
     /// last name is gone (a removed base file still open) is built the same way and kept
     /// open instead, with no name.
     pub(super) fn copy_up(&self, ino: u64, with_data: bool) -> FsResult<()> {
-        let (wt, ov, parent, name, unlinked) = {
+        let (wt, ov, parent, name, unlinked, path) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
             if ov.in_upper {
                 return Ok(());
             }
             let n = t.get(ino).ok_or_else(|| FsError::stale(ino))?;
-            (wt, ov, n.parent(), n.name().to_os_string(), n.is_unlinked())
+            // The path says which conversion a checkout applies (a base entry is where
+            // its base has it: a directory that moves is copied up first).
+            let path = match (&wt.conversions, ov.ftype) {
+                (Some(_), FType::File) => Some(t.rel_path(ino)?),
+                _ => None,
+            };
+            (
+                wt,
+                ov,
+                n.parent(),
+                n.name().to_os_string(),
+                n.is_unlinked(),
+                path,
+            )
         };
         let base = ov
             .base
             .ok_or_else(|| FsError::internal("copy-up of an entry with no base"))?;
         let tmp = Self::work_tmp("copyup");
         let work = wt.work_fd.as_fd();
-        let built = self.build_in_work(&wt, ov.ftype, base, &tmp, with_data);
+        let converted = path.and_then(|p| self.conversion(&wt, &p, base.oid));
+        let built = self.build_in_work(&wt, ov.ftype, base, &tmp, with_data, converted);
         let upper_ino = match built {
             Ok(ino) => ino,
             Err(e) => {
@@ -159,6 +174,7 @@ impl View {
         base: BaseRef,
         tmp: &OsStr,
         with_data: bool,
+        converted: Option<Converted>,
     ) -> FsResult<u64> {
         let work = wt.work_fd.as_fd();
         match ftype {
@@ -167,7 +183,7 @@ impl View {
                     .map_err(|e| FsError::io("mkdir in work dir", e))?;
                 own_dir(work, tmp, wt.uid, wt.gid)
             }
-            FType::File => self.copy_blob_to(wt, base, work, tmp, with_data),
+            FType::File => self.copy_blob_to(wt, base, work, tmp, with_data, converted.as_ref()),
             FType::Symlink => {
                 let target = git::read_blob(&wt.gitdir, base.oid)
                     .map_err(|e| FsError::git("reading symlink target", e))?;
@@ -179,8 +195,9 @@ impl View {
         }
     }
 
-    /// Writes the blob `base` as the new file `name` of `dir`, with the base's mode and
-    /// time and the worktree's owner; returns its inode number.
+    /// Writes the blob `base` (as a checkout converts it, with `converted`) as the new file
+    /// `name` of `dir`, with the base's mode and time and the worktree's owner; returns
+    /// its inode number.
     pub(super) fn copy_blob_to(
         &self,
         wt: &WtCtx,
@@ -188,6 +205,7 @@ impl View {
         dir: BorrowedFd,
         name: &OsStr,
         with_data: bool,
+        converted: Option<&Converted>,
     ) -> FsResult<u64> {
         let dst = File::from(
             beneath::open(
@@ -199,14 +217,18 @@ impl View {
             .map_err(|e| FsError::io(format!("creating {}", name.to_string_lossy()), e))?,
         );
         if with_data {
-            let size = self
-                .objects
-                .blob_size(&wt.gitdir, base.oid)
-                .map_err(|e| FsError::git("blob size", e))?;
-            let src = self
-                .blobs
-                .open(&wt.gitdir, base.oid, size)
-                .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?;
+            let src = match converted {
+                Some(c) => self.open_converted(wt, c, base.oid)?,
+                None => {
+                    let size = self
+                        .objects
+                        .blob_size(&wt.gitdir, base.oid)
+                        .map_err(|e| FsError::git("blob size", e))?;
+                    self.blobs
+                        .open(&wt.gitdir, base.oid, size)
+                        .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?
+                }
+            };
             clone_or_copy(&src, &dst).map_err(|e| FsError::io("copying blob", e))?;
         }
         // Owner first: a chown clears set-id bits, and the mode is the last word.
@@ -230,17 +252,21 @@ impl View {
     /// Copies every base entry below directory `ino` into the upper layer and marks it
     /// opaque, so the directory can move without its base (used by rename of directories).
     pub(super) fn copy_up_tree(&self, ino: u64) -> FsResult<()> {
-        let (wt, ov) = {
+        let (wt, ov, rel) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
-            (wt, ov)
+            let rel = match &wt.conversions {
+                Some(_) => t.rel_path(ino)?,
+                None => Vec::new(),
+            };
+            (wt, ov, rel)
         };
         self.ensure_upper_dir(ino)?;
         if ov.base.is_none() {
             return Ok(());
         }
         let dir = self.upper_dir(ino)?;
-        self.copy_up_tree_at(&wt, dir.as_fd(), ov.base)?;
+        self.copy_up_tree_at(&wt, dir.as_fd(), ov.base, &rel)?;
         // Every node below now lives entirely in the upper layer, each as the file now at
         // its name.
         // A node whose name is gone (a removed base file still open) keeps reading its
@@ -280,11 +306,14 @@ impl View {
         Ok(())
     }
 
+    /// As `copy_up_tree`, for the upper directory `dir` at path `rel` (known only in a
+    /// worktree with converted files) over base tree `base`.
     pub(super) fn copy_up_tree_at(
         &self,
         wt: &WtCtx,
         dir: BorrowedFd,
         base: Option<BaseRef>,
+        rel: &[u8],
     ) -> FsResult<()> {
         let Some(base) = base.filter(|b| b.mode == MODE_TREE) else {
             return Ok(());
@@ -313,7 +342,8 @@ impl View {
                 Ok(st) if wt.whiteouts.is(&st) => continue,
                 Ok(st) => {
                     if FType::from_mode(st.st_mode) == FType::Dir && e.mode == MODE_TREE {
-                        self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base))?;
+                        let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                        self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base), &rel)?;
                     }
                     continue;
                 }
@@ -331,7 +361,8 @@ impl View {
                         FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
                     })?;
                     own_dir(dir, &e.name, wt.uid, wt.gid)?;
-                    self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base))?;
+                    let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                    self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base), &rel)?;
                 }
                 MODE_LINK => {
                     let target = git::read_blob(&wt.gitdir, e.oid)
@@ -343,7 +374,11 @@ impl View {
                 _ => {
                     let tmp = Self::work_tmp("copyup");
                     let work = wt.work_fd.as_fd();
-                    self.copy_blob_to(wt, child_base, work, &tmp, true)?;
+                    let converted = wt.conversions.as_ref().and_then(|_| {
+                        let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                        self.conversion(wt, &rel, e.oid)
+                    });
+                    self.copy_blob_to(wt, child_base, work, &tmp, true, converted.as_ref())?;
                     beneath::rename_at(work, &tmp, dir, &e.name, 0)
                         .map_err(|err| FsError::io("rename", err))?;
                 }

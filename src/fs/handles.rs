@@ -50,6 +50,8 @@ pub(super) struct BaseBlob {
     pub(super) wt: Arc<WtCtx>,
     pub(super) oid: Oid,
     pub(super) size: u64,
+    /// What a checkout makes of it, when it converts it.
+    pub(super) converted: Option<super::converted::Converted>,
 }
 
 /// A duplicate of `file` when it is opened for reading and writing and with no flag that
@@ -291,10 +293,18 @@ impl View {
                     .objects
                     .blob_size(&wt.gitdir, base.oid)
                     .map_err(|e| FsError::git("blob size", e))?;
+                let converted = match &wt.conversions {
+                    Some(_) => {
+                        let path = self.nodes.read().rel_path(ino)?;
+                        self.conversion(&wt, &path, base.oid)
+                    }
+                    None => None,
+                };
                 let blob = BaseBlob {
                     wt,
                     oid: base.oid,
                     size,
+                    converted,
                 };
                 Ok(self.file_handle(ino, None, None, Some(blob)))
             }
@@ -378,16 +388,23 @@ impl View {
         if let Ok(f) = opened(file) {
             return Ok(f);
         }
-        let BaseBlob { wt, oid, size } =
-            blob.ok_or_else(|| FsError::bad_handle("handle has no file"))?;
+        let BaseBlob {
+            wt,
+            oid,
+            size,
+            converted,
+        } = blob.ok_or_else(|| FsError::bad_handle("handle has no file"))?;
         let mut slot = file.write();
         if slot.is_none() {
             // EIO whatever went wrong (a full disk, say): the errno a read may return.
             // The cache on a full disk: the blob is served from memory instead.
-            let file = self
-                .blobs
-                .open(&wt.gitdir, *oid, *size)
-                .map_err(|e| FsError::eio(format!("materializing blob {oid}"), e))?;
+            let file = match converted {
+                Some(c) => self.open_converted(wt, c, *oid)?,
+                None => self
+                    .blobs
+                    .open(&wt.gitdir, *oid, *size)
+                    .map_err(|e| FsError::eio(format!("materializing blob {oid}"), e))?,
+            };
             *slot = Some(file);
         }
         RwLockReadGuard::try_map(RwLockWriteGuard::downgrade(slot), Option::as_ref)

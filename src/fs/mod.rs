@@ -13,6 +13,7 @@
 pub mod adapter;
 mod catalog;
 mod control;
+mod converted;
 mod copyup;
 pub mod error;
 mod handles;

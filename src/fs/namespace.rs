@@ -76,6 +76,7 @@ impl View {
             gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
             sizes_seeded: false.into(),
             journal: WorktreeJournal::default(),
+            conversions: read_conversions(&self.state.conversions(row.id))?,
         })
     }
 
@@ -407,5 +408,18 @@ impl crate::lifecycle::Mounted for View {
         again: Duration,
     ) -> usize {
         View::shed_idle(self, budget, recently, again)
+    }
+}
+
+/// A worktree's list of converted base files, if it has one.
+fn read_conversions(
+    path: &std::path::Path,
+) -> anyhow::Result<Option<Arc<crate::git::checkout::Conversions>>> {
+    match fs::read(path) {
+        Ok(bytes) => crate::git::checkout::Conversions::decode(&bytes)
+            .map(|c| Some(Arc::new(c)))
+            .ok_or_else(|| anyhow::anyhow!("{} is not a list of conversions", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow::anyhow!("reading {}: {e}", path.display())),
     }
 }

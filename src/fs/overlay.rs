@@ -46,6 +46,8 @@ pub struct WtCtx {
     pub(super) sizes_seeded: std::sync::atomic::AtomicBool,
     /// What git's fsmonitor hook asks of this worktree.
     pub(super) journal: WorktreeJournal,
+    /// The base files a checkout converts (none for most repositories).
+    pub(super) conversions: Option<Arc<crate::git::checkout::Conversions>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -80,7 +82,15 @@ impl Overlay {
 }
 
 impl View {
-    pub(super) fn base_attr(&self, ino: u64, wt: &WtCtx, ov: &Overlay) -> FsResult<Attr> {
+    /// The attributes of base entry `ino`, at `path()` (asked only in a worktree with
+    /// converted files).
+    pub(super) fn base_attr(
+        &self,
+        ino: u64,
+        wt: &WtCtx,
+        ov: &Overlay,
+        path: impl FnOnce() -> FsResult<Vec<u8>>,
+    ) -> FsResult<Attr> {
         let base = ov
             .base
             .ok_or_else(|| FsError::internal("base entry without object"))?;
@@ -91,10 +101,17 @@ impl View {
                     self.objects
                         .seed_sizes_from_index_cache(&self.state.index_cache(), wt.base_tree);
                 }
-                let size = self
-                    .objects
-                    .blob_size(&wt.gitdir, base.oid)
-                    .map_err(|e| FsError::git(format!("size of blob {}", base.oid), e))?;
+                let converted = match (&wt.conversions, ov.ftype) {
+                    (Some(_), FType::File) => self.conversion(wt, &path()?, base.oid),
+                    _ => None,
+                };
+                let size = match converted {
+                    Some(c) => self.converted_size(wt, &c, base.oid)?,
+                    None => self
+                        .objects
+                        .blob_size(&wt.gitdir, base.oid)
+                        .map_err(|e| FsError::git(format!("size of blob {}", base.oid), e))?,
+                };
                 let perm = match base.mode {
                     MODE_EXEC => 0o755,
                     MODE_LINK => 0o777,

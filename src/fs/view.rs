@@ -66,6 +66,8 @@ pub struct Stats {
     /// read() requests served on worktree content (not `.git` or `.control`).
     pub content_reads: AtomicU64,
     pub copy_ups: AtomicU64,
+    /// Base files whose checkout conversion was made (end of line, ident, filters).
+    pub conversions: AtomicU64,
     /// The first distinct paths (`repo/worktree/path`) whose content was read, for tests
     /// and diagnosis; recorded once per open handle, not per read.
     pub content_paths: Mutex<Vec<String>>,
@@ -94,6 +96,10 @@ pub struct View {
     pub(super) catalog: Catalog,
     pub(super) objects: ObjectCache,
     pub(super) blobs: BlobCache,
+    /// Sizes of converted base files, by conversion key (`fs/converted.rs`), and the
+    /// conversions that failed.
+    pub(super) conv_sizes: Mutex<std::collections::HashMap<git2::Oid, u64>>,
+    pub(super) conv_failed: Mutex<std::collections::HashSet<git2::Oid>>,
     pub(super) mutate: super::place::Mutate,
     pub(super) nodes: Nodes,
     pub(super) handles: Handles,
@@ -159,6 +165,8 @@ impl View {
             catalog: Catalog::new(),
             objects: ObjectCache::default(),
             blobs,
+            conv_sizes: Default::default(),
+            conv_failed: Default::default(),
             mutate: super::place::Mutate::new(),
             nodes,
             handles: Handles::new(),
@@ -247,7 +255,7 @@ impl View {
                         .map_err(|e| FsError::io(format!("stat of inode {ino}"), e))?;
                     Ok(Attr::from_stat(ino, &st))
                 } else {
-                    let mut attr = self.base_attr(ino, wt, ov)?;
+                    let mut attr = self.base_attr(ino, wt, ov, || t.rel_path(ino))?;
                     if node.is_unlinked() {
                         attr.nlink = 0;
                     }

@@ -111,6 +111,69 @@ impl BlobCache {
     }
 }
 
+impl BlobCache {
+    /// Where converted content `key` (a hash of the blob and its conversion) is kept.
+    pub fn converted_path(&self, key: Oid) -> PathBuf {
+        let hex = key.to_string();
+        self.dir.join("conv").join(&hex[..2]).join(&hex[2..])
+    }
+
+    /// The converted content `key`, opened for reading: from the cache, or made by `fill`
+    /// (which writes it to the file it is given) and cached first; in memory when the
+    /// cache's disk is full. `fill`'s error is returned as it is and nothing is kept.
+    pub fn open_converted(
+        &self,
+        key: Oid,
+        fill: &dyn Fn(File) -> std::io::Result<()>,
+    ) -> std::io::Result<File> {
+        let path = self.converted_path(key);
+        if let Ok(f) = File::open(&path) {
+            return Ok(f);
+        }
+        let _fill = self.fill_locks[key.as_bytes()[0] as usize % STRIPES].lock();
+        if let Ok(f) = File::open(&path) {
+            return Ok(f);
+        }
+        let tmp = self.tmp.join(format!(
+            "conv-{key}.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let made = (|| {
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            let f = File::create(&tmp)?;
+            fill(f.try_clone()?)?;
+            f.sync_data()?;
+            let mut perms = f.metadata()?.permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o400);
+            fs::set_permissions(&tmp, perms)?;
+            fs::rename(&tmp, &path)
+        })();
+        match made {
+            Ok(()) => {
+                self.fills.fetch_add(1, Ordering::Relaxed);
+                File::open(&path)
+            }
+            Err(e) if is_out_of_space(&e) => {
+                let _ = fs::remove_file(&tmp);
+                tracing::warn!(
+                    "the blob cache cannot be written ({e}): serving converted content {key} from memory"
+                );
+                let mut f = in_memory(&[])?;
+                fill(f.try_clone()?)?;
+                std::io::Seek::rewind(&mut f)?;
+                Ok(f)
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+}
+
 /// The largest blob served from memory when the cache cannot be written (a larger one
 /// fails to read until there is room again).
 const MAX_IN_MEMORY: u64 = 64 << 20;

@@ -732,6 +732,40 @@ pub fn may_convert(text: &[u8], cfg: &ConvConfig) -> bool {
     false
 }
 
+/// Whether attribute text `text` could make git's clean side (what `git add` and `git
+/// status` hash) differ from the file's bytes: any end-of-line rule, `ident`, a
+/// configured filter or an encoding. Over-estimates, as `may_convert` does.
+pub fn may_clean(text: &[u8], cfg: &ConvConfig) -> bool {
+    for line in text.split(|&c| c == b'\n') {
+        let line = String::from_utf8_lossy(line);
+        let mut words = line.split_whitespace();
+        match words.next() {
+            None => continue,
+            Some(w) if w.starts_with('#') => continue,
+            Some(_) => {}
+        }
+        for w in words {
+            let (name, value) = match w.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (w, None),
+            };
+            if name.starts_with('-') || name.starts_with('!') {
+                continue;
+            }
+            let cleans = match (name, value) {
+                ("text" | "crlf" | "eol" | "ident", _) => true,
+                ("filter", Some(d)) => cfg.drivers.contains_key(d),
+                ("working-tree-encoding", Some(e)) => !e.is_empty() && !is_utf8(e),
+                _ => false,
+            };
+            if cleans {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

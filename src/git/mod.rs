@@ -6,11 +6,15 @@
 //! Inside: `objects` and `admin` read the repository; `index` is the file format alone;
 //! `walk` lists a tree for the index and the untracked cache (`untracked`); `fsmonitor`
 //! is git's hook protocol and its configuration; `blobcache` keeps blobs as files;
-//! `convert` is what a checkout does to a blob (attributes, end of line, `ident`).
+//! `convert` is what a checkout does to a blob (attributes, end of line, `ident`),
+//! `checkout` which files of a tree it converts, `filters` runs git as a worktree's owner
+//! for the rest.
 
 pub mod admin;
 pub mod blobcache;
+pub mod checkout;
 pub mod convert;
+pub mod filters;
 pub mod fsmonitor;
 pub mod index;
 pub mod objects;

@@ -127,12 +127,15 @@ impl ObjectCache {
         }) else {
             return;
         };
+        let converted = super::checkout::converted_oids_beside(&path);
         match fs::read(&path) {
             Ok(bytes) => {
                 let pairs = decode_index_sizes(&bytes);
                 let mut sizes = self.sizes.lock();
                 for (oid, size) in pairs {
-                    sizes.insert(oid, size);
+                    if !converted.contains(&oid) {
+                        sizes.insert(oid, size);
+                    }
                 }
             }
             Err(e) => tracing::debug!("no size seed from {}: {e}", path.display()),

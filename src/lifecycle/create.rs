@@ -235,7 +235,11 @@ pub fn create_worktree(
 
     // Index, built once per (tree, stat data) and kept in the state dir's cache.
     let base_mtime = base.commit_time.clamp(1, now_secs() - 1);
-    let index = cached_index(state, &repo, base.tree, base_mtime, req.uid, req.gid)?;
+    // What a checkout would convert is decided with the index (once per tree and setting).
+    let setting = crate::git::checkout::Setting::of(req.uid, req.gid, &git::common_dir(&repo));
+    let index = cached_index(
+        state, &repo, base.tree, base_mtime, req.uid, req.gid, &setting,
+    )?;
 
     // Recorded before the first step: the id, the branch it makes, git's admin entry.
     // Killed at any point from here, the next mount or the next creation of this name
@@ -401,6 +405,9 @@ fn make_recorded(
     fs::create_dir_all(staging.join("upper"))
         .and_then(|_| fs::create_dir_all(staging.join("work")))
         .map_err(io_failure("creating the upper layer"))?;
+    index
+        .place_conversions(&staging.join(crate::state::CONVERSIONS_FILE))
+        .map_err(io_failure("recording what a checkout converts"))?;
     let _ = nix::unistd::chown(
         &staging.join("upper"),
         Some(nix::unistd::Uid::from_raw(req.uid)),
@@ -643,6 +650,14 @@ struct CachedIndex {
     /// The body's bytes after the blocks `prefix` covers (fewer than 64).
     tail: Vec<u8>,
     untr: Vec<u8>,
+    /// The tree's converted files (`git::checkout`), if any: the cache's file, or its
+    /// bytes when it could not be cached.
+    conversions: Option<Conversions>,
+}
+
+enum Conversions {
+    File(PathBuf),
+    Bytes(Vec<u8>),
 }
 
 enum IndexBody {
@@ -663,6 +678,7 @@ impl CachedIndex {
             prefix,
             tail,
             untr,
+            conversions: None,
         }
     }
 
@@ -710,6 +726,7 @@ impl CachedIndex {
             prefix,
             tail,
             untr,
+            conversions: None,
         })
     }
 
@@ -742,6 +759,19 @@ impl CachedIndex {
         out.write_all(&ext)?;
         out.write_all(&checksum)
     }
+
+    /// Puts the tree's conversions at `to` (a worktree's `conversions`): a link to the
+    /// cache's file, so a creation's cost does not grow with the list.
+    fn place_conversions(&self, to: &Path) -> std::io::Result<()> {
+        match &self.conversions {
+            None => Ok(()),
+            Some(Conversions::File(from)) => fs::hard_link(from, to).or_else(|_| {
+                fs::copy(from, to)?;
+                Ok(())
+            }),
+            Some(Conversions::Bytes(bytes)) => crate::durable::write_file_synced(to, bytes),
+        }
+    }
 }
 
 /// Whether `file` has `index`'s length and ends with its checksum (which covers the rest).
@@ -766,15 +796,25 @@ fn cached_index(
     mtime: i64,
     uid: u32,
     gid: u32,
+    setting: &crate::git::checkout::Setting,
 ) -> Result<CachedIndex, CreateError> {
-    let key = state
-        .index_cache()
-        .join(format!("{tree}-{mtime}-{uid}-{gid}.fsmn.index"));
+    // A setting that can convert files has a key of its own.
+    let setting_part = setting
+        .fingerprint()
+        .map(|fp| format!("-c{fp}"))
+        .unwrap_or_default();
+    let key = state.index_cache().join(format!(
+        "{tree}-{mtime}-{uid}-{gid}{setting_part}.fsmn.index"
+    ));
     let untr_key = key.with_extension("untr");
     let state_key = key.with_extension("sha1");
+    let conv_key = key.with_extension("conv");
     if let Ok(untr) = fs::read(&untr_key) {
         match CachedIndex::open(&key, &state_key, untr) {
-            Ok(cached) => return Ok(cached),
+            Ok(mut cached) => {
+                cached.conversions = conv_key.exists().then_some(Conversions::File(conv_key));
+                return Ok(cached);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!("rebuilding the cached index {}: {e}", key.display()),
         }
@@ -787,8 +827,11 @@ fn cached_index(
     crate::durable::sweep_temporaries(&state.index_cache());
     let known = sizes_from_newest_cached_index(state);
     let mut dirs = crate::git::untracked::TreeDirs::default();
-    let entries = git::index_entries(repo, tree, &known, &mut dirs)
+    let mut entries = git::index_entries(repo, tree, &known, &mut dirs)
         .map_err(|e| internal("reading the base tree")(format!("{e:#}")))?;
+    let conversions = setting
+        .decide(repo, &git::common_dir(repo), tree, &mut entries)
+        .map_err(|e| internal("deciding what a checkout converts")(format!("{e:#}")))?;
     let index = git::encode_index(
         &entries,
         &stat,
@@ -798,17 +841,38 @@ fn cached_index(
     );
     let untr = crate::git::untracked::directories_part(&dirs, &stat);
     let mut cached = CachedIndex::from_bytes(index, untr);
+    let mut written = true;
+    if let Some(c) = &conversions {
+        tracing::info!(
+            "tree {tree}: a checkout converts {} file(s) (attributes, filters)",
+            c.len()
+        );
+        let bytes = c.encode();
+        // Before the index: a cached index is taken as complete, conversions included.
+        if let Err(e) = crate::durable::write_file_synced(&conv_key, &bytes) {
+            tracing::warn!("could not cache {}: {e}", conv_key.display());
+            written = false;
+            cached.conversions = Some(Conversions::Bytes(bytes));
+        } else {
+            cached.conversions = Some(Conversions::File(conv_key.clone()));
+        }
+    } else {
+        // A list left by an earlier build that was cut short is not this one's.
+        let _ = fs::remove_file(&conv_key);
+    }
     let IndexBody::Bytes(index) = &cached.body else {
         unreachable!("built in memory")
     };
     let checksum = &index[cached.body_len as usize..];
     let saved = [&cached.prefix.encode()[..], checksum].concat();
-    let mut written = true;
     for (path, bytes) in [
         (&untr_key, &cached.untr),
         (&state_key, &saved),
         (&key, index),
     ] {
+        if !written {
+            break;
+        }
         if let Err(e) = crate::durable::write_file_synced(path, bytes) {
             tracing::warn!("could not cache {}: {e}", path.display());
             written = false;
@@ -837,9 +901,16 @@ fn sizes_from_newest_cached_index(state: &StateDir) -> std::collections::HashMap
         .filter(|e| e.file_name().to_string_lossy().ends_with(".index"))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .max();
-    match newest.and_then(|(_, path)| fs::read(path).ok()) {
-        Some(bytes) => git::decode_index_sizes(&bytes).into_iter().collect(),
-        None => Default::default(),
+    let Some((_, path)) = newest else {
+        return Default::default();
+    };
+    let converted = crate::git::checkout::converted_oids_beside(&path);
+    match fs::read(&path) {
+        Ok(bytes) => git::decode_index_sizes(&bytes)
+            .into_iter()
+            .filter(|(oid, _)| !converted.contains(oid))
+            .collect(),
+        Err(_) => Default::default(),
     }
 }
 

@@ -110,8 +110,17 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     let whiteouts = beneath::open_root(&work)
         .and_then(|w| crate::layout::Whiteouts::open(w.as_fd()))
         .map_err(|e| format!("work directory {}: {e}", work.display()))?;
+    // Where attributes or configuration may make git's clean side differ from a file's
+    // bytes, a file that differs from HEAD is compared as git compares it.
+    let setting = crate::git::checkout::Setting::of(t.uid, t.gid, &t.gitdir);
+    let clean_side = setting.may_clean(&repo, &head_tree).then(|| CleanSide {
+        owner: setting.owner.clone(),
+        common_dir: t.gitdir.clone(),
+        attr_source: head_tree.id(),
+    });
     let mut w = Walker {
         repo: &repo,
+        clean_side,
         changes: Vec::new(),
         global: global_excludes(&repo, &t.gitdir),
         stack: Vec::new(),
@@ -198,8 +207,17 @@ enum ViewEntry<'t> {
     Base(git2::TreeEntry<'t>),
 }
 
+/// How git compares a file with its blob where conversions apply: through `git
+/// hash-object --path`, as the worktree's owner, with HEAD's attributes.
+struct CleanSide {
+    owner: crate::git::filters::Owner,
+    common_dir: PathBuf,
+    attr_source: Oid,
+}
+
 struct Walker<'r> {
     repo: &'r Repository,
+    clean_side: Option<CleanSide>,
     whiteouts: &'r crate::layout::Whiteouts,
     changes: Vec<Change>,
     global: Option<Gitignore>,
@@ -241,6 +259,31 @@ impl<'r> Walker<'r> {
             }
         }
         false
+    }
+
+    /// Whether the file `fd` at `path` is blob `want` as git sees it (its clean side).
+    /// A failure to ask git counts as a difference: the worktree is kept.
+    fn same_through_clean_side(&self, path: &str, fd: BorrowedFd, want: Oid) -> bool {
+        let Some(c) = &self.clean_side else {
+            return false;
+        };
+        let content = match beneath::reopen(fd, libc::O_RDONLY) {
+            Ok(f) => f,
+            Err(_) => return false,
+        };
+        match crate::git::filters::clean_id(
+            &c.owner,
+            &c.common_dir,
+            c.attr_source,
+            path.as_bytes(),
+            content,
+        ) {
+            Ok(id) => id == want,
+            Err(e) => {
+                tracing::warn!("comparing {path} as git does: {e}; counted as modified");
+                false
+            }
+        }
     }
 
     fn change(&mut self, kind: ChangeKind, path: String) {
@@ -455,8 +498,8 @@ impl<'r> Walker<'r> {
                         .map(|(size, _)| size as u64 == st.st_size as u64)
                         .unwrap_or(true);
                     h.filemode() as u32 == mode
-                        && size_matches
-                        && blob_id(fd.as_fd()).is_ok_and(|o| o == h.id())
+                        && ((size_matches && blob_id(fd.as_fd()).is_ok_and(|o| o == h.id()))
+                            || self.same_through_clean_side(path, fd.as_fd(), h.id()))
                 } else {
                     false // a fifo or socket git cannot hold
                 };

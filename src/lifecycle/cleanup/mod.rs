@@ -64,6 +64,9 @@ pub struct Target {
     pub branch_created: bool,
     /// Where it is under the mount (for messages and the retained store).
     pub path: PathBuf,
+    /// Its owner: git runs as them to compare a file through its clean side.
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl Target {
@@ -81,6 +84,8 @@ impl Target {
             branch: row.branch.clone(),
             branch_created: row.branch_created,
             path: mountpoint.join(&row.repo).join(&row.name),
+            uid: row.uid,
+            gid: row.gid,
         }
     }
 

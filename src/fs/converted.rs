@@ -1,0 +1,167 @@
+//! Base files a checkout converts (`git::checkout`): their size and content are what
+//! `git worktree add` would write, made at the file's first lookup (or, for an LFS
+//! pointer, whose size the pointer gives, at its first read) and kept in the blob cache
+//! by blob and conversion, shared by every worktree.
+//!
+//! End of line and `ident` are converted here; filters and encodings by git, run as the
+//! worktree's owner (`git::filters`). A filter that fails does what it does to a
+//! checkout: a `required` one makes the read fail (EIO, with a log line naming it),
+//! another leaves the blob as it is (with a log line). A failure is remembered until the
+//! daemon restarts, so a hanging filter costs its timeout once.
+
+use std::fs::File;
+use std::io::Write;
+
+use git2::Oid;
+
+use crate::git::convert::Conv;
+use crate::git::filters::{self, Owner};
+
+use super::error::{FsError, FsResult};
+use super::overlay::WtCtx;
+use super::view::View;
+
+/// A base file's conversion: what, for which path, and the cache key of its result.
+#[derive(Debug, Clone)]
+pub(super) struct Converted {
+    pub(super) conv: Conv,
+    pub(super) path: Vec<u8>,
+    pub(super) key: Oid,
+}
+
+impl View {
+    /// The conversion a checkout applies to the base file at `path` (blob `oid`) of `wt`,
+    /// if any.
+    pub(super) fn conversion(&self, wt: &WtCtx, path: &[u8], oid: Oid) -> Option<Converted> {
+        let list = wt.conversions.as_ref()?;
+        let conv = list.get(path)?.clone();
+        use sha1::Digest;
+        let mut h = sha1::Sha1::new();
+        h.update(b"worktreefs conversion 1\0");
+        h.update(oid.as_bytes());
+        h.update(conv.encode().as_bytes());
+        if conv.runs_git() {
+            // A program's output may depend on the path, the user and the configuration.
+            h.update([0]);
+            h.update(path);
+            h.update(format!("\0{}\0{}\0{}", wt.uid, list.fingerprint, wt.base_tree).as_bytes());
+        }
+        let key = Oid::from_bytes(&h.finalize()[..20]).ok()?;
+        Some(Converted {
+            conv,
+            path: path.to_vec(),
+            key,
+        })
+    }
+
+    /// The size of converted base file `c`: the LFS pointer's word, or the converted
+    /// content's (made now). A failed conversion gives the blob's own size.
+    pub(super) fn converted_size(&self, wt: &WtCtx, c: &Converted, oid: Oid) -> FsResult<u64> {
+        if let Some(size) = c.conv.lfs_size {
+            return Ok(size);
+        }
+        if let Some(size) = self.conv_sizes.lock().get(&c.key) {
+            return Ok(*size);
+        }
+        match self.open_converted(wt, c, oid) {
+            Ok(f) => {
+                let size = f
+                    .metadata()
+                    .map_err(|e| FsError::io("fstat of converted content", e))?
+                    .len();
+                self.conv_sizes.lock().insert(c.key, size);
+                Ok(size)
+            }
+            // The read says why (and fails, for a required filter).
+            Err(_) => self
+                .objects
+                .blob_size(&wt.gitdir, oid)
+                .map_err(|e| FsError::git(format!("size of blob {oid}"), e)),
+        }
+    }
+
+    /// The converted content `c` of blob `oid`, opened for reading. A conversion that
+    /// failed gives the raw blob, or for a required filter EIO.
+    pub(super) fn open_converted(&self, wt: &WtCtx, c: &Converted, oid: Oid) -> FsResult<File> {
+        let failed = self.conv_failed.lock().contains(&c.key);
+        let made = if failed {
+            Err(None)
+        } else {
+            self.blobs
+                .open_converted(c.key, &|out| self.convert_into(wt, c, oid, out))
+                .map_err(Some)
+        };
+        let e = match made {
+            Ok(f) => return Ok(f),
+            Err(e) => e,
+        };
+        let what = match &c.conv.filter {
+            Some(f) => format!("filter '{f}'"),
+            None => match &c.conv.encoding {
+                Some(enc) => format!("working-tree-encoding {enc}"),
+                None => "end-of-line conversion".to_string(),
+            },
+        };
+        let path = String::from_utf8_lossy(&c.path);
+        if let Some(e) = &e {
+            if crate::git::blobcache::is_out_of_space(e) {
+                return Err(FsError::io(
+                    format!("converting {}/{path}", wt.name),
+                    clone_io(e),
+                ));
+            }
+            self.conv_failed.lock().insert(c.key);
+        }
+        let why = e
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "failed earlier".into());
+        if c.conv.required {
+            return Err(FsError::eio(
+                format!(
+                    "{}/{path}: the required {what} failed ({why}); fix the filter, then remount",
+                    wt.name
+                ),
+                std::io::Error::other(why),
+            ));
+        }
+        tracing::warn!(
+            "{}/{path}: {what} failed ({why}); the file shows the blob as committed, as a checkout would",
+            wt.name
+        );
+        let size = self
+            .objects
+            .blob_size(&wt.gitdir, oid)
+            .map_err(|e| FsError::git("blob size", e))?;
+        self.blobs
+            .open(&wt.gitdir, oid, size)
+            .map_err(|e| FsError::eio(format!("materializing blob {oid}"), e))
+    }
+
+    /// Writes what a checkout writes for `c` to `out`.
+    fn convert_into(
+        &self,
+        wt: &WtCtx,
+        c: &Converted,
+        oid: Oid,
+        mut out: File,
+    ) -> std::io::Result<()> {
+        self.stats
+            .conversions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if c.conv.runs_git() {
+            let owner = Owner::of(wt.uid, wt.gid);
+            return filters::smudge(&owner, &wt.gitdir, wt.base_tree, &c.path, oid, out)
+                .map_err(|e| std::io::Error::other(e.to_string()));
+        }
+        let blob = crate::git::read_blob(&wt.gitdir, oid)
+            .map_err(|e| std::io::Error::other(format!("reading blob {oid}: {}", e.message())))?;
+        out.write_all(&c.conv.apply(oid, &blob))
+    }
+}
+
+fn clone_io(e: &std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(n) => std::io::Error::from_raw_os_error(n),
+        None => std::io::Error::new(e.kind(), e.to_string()),
+    }
+}

@@ -1,0 +1,264 @@
+//! Which files of a tree a checkout converts: decided once per tree (and configuration)
+//! when its index is built, kept beside the cached index, and linked into each worktree
+//! made from it, so a view serves what `git worktree add` would write.
+//!
+//! A repository whose attributes cannot call for a conversion (no `.gitattributes` that
+//! says `eol=crlf`, `ident`, a configured `filter=`, an encoding; no `core.autocrlf`)
+//! costs one scan of its attribute files; otherwise `git check-attr` is asked once about
+//! every file of the tree. Converted paths get index entries whose size makes git look at
+//! their content (0), or, for LFS pointers, the size of the file they stand for.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use git2::{Oid, Repository};
+
+use super::convert::{
+    classify, lfs_pointer_size, may_clean, may_convert, AutoCrlf, Conv, ConvConfig,
+};
+use super::filters::{check_attrs, Owner};
+use super::index::IndexEntry;
+use super::{MODE_BLOB, MODE_EXEC};
+
+const MAGIC: &[u8] = b"worktreefs conversions 1\n";
+
+/// The converted files of one tree, by path.
+#[derive(Debug, Default)]
+pub struct Conversions {
+    /// What the decisions were made with (see `Setting::fingerprint`).
+    pub fingerprint: String,
+    by_path: HashMap<Vec<u8>, (Oid, Conv)>,
+}
+
+impl Conversions {
+    pub fn get(&self, path: &[u8]) -> Option<&Conv> {
+        self.by_path.get(path).map(|(_, c)| c)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_path.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_path.len()
+    }
+
+    /// The blobs of converted paths (their index entries carry no blob size).
+    pub fn oids(&self) -> HashSet<Oid> {
+        self.by_path.values().map(|(o, _)| *o).collect()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(self.fingerprint.as_bytes());
+        out.push(b'\n');
+        let mut paths: Vec<_> = self.by_path.iter().collect();
+        paths.sort_by(|a, b| a.0.cmp(b.0));
+        for (path, (oid, conv)) in paths {
+            out.extend_from_slice(path);
+            out.push(0);
+            out.extend_from_slice(format!("{oid} {}", conv.encode()).as_bytes());
+            out.push(0);
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Conversions> {
+        let rest = bytes.strip_prefix(MAGIC)?;
+        let nl = rest.iter().position(|&b| b == b'\n')?;
+        let fingerprint = String::from_utf8(rest[..nl].to_vec()).ok()?;
+        let mut fields = rest[nl + 1..].split(|&b| b == 0);
+        let mut by_path = HashMap::new();
+        while let Some(path) = fields.next() {
+            if path.is_empty() {
+                break;
+            }
+            let spec = std::str::from_utf8(fields.next()?).ok()?;
+            let (oid, conv) = spec.split_once(' ')?;
+            by_path.insert(
+                path.to_vec(),
+                (Oid::from_str(oid).ok()?, Conv::parse(conv)?),
+            );
+        }
+        Some(Conversions {
+            fingerprint,
+            by_path,
+        })
+    }
+}
+
+/// The blobs whose sizes the cached index at `index_path` does not hold (its converted
+/// files), from the list beside it.
+pub fn converted_oids_beside(index_path: &Path) -> HashSet<Oid> {
+    std::fs::read(index_path.with_extension("conv"))
+        .ok()
+        .and_then(|b| Conversions::decode(&b))
+        .map(|c| c.oids())
+        .unwrap_or_default()
+}
+
+/// What the decisions depend on besides the tree: the owner's configuration and the
+/// attribute files outside the tree.
+pub struct Setting {
+    pub owner: Owner,
+    pub config: ConvConfig,
+    extra: Vec<Vec<u8>>,
+}
+
+impl Setting {
+    pub fn of(uid: u32, gid: u32, common_dir: &Path) -> Setting {
+        let owner = Owner::of(uid, gid);
+        let (config, extra) = owner.conv_config(common_dir);
+        Setting {
+            owner,
+            config,
+            extra,
+        }
+    }
+
+    /// None when nothing outside the tree can call for a conversion (the common case, and
+    /// the cache keys of before); else a short hash of all that can.
+    pub fn fingerprint(&self) -> Option<String> {
+        if self.config.is_plain() && !self.extra.iter().any(|t| may_convert(t, &self.config)) {
+            return None;
+        }
+        use sha1::Digest;
+        let mut h = sha1::Sha1::new();
+        h.update(self.config.describe().as_bytes());
+        for t in &self.extra {
+            h.update((t.len() as u64).to_be_bytes());
+            h.update(t);
+        }
+        let hex: String = h.finalize()[..6]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Some(hex)
+    }
+
+    /// Whether git's clean side may differ from a file's bytes anywhere in `tree` (so a
+    /// file that differs from its blob must be compared as git compares it).
+    pub fn may_clean(&self, repo: &Repository, tree: &git2::Tree) -> bool {
+        if self.config.autocrlf != AutoCrlf::False
+            || self.extra.iter().any(|t| may_clean(t, &self.config))
+        {
+            return true;
+        }
+        let mut found = false;
+        let _ = tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
+            if e.name_bytes() == b".gitattributes" {
+                if let Ok(b) = repo.find_blob(e.id()) {
+                    if may_clean(b.content(), &self.config) {
+                        found = true;
+                        return git2::TreeWalkResult::Abort;
+                    }
+                }
+            }
+            git2::TreeWalkResult::Ok
+        });
+        found
+    }
+
+    /// Decides the conversions of `tree` for `entries` (its index entries), setting the
+    /// size of each converted entry. None when no file is converted.
+    pub fn decide(
+        &self,
+        repo: &Repository,
+        common_dir: &Path,
+        tree: Oid,
+        entries: &mut [IndexEntry],
+    ) -> anyhow::Result<Option<Conversions>> {
+        let is_file = |e: &IndexEntry| e.mode == MODE_BLOB || e.mode == MODE_EXEC;
+        let mut maybe = self.config.autocrlf == AutoCrlf::True
+            || self.extra.iter().any(|t| may_convert(t, &self.config));
+        if !maybe {
+            for e in entries.iter().filter(|e| is_file(e)) {
+                let name = e.path.rsplit(|&b| b == b'/').next().unwrap_or(&e.path);
+                if name == b".gitattributes" {
+                    let blob = repo.find_blob(e.oid)?;
+                    if may_convert(blob.content(), &self.config) {
+                        maybe = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if !maybe {
+            return Ok(None);
+        }
+        let files: Vec<usize> = (0..entries.len())
+            .filter(|&i| is_file(&entries[i]))
+            .collect();
+        let paths: Vec<&[u8]> = files.iter().map(|&i| entries[i].path.as_slice()).collect();
+        let attrs = check_attrs(&self.owner, common_dir, tree, &paths)
+            .map_err(|e| anyhow::anyhow!("reading the attributes of tree {tree}: {e}"))?;
+        let mut by_path = HashMap::new();
+        for (&i, a) in files.iter().zip(attrs) {
+            let Some(mut conv) = classify(&a, &self.config) else {
+                continue;
+            };
+            let e = &mut entries[i];
+            e.size = 0;
+            let lfs_only = conv.filter.as_deref() == Some("lfs")
+                && !conv.ident
+                && !conv.crlf_out
+                && conv.encoding.is_none();
+            if lfs_only {
+                if let Ok(blob) = repo.find_blob(e.oid) {
+                    if let Some(size) = lfs_pointer_size(blob.content()) {
+                        conv.lfs_size = Some(size);
+                        e.size = size as u32;
+                    }
+                }
+            }
+            by_path.insert(e.path.clone(), (e.oid, conv));
+        }
+        if by_path.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Conversions {
+            fingerprint: self.fingerprint().unwrap_or_default(),
+            by_path,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::git::convert::CrlfAction;
+
+    #[test]
+    fn conversions_read_back_what_was_written() {
+        let mut by_path = HashMap::new();
+        let oid = Oid::hash_object(git2::ObjectType::Blob, b"x").unwrap();
+        for (i, p) in [&b"a.bat"[..], b"dir/with space\tand\ntab", "ünï".as_bytes()]
+            .iter()
+            .enumerate()
+        {
+            by_path.insert(
+                p.to_vec(),
+                (
+                    oid,
+                    Conv {
+                        crlf: CrlfAction::TextCrlf,
+                        crlf_out: true,
+                        ident: i == 1,
+                        filter: (i == 2).then(|| "lfs".to_string()),
+                        required: i == 2,
+                        encoding: None,
+                        lfs_size: (i == 2).then_some(7),
+                    },
+                ),
+            );
+        }
+        let c = Conversions {
+            fingerprint: "abc".into(),
+            by_path,
+        };
+        let back = Conversions::decode(&c.encode()).unwrap();
+        assert_eq!(back.fingerprint, "abc");
+        assert_eq!(back.by_path, c.by_path);
+        assert!(Conversions::decode(b"something else").is_none());
+    }
+}

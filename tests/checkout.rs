@@ -1,0 +1,223 @@
+//! A view is a checkout: files that a checkout converts (end of line, `ident`, filters,
+//! encodings, autocrlf) hold what `git worktree add` writes, byte for byte; cleanup calls
+//! a file modified exactly when `git status` does.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use common::*;
+
+/// Writes `files` into the source checkout, commits them with message `msg`.
+fn commit_files(repo: &Path, files: &[(&str, &[u8])], msg: &str) {
+    for (rel, content) in files {
+        let p = repo.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, content).unwrap();
+    }
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", msg]);
+}
+
+/// The attribute mix: every kind of conversion, with files that each rule converts and
+/// files it leaves alone (binary content, a CRLF already there, no `$Id$`).
+fn convert_everything(repo: &Path) {
+    git(repo, &["config", "filter.up.smudge", "tr a-z A-Z"]);
+    git(repo, &["config", "filter.up.clean", "tr A-Z a-z"]);
+    git(repo, &["config", "filter.rev.process", ""]);
+    git(repo, &["config", "filter.rev.smudge", "rev"]);
+    git(repo, &["config", "filter.rev.clean", "rev"]);
+    let attrs = "\
+*.crlf text eol=crlf
+*.auto text=auto eol=crlf
+*.id ident
+*.up filter=up
+*.rev filter=rev
+*.u16 working-tree-encoding=UTF-16LE eol=crlf
+*.nope filter=unconfigured
+win/** eol=crlf
+[attr]dos text eol=crlf
+*.mac dos
+";
+    commit_files(
+        repo,
+        &[
+            (".gitattributes", attrs.as_bytes()),
+            ("a.crlf", b"a\nb\n"),
+            ("mixed.crlf", b"one\r\ntwo\nthree"),
+            ("plain.auto", b"x\ny\n"),
+            ("has-crlf.auto", b"x\r\ny\n"),
+            ("binary.auto", b"\0\x01\x02\nz\n"),
+            ("x.id", b"$Id$\nline\n"),
+            ("no-id.id", b"nothing to expand\n"),
+            ("hello.up", b"hello\n"),
+            ("lines.rev", b"abc\ndef\n"),
+            // Written as the working tree holds it: UTF-16LE with CRLF.
+            ("text.u16", &utf16le("caf\u{e9}\r\nna\u{ef}ve\r\n")),
+            ("kept.nope", b"untouched\n"),
+            ("win/deep/run.bat", b"@echo off\necho hi\n"),
+            ("macro.mac", b"m\nn\n"),
+            ("untouched.txt", b"no attributes\n"),
+        ],
+        "conversions",
+    );
+}
+
+fn utf16le(s: &str) -> Vec<u8> {
+    s.encode_utf16().flat_map(|u| u.to_le_bytes()).collect()
+}
+
+/// Every file below `root` with its content, its size as `stat` gives it, and its mode.
+fn tree_of(root: &Path) -> Vec<(String, Option<Vec<u8>>, u64)> {
+    snapshot(root)
+        .into_iter()
+        .map(|(p, content)| {
+            let meta = fs::symlink_metadata(root.join(p.trim_end_matches('/'))).unwrap();
+            let size = if meta.is_file() { meta.len() } else { 0 };
+            (p, content, size)
+        })
+        .collect()
+}
+
+fn assert_same_tree(view: &Path, checkout: &Path) {
+    let ours = tree_of(view);
+    let theirs = tree_of(checkout);
+    let names = |t: &[(String, Option<Vec<u8>>, u64)]| -> Vec<String> {
+        t.iter().map(|e| e.0.clone()).collect()
+    };
+    assert_eq!(names(&ours), names(&theirs), "the same paths");
+    for (o, t) in ours.iter().zip(&theirs) {
+        assert_eq!(
+            o.1.as_deref().map(String::from_utf8_lossy),
+            t.1.as_deref().map(String::from_utf8_lossy),
+            "{}: the view's content against a checkout's",
+            o.0
+        );
+        assert_eq!(o.2, t.2, "{}: stat's size", o.0);
+        if let Some(content) = &o.1 {
+            if fs::symlink_metadata(view.join(&o.0)).unwrap().is_file() {
+                assert_eq!(
+                    o.2,
+                    content.len() as u64,
+                    "{}: size is what reads give",
+                    o.0
+                );
+            }
+        }
+    }
+}
+
+/// A real `git worktree add` of `commit` in `dir`.
+fn real_checkout(repo: &Path, dir: &Path, commit: &str) {
+    git(
+        repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            dir.to_str().unwrap(),
+            commit,
+        ],
+    );
+}
+
+#[test]
+fn every_conversion_matches_a_real_checkout_byte_for_byte() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    let plain_head = env.repo.head();
+    convert_everything(&repo);
+    let head = env.repo.head();
+    wtfs_ok(&env.state(), &["new", "repo/conv"]);
+    wtfs_ok(
+        &env.state(),
+        &["new", "repo/plain", "--base", plain_head.as_str()],
+    );
+    let m = env.mount();
+    let out = tempfile::tempdir().unwrap();
+    let checkout = out.path().join("checkout");
+    real_checkout(&repo, &checkout, &head);
+    let wt = m.wt("repo", "conv");
+    assert_same_tree(&wt, &checkout);
+    // The files a checkout converts are what a checkout wrote.
+    assert_eq!(fs::read(wt.join("a.crlf")).unwrap(), b"a\r\nb\r\n");
+    assert_eq!(fs::read(wt.join("hello.up")).unwrap(), b"HELLO\n");
+    assert!(fs::read_to_string(wt.join("x.id"))
+        .unwrap()
+        .starts_with("$Id: "));
+    // git sees an untouched view as clean, as it sees the checkout.
+    assert_eq!(
+        git(&wt, &["status", "--porcelain", "--untracked-files=all"]),
+        ""
+    );
+    assert_eq!(
+        git(
+            &checkout,
+            &["status", "--porcelain", "--untracked-files=all"]
+        ),
+        ""
+    );
+    // A repository without such attributes converts nothing.
+    let before = m.stats()["conversions"].as_u64().unwrap();
+    let plain_checkout = out.path().join("plain");
+    real_checkout(&repo, &plain_checkout, &plain_head);
+    assert_same_tree(&m.wt("repo", "plain"), &plain_checkout);
+    assert_eq!(m.stats()["conversions"].as_u64().unwrap(), before);
+    assert!(before > 0);
+    drop(m);
+    git(
+        &repo,
+        &["worktree", "remove", "--force", checkout.to_str().unwrap()],
+    );
+}
+
+#[test]
+fn autocrlf_and_core_eol_are_applied_as_a_checkout_applies_them() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    commit_files(
+        &repo,
+        &[
+            (".gitattributes", b"*.lf eol=lf\n*.bin -text\n"),
+            ("a.txt", b"a\nb\n"),
+            ("keep.lf", b"k\nl\n"),
+            ("raw.bin", b"r\ns\n"),
+            ("crlf-already.txt", b"c\r\nd\r\n"),
+        ],
+        "eol mix",
+    );
+    let head = env.repo.head();
+    let out = tempfile::tempdir().unwrap();
+    for (i, (key, value)) in [("core.autocrlf", "true"), ("core.eol", "crlf")]
+        .iter()
+        .enumerate()
+    {
+        git(&repo, &["config", key, value]);
+        let name = format!("eol{i}");
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+        let m = env.mount();
+        let checkout = out.path().join(&name);
+        real_checkout(&repo, &checkout, &head);
+        let wt = m.wt("repo", &name);
+        assert_same_tree(&wt, &checkout);
+        assert_eq!(
+            fs::read(wt.join("a.txt")).unwrap(),
+            if *key == "core.autocrlf" {
+                &b"a\r\nb\r\n"[..]
+            } else {
+                // core.eol alone converts only files marked as text.
+                &b"a\nb\n"[..]
+            },
+            "{key}={value}"
+        );
+        assert_eq!(
+            git(&wt, &["status", "--porcelain", "--untracked-files=all"]),
+            "",
+            "{key}={value}"
+        );
+        drop(m);
+        git(&repo, &["config", "--unset", key]);
+    }
+}
