@@ -221,3 +221,166 @@ fn autocrlf_and_core_eol_are_applied_as_a_checkout_applies_them() {
         git(&repo, &["config", "--unset", key]);
     }
 }
+
+/// The store's row of `repo/<name>` as cleanup sees it.
+fn target_of(env: &Env, m: &Mounted, name: &str) -> worktreefs::lifecycle::cleanup::Target {
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let row = store.worktree("repo", name).unwrap().unwrap();
+    let repo = store.repo_by_id(row.repo_id).unwrap().unwrap();
+    worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint)
+}
+
+/// A branch `other` where every converted file is gone, so checking it out and back
+/// makes git write them again.
+fn branch_without_converted_files(repo: &Path) {
+    git(repo, &["checkout", "-q", "-b", "other"]);
+    git(
+        repo,
+        &[
+            "rm",
+            "-q",
+            "a.crlf",
+            "x.id",
+            "hello.up",
+            "lines.rev",
+            "text.u16",
+            "win/deep/run.bat",
+            "macro.mac",
+            "mixed.crlf",
+            "plain.auto",
+        ],
+    );
+    git(repo, &["commit", "-q", "-m", "without them"]);
+    git(repo, &["checkout", "-q", "main"]);
+}
+
+#[test]
+fn files_git_rewrote_are_not_work_when_git_calls_them_clean() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    convert_everything(&repo);
+    branch_without_converted_files(&repo);
+    wtfs_ok(&env.state(), &["new", "repo/rw"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "rw");
+    // (Everything inside through child processes: the test's own process would hold a
+    // lease until it exits.)
+    git(&wt, &["checkout", "-q", "other"]);
+    assert!(!run("test", &["-e", "x.id"], &wt).status.success());
+    git(&wt, &["checkout", "-q", "rw"]);
+    // git wrote them (they are in the upper layer now), as a checkout writes them.
+    assert_eq!(run_ok("cat", &["a.crlf"], &wt), "a\r\nb\r\n");
+    assert_eq!(run_ok("cat", &["hello.up"], &wt), "HELLO\n");
+    assert_eq!(
+        git(&wt, &["status", "--porcelain", "--untracked-files=all"]),
+        ""
+    );
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "rw")).unwrap();
+    assert!(
+        found.changes.is_empty(),
+        "git calls the worktree clean, inspection found {:?}",
+        found.changes
+    );
+    // A real change among them is still one.
+    run_ok("sh", &["-c", "printf 'BYE\\n' > hello.up"], &wt);
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "rw")).unwrap();
+    let paths: Vec<&str> = found.changes.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(paths, ["hello.up"]);
+    run_ok("sh", &["-c", "printf 'HELLO\\n' > hello.up"], &wt);
+    // And cleanup removes it: nothing in it is work (once git's own leases are gone).
+    wait_for_state(&env, "rw", "lingering", std::time::Duration::from_secs(10));
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/rw"]);
+    assert!(out.contains("removed repo/rw"), "{out}");
+    drop(m);
+}
+
+/// git's own verdict: the paths `git status --porcelain --untracked-files=all` lists.
+fn git_dirty_paths(wt: &Path) -> Vec<String> {
+    git(
+        wt,
+        &[
+            "-c",
+            "core.quotePath=false",
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+            "--no-renames",
+        ],
+    )
+    .lines()
+    .map(|l| l[3..].trim_matches('"').to_string())
+    .collect()
+}
+
+#[test]
+fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    convert_everything(&repo);
+    branch_without_converted_files(&repo);
+    wtfs_ok(&env.state(), &["new", "repo/rnd"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "rnd");
+    let target = target_of(&env, &m, "rnd");
+    let seed: u64 = std::env::var("WTFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0xc0_4e47);
+    let mut rng = Rng::new(seed);
+    let scripts = [
+        // The same content as git's clean side, in another form: not modified.
+        "printf 'a\\nb\\n' > a.crlf",
+        "printf 'a\\r\\nb\\r\\n' > a.crlf",
+        "printf 'hello\\n' > hello.up",
+        "printf 'HELLO\\n' > hello.up",
+        "printf '$Id$\\nline\\n' > x.id",
+        "printf '$Id: 0123 $\\nline\\n' > x.id",
+        "printf 'x\\r\\ny\\r\\n' > plain.auto",
+        // Real changes.
+        "printf 'a\\r\\nc\\r\\n' > a.crlf",
+        "printf 'bye\\n' > hello.up",
+        "printf 'changed\\n' > x.id",
+        "printf 'fed\\ncba\\n' > lines.rev",
+        "echo more >> untouched.txt",
+        "printf 'n\\r\\n' > new$N.crlf",
+        "rm -f macro.mac",
+        // git rewriting files.
+        "git checkout -q other 2>/dev/null && git checkout -q rnd || true",
+        "git add -A",
+        "git reset -q --hard && git clean -q -fd",
+        "git reset -q --hard && git clean -q -fd",
+    ];
+    let mut clean_seen = 0;
+    let mut dirty_seen = 0;
+    let mut history = Vec::new();
+    for round in 0..16 {
+        for _ in 0..1 + rng.below(3) {
+            let s = rng.pick(&scripts).replace("$N", &round.to_string());
+            run_ok("sh", &["-c", &s], &wt);
+            history.push(format!("{round}: {s}"));
+        }
+        let truth = git_dirty_paths(&wt);
+        let f = worktreefs::lifecycle::cleanup::inspect(&target).unwrap();
+        let mut ours: Vec<String> = f.changes.iter().map(|c| c.path.clone()).collect();
+        ours.sort();
+        ours.dedup();
+        let mut theirs = truth.clone();
+        theirs.sort();
+        assert_eq!(
+            ours,
+            theirs,
+            "round {round} (seed {seed}), after:\n{}",
+            history.join("\n")
+        );
+        if truth.is_empty() {
+            clean_seen += 1;
+        } else {
+            dirty_seen += 1;
+        }
+    }
+    assert!(
+        clean_seen > 0 && dirty_seen > 0,
+        "clean {clean_seen}, dirty {dirty_seen}"
+    );
+}

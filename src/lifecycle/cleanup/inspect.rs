@@ -118,9 +118,36 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         common_dir: t.gitdir.clone(),
         attr_source: head_tree.id(),
     });
+    // git's stat rules, which decide before any content is read (see `IndexStat`).
+    let index_mtime = fs::metadata(&index_path)
+        .ok()
+        .and_then(|m| {
+            use std::os::unix::fs::MetadataExt;
+            u32::try_from(m.mtime()).ok()
+        })
+        .unwrap_or(u32::MAX);
+    let index_stats = index
+        .iter()
+        .filter(|e| (e.flags >> 12) & 3 == 0 && e.file_size != 0)
+        .map(|e| {
+            (
+                e.path.clone(),
+                IndexStat {
+                    id: e.id,
+                    size: e.file_size,
+                    mtime: e.mtime.seconds() as u32,
+                    ctime: e.ctime.seconds() as u32,
+                    uid: e.uid,
+                    gid: e.gid,
+                    racy: index_mtime <= e.mtime.seconds() as u32,
+                },
+            )
+        })
+        .collect();
     let mut w = Walker {
         repo: &repo,
         clean_side,
+        index_stats,
         changes: Vec::new(),
         global: global_excludes(&repo, &t.gitdir),
         stack: Vec::new(),
@@ -215,9 +242,26 @@ struct CleanSide {
     attr_source: Oid,
 }
 
+/// What git's index records of a file it has looked at, for git's two stat rules
+/// (`ie_match_stat`): a file whose size, times and owner are what the entry records is
+/// unchanged, unless the entry is racy (as new as the index itself); one whose size
+/// differs from the entry's is modified. Content decides only in between. The inode
+/// number is not compared: git saw the view's, this reads the upper layer's.
+struct IndexStat {
+    id: Oid,
+    size: u32,
+    mtime: u32,
+    ctime: u32,
+    uid: u32,
+    gid: u32,
+    racy: bool,
+}
+
 struct Walker<'r> {
     repo: &'r Repository,
     clean_side: Option<CleanSide>,
+    /// Stage-0 index entries git has looked at (size not 0), by path.
+    index_stats: std::collections::HashMap<Vec<u8>, IndexStat>,
     whiteouts: &'r crate::layout::Whiteouts,
     changes: Vec<Change>,
     global: Option<Gitignore>,
@@ -497,9 +541,26 @@ impl<'r> Walker<'r> {
                         .and_then(|o| o.read_header(h.id()))
                         .map(|(size, _)| size as u64 == st.st_size as u64)
                         .unwrap_or(true);
+                    // As git: stat data first (for an entry of HEAD's blob), content after.
+                    let ix = self
+                        .index_stats
+                        .get(path.as_bytes())
+                        .filter(|ix| ix.id == h.id());
+                    let stat_same = ix.is_some_and(|ix| {
+                        ix.size == st.st_size as u32
+                            && ix.mtime == st.st_mtime as u32
+                            && ix.ctime == st.st_ctime as u32
+                            && ix.uid == st.st_uid
+                            && ix.gid == st.st_gid
+                            && !ix.racy
+                    });
+                    let size_differs = ix.is_some_and(|ix| ix.size != st.st_size as u32);
                     h.filemode() as u32 == mode
-                        && ((size_matches && blob_id(fd.as_fd()).is_ok_and(|o| o == h.id()))
-                            || self.same_through_clean_side(path, fd.as_fd(), h.id()))
+                        && (stat_same
+                            || (!size_differs
+                                && ((size_matches
+                                    && blob_id(fd.as_fd()).is_ok_and(|o| o == h.id()))
+                                    || self.same_through_clean_side(path, fd.as_fd(), h.id()))))
                 } else {
                     false // a fifo or socket git cannot hold
                 };
