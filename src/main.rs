@@ -74,6 +74,11 @@ enum Command {
         /// and a repository's worktrees are no more readable than its own directory.
         #[arg(long)]
         allow_other: bool,
+        /// Seconds one checkout filter (a `filter.<name>` command, git-lfs…) may run for a
+        /// file before it is ended and the file's read fails (or, for a filter that is not
+        /// `required`, shows the blob as committed).
+        #[arg(long, default_value_t = 120.0)]
+        filter_timeout: f64,
     },
     /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
     /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
@@ -304,6 +309,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             no_readdirplus,
             cache_nodes,
             allow_other,
+            filter_timeout,
         } => cmd_mount(
             &state,
             mountpoint,
@@ -316,6 +322,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 readdirplus: !no_readdirplus,
                 cache_nodes,
                 allow_other,
+                filter_timeout,
             },
             cli.global.log_level.as_deref(),
         ),
@@ -754,6 +761,7 @@ struct MountTuning {
     readdirplus: bool,
     cache_nodes: usize,
     allow_other: bool,
+    filter_timeout: f64,
 }
 
 fn cmd_mount(
@@ -771,7 +779,14 @@ fn cmd_mount(
         readdirplus,
         cache_nodes,
         allow_other,
+        filter_timeout,
     } = tuning;
+    if !(filter_timeout.is_finite() && filter_timeout > 0.0) {
+        anyhow::bail!(
+            "--filter-timeout {filter_timeout} is not a number of seconds above 0; pass e.g. --filter-timeout 120"
+        );
+    }
+    let filter_timeout = std::time::Duration::from_secs_f64(filter_timeout);
     if foreground {
         let req = MountRequest {
             state: state.clone(),
@@ -783,6 +798,7 @@ fn cmd_mount(
             readdirplus,
             cache_nodes,
             allow_other,
+            filter_timeout,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -809,6 +825,7 @@ fn cmd_mount(
         readdirplus,
         cache_nodes,
         allow_other,
+        filter_timeout,
     };
     daemon::prepare(&req)?;
     let pid = daemon::spawn_background(&req, log_level)?;

@@ -384,3 +384,128 @@ fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
         "clean {clean_seen}, dirty {dirty_seen}"
     );
 }
+
+#[test]
+fn a_failing_filter_fails_the_read_as_it_fails_a_checkout() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    commit_files(
+        &repo,
+        &[
+            (
+                ".gitattributes",
+                b"*.req filter=req\n*.opt filter=opt\n*.slow filter=slow\n",
+            ),
+            ("a.req", b"required\n"),
+            ("a.opt", b"optional\n"),
+            ("a.slow", b"slow\n"),
+        ],
+        "filters that fail",
+    );
+    // Configured after the commit: `git add` would run them too.
+    git(&repo, &["config", "filter.req.smudge", "false"]);
+    git(&repo, &["config", "filter.req.required", "true"]);
+    git(&repo, &["config", "filter.opt.smudge", "false"]);
+    git(&repo, &["config", "filter.slow.smudge", "sleep 30"]);
+    git(&repo, &["config", "filter.slow.required", "true"]);
+    wtfs_ok(&env.state(), &["new", "repo/f"]);
+    let m = Mounted::start_with(
+        &env.state(),
+        &env.mountpoint(),
+        std::time::Duration::from_secs(240),
+        &["--linger", "600", "--filter-timeout", "2"],
+    );
+    let wt = m.wt("repo", "f");
+    // Not required: the blob as committed, as a checkout writes it.
+    assert_eq!(run_ok("cat", &["a.opt"], &wt), "optional\n");
+    // Required: the read fails, and the log says which filter.
+    let out = run("cat", &["a.req"], &wt);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Input/output error"),
+        "{out:?}"
+    );
+    assert!(m.log().contains("filter 'req' failed"), "{}", m.log());
+    // A filter that hangs is ended after the timeout, and the read fails.
+    let started = std::time::Instant::now();
+    let out = run("cat", &["a.slow"], &wt);
+    assert!(!out.status.success(), "{out:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= std::time::Duration::from_secs(2) && took < std::time::Duration::from_secs(20),
+        "{took:?}"
+    );
+    assert!(m.log().contains("did not finish"), "{}", m.log());
+    // Listing still works, and a second read fails at once (the failure is remembered).
+    run_ok("ls", &["-l"], &wt);
+    let started = std::time::Instant::now();
+    assert!(!run("cat", &["a.slow"], &wt).status.success());
+    assert!(!run("cat", &["a.req"], &wt).status.success());
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    drop(m);
+}
+
+#[test]
+fn filters_run_as_the_worktrees_owner_outside_the_view_and_take_no_lease() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    // nobody must reach the source repository and the mount.
+    for d in [env.dir.path(), env.repo.dir.path()] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let repo = env.repo.path();
+    let spy = tempfile::tempdir().unwrap();
+    fs::set_permissions(spy.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let spy_dir = spy.path().display().to_string();
+    let mnt = env.mountpoint().display().to_string();
+    // The filter says who and where it is, and looks into the view (which must not make
+    // it a lease holder).
+    let smudge = format!(
+        "sh -c 'id -u > {spy_dir}/uid; pwd > {spy_dir}/cwd; echo $$ > {spy_dir}/pid; \
+         cat {mnt}/repo/mine/plain.txt > /dev/null; tr a-z A-Z'"
+    );
+    git(&repo, &["config", "filter.who.smudge", &smudge]);
+    commit_files(
+        &repo,
+        &[
+            (".gitattributes", b"*.who filter=who\n"),
+            ("a.who", b"whose\n"),
+            ("plain.txt", b"plain\n"),
+        ],
+        "a filter that reports",
+    );
+    {
+        let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+        let mut store = worktreefs::store::Store::open(&state.root).unwrap();
+        worktreefs::lifecycle::create::create_worktree(
+            &state,
+            &mut store,
+            &worktreefs::lifecycle::create::CreateRequest {
+                repo: "repo",
+                name: "mine",
+                base: None,
+                branch: None,
+                uid: NOBODY,
+                gid: NOBODY,
+            },
+        )
+        .unwrap();
+    }
+    let m = env.mount_with(&["--linger", "600", "--allow-other"]);
+    let read = as_nobody(&m.mountpoint.join("repo/mine"), "cat a.who");
+    assert!(read.status.success(), "{read:?} {}", m.log());
+    assert_eq!(String::from_utf8_lossy(&read.stdout), "WHOSE\n");
+    assert_eq!(
+        fs::read_to_string(spy.path().join("uid")).unwrap(),
+        "65534\n"
+    );
+    assert_eq!(fs::read_to_string(spy.path().join("cwd")).unwrap(), "/\n");
+    let pid = fs::read_to_string(spy.path().join("pid")).unwrap();
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(
+        !events.contains(&format!("pid:{}:", pid.trim())),
+        "the filter took a lease: {events}"
+    );
+    assert!(events.contains("acquired"), "{events}");
+    drop(m);
+}

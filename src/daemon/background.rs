@@ -76,6 +76,8 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
         cmd.arg("--allow-other");
     }
     cmd.arg("--cache-nodes").arg(req.cache_nodes.to_string());
+    cmd.arg("--filter-timeout")
+        .arg(req.filter_timeout.as_secs_f64().to_string());
     if let Some(l) = log_level {
         cmd.arg("--log-level").arg(l);
     }

@@ -47,6 +47,8 @@ pub struct MountRequest {
     pub cache_nodes: usize,
     /// Other users may use the mount (`mount --allow-other`); otherwise it is private.
     pub allow_other: bool,
+    /// How long one checkout filter may run for a file.
+    pub filter_timeout: std::time::Duration,
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -185,6 +187,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let tracker = tracker.clone();
         view.set_pending_leases(Box::new(move || tracker.pending_leases()));
     }
+    crate::git::filters::set_timeout(req.filter_timeout);
     // Boot reconcile: leases of processes that are gone are swept before anyone enters.
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();

@@ -72,12 +72,47 @@ impl View {
                 self.conv_sizes.lock().insert(c.key, size);
                 Ok(size)
             }
-            // The read says why (and fails, for a required filter).
-            Err(_) => self
-                .objects
-                .blob_size(&wt.gitdir, oid)
-                .map_err(|e| FsError::git(format!("size of blob {oid}"), e)),
+            // The read says why (and fails, for a required filter); the file shows the
+            // blob as committed.
+            Err(_) => {
+                let size = self
+                    .objects
+                    .blob_size(&wt.gitdir, oid)
+                    .map_err(|e| FsError::git(format!("size of blob {oid}"), e))?;
+                self.conv_sizes.lock().insert(c.key, size);
+                Ok(size)
+            }
         }
+    }
+
+    /// Makes the size of base file `path` (blob `oid`) of `wt` known, converting it now if
+    /// a checkout converts it: called before any lock of the node table is taken, since a
+    /// filter may take long and may itself look into the view.
+    pub(super) fn prepare_converted(&self, wt: &WtCtx, path: &[u8], oid: Oid) {
+        if let Some(c) = self.conversion(wt, path, oid) {
+            let _ = self.converted_size(wt, &c, oid);
+        }
+    }
+
+    /// As `prepare_converted`, for node `ino` when it is a converted base file.
+    pub(super) fn prepare_node(&self, ino: u64) {
+        let (wt, oid, path) = {
+            let t = self.nodes.read();
+            match t.kind(ino) {
+                Some(super::nodes::NodeKind::Wt { wt, ov, .. })
+                    if wt.conversions.is_some()
+                        && !ov.in_upper
+                        && ov.ftype == super::types::FType::File =>
+                {
+                    let (Some(base), Ok(path)) = (ov.base, t.rel_path(ino)) else {
+                        return;
+                    };
+                    (wt.clone(), base.oid, path)
+                }
+                _ => return,
+            }
+        };
+        self.prepare_converted(&wt, &path, oid);
     }
 
     /// The converted content `c` of blob `oid`, opened for reading. A conversion that
@@ -110,24 +145,29 @@ impl View {
                     clone_io(e),
                 ));
             }
+            // Said once, when it happens (a listing may be what ran it).
             self.conv_failed.lock().insert(c.key);
+            if c.conv.required {
+                tracing::warn!(
+                    "{}/{path}: the required {what} failed ({e}); reads of the file fail (EIO) until it is fixed and the daemon restarts",
+                    wt.name
+                );
+            } else {
+                tracing::warn!(
+                    "{}/{path}: {what} failed ({e}); the file shows the blob as committed, as a checkout would",
+                    wt.name
+                );
+            }
         }
-        let why = e
-            .map(|e| e.to_string())
-            .unwrap_or_else(|| "failed earlier".into());
         if c.conv.required {
             return Err(FsError::eio(
                 format!(
-                    "{}/{path}: the required {what} failed ({why}); fix the filter, then remount",
+                    "{}/{path}: the required {what} failed (see the log line above); fix it, then remount",
                     wt.name
                 ),
-                std::io::Error::other(why),
+                std::io::Error::other("conversion failed"),
             ));
         }
-        tracing::warn!(
-            "{}/{path}: {what} failed ({why}); the file shows the blob as committed, as a checkout would",
-            wt.name
-        );
         let size = self
             .objects
             .blob_size(&wt.gitdir, oid)

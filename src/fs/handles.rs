@@ -274,6 +274,16 @@ impl View {
                     return Err(FsError::is_dir());
                 }
                 if writing {
+                    // The converted content made before `mutate` is taken (a filter may
+                    // take long): the copy-up then finds it in the cache.
+                    if !ov.in_upper && flags & libc::O_TRUNC == 0 {
+                        if let (Some(_), Some(base)) = (&wt.conversions, ov.base) {
+                            let path = self.nodes.read().rel_path(ino)?;
+                            if let Some(c) = self.conversion(&wt, &path, base.oid) {
+                                let _ = self.open_converted(&wt, &c, base.oid);
+                            }
+                        }
+                    }
                     let _m = self.mutate.lock();
                     self.copy_up(ino, flags & libc::O_TRUNC == 0)?;
                     let file = self.at_place(ino, "open", |p| p.open(upper_flags(flags)))?;

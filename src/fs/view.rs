@@ -268,6 +268,7 @@ impl View {
     /// The attributes and TTL of `ino`; when its name held another file (a change in
     /// flight), asked again once that change is done.
     pub(super) fn settled_attr(&self, ino: u64) -> FsResult<(Attr, Duration)> {
+        self.prepare_node(ino);
         let once = || {
             let t = self.nodes.read();
             self.node_attr(&t, ino).map(|a| (a, ttl_of(&t, ino)))
@@ -353,6 +354,12 @@ impl View {
                         e.negative_ttl = Some(WT_TTL);
                         e
                     })?;
+                if let (Some(_), FType::File, Some(base), false) =
+                    (&wt.conversions, child.ftype, child.base, child.in_upper)
+                {
+                    let path = self.nodes.read().child_rel_path(parent, name)?;
+                    self.prepare_converted(&wt, &path, base.oid);
+                }
                 let mut t = self.nodes.write();
                 let ino = t.insert_entry(parent, name, wt, child)?;
                 self.counted_entry(t, ino)

@@ -24,18 +24,16 @@ use parking_lot::Mutex;
 
 use super::convert::{AttrValue, ConvConfig, PathAttrs, ATTR_NAMES};
 
-/// How long one run of git (and the filters it starts) may take before it is ended:
-/// `WORKTREEFS_FILTER_TIMEOUT` seconds, else 120.
+/// How long one run of git (and the filters it starts) may take before it is ended, in
+/// milliseconds (`mount --filter-timeout`).
+static TIMEOUT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(120_000);
+
 pub fn timeout() -> Duration {
-    static T: OnceLock<Duration> = OnceLock::new();
-    *T.get_or_init(|| {
-        std::env::var("WORKTREEFS_FILTER_TIMEOUT")
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .filter(|s| *s > 0.0)
-            .map(Duration::from_secs_f64)
-            .unwrap_or(Duration::from_secs(120))
-    })
+    Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
+}
+
+pub fn set_timeout(d: Duration) {
+    TIMEOUT_MS.store((d.as_millis() as u64).max(1), Ordering::Relaxed);
 }
 
 /// The user a worktree belongs to, as git must run for them.

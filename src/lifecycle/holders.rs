@@ -281,6 +281,10 @@ impl Tracker {
         let Some(pid) = tgid_of(tid) else {
             return Ok(()); // gone already
         };
+        // git run by the daemon for a checkout conversion, and the filters it starts.
+        if crate::git::filters::is_ours(pid) {
+            return Ok(());
+        }
         // Covered by itself or an ancestor?
         let holders: HashSet<i32> = self
             .watched
