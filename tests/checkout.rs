@@ -509,3 +509,99 @@ fn filters_run_as_the_worktrees_owner_outside_the_view_and_take_no_lease() {
     assert!(events.contains("acquired"), "{events}");
     drop(m);
 }
+
+/// Whether `git lfs` is installed. `.ci/run` installs it, and under CI its absence fails;
+/// elsewhere (a fresh machine running the README's `cargo test`) the LFS test says it is
+/// skipped.
+fn have_git_lfs() -> bool {
+    let out = run("git", &["lfs", "version"], Path::new("/"));
+    if out.status.success() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "git-lfs is not installed (.ci/run installs it): {out:?}"
+    );
+    eprintln!("SKIPPED: git-lfs is not installed (apt-get install git-lfs)");
+    false
+}
+
+#[test]
+fn lfs_files_show_their_content_fetched_at_first_read() {
+    if !have_git_lfs() {
+        return;
+    }
+    let env = Env::new();
+    let repo = env.repo.path();
+    let remote = env.dir.path().join("remote.git");
+    git(
+        env.dir.path(),
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    git(&repo, &["lfs", "install", "--local"]);
+    git(&repo, &["lfs", "track", "*.lfs"]);
+    let data: Vec<u8> = (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    commit_files(
+        &repo,
+        &[("media/data.lfs", &data), ("small.lfs", b"tiny\n")],
+        "lfs files",
+    );
+    git(
+        &repo,
+        &[
+            "remote",
+            "add",
+            "origin",
+            &format!("file://{}", remote.display()),
+        ],
+    );
+    git(&repo, &["push", "-q", "origin", "main"]);
+    // The objects live only in the remote now, as in a clone made without them.
+    fs::remove_dir_all(repo.join(".git/lfs/objects")).unwrap();
+    let objects = || {
+        let dir = repo.join(".git/lfs/objects");
+        dir.exists() && fs::read_dir(&dir).unwrap().next().is_some()
+    };
+    wtfs_ok(&env.state(), &["new", "repo/lfs"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "lfs");
+    // Creation, a listing and git status fetch nothing; stat gives the real size.
+    let listing = run_ok("ls", &["-l", "media"], &wt);
+    assert!(listing.contains("300000"), "{listing}");
+    assert_eq!(
+        git(&wt, &["status", "--porcelain", "--untracked-files=all"]),
+        ""
+    );
+    assert!(!objects(), "fetched before any read");
+    // The first read fetches it.
+    let read = run("cat", &["media/data.lfs"], &wt);
+    assert!(read.status.success(), "{read:?}\n{}", m.log());
+    assert_eq!(read.stdout, data);
+    assert!(objects());
+    assert_eq!(run_ok("cat", &["small.lfs"], &wt), "tiny\n");
+    let lfs_status = git(&wt, &["lfs", "status", "--porcelain"]);
+    assert_eq!(lfs_status.trim(), "", "git lfs status: {lfs_status}");
+    assert_eq!(
+        git(&wt, &["status", "--porcelain", "--untracked-files=all"]),
+        ""
+    );
+    // Byte for byte what a checkout holds.
+    let out = tempfile::tempdir().unwrap();
+    let checkout = out.path().join("checkout");
+    real_checkout(&repo, &checkout, &env.repo.head());
+    assert_same_tree(&wt, &checkout);
+    drop(m);
+    git(
+        &repo,
+        &["worktree", "remove", "--force", checkout.to_str().unwrap()],
+    );
+}
