@@ -605,3 +605,51 @@ fn lfs_files_show_their_content_fetched_at_first_read() {
         &["worktree", "remove", "--force", checkout.to_str().unwrap()],
     );
 }
+
+/// `core.fsmonitor=true` asks for git's own file-system monitor daemon, which refuses
+/// FUSE mounts (or, in git builds without it on Linux, does not exist): wherever a user
+/// sets it, `git status` in a view stays right. In the repository's config it loses to
+/// worktreefs's hook (included after it for managed worktrees); on the command line and
+/// in the worktree's own config it wins, and git scans instead.
+#[test]
+fn a_users_core_fsmonitor_true_leaves_git_status_right() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/fsm"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "fsm");
+    let status = |extra: &[&str]| {
+        let mut args = extra.to_vec();
+        args.extend(["status", "--porcelain", "--untracked-files=all"]);
+        let out = run("git", &args, &wt);
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("fatal") && !err.contains("error"), "{err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let check = |extra: &[&str]| {
+        assert_eq!(status(extra), "", "{extra:?}");
+        run_ok(
+            "sh",
+            &["-c", "echo change >> README.md && echo n > fresh.txt"],
+            &wt,
+        );
+        assert_eq!(status(extra), " M README.md\n?? fresh.txt\n", "{extra:?}");
+        run_ok(
+            "sh",
+            &["-c", "git checkout -q README.md && rm fresh.txt"],
+            &wt,
+        );
+        assert_eq!(status(extra), "", "{extra:?}");
+    };
+    check(&["-c", "core.fsmonitor=true"]);
+    git(&wt, &["config", "core.fsmonitor", "true"]);
+    let effective = git(&wt, &["config", "core.fsmonitor"]);
+    assert!(effective.trim().ends_with("fsmonitor-hook"), "{effective}");
+    check(&[]);
+    git(&repo, &["config", "extensions.worktreeConfig", "true"]);
+    git(&wt, &["config", "--worktree", "core.fsmonitor", "true"]);
+    assert_eq!(git(&wt, &["config", "core.fsmonitor"]).trim(), "true");
+    check(&[]);
+    drop(m);
+}
