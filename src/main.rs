@@ -241,8 +241,10 @@ fn main() -> ExitCode {
     // A repository registered here may belong to another user (a root daemon with
     // --allow-other serving its users' repositories): libgit2's ownership check (git's
     // safe.directory) would refuse to open it. That check guards against running programs
-    // a repository's configuration names; worktreefs runs none (libgit2 runs no hooks,
-    // filters or fsmonitor commands), and only the state directory's owner registers
+    // a repository's configuration names. libgit2 runs none (no hooks, filters or
+    // fsmonitor commands); the checkout filters worktreefs has git run are run as the
+    // worktree's owner, and only for a repository that belongs to that owner or to root
+    // (`git::checkout::Setting::trusted`). Only the state directory's owner registers
     // repositories.
     // SAFETY: set at startup, before any repository is opened.
     unsafe {

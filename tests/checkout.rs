@@ -28,6 +28,9 @@ fn convert_everything(repo: &Path) {
     git(repo, &["config", "filter.rev.process", ""]);
     git(repo, &["config", "filter.rev.smudge", "rev"]);
     git(repo, &["config", "filter.rev.clean", "rev"]);
+    // A driver's name keeps its case (only section and key are case-insensitive).
+    git(repo, &["config", "filter.Shout.smudge", "tr a-z A-Z"]);
+    git(repo, &["config", "filter.Shout.clean", "tr A-Z a-z"]);
     let attrs = "\
 *.crlf text eol=crlf
 *.auto text=auto eol=crlf
@@ -36,6 +39,7 @@ fn convert_everything(repo: &Path) {
 *.rev filter=rev
 *.u16 working-tree-encoding=UTF-16LE eol=crlf
 *.nope filter=unconfigured
+*.shout filter=Shout
 win/** eol=crlf
 [attr]dos text eol=crlf
 *.mac dos
@@ -56,6 +60,7 @@ win/** eol=crlf
             // Written as the working tree holds it: UTF-16LE with CRLF.
             ("text.u16", &utf16le("caf\u{e9}\r\nna\u{ef}ve\r\n")),
             ("kept.nope", b"untouched\n"),
+            ("loud.shout", b"quiet\n"),
             ("win/deep/run.bat", b"@echo off\necho hi\n"),
             ("macro.mac", b"m\nn\n"),
             ("untouched.txt", b"no attributes\n"),
@@ -599,10 +604,28 @@ fn lfs_files_show_their_content_fetched_at_first_read() {
     let checkout = out.path().join("checkout");
     real_checkout(&repo, &checkout, &env.repo.head());
     assert_same_tree(&wt, &checkout);
-    drop(m);
     git(
         &repo,
         &["worktree", "remove", "--force", checkout.to_str().unwrap()],
+    );
+    // With `git lfs install --skip-smudge` a checkout leaves pointers: so does a view (a
+    // new setting: new worktrees decide again).
+    git(&repo, &["lfs", "install", "--local", "--skip-smudge"]);
+    wtfs_ok(&env.state(), &["new", "repo/skip"]);
+    let skip_checkout = out.path().join("skip");
+    real_checkout(&repo, &skip_checkout, &env.repo.head());
+    let wt = m.wt("repo", "skip");
+    assert_same_tree(&wt, &skip_checkout);
+    assert!(run_ok("cat", &["small.lfs"], &wt).starts_with("version https://git-lfs"));
+    drop(m);
+    git(
+        &repo,
+        &[
+            "worktree",
+            "remove",
+            "--force",
+            skip_checkout.to_str().unwrap(),
+        ],
     );
 }
 
@@ -651,5 +674,126 @@ fn a_users_core_fsmonitor_true_leaves_git_status_right() {
     git(&wt, &["config", "--worktree", "core.fsmonitor", "true"]);
     assert_eq!(git(&wt, &["config", "core.fsmonitor"]).trim(), "true");
     check(&[]);
+    drop(m);
+}
+
+/// A repository that belongs to someone else (here nobody) gets none of its own filters
+/// run for a worktree of root's: git's `safe.directory` rule, which `--git-dir` skips.
+/// Its in-tree end-of-line rules still apply (they run nothing).
+#[test]
+fn a_repository_of_another_user_has_its_filters_left_out() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    let spy = tempfile::tempdir().unwrap();
+    let ran = spy.path().join("ran-as");
+    commit_files(
+        &repo,
+        &[
+            (".gitattributes", b"*.x filter=evil\n*.crlf text eol=crlf\n"),
+            ("a.x", b"payload\n"),
+            ("b.crlf", b"l1\nl2\n"),
+        ],
+        "someone else's",
+    );
+    // Both sides of the driver would say who ran them.
+    let evil = format!("sh -c 'id -u > {}; cat'", ran.display());
+    git(&repo, &["config", "filter.evil.smudge", &evil]);
+    git(&repo, &["config", "filter.evil.clean", &evil]);
+    let chown = run(
+        "chown",
+        &["-R", &format!("{NOBODY}:{NOBODY}"), repo.to_str().unwrap()],
+        Path::new("/"),
+    );
+    assert!(chown.status.success(), "{chown:?}");
+    wtfs_ok(&env.state(), &["new", "repo/theirs"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "theirs");
+    assert_eq!(run_ok("cat", &["a.x"], &wt), "payload\n");
+    assert_eq!(run_ok("cat", &["b.crlf"], &wt), "l1\r\nl2\r\n");
+    assert!(!ran.exists(), "the repository's filter ran as root");
+    // Cleanup compares nothing through git's clean side there either: a changed file is
+    // modified, and one git would call clean through its clean side counts as modified
+    // (kept: nothing is lost). The daemon opens such repositories with libgit2's owner
+    // check off, as this does.
+    // SAFETY: set before this test opens the repository; no other test reads the option.
+    unsafe {
+        git2::opts::set_verify_owner_validation(false).unwrap();
+    }
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "printf 'other\\n' > a.x && printf 'l1\\r\\nl2\\r\\n' > b.crlf",
+        ],
+        &wt,
+    );
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "theirs")).unwrap();
+    assert!(
+        !ran.exists(),
+        "the repository's filter ran as root in cleanup"
+    );
+    let mut paths: Vec<&str> = found.changes.iter().map(|c| c.path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, ["a.x", "b.crlf"]);
+    drop(m);
+}
+
+/// The daemon never reads an attributes file a user names: a FIFO there (which a read
+/// would wait on forever) leaves creation as quick as ever.
+#[test]
+fn an_attributes_file_that_is_a_fifo_does_not_stall_creation() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    let fifo = env.dir.path().join("attrs-fifo");
+    run_ok("mkfifo", &[fifo.to_str().unwrap()], Path::new("/"));
+    git(
+        &repo,
+        &["config", "core.attributesFile", fifo.to_str().unwrap()],
+    );
+    let started = std::time::Instant::now();
+    wtfs_ok(&env.state(), &["new", "repo/fifo"]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A same-size edit saved by rename within the second git last looked at the file keeps
+/// every whole-second stat field: inspection must still see it (comparing nanoseconds),
+/// as git does (comparing inodes), or cleanup would remove the edit.
+#[test]
+fn a_same_second_same_size_edit_is_still_work() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/edit"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "edit");
+    let target = target_of(&env, &m, "edit");
+    for attempt in 0..5 {
+        git(&wt, &["reset", "-q", "--hard"]);
+        // From the start of a second: an upper copy equal to HEAD, which git stats and
+        // records, then a same-size edit by rename, all within that second; the index is
+        // written again a second later (so its entry is not racy).
+        let script = "while [ \"$(date +%N | cut -c1)\" != 0 ]; do :; done; \
+            cp README.md .x && mv .x README.md && git status --porcelain >/dev/null && \
+            printf '# TEST REPOSITORY\\n' > .y && mv .y README.md && date +%s; \
+            sleep 1.2; git status --porcelain >/dev/null; stat -c %Y README.md";
+        let out = run_ok("sh", &["-c", script], &wt);
+        let secs: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(git(&wt, &["status", "--porcelain"]), " M README.md\n");
+        let found = worktreefs::lifecycle::cleanup::inspect(&target).unwrap();
+        assert_eq!(
+            found
+                .changes
+                .iter()
+                .map(|c| c.path.as_str())
+                .collect::<Vec<_>>(),
+            ["README.md"],
+            "attempt {attempt}: {out}"
+        );
+        if secs.len() == 2 && secs[0] == secs[1] {
+            break; // the case the test is about happened
+        }
+    }
     drop(m);
 }

@@ -44,7 +44,14 @@ impl View {
             // A program's output may depend on the path, the user and the configuration.
             h.update([0]);
             h.update(path);
-            h.update(format!("\0{}\0{}\0{}", wt.uid, list.fingerprint, wt.base_tree).as_bytes());
+            h.update(
+                format!(
+                    "\0{}\0{}\0{}\0{}\0",
+                    wt.uid, wt.gid, list.fingerprint, wt.base_tree
+                )
+                .as_bytes(),
+            );
+            h.update(wt.gitdir.as_os_str().as_encoded_bytes());
         }
         let key = Oid::from_bytes(&h.finalize()[..20]).ok()?;
         Some(Converted {
@@ -73,13 +80,16 @@ impl View {
                 Ok(size)
             }
             // The read says why (and fails, for a required filter); the file shows the
-            // blob as committed.
+            // blob as committed. Kept only for a failure that is remembered (not a full
+            // disk, after which the conversion is tried again).
             Err(_) => {
                 let size = self
                     .objects
                     .blob_size(&wt.gitdir, oid)
                     .map_err(|e| FsError::git(format!("size of blob {oid}"), e))?;
-                self.conv_sizes.lock().insert(c.key, size);
+                if self.conv_failed.lock().contains(&c.key) {
+                    self.conv_sizes.lock().insert(c.key, size);
+                }
                 Ok(size)
             }
         }
@@ -94,23 +104,39 @@ impl View {
         }
     }
 
+    /// Makes the converted content of node `ino` (a base file a checkout converts) before
+    /// `mutate` is taken for a change that copies it up: the copy-up then finds it made.
+    /// A directory's files are not made ahead (a rename of a directory converts under
+    /// `mutate`).
+    pub(super) fn prepare_content(&self, ino: u64) {
+        let Some((wt, oid, path)) = self.converted_base_file(ino) else {
+            return;
+        };
+        if let Some(c) = self.conversion(&wt, &path, oid) {
+            let _ = self.open_converted(&wt, &c, oid);
+        }
+    }
+
+    /// The worktree, blob and path of node `ino` when it is a base file of a worktree
+    /// with converted files.
+    fn converted_base_file(&self, ino: u64) -> Option<(std::sync::Arc<WtCtx>, Oid, Vec<u8>)> {
+        let t = self.nodes.read();
+        match t.kind(ino) {
+            Some(super::nodes::NodeKind::Wt { wt, ov, .. })
+                if wt.conversions.is_some()
+                    && !ov.in_upper
+                    && ov.ftype == super::types::FType::File =>
+            {
+                Some((wt.clone(), ov.base?.oid, t.rel_path(ino).ok()?))
+            }
+            _ => None,
+        }
+    }
+
     /// As `prepare_converted`, for node `ino` when it is a converted base file.
     pub(super) fn prepare_node(&self, ino: u64) {
-        let (wt, oid, path) = {
-            let t = self.nodes.read();
-            match t.kind(ino) {
-                Some(super::nodes::NodeKind::Wt { wt, ov, .. })
-                    if wt.conversions.is_some()
-                        && !ov.in_upper
-                        && ov.ftype == super::types::FType::File =>
-                {
-                    let (Some(base), Ok(path)) = (ov.base, t.rel_path(ino)) else {
-                        return;
-                    };
-                    (wt.clone(), base.oid, path)
-                }
-                _ => return,
-            }
+        let Some((wt, oid, path)) = self.converted_base_file(ino) else {
+            return;
         };
         self.prepare_converted(&wt, &path, oid);
     }
@@ -122,8 +148,15 @@ impl View {
         let made = if failed {
             Err(None)
         } else {
+            // In memory on a full disk only what is converted here (a blob's size, at most
+            // twice over); a program's output could be anything.
+            let in_memory = !c.conv.runs_git()
+                && self
+                    .objects
+                    .blob_size(&wt.gitdir, oid)
+                    .is_ok_and(|s| s <= 32 << 20);
             self.blobs
-                .open_converted(c.key, &|out| self.convert_into(wt, c, oid, out))
+                .open_converted(c.key, in_memory, &|out| self.convert_into(wt, c, oid, out))
                 .map_err(Some)
         };
         let e = match made {
@@ -190,8 +223,14 @@ impl View {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if c.conv.runs_git() {
             let owner = Owner::of(wt.uid, wt.gid);
-            return filters::smudge(&owner, &wt.gitdir, wt.base_tree, &c.path, oid, out)
-                .map_err(|e| std::io::Error::other(e.to_string()));
+            return filters::smudge(&owner, &wt.gitdir, wt.base_tree, &c.path, oid, out).map_err(
+                |e| match e {
+                    filters::RunError::NoSpace(_) => {
+                        std::io::Error::from_raw_os_error(libc::ENOSPC)
+                    }
+                    e => std::io::Error::other(e.to_string()),
+                },
+            );
         }
         let blob = crate::git::read_blob(&wt.gitdir, oid)
             .map_err(|e| std::io::Error::other(format!("reading blob {oid}: {}", e.message())))?;

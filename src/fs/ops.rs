@@ -331,6 +331,7 @@ impl View {
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Entry> {
         self.nodes.read().same_domain(ino, newparent, "link")?;
+        self.prepare_content(ino);
         let _m = self.mutate.lock();
         let (_, ov, _) = {
             let t = self.nodes.read();
@@ -369,6 +370,9 @@ impl View {
     }
 
     pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Entry> {
+        if set.size != Some(0) {
+            self.prepare_content(ino);
+        }
         let _m = self.mutate.lock();
         {
             let t = self.nodes.read();

@@ -197,6 +197,10 @@ impl View {
         }
         self.nodes.read().same_domain(parent, newparent, "rename")?;
         check_name(newname)?;
+        let known = self.nodes.read().child(parent, name);
+        if let Some(ino) = known {
+            self.prepare_content(ino);
+        }
         let _m = self.mutate.lock();
         let (src_ino, src) = self.remove_checks(parent, name)?;
         // Nothing there is the usual case; a name that may not be replaced (the worktree's

@@ -24,6 +24,9 @@ pub struct BlobCache {
     tmp: PathBuf,
     /// One fill at a time per stripe of object ids: a blob is materialized at most once.
     fill_locks: Vec<Mutex<()>>,
+    /// One conversion at a time per key (a filter may run for minutes: no stripe shared
+    /// with other files).
+    conv_locks: Mutex<std::collections::HashMap<Oid, std::sync::Arc<Mutex<()>>>>,
     pub fills: AtomicU64,
 }
 
@@ -33,6 +36,7 @@ impl BlobCache {
             dir,
             tmp,
             fill_locks: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            conv_locks: Mutex::new(Default::default()),
             fills: AtomicU64::new(0),
         }
     }
@@ -120,18 +124,37 @@ impl BlobCache {
 
     /// The converted content `key`, opened for reading: from the cache, or made by `fill`
     /// (which writes it to the file it is given) and cached first; in memory when the
-    /// cache's disk is full. `fill`'s error is returned as it is and nothing is kept.
+    /// cache's disk is full and `memory_ok` allows it (content of a known, bounded size).
+    /// `fill`'s error is returned as it is and nothing is kept.
     pub fn open_converted(
         &self,
         key: Oid,
+        memory_ok: bool,
         fill: &dyn Fn(File) -> std::io::Result<()>,
     ) -> std::io::Result<File> {
         let path = self.converted_path(key);
         if let Ok(f) = File::open(&path) {
             return Ok(f);
         }
-        let _fill = self.fill_locks[key.as_bytes()[0] as usize % STRIPES].lock();
-        if let Ok(f) = File::open(&path) {
+        let lock = self.conv_locks.lock().entry(key).or_default().clone();
+        let r = self.make_converted(key, &path, &lock, memory_ok, fill);
+        let mut locks = self.conv_locks.lock();
+        if std::sync::Arc::strong_count(&lock) == 2 {
+            locks.remove(&key);
+        }
+        r
+    }
+
+    fn make_converted(
+        &self,
+        key: Oid,
+        path: &Path,
+        lock: &Mutex<()>,
+        memory_ok: bool,
+        fill: &dyn Fn(File) -> std::io::Result<()>,
+    ) -> std::io::Result<File> {
+        let _fill = lock.lock();
+        if let Ok(f) = File::open(path) {
             return Ok(f);
         }
         let tmp = self.tmp.join(format!(
@@ -149,14 +172,14 @@ impl BlobCache {
             let mut perms = f.metadata()?.permissions();
             std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o400);
             fs::set_permissions(&tmp, perms)?;
-            fs::rename(&tmp, &path)
+            fs::rename(&tmp, path)
         })();
         match made {
             Ok(()) => {
                 self.fills.fetch_add(1, Ordering::Relaxed);
-                File::open(&path)
+                File::open(path)
             }
-            Err(e) if is_out_of_space(&e) => {
+            Err(e) if is_out_of_space(&e) && memory_ok => {
                 let _ = fs::remove_file(&tmp);
                 tracing::warn!(
                     "the blob cache cannot be written ({e}): serving converted content {key} from memory"

@@ -9,7 +9,7 @@
 //! their content (0), or, for LFS pointers, the size of the file they stand for.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use git2::{Oid, Repository};
 
@@ -97,51 +97,112 @@ pub fn converted_oids_beside(index_path: &Path) -> HashSet<Oid> {
         .unwrap_or_default()
 }
 
-/// What the decisions depend on besides the tree: the owner's configuration and the
-/// attribute files outside the tree.
+/// What the decisions depend on besides the tree: the owner's configuration (read by git
+/// running as the owner) and the attribute files outside the tree (known by their stat
+/// data here; git reads them, as the owner).
 pub struct Setting {
     pub owner: Owner,
     pub config: ConvConfig,
-    extra: Vec<Vec<u8>>,
+    extra: Vec<(PathBuf, u64, i64, i64)>,
+    /// The repository belongs to the owner or to root, so the filter drivers its own
+    /// configuration names may run as the owner. Otherwise (a repository of someone else,
+    /// as git's `safe.directory` check would refuse it) nothing runs that the repository
+    /// could name: its drivers are left out, and no conversion needs git.
+    pub trusted: bool,
+    /// Conversions can be decided and made (git reads attributes from a tree, git 2.40,
+    /// and the configuration could be read).
+    pub available: bool,
 }
 
 impl Setting {
     pub fn of(uid: u32, gid: u32, common_dir: &Path) -> Setting {
+        use std::os::unix::fs::MetadataExt;
         let owner = Owner::of(uid, gid);
-        let (config, extra) = owner.conv_config(common_dir);
+        let trusted = std::fs::metadata(common_dir).is_ok_and(|m| m.uid() == uid || m.uid() == 0);
+        let mut config = ConvConfig::default();
+        let mut attributes_file = None;
+        let mut available = super::filters::git_has_attr_source();
+        if available {
+            match owner.read_config(common_dir) {
+                Ok(found) => {
+                    config = found.config;
+                    if !trusted {
+                        for d in &found.local_drivers {
+                            config.drivers.remove(d);
+                        }
+                    }
+                    attributes_file = found.attributes_file;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "reading the configuration of {} as uid {uid}: {e}; files it would convert show as committed",
+                        common_dir.display()
+                    );
+                    available = false;
+                }
+            }
+        }
+        let attributes_file = match attributes_file {
+            Some(p) => match p.strip_prefix("~/") {
+                Some(rest) => owner.home.join(rest),
+                None => PathBuf::from(p),
+            },
+            None => owner.home.join(".config/git/attributes"),
+        };
+        // Stat data only: a file a user names is never read with the daemon's rights.
+        let extra = [
+            PathBuf::from("/etc/gitattributes"),
+            attributes_file,
+            common_dir.join("info/attributes"),
+        ]
+        .into_iter()
+        .filter_map(|p| {
+            let m = std::fs::metadata(&p).ok().filter(|m| m.is_file())?;
+            Some((p, m.len(), m.mtime(), m.mtime_nsec()))
+        })
+        .collect();
         Setting {
             owner,
             config,
             extra,
+            trusted,
+            available,
         }
     }
 
-    /// None when nothing outside the tree can call for a conversion (the common case, and
-    /// the cache keys of before); else a short hash of all that can.
-    pub fn fingerprint(&self) -> Option<String> {
-        if self.config.is_plain() && !self.extra.iter().any(|t| may_convert(t, &self.config)) {
-            return None;
+    /// The part of a cached index's key this setting decides: "n" when no conversion can
+    /// be made here, "0" when nothing outside the tree can call for one, else a short
+    /// hash of all that can.
+    pub fn fingerprint(&self) -> String {
+        if !self.available {
+            return "n".into();
+        }
+        if self.config.is_plain() && self.extra.is_empty() {
+            return "0".into();
         }
         use sha1::Digest;
         let mut h = sha1::Sha1::new();
         h.update(self.config.describe().as_bytes());
-        for t in &self.extra {
-            h.update((t.len() as u64).to_be_bytes());
-            h.update(t);
+        h.update([self.trusted as u8]);
+        for (p, len, mtime, nsec) in &self.extra {
+            h.update(p.as_os_str().as_encoded_bytes());
+            h.update(format!("\0{len}\0{mtime}\0{nsec}\0").as_bytes());
         }
-        let hex: String = h.finalize()[..6]
+        h.finalize()[..6]
             .iter()
             .map(|b| format!("{b:02x}"))
-            .collect();
-        Some(hex)
+            .collect()
     }
 
     /// Whether git's clean side may differ from a file's bytes anywhere in `tree` (so a
     /// file that differs from its blob must be compared as git compares it).
+    /// Never for a repository that is not trusted: git would run what its configuration
+    /// names, and a file that differs from its blob then counts as modified (kept).
     pub fn may_clean(&self, repo: &Repository, tree: &git2::Tree) -> bool {
-        if self.config.autocrlf != AutoCrlf::False
-            || self.extra.iter().any(|t| may_clean(t, &self.config))
-        {
+        if !self.available || !self.trusted {
+            return false;
+        }
+        if self.config.autocrlf != AutoCrlf::False || !self.extra.is_empty() {
             return true;
         }
         let mut found = false;
@@ -168,9 +229,11 @@ impl Setting {
         tree: Oid,
         entries: &mut [IndexEntry],
     ) -> anyhow::Result<Option<Conversions>> {
+        if !self.available {
+            return Ok(None);
+        }
         let is_file = |e: &IndexEntry| e.mode == MODE_BLOB || e.mode == MODE_EXEC;
-        let mut maybe = self.config.autocrlf == AutoCrlf::True
-            || self.extra.iter().any(|t| may_convert(t, &self.config));
+        let mut maybe = self.config.autocrlf == AutoCrlf::True || !self.extra.is_empty();
         if !maybe {
             for e in entries.iter().filter(|e| is_file(e)) {
                 let name = e.path.rsplit(|&b| b == b'/').next().unwrap_or(&e.path);
@@ -197,9 +260,20 @@ impl Setting {
             let Some(mut conv) = classify(&a, &self.config) else {
                 continue;
             };
+            if conv.runs_git() && !self.trusted {
+                continue; // an encoding: git would read the repository's configuration
+            }
             let e = &mut entries[i];
             e.size = 0;
+            // The pointer's size is the file's only where git-lfs fetches it: not with
+            // `git lfs install --skip-smudge`, which leaves pointers.
+            let skips = self.config.drivers.get("lfs").is_some_and(|d| {
+                [&d.smudge, &d.process]
+                    .iter()
+                    .any(|c| c.as_deref().is_some_and(|c| c.contains("--skip")))
+            });
             let lfs_only = conv.filter.as_deref() == Some("lfs")
+                && !skips
                 && !conv.ident
                 && !conv.crlf_out
                 && conv.encoding.is_none();
@@ -217,7 +291,7 @@ impl Setting {
             return Ok(None);
         }
         Ok(Some(Conversions {
-            fingerprint: self.fingerprint().unwrap_or_default(),
+            fingerprint: self.fingerprint(),
             by_path,
         }))
     }

@@ -50,10 +50,14 @@ impl Owner {
     /// From the user database (cached); a uid it does not know gets `/` as its home and no
     /// supplementary groups.
     pub fn of(uid: u32, gid: u32) -> Owner {
-        static CACHE: OnceLock<Mutex<HashMap<(u32, u32), Owner>>> = OnceLock::new();
+        // Kept a minute: a change of someone's groups reaches their filters soon.
+        type Cache = Mutex<HashMap<(u32, u32), (Instant, Owner)>>;
+        static CACHE: OnceLock<Cache> = OnceLock::new();
         let cache = CACHE.get_or_init(Default::default);
-        if let Some(o) = cache.lock().get(&(uid, gid)) {
-            return o.clone();
+        if let Some((at, o)) = cache.lock().get(&(uid, gid)) {
+            if at.elapsed() < Duration::from_secs(60) {
+                return o.clone();
+            }
         }
         let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
             .ok()
@@ -79,59 +83,112 @@ impl Owner {
             home,
             name,
         };
-        cache.lock().insert((uid, gid), o.clone());
+        cache.lock().insert((uid, gid), (Instant::now(), o.clone()));
         o
     }
 
     /// The configuration git reads for this user in the repository at `common_dir`, as far
-    /// as conversions go, with the attribute files outside any tree.
-    pub fn conv_config(&self, common_dir: &Path) -> (ConvConfig, Vec<Vec<u8>>) {
-        let mut cfg = ConvConfig::default();
-        let xdg = self.home.join(".config/git");
-        let files = [
-            (PathBuf::from("/etc/gitconfig"), git2::ConfigLevel::System),
-            (xdg.join("config"), git2::ConfigLevel::XDG),
-            (self.home.join(".gitconfig"), git2::ConfigLevel::Global),
-            (common_dir.join("config"), git2::ConfigLevel::Local),
+    /// as conversions go, read by git itself running as the user (so includes and files
+    /// the user names are read with the user's rights, never the daemon's): the settings,
+    /// the names of filter drivers the repository's own config defines, and
+    /// `core.attributesFile` if set.
+    pub fn read_config(&self, common_dir: &Path) -> Result<OwnerConfig, RunError> {
+        let out = memfile(c"wtfs-git-out").map_err(|e| RunError::Spawn(e.to_string()))?;
+        let args: [&std::ffi::OsStr; 4] = [
+            "config".as_ref(),
+            "-z".as_ref(),
+            "--list".as_ref(),
+            "--show-scope".as_ref(),
         ];
-        let mut attributes_file = None;
-        if let Ok(mut config) = git2::Config::new() {
-            for (path, level) in &files {
-                if path.is_file() {
-                    if let Err(e) = config.add_file(path, *level, false) {
-                        tracing::debug!("reading {}: {}", path.display(), e.message());
-                    }
-                }
-            }
-            if let Ok(snap) = config.snapshot() {
-                if let Ok(mut entries) = snap.entries(Some(r"^(core\.(autocrlf|eol)|filter\..*)$"))
-                {
-                    while let Some(Ok(e)) = entries.next() {
-                        if let Some(name) = e.name() {
-                            cfg.set(&name.to_ascii_lowercase(), e.value());
-                        }
-                    }
-                }
-                attributes_file = snap.get_string("core.attributesFile").ok();
-            }
-        }
-        let attributes_file = match attributes_file {
-            Some(p) => match p.strip_prefix("~/") {
-                Some(rest) => self.home.join(rest),
-                None => PathBuf::from(p),
-            },
-            None => xdg.join("attributes"),
-        };
-        let texts = [
-            PathBuf::from("/etc/gitattributes"),
-            attributes_file,
-            common_dir.join("info/attributes"),
-        ]
-        .iter()
-        .filter_map(|p| std::fs::read(p).ok())
-        .collect();
-        (cfg, texts)
+        run_git(
+            self,
+            common_dir,
+            &args,
+            None,
+            out.try_clone()
+                .map_err(|e| RunError::Spawn(e.to_string()))?,
+        )?;
+        let mut bytes = Vec::new();
+        let mut out = out;
+        let _ = out.rewind();
+        out.take(4 << 20)
+            .read_to_end(&mut bytes)
+            .map_err(|e| RunError::Failed(e.to_string()))?;
+        Ok(OwnerConfig::parse(&bytes))
     }
+}
+
+/// What `Owner::read_config` found.
+#[derive(Debug, Default)]
+pub struct OwnerConfig {
+    pub config: ConvConfig,
+    /// Filter drivers named in the repository's own configuration.
+    pub local_drivers: std::collections::BTreeSet<String>,
+    pub attributes_file: Option<String>,
+}
+
+impl OwnerConfig {
+    /// `git config -z --list --show-scope`: `scope NUL name LF value NUL` (no LF and no
+    /// value for a key set without `=`).
+    pub fn parse(bytes: &[u8]) -> OwnerConfig {
+        let mut found = OwnerConfig::default();
+        let mut fields = bytes.split(|&b| b == 0);
+        while let (Some(scope), Some(entry)) = (fields.next(), fields.next()) {
+            let entry = String::from_utf8_lossy(entry);
+            let (name, value) = match entry.split_once('\n') {
+                Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                None => (entry.to_string(), None),
+            };
+            // Section and key are case-insensitive (git prints them lower-cased); a
+            // subsection (a driver's name) keeps its case.
+            let Some(first) = name.find('.') else {
+                continue;
+            };
+            let section = &name[..first];
+            if section == "filter" {
+                if let Some((driver, _)) = name[first + 1..].rsplit_once('.') {
+                    if scope == b"local" || scope == b"worktree" {
+                        found.local_drivers.insert(driver.to_string());
+                    }
+                }
+            }
+            if name == "core.attributesfile" {
+                found.attributes_file = value.clone();
+            }
+            found.config.set(&name, value.as_deref());
+        }
+        found
+    }
+}
+
+/// Whether this machine's git reads attributes from a tree (`--attr-source`, git 2.40):
+/// without it, no conversion is decided or made, and a log line says so once.
+pub fn git_has_attr_source() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        let version = Command::new("git")
+            .arg("version")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let has = parse_git_version(&version).is_some_and(|v| v >= (2, 40));
+        if !has {
+            tracing::warn!(
+                "git {:?} cannot read attributes from a commit (--attr-source needs git 2.40): files that .gitattributes or core.autocrlf convert show as committed",
+                version.trim()
+            );
+        }
+        has
+    })
+}
+
+fn parse_git_version(s: &str) -> Option<(u32, u32)> {
+    let v = s.trim().strip_prefix("git version ")?;
+    let mut parts = v.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// Pids of the git processes running for a worktree's owner now: their requests to the
@@ -178,6 +235,8 @@ pub enum RunError {
     TimedOut,
     /// It failed; what it wrote on stderr.
     Failed(String),
+    /// Its output found no room (the disk of the cache): not the filter's fault.
+    NoSpace(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -187,7 +246,7 @@ impl std::fmt::Display for RunError {
             RunError::TimedOut => {
                 write!(f, "git did not finish within {:?} and was ended", timeout())
             }
-            RunError::Failed(e) => write!(f, "{}", e.trim()),
+            RunError::Failed(e) | RunError::NoSpace(e) => write!(f, "{}", e.trim()),
         }
     }
 }
@@ -238,12 +297,9 @@ pub fn run_git(
         .stdin(stdin.map(Stdio::from).unwrap_or_else(Stdio::null))
         .stdout(Stdio::from(stdout))
         .process_group(0);
-    let stderr = memfile(c"wtfs-git-err").map_err(|e| RunError::Spawn(e.to_string()))?;
-    cmd.stderr(Stdio::from(
-        stderr
-            .try_clone()
-            .map_err(|e| RunError::Spawn(e.to_string()))?,
-    ));
+    // What git says, through a pipe whose reader keeps the first 4 KiB and drops the
+    // rest (a filter that floods its stderr costs no memory).
+    cmd.stderr(Stdio::piped());
     let me = nix::unistd::geteuid().as_raw();
     if me != owner.uid {
         if me != 0 {
@@ -269,39 +325,79 @@ pub fn run_git(
     }
     let mut child = cmd.spawn().map_err(|e| RunError::Spawn(e.to_string()))?;
     let pid = child.id() as i32;
+    let (said_tx, said_rx) = std::sync::mpsc::channel();
+    if let Some(mut pipe) = child.stderr.take() {
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            let mut buf = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let room = 4096usize.saturating_sub(kept.len());
+                        kept.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                }
+            }
+            let _ = said_tx.send(String::from_utf8_lossy(&kept).into_owned());
+        });
+    }
     running().lock().insert(pid);
     RUNNING_COUNT.fetch_add(1, Ordering::Relaxed);
     let deadline = Instant::now() + timeout();
     let mut pause = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Ok(status),
-            Ok(None) if Instant::now() >= deadline => {
-                // The whole group: git and the filters it started. Ours, by our child's pid.
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                let _ = child.wait();
-                break Err(RunError::TimedOut);
-            }
-            Ok(None) => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Err(e) => break Err(RunError::Spawn(e.to_string())),
-        }
+    // Exit is seen without reaping (WNOWAIT): the pid, and so the group's id, stays ours
+    // until the group is ended and the child reaped.
+    let exited = || {
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child's pid, writing only into `info`.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is set by waitid when a child changed state.
+        rc != 0 || unsafe { info.si_pid() } != 0
     };
+    let mut timed_out = false;
+    while !exited() {
+        if Instant::now() >= deadline {
+            timed_out = true;
+            break;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+    // The whole group goes: git and the filters it started (on a timeout), or what a
+    // filter left running in it. The group is this run's own, led by our unreaped child.
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let status = child.wait().map_err(|e| RunError::Spawn(e.to_string()));
     running().lock().remove(&pid);
     RUNNING_COUNT.fetch_sub(1, Ordering::Relaxed);
+    let status = if timed_out {
+        Err(RunError::TimedOut)
+    } else {
+        status
+    };
+    // The pipe closes once no one in the group holds it; something that left the group
+    // holding it is waited for a moment only.
+    let mut said = said_rx
+        .recv_timeout(Duration::from_secs(1))
+        .unwrap_or_default();
     let status = status?;
     if status.success() {
         return Ok(());
     }
-    let mut said = String::new();
-    let mut stderr = stderr;
-    let _ = stderr.rewind();
-    let _ = stderr.take(4096).read_to_string(&mut said);
+    if said.contains("No space left on device") {
+        return Err(RunError::NoSpace(said));
+    }
     if said.trim().is_empty() {
         said = format!("git exited with {status}");
     }

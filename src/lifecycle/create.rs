@@ -765,10 +765,8 @@ impl CachedIndex {
     fn place_conversions(&self, to: &Path) -> std::io::Result<()> {
         match &self.conversions {
             None => Ok(()),
-            Some(Conversions::File(from)) => fs::hard_link(from, to).or_else(|_| {
-                fs::copy(from, to)?;
-                Ok(())
-            }),
+            Some(Conversions::File(from)) => fs::hard_link(from, to)
+                .or_else(|_| crate::durable::write_file_synced(to, &fs::read(from)?)),
             Some(Conversions::Bytes(bytes)) => crate::durable::write_file_synced(to, bytes),
         }
     }
@@ -798,11 +796,9 @@ fn cached_index(
     gid: u32,
     setting: &crate::git::checkout::Setting,
 ) -> Result<CachedIndex, CreateError> {
-    // A setting that can convert files has a key of its own.
-    let setting_part = setting
-        .fingerprint()
-        .map(|fp| format!("-c{fp}"))
-        .unwrap_or_default();
+    // Each setting has keys of its own (and indexes cached before conversions were
+    // decided are not used: they have no list beside them).
+    let setting_part = format!("-c{}", setting.fingerprint());
     let key = state.index_cache().join(format!(
         "{tree}-{mtime}-{uid}-{gid}{setting_part}.fsmn.index"
     ));

@@ -135,11 +135,11 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
                 IndexStat {
                     id: e.id,
                     size: e.file_size,
-                    mtime: e.mtime.seconds() as u32,
-                    ctime: e.ctime.seconds() as u32,
+                    mtime: (e.mtime.seconds() as u32, e.mtime.nanoseconds()),
+                    ctime: (e.ctime.seconds() as u32, e.ctime.nanoseconds()),
                     uid: e.uid,
                     gid: e.gid,
-                    racy: index_mtime <= e.mtime.seconds() as u32,
+                    racy: index_mtime <= e.mtime.seconds() as u32 || e.mtime.nanoseconds() == 0,
                 },
             )
         })
@@ -246,12 +246,16 @@ struct CleanSide {
 /// (`ie_match_stat`): a file whose size, times and owner are what the entry records is
 /// unchanged, unless the entry is racy (as new as the index itself); one whose size
 /// differs from the entry's is modified. Content decides only in between. The inode
-/// number is not compared: git saw the view's, this reads the upper layer's.
+/// number cannot be compared (git saw the view's, this reads the upper layer's): times
+/// are compared to the nanosecond instead, which a rewrite (a same-size edit saved by
+/// rename, say) never keeps. git may compare whole seconds only: what this trusts, git
+/// trusts too, never the reverse (an entry without nanoseconds is never trusted here).
 struct IndexStat {
     id: Oid,
     size: u32,
-    mtime: u32,
-    ctime: u32,
+    /// Seconds and nanoseconds.
+    mtime: (u32, u32),
+    ctime: (u32, u32),
     uid: u32,
     gid: u32,
     racy: bool,
@@ -548,8 +552,8 @@ impl<'r> Walker<'r> {
                         .filter(|ix| ix.id == h.id());
                     let stat_same = ix.is_some_and(|ix| {
                         ix.size == st.st_size as u32
-                            && ix.mtime == st.st_mtime as u32
-                            && ix.ctime == st.st_ctime as u32
+                            && ix.mtime == (st.st_mtime as u32, st.st_mtime_nsec as u32)
+                            && ix.ctime == (st.st_ctime as u32, st.st_ctime_nsec as u32)
                             && ix.uid == st.st_uid
                             && ix.gid == st.st_gid
                             && !ix.racy
