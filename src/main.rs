@@ -114,6 +114,12 @@ enum Command {
         /// Branch to check out (default: a new branch named after the worktree).
         #[arg(long)]
         branch: Option<String>,
+        /// Show each initialized submodule (`.git/modules/<name>`) at its recorded commit
+        /// as a view of its own repository, made when it is first looked at; without it
+        /// (and without `git config worktreefs.submodules true` in the repository) a
+        /// submodule is an empty directory, as in a fresh `git worktree add`.
+        #[arg(long)]
+        submodules: bool,
     },
     /// List worktrees.
     List {
@@ -400,6 +406,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             target,
             base,
             branch,
+            submodules,
         } => {
             let (repo, name) = target.split_once('/').ok_or_else(|| {
                 anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
@@ -415,6 +422,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     branch: branch.as_deref(),
                     uid: nix::unistd::geteuid().as_raw(),
                     gid: nix::unistd::getegid().as_raw(),
+                    submodules,
                 },
             )?;
             daemon::poke(&state);

@@ -10,6 +10,8 @@
 //! <state>/worktrees/<id>/upper/    a worktree's upper layer
 //! <state>/worktrees/<id>/work/     its work directory (copy-up and trash, same filesystem)
 //! <state>/worktrees/<id>/conversions  what a checkout converts in its base tree, if anything
+//! <state>/worktrees/<id>/submodules   present: initialized submodules show as views
+//! <state>/worktrees/<id>/subs/<key>/  one submodule's view: record, upper/, work/
 //! <state>/blobs/conv/<2 hex>/<38 hex>  converted content, by blob and conversion
 //! <state>/trash/<id>/              a removed worktree's directory, until it is deleted
 //! <state>/locks/<id>               flock'd by whoever runs a worktree's cleanup
@@ -91,6 +93,14 @@ impl StateDir {
     }
     pub fn conversions(&self, id: i64) -> PathBuf {
         self.worktree_dir(id).join(CONVERSIONS_FILE)
+    }
+    /// Present when the worktree shows its initialized submodules (`new --submodules`).
+    pub fn submodules_marker(&self, id: i64) -> PathBuf {
+        self.worktree_dir(id).join("submodules")
+    }
+    /// The views of a worktree's submodules: `subs/<key>/{record,upper,work}`.
+    pub fn subs(&self, id: i64) -> PathBuf {
+        self.worktree_dir(id).join("subs")
     }
     pub fn trash(&self) -> PathBuf {
         self.root.join("trash")

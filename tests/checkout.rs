@@ -492,6 +492,7 @@ fn filters_run_as_the_worktrees_owner_outside_the_view_and_take_no_lease() {
                 branch: None,
                 uid: NOBODY,
                 gid: NOBODY,
+                submodules: false,
             },
         )
         .unwrap();

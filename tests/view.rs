@@ -447,6 +447,7 @@ fn rename_and_link_across_worktrees_answer_exdev() {
             branch: None,
             uid: 0,
             gid: 0,
+            submodules: false,
         },
     )
     .unwrap();

@@ -263,6 +263,12 @@ mod tests {
             sizes_seeded: false.into(),
             journal: Default::default(),
             conversions: None,
+            ino_id: row.id,
+            lease_id: row.id,
+            sub_of: None,
+            submodules: false,
+            admin_name: String::new(),
+            subs: Default::default(),
         })
     }
 

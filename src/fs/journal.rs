@@ -147,7 +147,7 @@ impl View {
         let t = self.nodes.read();
         if let (Ok((wt, _, _)), Ok(rel)) = (t.wt_of(ino), t.rel_path(ino)) {
             drop(t);
-            wt.journal.record(&rel);
+            wt.record_change(&rel);
         }
     }
 
@@ -156,7 +156,7 @@ impl View {
         let t = self.nodes.read();
         if let (Ok((wt, _, _)), Ok(rel)) = (t.wt_of(parent), t.child_rel_path(parent, name)) {
             drop(t);
-            wt.journal.record(&rel);
+            wt.record_change(&rel);
         }
     }
 
@@ -169,8 +169,8 @@ impl View {
         for e in &upper.entries {
             let name = e.name.as_bytes();
             let (new, old) = (join_rel(rel, name), join_rel(old_rel, name));
-            wt.journal.record(&new);
-            wt.journal.record(&old);
+            wt.record_change(&new);
+            wt.record_change(&old);
             if e.is_dir(dir) {
                 if let Ok(sub) = beneath::dir(dir, name) {
                     self.note_moved_tree(wt, sub.as_fd(), &new, &old);

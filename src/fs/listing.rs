@@ -54,7 +54,7 @@ impl View {
             return Err(FsError::not_dir());
         }
         let rel = t.rel_path(ino)?;
-        let child_ino = |name: &[u8]| ino::path_ino(wt.id, &join_rel(&rel, name));
+        let child_ino = |name: &[u8]| ino::path_ino(wt.ino_id, &join_rel(&rel, name));
         let mut names: BTreeMap<OsString, DirEntry> = BTreeMap::new();
         let mut upper = UpperDir::default();
         if t.get(ino).is_some_and(|n| n.is_unlinked()) {
@@ -122,7 +122,7 @@ impl View {
         let mut out = Vec::with_capacity(names.len() + 1);
         if is_root {
             out.push(DirEntry {
-                ino: ino::path_ino(wt.id, b".git"),
+                ino: ino::path_ino(wt.ino_id, b".git"),
                 kind: FType::File,
                 name: GITFILE_NAME.into(),
             });

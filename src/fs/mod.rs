@@ -28,6 +28,7 @@ mod overlay;
 mod passthrough;
 mod place;
 mod remove;
+mod submodule;
 mod types;
 mod view;
 

@@ -77,6 +77,12 @@ impl View {
             sizes_seeded: false.into(),
             journal: WorktreeJournal::default(),
             conversions: read_conversions(&self.state.conversions(row.id))?,
+            ino_id: row.id,
+            lease_id: row.id,
+            sub_of: None,
+            submodules: self.state.submodules_marker(row.id).exists(),
+            admin_name: row.admin_name.clone(),
+            subs: Default::default(),
         })
     }
 
@@ -261,7 +267,7 @@ impl View {
         name: &OsStr,
     ) -> FsResult<Entry> {
         let wt = self.worktree_ctx(repo_id, name)?;
-        if self.catalog.state(wt.id) == Some(State::Deleting) {
+        if self.catalog.state(wt.lease_id) == Some(State::Deleting) {
             return Err(FsError::conflict(
                 format!(
                     "worktree {}/{} is deleting (no lease, cleanup begun): not entered",
@@ -346,6 +352,7 @@ impl View {
                     branch: None,
                     uid: caller.uid,
                     gid: caller.gid,
+                    submodules: false,
                 },
             )
             .map_err(|e| FsError::creation(format!("mkdir {repo}/{name_s}"), e))?;
@@ -412,7 +419,7 @@ impl crate::lifecycle::Mounted for View {
 }
 
 /// A worktree's list of converted base files, if it has one.
-fn read_conversions(
+pub(super) fn read_conversions(
     path: &std::path::Path,
 ) -> anyhow::Result<Option<Arc<crate::git::checkout::Conversions>>> {
     match fs::read(path) {

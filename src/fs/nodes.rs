@@ -200,7 +200,7 @@ impl NodeTable {
             NodeKind::Root => Domain::Top,
             NodeKind::ControlDir(_) | NodeKind::ControlFile(..) => Domain::Control,
             NodeKind::Repo(id) => Domain::Repo(*id),
-            NodeKind::Wt { wt, .. } | NodeKind::GitFile(wt) => Domain::Worktree(wt.id),
+            NodeKind::Wt { wt, .. } | NodeKind::GitFile(wt) => Domain::Worktree(wt.ino_id),
         })
     }
 
@@ -377,7 +377,7 @@ impl NodeTable {
         wt: Arc<WtCtx>,
         ov: Overlay,
     ) -> FsResult<u64> {
-        let natural = ino::path_ino(wt.id, &self.child_rel_path(parent, name)?);
+        let natural = ino::path_ino(wt.ino_id, &self.child_rel_path(parent, name)?);
         let kind = NodeKind::Wt {
             wt,
             ov,

@@ -48,6 +48,37 @@ pub struct WtCtx {
     pub(super) journal: WorktreeJournal,
     /// The base files a checkout converts (none for most repositories).
     pub(super) conversions: Option<Arc<crate::git::checkout::Conversions>>,
+    /// The number inode numbers are made from (`ino::path_ino`): the worktree's id, or
+    /// for a submodule's view a number of its own.
+    pub ino_id: i64,
+    /// The worktree whose leases cover this one: itself, or a submodule's parent.
+    pub lease_id: i64,
+    /// For a submodule's view: its parent worktree and its path there.
+    pub(super) sub_of: Option<(std::sync::Weak<WtCtx>, Vec<u8>)>,
+    /// Whether initialized submodules show as views of their own (`new --submodules`).
+    pub(super) submodules: bool,
+    /// git's admin entry's name (in `<gitdir>/worktrees/`).
+    pub(super) admin_name: String,
+    /// Those views, by path, each made at the first lookup of its directory.
+    pub(super) subs: parking_lot::Mutex<std::collections::HashMap<Vec<u8>, Arc<WtCtx>>>,
+}
+
+impl WtCtx {
+    /// Records in the journal (git's fsmonitor answers) that `rel` changed; in a
+    /// submodule's view, its path in the parent changed too (git checks the submodule).
+    pub(super) fn record_change(&self, rel: &[u8]) {
+        self.journal.record(rel);
+        if let Some((parent, path)) = &self.sub_of {
+            if let Some(p) = parent.upgrade() {
+                p.record_change(path);
+            }
+        }
+    }
+
+    /// Whether this is a submodule's view (nested in a worktree).
+    pub fn is_submodule(&self) -> bool {
+        self.sub_of.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -240,6 +271,17 @@ impl View {
     ) -> FsResult<Option<(Option<u64>, Overlay)>> {
         let t = self.nodes.read();
         if let Some(ino) = t.child(parent, name) {
+            if let Some(NodeKind::Wt {
+                is_root: true, wt, ..
+            }) = t.kind(ino)
+            {
+                if wt.is_submodule() {
+                    return Err(FsError::busy(format!(
+                        "{} is a submodule's view: it is removed with the worktree",
+                        wt.name
+                    )));
+                }
+            }
             if let Some(NodeKind::Wt { ov, .. }) = t.kind(ino) {
                 return Ok(Some((Some(ino), *ov)));
             }

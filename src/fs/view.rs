@@ -197,8 +197,11 @@ impl View {
     pub fn worktree_of(&self, ino: u64) -> Option<(i64, bool)> {
         let t = self.nodes.read();
         match t.kind(ino) {
-            Some(NodeKind::Wt { wt, is_root, .. }) => Some((wt.id, *is_root)),
-            Some(NodeKind::GitFile(wt)) => Some((wt.id, false)),
+            // A submodule's view is covered by its parent worktree's leases.
+            Some(NodeKind::Wt { wt, is_root, .. }) => {
+                Some((wt.lease_id, *is_root && !wt.is_submodule()))
+            }
+            Some(NodeKind::GitFile(wt)) => Some((wt.lease_id, false)),
             _ => None,
         }
     }
@@ -334,7 +337,7 @@ impl View {
                     return Err(FsError::not_dir());
                 }
                 if is_root && name == GITFILE_NAME {
-                    let natural = ino::path_ino(wt.id, b".git");
+                    let natural = ino::path_ino(wt.ino_id, b".git");
                     let mut t = self.nodes.write();
                     let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));
                     return self.counted_entry(t, ino);
@@ -354,6 +357,36 @@ impl View {
                         e.negative_ttl = Some(WT_TTL);
                         e
                     })?;
+                // A submodule shown as a view of its own: its root.
+                if let (true, Some(base), false) = (wt.submodules, child.base, child.in_upper) {
+                    if base.mode == crate::git::MODE_GITLINK {
+                        let path = self.nodes.read().child_rel_path(parent, name)?;
+                        if let Some(sub) = self.submodule_view(&wt, &path, base.oid)? {
+                            let natural = ino::path_ino(sub.ino_id, b"");
+                            let root = super::overlay::Overlay {
+                                ftype: FType::Dir,
+                                base: Some(super::overlay::BaseRef {
+                                    oid: sub.base_tree,
+                                    mode: crate::git::MODE_TREE,
+                                }),
+                                in_upper: true,
+                                upper_ino: 0,
+                            };
+                            let mut t = self.nodes.write();
+                            let ino = t.insert_child(
+                                parent,
+                                name,
+                                natural,
+                                NodeKind::Wt {
+                                    wt: sub,
+                                    ov: root,
+                                    is_root: true,
+                                },
+                            );
+                            return self.counted_entry(t, ino);
+                        }
+                    }
+                }
                 if let (Some(_), FType::File, Some(base), false) =
                     (&wt.conversions, child.ftype, child.base, child.in_upper)
                 {

@@ -55,6 +55,9 @@ pub struct CreateRequest<'a> {
     pub branch: Option<&'a str>,
     pub uid: u32,
     pub gid: u32,
+    /// Show initialized submodules as views of their own (`new --submodules`); without
+    /// it, the repository's `worktreefs.submodules` setting decides.
+    pub submodules: bool,
 }
 
 /// The mountpoint git's admin entries point at: the one recorded by the last mount, else
@@ -408,6 +411,15 @@ fn make_recorded(
     index
         .place_conversions(&staging.join(crate::state::CONVERSIONS_FILE))
         .map_err(io_failure("recording what a checkout converts"))?;
+    let submodules = req.submodules
+        || repo
+            .config()
+            .and_then(|c| c.get_bool("worktreefs.submodules"))
+            .unwrap_or(false);
+    if submodules {
+        fs::write(staging.join("submodules"), b"1\n")
+            .map_err(io_failure("recording that submodules show"))?;
+    }
     let _ = nix::unistd::chown(
         &staging.join("upper"),
         Some(nix::unistd::Uid::from_raw(req.uid)),
@@ -447,7 +459,7 @@ fn make_recorded(
 }
 
 /// The `locked` file of an admin entry this state directory's worktreefs writes.
-fn admin_lock_text(state: &StateDir) -> String {
+pub(super) fn admin_lock_text(state: &StateDir) -> String {
     format!("{ADMIN_MARKER} (state dir {})\n", state.root.display())
 }
 
@@ -642,7 +654,7 @@ pub fn roll_back_dead_creations(state: &StateDir, store: &mut Store) -> anyhow::
 /// A cached index on disk and what a creation needs to copy it: the worktree-independent
 /// part of its untracked cache, and its body's hash state, so that a creation neither
 /// reads nor hashes the 10 MB body.
-struct CachedIndex {
+pub(super) struct CachedIndex {
     body: IndexBody,
     /// The body's length: the cached index without its checksum.
     body_len: u64,
@@ -732,7 +744,7 @@ impl CachedIndex {
 
     /// Writes the index of the worktree at `worktree_path` to `out`: the body, this
     /// worktree's untracked cache (git ties that cache to the path) and the checksum of both.
-    fn write_for(
+    pub(super) fn write_for(
         &self,
         out: &mut fs::File,
         worktree_path: &Path,
@@ -762,7 +774,7 @@ impl CachedIndex {
 
     /// Puts the tree's conversions at `to` (a worktree's `conversions`): a link to the
     /// cache's file, so a creation's cost does not grow with the list.
-    fn place_conversions(&self, to: &Path) -> std::io::Result<()> {
+    pub(super) fn place_conversions(&self, to: &Path) -> std::io::Result<()> {
         match &self.conversions {
             None => Ok(()),
             Some(Conversions::File(from)) => fs::hard_link(from, to)
@@ -787,7 +799,7 @@ fn same_content(file: &fs::File, index: &[u8]) -> bool {
 /// Returns the index for `tree` with the given stat data, building and caching it on first
 /// use. The cache makes creation cost independent of the repository's size after the first
 /// worktree at a commit.
-fn cached_index(
+pub(super) fn cached_index(
     state: &StateDir,
     repo: &Repository,
     tree: git2::Oid,
@@ -912,11 +924,19 @@ fn sizes_from_newest_cached_index(state: &StateDir) -> std::collections::HashMap
 
 /// Points every managed worktree's git admin entry at `mountpoint` (called at mount, since
 /// the absolute path of each worktree's `.git` depends on where the filesystem is mounted).
-pub fn repoint_admin_entries(store: &Store, mountpoint: &Path) -> anyhow::Result<()> {
+pub fn repoint_admin_entries(
+    state: &StateDir,
+    store: &Store,
+    mountpoint: &Path,
+) -> anyhow::Result<()> {
     for w in store.worktrees()? {
         let Some(repo) = store.repo_by_id(w.repo_id)? else {
             continue;
         };
+        crate::lifecycle::submodules::repoint(
+            &state.worktree_dir(w.id),
+            &mountpoint.join(&w.repo).join(&w.name),
+        );
         let admin = git::admin_dir(&repo.gitdir, &w.admin_name);
         let file = admin.join("gitdir");
         let want = format!("{}\n", gitfile_path(mountpoint, &w.repo, &w.name).display());

@@ -490,6 +490,7 @@ pub fn create_in(
             branch: None,
             uid: 0,
             gid: 0,
+            submodules: false,
         },
     )
     .unwrap()

@@ -50,6 +50,8 @@ pub struct Findings {
     /// HEAD's commit is reachable from a ref other than the worktree's branch (merged or
     /// pushed): deleting the branch loses nothing.
     pub tip_elsewhere: bool,
+    /// What each submodule view (`new --submodules`) holds, by path.
+    pub submodules: Vec<(String, Findings)>,
 }
 
 // ----- the decision -----
@@ -116,6 +118,27 @@ pub fn decide(
             list(&shorts, 5)
         ));
     }
+    // A submodule's own changes and commits are the worktree's work too (its HEAD is
+    // detached by nature: where it points is the superproject's business, seen there).
+    for (path, s) in &f.submodules {
+        if !s.changes.is_empty() {
+            reasons.push(format!(
+                "uncommitted-changes in submodule {path} ({} path{}: {})",
+                s.changes.len(),
+                if s.changes.len() == 1 { "" } else { "s" },
+                list(&s.changes, 5)
+            ));
+        }
+        if !s.unpushed.is_empty() {
+            let shorts: Vec<String> = s.unpushed.iter().map(short).collect();
+            reasons.push(format!(
+                "unpushed-commits in submodule {path} ({} commit{} on no remote-tracking ref: {})",
+                s.unpushed.len(),
+                if s.unpushed.len() == 1 { "" } else { "s" },
+                list(&shorts, 5)
+            ));
+        }
+    }
     if !reasons.is_empty() {
         return Verdict::Retain(reasons.join("; "));
     }
@@ -152,6 +175,7 @@ mod tests {
             head,
             unpushed: (0..unpushed as u8).map(|i| oid(i + 1)).collect(),
             tip_elsewhere: elsewhere,
+            submodules: Vec::new(),
         }
     }
 

@@ -153,8 +153,13 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         stack: Vec::new(),
         whiteouts: &whiteouts,
     };
-    w.dir("", Some(upper.as_fd()), Some(base_tree), Some(head_tree))
-        .map_err(|e| format!("comparing the files with HEAD: {e}"))?;
+    w.dir(
+        "",
+        Some(upper.as_fd()),
+        Some(base_tree),
+        Some(head_tree.clone()),
+    )
+    .map_err(|e| format!("comparing the files with HEAD: {e}"))?;
     for c in w.changes {
         if !changes.iter().any(|x: &Change| x.path == c.path) {
             changes.push(c);
@@ -188,11 +193,52 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     };
     let tip_elsewhere = reachable_elsewhere(&repo, head_commit.id(), except.as_deref())
         .map_err(|e| e.message().to_string())?;
+    // Each submodule view, inspected as a worktree of its own; one whose HEAD is not the
+    // commit HEAD's tree records is a change of the superproject (git lists it so).
+    let mut submodules = Vec::new();
+    for (dir, r) in crate::lifecycle::submodules::records(&t.dir) {
+        let sub = Target {
+            id: t.id,
+            repo: t.repo.clone(),
+            name: format!("{}/{}", t.name, r.path),
+            gitdir: r.gitdir.clone(),
+            admin: r.admin(),
+            upper: dir.join("upper"),
+            dir,
+            base_commit: r.commit.clone(),
+            base_tree: r.tree.clone(),
+            branch: None,
+            branch_created: false,
+            path: t.path.join(&r.path),
+            uid: t.uid,
+            gid: t.gid,
+        };
+        let found = inspect(&sub).map_err(|e| format!("submodule {}: {e}", r.path))?;
+        let recorded = head_tree
+            .get_path(Path::new(&r.path))
+            .ok()
+            .filter(|e| e.filemode() as u32 == MODE_GITLINK)
+            .map(|e| e.id());
+        let at = match &found.head {
+            Head::Detached(o) => Some(*o),
+            Head::Branch(b) => Repository::open(&r.gitdir)
+                .ok()
+                .and_then(|s| s.refname_to_id(&format!("refs/heads/{b}")).ok()),
+        };
+        if (at.is_none() || at != recorded) && !changes.iter().any(|c: &Change| c.path == r.path) {
+            changes.push(Change {
+                kind: ChangeKind::Modified,
+                path: r.path.clone(),
+            });
+        }
+        submodules.push((r.path.clone(), found));
+    }
     Ok(Findings {
         changes,
         head,
         unpushed,
         tip_elsewhere,
+        submodules,
     })
 }
 

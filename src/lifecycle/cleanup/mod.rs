@@ -39,6 +39,13 @@ use crate::store::{BeginError, RepoRow, Store, WorktreeRow};
 
 /// The text of the `locked` file of every admin entry worktreefs writes starts so.
 pub const ADMIN_MARKER: &str = "managed by worktreefs";
+
+/// Whether the git admin entry `admin` is one worktreefs made (locked with its marker).
+pub fn is_our_admin_entry(admin: &Path) -> bool {
+    std::fs::read_to_string(admin.join("locked"))
+        .map(|s| s.starts_with(ADMIN_MARKER))
+        .unwrap_or(false)
+}
 /// Where removed admin entries wait to be deleted, inside the repository's git dir (same
 /// filesystem, so parking is one rename) and outside `worktrees/` (so git never sees them).
 const PARKED_ADMIN_DIR: &str = "worktreefs/removing";

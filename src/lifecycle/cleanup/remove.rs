@@ -76,9 +76,7 @@ struct FsRemover<'a> {
 }
 
 fn is_ours(admin: &Path) -> bool {
-    fs::read_to_string(admin.join("locked"))
-        .map(|s| s.starts_with(ADMIN_MARKER))
-        .unwrap_or(false)
+    is_our_admin_entry(admin)
 }
 
 impl Remover for FsRemover<'_> {
@@ -234,8 +232,9 @@ pub(super) fn run_removal(
     }
 }
 
-/// Deletes what a removal parked.
+/// Deletes what a removal parked, and the git entries of its submodule views.
 pub(super) fn purge(state: &StateDir, t: &Target) {
+    crate::lifecycle::submodules::remove_admin_entries(&t.parked_dir(state));
     for p in [t.parked_dir(state), t.parked_admin()] {
         if p.exists() {
             if let Err(e) = fs::remove_dir_all(&p) {

@@ -1,0 +1,108 @@
+//! A submodule's view inside a worktree (`lifecycle::submodules`): the gitlink's directory
+//! becomes the root of a view of the submodule's own repository, with its own layers,
+//! journal and `.git`, covered by the parent worktree's leases. Made at the first lookup
+//! of the directory, never under the node table's lock.
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use git2::Oid;
+
+use crate::lifecycle::submodules::{ensure, Parent};
+
+use super::error::{FsError, FsResult};
+use super::overlay::WtCtx;
+use super::view::View;
+
+/// The number a submodule view's inode numbers are made from: bit 30 set (no worktree
+/// id reaches it), the rest from the parent's id and the path.
+fn sub_ino_id(parent: i64, path: &[u8]) -> i64 {
+    let mix = (parent as u64).wrapping_mul(0x9e37_79b9) ^ crate::ino::fnv1a32(path) as u64;
+    (0x4000_0000 | (mix & 0x3fff_ffff)) as i64
+}
+
+impl View {
+    /// The view of the submodule at `path` of worktree `wt` (gitlink `commit`): made the
+    /// first time. None where the worktree does not show submodules, for a submodule that
+    /// is not initialized, and for a submodule's own submodules (one level).
+    pub(super) fn submodule_view(
+        &self,
+        wt: &Arc<WtCtx>,
+        path: &[u8],
+        commit: Oid,
+    ) -> FsResult<Option<Arc<WtCtx>>> {
+        if !wt.submodules || wt.is_submodule() {
+            return Ok(None);
+        }
+        let mut subs = wt.subs.lock();
+        if let Some(s) = subs.get(path) {
+            return Ok(Some(s.clone()));
+        }
+        let parent = Parent {
+            id: wt.id,
+            repo: &wt.repo,
+            name: &wt.name,
+            admin_name: &wt.admin_name,
+            common_dir: &wt.gitdir,
+            base_tree: wt.base_tree,
+            uid: wt.uid,
+            gid: wt.gid,
+            mountpoint: &self.mountpoint,
+        };
+        let what = format!("{}/{}", wt.name, String::from_utf8_lossy(path));
+        let (dir, record) = match ensure(&self.state, &parent, path, commit) {
+            Ok(Some(made)) => made,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                tracing::warn!("submodule {what}: its view could not be made ({e:#}); it shows as an empty directory");
+                return Ok(None);
+            }
+        };
+        let ctx = (|| -> anyhow::Result<WtCtx> {
+            let upper = dir.join("upper");
+            let work = dir.join("work");
+            let upper_fd = crate::beneath::open_root(&upper)?;
+            let work_fd = crate::beneath::open_root(&work)?;
+            let whiteouts = crate::layout::Whiteouts::open(work_fd.as_fd())?;
+            crate::layout::migrate(upper_fd.as_fd(), work_fd.as_fd(), &whiteouts)?;
+            Ok(WtCtx {
+                id: wt.id,
+                repo_id: wt.repo_id,
+                repo: wt.repo.clone(),
+                name: what.clone(),
+                gitdir: record.gitdir.clone(),
+                base_tree: Oid::from_str(&record.tree)?,
+                base_mtime: std::time::UNIX_EPOCH
+                    + std::time::Duration::from_secs(record.base_mtime.max(0) as u64),
+                uid: wt.uid,
+                gid: wt.gid,
+                upper,
+                work,
+                upper_fd,
+                work_fd,
+                whiteouts,
+                gitfile: format!("gitdir: {}\n", record.admin().display()).into_bytes(),
+                sizes_seeded: false.into(),
+                journal: Default::default(),
+                conversions: super::namespace::read_conversions(
+                    &dir.join(crate::state::CONVERSIONS_FILE),
+                )?,
+                ino_id: sub_ino_id(wt.id, path),
+                lease_id: wt.lease_id,
+                sub_of: Some((Arc::downgrade(wt), path.to_vec())),
+                submodules: false,
+                admin_name: record.admin_name.clone(),
+                subs: Default::default(),
+            })
+        })()
+        .map_err(|e| FsError::internal(format!("submodule {what}: {e:#}")))?;
+        let ctx = Arc::new(ctx);
+        subs.insert(path.to_vec(), ctx.clone());
+        tracing::info!(
+            "submodule {what}: shown at {} ({})",
+            record.commit,
+            record.name
+        );
+        Ok(Some(ctx))
+    }
+}

@@ -1,0 +1,206 @@
+//! Submodules as views of their own (`new --submodules`): an initialized submodule shows
+//! at its recorded commit, git works inside it, cleanup counts what it holds as the
+//! worktree's work and removes its git entry with the worktree.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+
+/// A library repository, added to the test repository as the submodule `vendor/lib`
+/// (initialized in the source checkout: its repository is `.git/modules/vendor/lib`).
+fn with_submodule(env: &Env) -> (tempfile::TempDir, PathBuf) {
+    let lib_dir = tempfile::tempdir().unwrap();
+    let lib = lib_dir.path().join("lib");
+    fs::create_dir(&lib).unwrap();
+    git(&lib, &["init", "-q", "-b", "main"]);
+    fs::write(lib.join("l.txt"), b"library\n").unwrap();
+    fs::create_dir(lib.join("src")).unwrap();
+    fs::write(lib.join("src/lib.c"), b"int lib(void) { return 1; }\n").unwrap();
+    git(&lib, &["add", "-A"]);
+    git(&lib, &["commit", "-q", "-m", "lib"]);
+    let repo = env.repo.path();
+    git(
+        &repo,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().unwrap(),
+            "vendor/lib",
+        ],
+    );
+    git(&repo, &["commit", "-q", "-m", "add the library"]);
+    (lib_dir, lib)
+}
+
+fn admin_entries(repo: &Path) -> Vec<String> {
+    fs::read_dir(repo.join(".git/modules/vendor/lib/worktrees"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_initialized_submodule_is_a_view_of_its_own_repository() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/s", "--submodules"]);
+    wtfs_ok(&env.state(), &["new", "repo/plain"]);
+    // Creation made nothing for the submodule yet.
+    assert!(admin_entries(&repo).is_empty());
+    let m = env.mount();
+    let wt = m.wt("repo", "s");
+    assert_eq!(run_ok("cat", &["vendor/lib/l.txt"], &wt), "library\n");
+    assert_eq!(
+        run_ok("ls", &["-A", "vendor/sub"], &wt),
+        "",
+        "not initialized: empty"
+    );
+    assert_eq!(admin_entries(&repo).len(), 1);
+    // Byte for byte what a checkout with `git submodule update --init` holds.
+    let out = tempfile::tempdir().unwrap();
+    let checkout = out.path().join("checkout");
+    git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "--detach",
+            checkout.to_str().unwrap(),
+        ],
+    );
+    git(
+        &checkout,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "update",
+            "-q",
+            "--init",
+            "vendor/lib",
+        ],
+    );
+    assert_eq!(
+        snapshot(&wt.join("vendor/lib")),
+        snapshot(&checkout.join("vendor/lib"))
+    );
+    // git sees both clean, the superproject and the submodule.
+    assert_eq!(
+        git(&wt, &["status", "--porcelain", "--untracked-files=all"]),
+        ""
+    );
+    let sub = wt.join("vendor/lib");
+    assert_eq!(
+        git(&sub, &["status", "--porcelain", "--untracked-files=all"]),
+        ""
+    );
+    assert_eq!(
+        git(&sub, &["rev-parse", "HEAD"]),
+        git(&checkout.join("vendor/lib"), &["rev-parse", "HEAD"])
+    );
+    // Without the flag: an empty directory, as in a fresh `git worktree add`.
+    assert_eq!(
+        run_ok("ls", &["-A", "vendor/lib"], &m.wt("repo", "plain")),
+        ""
+    );
+    // A change in the submodule shows in both, as git shows it.
+    run_ok("sh", &["-c", "echo more >> l.txt"], &sub);
+    assert_eq!(git(&sub, &["status", "--porcelain"]), " M l.txt\n");
+    assert_eq!(git(&wt, &["status", "--porcelain"]), " M vendor/lib\n");
+    run_ok("sh", &["-c", "git checkout -q l.txt"], &sub);
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "");
+    // The submodule's directory is not the superproject's to remove or move.
+    let rm = run(
+        "sh",
+        &["-c", "rmdir vendor/lib || mv vendor/lib vendor/moved"],
+        &wt,
+    );
+    assert!(!rm.status.success());
+    assert!(run_ok("cat", &["vendor/lib/l.txt"], &wt).contains("library"));
+    drop(m);
+    git(
+        &repo,
+        &["worktree", "remove", "--force", checkout.to_str().unwrap()],
+    );
+}
+
+#[test]
+fn work_in_a_submodule_is_the_worktrees_work() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    for name in ["dirty", "committed", "pushed", "clean"] {
+        wtfs_ok(
+            &env.state(),
+            &["new", &format!("repo/{name}"), "--submodules"],
+        );
+    }
+    let m = env.mount_with(&["--linger", "600"]);
+    // Uncommitted work inside the submodule.
+    let dirty = m.wt("repo", "dirty").join("vendor/lib");
+    run_ok("sh", &["-c", "echo draft > draft.txt"], &dirty);
+    // A commit inside it, pushed nowhere.
+    let committed = m.wt("repo", "committed").join("vendor/lib");
+    run_ok(
+        "sh",
+        &["-c", "echo v2 > l.txt && git commit -q -am 'lib v2'"],
+        &committed,
+    );
+    // A commit inside it, pushed to the submodule's remote.
+    let pushed = m.wt("repo", "pushed").join("vendor/lib");
+    run_ok(
+        "sh",
+        &["-c", "echo v3 > l.txt && git commit -q -am 'lib v3' && git push -q origin HEAD:refs/heads/from-view"],
+        &pushed,
+    );
+    assert_eq!(
+        git(&pushed, &["rev-parse", "HEAD"]),
+        git(&pushed, &["rev-parse", "origin/from-view"])
+    );
+    // Looked at only.
+    run_ok("cat", &["vendor/lib/l.txt"], &m.wt("repo", "clean"));
+    assert_eq!(admin_entries(&repo).len(), 4);
+    for name in ["dirty", "committed", "pushed", "clean"] {
+        wait_for_state(&env, name, "lingering", Duration::from_secs(10));
+    }
+    // Retained, saying why (a reclaim that keeps a worktree exits 1).
+    let kept = |name: &str| {
+        let out = wtfs(&env.state(), &["reclaim", &format!("repo/{name}")]);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let out = kept("dirty");
+    assert!(
+        out.contains("uncommitted-changes in submodule vendor/lib") && out.contains("draft.txt"),
+        "{out}"
+    );
+    let out = kept("committed");
+    assert!(
+        out.contains("unpushed-commits in submodule vendor/lib"),
+        "{out}"
+    );
+    // The superproject sees the new submodule commit as a change too, as git does.
+    assert!(out.contains("modified vendor/lib"), "{out}");
+    // Pushed: nothing of the submodule's is at risk; the superproject still records the
+    // old commit, a change of its own that git lists too.
+    let out = kept("pushed");
+    assert!(!out.contains("in submodule"), "{out}");
+    assert!(out.contains("modified vendor/lib"), "{out}");
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/clean"]);
+    assert!(out.contains("removed repo/clean"), "{out}");
+    // Its submodule's git entry went with it; the retained ones keep theirs.
+    assert_eq!(admin_entries(&repo).len(), 3);
+    drop(m);
+}
