@@ -121,6 +121,15 @@ fn an_initialized_submodule_is_a_view_of_its_own_repository() {
     assert_eq!(git(&wt, &["status", "--porcelain"]), " M vendor/lib\n");
     run_ok("sh", &["-c", "git checkout -q l.txt"], &sub);
     assert_eq!(git(&wt, &["status", "--porcelain"]), "");
+    // A new commit in the submodule: the superproject sees it, in this daemon's life (the
+    // journal) and after a restart (the answer from the layers).
+    git(&sub, &["commit", "-q", "--allow-empty", "-m", "new"]);
+    assert_eq!(git(&wt, &["status", "--porcelain"]), " M vendor/lib\n");
+    drop(m);
+    let m = env.mount();
+    assert_eq!(git(&wt, &["status", "--porcelain"]), " M vendor/lib\n");
+    git(&sub, &["reset", "-q", "--hard", "HEAD~1"]);
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "");
     // The submodule's directory is not the superproject's to remove or move.
     let rm = run(
         "sh",

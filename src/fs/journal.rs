@@ -203,12 +203,24 @@ impl View {
                 // Everything that differs from the base is in the upper layer.
                 let mut out = Vec::new();
                 self.upper_paths(&wt, wt.upper_fd.as_fd(), b"", Some(wt.base_tree), &mut out)?;
+                // A submodule view's changes are in its own layers: its path says so.
+                out.extend(
+                    crate::lifecycle::submodules::records(&self.state.worktree_dir(wt.id))
+                        .into_iter()
+                        .map(|(_, r)| r.path.into_bytes()),
+                );
                 out.sort();
                 out.dedup();
                 out
             }
         };
-        // Files open for writing may change at any moment without a request reaching us.
+        // Files open for writing may change at any moment without a request reaching us
+        // (in a submodule's view too: its path then).
+        for (path, sub) in wt.subs.lock().iter() {
+            if !sub.journal.open_writers().is_empty() {
+                paths.push(path.clone());
+            }
+        }
         let writers = wt.journal.open_writers();
         if !writers.is_empty() {
             let t = self.nodes.read();
