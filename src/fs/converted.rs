@@ -109,6 +109,12 @@ impl View {
     /// A directory's files are not made ahead (a rename of a directory converts under
     /// `mutate`).
     pub(super) fn prepare_content(&self, ino: u64) {
+        if !self
+            .conversions_in_use
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
         let Some((wt, oid, path)) = self.converted_base_file(ino) else {
             return;
         };
@@ -135,6 +141,12 @@ impl View {
 
     /// As `prepare_converted`, for node `ino` when it is a converted base file.
     pub(super) fn prepare_node(&self, ino: u64) {
+        if !self
+            .conversions_in_use
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
         let Some((wt, oid, path)) = self.converted_base_file(ino) else {
             return;
         };

@@ -58,6 +58,11 @@ impl View {
             );
         }
         let admin = git::admin_dir(&repo.gitdir, &row.admin_name);
+        let conversions = read_conversions(&self.state.conversions(row.id))?;
+        if conversions.is_some() {
+            self.conversions_in_use
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(WtCtx {
             id: row.id,
             repo_id: row.repo_id,
@@ -76,7 +81,7 @@ impl View {
             gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
             sizes_seeded: false.into(),
             journal: WorktreeJournal::default(),
-            conversions: read_conversions(&self.state.conversions(row.id))?,
+            conversions,
             ino_id: row.id,
             lease_id: row.id,
             sub_of: None,

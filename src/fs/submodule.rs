@@ -96,6 +96,10 @@ impl View {
             })
         })()
         .map_err(|e| FsError::internal(format!("submodule {what}: {e:#}")))?;
+        if ctx.conversions.is_some() {
+            self.conversions_in_use
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let ctx = Arc::new(ctx);
         subs.insert(path.to_vec(), ctx.clone());
         tracing::info!(

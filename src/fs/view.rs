@@ -100,6 +100,9 @@ pub struct View {
     /// conversions that failed.
     pub(super) conv_sizes: Mutex<std::collections::HashMap<git2::Oid, u64>>,
     pub(super) conv_failed: Mutex<std::collections::HashSet<git2::Oid>>,
+    /// Whether any worktree served has converted files: until then no request looks for
+    /// a conversion (the common case pays nothing).
+    pub(super) conversions_in_use: std::sync::atomic::AtomicBool,
     pub(super) mutate: super::place::Mutate,
     pub(super) nodes: Nodes,
     pub(super) handles: Handles,
@@ -167,6 +170,7 @@ impl View {
             blobs,
             conv_sizes: Default::default(),
             conv_failed: Default::default(),
+            conversions_in_use: Default::default(),
             mutate: super::place::Mutate::new(),
             nodes,
             handles: Handles::new(),
