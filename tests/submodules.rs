@@ -39,6 +39,14 @@ fn with_submodule(env: &Env) -> (tempfile::TempDir, PathBuf) {
     (lib_dir, lib)
 }
 
+fn target_of(env: &Env, m: &Mounted, name: &str) -> worktreefs::lifecycle::cleanup::Target {
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let row = store.worktree("repo", name).unwrap().unwrap();
+    let repo = store.repo_by_id(row.repo_id).unwrap().unwrap();
+    worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint)
+}
+
 fn admin_entries(repo: &Path) -> Vec<String> {
     fs::read_dir(repo.join(".git/modules/vendor/lib/worktrees"))
         .map(|d| {
@@ -131,12 +139,25 @@ fn an_initialized_submodule_is_a_view_of_its_own_repository() {
     git(&sub, &["reset", "-q", "--hard", "HEAD~1"]);
     assert_eq!(git(&wt, &["status", "--porcelain"]), "");
     // The submodule's directory is not the superproject's to remove or move.
-    let rm = run(
-        "sh",
-        &["-c", "rmdir vendor/lib || mv vendor/lib vendor/moved"],
-        &wt,
+    let mv = run("mv", &["vendor/lib", "vendor/moved"], &wt);
+    assert!(!mv.status.success(), "{mv:?}");
+    assert!(
+        String::from_utf8_lossy(&mv.stderr).contains("busy"),
+        "{mv:?}"
     );
-    assert!(!rm.status.success());
+    // Nor does a directory above it move (the view would be cut off).
+    let mv = run("mv", &["vendor", "third_party"], &wt);
+    assert!(!mv.status.success(), "{mv:?}");
+    assert!(
+        String::from_utf8_lossy(&mv.stderr).contains("busy"),
+        "{mv:?}"
+    );
+    // A branch made inside the submodule at the same commit changes nothing git sees.
+    git(&sub, &["checkout", "-q", "-b", "topic"]);
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "");
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "s")).unwrap();
+    assert!(found.changes.is_empty(), "{:?}", found.changes);
+    git(&sub, &["checkout", "-q", "--detach"]);
     assert!(run_ok("cat", &["vendor/lib/l.txt"], &wt).contains("library"));
     drop(m);
     git(
@@ -211,5 +232,176 @@ fn work_in_a_submodule_is_the_worktrees_work() {
     assert!(out.contains("removed repo/clean"), "{out}");
     // Its submodule's git entry went with it; the retained ones keep theirs.
     assert_eq!(admin_entries(&repo).len(), 3);
+    drop(m);
+}
+
+#[test]
+fn discarding_a_worktree_names_what_its_submodule_loses() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    wtfs_ok(&env.state(), &["new", "repo/d", "--submodules"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    let sub = m.wt("repo", "d").join("vendor/lib");
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "echo draft > draft.txt && echo v2 > l.txt && git commit -q -am 'lib v2' && echo again >> l.txt",
+        ],
+        &sub,
+    );
+    let commit = git(&sub, &["rev-parse", "--short=10", "HEAD"]);
+    wait_for_state(&env, "d", "lingering", Duration::from_secs(10));
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/d", "--discard"]);
+    assert!(out.contains("vendor/lib/draft.txt"), "{out}");
+    assert!(out.contains("vendor/lib/l.txt"), "{out}");
+    assert!(out.contains(commit.trim()), "{out}");
+    assert!(out.contains("removed repo/d"), "{out}");
+    drop(m);
+}
+
+#[test]
+fn a_submodule_view_that_cannot_be_read_back_keeps_the_worktree() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    wtfs_ok(&env.state(), &["new", "repo/c", "--submodules"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    let wt = m.wt("repo", "c");
+    run_ok("sh", &["-c", "echo work > vendor/lib/new.txt"], &wt);
+    wait_for_state(&env, "c", "lingering", Duration::from_secs(10));
+    // Its record damaged (a crash, a version that wrote it otherwise).
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let id = store.worktree("repo", "c").unwrap().unwrap().id;
+    let dir = fs::read_dir(state.subs(id))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    fs::write(dir.join("record"), b"{ not a record").unwrap();
+    let out = wtfs(&env.state(), &["reclaim", "repo/c"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cleanup-error") && err.contains("record"),
+        "{err}"
+    );
+    assert!(dir.join("upper/new.txt").exists());
+    drop(m);
+}
+
+#[test]
+fn a_submodule_repository_reached_through_a_symlink_is_not_shown() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    // The submodule's repository made a link to another place.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let module = repo.join(".git/modules/vendor/lib");
+    fs::rename(&module, elsewhere.path().join("lib")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path().join("lib"), &module).unwrap();
+    // (Its checkout still found from there, as a real setup would have it.)
+    git(
+        &repo,
+        &[
+            "config",
+            "--file",
+            elsewhere.path().join("lib/config").to_str().unwrap(),
+            "core.worktree",
+            repo.join("vendor/lib").to_str().unwrap(),
+        ],
+    );
+    wtfs_ok(&env.state(), &["new", "repo/l", "--submodules"]);
+    let m = env.mount();
+    assert_eq!(run_ok("ls", &["-A", "vendor/lib"], &m.wt("repo", "l")), "");
+    assert!(!elsewhere.path().join("lib/worktrees").exists());
+    drop(m);
+}
+
+#[test]
+fn a_submodule_entry_someone_else_made_is_left_alone() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/o", "--submodules"]);
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let row = store.worktree("repo", "o").unwrap().unwrap();
+    let key = worktreefs::lifecycle::submodules::key_of(b"vendor/lib");
+    let name = format!("{}-{}-{}", row.admin_name, row.id, &key[..8]);
+    let foreign = repo.join(".git/modules/vendor/lib/worktrees").join(&name);
+    fs::create_dir_all(&foreign).unwrap();
+    fs::write(
+        foreign.join("locked"),
+        b"managed by worktreefs (state dir /elsewhere)\n",
+    )
+    .unwrap();
+    fs::write(
+        foreign.join("HEAD"),
+        b"0123456789012345678901234567890123456789\n",
+    )
+    .unwrap();
+    fs::write(foreign.join("index"), b"theirs").unwrap();
+    let m = env.mount();
+    let out = run("ls", &["vendor/lib"], &m.wt("repo", "o"));
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        m.log().contains("is not this worktree's entry"),
+        "{}",
+        m.log()
+    );
+    assert_eq!(fs::read(foreign.join("index")).unwrap(), b"theirs");
+    drop(m);
+}
+
+#[test]
+fn a_submodule_of_a_users_worktree_is_the_users_to_commit_in() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let (lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    for d in [env.dir.path(), env.repo.dir.path(), lib_dir.path()] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The user's own repository, submodule included.
+    let chown = run(
+        "chown",
+        &["-R", &format!("{NOBODY}:{NOBODY}"), repo.to_str().unwrap()],
+        Path::new("/"),
+    );
+    assert!(chown.status.success(), "{chown:?}");
+    // The daemon opens users' repositories with libgit2's owner check off; so does this.
+    // SAFETY: set before this test opens the repository; no other test reads the option.
+    unsafe {
+        git2::opts::set_verify_owner_validation(false).unwrap();
+    }
+    {
+        let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+        let mut store = worktreefs::store::Store::open(&state.root).unwrap();
+        worktreefs::lifecycle::create::create_worktree(
+            &state,
+            &mut store,
+            &worktreefs::lifecycle::create::CreateRequest {
+                repo: "repo",
+                name: "mine",
+                base: None,
+                branch: None,
+                uid: NOBODY,
+                gid: NOBODY,
+                submodules: true,
+            },
+        )
+        .unwrap();
+    }
+    let m = env.mount_with(&["--linger", "600", "--allow-other"]);
+    let sub = m.wt("repo", "mine").join("vendor/lib");
+    let out = as_nobody(
+        &sub,
+        "export HOME=/tmp GIT_AUTHOR_NAME=n GIT_AUTHOR_EMAIL=n@n GIT_COMMITTER_NAME=n GIT_COMMITTER_EMAIL=n@n; \
+         echo mine >> l.txt && git commit -q -am mine && git status --porcelain && git log --oneline | wc -l",
+    );
+    assert!(out.status.success(), "{out:?}\n{}", m.log());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2");
     drop(m);
 }

@@ -205,7 +205,7 @@ impl View {
                 self.upper_paths(&wt, wt.upper_fd.as_fd(), b"", Some(wt.base_tree), &mut out)?;
                 // A submodule view's changes are in its own layers: its path says so.
                 out.extend(
-                    crate::lifecycle::submodules::records(&self.state.worktree_dir(wt.id))
+                    crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
                         .into_iter()
                         .map(|(_, r)| r.path.into_bytes()),
                 );
@@ -216,9 +216,12 @@ impl View {
         };
         // Files open for writing may change at any moment without a request reaching us
         // (in a submodule's view too: its path then).
-        for (path, sub) in wt.subs.lock().iter() {
-            if !sub.journal.open_writers().is_empty() {
-                paths.push(path.clone());
+        // (Not waiting while a submodule's view is being made: it has no writers yet.)
+        if let Some(subs) = wt.subs.try_lock() {
+            for (path, sub) in subs.iter() {
+                if !sub.journal.open_writers().is_empty() {
+                    paths.push(path.clone());
+                }
             }
         }
         let writers = wt.journal.open_writers();

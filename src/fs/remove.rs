@@ -37,6 +37,36 @@ impl View {
             .ok_or_else(|| FsError::not_found(name.to_string_lossy()))
     }
 
+    /// A directory with a submodule's view below it does not move (the view is at its
+    /// path; moving it would cut the view off, its work left where no one looks): EBUSY.
+    fn refuse_moving_submodules(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+        let (wt, rel) = {
+            let t = self.nodes.read();
+            let (wt, _, _) = t.wt_of(parent)?;
+            if !wt.submodules {
+                return Ok(());
+            }
+            (wt, t.child_rel_path(parent, name)?)
+        };
+        let mut prefix = rel.clone();
+        prefix.push(b'/');
+        let mut paths: Vec<Vec<u8>> = wt.subs.lock().keys().cloned().collect();
+        paths.extend(
+            crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
+                .into_iter()
+                .map(|(_, r)| r.path.into_bytes()),
+        );
+        let below = paths.iter().any(|p| p.starts_with(&prefix));
+        if below {
+            return Err(FsError::busy(format!(
+                "{}/{} holds a submodule's view: it does not move",
+                wt.name,
+                String::from_utf8_lossy(&rel)
+            )));
+        }
+        Ok(())
+    }
+
     /// The file at `(parent, name)` held open, when removing the name takes the last name
     /// of a node the kernel knows: the node keeps it (the deleted-but-open set). Callers
     /// hold `mutate`. An error (no descriptor left, say) fails the removal: the file must
@@ -203,6 +233,9 @@ impl View {
         }
         let _m = self.mutate.lock();
         let (src_ino, src) = self.remove_checks(parent, name)?;
+        if src.ftype == FType::Dir {
+            self.refuse_moving_submodules(parent, name)?;
+        }
         // Nothing there is the usual case; a name that may not be replaced (the worktree's
         // .git) refuses the rename.
         let dst = match self.remove_checks(newparent, newname) {

@@ -53,9 +53,13 @@ impl View {
         let (dir, record) = match ensure(&self.state, &parent, path, commit) {
             Ok(Some(made)) => made,
             Ok(None) => return Ok(None),
+            // Not entered rather than an empty directory, whose files would hide the
+            // submodule from then on.
             Err(e) => {
-                tracing::warn!("submodule {what}: its view could not be made ({e:#}); it shows as an empty directory");
-                return Ok(None);
+                return Err(FsError::eio(
+                    format!("submodule {what}: its view could not be made ({e:#})"),
+                    std::io::Error::other("submodule view"),
+                ))
             }
         };
         let ctx = (|| -> anyhow::Result<WtCtx> {

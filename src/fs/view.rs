@@ -366,7 +366,8 @@ impl View {
                     if base.mode == crate::git::MODE_GITLINK {
                         let path = self.nodes.read().child_rel_path(parent, name)?;
                         if let Some(sub) = self.submodule_view(&wt, &path, base.oid)? {
-                            let natural = ino::path_ino(sub.ino_id, b"");
+                            // The number a listing of the parent gives the name.
+                            let natural = ino::path_ino(wt.ino_id, &path);
                             let root = super::overlay::Overlay {
                                 ftype: FType::Dir,
                                 base: Some(super::overlay::BaseRef {

@@ -934,6 +934,7 @@ pub fn repoint_admin_entries(
             continue;
         };
         crate::lifecycle::submodules::repoint(
+            state,
             &state.worktree_dir(w.id),
             &mountpoint.join(&w.repo).join(&w.name),
         );

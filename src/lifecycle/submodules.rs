@@ -54,9 +54,45 @@ pub fn key_of(path: &[u8]) -> String {
 }
 
 /// Every submodule view recorded in the worktree directory `dir` (live or parked), with
-/// its directory.
-pub fn records(dir: &Path) -> Vec<(PathBuf, SubRecord)> {
-    let mut out: Vec<(PathBuf, SubRecord)> = fs::read_dir(dir.join("subs"))
+/// its directory. Fails, naming what, when a view cannot be read back (an unreadable or
+/// unparsable record, or layers with no record): cleanup then keeps the worktree.
+pub fn records(dir: &Path) -> Result<Vec<(PathBuf, SubRecord)>, String> {
+    let subs = dir.join("subs");
+    let entries = match fs::read_dir(&subs) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("listing {}: {e}", subs.display())),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| format!("listing {}: {e}", subs.display()))?;
+        let record = e.path().join("record");
+        match fs::read(&record) {
+            Ok(bytes) => {
+                let r: SubRecord = serde_json::from_slice(&bytes)
+                    .map_err(|err| format!("{} cannot be read: {err}", record.display()))?;
+                out.push((e.path(), r));
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                // Made before its record (never, by construction) or half removed: its
+                // layers are kept if they hold anything.
+                let upper_empty = fs::read_dir(e.path().join("upper"))
+                    .map(|mut d| d.next().is_none())
+                    .unwrap_or(true);
+                if !upper_empty {
+                    return Err(format!("{} holds files but no record", e.path().display()));
+                }
+            }
+            Err(err) => return Err(format!("reading {}: {err}", record.display())),
+        }
+    }
+    out.sort_by(|a, b| a.1.path.cmp(&b.1.path));
+    Ok(out)
+}
+
+/// As `records`, keeping what can be read (for repointing and removing git entries).
+pub fn readable_records(dir: &Path) -> Vec<(PathBuf, SubRecord)> {
+    fs::read_dir(dir.join("subs"))
         .into_iter()
         .flatten()
         .flatten()
@@ -64,9 +100,39 @@ pub fn records(dir: &Path) -> Vec<(PathBuf, SubRecord)> {
             let bytes = fs::read(e.path().join("record")).ok()?;
             Some((e.path(), serde_json::from_slice(&bytes).ok()?))
         })
-        .collect();
-    out.sort_by(|a, b| a.1.path.cmp(&b.1.path));
-    out
+        .collect()
+}
+
+/// Whether `admin` is a submodule view's git entry this state directory made (its lock
+/// says so, word for word).
+fn is_ours(state: &StateDir, admin: &Path) -> bool {
+    fs::read_to_string(admin.join("locked"))
+        .is_ok_and(|s| s == super::create::admin_lock_text(state))
+}
+
+/// The submodule repository `<common>/modules/<name>`, reached without following a
+/// symbolic link, every directory on the way the superproject owner's, and a repository
+/// of its own (no `commondir` pointing elsewhere). None otherwise.
+fn module_dir(common_dir: &Path, name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::symlink_metadata(common_dir).ok()?.uid();
+    let mut dir = common_dir.join("modules");
+    let check = |d: &Path| {
+        fs::symlink_metadata(d).is_ok_and(|m| m.file_type().is_dir() && m.uid() == owner)
+    };
+    if !check(&dir) {
+        return None;
+    }
+    for c in name.split('/') {
+        dir.push(c);
+        if !check(&dir) {
+            return None;
+        }
+    }
+    if fs::symlink_metadata(dir.join("commondir")).is_ok() {
+        return None;
+    }
+    Some(dir)
 }
 
 /// The name `.gitmodules` (its text) gives the submodule at `path`.
@@ -153,7 +219,9 @@ pub fn ensure(
             let Some(name) = name_for_path(&text, path_s).filter(|n| name_is_safe(n)) else {
                 return Ok(None);
             };
-            let gitdir = p.common_dir.join("modules").join(&name);
+            let Some(gitdir) = module_dir(p.common_dir, &name) else {
+                return Ok(None);
+            };
             let Ok(sub) = Repository::open_bare(&gitdir) else {
                 return Ok(None);
             };
@@ -163,8 +231,10 @@ pub fn ensure(
             let record = SubRecord {
                 path: path_s.to_string(),
                 name,
-                gitdir: git::common_dir(&sub),
-                admin_name: format!("{}-{}", p.admin_name, &key[..8]),
+                gitdir: gitdir.clone(),
+                // The worktree's id in it: a worktree made later under the same name
+                // never meets an entry of this one's.
+                admin_name: format!("{}-{}-{}", p.admin_name, p.id, &key[..8]),
                 commit: commit.to_string(),
                 tree: c.tree_id().to_string(),
                 base_mtime: c
@@ -186,7 +256,16 @@ pub fn ensure(
         }
     };
     let admin = record.admin();
-    if !admin.join("HEAD").exists() {
+    // Complete (its index is written last) and this state directory's: used as it is.
+    // Half made by us (a crash): made again. Someone else's: refused.
+    let ours = is_ours(state, &admin);
+    if !(ours && admin.join("index").exists()) {
+        if admin.exists() && !ours {
+            anyhow::bail!(
+                "{} exists and is not this worktree's entry; it is left alone",
+                admin.display()
+            );
+        }
         make_admin_entry(state, p, &dir, &record)?;
     }
     Ok(Some((dir, record)))
@@ -213,8 +292,21 @@ fn make_admin_entry(
     let worktree_path = p.mountpoint.join(p.repo).join(p.name).join(&record.path);
     let admin = record.admin();
     // A half-made entry of ours (a crash) is made again.
-    if super::cleanup::is_our_admin_entry(&admin) {
+    if is_ours(state, &admin) {
         let _ = fs::remove_dir_all(&admin);
+    }
+    // `worktrees/` made here is the repository owner's, as git would have made it.
+    let worktrees = record.gitdir.join("worktrees");
+    if !worktrees.exists() {
+        use std::os::unix::fs::MetadataExt;
+        fs::create_dir(&worktrees)?;
+        if let Ok(m) = fs::symlink_metadata(&record.gitdir) {
+            let _ = nix::unistd::chown(
+                &worktrees,
+                Some(nix::unistd::Uid::from_raw(m.uid())),
+                Some(nix::unistd::Gid::from_raw(m.gid())),
+            );
+        }
     }
     git::write_admin_entry(
         &admin,
@@ -222,27 +314,40 @@ fn make_admin_entry(
         &worktree_path.join(".git"),
         |out| index.write_for(out, &worktree_path, &record.gitdir),
         &super::create::admin_lock_text(state),
-    )
+    )?;
+    // The owner's, as the entry `worktreefs new` makes for them: git inside writes its
+    // index, HEAD and refs' logs there.
+    for e in [admin.clone()]
+        .into_iter()
+        .chain(fs::read_dir(&admin)?.flatten().map(|e| e.path()))
+    {
+        let _ = nix::unistd::chown(
+            &e,
+            Some(nix::unistd::Uid::from_raw(p.uid)),
+            Some(nix::unistd::Gid::from_raw(p.gid)),
+        );
+    }
+    Ok(())
 }
 
 /// Points each submodule view's admin entry of worktree `dir` at `worktree_path` (its
 /// place under the mount), at mount.
-pub fn repoint(dir: &Path, worktree_path: &Path) {
-    for (_, r) in records(dir) {
+pub fn repoint(state: &StateDir, dir: &Path, worktree_path: &Path) {
+    for (_, r) in readable_records(dir) {
         let gitfile = worktree_path.join(&r.path).join(".git");
         let admin = r.admin();
-        if admin.exists() {
+        if is_ours(state, &admin) {
             let _ = fs::write(admin.join("gitdir"), format!("{}\n", gitfile.display()));
         }
     }
 }
 
 /// Removes the admin entries of the submodule views recorded in the worktree directory
-/// `dir` (live or parked): those worktreefs made (locked with its marker), none other.
-pub fn remove_admin_entries(dir: &Path) {
-    for (_, r) in records(dir) {
+/// `dir` (live or parked): those this state directory made (its lock text), none other.
+pub fn remove_admin_entries(state: &StateDir, dir: &Path) {
+    for (_, r) in readable_records(dir) {
         let admin = r.admin();
-        if super::cleanup::is_our_admin_entry(&admin) {
+        if is_ours(state, &admin) {
             if let Err(e) = fs::remove_dir_all(&admin) {
                 tracing::warn!("could not remove submodule entry {}: {e}", admin.display());
             }

@@ -111,13 +111,16 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         .and_then(|w| crate::layout::Whiteouts::open(w.as_fd()))
         .map_err(|e| format!("work directory {}: {e}", work.display()))?;
     // Where attributes or configuration may make git's clean side differ from a file's
-    // bytes, a file that differs from HEAD is compared as git compares it.
-    let setting = crate::git::checkout::Setting::of(t.uid, t.gid, &t.gitdir);
-    let clean_side = setting.may_clean(&repo, &head_tree).then(|| CleanSide {
-        owner: setting.owner.clone(),
+    // bytes, a file that differs from HEAD is compared as git compares it: decided when a
+    // file first differs (a clean worktree costs no look at the configuration or HEAD's
+    // attributes).
+    let clean_side = LazyCleanSide {
+        uid: t.uid,
+        gid: t.gid,
         common_dir: t.gitdir.clone(),
-        attr_source: head_tree.id(),
-    });
+        head_tree: head_tree.id(),
+        decided: std::cell::OnceCell::new(),
+    };
     // git's stat rules, which decide before any content is read (see `IndexStat`).
     let index_mtime = fs::metadata(&index_path)
         .ok()
@@ -196,7 +199,14 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     // Each submodule view, inspected as a worktree of its own; one whose HEAD is not the
     // commit HEAD's tree records is a change of the superproject (git lists it so).
     let mut submodules = Vec::new();
-    for (dir, r) in crate::lifecycle::submodules::records(&t.dir) {
+    for (dir, r) in crate::lifecycle::submodules::records(&t.dir)? {
+        // Recorded but its git entry never made (a crash just after the record): nothing
+        // can have been done in it, unless its layer holds something.
+        if !r.admin().join("index").exists()
+            && fs::read_dir(dir.join("upper")).is_ok_and(|mut d| d.next().is_none())
+        {
+            continue;
+        }
         let sub = Target {
             id: t.id,
             repo: t.repo.clone(),
@@ -280,6 +290,32 @@ enum ViewEntry<'t> {
     Base(git2::TreeEntry<'t>),
 }
 
+/// Whether (and how) git's clean side applies, decided at the first file that needs it.
+struct LazyCleanSide {
+    uid: u32,
+    gid: u32,
+    common_dir: PathBuf,
+    head_tree: Oid,
+    decided: std::cell::OnceCell<Option<CleanSide>>,
+}
+
+impl LazyCleanSide {
+    fn get(&self, repo: &Repository) -> Option<&CleanSide> {
+        self.decided
+            .get_or_init(|| {
+                let setting =
+                    crate::git::checkout::Setting::of(self.uid, self.gid, &self.common_dir);
+                let tree = repo.find_tree(self.head_tree).ok()?;
+                setting.may_clean(repo, &tree).then(|| CleanSide {
+                    owner: setting.owner.clone(),
+                    common_dir: self.common_dir.clone(),
+                    attr_source: self.head_tree,
+                })
+            })
+            .as_ref()
+    }
+}
+
 /// How git compares a file with its blob where conversions apply: through `git
 /// hash-object --path`, as the worktree's owner, with HEAD's attributes.
 struct CleanSide {
@@ -309,7 +345,7 @@ struct IndexStat {
 
 struct Walker<'r> {
     repo: &'r Repository,
-    clean_side: Option<CleanSide>,
+    clean_side: LazyCleanSide,
     /// Stage-0 index entries git has looked at (size not 0), by path.
     index_stats: std::collections::HashMap<Vec<u8>, IndexStat>,
     whiteouts: &'r crate::layout::Whiteouts,
@@ -358,7 +394,7 @@ impl<'r> Walker<'r> {
     /// Whether the file `fd` at `path` is blob `want` as git sees it (its clean side).
     /// A failure to ask git counts as a difference: the worktree is kept.
     fn same_through_clean_side(&self, path: &str, fd: BorrowedFd, want: Oid) -> bool {
-        let Some(c) = &self.clean_side else {
+        let Some(c) = self.clean_side.get(self.repo) else {
             return false;
         };
         let content = match beneath::reopen(fd, libc::O_RDONLY) {

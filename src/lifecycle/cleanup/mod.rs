@@ -42,6 +42,9 @@ pub const ADMIN_MARKER: &str = "managed by worktreefs";
 
 /// Whether the git admin entry `admin` is one worktreefs made (locked with its marker).
 pub fn is_our_admin_entry(admin: &Path) -> bool {
+    // (Any worktreefs state directory's: a removal parks only its own worktrees' entries,
+    // found through its own records. A submodule view's entry must be this state
+    // directory's own: `lifecycle::submodules` compares the whole lock text.)
     std::fs::read_to_string(admin.join("locked"))
         .map(|s| s.starts_with(ADMIN_MARKER))
         .unwrap_or(false)
@@ -369,12 +372,24 @@ fn request_removal_then(
                         Head::Branch(b) => Some(b.clone()),
                         Head::Detached(_) => None,
                     };
+                    // A submodule's changes and commits go too: named with its path (its
+                    // HEAD is detached, so its commits are on no branch once its entry
+                    // goes).
+                    let mut changes = f.changes.clone();
+                    let mut sub_commits = Vec::new();
+                    for (path, s) in &f.submodules {
+                        changes.extend(s.changes.iter().map(|c| Change {
+                            kind: c.kind,
+                            path: format!("{path}/{}", c.path),
+                        }));
+                        sub_commits.extend(s.unpushed.iter().copied());
+                    }
                     Discarded {
-                        changes: f.changes.clone(),
+                        changes,
                         commits: if on_branch.is_some() {
-                            Vec::new()
+                            sub_commits
                         } else {
-                            f.unpushed.clone()
+                            f.unpushed.iter().copied().chain(sub_commits).collect()
                         },
                         kept_on_branch: on_branch
                             .filter(|_| !f.unpushed.is_empty())

@@ -119,7 +119,7 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
         };
         match decide_for(id) {
             Some(true) => {
-                crate::lifecycle::submodules::remove_admin_entries(&e.path());
+                crate::lifecycle::submodules::remove_admin_entries(state, &e.path());
                 let _ = fs::remove_dir_all(e.path());
             }
             Some(false) if !state.worktree_dir(id).exists() => {

@@ -234,7 +234,7 @@ pub(super) fn run_removal(
 
 /// Deletes what a removal parked, and the git entries of its submodule views.
 pub(super) fn purge(state: &StateDir, t: &Target) {
-    crate::lifecycle::submodules::remove_admin_entries(&t.parked_dir(state));
+    crate::lifecycle::submodules::remove_admin_entries(state, &t.parked_dir(state));
     for p in [t.parked_dir(state), t.parked_admin()] {
         if p.exists() {
             if let Err(e) = fs::remove_dir_all(&p) {
