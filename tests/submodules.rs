@@ -405,3 +405,32 @@ fn a_submodule_of_a_users_worktree_is_the_users_to_commit_in() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2");
     drop(m);
 }
+
+#[test]
+fn a_submodule_repository_replaced_by_a_symlink_later_is_not_followed() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/later", "--submodules"]);
+    let m = env.mount();
+    assert_eq!(
+        run_ok("cat", &["vendor/lib/l.txt"], &m.wt("repo", "later")),
+        "library\n"
+    );
+    // Work of its own, so the unmount keeps it.
+    run_ok(
+        "sh",
+        &["-c", "echo keep > keep.txt"],
+        &m.wt("repo", "later"),
+    );
+    drop(m);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let module = repo.join(".git/modules/vendor/lib");
+    fs::rename(&module, elsewhere.path().join("lib")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path().join("lib"), &module).unwrap();
+    let m = env.mount();
+    let out = run("ls", &["vendor/lib"], &m.wt("repo", "later"));
+    assert!(!out.status.success(), "{out:?}");
+    assert!(m.log().contains("no longer a directory"), "{}", m.log());
+    drop(m);
+}

@@ -204,7 +204,18 @@ pub fn ensure(
     let dir = state.subs(p.id).join(&key);
     let record_path = dir.join("record");
     let record = match fs::read(&record_path) {
-        Ok(bytes) => serde_json::from_slice::<SubRecord>(&bytes)?,
+        Ok(bytes) => {
+            let r = serde_json::from_slice::<SubRecord>(&bytes)?;
+            // Checked again at each use: the repository's directories may have been
+            // replaced (by a symlink, say) since the view was made.
+            if module_dir(p.common_dir, &r.name).as_deref() != Some(r.gitdir.as_path()) {
+                anyhow::bail!(
+                    "the submodule's repository {} is no longer a directory of the repository's owner under modules/",
+                    r.gitdir.display()
+                );
+            }
+            r
+        }
         Err(_) => {
             let repo = Repository::open(p.common_dir)?;
             let tree = repo.find_tree(p.base_tree)?;
