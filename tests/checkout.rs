@@ -227,15 +227,6 @@ fn autocrlf_and_core_eol_are_applied_as_a_checkout_applies_them() {
     }
 }
 
-/// The store's row of `repo/<name>` as cleanup sees it.
-fn target_of(env: &Env, m: &Mounted, name: &str) -> worktreefs::lifecycle::cleanup::Target {
-    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
-    let store = worktreefs::store::Store::open(&state.root).unwrap();
-    let row = store.worktree("repo", name).unwrap().unwrap();
-    let repo = store.repo_by_id(row.repo_id).unwrap().unwrap();
-    worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint)
-}
-
 /// A branch `other` where every converted file is gone, so checking it out and back
 /// makes git write them again.
 fn branch_without_converted_files(repo: &Path) {
@@ -298,24 +289,6 @@ fn files_git_rewrote_are_not_work_when_git_calls_them_clean() {
     let out = wtfs_ok(&env.state(), &["reclaim", "repo/rw"]);
     assert!(out.contains("removed repo/rw"), "{out}");
     drop(m);
-}
-
-/// git's own verdict: the paths `git status --porcelain --untracked-files=all` lists.
-fn git_dirty_paths(wt: &Path) -> Vec<String> {
-    git(
-        wt,
-        &[
-            "-c",
-            "core.quotePath=false",
-            "status",
-            "--porcelain",
-            "--untracked-files=all",
-            "--no-renames",
-        ],
-    )
-    .lines()
-    .map(|l| l[3..].trim_matches('"').to_string())
-    .collect()
 }
 
 #[test]
@@ -479,24 +452,7 @@ fn filters_run_as_the_worktrees_owner_outside_the_view_and_take_no_lease() {
         ],
         "a filter that reports",
     );
-    {
-        let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
-        let mut store = worktreefs::store::Store::open(&state.root).unwrap();
-        worktreefs::lifecycle::create::create_worktree(
-            &state,
-            &mut store,
-            &worktreefs::lifecycle::create::CreateRequest {
-                repo: "repo",
-                name: "mine",
-                base: None,
-                branch: None,
-                uid: NOBODY,
-                gid: NOBODY,
-                submodules: false,
-            },
-        )
-        .unwrap();
-    }
+    create_owned_by(&env, "mine", NOBODY, false);
     let m = env.mount_with(&["--linger", "600", "--allow-other"]);
     let read = as_nobody(&m.mountpoint.join("repo/mine"), "cat a.who");
     assert!(read.status.success(), "{read:?} {}", m.log());

@@ -586,24 +586,6 @@ fn rmdir_and_reclaim_remove_only_what_holds_no_work_and_discard_says_what_it_thr
     drop(m);
 }
 
-/// git's own verdict: the paths `git status --porcelain --untracked-files=all` lists.
-fn git_dirty_paths(wt: &Path) -> Vec<String> {
-    git(
-        wt,
-        &[
-            "-c",
-            "core.quotePath=false",
-            "status",
-            "--porcelain",
-            "--untracked-files=all",
-            "--no-renames",
-        ],
-    )
-    .lines()
-    .map(|l| l[3..].trim_matches('"').to_string())
-    .collect()
-}
-
 #[test]
 fn inspection_agrees_with_git_status_after_random_work_through_the_mount() {
     let env = Env::new();

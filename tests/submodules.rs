@@ -39,14 +39,6 @@ fn with_submodule(env: &Env) -> (tempfile::TempDir, PathBuf) {
     (lib_dir, lib)
 }
 
-fn target_of(env: &Env, m: &Mounted, name: &str) -> worktreefs::lifecycle::cleanup::Target {
-    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
-    let store = worktreefs::store::Store::open(&state.root).unwrap();
-    let row = store.worktree("repo", name).unwrap().unwrap();
-    let repo = store.repo_by_id(row.repo_id).unwrap().unwrap();
-    worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint)
-}
-
 fn admin_entries(repo: &Path) -> Vec<String> {
     fs::read_dir(repo.join(".git/modules/vendor/lib/worktrees"))
         .map(|d| {
@@ -376,24 +368,7 @@ fn a_submodule_of_a_users_worktree_is_the_users_to_commit_in() {
     unsafe {
         git2::opts::set_verify_owner_validation(false).unwrap();
     }
-    {
-        let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
-        let mut store = worktreefs::store::Store::open(&state.root).unwrap();
-        worktreefs::lifecycle::create::create_worktree(
-            &state,
-            &mut store,
-            &worktreefs::lifecycle::create::CreateRequest {
-                repo: "repo",
-                name: "mine",
-                base: None,
-                branch: None,
-                uid: NOBODY,
-                gid: NOBODY,
-                submodules: true,
-            },
-        )
-        .unwrap();
-    }
+    create_owned_by(&env, "mine", NOBODY, true);
     let m = env.mount_with(&["--linger", "600", "--allow-other"]);
     let sub = m.wt("repo", "mine").join("vendor/lib");
     let out = as_nobody(

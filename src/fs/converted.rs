@@ -109,12 +109,6 @@ impl View {
     /// A directory's files are not made ahead (a rename of a directory converts under
     /// `mutate`).
     pub(super) fn prepare_content(&self, ino: u64) {
-        if !self
-            .conversions_in_use
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return;
-        }
         let Some((wt, oid, path)) = self.converted_base_file(ino) else {
             return;
         };
@@ -124,8 +118,14 @@ impl View {
     }
 
     /// The worktree, blob and path of node `ino` when it is a base file of a worktree
-    /// with converted files.
+    /// with converted files (none looked for until some worktree has them).
     fn converted_base_file(&self, ino: u64) -> Option<(std::sync::Arc<WtCtx>, Oid, Vec<u8>)> {
+        if !self
+            .conversions_in_use
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
         let t = self.nodes.read();
         match t.kind(ino) {
             Some(super::nodes::NodeKind::Wt { wt, ov, .. })
@@ -141,12 +141,6 @@ impl View {
 
     /// As `prepare_converted`, for node `ino` when it is a converted base file.
     pub(super) fn prepare_node(&self, ino: u64) {
-        if !self
-            .conversions_in_use
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            return;
-        }
         let Some((wt, oid, path)) = self.converted_base_file(ino) else {
             return;
         };

@@ -699,43 +699,32 @@ pub fn lfs_pointer_size(blob: &[u8]) -> Option<u64> {
 /// `-text`.
 pub fn may_convert(text: &[u8], cfg: &ConvConfig) -> bool {
     let eol_crlf = cfg.text_eol_is_crlf();
-    for line in text.split(|&c| c == b'\n') {
-        let line = String::from_utf8_lossy(line);
-        let mut words = line.split_whitespace();
-        match words.next() {
-            None => continue,
-            Some(w) if w.starts_with('#') => continue,
-            Some(_) => {}
-        }
-        for w in words {
-            let (name, value) = match w.split_once('=') {
-                Some((n, v)) => (n, Some(v)),
-                None => (w, None),
-            };
-            if name.starts_with('-') || name.starts_with('!') {
-                continue;
-            }
-            let converts = match (name, value) {
-                ("ident", None) => true,
-                ("filter", Some(d)) => cfg.drivers.contains_key(d),
-                ("working-tree-encoding", Some(e)) => !e.is_empty() && !is_utf8(e),
-                ("eol", Some(v)) => v == "crlf",
-                ("text", None) | ("crlf", None) => eol_crlf,
-                ("text", Some("auto")) | ("crlf", Some("auto")) => eol_crlf,
-                _ => false,
-            };
-            if converts {
-                return true;
-            }
-        }
-    }
-    false
+    any_set_attribute(text, |name, value| match (name, value) {
+        ("ident", None) => true,
+        ("filter", Some(d)) => cfg.drivers.contains_key(d),
+        ("working-tree-encoding", Some(e)) => !e.is_empty() && !is_utf8(e),
+        ("eol", Some(v)) => v == "crlf",
+        ("text", None) | ("crlf", None) => eol_crlf,
+        ("text", Some("auto")) | ("crlf", Some("auto")) => eol_crlf,
+        _ => false,
+    })
 }
 
 /// Whether attribute text `text` could make git's clean side (what `git add` and `git
 /// status` hash) differ from the file's bytes: any end-of-line rule, `ident`, a
 /// configured filter or an encoding. Over-estimates, as `may_convert` does.
 pub fn may_clean(text: &[u8], cfg: &ConvConfig) -> bool {
+    any_set_attribute(text, |name, value| match (name, value) {
+        ("text" | "crlf" | "eol" | "ident", _) => true,
+        ("filter", Some(d)) => cfg.drivers.contains_key(d),
+        ("working-tree-encoding", Some(e)) => !e.is_empty() && !is_utf8(e),
+        _ => false,
+    })
+}
+
+/// Whether some attribute that attribute text `text` sets or gives a value (not `-x` or
+/// `!x`), in a pattern line or a macro definition, satisfies `pred(name, value)`.
+fn any_set_attribute(text: &[u8], pred: impl Fn(&str, Option<&str>) -> bool) -> bool {
     for line in text.split(|&c| c == b'\n') {
         let line = String::from_utf8_lossy(line);
         let mut words = line.split_whitespace();
@@ -749,16 +738,7 @@ pub fn may_clean(text: &[u8], cfg: &ConvConfig) -> bool {
                 Some((n, v)) => (n, Some(v)),
                 None => (w, None),
             };
-            if name.starts_with('-') || name.starts_with('!') {
-                continue;
-            }
-            let cleans = match (name, value) {
-                ("text" | "crlf" | "eol" | "ident", _) => true,
-                ("filter", Some(d)) => cfg.drivers.contains_key(d),
-                ("working-tree-encoding", Some(e)) => !e.is_empty() && !is_utf8(e),
-                _ => false,
-            };
-            if cleans {
+            if !(name.starts_with('-') || name.starts_with('!')) && pred(name, value) {
                 return true;
             }
         }

@@ -108,13 +108,7 @@ impl Owner {
             out.try_clone()
                 .map_err(|e| RunError::Spawn(e.to_string()))?,
         )?;
-        let mut bytes = Vec::new();
-        let mut out = out;
-        let _ = out.rewind();
-        out.take(4 << 20)
-            .read_to_end(&mut bytes)
-            .map_err(|e| RunError::Failed(e.to_string()))?;
-        Ok(OwnerConfig::parse(&bytes))
+        Ok(OwnerConfig::parse(&read_back(out, 4 << 20)?))
     }
 }
 
@@ -261,6 +255,15 @@ fn memfile(name: &std::ffi::CStr) -> std::io::Result<File> {
     }
     // SAFETY: just created, owned by nothing else.
     Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// What git wrote to the memory file `out`, up to `limit` bytes.
+fn read_back(mut out: File, limit: u64) -> Result<Vec<u8>, RunError> {
+    let mut bytes = Vec::new();
+    out.rewind()
+        .and_then(|_| out.take(limit).read_to_end(&mut bytes))
+        .map_err(|e| RunError::Failed(format!("reading git's output: {e}")))?;
+    Ok(bytes)
 }
 
 /// A memory file holding `data`, at its start.
@@ -462,10 +465,7 @@ pub fn clean_id(
         out.try_clone()
             .map_err(|e| RunError::Spawn(e.to_string()))?,
     )?;
-    let mut text = String::new();
-    let mut out = out;
-    let _ = out.rewind();
-    let _ = out.take(200).read_to_string(&mut text);
+    let text = String::from_utf8_lossy(&read_back(out, 200)?).into_owned();
     Oid::from_str(text.trim())
         .map_err(|_| RunError::Failed(format!("hash-object printed {text:?}")))
 }
@@ -500,11 +500,7 @@ pub fn check_attrs(
         out.try_clone()
             .map_err(|e| RunError::Spawn(e.to_string()))?,
     )?;
-    let mut bytes = Vec::new();
-    let mut out = out;
-    let _ = out.rewind();
-    out.read_to_end(&mut bytes)
-        .map_err(|e| RunError::Failed(e.to_string()))?;
+    let bytes = read_back(out, u64::MAX)?;
     // <path> NUL <attribute> NUL <value> NUL, each path's attributes in a row, paths in
     // the order given.
     let mut fields = bytes.split(|&b| b == 0);

@@ -594,3 +594,51 @@ pub fn as_nobody(dir: &Path, script: &str) -> std::process::Output {
     }
     cmd.output().unwrap()
 }
+
+/// The store's row of `repo/<name>` as cleanup sees it, under the mount `m`.
+pub fn target_of(env: &Env, m: &Mounted, name: &str) -> worktreefs::lifecycle::cleanup::Target {
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let row = store.worktree("repo", name).unwrap().unwrap();
+    let repo = store.repo_by_id(row.repo_id).unwrap().unwrap();
+    worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint)
+}
+
+/// git's own verdict: the paths `git status --porcelain --untracked-files=all` lists.
+pub fn git_dirty_paths(wt: &Path) -> Vec<String> {
+    git(
+        wt,
+        &[
+            "-c",
+            "core.quotePath=false",
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+            "--no-renames",
+        ],
+    )
+    .lines()
+    .map(|l| l[3..].trim_matches('"').to_string())
+    .collect()
+}
+
+/// Creates worktree `repo/<name>` at HEAD owned by `uid` (its group the same number),
+/// with no mount, as `mkdir` through the mount does for that user.
+pub fn create_owned_by(env: &Env, name: &str, uid: u32, submodules: bool) {
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let mut store = worktreefs::store::Store::open(&state.root).unwrap();
+    worktreefs::lifecycle::create::create_worktree(
+        &state,
+        &mut store,
+        &worktreefs::lifecycle::create::CreateRequest {
+            repo: "repo",
+            name,
+            base: None,
+            branch: None,
+            uid,
+            gid: uid,
+            submodules,
+        },
+    )
+    .unwrap();
+}
