@@ -301,10 +301,7 @@ fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
     let m = env.mount();
     let wt = m.wt("repo", "rnd");
     let target = target_of(&env, &m, "rnd");
-    let seed: u64 = std::env::var("WTFS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0xc0_4e47);
+    let seed = seed_or(0xc0_4e47);
     let mut rng = Rng::new(seed);
     let scripts = [
         // The same content as git's clean side, in another form: not modified.

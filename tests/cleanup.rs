@@ -599,10 +599,7 @@ fn inspection_agrees_with_git_status_after_random_work_through_the_mount() {
     let target = worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint);
 
     // WTFS_SEED=<n> runs another sequence.
-    let seed: u64 = std::env::var("WTFS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_c1ea);
+    let seed = seed_or(0x5eed_c1ea);
     let mut rng = Rng::new(seed);
     let scripts = [
         "echo new >> notes-$N.txt",

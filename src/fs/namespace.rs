@@ -44,11 +44,7 @@ impl View {
         }
         fs::create_dir_all(&upper)?;
         fs::create_dir_all(&work)?;
-        let upper_fd = crate::beneath::open_root(&upper)?;
-        let work_fd = crate::beneath::open_root(&work)?;
-        let whiteouts = crate::layout::Whiteouts::open(work_fd.as_fd())?;
-        let migrated = crate::layout::migrate(upper_fd.as_fd(), work_fd.as_fd(), &whiteouts)
-            .map_err(|e| anyhow::anyhow!("migrating the upper layer {}: {e}", upper.display()))?;
+        let (upper_fd, work_fd, whiteouts, migrated) = open_layers(&upper, &work)?;
         if migrated > 0 {
             tracing::info!(
                 repo = %row.repo,
@@ -421,6 +417,25 @@ impl crate::lifecycle::Mounted for View {
     ) -> usize {
         View::shed_idle(self, budget, recently, again)
     }
+}
+
+/// The descriptors of an upper layer and its work directory, with its whiteout files,
+/// the layer rewritten in format 2 first if it is older (how many whiteouts that took).
+pub(super) fn open_layers(
+    upper: &std::path::Path,
+    work: &std::path::Path,
+) -> anyhow::Result<(
+    std::os::fd::OwnedFd,
+    std::os::fd::OwnedFd,
+    crate::layout::Whiteouts,
+    usize,
+)> {
+    let upper_fd = crate::beneath::open_root(upper)?;
+    let work_fd = crate::beneath::open_root(work)?;
+    let whiteouts = crate::layout::Whiteouts::open(work_fd.as_fd())?;
+    let migrated = crate::layout::migrate(upper_fd.as_fd(), work_fd.as_fd(), &whiteouts)
+        .map_err(|e| anyhow::anyhow!("migrating the upper layer {}: {e}", upper.display()))?;
+    Ok((upper_fd, work_fd, whiteouts, migrated))
 }
 
 /// A worktree's list of converted base files, if it has one.

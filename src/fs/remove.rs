@@ -227,9 +227,14 @@ impl View {
         }
         self.nodes.read().same_domain(parent, newparent, "rename")?;
         check_name(newname)?;
-        let known = self.nodes.read().child(parent, name);
-        if let Some(ino) = known {
-            self.prepare_content(ino);
+        if self
+            .conversions_in_use
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let known = self.nodes.read().child(parent, name);
+            if let Some(ino) = known {
+                self.prepare_content(ino);
+            }
         }
         let _m = self.mutate.lock();
         let (src_ino, src) = self.remove_checks(parent, name)?;

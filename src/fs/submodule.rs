@@ -3,7 +3,6 @@
 //! journal and `.git`, covered by the parent worktree's leases. Made at the first lookup
 //! of the directory, never under the node table's lock.
 
-use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use git2::Oid;
@@ -65,10 +64,7 @@ impl View {
         let ctx = (|| -> anyhow::Result<WtCtx> {
             let upper = dir.join("upper");
             let work = dir.join("work");
-            let upper_fd = crate::beneath::open_root(&upper)?;
-            let work_fd = crate::beneath::open_root(&work)?;
-            let whiteouts = crate::layout::Whiteouts::open(work_fd.as_fd())?;
-            crate::layout::migrate(upper_fd.as_fd(), work_fd.as_fd(), &whiteouts)?;
+            let (upper_fd, work_fd, whiteouts, _) = super::namespace::open_layers(&upper, &work)?;
             Ok(WtCtx {
                 id: wt.id,
                 repo_id: wt.repo_id,

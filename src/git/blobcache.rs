@@ -208,9 +208,14 @@ pub fn is_out_of_space(e: &std::io::Error) -> bool {
 
 /// An anonymous in-memory file holding `data`, positioned at its start.
 fn in_memory(data: &[u8]) -> std::io::Result<File> {
+    memfd(c"wtfs-blob", data)
+}
+
+/// An anonymous in-memory file named `name` (in /proc) holding `data`, at its start.
+pub fn memfd(name: &std::ffi::CStr, data: &[u8]) -> std::io::Result<File> {
     use std::os::fd::FromRawFd;
-    // SAFETY: a static NUL-terminated name; the descriptor returned is ours.
-    let fd = unsafe { libc::memfd_create(c"wtfs-blob".as_ptr(), libc::MFD_CLOEXEC) };
+    // SAFETY: a NUL-terminated name; the descriptor returned is ours.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }

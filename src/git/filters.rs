@@ -247,14 +247,7 @@ impl std::fmt::Display for RunError {
 
 /// An anonymous file (for git's input and output, which then never block on a pipe).
 fn memfile(name: &std::ffi::CStr) -> std::io::Result<File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: a NUL-terminated name; the descriptor returned is ours alone.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: just created, owned by nothing else.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    super::blobcache::memfd(name, &[])
 }
 
 /// What git wrote to the memory file `out`, up to `limit` bytes.
@@ -268,11 +261,7 @@ fn read_back(mut out: File, limit: u64) -> Result<Vec<u8>, RunError> {
 
 /// A memory file holding `data`, at its start.
 pub fn input(data: &[u8]) -> std::io::Result<File> {
-    use std::io::Write;
-    let mut f = memfile(c"wtfs-git-in")?;
-    f.write_all(data)?;
-    f.rewind()?;
-    Ok(f)
+    super::blobcache::memfd(c"wtfs-git-in", data)
 }
 
 /// `git --git-dir=<common_dir> <args>` run as `owner`, with `stdin` as its input and its

@@ -642,3 +642,11 @@ pub fn create_owned_by(env: &Env, name: &str, uid: u32, submodules: bool) {
     )
     .unwrap();
 }
+
+/// The seed of a randomized test: `WTFS_SEED=<n>` runs another sequence.
+pub fn seed_or(default: u64) -> u64 {
+    std::env::var("WTFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}

@@ -74,6 +74,27 @@ fn short(oid: &Oid) -> String {
     oid.to_string()[..10].to_string()
 }
 
+/// `uncommitted-changes<place> (N paths: …)`.
+fn changes_reason(place: &str, changes: &[Change]) -> String {
+    format!(
+        "uncommitted-changes{place} ({} path{}: {})",
+        changes.len(),
+        if changes.len() == 1 { "" } else { "s" },
+        list(changes, 5)
+    )
+}
+
+/// `unpushed-commits<place> (N commits on no remote-tracking ref: …)`.
+fn unpushed_reason(place: &str, commits: &[Oid]) -> String {
+    let shorts: Vec<String> = commits.iter().map(short).collect();
+    format!(
+        "unpushed-commits{place} ({} commit{} on no remote-tracking ref: {})",
+        commits.len(),
+        if commits.len() == 1 { "" } else { "s" },
+        list(&shorts, 5)
+    )
+}
+
 /// The decision, from what inspection found (or the error it met). Pure.
 pub fn decide(
     recorded_branch: Option<&str>,
@@ -86,12 +107,7 @@ pub fn decide(
     };
     let mut reasons = Vec::new();
     if !f.changes.is_empty() {
-        reasons.push(format!(
-            "uncommitted-changes ({} path{}: {})",
-            f.changes.len(),
-            if f.changes.len() == 1 { "" } else { "s" },
-            list(&f.changes, 5)
-        ));
+        reasons.push(changes_reason("", &f.changes));
     }
     let head_ok = match (&f.head, recorded_branch) {
         (Head::Branch(b), Some(r)) => b == r,
@@ -110,33 +126,17 @@ pub fn decide(
         reasons.push(format!("branch-moved ({now}; it was created on {was})"));
     }
     if !f.unpushed.is_empty() {
-        let shorts: Vec<String> = f.unpushed.iter().map(short).collect();
-        reasons.push(format!(
-            "unpushed-commits ({} commit{} on no remote-tracking ref: {})",
-            f.unpushed.len(),
-            if f.unpushed.len() == 1 { "" } else { "s" },
-            list(&shorts, 5)
-        ));
+        reasons.push(unpushed_reason("", &f.unpushed));
     }
     // A submodule's own changes and commits are the worktree's work too (its HEAD is
     // detached by nature: where it points is the superproject's business, seen there).
     for (path, s) in &f.submodules {
+        let place = format!(" in submodule {path}");
         if !s.changes.is_empty() {
-            reasons.push(format!(
-                "uncommitted-changes in submodule {path} ({} path{}: {})",
-                s.changes.len(),
-                if s.changes.len() == 1 { "" } else { "s" },
-                list(&s.changes, 5)
-            ));
+            reasons.push(changes_reason(&place, &s.changes));
         }
         if !s.unpushed.is_empty() {
-            let shorts: Vec<String> = s.unpushed.iter().map(short).collect();
-            reasons.push(format!(
-                "unpushed-commits in submodule {path} ({} commit{} on no remote-tracking ref: {})",
-                s.unpushed.len(),
-                if s.unpushed.len() == 1 { "" } else { "s" },
-                list(&shorts, 5)
-            ));
+            reasons.push(unpushed_reason(&place, &s.unpushed));
         }
     }
     if !reasons.is_empty() {
