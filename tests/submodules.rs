@@ -130,20 +130,6 @@ fn an_initialized_submodule_is_a_view_of_its_own_repository() {
     assert_eq!(git(&wt, &["status", "--porcelain"]), " M vendor/lib\n");
     git(&sub, &["reset", "-q", "--hard", "HEAD~1"]);
     assert_eq!(git(&wt, &["status", "--porcelain"]), "");
-    // The submodule's directory is not the superproject's to remove or move.
-    let mv = run("mv", &["vendor/lib", "vendor/moved"], &wt);
-    assert!(!mv.status.success(), "{mv:?}");
-    assert!(
-        String::from_utf8_lossy(&mv.stderr).contains("busy"),
-        "{mv:?}"
-    );
-    // Nor does a directory above it move (the view would be cut off).
-    let mv = run("mv", &["vendor", "third_party"], &wt);
-    assert!(!mv.status.success(), "{mv:?}");
-    assert!(
-        String::from_utf8_lossy(&mv.stderr).contains("busy"),
-        "{mv:?}"
-    );
     // A branch made inside the submodule at the same commit changes nothing git sees.
     git(&sub, &["checkout", "-q", "-b", "topic"]);
     assert_eq!(git(&wt, &["status", "--porcelain"]), "");
@@ -407,5 +393,202 @@ fn a_submodule_repository_replaced_by_a_symlink_later_is_not_followed() {
     let out = run("ls", &["vendor/lib"], &m.wt("repo", "later"));
     assert!(!out.status.success(), "{out:?}");
     assert!(m.log().contains("no longer a directory"), "{}", m.log());
+    drop(m);
+}
+
+/// A checkout of HEAD with its submodule initialized, beside the mount, for comparing.
+fn checkout_with_submodule(repo: &Path, at: &Path) {
+    git(
+        repo,
+        &["worktree", "add", "-q", "--detach", at.to_str().unwrap()],
+    );
+    git(
+        at,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "update",
+            "-q",
+            "--init",
+            "vendor/lib",
+        ],
+    );
+}
+
+#[test]
+fn a_submodule_is_removed_and_moved_as_in_a_checkout() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    for name in ["rm", "deinit", "mv", "cwd"] {
+        wtfs_ok(
+            &env.state(),
+            &["new", &format!("repo/{name}"), "--submodules"],
+        );
+    }
+    wtfs_ok(&env.state(), &["new", "repo/plain"]);
+    let out = tempfile::tempdir().unwrap();
+    let m = env.mount_with(&["--linger", "600"]);
+    let status = |d: &Path| git(d, &["status", "--porcelain", "--untracked-files=all"]);
+
+    // `git rm` of the submodule: its directory goes, as in a checkout.
+    let wt = m.wt("repo", "rm");
+    let co = out.path().join("rm");
+    checkout_with_submodule(&repo, &co);
+    assert!(run_ok("cat", &["vendor/lib/l.txt"], &wt).contains("library"));
+    git(&co, &["rm", "-q", "vendor/lib"]);
+    let r = run("git", &["rm", "-q", "vendor/lib"], &wt);
+    assert!(r.status.success(), "{r:?}");
+    assert!(!wt.join("vendor/lib").exists());
+    assert_eq!(status(&wt), status(&co));
+    assert_eq!(status(&wt), "M  .gitmodules\nD  vendor/lib\n");
+    git(&wt, &["commit", "-q", "-m", "drop the library"]);
+    assert_eq!(status(&wt), "");
+    // Cleanup counts none of it as work left behind: the files went with an explicit
+    // removal, and the superproject's commit is its own work (unpushed here).
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "rm")).unwrap();
+    assert!(found.changes.is_empty(), "{:?}", found.changes);
+    for (path, s) in &found.submodules {
+        assert!(s.changes.is_empty(), "{path}: {:?}", s.changes);
+        assert!(s.unpushed.is_empty(), "{path}: {:?}", s.unpushed);
+    }
+    // Without submodule views (an empty directory) too: git stages the `.gitmodules` it
+    // rewrote (it trusts fsmonitor's word for files it rewrites itself).
+    let plain = m.wt("repo", "plain");
+    git(&plain, &["rm", "-q", "vendor/lib"]);
+    assert_eq!(status(&plain), "M  .gitmodules\nD  vendor/lib\n");
+    // A process whose directory the view was makes nothing there once it is gone (ENOENT,
+    // as on ext4).
+    let r = run(
+        "sh",
+        &[
+            "-c",
+            "cd vendor/lib && rm -rf ./* .git && rmdir ../lib && if touch x 2>/dev/null; then echo made; else echo refused; fi",
+        ],
+        &m.wt("repo", "cwd"),
+    );
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "refused\n", "{r:?}");
+    assert_eq!(status(&m.wt("repo", "cwd")), " D vendor/lib\n");
+    // After a remount the path is still gone, and git still agrees.
+    drop(m);
+    let m = env.mount_with(&["--linger", "600"]);
+    assert!(!wt.join("vendor/lib").exists());
+    assert_eq!(status(&wt), "");
+
+    // `git submodule deinit`: an empty directory stays, as in a checkout.
+    let wt = m.wt("repo", "deinit");
+    let co = out.path().join("deinit");
+    checkout_with_submodule(&repo, &co);
+    assert!(run_ok("cat", &["vendor/lib/l.txt"], &wt).contains("library"));
+    let r = run("git", &["submodule", "deinit", "-q", "vendor/lib"], &wt);
+    assert!(r.status.success(), "{r:?}");
+    assert_eq!(run_ok("ls", &["-A", "vendor/lib"], &wt), "");
+    git(&co, &["submodule", "deinit", "-q", "-f", "vendor/lib"]);
+    assert_eq!(status(&wt), status(&co));
+    assert_eq!(status(&wt), "");
+    // The directory is the superproject's now: a file there is as in a checkout's.
+    run_ok("sh", &["-c", "echo x > vendor/lib/own.txt"], &wt);
+    run_ok("sh", &["-c", "echo x > vendor/lib/own.txt"], &co);
+    assert_eq!(status(&wt), status(&co));
+    run_ok("rm", &["vendor/lib/own.txt"], &wt);
+
+    // `mv` of a directory above the submodule: the view cannot follow a rename (EXDEV,
+    // as overlayfs answers for a merged directory), so mv copies and removes.
+    let wt = m.wt("repo", "mv");
+    let co = out.path().join("mv");
+    checkout_with_submodule(&repo, &co);
+    let sub = wt.join("vendor/lib");
+    run_ok("sh", &["-c", "echo draft > draft.txt"], &sub);
+    let gm = run("git", &["mv", "vendor/lib", "vendor/moved"], &wt);
+    assert!(!gm.status.success(), "{gm:?}");
+    assert!(
+        String::from_utf8_lossy(&gm.stderr).contains("cross-device"),
+        "{gm:?}"
+    );
+    assert!(
+        sub.join("draft.txt").exists(),
+        "a refused move changes nothing"
+    );
+    run_ok(
+        "sh",
+        &["-c", "echo draft > draft.txt"],
+        &co.join("vendor/lib"),
+    );
+    run_ok("mv", &["vendor", "third_party"], &wt);
+    run_ok("mv", &["vendor", "third_party"], &co);
+    assert!(!wt.join("vendor").exists());
+    assert_eq!(
+        run_ok("cat", &["third_party/lib/draft.txt"], &wt),
+        "draft\n"
+    );
+    assert_eq!(
+        snapshot(&wt.join("third_party/lib"))
+            .into_iter()
+            .filter(|(k, _)| k != ".git")
+            .collect::<Vec<_>>(),
+        snapshot(&co.join("third_party/lib"))
+            .into_iter()
+            .filter(|(k, _)| k != ".git")
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(status(&wt), status(&co));
+    // The moved copy is the superproject's untracked work: cleanup keeps it.
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "mv")).unwrap();
+    assert!(
+        found
+            .changes
+            .iter()
+            .any(|c| c.path.starts_with("third_party/")),
+        "{:?}",
+        found.changes
+    );
+
+    // The deinitialized directory stays empty.
+    let sub = m.wt("repo", "deinit").join("vendor/lib");
+    assert!(!sub.join("l.txt").exists());
+    drop(m);
+    for name in ["rm", "deinit", "mv"] {
+        git(
+            &repo,
+            &[
+                "worktree",
+                "remove",
+                "--force",
+                "--force",
+                out.path().join(name).to_str().unwrap(),
+            ],
+        );
+    }
+}
+
+#[test]
+fn a_submodule_commit_outlives_the_removal_of_its_directory() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    wtfs_ok(&env.state(), &["new", "repo/c", "--submodules"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    let wt = m.wt("repo", "c");
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "cd vendor/lib && echo v2 > l.txt && git commit -q -am 'lib v2' && cd ../.. && git rm -q -f vendor/lib && git commit -q -m gone",
+        ],
+        &wt,
+    );
+    // (Looked at by a child: the test's own process would take a lease.)
+    assert!(run("test", &["!", "-e", "vendor/lib"], &wt)
+        .status
+        .success());
+    wait_for_state(&env, "c", "lingering", Duration::from_secs(10));
+    let out = wtfs(&env.state(), &["reclaim", "repo/c"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unpushed-commits in submodule vendor/lib"),
+        "{err}"
+    );
+    assert!(!err.contains("uncommitted-changes in submodule"), "{err}");
     drop(m);
 }

@@ -214,6 +214,13 @@ impl View {
                 out
             }
         };
+        // `.gitmodules` is never reported unchanged: git rewrites it in-process (`git rm`
+        // and `git mv` of a submodule, `git submodule add`) and then stages it, trusting
+        // the fsmonitor bit this answer gave it for the file as it was (its
+        // `add_to_index` does not ignore that bit), so the rewrite went unstaged.
+        if self.root_has(&wt, OsStr::new(".gitmodules")) {
+            paths.push(b".gitmodules".to_vec());
+        }
         // Files open for writing may change at any moment without a request reaching us
         // (in a submodule's view too: its path then).
         // (Not waiting while a submodule's view is being made: it has no writers yet.)
@@ -241,6 +248,18 @@ impl View {
             "fsmonitor query"
         );
         Ok(encode_response(&make_token(&self.instance, seq), &paths))
+    }
+
+    /// Whether worktree `wt`'s root shows `name`: in its upper layer, or in its base tree
+    /// and not deleted (a worktree's root is never opaque).
+    fn root_has(&self, wt: &WtCtx, name: &OsStr) -> bool {
+        match beneath::stat_at(wt.upper_fd.as_fd(), name) {
+            Ok(st) => !wt.whiteouts.is(&st),
+            Err(_) => self
+                .objects
+                .tree(&wt.gitdir, wt.base_tree)
+                .is_ok_and(|l| l.get(name).is_some()),
+        }
     }
 
     /// Every path the upper directory `dir` (at `rel`) holds or hides: its entries, the

@@ -120,7 +120,7 @@ impl View {
             }
         }
         let mut out = Vec::with_capacity(names.len() + 1);
-        if is_root {
+        if is_root && !(wt.is_submodule() && upper.whiteouts.contains(OsStr::new(GITFILE_NAME))) {
             out.push(DirEntry {
                 ino: ino::path_ino(wt.ino_id, b".git"),
                 kind: FType::File,

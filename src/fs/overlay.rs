@@ -79,6 +79,16 @@ impl WtCtx {
     pub fn is_submodule(&self) -> bool {
         self.sub_of.is_some()
     }
+
+    /// Whether its `.git` file was removed: only a submodule's can be (`git rm` and
+    /// `git submodule deinit` remove it with the directory), a whiteout in its upper root
+    /// saying so.
+    pub(super) fn gitfile_removed(&self) -> bool {
+        self.is_submodule()
+            && self
+                .whiteouts
+                .at(self.upper_fd.as_fd(), OsStr::new(GITFILE_NAME))
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -271,17 +281,6 @@ impl View {
     ) -> FsResult<Option<(Option<u64>, Overlay)>> {
         let t = self.nodes.read();
         if let Some(ino) = t.child(parent, name) {
-            if let Some(NodeKind::Wt {
-                is_root: true, wt, ..
-            }) = t.kind(ino)
-            {
-                if wt.is_submodule() {
-                    return Err(FsError::busy(format!(
-                        "{} is a submodule's view: it is removed with the worktree",
-                        wt.name
-                    )));
-                }
-            }
             if let Some(NodeKind::Wt { ov, .. }) = t.kind(ino) {
                 return Ok(Some((Some(ino), *ov)));
             }

@@ -37,8 +37,9 @@ impl View {
             .ok_or_else(|| FsError::not_found(name.to_string_lossy()))
     }
 
-    /// A directory with a submodule's view below it does not move (the view is at its
-    /// path; moving it would cut the view off, its work left where no one looks): EBUSY.
+    /// A submodule's view, or a directory with one below it, does not move: the view is
+    /// at its path (its git entry, its inode numbers). EXDEV, as overlayfs answers for a
+    /// merged directory: `mv` then copies and removes, which a view allows.
     fn refuse_moving_submodules(&self, parent: u64, name: &OsStr) -> FsResult<()> {
         let (wt, rel) = {
             let t = self.nodes.read();
@@ -54,16 +55,83 @@ impl View {
         paths.extend(
             crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
                 .into_iter()
+                .filter(|(_, r)| !r.removed)
                 .map(|(_, r)| r.path.into_bytes()),
         );
-        let below = paths.iter().any(|p| p.starts_with(&prefix));
-        if below {
-            return Err(FsError::busy(format!(
-                "{}/{} holds a submodule's view: it does not move",
+        if paths.iter().any(|p| *p == rel || p.starts_with(&prefix)) {
+            return Err(FsError::cross_device(format!(
+                "{}/{} is or holds a submodule's view, which does not move (mv copies it instead)",
                 wt.name,
                 String::from_utf8_lossy(&rel)
             )));
         }
+        Ok(())
+    }
+
+    /// The submodule view whose root is node `ino`, if it is one.
+    fn sub_root(&self, ino: u64) -> Option<std::sync::Arc<WtCtx>> {
+        match self.nodes.read().kind(ino) {
+            Some(NodeKind::Wt {
+                wt, is_root: true, ..
+            }) if wt.is_submodule() => Some(wt.clone()),
+            _ => None,
+        }
+    }
+
+    /// `unlink <submodule>/.git`: the first step of `git rm` and `git submodule deinit`
+    /// (they remove the directory's contents, then it). A whiteout in the view's upper
+    /// root says so; the git entry it named stays until the worktree goes.
+    fn unlink_sub_gitfile(&self, root: u64, sub: &WtCtx) -> FsResult<()> {
+        if sub.gitfile_removed() {
+            return Err(FsError::not_found(format!("{}/.git", sub.name)));
+        }
+        let name = OsStr::new(super::view::GITFILE_NAME);
+        sub.whiteouts
+            .link(sub.work_fd.as_fd(), sub.upper_fd.as_fd(), name)
+            .map_err(|e| FsError::io(format!("unlink {}/.git", sub.name), e))?;
+        sub.record_change(b".git");
+        self.nodes.write().detach_keeping(root, name, None);
+        tracing::info!("submodule {}: its .git file removed", sub.name);
+        Ok(())
+    }
+
+    /// `rmdir` of a submodule view's root, once empty (its `.git` file too): the
+    /// superproject's path goes, as in a checkout; the record says so first, so the view
+    /// is not made again and cleanup counts no deleted file of it as work (its commits
+    /// still are).
+    fn rmdir_submodule(&self, parent: u64, name: &OsStr, root: u64, sub: &WtCtx) -> FsResult<()> {
+        let nonempty = {
+            let t = self.nodes.read();
+            !self.merged_listing(&t, root)?.is_empty()
+        };
+        if nonempty {
+            return Err(FsError::not_empty(format!("{} is not empty", sub.name)));
+        }
+        let Some((owner, path)) = sub
+            .sub_of
+            .as_ref()
+            .and_then(|(p, path)| Some((p.upgrade()?, path.clone())))
+        else {
+            return Err(FsError::stale(root));
+        };
+        crate::lifecycle::submodules::mark_removed(&self.state, owner.id, &path).map_err(|e| {
+            FsError::eio(
+                format!("submodule {}: {e:#}", sub.name),
+                std::io::Error::other("submodule record"),
+            )
+        })?;
+        self.ensure_upper_dir(parent)?;
+        let dir = self.upper_dir(parent)?;
+        if self.base_has(parent, name)? {
+            owner
+                .whiteouts
+                .link(owner.work_fd.as_fd(), dir.as_fd(), name)
+                .map_err(|e| FsError::io(format!("rmdir {}", sub.name), e))?;
+        }
+        owner.subs.lock().remove(&path);
+        self.note_child(parent, name);
+        self.nodes.write().detach_keeping(parent, name, None);
+        tracing::info!("submodule {}: its directory removed", sub.name);
         Ok(())
     }
 
@@ -97,6 +165,11 @@ impl View {
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
         let _m = self.mutate.lock();
+        if name == super::view::GITFILE_NAME {
+            if let Some(sub) = self.sub_root(parent) {
+                return self.unlink_sub_gitfile(parent, &sub);
+            }
+        }
         let (_, ov) = self.remove_checks(parent, name)?;
         if ov.ftype == FType::Dir {
             return Err(FsError::is_dir());
@@ -129,6 +202,9 @@ impl View {
         let (ino, ov) = self.remove_checks(parent, name)?;
         if ov.ftype != FType::Dir {
             return Err(FsError::not_dir());
+        }
+        if let Some((root, sub)) = ino.and_then(|i| Some((i, self.sub_root(i)?))) {
+            return self.rmdir_submodule(parent, name, root, &sub);
         }
         // Emptiness in the merged view.
         let wt = self.nodes.read().wt_of(parent)?.0;
@@ -240,6 +316,14 @@ impl View {
         let (src_ino, src) = self.remove_checks(parent, name)?;
         if src.ftype == FType::Dir {
             self.refuse_moving_submodules(parent, name)?;
+        }
+        if let Ok((Some(ino), _)) = self.remove_checks(newparent, newname) {
+            if let Some(sub) = self.sub_root(ino) {
+                return Err(FsError::cross_device(format!(
+                    "{} is a submodule's view: nothing replaces it by a rename",
+                    sub.name
+                )));
+            }
         }
         // Nothing there is the usual case; a name that may not be replaced (the worktree's
         // .git) refuses the rename.

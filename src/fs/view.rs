@@ -341,6 +341,9 @@ impl View {
                     return Err(FsError::not_dir());
                 }
                 if is_root && name == GITFILE_NAME {
+                    if wt.gitfile_removed() {
+                        return Err(FsError::not_found(format!("{}/.git", wt.name)));
+                    }
                     let natural = ino::path_ino(wt.ino_id, b".git");
                     let mut t = self.nodes.write();
                     let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));

@@ -36,6 +36,11 @@ pub struct SubRecord {
     pub tree: String,
     /// The stat time of its untouched entries (the commit's time).
     pub base_mtime: i64,
+    /// Its directory was removed from the worktree (`git rm`, `git submodule deinit`,
+    /// `rm -r`): no longer shown; its git entry stays, with any commit made in it, until
+    /// the worktree goes.
+    #[serde(default)]
+    pub removed: bool,
 }
 
 impl SubRecord {
@@ -214,6 +219,9 @@ pub fn ensure(
                     r.gitdir.display()
                 );
             }
+            if r.removed {
+                return Ok(None);
+            }
             r
         }
         Err(_) => {
@@ -253,6 +261,7 @@ pub fn ensure(
                     .when()
                     .seconds()
                     .clamp(1, crate::store::now_secs() - 1),
+                removed: false,
             };
             for d in [dir.join("upper"), dir.join("work")] {
                 fs::create_dir_all(&d)?;
@@ -280,6 +289,17 @@ pub fn ensure(
         make_admin_entry(state, p, &dir, &record)?;
     }
     Ok(Some((dir, record)))
+}
+
+/// Records that the submodule view at `path` of worktree `id` had its directory removed
+/// (durably, before the directory leaves the worktree: a crash between the two shows an
+/// empty directory, and loses nothing).
+pub fn mark_removed(state: &StateDir, id: i64, path: &[u8]) -> anyhow::Result<()> {
+    let record_path = state.subs(id).join(key_of(path)).join("record");
+    let mut r: SubRecord = serde_json::from_slice(&fs::read(&record_path)?)?;
+    r.removed = true;
+    crate::durable::write_file_synced(&record_path, &serde_json::to_vec_pretty(&r)?)?;
+    Ok(())
 }
 
 /// git's admin entry of a submodule view, with an index of its commit's tree (cached as a

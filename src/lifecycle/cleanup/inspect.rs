@@ -223,7 +223,14 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             uid: t.uid,
             gid: t.gid,
         };
-        let found = inspect(&sub).map_err(|e| format!("submodule {}: {e}", r.path))?;
+        let mut found = inspect(&sub).map_err(|e| format!("submodule {}: {e}", r.path))?;
+        if r.removed {
+            // Its files went with its directory, a change of the superproject's (git lists
+            // the path there); its commits are still work.
+            found.changes.clear();
+            submodules.push((r.path.clone(), found));
+            continue;
+        }
         let recorded = head_tree
             .get_path(Path::new(&r.path))
             .ok()
