@@ -751,3 +751,96 @@ fn a_same_second_same_size_edit_is_still_work() {
     }
     drop(m);
 }
+
+/// git's fsmonitor-valid entries as `git ls-files -f` shows them (lower-case tags).
+fn fsmonitor_valid_by_git(wt: &Path) -> Vec<(String, bool)> {
+    git(wt, &["ls-files", "-f"])
+        .lines()
+        .map(|l| {
+            let (tag, path) = l.split_at(2);
+            (path.to_string(), tag.chars().next().unwrap().is_lowercase())
+        })
+        .collect()
+}
+
+#[test]
+fn cleanup_trusts_what_gits_fsmonitor_trusts_after_a_configuration_change() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    commit_files(&repo, &[("x.txt", b"a\nb\n")], "lf");
+    git(&repo, &["config", "core.autocrlf", "true"]);
+    wtfs_ok(&env.state(), &["new", "repo/fm"]);
+    wtfs_ok(&env.state(), &["new", "repo/edited"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    // With autocrlf on, a CRLF copy is clean to git; git records it (racily: the same
+    // second as the index), valid for its fsmonitor once a query no longer reports it
+    // (the second status). Then autocrlf goes off: git still trusts the entry and calls
+    // the worktree clean, without looking at the file.
+    let trusted_copy = |name: &str| {
+        let wt = m.wt("repo", name);
+        let admin = target_of(&env, &m, name).admin;
+        for _ in 0..5 {
+            git(&repo, &["config", "core.autocrlf", "true"]);
+            let out = run_ok(
+                "sh",
+                &[
+                    "-c",
+                    "while [ \"$(date +%N | cut -c1)\" != 0 ]; do :; done; \
+                     printf 'a\\r\\nb\\r\\n' > x.txt && sleep 0.1 && git status --porcelain && \
+                     git status --porcelain && stat -c %Y x.txt",
+                ],
+                &wt,
+            );
+            let index_secs = fs::metadata(admin.join("index"))
+                .map(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.mtime()
+                })
+                .unwrap();
+            assert_eq!(out.lines().count(), 1, "clean with autocrlf: {out}");
+            if out.trim() == index_secs.to_string() {
+                git(&repo, &["config", "core.autocrlf", "false"]);
+                return (wt, admin);
+            }
+        }
+        panic!("never written in the second of its index");
+    };
+    let (wt, admin) = trusted_copy("fm");
+    assert_eq!(git_dirty_paths(&wt), Vec::<String>::new());
+    // The extension as inspection reads it is what git says of each entry.
+    let raw = fs::read(admin.join("index")).unwrap();
+    let monitor = worktreefs::git::fsmonitor::IndexMonitor::read(&raw).unwrap();
+    let by_git = fsmonitor_valid_by_git(&wt);
+    assert_eq!(monitor.entries, by_git.len());
+    for (i, (path, valid)) in by_git.iter().enumerate() {
+        assert_eq!(!monitor.dirty(i), *valid, "{path}");
+    }
+    assert!(by_git.iter().any(|(p, v)| p == "x.txt" && *v), "{by_git:?}");
+    // Cleanup, in the daemon, asks the view what git's hook would say and agrees: nothing
+    // to keep. (Without that, it called x.txt modified and kept the worktree.)
+    wait_for_state(&env, "fm", "lingering", std::time::Duration::from_secs(10));
+    let out = wtfs(&env.state(), &["reclaim", "repo/fm"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("removed repo/fm"),
+        "{out:?}"
+    );
+    // A trusted entry edited afterwards (same size, no git since) is what the hook
+    // reports: cleanup keeps the worktree, and git, looking again, lists it.
+    let (wt, _) = trusted_copy("edited");
+    run_ok("sh", &["-c", "printf 'c\\r\\nd\\r\\n' > x.txt"], &wt);
+    wait_for_state(
+        &env,
+        "edited",
+        "lingering",
+        std::time::Duration::from_secs(10),
+    );
+    let out = wtfs(&env.state(), &["reclaim", "repo/edited"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("modified x.txt"),
+        "{out:?}"
+    );
+    assert_eq!(git_dirty_paths(&wt), ["x.txt"]);
+    drop(m);
+}

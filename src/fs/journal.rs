@@ -102,6 +102,11 @@ impl WorktreeJournal {
         self.query_epoch.load(Ordering::Acquire)
     }
 
+    /// What a query with `since` would be told, without being one.
+    pub(super) fn peek(&self, since: u64) -> Since {
+        self.journal.lock().since(since)
+    }
+
     /// A query begins: bumped first, so a write that has not yet checked the epoch will
     /// record its path again. Returns the journal's sequence number and what changed
     /// since `token`'s (None: the token is not this journal's).
@@ -196,13 +201,26 @@ impl View {
             .ok_or_else(|| FsError::not_found(format!("worktree {repo}/{name}")))?;
         use crate::git::fsmonitor::{encode_response, parse_token, token as make_token};
         let (seq, since) = wt.journal.begin_query(parse_token(token, &self.instance));
+        let paths = self.answer_paths(&wt, since)?;
+        tracing::debug!(
+            repo,
+            worktree = name,
+            token,
+            changed = paths.len(),
+            "fsmonitor query"
+        );
+        Ok(encode_response(&make_token(&self.instance, seq), &paths))
+    }
+
+    /// What an fsmonitor answer reports, the journal having said `since`.
+    fn answer_paths(&self, wt: &WtCtx, since: Since) -> FsResult<Vec<Vec<u8>>> {
         let mut paths = match since {
             Since::Paths(p) => p,
             Since::Everything => vec![b"/".to_vec()],
             Since::Unknown => {
                 // Everything that differs from the base is in the upper layer.
                 let mut out = Vec::new();
-                self.upper_paths(&wt, wt.upper_fd.as_fd(), b"", Some(wt.base_tree), &mut out)?;
+                self.upper_paths(wt, wt.upper_fd.as_fd(), b"", Some(wt.base_tree), &mut out)?;
                 // A submodule view's changes are in its own layers: its path says so.
                 out.extend(
                     crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
@@ -218,7 +236,7 @@ impl View {
         // and `git mv` of a submodule, `git submodule add`) and then stages it, trusting
         // the fsmonitor bit this answer gave it for the file as it was (its
         // `add_to_index` does not ignore that bit), so the rewrite went unstaged.
-        if self.root_has(&wt, OsStr::new(".gitmodules")) {
+        if self.root_has(wt, OsStr::new(".gitmodules")) {
             paths.push(b".gitmodules".to_vec());
         }
         // Files open for writing may change at any moment without a request reaching us
@@ -240,14 +258,7 @@ impl View {
                 }
             }
         }
-        tracing::debug!(
-            repo,
-            worktree = name,
-            token,
-            changed = paths.len(),
-            "fsmonitor query"
-        );
-        Ok(encode_response(&make_token(&self.instance, seq), &paths))
+        Ok(paths)
     }
 
     /// Whether worktree `wt`'s root shows `name`: in its upper layer, or in its base tree
@@ -350,6 +361,18 @@ impl View {
             }
         }
         Ok(())
+    }
+}
+
+/// Cleanup's inspection trusts what git trusts: the answer git would get now.
+impl crate::lifecycle::cleanup::FsmonitorAnswers for View {
+    fn changed_since(&self, worktree: i64, token: &str) -> Option<Vec<Vec<u8>>> {
+        let wt = self.catalog.worktree_by_id(worktree)?;
+        let seq = crate::git::fsmonitor::parse_token(token, &self.instance)?;
+        match wt.journal.peek(seq) {
+            since @ Since::Paths(_) => self.answer_paths(&wt, since).ok(),
+            Since::Unknown | Since::Everything => None,
+        }
     }
 }
 

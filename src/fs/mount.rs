@@ -43,6 +43,9 @@ pub fn mount(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> anyhow::Result<Mount> {
+    let answers: std::sync::Weak<dyn crate::lifecycle::cleanup::FsmonitorAnswers> =
+        Arc::downgrade(&view) as _;
+    crate::lifecycle::cleanup::answer_fsmonitor_from(answers);
     let fs = WorktreeFs::new(view.clone(), tracker, opts.passthrough, opts.readdirplus);
     let mut config = Config::default();
     config.mount_options = vec![

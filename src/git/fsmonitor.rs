@@ -73,6 +73,131 @@ pub fn index_extension(token: &str) -> Vec<u8> {
     ext
 }
 
+/// What an index's FSMN extension says: the token of git's last fsmonitor query and
+/// which entries were dirty then. Every other entry (but a gitlink) is one git takes as
+/// unchanged without looking at it, unless the hook reports its path since the token.
+#[derive(Debug, PartialEq, Eq)]
+pub struct IndexMonitor {
+    pub token: String,
+    /// How many entries the index holds (the bitmap's positions are theirs, in order).
+    pub entries: usize,
+    dirty: Vec<u64>,
+}
+
+impl IndexMonitor {
+    /// Whether git's last query left entry number `i` dirty (to be looked at again).
+    pub fn dirty(&self, i: usize) -> bool {
+        self.dirty
+            .get(i / 64)
+            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+
+    /// The FSMN extension of the index file `index` (versions 2 to 4, version 2 of the
+    /// extension). None when there is none, or anything does not parse: then no entry is
+    /// taken as valid.
+    pub fn read(index: &[u8]) -> Option<IndexMonitor> {
+        let be32 = |at: usize| -> Option<u32> {
+            Some(u32::from_be_bytes(index.get(at..at + 4)?.try_into().ok()?))
+        };
+        if index.get(0..4)? != b"DIRC" {
+            return None;
+        }
+        let version = be32(4)?;
+        if !(2..=4).contains(&version) {
+            return None;
+        }
+        let entries = be32(8)? as usize;
+        let mut pos = 12;
+        for _ in 0..entries {
+            let flags = u16::from_be_bytes(index.get(pos + 60..pos + 62)?.try_into().ok()?);
+            let mut path_at = pos + 62;
+            if version >= 3 && flags & 0x4000 != 0 {
+                path_at += 2;
+            }
+            if version == 4 {
+                // A varint (how much of the previous path to drop), then the rest of the
+                // path and its NUL; no padding.
+                let mut at = path_at;
+                while index.get(at)? & 0x80 != 0 {
+                    at += 1;
+                }
+                let nul = index.get(at + 1..)?.iter().position(|b| *b == 0)?;
+                pos = at + 1 + nul + 1;
+            } else {
+                let nul = index.get(path_at..)?.iter().position(|b| *b == 0)?;
+                let len = path_at - pos + nul;
+                pos += (len + 8) & !7;
+            }
+        }
+        let body_end = index.len().checked_sub(20)?;
+        while pos + 8 <= body_end {
+            let sig = index.get(pos..pos + 4)?;
+            let len = be32(pos + 4)? as usize;
+            let data = index.get(pos + 8..pos + 8 + len)?;
+            if sig == b"FSMN" {
+                return Self::parse(data, entries);
+            }
+            pos += 8 + len;
+        }
+        None
+    }
+
+    fn parse(data: &[u8], entries: usize) -> Option<IndexMonitor> {
+        let be32 = |d: &[u8], at: usize| -> Option<u32> {
+            Some(u32::from_be_bytes(d.get(at..at + 4)?.try_into().ok()?))
+        };
+        if be32(data, 0)? != 2 {
+            return None;
+        }
+        let nul = data.get(4..)?.iter().position(|b| *b == 0)?;
+        let token = std::str::from_utf8(&data[4..4 + nul]).ok()?.to_string();
+        let ewah = data.get(4 + nul + 1 + 4..)?;
+        let ewah = ewah.get(..be32(data, 4 + nul + 1)? as usize)?;
+        // EWAH (git's ewah/ewah_io.c): bit count, word count, the words, the position of
+        // the last run-length word. Each run-length word: bit 0 the run's bit, bits 1-32
+        // its length in words, bits 33-63 how many literal words follow.
+        let bits = be32(ewah, 0)? as usize;
+        let words = be32(ewah, 4)? as usize;
+        let word = |i: usize| -> Option<u64> {
+            Some(u64::from_be_bytes(
+                ewah.get(8 + i * 8..16 + i * 8)?.try_into().ok()?,
+            ))
+        };
+        if bits > entries {
+            return None;
+        }
+        let mut dirty = vec![0u64; bits.div_ceil(64)];
+        let (mut i, mut at) = (0usize, 0usize);
+        while i < words {
+            let rlw = word(i)?;
+            let run = ((rlw >> 1) & 0xffff_ffff) as usize;
+            let literals = (rlw >> 33) as usize;
+            if rlw & 1 == 1 {
+                for w in at..at + run {
+                    *dirty.get_mut(w)? = u64::MAX;
+                }
+            }
+            at += run;
+            for k in 0..literals {
+                *dirty.get_mut(at)? = word(i + 1 + k)?;
+                at += 1;
+            }
+            i += 1 + literals;
+        }
+        // Bits past the count are no entry's.
+        if !bits.is_multiple_of(64) {
+            if let Some(last) = dirty.last_mut() {
+                *last &= (1u64 << (bits % 64)) - 1;
+            }
+        }
+        Some(IndexMonitor {
+            token,
+            entries,
+            dirty,
+        })
+    }
+}
+
 pub const CONTROL_DIR: &str = "fsmonitor";
 
 /// The hook git runs (protocol 2: `$1` is 2, `$2` the last token, cwd the worktree).
@@ -188,6 +313,57 @@ mod tests {
         assert_eq!(parse_token(&t, "other"), None);
         assert_eq!(parse_token(CREATED_TOKEN, "abc"), None);
         assert_eq!(parse_token("", "abc"), None);
+    }
+
+    /// An index of `n` entries (named e0, e1, …) with an FSMN extension of `ewah`.
+    fn index_with(n: usize, token: &str, ewah: &[u8]) -> Vec<u8> {
+        let mut out = b"DIRC".to_vec();
+        out.extend_from_slice(&2u32.to_be_bytes());
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+        for i in 0..n {
+            let name = format!("e{i}");
+            let start = out.len();
+            out.extend_from_slice(&[0u8; 60]);
+            out.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            out.extend_from_slice(name.as_bytes());
+            let len = out.len() - start;
+            out.resize(start + ((len + 8) & !7), 0);
+        }
+        let mut data = 2u32.to_be_bytes().to_vec();
+        data.extend_from_slice(token.as_bytes());
+        data.push(0);
+        data.extend_from_slice(&(ewah.len() as u32).to_be_bytes());
+        data.extend_from_slice(ewah);
+        out.extend_from_slice(b"TREE\0\0\0\0");
+        out.extend_from_slice(b"FSMN");
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        out.extend_from_slice(&data);
+        out.extend_from_slice(&[0u8; 20]);
+        out
+    }
+
+    #[test]
+    fn fsmonitor_bitmap_runs_and_literals() {
+        // 200 bits: a run of two words of ones, then one literal word (bits 128 and 130).
+        let mut ewah = 200u32.to_be_bytes().to_vec();
+        ewah.extend_from_slice(&2u32.to_be_bytes());
+        let rlw: u64 = 1 | (2 << 1) | (1 << 33);
+        ewah.extend_from_slice(&rlw.to_be_bytes());
+        ewah.extend_from_slice(&0b101u64.to_be_bytes());
+        ewah.extend_from_slice(&0u32.to_be_bytes());
+        let m = IndexMonitor::read(&index_with(200, "wtfs:i:7", &ewah)).unwrap();
+        assert_eq!(m.token, "wtfs:i:7");
+        assert_eq!(m.entries, 200);
+        for i in 0..200 {
+            assert_eq!(m.dirty(i), i <= 128 || i == 130, "{i}");
+        }
+        // The extension worktreefs writes: nothing dirty.
+        let ext = index_extension("t");
+        let m = IndexMonitor::read(&index_with(3, "t", &ext[8 + 4 + 2 + 4..])).unwrap();
+        assert!((0..3).all(|i| !m.dirty(i)));
+        // More bits than entries, or no extension at all: nothing is trusted.
+        assert_eq!(IndexMonitor::read(&index_with(100, "t", &ewah)), None);
+        assert_eq!(IndexMonitor::read(b"DIRC\0\0\0\x02\0\0\0\0"), None);
     }
 
     #[test]

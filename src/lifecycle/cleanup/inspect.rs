@@ -16,6 +16,62 @@ use crate::layout::UpperDir;
 
 use super::*;
 
+/// What the mounted filesystem's fsmonitor hook would answer, asked without counting as
+/// a query (the lifecycle does not name the filesystem; `fs` registers its view here).
+pub trait FsmonitorAnswers: Send + Sync {
+    /// The paths worktree `worktree`'s hook would report as changed since `token`; None
+    /// when it would not answer exactly (a token of another instance, a journal that no
+    /// longer reaches back): then git looks at every file again.
+    fn changed_since(&self, worktree: i64, token: &str) -> Option<Vec<Vec<u8>>>;
+}
+
+static ANSWERS: parking_lot::RwLock<Option<std::sync::Weak<dyn FsmonitorAnswers>>> =
+    parking_lot::const_rwlock(None);
+
+/// Lets inspection ask `answers` (the mounted view, one per daemon) what git's fsmonitor
+/// hook would say, so it trusts the entries git trusts.
+pub fn answer_fsmonitor_from(answers: std::sync::Weak<dyn FsmonitorAnswers>) {
+    *ANSWERS.write() = Some(answers);
+}
+
+/// The index entries git takes as unchanged without looking at the file: valid in the
+/// index's FSMN extension and not reported by the hook since its token (git's
+/// `tweak_fsmonitor` and `refresh_fsmonitor`), by path. Empty when there is no such
+/// extension, no mounted view to ask, or for a submodule's view (git in a submodule uses
+/// no fsmonitor of worktreefs's).
+fn fsmonitor_valid(t: &Target, raw_index: &[u8], index: &git2::Index) -> BTreeSet<Vec<u8>> {
+    let mut out = BTreeSet::new();
+    if t.submodule.is_some() {
+        return out;
+    }
+    let Some(m) = crate::git::fsmonitor::IndexMonitor::read(raw_index) else {
+        return out;
+    };
+    if m.entries != index.len() {
+        return out;
+    }
+    let answers = ANSWERS.read().as_ref().and_then(|a| a.upgrade());
+    let Some(changed) = answers.and_then(|a| a.changed_since(t.id, &m.token)) else {
+        return out;
+    };
+    // A reported path is the entry of that path and everything below it.
+    let reported = |p: &[u8]| {
+        changed.iter().any(|c| {
+            c.as_slice() == p
+                || c.is_empty()
+                || c.as_slice() == b"/"
+                || (p.starts_with(c) && p.get(c.len()) == Some(&b'/'))
+        })
+    };
+    for (i, e) in index.iter().enumerate() {
+        if e.mode == MODE_GITLINK || m.dirty(i) || reported(&e.path) {
+            continue;
+        }
+        out.insert(e.path);
+    }
+    out
+}
+
 /// Whether `tip` is reachable from some ref other than `except`: branches, tags,
 /// remote-tracking refs.
 pub(super) fn reachable_elsewhere(
@@ -129,13 +185,17 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             u32::try_from(m.mtime()).ok()
         })
         .unwrap_or(u32::MAX);
+    let valid = fs::read(&index_path)
+        .map(|raw| fsmonitor_valid(t, &raw, &index))
+        .unwrap_or_default();
     let index_stats = index
         .iter()
-        .filter(|e| (e.flags >> 12) & 3 == 0 && e.file_size != 0)
+        .filter(|e| (e.flags >> 12) & 3 == 0 && (e.file_size != 0 || valid.contains(&e.path)))
         .map(|e| {
             (
                 e.path.clone(),
                 IndexStat {
+                    fsmonitor_valid: valid.contains(&e.path),
                     id: e.id,
                     size: e.file_size,
                     mtime: (e.mtime.seconds() as u32, e.mtime.nanoseconds()),
@@ -208,6 +268,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             continue;
         }
         let sub = Target {
+            submodule: Some(r.path.clone()),
             id: t.id,
             repo: t.repo.clone(),
             name: format!("{}/{}", t.name, r.path),
@@ -339,7 +400,11 @@ struct CleanSide {
 /// are compared to the nanosecond instead, which a rewrite (a same-size edit saved by
 /// rename, say) never keeps. git may compare whole seconds only: what this trusts, git
 /// trusts too, never the reverse (an entry without nanoseconds is never trusted here).
+///
+/// An entry git's fsmonitor marks valid (see `fsmonitor_valid`) is unchanged whatever its
+/// stat data, as git takes it.
 struct IndexStat {
+    fsmonitor_valid: bool,
     id: Oid,
     size: u32,
     /// Seconds and nanoseconds.
@@ -353,7 +418,7 @@ struct IndexStat {
 struct Walker<'r> {
     repo: &'r Repository,
     clean_side: LazyCleanSide,
-    /// Stage-0 index entries git has looked at (size not 0), by path.
+    /// Stage-0 index entries git has looked at (size not 0) or trusts, by path.
     index_stats: std::collections::HashMap<Vec<u8>, IndexStat>,
     whiteouts: &'r crate::layout::Whiteouts,
     changes: Vec<Change>,
@@ -639,21 +704,29 @@ impl<'r> Walker<'r> {
                         .index_stats
                         .get(path.as_bytes())
                         .filter(|ix| ix.id == h.id());
+                    let trusted = ix.is_some_and(|ix| ix.fsmonitor_valid);
                     let stat_same = ix.is_some_and(|ix| {
-                        ix.size == st.st_size as u32
+                        ix.size != 0
+                            && ix.size == st.st_size as u32
                             && ix.mtime == (st.st_mtime as u32, st.st_mtime_nsec as u32)
                             && ix.ctime == (st.st_ctime as u32, st.st_ctime_nsec as u32)
                             && ix.uid == st.st_uid
                             && ix.gid == st.st_gid
                             && !ix.racy
                     });
-                    let size_differs = ix.is_some_and(|ix| ix.size != st.st_size as u32);
-                    h.filemode() as u32 == mode
-                        && (stat_same
-                            || (!size_differs
-                                && ((size_matches
-                                    && blob_id(fd.as_fd()).is_ok_and(|o| o == h.id()))
-                                    || self.same_through_clean_side(path, fd.as_fd(), h.id()))))
+                    let size_differs =
+                        ix.is_some_and(|ix| ix.size != 0 && ix.size != st.st_size as u32);
+                    trusted
+                        || (h.filemode() as u32 == mode
+                            && (stat_same
+                                || (!size_differs
+                                    && ((size_matches
+                                        && blob_id(fd.as_fd()).is_ok_and(|o| o == h.id()))
+                                        || self.same_through_clean_side(
+                                            path,
+                                            fd.as_fd(),
+                                            h.id(),
+                                        )))))
                 } else {
                     false // a fifo or socket git cannot hold
                 };

@@ -22,7 +22,7 @@ mod reconcile;
 mod remove;
 
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
-pub use inspect::inspect;
+pub use inspect::{answer_fsmonitor_from, inspect, FsmonitorAnswers};
 pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
 pub use remove::{execute, plan, try_lock, CleanupLock, Remover, Step};
 use remove::{gone_by_hand, run_removal};
@@ -77,11 +77,14 @@ pub struct Target {
     /// Its owner: git runs as them to compare a file through its clean side.
     pub uid: u32,
     pub gid: u32,
+    /// For a submodule's view: its path in the worktree.
+    pub submodule: Option<String>,
 }
 
 impl Target {
     pub fn new(state: &StateDir, row: &WorktreeRow, repo: &RepoRow, mountpoint: &Path) -> Target {
         Target {
+            submodule: None,
             id: row.id,
             repo: row.repo.clone(),
             name: row.name.clone(),
