@@ -592,3 +592,190 @@ fn a_submodule_commit_outlives_the_removal_of_its_directory() {
     assert!(!err.contains("uncommitted-changes in submodule"), "{err}");
     drop(m);
 }
+
+#[test]
+fn nested_submodules_are_views_too() {
+    let env = Env::new();
+    // deep, a submodule of lib, a submodule of the repository; all initialized.
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("deep");
+    fs::create_dir(&deep).unwrap();
+    git(&deep, &["init", "-q", "-b", "main"]);
+    fs::write(deep.join("d.txt"), b"deep\n").unwrap();
+    git(&deep, &["add", "-A"]);
+    git(&deep, &["commit", "-q", "-m", "deep"]);
+    let lib = dir.path().join("lib");
+    fs::create_dir(&lib).unwrap();
+    git(&lib, &["init", "-q", "-b", "main"]);
+    fs::write(lib.join("l.txt"), b"library\n").unwrap();
+    git(&lib, &["add", "-A"]);
+    fn with_file<'a>(args: &[&'a str]) -> Vec<&'a str> {
+        [&["-c", "protocol.file.allow=always"][..], args].concat()
+    }
+    git(
+        &lib,
+        &with_file(&[
+            "submodule",
+            "add",
+            "-q",
+            deep.to_str().unwrap(),
+            "third/deep",
+        ]),
+    );
+    git(&lib, &["commit", "-q", "-m", "lib"]);
+    let repo = env.repo.path();
+    git(
+        &repo,
+        &with_file(&[
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().unwrap(),
+            "vendor/lib",
+        ]),
+    );
+    git(
+        &repo,
+        &with_file(&[
+            "submodule",
+            "update",
+            "-q",
+            "--init",
+            "--recursive",
+            "vendor/lib",
+        ]),
+    );
+    git(&repo, &["commit", "-q", "-m", "add the library"]);
+    for name in ["n", "work", "rmn"] {
+        wtfs_ok(
+            &env.state(),
+            &["new", &format!("repo/{name}"), "--submodules"],
+        );
+    }
+    let out = tempfile::tempdir().unwrap();
+    let m = env.mount_with(&["--linger", "600"]);
+    let wt = m.wt("repo", "n");
+    // As a recursive checkout has it, byte for byte; git clean at each level.
+    let co = out.path().join("co");
+    git(
+        &repo,
+        &["worktree", "add", "-q", "--detach", co.to_str().unwrap()],
+    );
+    git(
+        &co,
+        &with_file(&[
+            "submodule",
+            "update",
+            "-q",
+            "--init",
+            "--recursive",
+            "vendor/lib",
+        ]),
+    );
+    assert_eq!(
+        run_ok("cat", &["vendor/lib/third/deep/d.txt"], &wt),
+        "deep\n"
+    );
+    // (Compared by a child: the test's own process would take a lease.)
+    let diff = run(
+        "diff",
+        &[
+            "-r",
+            "-x",
+            ".git",
+            "vendor",
+            co.join("vendor").to_str().unwrap(),
+        ],
+        &wt,
+    );
+    assert!(diff.status.success(), "{diff:?}");
+    let status = |d: &Path| git(d, &["status", "--porcelain", "--untracked-files=all"]);
+    for d in ["", "vendor/lib", "vendor/lib/third/deep"] {
+        assert_eq!(status(&wt.join(d)), "", "{d}");
+    }
+    let deep_view = wt.join("vendor/lib/third/deep");
+    assert_eq!(
+        git(&deep_view, &["rev-parse", "HEAD"]),
+        git(&co.join("vendor/lib/third/deep"), &["rev-parse", "HEAD"])
+    );
+    // A change at the bottom shows at each level as git shows it.
+    run_ok("sh", &["-c", "echo more >> d.txt"], &deep_view);
+    run_ok(
+        "sh",
+        &["-c", "echo more >> d.txt"],
+        &co.join("vendor/lib/third/deep"),
+    );
+    for d in ["", "vendor/lib", "vendor/lib/third/deep"] {
+        assert_eq!(status(&wt.join(d)), status(&co.join(d)), "{d}");
+    }
+    run_ok("sh", &["-c", "git checkout -q d.txt"], &deep_view);
+    assert_eq!(status(&wt), "");
+
+    // Work at the bottom is the worktree's work, named by its path.
+    let deep_work = m.wt("repo", "work").join("vendor/lib/third/deep");
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "echo v2 > d.txt && git commit -q -am 'deep v2' && echo draft > draft.txt",
+        ],
+        &deep_work,
+    );
+    wait_for_state(&env, "n", "lingering", Duration::from_secs(10));
+    wait_for_state(&env, "work", "lingering", Duration::from_secs(10));
+    let out_w = wtfs(&env.state(), &["reclaim", "repo/work"]);
+    assert_eq!(out_w.status.code(), Some(1), "{out_w:?}");
+    let err = String::from_utf8_lossy(&out_w.stderr);
+    assert!(
+        err.contains("uncommitted-changes in submodule vendor/lib/third/deep")
+            && err.contains("draft.txt"),
+        "{err}"
+    );
+    assert!(
+        err.contains("unpushed-commits in submodule vendor/lib/third/deep"),
+        "{err}"
+    );
+    // lib sees its submodule moved on, as `git status` in lib says.
+    assert!(
+        err.contains("in submodule vendor/lib (1 path: modified third/deep)"),
+        "{err}"
+    );
+    // `rm -r` of a submodule with a view inside: both go; git and cleanup agree.
+    let rmn = m.wt("repo", "rmn");
+    run_ok("cat", &["vendor/lib/third/deep/d.txt"], &rmn);
+    run_ok("rm", &["-rf", "vendor/lib"], &rmn);
+    assert_eq!(status(&rmn), " D vendor/lib\n");
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "rmn")).unwrap();
+    assert_eq!(
+        found
+            .changes
+            .iter()
+            .map(|c| c.path.as_str())
+            .collect::<Vec<_>>(),
+        ["vendor/lib"]
+    );
+    assert_eq!(found.submodules.len(), 2);
+    assert!(found.submodules.iter().all(|(_, s)| s.changes.is_empty()));
+    // Untouched below: removed with every level's git entry.
+    let deep_entries = |repo: &Path| {
+        fs::read_dir(repo.join(".git/modules/vendor/lib/modules/third/deep/worktrees"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert_eq!(deep_entries(&repo), 3);
+    let r = wtfs_ok(&env.state(), &["reclaim", "repo/n"]);
+    assert!(r.contains("removed repo/n"), "{r}");
+    assert_eq!(deep_entries(&repo), 2);
+    assert_eq!(admin_entries(&repo).len(), 2);
+    drop(m);
+    git(
+        &repo,
+        &[
+            "worktree",
+            "remove",
+            "--force",
+            "--force",
+            co.to_str().unwrap(),
+        ],
+    );
+}

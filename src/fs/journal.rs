@@ -244,7 +244,7 @@ impl View {
         // (Not waiting while a submodule's view is being made: it has no writers yet.)
         if let Some(subs) = wt.subs.try_lock() {
             for (path, sub) in subs.iter() {
-                if !sub.journal.open_writers().is_empty() {
+                if writing_in(sub) {
                     paths.push(path.clone());
                 }
             }
@@ -362,6 +362,15 @@ impl View {
         }
         Ok(())
     }
+}
+
+/// Whether a file is open for writing in the submodule view `sub` or one below it.
+fn writing_in(sub: &WtCtx) -> bool {
+    !sub.journal.open_writers().is_empty()
+        || sub
+            .subs
+            .try_lock()
+            .is_some_and(|s| s.values().any(|below| writing_in(below)))
 }
 
 /// Cleanup's inspection trusts what git trusts: the answer git would get now.

@@ -80,6 +80,25 @@ impl WtCtx {
         self.sub_of.is_some()
     }
 
+    /// For a submodule's view: its path in the worktree (through every level above it).
+    pub(super) fn sub_path(&self) -> Option<String> {
+        let (parent, path) = self.sub_of.as_ref()?;
+        let path = String::from_utf8_lossy(path);
+        let parent = parent.upgrade()?;
+        Some(crate::lifecycle::submodules::full_path(
+            parent.sub_path().as_deref(),
+            &path,
+        ))
+    }
+
+    /// The worktree's name (a submodule view's is its path below the worktree's).
+    pub(super) fn worktree_name(&self) -> String {
+        match self.sub_of.as_ref().and_then(|(p, _)| p.upgrade()) {
+            Some(parent) => parent.worktree_name(),
+            None => self.name.clone(),
+        }
+    }
+
     /// Whether its `.git` file was removed: only a submodule's can be (`git rm` and
     /// `git submodule deinit` remove it with the directory), a whiteout in its upper root
     /// saying so.

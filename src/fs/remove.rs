@@ -49,9 +49,16 @@ impl View {
             }
             (wt, t.child_rel_path(parent, name)?)
         };
+        // Paths in the worktree (a submodule's view's own are below its path).
+        let within = wt.sub_path();
+        let full = |p: &[u8]| {
+            crate::lifecycle::submodules::full_path(within.as_deref(), &String::from_utf8_lossy(p))
+                .into_bytes()
+        };
+        let rel = full(&rel);
         let mut prefix = rel.clone();
         prefix.push(b'/');
-        let mut paths: Vec<Vec<u8>> = wt.subs.lock().keys().cloned().collect();
+        let mut paths: Vec<Vec<u8>> = wt.subs.lock().keys().map(|p| full(p)).collect();
         paths.extend(
             crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
                 .into_iter()
@@ -114,12 +121,16 @@ impl View {
         else {
             return Err(FsError::stale(root));
         };
-        crate::lifecycle::submodules::mark_removed(&self.state, owner.id, &path).map_err(|e| {
-            FsError::eio(
-                format!("submodule {}: {e:#}", sub.name),
-                std::io::Error::other("submodule record"),
-            )
-        })?;
+        let Some(full) = sub.sub_path() else {
+            return Err(FsError::stale(root));
+        };
+        crate::lifecycle::submodules::mark_removed(&self.state, owner.id, full.as_bytes())
+            .map_err(|e| {
+                FsError::eio(
+                    format!("submodule {}: {e:#}", sub.name),
+                    std::io::Error::other("submodule record"),
+                )
+            })?;
         self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
         if self.base_has(parent, name)? {

@@ -14,33 +14,39 @@ use super::overlay::WtCtx;
 use super::view::View;
 
 /// The number a submodule view's inode numbers are made from: bit 30 set (no worktree
-/// id reaches it), the rest from the parent's id and the path.
+/// id reaches it), the rest from the parent view's number and the path.
 fn sub_ino_id(parent: i64, path: &[u8]) -> i64 {
     let mix = (parent as u64).wrapping_mul(0x9e37_79b9) ^ crate::ino::fnv1a32(path) as u64;
     (0x4000_0000 | (mix & 0x3fff_ffff)) as i64
 }
 
 impl View {
-    /// The view of the submodule at `path` of worktree `wt` (gitlink `commit`): made the
-    /// first time. None where the worktree does not show submodules, for a submodule that
-    /// is not initialized, and for a submodule's own submodules (one level).
+    /// The view of the submodule at `path` of view `wt` (a worktree, or a submodule's
+    /// view: gitlink `commit`): made the first time. None where the worktree does not
+    /// show submodules, and for a submodule that is not initialized.
     pub(super) fn submodule_view(
         &self,
         wt: &Arc<WtCtx>,
         path: &[u8],
         commit: Oid,
     ) -> FsResult<Option<Arc<WtCtx>>> {
-        if !wt.submodules || wt.is_submodule() {
+        if !wt.submodules {
             return Ok(None);
         }
         let mut subs = wt.subs.lock();
         if let Some(s) = subs.get(path) {
             return Ok(Some(s.clone()));
         }
+        let (within, worktree) = (wt.sub_path(), wt.worktree_name());
+        if wt.is_submodule() && within.is_none() {
+            // The view above is being let go (its worktree's context is gone).
+            return Ok(None);
+        }
         let parent = Parent {
             id: wt.id,
             repo: &wt.repo,
-            name: &wt.name,
+            name: &worktree,
+            within: within.as_deref(),
             admin_name: &wt.admin_name,
             common_dir: &wt.gitdir,
             base_tree: wt.base_tree,
@@ -87,10 +93,10 @@ impl View {
                 conversions: super::namespace::read_conversions(
                     &dir.join(crate::state::CONVERSIONS_FILE),
                 )?,
-                ino_id: sub_ino_id(wt.id, path),
+                ino_id: sub_ino_id(wt.ino_id, path),
                 lease_id: wt.lease_id,
                 sub_of: Some((Arc::downgrade(wt), path.to_vec())),
-                submodules: false,
+                submodules: true,
                 admin_name: record.admin_name.clone(),
                 subs: Default::default(),
             })

@@ -23,8 +23,12 @@ use crate::state::StateDir;
 /// One submodule's view, as recorded when it was made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubRecord {
-    /// Its path in the worktree.
+    /// Its path in the worktree (a nested submodule's: from the worktree's root too).
     pub path: String,
+    /// For a submodule's own submodule: the path (in the worktree) of the submodule view
+    /// it is in.
+    #[serde(default)]
+    pub within: Option<String>,
     /// Its name in `.gitmodules`.
     pub name: String,
     /// Its repository (`<gitdir>/modules/<name>`).
@@ -178,11 +182,14 @@ fn name_is_safe(name: &str) -> bool {
             .all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
-/// The worktree a submodule view belongs to.
+/// The view a submodule view is in: a worktree, or a submodule's view.
 pub struct Parent<'a> {
+    /// The worktree's id, repository and name (of the worktree, for a nested one too).
     pub id: i64,
     pub repo: &'a str,
     pub name: &'a str,
+    /// For a submodule's view: its path in the worktree.
+    pub within: Option<&'a str>,
     pub admin_name: &'a str,
     /// The superproject's common git dir.
     pub common_dir: &'a Path,
@@ -192,7 +199,16 @@ pub struct Parent<'a> {
     pub mountpoint: &'a Path,
 }
 
-/// The view of the submodule at `path` (gitlink `commit`) of worktree `p`: its directory
+/// A path in a view `within` a submodule's (or the worktree's, for None) as a path in the
+/// worktree.
+pub fn full_path(within: Option<&str>, path: &str) -> String {
+    match within {
+        Some(w) => format!("{w}/{path}"),
+        None => path.to_string(),
+    }
+}
+
+/// The view of the submodule at `path` (gitlink `commit`) of the view `p`: its directory
 /// and record, made now if this is the first time. None when the submodule is not
 /// initialized (no `.gitmodules` entry, no repository in `modules/`, or the commit not
 /// in it): the path then stays an empty directory.
@@ -205,7 +221,8 @@ pub fn ensure(
     let Ok(path_s) = std::str::from_utf8(path) else {
         return Ok(None);
     };
-    let key = key_of(path);
+    let full = full_path(p.within, path_s);
+    let key = key_of(full.as_bytes());
     let dir = state.subs(p.id).join(&key);
     let record_path = dir.join("record");
     let record = match fs::read(&record_path) {
@@ -248,7 +265,8 @@ pub fn ensure(
                 return Ok(None);
             };
             let record = SubRecord {
-                path: path_s.to_string(),
+                path: full.clone(),
+                within: p.within.map(str::to_string),
                 name,
                 gitdir: gitdir.clone(),
                 // The worktree's id in it: a worktree made later under the same name

@@ -258,7 +258,10 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         .map_err(|e| e.message().to_string())?;
     // Each submodule view, inspected as a worktree of its own; one whose HEAD is not the
     // commit HEAD's tree records is a change of the superproject (git lists it so).
-    let mut submodules = Vec::new();
+    let mut submodules: Vec<(String, Findings)> = Vec::new();
+    // Each shown submodule's repository and HEAD, by path.
+    let mut heads: std::collections::HashMap<String, (PathBuf, Option<Oid>)> =
+        std::collections::HashMap::new();
     for (dir, r) in crate::lifecycle::submodules::records(&t.dir)? {
         // Recorded but its git entry never made (a crash just after the record): nothing
         // can have been done in it, unless its layer holds something.
@@ -285,6 +288,12 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             gid: t.gid,
         };
         let mut found = inspect(&sub).map_err(|e| format!("submodule {}: {e}", r.path))?;
+        let at = match &found.head {
+            Head::Detached(o) => Some(*o),
+            Head::Branch(b) => Repository::open(&r.gitdir)
+                .ok()
+                .and_then(|s| s.refname_to_id(&format!("refs/heads/{b}")).ok()),
+        };
         if r.removed {
             // Its files went with its directory, a change of the superproject's (git lists
             // the path there); its commits are still work.
@@ -292,22 +301,41 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             submodules.push((r.path.clone(), found));
             continue;
         }
-        let recorded = head_tree
-            .get_path(Path::new(&r.path))
-            .ok()
-            .filter(|e| e.filemode() as u32 == MODE_GITLINK)
-            .map(|e| e.id());
-        let at = match &found.head {
-            Head::Detached(o) => Some(*o),
-            Head::Branch(b) => Repository::open(&r.gitdir)
-                .ok()
-                .and_then(|s| s.refname_to_id(&format!("refs/heads/{b}")).ok()),
+        heads.insert(r.path.clone(), (r.gitdir.clone(), at));
+        // What the view it is in records at its path: the worktree's HEAD, or for a
+        // submodule's own submodule the HEAD of that submodule (whose change it then is,
+        // as `git status` there lists it). Records come parents first (sorted by path).
+        let (recorded, rel, into) = match &r.within {
+            None => (gitlink_at(&head_tree, &r.path), r.path.clone(), None),
+            Some(w) => {
+                let Some((gitdir, above)) = heads.get(w) else {
+                    submodules.push((r.path.clone(), found));
+                    continue;
+                };
+                let rel = r
+                    .path
+                    .strip_prefix(w.as_str())
+                    .and_then(|p| p.strip_prefix('/'))
+                    .unwrap_or(&r.path)
+                    .to_string();
+                let recorded = Repository::open(gitdir).ok().and_then(|repo| {
+                    let tree = repo.find_commit((*above)?).ok()?.tree().ok()?;
+                    gitlink_at(&tree, &rel)
+                });
+                (recorded, rel, Some(w.clone()))
+            }
         };
-        if (at.is_none() || at != recorded) && !changes.iter().any(|c: &Change| c.path == r.path) {
-            changes.push(Change {
-                kind: ChangeKind::Modified,
-                path: r.path.clone(),
-            });
+        if at.is_none() || at != recorded {
+            let list = match into.and_then(|w| submodules.iter_mut().find(|(p, _)| *p == w)) {
+                Some((_, f)) => &mut f.changes,
+                None => &mut changes,
+            };
+            if !list.iter().any(|c: &Change| c.path == rel) {
+                list.push(Change {
+                    kind: ChangeKind::Modified,
+                    path: rel,
+                });
+            }
         }
         submodules.push((r.path.clone(), found));
     }
@@ -318,6 +346,14 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         tip_elsewhere,
         submodules,
     })
+}
+
+/// The commit `tree` records at `path` as a gitlink.
+fn gitlink_at(tree: &Tree<'_>, path: &str) -> Option<Oid> {
+    tree.get_path(Path::new(path))
+        .ok()
+        .filter(|e| e.filemode() as u32 == MODE_GITLINK)
+        .map(|e| e.id())
 }
 
 /// `info/exclude` and `core.excludesFile`, the lowest-precedence ignore rules.
