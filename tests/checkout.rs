@@ -771,6 +771,7 @@ fn cleanup_trusts_what_gits_fsmonitor_trusts_after_a_configuration_change() {
     git(&repo, &["config", "core.autocrlf", "true"]);
     wtfs_ok(&env.state(), &["new", "repo/fm"]);
     wtfs_ok(&env.state(), &["new", "repo/edited"]);
+    wtfs_ok(&env.state(), &["new", "repo/behind"]);
     let m = env.mount_with(&["--linger", "600"]);
     // With autocrlf on, a CRLF copy is clean to git; git records it (racily: the same
     // second as the index), valid for its fsmonitor once a query no longer reports it
@@ -842,5 +843,25 @@ fn cleanup_trusts_what_gits_fsmonitor_trusts_after_a_configuration_change() {
         "{out:?}"
     );
     assert_eq!(git_dirty_paths(&wt), ["x.txt"]);
+    // A change that reaches the file with no path reported (written into the upper
+    // layer behind the view's back here; a hard link's name the view never learnt, in
+    // life) fools git, but not cleanup: it trusts git's bit only while the stat data is
+    // what git recorded.
+    let (wt, _) = trusted_copy("behind");
+    let upper = target_of(&env, &m, "behind").upper.join("x.txt");
+    fs::write(&upper, b"c\r\nd\r\n").unwrap();
+    assert_eq!(git(&wt, &["status", "--porcelain"]), "", "git, fooled");
+    wait_for_state(
+        &env,
+        "behind",
+        "lingering",
+        std::time::Duration::from_secs(10),
+    );
+    let out = wtfs(&env.state(), &["reclaim", "repo/behind"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("modified x.txt"),
+        "{out:?}"
+    );
     drop(m);
 }

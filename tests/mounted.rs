@@ -1239,3 +1239,35 @@ fn a_file_whose_attributes_cannot_be_read_is_listed_and_its_stat_fails() {
         "pub fn one() -> u32 { 1 }\n"
     );
 }
+
+#[test]
+fn a_write_through_a_hard_link_is_a_change_at_every_name_git_watches() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/ln"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    let wt = m.wt("repo", "ln");
+    // git trusts README.md (fsmonitor-valid), a second name of a file first known by
+    // another (the view's node is named `other`); that name gets a same-size edit and
+    // goes. The hook must report README.md too, or git would call the edit clean.
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "mv README.md other && ln other README.md && git status --porcelain >/dev/null && \
+             git status --porcelain >/dev/null && \
+             printf '# TEST REPOSITORY\\n' | dd of=other conv=notrunc status=none && rm other",
+        ],
+        &wt,
+    );
+    // (git with its fsmonitor first: without, it would look at every file and mend it.)
+    assert_eq!(status_default(&wt, false), " M README.md\n");
+    assert_eq!(status_without_fsmonitor(&wt), " M README.md\n");
+    wait_for_state(&env, "ln", "lingering", std::time::Duration::from_secs(10));
+    let out = wtfs(&env.state(), &["reclaim", "repo/ln"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("modified README.md"),
+        "{out:?}"
+    );
+    drop(m);
+}

@@ -150,9 +150,12 @@ impl View {
     /// Records that the entry `ino` changed.
     pub(super) fn note_node(&self, ino: u64) {
         let t = self.nodes.read();
-        if let (Ok((wt, _, _)), Ok(rel)) = (t.wt_of(ino), t.rel_path(ino)) {
+        if let Ok((wt, _, _)) = t.wt_of(ino) {
+            let paths = t.rel_paths(ino);
             drop(t);
-            wt.record_change(&rel);
+            for rel in paths {
+                wt.record_change(&rel);
+            }
         }
     }
 
@@ -253,9 +256,7 @@ impl View {
         if !writers.is_empty() {
             let t = self.nodes.read();
             for ino in writers {
-                if let Ok(rel) = t.rel_path(ino) {
-                    paths.push(rel);
-                }
+                paths.extend(t.rel_paths(ino));
             }
         }
         Ok(paths)

@@ -517,6 +517,18 @@ impl NodeTable {
         Ok(out)
     }
 
+    /// Every path of node `ino` relative to its worktree: its name's, then its hard
+    /// links' the table knows (a change to the file is a change at each).
+    pub(super) fn rel_paths(&self, ino: u64) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = self.rel_path(ino).into_iter().collect();
+        for (p, n) in self.aliases.get(&ino).into_iter().flatten() {
+            if let Ok(rel) = self.child_rel_path(*p, n) {
+                out.push(rel);
+            }
+        }
+        out
+    }
+
     /// The path of the name `name` in directory `parent`, relative to its worktree.
     pub(super) fn child_rel_path(&self, parent: u64, name: &OsStr) -> FsResult<Vec<u8>> {
         Ok(join_rel(&self.rel_path(parent)?, name.as_bytes()))
