@@ -779,3 +779,23 @@ fn nested_submodules_are_views_too() {
         ],
     );
 }
+
+#[test]
+fn a_removed_submodule_whose_repository_is_deleted_leaves_nothing_to_keep() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/g", "--submodules"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    let wt = m.wt("repo", "g");
+    // The submodule's `.git` is listed last: a removal cut short keeps it.
+    let listed = run_ok("ls", &["-f", "-A", "vendor/lib"], &wt);
+    assert_eq!(listed.lines().last(), Some(".git"), "{listed}");
+    // The usual recipe: `git rm`, then the submodule's repository goes by hand.
+    git(&wt, &["rm", "-q", "vendor/lib"]);
+    fs::remove_dir_all(repo.join(".git/modules/vendor/lib")).unwrap();
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "g"));
+    let found = found.expect("inspection does not fail over a submodule it no longer shows");
+    assert!(found.submodules.is_empty(), "{:?}", found.submodules);
+    drop(m);
+}

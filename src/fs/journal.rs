@@ -203,7 +203,9 @@ impl View {
             .worktree_named(repo, name)
             .ok_or_else(|| FsError::not_found(format!("worktree {repo}/{name}")))?;
         use crate::git::fsmonitor::{encode_response, parse_token, token as make_token};
-        let (seq, since) = wt.journal.begin_query(parse_token(token, &self.instance));
+        let (seq, since) = wt
+            .journal
+            .begin_query(parse_token(token, &self.instance, wt.id));
         let paths = self.answer_paths(&wt, since)?;
         tracing::debug!(
             repo,
@@ -212,7 +214,10 @@ impl View {
             changed = paths.len(),
             "fsmonitor query"
         );
-        Ok(encode_response(&make_token(&self.instance, seq), &paths))
+        Ok(encode_response(
+            &make_token(&self.instance, wt.id, seq),
+            &paths,
+        ))
     }
 
     /// What an fsmonitor answer reports, the journal having said `since`.
@@ -378,7 +383,7 @@ fn writing_in(sub: &WtCtx) -> bool {
 impl crate::lifecycle::cleanup::FsmonitorAnswers for View {
     fn changed_since(&self, worktree: i64, token: &str) -> Option<Vec<Vec<u8>>> {
         let wt = self.catalog.worktree_by_id(worktree)?;
-        let seq = crate::git::fsmonitor::parse_token(token, &self.instance)?;
+        let seq = crate::git::fsmonitor::parse_token(token, &self.instance, worktree)?;
         match wt.journal.peek(seq) {
             since @ Since::Paths(_) => self.answer_paths(&wt, since).ok(),
             Since::Unknown | Since::Everything => None,

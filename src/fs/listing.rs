@@ -120,14 +120,22 @@ impl View {
             }
         }
         let mut out = Vec::with_capacity(names.len() + 1);
-        if is_root && !(wt.is_submodule() && upper.whiteouts.contains(OsStr::new(GITFILE_NAME))) {
-            out.push(DirEntry {
-                ino: ino::path_ino(wt.ino_id, b".git"),
-                kind: FType::File,
-                name: GITFILE_NAME.into(),
-            });
+        let gitfile = DirEntry {
+            ino: ino::path_ino(wt.ino_id, b".git"),
+            kind: FType::File,
+            name: GITFILE_NAME.into(),
+        };
+        if is_root && !wt.is_submodule() {
+            out.push(gitfile);
+            out.extend(names.into_values());
+        } else {
+            out.extend(names.into_values());
+            // A submodule's `.git` is listed last: `rm -r` and git remove in listing
+            // order, so one cut short leaves it, and git inside still works.
+            if is_root && !upper.whiteouts.contains(OsStr::new(GITFILE_NAME)) {
+                out.push(gitfile);
+            }
         }
-        out.extend(names.into_values());
         Ok(out)
     }
 

@@ -97,8 +97,9 @@ pub(super) enum Domain {
     Control,
     /// A repository's directory (where its worktrees are).
     Repo(i64),
-    /// Everything inside worktree `id`, its own directory included.
-    Worktree(i64),
+    /// Everything inside one worktree (or submodule view), its own directory included:
+    /// its inode-number seed and its context's address (unique while a node holds it).
+    Worktree(i64, usize),
 }
 
 /// The inode table. Memory per node bounds a mount with many worktrees (see
@@ -200,7 +201,11 @@ impl NodeTable {
             NodeKind::Root => Domain::Top,
             NodeKind::ControlDir(_) | NodeKind::ControlFile(..) => Domain::Control,
             NodeKind::Repo(id) => Domain::Repo(*id),
-            NodeKind::Wt { wt, .. } | NodeKind::GitFile(wt) => Domain::Worktree(wt.ino_id),
+            // The context itself, not its inode-number seed (a submodule view's is a
+            // hash, which a crafted path could make another view's).
+            NodeKind::Wt { wt, .. } | NodeKind::GitFile(wt) => {
+                Domain::Worktree(wt.ino_id, Arc::as_ptr(wt) as usize)
+            }
         })
     }
 

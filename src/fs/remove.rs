@@ -124,20 +124,36 @@ impl View {
         let Some(full) = sub.sub_path() else {
             return Err(FsError::stale(root));
         };
-        crate::lifecycle::submodules::mark_removed(&self.state, owner.id, full.as_bytes())
+        // What can fail on the superproject's side first; then the record, then the
+        // whiteout (a failure there takes the record back: the view stays).
+        self.ensure_upper_dir(parent)?;
+        let dir = self.upper_dir(parent)?;
+        let hide = self.base_has(parent, name)?;
+        let record = |removed: bool| {
+            crate::lifecycle::submodules::mark_removed(
+                &self.state,
+                owner.id,
+                full.as_bytes(),
+                removed,
+            )
             .map_err(|e| {
                 FsError::eio(
                     format!("submodule {}: {e:#}", sub.name),
                     std::io::Error::other("submodule record"),
                 )
-            })?;
-        self.ensure_upper_dir(parent)?;
-        let dir = self.upper_dir(parent)?;
-        if self.base_has(parent, name)? {
-            owner
+            })
+        };
+        record(true)?;
+        if hide {
+            if let Err(e) = owner
                 .whiteouts
                 .link(owner.work_fd.as_fd(), dir.as_fd(), name)
-                .map_err(|e| FsError::io(format!("rmdir {}", sub.name), e))?;
+            {
+                if let Err(back) = record(false) {
+                    tracing::warn!("{back}");
+                }
+                return Err(FsError::io(format!("rmdir {}", sub.name), e));
+            }
         }
         owner.subs.lock().remove(&path);
         self.note_child(parent, name);

@@ -24,16 +24,19 @@ use anyhow::Context;
 
 /// The token in the index written at creation: "no change since the worktree was made".
 pub const CREATED_TOKEN: &str = "wtfs-created";
-/// A token this daemon hands out: `wtfs:<instance>:<seq>`.
-pub fn token(instance: &str, seq: u64) -> String {
-    format!("wtfs:{instance}:{seq}")
+/// A token this daemon hands out for worktree `id`'s journal: `wtfs:<instance>:<id>:<seq>`
+/// (the worktree in it: git run with one worktree's git dir over another's files puts
+/// the other's token in its index, which then names no position in its own journal).
+pub fn token(instance: &str, id: i64, seq: u64) -> String {
+    format!("wtfs:{instance}:{id}:{seq}")
 }
 
-/// The sequence number in `token` if it is one of `instance`'s.
-pub fn parse_token(token: &str, instance: &str) -> Option<u64> {
+/// The sequence number in `token` if it is one of `instance`'s for worktree `id`.
+pub fn parse_token(token: &str, instance: &str, id: i64) -> Option<u64> {
     let rest = token.strip_prefix("wtfs:")?;
-    let (inst, seq) = rest.rsplit_once(':')?;
-    if inst != instance {
+    let (rest, seq) = rest.rsplit_once(':')?;
+    let (inst, of) = rest.rsplit_once(':')?;
+    if inst != instance || of != id.to_string() {
         return None;
     }
     seq.parse().ok()
@@ -81,6 +84,8 @@ pub struct IndexMonitor {
     pub token: String,
     /// How many entries the index holds (the bitmap's positions are theirs, in order).
     pub entries: usize,
+    /// Their paths, in order (to check that another reading of the file met the same).
+    pub paths: Vec<Vec<u8>>,
     dirty: Vec<u64>,
 }
 
@@ -108,6 +113,7 @@ impl IndexMonitor {
         }
         let entries = be32(8)? as usize;
         let mut pos = 12;
+        let mut paths: Vec<Vec<u8>> = Vec::with_capacity(entries.min(index.len() / 62));
         for _ in 0..entries {
             let flags = u16::from_be_bytes(index.get(pos + 60..pos + 62)?.try_into().ok()?);
             let mut path_at = pos + 62;
@@ -118,13 +124,22 @@ impl IndexMonitor {
                 // A varint (how much of the previous path to drop), then the rest of the
                 // path and its NUL; no padding.
                 let mut at = path_at;
-                while index.get(at)? & 0x80 != 0 {
+                let mut c = *index.get(at)?;
+                let mut strip = (c & 0x7f) as usize;
+                while c & 0x80 != 0 {
                     at += 1;
+                    c = *index.get(at)?;
+                    strip = strip.checked_add(1)?.checked_mul(128)? + (c & 0x7f) as usize;
                 }
                 let nul = index.get(at + 1..)?.iter().position(|b| *b == 0)?;
+                let mut path = paths.last().cloned().unwrap_or_default();
+                path.truncate(path.len().checked_sub(strip)?);
+                path.extend_from_slice(&index[at + 1..at + 1 + nul]);
+                paths.push(path);
                 pos = at + 1 + nul + 1;
             } else {
                 let nul = index.get(path_at..)?.iter().position(|b| *b == 0)?;
+                paths.push(index[path_at..path_at + nul].to_vec());
                 let len = path_at - pos + nul;
                 pos += (len + 8) & !7;
             }
@@ -135,14 +150,15 @@ impl IndexMonitor {
             let len = be32(pos + 4)? as usize;
             let data = index.get(pos + 8..pos + 8 + len)?;
             if sig == b"FSMN" {
-                return Self::parse(data, entries);
+                return Self::parse(data, paths);
             }
             pos += 8 + len;
         }
         None
     }
 
-    fn parse(data: &[u8], entries: usize) -> Option<IndexMonitor> {
+    fn parse(data: &[u8], paths: Vec<Vec<u8>>) -> Option<IndexMonitor> {
+        let entries = paths.len();
         let be32 = |d: &[u8], at: usize| -> Option<u32> {
             Some(u32::from_be_bytes(d.get(at..at + 4)?.try_into().ok()?))
         };
@@ -193,6 +209,7 @@ impl IndexMonitor {
         Some(IndexMonitor {
             token,
             entries,
+            paths,
             dirty,
         })
     }
@@ -308,11 +325,13 @@ mod tests {
 
     #[test]
     fn tokens_belong_to_one_instance() {
-        let t = token("abc", 42);
-        assert_eq!(parse_token(&t, "abc"), Some(42));
-        assert_eq!(parse_token(&t, "other"), None);
-        assert_eq!(parse_token(CREATED_TOKEN, "abc"), None);
-        assert_eq!(parse_token("", "abc"), None);
+        let t = token("abc", 7, 42);
+        assert_eq!(parse_token(&t, "abc", 7), Some(42));
+        assert_eq!(parse_token(&t, "abc", 8), None, "another worktree's");
+        assert_eq!(parse_token(&t, "other", 7), None);
+        assert_eq!(parse_token("wtfs:abc:42", "abc", 7), None, "the old form");
+        assert_eq!(parse_token(CREATED_TOKEN, "abc", 7), None);
+        assert_eq!(parse_token("", "abc", 7), None);
     }
 
     /// An index of `n` entries (named e0, e1, …) with an FSMN extension of `ewah`.
@@ -354,6 +373,7 @@ mod tests {
         let m = IndexMonitor::read(&index_with(200, "wtfs:i:7", &ewah)).unwrap();
         assert_eq!(m.token, "wtfs:i:7");
         assert_eq!(m.entries, 200);
+        assert_eq!(m.paths[13], b"e13");
         for i in 0..200 {
             assert_eq!(m.dirty(i), i <= 128 || i == 130, "{i}");
         }

@@ -311,11 +311,11 @@ pub fn ensure(
 
 /// Records that the submodule view at `path` of worktree `id` had its directory removed
 /// (durably, before the directory leaves the worktree: a crash between the two shows an
-/// empty directory, and loses nothing).
-pub fn mark_removed(state: &StateDir, id: i64, path: &[u8]) -> anyhow::Result<()> {
+/// empty directory, and loses nothing), or, with `removed` false, takes that back.
+pub fn mark_removed(state: &StateDir, id: i64, path: &[u8], removed: bool) -> anyhow::Result<()> {
     let record_path = state.subs(id).join(key_of(path)).join("record");
     let mut r: SubRecord = serde_json::from_slice(&fs::read(&record_path)?)?;
-    r.removed = true;
+    r.removed = removed;
     crate::durable::write_file_synced(&record_path, &serde_json::to_vec_pretty(&r)?)?;
     Ok(())
 }

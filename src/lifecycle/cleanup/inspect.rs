@@ -47,7 +47,8 @@ fn fsmonitor_valid(t: &Target, raw_index: &[u8], index: &git2::Index) -> BTreeSe
     let Some(m) = crate::git::fsmonitor::IndexMonitor::read(raw_index) else {
         return out;
     };
-    if m.entries != index.len() {
+    // The same file as git2 read (the index may have been written again since).
+    if m.entries != index.len() || !index.iter().zip(&m.paths).all(|(e, p)| e.path == *p) {
         return out;
     }
     let answers = ANSWERS.read().as_ref().and_then(|a| a.upgrade());
@@ -287,6 +288,11 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             uid: t.uid,
             gid: t.gid,
         };
+        // Removed, and its repository or git entry deleted since (`rm -rf .git/modules/…`
+        // after `git rm`, the usual recipe): nothing of it is left to keep.
+        if r.removed && !(r.gitdir.is_dir() && r.admin().is_dir()) {
+            continue;
+        }
         let mut found = inspect(&sub).map_err(|e| format!("submodule {}: {e}", r.path))?;
         let at = match &found.head {
             Head::Detached(o) => Some(*o),
@@ -296,8 +302,9 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         };
         if r.removed {
             // Its files went with its directory, a change of the superproject's (git lists
-            // the path there); its commits are still work.
-            found.changes.clear();
+            // the path there); its commits, and anything else it holds (staged in its
+            // index, left in its layer by a crash), are still work.
+            found.changes.retain(|c| c.kind != ChangeKind::Deleted);
             submodules.push((r.path.clone(), found));
             continue;
         }
