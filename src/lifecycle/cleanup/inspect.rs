@@ -191,7 +191,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         .unwrap_or_default();
     let index_stats = index
         .iter()
-        .filter(|e| (e.flags >> 12) & 3 == 0 && e.file_size != 0)
+        .filter(|e| (e.flags >> 12) & 3 == 0 && (e.file_size != 0 || valid.contains(&e.path)))
         .map(|e| {
             (
                 e.path.clone(),
@@ -445,8 +445,9 @@ struct CleanSide {
 /// trusts too, never the reverse (an entry without nanoseconds is never trusted here).
 ///
 /// A racy entry git's fsmonitor marks valid (see `fsmonitor_valid`) is not looked at
-/// again either: git trusts it whatever its stat data. This trusts it only while its stat
-/// data is still what git recorded: a change that reached the file without its path
+/// again either, nor one git smudged (size 0) yet left valid: git trusts them whatever
+/// their stat data. This trusts them only while their times and owner (and size, unless
+/// smudged) are still what git recorded: a change that reached the file without its path
 /// being reported (through another hard link's name, say) changes its ctime, and git,
 /// fooled, would not look, but inspection does.
 struct IndexStat {
@@ -464,7 +465,7 @@ struct IndexStat {
 struct Walker<'r> {
     repo: &'r Repository,
     clean_side: LazyCleanSide,
-    /// Stage-0 index entries git has looked at (size not 0), by path.
+    /// Stage-0 index entries git has looked at (size not 0) or trusts, by path.
     index_stats: std::collections::HashMap<Vec<u8>, IndexStat>,
     whiteouts: &'r crate::layout::Whiteouts,
     changes: Vec<Change>,
@@ -751,14 +752,15 @@ impl<'r> Walker<'r> {
                         .get(path.as_bytes())
                         .filter(|ix| ix.id == h.id());
                     let stat_same = ix.is_some_and(|ix| {
-                        ix.size == st.st_size as u32
+                        (ix.size == st.st_size as u32 || (ix.fsmonitor_valid && ix.size == 0))
                             && ix.mtime == (st.st_mtime as u32, st.st_mtime_nsec as u32)
                             && ix.ctime == (st.st_ctime as u32, st.st_ctime_nsec as u32)
                             && ix.uid == st.st_uid
                             && ix.gid == st.st_gid
                             && (!ix.racy || (ix.fsmonitor_valid && ix.mtime.1 != 0))
                     });
-                    let size_differs = ix.is_some_and(|ix| ix.size != st.st_size as u32);
+                    let size_differs =
+                        ix.is_some_and(|ix| ix.size != 0 && ix.size != st.st_size as u32);
                     h.filemode() as u32 == mode
                         && (stat_same
                             || (!size_differs
