@@ -56,13 +56,15 @@ fn fsmonitor_valid(t: &Target, raw_index: &[u8], index: &git2::Index) -> BTreeSe
         return out;
     };
     // A reported path is the entry of that path and everything below it.
+    if changed.iter().any(|c| c.is_empty() || c.as_slice() == b"/") {
+        return out;
+    }
+    let changed: std::collections::HashSet<&[u8]> = changed.iter().map(Vec::as_slice).collect();
     let reported = |p: &[u8]| {
-        changed.iter().any(|c| {
-            c.as_slice() == p
-                || c.is_empty()
-                || c.as_slice() == b"/"
-                || (p.starts_with(c) && p.get(c.len()) == Some(&b'/'))
-        })
+        changed.contains(p)
+            || p.iter()
+                .enumerate()
+                .any(|(i, b)| *b == b'/' && changed.contains(&p[..i]))
     };
     for (i, e) in index.iter().enumerate() {
         if e.mode == MODE_GITLINK || m.dirty(i) || reported(&e.path) {
@@ -191,7 +193,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         .unwrap_or_default();
     let index_stats = index
         .iter()
-        .filter(|e| (e.flags >> 12) & 3 == 0 && (e.file_size != 0 || valid.contains(&e.path)))
+        .filter(|e| (e.flags >> 12) & 3 == 0 && e.file_size != 0)
         .map(|e| {
             (
                 e.path.clone(),
@@ -445,11 +447,12 @@ struct CleanSide {
 /// trusts too, never the reverse (an entry without nanoseconds is never trusted here).
 ///
 /// A racy entry git's fsmonitor marks valid (see `fsmonitor_valid`) is not looked at
-/// again either, nor one git smudged (size 0) yet left valid: git trusts them whatever
-/// their stat data. This trusts them only while their times and owner (and size, unless
-/// smudged) are still what git recorded: a change that reached the file without its path
-/// being reported (through another hard link's name, say) changes its ctime, and git,
-/// fooled, would not look, but inspection does.
+/// again either: git trusts it whatever its stat data. This trusts it only while its
+/// size, times and owner are still what git recorded: a change that reached the file
+/// without its path being reported (through another hard link's name, say) changes its
+/// ctime, and git, fooled, would not look, but inspection does. An entry git smudged
+/// (size 0: it saw content that differs) yet left valid is not trusted: its content
+/// decides, even where git calls it clean.
 struct IndexStat {
     fsmonitor_valid: bool,
     id: Oid,
@@ -465,7 +468,7 @@ struct IndexStat {
 struct Walker<'r> {
     repo: &'r Repository,
     clean_side: LazyCleanSide,
-    /// Stage-0 index entries git has looked at (size not 0) or trusts, by path.
+    /// Stage-0 index entries git has looked at (size not 0), by path.
     index_stats: std::collections::HashMap<Vec<u8>, IndexStat>,
     whiteouts: &'r crate::layout::Whiteouts,
     changes: Vec<Change>,
@@ -752,15 +755,14 @@ impl<'r> Walker<'r> {
                         .get(path.as_bytes())
                         .filter(|ix| ix.id == h.id());
                     let stat_same = ix.is_some_and(|ix| {
-                        (ix.size == st.st_size as u32 || (ix.fsmonitor_valid && ix.size == 0))
+                        ix.size == st.st_size as u32
                             && ix.mtime == (st.st_mtime as u32, st.st_mtime_nsec as u32)
                             && ix.ctime == (st.st_ctime as u32, st.st_ctime_nsec as u32)
                             && ix.uid == st.st_uid
                             && ix.gid == st.st_gid
                             && (!ix.racy || (ix.fsmonitor_valid && ix.mtime.1 != 0))
                     });
-                    let size_differs =
-                        ix.is_some_and(|ix| ix.size != 0 && ix.size != st.st_size as u32);
+                    let size_differs = ix.is_some_and(|ix| ix.size != st.st_size as u32);
                     h.filemode() as u32 == mode
                         && (stat_same
                             || (!size_differs
