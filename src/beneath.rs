@@ -204,6 +204,97 @@ pub fn entry(dir: BorrowedFd, name: &OsStr) -> io::Result<OwnedFd> {
     })
 }
 
+/// Reads the regular file `rel` beneath `dir` whole, as a file a user may have replaced
+/// must be read: reached without following a symlink anywhere on the way, looked at
+/// before it is opened (a FIFO, a socket or a device is never opened: a FIFO would block
+/// the reader until someone writes), at most `cap` bytes, in one read of the one file
+/// whose stat is returned with it. An error names what the file is instead.
+pub fn read_regular(dir: BorrowedFd, rel: &[u8], cap: u64) -> io::Result<(Vec<u8>, Stat)> {
+    let not_regular = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a regular file ({what})"),
+        )
+    };
+    let fd = open(dir, rel, libc::O_PATH, 0).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => not_regular("a symbolic link, not followed"),
+        Some(libc::EXDEV) => {
+            not_regular("reached through a symbolic link or a mount, not followed")
+        }
+        _ => e,
+    })?;
+    let st = fstat(fd.as_fd())?;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {}
+        libc::S_IFLNK => return Err(not_regular("a symbolic link, not followed")),
+        libc::S_IFIFO => return Err(not_regular("a FIFO")),
+        libc::S_IFDIR => return Err(not_regular("a directory")),
+        libc::S_IFSOCK => return Err(not_regular("a socket")),
+        _ => return Err(not_regular("a device")),
+    }
+    if st.st_size as u64 > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {cap} bytes ({} bytes)", st.st_size),
+        ));
+    }
+    let file = reopen(fd.as_fd(), libc::O_RDONLY)?;
+    let mut out = Vec::with_capacity(st.st_size as usize);
+    io::Read::read_to_end(&mut io::Read::take(&file, cap + 1), &mut out)?;
+    if out.len() as u64 > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {cap} bytes (it grew while read)"),
+        ));
+    }
+    // The stat of what was read (a write between the two shows in its times or size).
+    Ok((out, fstat(file.as_fd())?))
+}
+
+/// [`read_regular`] of `rel` beneath the trusted directory `root` (the repository's git
+/// directory, say, whose own path the daemon was given).
+pub fn read_regular_in(root: &Path, rel: &Path, cap: u64) -> io::Result<(Vec<u8>, Stat)> {
+    let dir = open_root(root)?;
+    read_regular(dir.as_fd(), rel.as_os_str().as_bytes(), cap)
+}
+
+/// Replaces the file `name` in the directory `rel` beneath the trusted directory `root`
+/// with one holding `bytes` (mode 0644), as a file a user may have replaced must be
+/// written: the directory is reached through no symlink, and whatever `name` is now (a
+/// symlink to a file of root's, say) is replaced, never written through: the new file is
+/// made beside it (`O_EXCL`, never following) and renamed over it, synced.
+pub fn replace_file_in(root: &Path, rel: &Path, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+    let top = open_root(root)?;
+    let dir = open(
+        top.as_fd(),
+        rel.as_os_str().as_bytes(),
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+    )?;
+    let mut tmp_name = OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(".wtfs-new");
+    let tmp = name_c(&tmp_name)?;
+    let _ = unlink_at(dir.as_fd(), &tmp_name, false);
+    // SAFETY: a valid descriptor and a NUL-terminated name.
+    let fd = owned(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            tmp.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    })?;
+    let mut f = File::from(fd);
+    let written = io::Write::write_all(&mut f, bytes)
+        .and_then(|_| f.sync_all())
+        .and_then(|_| rename_at(dir.as_fd(), &tmp_name, dir.as_fd(), name, 0));
+    if written.is_err() {
+        let _ = unlink_at(dir.as_fd(), &tmp_name, false);
+    }
+    written
+}
+
 /// A single component: no `/`, not `..` (`.` is the directory itself).
 fn name_c(name: &OsStr) -> io::Result<CString> {
     let b = name.as_bytes();
@@ -522,6 +613,64 @@ mod tests {
         let mut v = Vec::new();
         f.read_to_end(&mut v)?;
         Ok(v)
+    }
+
+    /// A file a user may have replaced is read only when it is a regular file reached
+    /// through no symlink, within its cap; a FIFO is refused without blocking.
+    #[test]
+    fn read_regular_reads_files_and_refuses_the_rest_without_blocking() {
+        let (d, root) = tree();
+        let r = root.as_fd();
+        let (bytes, st) = read_regular(r, b"a/b/f", 64).unwrap();
+        assert_eq!((bytes.as_slice(), st.st_size), (&b"inside"[..], 6));
+        let fifo = cstr(d.path().join("root/a/fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        check(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }).unwrap();
+        let started = std::time::Instant::now();
+        for (rel, what) in [
+            ("a/fifo", "a FIFO"),
+            ("a/rel", "a symbolic link"),
+            ("a/rel/f", "symbolic link"),
+            ("a/abs/f", "symbolic link"),
+            ("a/b", "a directory"),
+        ] {
+            let e = read_regular(r, rel.as_bytes(), 64).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{rel}: {e}");
+            assert!(e.to_string().contains(what), "{rel}: {e}");
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let e = read_regular(r, b"a/b/f", 5).unwrap_err();
+        assert!(e.to_string().contains("larger than 5 bytes"), "{e}");
+        let (bytes, _) = read_regular_in(&d.path().join("root"), Path::new("a/b/f"), 64).unwrap();
+        assert_eq!(bytes, b"inside");
+    }
+
+    /// A replaced file is never written through: a symlink at its name is replaced, its
+    /// target untouched; a symlink on the way to its directory is refused.
+    #[test]
+    fn replace_file_in_replaces_and_never_writes_through() {
+        let (d, _root) = tree();
+        let root = d.path().join("root");
+        symlink(d.path().join("outside/f"), root.join("a/b/g")).unwrap();
+        replace_file_in(&root, Path::new("a/b"), OsStr::new("g"), b"new\n").unwrap();
+        assert_eq!(fs::read(d.path().join("outside/f")).unwrap(), b"outside");
+        assert!(fs::symlink_metadata(root.join("a/b/g")).unwrap().is_file());
+        assert_eq!(fs::read(root.join("a/b/g")).unwrap(), b"new\n");
+        let e = replace_file_in(&root, Path::new("a/abs"), OsStr::new("f"), b"x").unwrap_err();
+        assert!(
+            matches!(
+                e.raw_os_error(),
+                Some(libc::ELOOP) | Some(libc::EXDEV) | Some(libc::ENOTDIR)
+            ),
+            "{e}"
+        );
+        assert_eq!(fs::read(d.path().join("outside/f")).unwrap(), b"outside");
+        let names: Vec<_> = fs::read_dir(root.join("a/b"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names.len(), 3, "no temporary left: {names:?}");
     }
 
     /// Inside names resolve; a symlink anywhere on the way, `..`, or a final symlink

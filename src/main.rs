@@ -79,6 +79,12 @@ enum Command {
         /// `required`, shows the blob as committed).
         #[arg(long, default_value_t = 120.0)]
         filter_timeout: f64,
+        /// Seconds cleanup's inspection of one worktree may take (reading the index, the
+        /// upper layer, the repository's refs and objects) before it is given up and the
+        /// worktree retained with the reason: something in the repository that blocks a
+        /// read (a FIFO where a ref was) then holds no removal after it.
+        #[arg(long, default_value_t = 600.0)]
+        inspect_timeout: f64,
     },
     /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
     /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
@@ -318,6 +324,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cache_nodes,
             allow_other,
             filter_timeout,
+            inspect_timeout,
         } => cmd_mount(
             &state,
             mountpoint,
@@ -331,6 +338,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 cache_nodes,
                 allow_other,
                 filter_timeout,
+                inspect_timeout,
             },
             cli.global.log_level.as_deref(),
         ),
@@ -772,6 +780,7 @@ struct MountTuning {
     cache_nodes: usize,
     allow_other: bool,
     filter_timeout: f64,
+    inspect_timeout: f64,
 }
 
 fn cmd_mount(
@@ -790,13 +799,19 @@ fn cmd_mount(
         cache_nodes,
         allow_other,
         filter_timeout,
+        inspect_timeout,
     } = tuning;
-    if !(filter_timeout.is_finite() && filter_timeout > 0.0) {
-        anyhow::bail!(
-            "--filter-timeout {filter_timeout} is not a number of seconds above 0; pass e.g. --filter-timeout 120"
-        );
-    }
-    let filter_timeout = std::time::Duration::from_secs_f64(filter_timeout);
+    let seconds = |flag: &str, v: f64, e: &str| {
+        if v.is_finite() && v > 0.0 && v < 1e9 {
+            Ok(std::time::Duration::from_secs_f64(v))
+        } else {
+            Err(anyhow!(
+                "--{flag} {v} is not a number of seconds above 0; pass e.g. --{flag} {e}"
+            ))
+        }
+    };
+    let filter_timeout = seconds("filter-timeout", filter_timeout, "120")?;
+    let inspect_timeout = seconds("inspect-timeout", inspect_timeout, "600")?;
     if foreground {
         let req = MountRequest {
             state: state.clone(),
@@ -809,6 +824,7 @@ fn cmd_mount(
             cache_nodes,
             allow_other,
             filter_timeout,
+            inspect_timeout,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -836,6 +852,7 @@ fn cmd_mount(
         cache_nodes,
         allow_other,
         filter_timeout,
+        inspect_timeout,
     };
     daemon::prepare(&req)?;
     let pid = daemon::spawn_background(&req, log_level)?;

@@ -637,35 +637,154 @@ fn a_fifo_named_gitignore_does_not_block_cleanup() {
         assert!(Instant::now() < end, "{}", state_of(&env, "fifo"));
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_worktreefs"))
-        .args([
-            "--state-dir",
-            env.state().to_str().unwrap(),
-            "reclaim",
-            "repo/fifo",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = child.wait_with_output().unwrap();
-    assert!(status.is_some(), "reclaim hung on the FIFO");
-    let said =
-        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    let said = reclaim_kept(&env, "repo/fifo", Duration::from_secs(30));
     assert!(said.contains("src/.gitignore"), "{said}");
     assert!(wt.join("README.md").exists(), "kept: {said}");
+    m.unmount();
+}
+
+/// A user owns its repository, and with it git's entry of the worktree there: its index
+/// and HEAD may be made anything. Cleanup reads them without following a symlink (which
+/// would have root read a file the user chose) and without blocking on a FIFO (which
+/// would hold the inspection, and every removal after it, for good); the worktree is kept
+/// with a reason naming the file.
+#[test]
+fn a_fifo_or_a_symlink_in_gits_worktree_entry_does_not_block_or_steer_cleanup() {
+    let env = Env::new();
+    let elsewhere = env.dir.path().join("elsewhere-index");
+    for name in ["fifo-index", "link-index", "fifo-head"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+    }
+    let m = env.mount();
+    for name in ["fifo-index", "link-index", "fifo-head"] {
+        // Used (a lease of its own process, ended with it), then left.
+        run_ok(
+            "sh",
+            &["-c", "cat README.md >/dev/null"],
+            &m.wt("repo", name),
+        );
+        wait_for_state(&env, name, "lingering", Duration::from_secs(10));
+    }
+    let admin = |name: &str| {
+        env.repo
+            .path()
+            .join(".git/worktrees")
+            .join(format!("wtfs-{name}"))
+    };
+    fs::copy(admin("link-index").join("index"), &elsewhere).unwrap();
+    fs::remove_file(admin("fifo-index").join("index")).unwrap();
+    run_ok(
+        "mkfifo",
+        &[admin("fifo-index").join("index").to_str().unwrap()],
+        Path::new("/"),
+    );
+    fs::remove_file(admin("link-index").join("index")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, admin("link-index").join("index")).unwrap();
+    fs::remove_file(admin("fifo-head").join("HEAD")).unwrap();
+    run_ok(
+        "mkfifo",
+        &[admin("fifo-head").join("HEAD").to_str().unwrap()],
+        Path::new("/"),
+    );
+    for (name, file) in [
+        ("fifo-index", "index"),
+        ("link-index", "index"),
+        ("fifo-head", "HEAD"),
+    ] {
+        let said = reclaim_kept(&env, &format!("repo/{name}"), Duration::from_secs(30));
+        let path = admin(name).join(file);
+        assert!(said.contains(&path.display().to_string()), "{name}: {said}");
+        assert!(said.contains("not a regular file"), "{name}: {said}");
+        assert!(m.wt("repo", name).join("README.md").exists(), "{name} kept");
+    }
+    m.unmount();
+}
+
+/// At mount, every worktree's git entry is pointed at where the mount is: its `gitdir`
+/// file, which the repository's owner may have made a symlink to a file of root's, is
+/// replaced, never written through; and a FIFO there does not hold the mount.
+#[test]
+fn pointing_gits_entry_at_the_mount_never_writes_through_a_symlink() {
+    let env = Env::new();
+    let (aim, print) = target(&env);
+    let before = print();
+    wtfs_ok(&env.state(), &["new", "repo/linked"]);
+    wtfs_ok(&env.state(), &["new", "repo/fifo"]);
+    let admin = |name: &str| {
+        env.repo
+            .path()
+            .join(".git/worktrees")
+            .join(format!("wtfs-{name}"))
+    };
+    let gitdir = admin("linked").join("gitdir");
+    fs::remove_file(&gitdir).unwrap();
+    std::os::unix::fs::symlink(aim.join("secret"), &gitdir).unwrap();
+    let fifo = admin("fifo").join("gitdir");
+    fs::remove_file(&fifo).unwrap();
+    run_ok("mkfifo", &[fifo.to_str().unwrap()], Path::new("/"));
+    let m = env.mount();
+    assert_eq!(
+        print(),
+        before,
+        "root's file was written through the symlink"
+    );
+    assert!(fs::symlink_metadata(&gitdir).unwrap().is_file());
+    assert_eq!(
+        fs::read_to_string(&gitdir).unwrap(),
+        format!("{}\n", m.wt("repo", "linked").join(".git").display())
+    );
+    assert!(fs::symlink_metadata(&fifo).unwrap().is_file());
+    // git there works again.
+    let st = run("git", &["status", "--porcelain"], &m.wt("repo", "linked"));
+    assert!(st.status.success(), "{st:?}");
+    m.unmount();
+}
+
+/// Whatever else in the repository blocks a read (a FIFO where a branch's ref was, which
+/// libgit2 opens as a file), the inspection ends within `--inspect-timeout`, and the
+/// worktree is kept with a reason that says so and what to do.
+#[test]
+fn an_inspection_that_blocks_ends_within_its_timeout() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/stuck"]);
+    let m = env.mount_with(&["--inspect-timeout", "2"]);
+    run_ok(
+        "sh",
+        &["-c", "cat README.md >/dev/null"],
+        &m.wt("repo", "stuck"),
+    );
+    wait_for_state(&env, "stuck", "lingering", Duration::from_secs(10));
+    let r = env.repo.path().join(".git/refs/heads/stuck");
+    fs::remove_file(&r).unwrap();
+    run_ok("mkfifo", &[r.to_str().unwrap()], Path::new("/"));
+    let started = Instant::now();
+    let said = reclaim_kept(&env, "repo/stuck", Duration::from_secs(30));
+    assert!(said.contains("did not finish within 2"), "{said}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_ne!(state_of(&env, "stuck"), "removed");
+    run_ok("test", &["-f", "README.md"], &m.wt("repo", "stuck"));
+    // Unblocked, the next reclaim inspects again: a writer lets the blocked reader go,
+    // and the ref is put back as it was.
+    use std::os::unix::fs::OpenOptionsExt;
+    drop(
+        fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&r)
+            .unwrap(),
+    );
+    fs::remove_file(&r).unwrap();
+    git(
+        env.repo.path().as_path(),
+        &["branch", "-f", "stuck", "HEAD"],
+    );
+    wait_for_state(&env, "stuck", "lingering", Duration::from_secs(10));
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/stuck"]);
+    assert!(out.contains("removed repo/stuck"), "{out}");
     m.unmount();
 }
 

@@ -78,6 +78,8 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
     cmd.arg("--cache-nodes").arg(req.cache_nodes.to_string());
     cmd.arg("--filter-timeout")
         .arg(req.filter_timeout.as_secs_f64().to_string());
+    cmd.arg("--inspect-timeout")
+        .arg(req.inspect_timeout.as_secs_f64().to_string());
     if let Some(l) = log_level {
         cmd.arg("--log-level").arg(l);
     }

@@ -49,6 +49,8 @@ pub struct MountRequest {
     pub allow_other: bool,
     /// How long one checkout filter may run for a file.
     pub filter_timeout: std::time::Duration,
+    /// How long cleanup's inspection of one worktree may take.
+    pub inspect_timeout: std::time::Duration,
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -188,6 +190,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         view.set_pending_leases(Box::new(move || tracker.pending_leases()));
     }
     crate::git::filters::set_timeout(req.filter_timeout);
+    crate::lifecycle::cleanup::set_inspect_timeout(req.inspect_timeout);
     // Boot reconcile: leases of processes that are gone are swept before anyone enters.
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();

@@ -93,7 +93,10 @@ pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
     let dir = common_dir(repo).join("worktrees");
     if let Ok(rd) = fs::read_dir(dir) {
         for e in rd.flatten() {
-            if let Ok(head) = fs::read_to_string(e.path().join("HEAD")) {
+            // Read as a file its user may have made anything (a FIFO would hold `new`).
+            let head = crate::beneath::read_regular_in(&e.path(), Path::new("HEAD"), 64 << 10)
+                .map(|(b, _)| String::from_utf8_lossy(&b).into_owned());
+            if let Ok(head) = head {
                 if let Some(r) = head.trim().strip_prefix("ref: ") {
                     out.push((e.file_name().to_string_lossy().into_owned(), r.to_string()));
                 }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::fs;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use git2::{BranchType, Repository};
@@ -556,7 +558,9 @@ fn roll_back(
         // Ours: its `locked` file is exactly what this state directory writes, or it was
         // killed while writing that file (a part of it, nothing else in the entry yet).
         let expected = admin_lock_text(state);
-        let locked = fs::read_to_string(admin.join("locked")).unwrap_or_default();
+        let locked = crate::beneath::read_regular_in(&admin, Path::new("locked"), 64 << 10)
+            .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
         let only_lock = fs::read_dir(&admin)
             .map(|rd| rd.flatten().all(|e| e.file_name() == "locked"))
             .unwrap_or(false);
@@ -588,7 +592,13 @@ fn roll_back(
             use std::os::unix::fs::MetadataExt;
             // Made during the creation and holding nothing, or the base commit it was
             // writing (what git's library puts in a ref's lock before the rename).
-            let content = fs::read_to_string(&lock).unwrap_or_default();
+            let content = crate::beneath::read_regular_in(
+                gitdir,
+                &Path::new("refs/heads").join(format!("{b}.lock")),
+                4096,
+            )
+            .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
             let its = content.is_empty() || content.trim() == c.base_commit;
             if m.is_file() && m.mtime() >= c.started_at - 1 && its {
                 fs::remove_file(&lock)
@@ -938,42 +948,93 @@ pub fn repoint_admin_entries(
             &state.worktree_dir(w.id),
             &mountpoint.join(&w.repo).join(&w.name),
         );
-        let admin = git::admin_dir(&repo.gitdir, &w.admin_name);
-        let file = admin.join("gitdir");
         let want = format!("{}\n", gitfile_path(mountpoint, &w.repo, &w.name).display());
-        if fs::read_to_string(&file).ok().as_deref() != Some(want.as_str()) && file.exists() {
-            fs::write(&file, want)?;
-            retarget_index(&admin, &mountpoint.join(&w.repo).join(&w.name));
+        if point_admin_entry(&repo.gitdir, &w.admin_name, &want) {
+            retarget_index(
+                &repo.gitdir,
+                &w.admin_name,
+                &mountpoint.join(&w.repo).join(&w.name),
+            );
         }
     }
     Ok(())
 }
 
+/// Writes `want` into the `gitdir` file of git's entry `admin_name` of the repository
+/// whose git directory is `gitdir`, when it holds something else; true when it did. The
+/// entry is in the repository's owner's hands: what is there now is read only when it is
+/// a regular file reached through no symlink (a FIFO would hold the mount), and it is
+/// replaced, never written through (a symlink to a file of root's stays untouched). An
+/// entry that is gone is left gone.
+pub(crate) fn point_admin_entry(gitdir: &Path, admin_name: &str, want: &str) -> bool {
+    let rel = Path::new("worktrees").join(admin_name);
+    match crate::beneath::read_regular_in(gitdir, &rel.join("gitdir"), 64 << 10) {
+        Ok((now, _)) if now == want.as_bytes() => return false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        _ => {}
+    }
+    match crate::beneath::replace_file_in(
+        gitdir,
+        &rel,
+        std::ffi::OsStr::new("gitdir"),
+        want.as_bytes(),
+    ) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(
+                "could not point git's entry {} at the mount: {e}",
+                gitdir.join(&rel).display()
+            );
+            false
+        }
+    }
+}
+
 /// The untracked cache names the worktree's path; when the mountpoint moved, an index
 /// still as worktreefs wrote it gets the new path (under git's `index.lock`), so the
 /// first `git status` there still lists no directory. An index git has rewritten since is
-/// left to git, which rebuilds its cache once.
-fn retarget_index(admin: &Path, worktree_path: &Path) {
-    let index_path = admin.join("index");
-    let Ok(index) = fs::read(&index_path) else {
+/// left to git, which rebuilds its cache once. Read and written as the entry's other
+/// files are (see [`point_admin_entry`]).
+fn retarget_index(gitdir: &Path, admin_name: &str, worktree_path: &Path) {
+    let rel = Path::new("worktrees").join(admin_name);
+    let Ok((index, _)) = crate::beneath::read_regular_in(gitdir, &rel.join("index"), 2 << 30)
+    else {
         return;
     };
     let Some(updated) = crate::git::untracked::retarget(&index, worktree_path) else {
         return;
     };
-    let lock = admin.join("index.lock");
-    let Ok(mut f) = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&lock)
-    else {
-        return; // someone holds the index: leave it
-    };
-    let written = std::io::Write::write_all(&mut f, &updated)
-        .and_then(|_| f.sync_all())
-        .and_then(|_| fs::rename(&lock, &index_path));
-    if let Err(e) = written {
-        tracing::warn!("could not update {}: {e}", index_path.display());
-        let _ = fs::remove_file(&lock);
+    let index_path = gitdir.join(&rel).join("index");
+    let placed = crate::beneath::open_root(gitdir).and_then(|top| {
+        let dir = crate::beneath::dir(top.as_fd(), rel.as_os_str().as_bytes())?;
+        // git's lock: made only where none is (someone holding the index keeps it).
+        let lock = crate::beneath::open(
+            dir.as_fd(),
+            b"index.lock",
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            0o644,
+        )?;
+        let mut f = fs::File::from(lock);
+        let done = std::io::Write::write_all(&mut f, &updated)
+            .and_then(|_| f.sync_all())
+            .and_then(|_| {
+                crate::beneath::rename_at(
+                    dir.as_fd(),
+                    std::ffi::OsStr::new("index.lock"),
+                    dir.as_fd(),
+                    std::ffi::OsStr::new("index"),
+                    0,
+                )
+            });
+        if done.is_err() {
+            let _ =
+                crate::beneath::unlink_at(dir.as_fd(), std::ffi::OsStr::new("index.lock"), false);
+        }
+        done
+    });
+    match placed {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {} // git holds it
+        Err(e) => tracing::warn!("could not update {}: {e}", index_path.display()),
     }
 }

@@ -115,8 +115,8 @@ pub fn readable_records(dir: &Path) -> Vec<(PathBuf, SubRecord)> {
 /// Whether `admin` is a submodule view's git entry this state directory made (its lock
 /// says so, word for word).
 fn is_ours(state: &StateDir, admin: &Path) -> bool {
-    fs::read_to_string(admin.join("locked"))
-        .is_ok_and(|s| s == super::create::admin_lock_text(state))
+    crate::beneath::read_regular_in(admin, Path::new("locked"), 64 << 10)
+        .is_ok_and(|(s, _)| s == super::create::admin_lock_text(state).as_bytes())
 }
 
 /// The submodule repository `<common>/modules/<name>`, reached without following a
@@ -386,7 +386,11 @@ pub fn repoint(state: &StateDir, dir: &Path, worktree_path: &Path) {
         let gitfile = worktree_path.join(&r.path).join(".git");
         let admin = r.admin();
         if is_ours(state, &admin) {
-            let _ = fs::write(admin.join("gitdir"), format!("{}\n", gitfile.display()));
+            crate::lifecycle::create::point_admin_entry(
+                &r.gitdir,
+                &r.admin_name,
+                &format!("{}\n", gitfile.display()),
+            );
         }
     }
 }

@@ -527,6 +527,36 @@ pub fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
     }
 }
 
+/// `reclaim` of `REPO/NAME` that keeps the worktree, bounded by `limit` (a hang fails
+/// the test instead of blocking it): asserts it exits 1 and returns what it said.
+pub fn reclaim_kept(env: &Env, target: &str, limit: Duration) -> String {
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "--state-dir",
+            env.state().to_str().unwrap(),
+            "reclaim",
+            target,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("reclaim {target} did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "reclaim {target}: {said}");
+    said
+}
+
 /// A small deterministic generator (64-bit LCG, high bits), so a random sequence in a
 /// model test reproduces from its seed.
 pub struct Rng(u64);

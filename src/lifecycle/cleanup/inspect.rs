@@ -107,9 +107,36 @@ pub(super) fn reachable_elsewhere(
 
 // ----- inspection -----
 
-fn read_head(admin: &Path) -> Result<Head, String> {
-    let text = fs::read_to_string(admin.join("HEAD"))
-        .map_err(|e| format!("reading {}/HEAD: {e}", admin.display()))?;
+/// The largest index read (git's own are far below: 100 MB for a tree of two million
+/// files).
+const INDEX_CAP: u64 = 2 << 30;
+
+/// A file of git's entry of the worktree, which its user may have made anything (see
+/// [`beneath::read_regular`]): with the way out when it is not what git writes.
+fn admin_file(t: &Target, name: &str, cap: u64) -> Result<(Vec<u8>, beneath::Stat), String> {
+    let read = match t.admin.strip_prefix(&t.gitdir) {
+        Ok(rel) => beneath::read_regular_in(&t.gitdir, &rel.join(name), cap),
+        Err(_) => beneath::read_regular_in(&t.admin, Path::new(name), cap),
+    };
+    read.map_err(|e| {
+        let path = t.admin.join(name);
+        let way_out = match (e.kind(), name) {
+            (std::io::ErrorKind::InvalidData, "index") => {
+                "; git writes its index there as a file: remove it and run `git read-tree HEAD` in the worktree, then reclaim"
+            }
+            (std::io::ErrorKind::InvalidData, "HEAD") => {
+                "; git writes HEAD there as a file naming the branch: write `ref: refs/heads/<branch>` back, then reclaim"
+            }
+            _ => "",
+        };
+        format!("reading {}: {e}{way_out}", path.display())
+    })
+}
+
+fn read_head(t: &Target) -> Result<Head, String> {
+    let (bytes, _) = admin_file(t, "HEAD", 64 << 10)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let admin = &t.admin;
     let text = text.trim();
     if let Some(r) = text.strip_prefix("ref: ") {
         return Ok(Head::Branch(
@@ -131,7 +158,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             t.admin.display()
         ));
     }
-    let head = read_head(&t.admin)?;
+    let head = read_head(t)?;
     let head_commit = match &head {
         Head::Branch(b) => repo
             .find_reference(&format!("refs/heads/{b}"))
@@ -149,9 +176,12 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
 
     let mut changes = Vec::new();
     // The index against HEAD.
+    // One snapshot of the index, read safely, is what libgit2, the fsmonitor bits and
+    // the racy rule below all look at.
     let index_path = t.admin.join("index");
-    let index = git2::Index::open(&index_path)
-        .map_err(|e| format!("reading {}: {}", index_path.display(), e.message()))?;
+    let (raw_index, index_st) = admin_file(t, "index", INDEX_CAP)?;
+    let index =
+        index_from(&raw_index).map_err(|e| format!("reading {}: {e}", index_path.display()))?;
     let staged = repo
         .diff_tree_to_index(Some(&head_tree), Some(&index), None)
         .map_err(|e| format!("comparing the index with HEAD: {}", e.message()))?;
@@ -181,16 +211,8 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         decided: std::cell::OnceCell::new(),
     };
     // git's stat rules, which decide before any content is read (see `IndexStat`).
-    let index_mtime = fs::metadata(&index_path)
-        .ok()
-        .and_then(|m| {
-            use std::os::unix::fs::MetadataExt;
-            u32::try_from(m.mtime()).ok()
-        })
-        .unwrap_or(u32::MAX);
-    let valid = fs::read(&index_path)
-        .map(|raw| fsmonitor_valid(t, &raw, &index))
-        .unwrap_or_default();
+    let index_mtime = u32::try_from(index_st.st_mtime).unwrap_or(u32::MAX);
+    let valid = fsmonitor_valid(t, &raw_index, &index);
     let index_stats = index
         .iter()
         .filter(|e| (e.flags >> 12) & 3 == 0 && e.file_size != 0)
@@ -365,11 +387,63 @@ fn gitlink_at(tree: &Tree<'_>, path: &str) -> Option<Oid> {
         .map(|e| e.id())
 }
 
+/// libgit2's reading of the index `raw` (it reads only from a file: an anonymous one in
+/// memory, so what it reads is the snapshot and nothing a user can swap in between).
+fn index_from(raw: &[u8]) -> Result<git2::Index, String> {
+    use std::io::Write;
+    // SAFETY: a NUL-terminated name and flags; the descriptor is owned from here.
+    let fd = unsafe { libc::memfd_create(c"wtfs-index".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: a descriptor the kernel just returned, owned by nobody else.
+    let mut f = fs::File::from(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    f.write_all(raw).map_err(|e| format!("copying it: {e}"))?;
+    let path = PathBuf::from(format!("/proc/self/fd/{fd}"));
+    git2::Index::open(&path).map_err(|e| e.message().to_string())
+}
+
+/// An ignore file's text (`info/exclude`, `core.excludesFile`), read as git reads it
+/// (through symlinks: dotfiles are often links) but never blocking: opened without
+/// waiting and read only when it is a regular file (a FIFO would hold the inspection).
+/// None when missing or not a file (a log line says which).
+fn ignore_text(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let read = || -> std::io::Result<Option<Vec<u8>>> {
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?;
+        if !f.metadata()?.is_file() {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        f.take(64 << 20).read_to_end(&mut out)?;
+        Ok(Some(out))
+    };
+    match read() {
+        Ok(Some(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
+        Ok(None) => {
+            tracing::warn!(
+                "ignore rules {} not read: not a regular file",
+                path.display()
+            );
+            None
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            tracing::warn!("ignore rules {} not read: {e}", path.display());
+            None
+        }
+    }
+}
+
 /// `info/exclude` and `core.excludesFile`, the lowest-precedence ignore rules.
 fn global_excludes(repo: &Repository, gitdir: &Path) -> Option<Gitignore> {
     let mut b = GitignoreBuilder::new(VROOT);
     let mut any = false;
-    if let Ok(text) = fs::read_to_string(gitdir.join("info/exclude")) {
+    if let Some(text) = ignore_text(&gitdir.join("info/exclude")) {
         for line in text.lines() {
             any |= b.add_line(None, line).is_ok();
         }
@@ -384,7 +458,7 @@ fn global_excludes(repo: &Repository, gitdir: &Path) -> Option<Gitignore> {
                 .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
             Some(base.join("git/ignore"))
         });
-    if let Some(text) = excludes.and_then(|p| fs::read_to_string(p).ok()) {
+    if let Some(text) = excludes.and_then(|p| ignore_text(&p)) {
         for line in text.lines() {
             any |= b.add_line(None, line).is_ok();
         }

@@ -37,6 +37,57 @@ use crate::lease::State;
 use crate::state::StateDir;
 use crate::store::{BeginError, RepoRow, Store, WorktreeRow};
 
+/// How long one inspection may take, in milliseconds (`mount --inspect-timeout`).
+static INSPECT_TIMEOUT_MS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(600_000);
+
+/// Sets how long [`inspect_bounded`] waits for one inspection.
+pub fn set_inspect_timeout(d: std::time::Duration) {
+    INSPECT_TIMEOUT_MS.store(
+        d.as_millis().clamp(1, u64::MAX as u128) as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// [`inspect`], given up after the inspection timeout: the files inspection reads are
+/// its user's, and libgit2 opens a ref or an object as a file, so one made a FIFO would
+/// block it (and every removal after it) for good. It runs on a thread of its own; one
+/// still blocked at the timeout is left to end by itself (it only reads, and its answer
+/// goes nowhere), and the worktree is retained with a reason that says so.
+pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
+    let ms = INSPECT_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed);
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let target = t.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("inspect-{}", t.id))
+        .spawn(move || {
+            let _ = tx.send(inspect(&target));
+        });
+    if let Err(e) = spawned {
+        // No thread to spare: inspect here, unbounded, rather than not at all.
+        tracing::warn!(
+            "inspecting {} on the cleanup's thread: {e}",
+            t.path.display()
+        );
+        return inspect(t);
+    }
+    match rx.recv_timeout(std::time::Duration::from_millis(ms)) {
+        Ok(found) => found,
+        Err(_) => {
+            let secs = ms as f64 / 1000.0;
+            tracing::warn!(
+                worktree = %t.path.display(),
+                "inspection did not finish within {secs} s; retained"
+            );
+            Err(format!(
+                "the inspection did not finish within {secs} s (something in {} or {} blocks reading: a FIFO or a file of a filesystem that hangs?); remove it and reclaim again, or raise `mount --inspect-timeout`",
+                t.gitdir.display(),
+                t.admin.display()
+            ))
+        }
+    }
+}
+
 /// The text of the `locked` file of every admin entry worktreefs writes starts so.
 pub const ADMIN_MARKER: &str = "managed by worktreefs";
 
@@ -45,8 +96,8 @@ pub fn is_our_admin_entry(admin: &Path) -> bool {
     // (Any worktreefs state directory's: a removal parks only its own worktrees' entries,
     // found through its own records. A submodule view's entry must be this state
     // directory's own: `lifecycle::submodules` compares the whole lock text.)
-    std::fs::read_to_string(admin.join("locked"))
-        .map(|s| s.starts_with(ADMIN_MARKER))
+    crate::beneath::read_regular_in(admin, Path::new("locked"), 64 << 10)
+        .map(|(s, _)| s.starts_with(ADMIN_MARKER.as_bytes()))
         .unwrap_or(false)
 }
 /// Where removed admin entries wait to be deleted, inside the repository's git dir (same
@@ -152,7 +203,7 @@ pub fn finish(
     if !t.dir.exists() && !t.parked_dir(state).exists() {
         return gone_by_hand(state, store, &t);
     }
-    let inspected = inspect(&t);
+    let inspected = inspect_bounded(&t);
     match decide(t.branch.as_deref(), t.branch_created, &inspected) {
         Verdict::Remove { delete_branch } => run_removal(state, store, &t, delete_branch),
         Verdict::Retain(reason) => {
@@ -360,7 +411,7 @@ fn request_removal_then(
             BeginError::Db(e) => e.into(),
         })?;
     hook(Phase::Deleting, store)?;
-    let inspected = inspect(&t);
+    let inspected = inspect_bounded(&t);
     let verdict = decide(t.branch.as_deref(), t.branch_created, &inspected);
     match verdict {
         Verdict::Remove { delete_branch } => Ok(run_removal(state, store, &t, delete_branch)?),

@@ -70,7 +70,7 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
         if !t.dir.exists() {
             continue; // handled below
         }
-        let inspected = inspect(&t);
+        let inspected = super::inspect_bounded(&t);
         if let Verdict::Remove { delete_branch } =
             decide(t.branch.as_deref(), t.branch_created, &inspected)
         {
