@@ -179,6 +179,12 @@ fn a_mount_is_private_unless_allow_other() {
         assert_eq!((md.uid(), md.gid()), (NOBODY, NOBODY));
         let f = fs::metadata(m.wt("repo", "nobodys").join("README.md")).unwrap();
         assert_eq!(f.uid(), NOBODY, "its files are nobody's too");
+        // And git's entry of it, where git inside writes its index and HEAD.
+        let admin = env.repo.path().join(".git/worktrees/wtfs-nobodys");
+        for name in ["", "HEAD", "index", "gitdir", "locked"] {
+            let md = fs::symlink_metadata(admin.join(name)).unwrap();
+            assert_eq!((md.uid(), md.gid()), (NOBODY, NOBODY), "{name}");
+        }
         std::os::unix::fs::chown(env.repo.path(), Some(0), Some(0)).unwrap();
         // A repository kept to its owner keeps its worktrees to its owner.
         // (Within a second: the kernel keeps a repository directory's attributes that long.)

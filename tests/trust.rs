@@ -740,6 +740,34 @@ fn pointing_gits_entry_at_the_mount_never_writes_through_a_symlink() {
     m.unmount();
 }
 
+/// git's entry of a new worktree is made in the repository's `worktrees/` directory,
+/// which its owner may have made a symlink to a directory of root's: it is not followed
+/// (root would make a directory there and give it, and files in it, to the user); the
+/// creation is refused with the way out and leaves nothing behind.
+#[test]
+fn a_symlinked_worktrees_directory_is_not_followed() {
+    let env = Env::new();
+    let (aim, print) = target(&env);
+    let before = print();
+    let worktrees = env.repo.path().join(".git/worktrees");
+    let _ = fs::remove_dir_all(&worktrees);
+    std::os::unix::fs::symlink(&aim, &worktrees).unwrap();
+    let out = wtfs(&env.state(), &["new", "repo/aimed"]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&worktrees.display().to_string()), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(print(), before, "root's directory was written in");
+    assert_eq!(state_of(&env, "aimed"), "removed", "nothing half-made");
+    // Put back as git makes it, the same name is made.
+    fs::remove_file(&worktrees).unwrap();
+    wtfs_ok(&env.state(), &["new", "repo/aimed"]);
+    let m = env.mount();
+    let st = run("git", &["status", "--porcelain"], &m.wt("repo", "aimed"));
+    assert!(st.status.success(), "{st:?}");
+    m.unmount();
+}
+
 /// Whatever else in the repository blocks a read (a FIFO where a branch's ref was, which
 /// libgit2 opens as a file), the inspection ends within `--inspect-timeout`, and the
 /// worktree is kept with a reason that says so and what to do.

@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 use git2::{Oid, Repository};
 
-use crate::durable::write_synced;
-
 /// The repository's common git directory and its work tree (None when bare).
 pub fn discover(path: &Path) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
     let repo = Repository::open(path).with_context(|| {
@@ -106,32 +104,109 @@ pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
     out
 }
 
-/// Writes the admin entry of a managed worktree: locked first, so that `git worktree prune`
-/// never sees a half-made one.
+/// Writes git's entry `admin_name` of a managed worktree in `<gitdir>/worktrees/`,
+/// locked first, so that `git worktree prune` never sees a half-made one, and its index
+/// last (synced), so an entry with an index is complete. It belongs to `owner` (git
+/// inside writes its index and HEAD there); a `worktrees/` made here to the repository's
+/// owner, as git would have made it.
+///
+/// The repository is its owner's, who may have made anything of it: every directory is
+/// reached without following a symlink (one to a directory of root's is refused, never
+/// written in), the entry is made here or refused (never one someone else made in the
+/// meantime: `AlreadyExists`), and each file is made new (`O_EXCL`, never following) and
+/// given its owner through its own descriptor.
 pub fn write_admin_entry(
-    dir: &Path,
+    gitdir: &Path,
+    admin_name: &str,
+    owner: (u32, u32),
     head: &str,
     worktree_gitfile: &Path,
     write_index: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
     lock_reason: &str,
 ) -> anyhow::Result<()> {
-    // Made here or refused: never an entry someone else made in the meantime.
-    if let Some(parent) = dir.parent() {
-        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
-    fs::create_dir(dir).with_context(|| {
+    use crate::beneath;
+    use std::ffi::OsStr;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    let worktrees_path = gitdir.join("worktrees");
+    let dir_path = worktrees_path.join(admin_name);
+    let top = beneath::open_root(gitdir)
+        .with_context(|| format!("opening git directory {}", gitdir.display()))?;
+    let unusable = |e: std::io::Error| {
+        let what = match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::EXDEV) => {
+                " (a symbolic link, or not a directory: not followed)"
+            }
+            _ => "",
+        };
+        anyhow!(
+            "git's worktrees directory {} cannot be used{what}: {e}; make it a plain directory (or remove it: it is made again), then retry",
+            worktrees_path.display()
+        )
+    };
+    let worktrees = match beneath::dir(top.as_fd(), b"worktrees") {
+        Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            match beneath::mkdir_at(top.as_fd(), OsStr::new("worktrees"), 0o755) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(anyhow!(e).context(format!("creating {}", worktrees_path.display())))
+                }
+                _ => {}
+            }
+            let d = beneath::dir(top.as_fd(), b"worktrees").map_err(unusable)?;
+            let st = beneath::fstat(top.as_fd())?;
+            let _ = beneath::chown(d.as_fd(), Some(st.st_uid), Some(st.st_gid));
+            d
+        }
+        Err(e) => return Err(unusable(e)),
+    };
+    beneath::mkdir_at(worktrees.as_fd(), OsStr::new(admin_name), 0o755).with_context(|| {
         format!(
             "creating git worktree entry {} (it may exist already)",
-            dir.display()
+            dir_path.display()
         )
     })?;
-    fs::write(dir.join("locked"), lock_reason)?;
-    fs::write(dir.join("commondir"), "../..\n")?;
-    fs::write(
-        dir.join("gitdir"),
-        format!("{}\n", worktree_gitfile.display()),
-    )?;
-    fs::write(dir.join("HEAD"), format!("{head}\n"))?;
-    write_synced(&dir.join("index"), write_index)?;
+    let dir = beneath::dir(worktrees.as_fd(), admin_name.as_bytes())
+        .with_context(|| format!("opening {}", dir_path.display()))?;
+    let (uid, gid) = owner;
+    let give = |fd: std::os::fd::BorrowedFd, what: &str| -> anyhow::Result<()> {
+        match beneath::chown(fd, Some(uid), Some(gid)) {
+            // A daemon that may not chown (not root) leaves its own.
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+            r => r.with_context(|| {
+                format!("giving {} to {uid}:{gid}", dir_path.join(what).display())
+            }),
+        }
+    };
+    give(dir.as_fd(), "")?;
+    let make = |name: &str| -> anyhow::Result<fs::File> {
+        let fd = beneath::open(
+            dir.as_fd(),
+            name.as_bytes(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            0o644,
+        )
+        .with_context(|| format!("creating {}", dir_path.join(name).display()))?;
+        give(fd.as_fd(), name)?;
+        Ok(fs::File::from(fd))
+    };
+    make("locked")?.write_all(lock_reason.as_bytes())?;
+    make("commondir")?.write_all(b"../..\n")?;
+    make("gitdir")?.write_all(format!("{}\n", worktree_gitfile.display()).as_bytes())?;
+    make("HEAD")?.write_all(format!("{head}\n").as_bytes())?;
+    let mut index = make("index.wtfs-new")?;
+    write_index(&mut index)
+        .and_then(|_| index.sync_all())
+        .and_then(|_| {
+            beneath::rename_at(
+                dir.as_fd(),
+                OsStr::new("index.wtfs-new"),
+                dir.as_fd(),
+                OsStr::new("index"),
+                0,
+            )
+        })
+        .and_then(|_| beneath::reopen(dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?.sync_all())
+        .with_context(|| format!("writing {}", dir_path.join("index").display()))?;
     Ok(())
 }

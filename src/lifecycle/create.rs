@@ -385,11 +385,12 @@ fn make_recorded(
     }
 
     let gitdir = git::common_dir(repo);
-    let admin = git::admin_dir(&gitdir, &record.admin_name);
     let mountpoint = mountpoint_of(state, store);
     let worktree_path = mountpoint.join(req.repo).join(req.name);
     git::write_admin_entry(
-        &admin,
+        &gitdir,
+        &record.admin_name,
+        (req.uid, req.gid),
         &format!("ref: refs/heads/{branch_name}"),
         &gitfile_path(&mountpoint, req.repo, req.name),
         |out| index.write_for(out, &worktree_path, &gitdir),
@@ -1014,6 +1015,10 @@ fn retarget_index(gitdir: &Path, admin_name: &str, worktree_path: &Path) {
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
             0o644,
         )?;
+        // The entry's owner's, as the index git would write there.
+        if let Ok(st) = crate::beneath::fstat(dir.as_fd()) {
+            let _ = crate::beneath::chown(lock.as_fd(), Some(st.st_uid), Some(st.st_gid));
+        }
         let mut f = fs::File::from(lock);
         let done = std::io::Write::write_all(&mut f, &updated)
             .and_then(|_| f.sync_all())

@@ -344,38 +344,18 @@ fn make_admin_entry(
     if is_ours(state, &admin) {
         let _ = fs::remove_dir_all(&admin);
     }
-    // `worktrees/` made here is the repository owner's, as git would have made it.
-    let worktrees = record.gitdir.join("worktrees");
-    if !worktrees.exists() {
-        use std::os::unix::fs::MetadataExt;
-        fs::create_dir(&worktrees)?;
-        if let Ok(m) = fs::symlink_metadata(&record.gitdir) {
-            let _ = nix::unistd::chown(
-                &worktrees,
-                Some(nix::unistd::Uid::from_raw(m.uid())),
-                Some(nix::unistd::Gid::from_raw(m.gid())),
-            );
-        }
-    }
+    // The owner's, as the entry `worktreefs new` makes for them: git inside writes its
+    // index, HEAD and refs' logs there (a `worktrees/` made for it is the repository
+    // owner's).
     git::write_admin_entry(
-        &admin,
+        &record.gitdir,
+        &record.admin_name,
+        (p.uid, p.gid),
         &record.commit,
         &worktree_path.join(".git"),
         |out| index.write_for(out, &worktree_path, &record.gitdir),
         &super::create::admin_lock_text(state),
     )?;
-    // The owner's, as the entry `worktreefs new` makes for them: git inside writes its
-    // index, HEAD and refs' logs there.
-    for e in [admin.clone()]
-        .into_iter()
-        .chain(fs::read_dir(&admin)?.flatten().map(|e| e.path()))
-    {
-        let _ = nix::unistd::chown(
-            &e,
-            Some(nix::unistd::Uid::from_raw(p.uid)),
-            Some(nix::unistd::Gid::from_raw(p.gid)),
-        );
-    }
     Ok(())
 }
 
