@@ -656,3 +656,23 @@ fn inspection_agrees_with_git_status_after_random_work_through_the_mount() {
         "clean {clean_seen}, dirty {dirty_seen}"
     );
 }
+
+/// A split index (`core.splitIndex`, half of it in a shared file libgit2 cannot read)
+/// keeps the worktree with a reason that says what it is and the way out, which works.
+#[test]
+fn a_split_index_is_named_with_the_way_out() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/split"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    let wt = m.wt("repo", "split");
+    run_ok("git", &["update-index", "--split-index"], &wt);
+    wait_for_state(&env, "split", "lingering", Duration::from_secs(10));
+    let said = reclaim_kept(&env, "repo/split", Duration::from_secs(30));
+    assert!(said.contains("is split (core.splitIndex)"), "{said}");
+    assert!(said.contains("git update-index --no-split-index"), "{said}");
+    run_ok("git", &["update-index", "--no-split-index"], &wt);
+    wait_for_state(&env, "split", "lingering", Duration::from_secs(10));
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/split"]);
+    assert!(out.contains("removed repo/split"), "{out}");
+    m.unmount();
+}

@@ -472,3 +472,80 @@ fn run_holds_a_lease_for_the_commands_lifetime_and_passes_its_status() {
         "{status}"
     );
 }
+
+/// A process whose only hold on a worktree is a shared writable mapping of a file there
+/// (its descriptor closed, its working directory elsewhere, no request the daemon sees)
+/// is inside: when the holder that opened the file exits, the lease passes to it, and its
+/// stores are the worktree's work, not lost to a removal under it.
+#[test]
+fn a_process_writing_through_a_shared_mapping_holds_the_worktree() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/mm"]);
+    let m = env.mount_with(&["--linger", "1"]);
+    let file = m.wt("repo", "mm").join("README.md");
+    let go = env.dir.path().join("go");
+    // The opener maps the file, closes it, leaves, forks the writer and exits.
+    let script = format!(
+        r#"
+import ctypes, os, sys, time
+# libc's mmap itself: Python's mmap module keeps a descriptor of its own open.
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open("{file}", os.O_RDWR)
+size = os.fstat(fd).st_size
+addr = libc.mmap(None, size, 3, 1, fd, 0)  # PROT_READ|PROT_WRITE, MAP_SHARED
+assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+os.close(fd)
+os.chdir("/")
+pid = os.fork()
+if pid == 0:
+    os.close(1)
+    os.close(2)
+    while not os.path.exists("{go}"):
+        time.sleep(0.05)
+    ctypes.memmove(addr, b"X", 1)
+    libc.msync(ctypes.c_void_p(addr), ctypes.c_size_t(size), 4)  # MS_SYNC
+    os._exit(0)
+print(pid, flush=True)
+"#,
+        file = file.display(),
+        go = go.display()
+    );
+    let out = run("python3", &["-c", &script], Path::new("/"));
+    assert!(out.status.success(), "{out:?}");
+    let writer: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    // Past the opener's exit and the linger: a worktree thought empty would be gone.
+    std::thread::sleep(Duration::from_secs(3));
+    let held = state_of(&env, "mm");
+    let leases = wtfs_ok(&env.state(), &["leases"]);
+    fs::write(&go, b"").unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    // Alive until it is gone or a zombie (whoever adopted it may be slow to reap).
+    let alive = || {
+        fs::read_to_string(format!("/proc/{writer}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| !r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(false)
+    };
+    while alive() {
+        if Instant::now() > end {
+            // SAFETY: ends the writer this test started, by pid.
+            unsafe { libc::kill(writer, libc::SIGKILL) };
+            panic!("the writer did not end");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        held, "active",
+        "the mapping's process holds no lease: {leases}"
+    );
+    assert!(leases.contains(&format!("pid:{writer}:")), "{leases}");
+    wait_for_state(&env, "mm", "retained", Duration::from_secs(15));
+    let retained = wtfs_ok(&env.state(), &["retained"]);
+    assert!(retained.contains("modified README.md"), "{retained}");
+    m.unmount();
+}

@@ -101,60 +101,9 @@ impl IndexMonitor {
     /// extension). None when there is none, or anything does not parse: then no entry is
     /// taken as valid.
     pub fn read(index: &[u8]) -> Option<IndexMonitor> {
-        let be32 = |at: usize| -> Option<u32> {
-            Some(u32::from_be_bytes(index.get(at..at + 4)?.try_into().ok()?))
-        };
-        if index.get(0..4)? != b"DIRC" {
-            return None;
-        }
-        let version = be32(4)?;
-        if !(2..=4).contains(&version) {
-            return None;
-        }
-        let entries = be32(8)? as usize;
-        let mut pos = 12;
-        let mut paths: Vec<Vec<u8>> = Vec::with_capacity(entries.min(index.len() / 62));
-        for _ in 0..entries {
-            let flags = u16::from_be_bytes(index.get(pos + 60..pos + 62)?.try_into().ok()?);
-            let mut path_at = pos + 62;
-            if version >= 3 && flags & 0x4000 != 0 {
-                path_at += 2;
-            }
-            if version == 4 {
-                // A varint (how much of the previous path to drop), then the rest of the
-                // path and its NUL; no padding.
-                let mut at = path_at;
-                let mut c = *index.get(at)?;
-                let mut strip = (c & 0x7f) as usize;
-                while c & 0x80 != 0 {
-                    at += 1;
-                    c = *index.get(at)?;
-                    strip = strip.checked_add(1)?.checked_mul(128)? + (c & 0x7f) as usize;
-                }
-                let nul = index.get(at + 1..)?.iter().position(|b| *b == 0)?;
-                let mut path = paths.last().cloned().unwrap_or_default();
-                path.truncate(path.len().checked_sub(strip)?);
-                path.extend_from_slice(&index[at + 1..at + 1 + nul]);
-                paths.push(path);
-                pos = at + 1 + nul + 1;
-            } else {
-                let nul = index.get(path_at..)?.iter().position(|b| *b == 0)?;
-                paths.push(index[path_at..path_at + nul].to_vec());
-                let len = path_at - pos + nul;
-                pos += (len + 8) & !7;
-            }
-        }
-        let body_end = index.len().checked_sub(20)?;
-        while pos + 8 <= body_end {
-            let sig = index.get(pos..pos + 4)?;
-            let len = be32(pos + 4)? as usize;
-            let data = index.get(pos + 8..pos + 8 + len)?;
-            if sig == b"FSMN" {
-                return Self::parse(data, paths);
-            }
-            pos += 8 + len;
-        }
-        None
+        let (paths, extensions) = walk_index(index)?;
+        let (_, data) = extensions.into_iter().find(|(sig, _)| sig == b"FSMN")?;
+        Self::parse(data, paths)
     }
 
     fn parse(data: &[u8], paths: Vec<Vec<u8>>) -> Option<IndexMonitor> {
@@ -227,6 +176,72 @@ mount=${wt%/*/*}
 rel=${wt#"$mount"/}
 exec cat "$mount/.control/fsmonitor/${rel%%/*}:${rel#*/}@$2"
 "#;
+
+/// An index file's entries' paths, in order, and its extensions (signature, data).
+type IndexParts<'a> = (Vec<Vec<u8>>, Vec<([u8; 4], &'a [u8])>);
+
+/// The paths of the index file `index`'s entries, in order, and its extensions
+/// (signature, data); None when anything does not parse (versions 2 to 4).
+fn walk_index(index: &[u8]) -> Option<IndexParts<'_>> {
+    let be32 = |at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(index.get(at..at + 4)?.try_into().ok()?))
+    };
+    if index.get(0..4)? != b"DIRC" {
+        return None;
+    }
+    let version = be32(4)?;
+    if !(2..=4).contains(&version) {
+        return None;
+    }
+    let entries = be32(8)? as usize;
+    let mut pos = 12;
+    let mut paths: Vec<Vec<u8>> = Vec::with_capacity(entries.min(index.len() / 62));
+    for _ in 0..entries {
+        let flags = u16::from_be_bytes(index.get(pos + 60..pos + 62)?.try_into().ok()?);
+        let mut path_at = pos + 62;
+        if version >= 3 && flags & 0x4000 != 0 {
+            path_at += 2;
+        }
+        if version == 4 {
+            // A varint (how much of the previous path to drop), then the rest of the
+            // path and its NUL; no padding.
+            let mut at = path_at;
+            let mut c = *index.get(at)?;
+            let mut strip = (c & 0x7f) as usize;
+            while c & 0x80 != 0 {
+                at += 1;
+                c = *index.get(at)?;
+                strip = strip.checked_add(1)?.checked_mul(128)? + (c & 0x7f) as usize;
+            }
+            let nul = index.get(at + 1..)?.iter().position(|b| *b == 0)?;
+            let mut path = paths.last().cloned().unwrap_or_default();
+            path.truncate(path.len().checked_sub(strip)?);
+            path.extend_from_slice(&index[at + 1..at + 1 + nul]);
+            paths.push(path);
+            pos = at + 1 + nul + 1;
+        } else {
+            let nul = index.get(path_at..)?.iter().position(|b| *b == 0)?;
+            paths.push(index[path_at..path_at + nul].to_vec());
+            let len = path_at - pos + nul;
+            pos += (len + 8) & !7;
+        }
+    }
+    let body_end = index.len().checked_sub(20)?;
+    let mut out = Vec::new();
+    while pos + 8 <= body_end {
+        let sig = index.get(pos..pos + 4)?;
+        let len = be32(pos + 4)? as usize;
+        let data = index.get(pos + 8..pos + 8 + len)?;
+        out.push((sig.try_into().ok()?, data));
+        pos += 8 + len;
+    }
+    Some((paths, out))
+}
+
+/// Whether the index file `index` carries the extension `sig` (`link`: a split index).
+pub fn has_extension(index: &[u8], sig: &[u8; 4]) -> bool {
+    walk_index(index).is_some_and(|(_, ext)| ext.iter().any(|(s, _)| s == sig))
+}
 
 /// Where the hook and its config live: in the repository's own git directory, readable by
 /// everyone who can use the repository (a state directory under root's home is not).

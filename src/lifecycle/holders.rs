@@ -72,7 +72,10 @@ fn command_line(pid: i32) -> Option<String> {
     (!s.is_empty()).then(|| s.join(" "))
 }
 
-/// Whether process `pid` is inside `dir`: its working directory, or an open file, below it.
+/// Whether process `pid` is inside `dir`: its working directory, an open file, or a
+/// shared writable mapping of a file below it (its stores reach the file with no
+/// descriptor open and no request the daemon sees; the kernel names the file by its
+/// path in the mount, with passthrough too).
 pub fn is_inside(pid: i32, dir: &Path) -> bool {
     let below = |p: PathBuf| p.starts_with(dir);
     if fs::read_link(format!("/proc/{pid}/cwd"))
@@ -81,12 +84,37 @@ pub fn is_inside(pid: i32, dir: &Path) -> bool {
     {
         return true;
     }
-    match fs::read_dir(format!("/proc/{pid}/fd")) {
+    let open_below = match fs::read_dir(format!("/proc/{pid}/fd")) {
         Ok(rd) => rd
             .flatten()
             .any(|e| fs::read_link(e.path()).map(below).unwrap_or(false)),
         Err(_) => false,
+    };
+    open_below
+        || fs::read(format!("/proc/{pid}/maps"))
+            .is_ok_and(|maps| maps.split(|b| *b == b'\n').any(|l| writes_below(l, dir)))
+}
+
+/// Whether the `/proc/<pid>/maps` line `line` is a shared writable mapping of a file
+/// below `dir` (`address perms offset dev inode path`, the path padded with spaces).
+fn writes_below(line: &[u8], dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let mut rest = line;
+    let mut fields = [&b""[..]; 5];
+    for f in &mut fields {
+        let start = rest.iter().position(|b| *b != b' ').unwrap_or(rest.len());
+        rest = &rest[start..];
+        let end = rest.iter().position(|b| *b == b' ').unwrap_or(rest.len());
+        *f = &rest[..end];
+        rest = &rest[end..];
     }
+    let perms = fields[1];
+    if perms.len() < 4 || perms[1] != b'w' || perms[3] != b's' {
+        return false;
+    }
+    let path = rest.trim_ascii_start();
+    let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
+    path.starts_with(b"/") && Path::new(std::ffi::OsStr::from_bytes(path)).starts_with(dir)
 }
 
 /// Every live process inside `dir`, lowest pid first, except `skip`.
@@ -786,6 +814,35 @@ mod tests {
         // A walk that starts after the drop is remembered again.
         t.mark_covered(7, t.drops.load(Ordering::Acquire), &[200]);
         assert!(covered(200));
+    }
+
+    #[test]
+    fn a_shared_writable_mapping_below_is_inside() {
+        let dir = Path::new("/mnt/repo/wt");
+        let line = |perms: &str, path: &str| {
+            format!("7ff543199000-7ff54319a000 {perms} 00000000 00:28 8115940858                 {path}")
+        };
+        assert!(writes_below(
+            line("rw-s", "/mnt/repo/wt/a b.txt").as_bytes(),
+            dir
+        ));
+        assert!(writes_below(
+            line("rw-s", "/mnt/repo/wt/x (deleted)").as_bytes(),
+            dir
+        ));
+        for (perms, path) in [
+            ("r--s", "/mnt/repo/wt/a"),
+            ("rw-p", "/mnt/repo/wt/a"),
+            ("rw-s", "/mnt/repo/wt2/a"),
+            ("rw-s", "/mnt/repo/other"),
+            ("rw-s", ""),
+        ] {
+            assert!(
+                !writes_below(line(perms, path).as_bytes(), dir),
+                "{perms} {path}"
+            );
+        }
+        assert!(!writes_below(b"", dir));
     }
 
     #[test]

@@ -180,6 +180,13 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     // the racy rule below all look at.
     let index_path = t.admin.join("index");
     let (raw_index, index_st) = admin_file(t, "index", INDEX_CAP)?;
+    if crate::git::fsmonitor::has_extension(&raw_index, b"link") {
+        // libgit2 reads no split index (its entries are half in a shared file).
+        return Err(format!(
+            "the index {} is split (core.splitIndex), which cleanup cannot read; run `git config core.splitIndex false && git update-index --no-split-index` in the worktree, then reclaim",
+            index_path.display()
+        ));
+    }
     let index =
         index_from(&raw_index).map_err(|e| format!("reading {}: {e}", index_path.display()))?;
     let staged = repo
