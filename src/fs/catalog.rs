@@ -269,6 +269,7 @@ mod tests {
             submodules: false,
             admin_name: String::new(),
             subs: Default::default(),
+            making: Default::default(),
         })
     }
 

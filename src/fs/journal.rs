@@ -249,12 +249,10 @@ impl View {
         }
         // Files open for writing may change at any moment without a request reaching us
         // (in a submodule's view too: its path then).
-        // (Not waiting while a submodule's view is being made: it has no writers yet.)
-        if let Some(subs) = wt.subs.try_lock() {
-            for (path, sub) in subs.iter() {
-                if writing_in(sub) {
-                    paths.push(path.clone());
-                }
+        // (The lock is held only to look up or insert a view, never while one is made.)
+        for (path, sub) in wt.subs.lock().iter() {
+            if writing_in(sub) {
+                paths.push(path.clone());
             }
         }
         let writers = wt.journal.open_writers();
@@ -373,10 +371,7 @@ impl View {
 /// Whether a file is open for writing in the submodule view `sub` or one below it.
 fn writing_in(sub: &WtCtx) -> bool {
     !sub.journal.open_writers().is_empty()
-        || sub
-            .subs
-            .try_lock()
-            .is_some_and(|s| s.values().any(|below| writing_in(below)))
+        || sub.subs.lock().values().any(|below| writing_in(below))
 }
 
 /// Cleanup's inspection trusts what git trusts: the answer git would get now.

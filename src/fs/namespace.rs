@@ -84,6 +84,7 @@ impl View {
             submodules: self.state.submodules_marker(row.id).exists(),
             admin_name: row.admin_name.clone(),
             subs: Default::default(),
+            making: Default::default(),
         })
     }
 

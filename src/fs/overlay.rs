@@ -59,8 +59,13 @@ pub struct WtCtx {
     pub(super) submodules: bool,
     /// git's admin entry's name (in `<gitdir>/worktrees/`).
     pub(super) admin_name: String,
-    /// Those views, by path, each made at the first lookup of its directory.
+    /// Those views, by path, each made at the first lookup of its directory. Held only
+    /// to look up or insert (never while a view is made).
     pub(super) subs: parking_lot::Mutex<std::collections::HashMap<Vec<u8>, Arc<WtCtx>>>,
+    /// A lock per path whose view is being made, so it is made once while lookups of the
+    /// others (and the fsmonitor's answer, which looks at every view) go on.
+    pub(super) making:
+        parking_lot::Mutex<std::collections::HashMap<Vec<u8>, Arc<parking_lot::Mutex<()>>>>,
 }
 
 impl WtCtx {

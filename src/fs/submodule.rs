@@ -33,9 +33,26 @@ impl View {
         if !wt.submodules {
             return Ok(None);
         }
-        let mut subs = wt.subs.lock();
-        if let Some(s) = subs.get(path) {
+        if let Some(s) = wt.subs.lock().get(path) {
             return Ok(Some(s.clone()));
+        }
+        // Made once: a second lookup of this path waits for the first; lookups of other
+        // paths do not (making one may take a while: its index, its conversions).
+        let slot = wt.making.lock().entry(path.to_vec()).or_default().clone();
+        let _making = slot.lock();
+        let made = self.make_submodule_view(wt, path, commit);
+        wt.making.lock().remove(path);
+        made
+    }
+
+    fn make_submodule_view(
+        &self,
+        wt: &Arc<WtCtx>,
+        path: &[u8],
+        commit: Oid,
+    ) -> FsResult<Option<Arc<WtCtx>>> {
+        if let Some(s) = wt.subs.lock().get(path) {
+            return Ok(Some(s.clone())); // made while this one waited
         }
         let (within, worktree) = (wt.sub_path(), wt.worktree_name());
         if wt.is_submodule() && within.is_none() {
@@ -99,6 +116,7 @@ impl View {
                 submodules: true,
                 admin_name: record.admin_name.clone(),
                 subs: Default::default(),
+                making: Default::default(),
             })
         })()
         .map_err(|e| FsError::internal(format!("submodule {what}: {e:#}")))?;
@@ -107,7 +125,7 @@ impl View {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let ctx = Arc::new(ctx);
-        subs.insert(path.to_vec(), ctx.clone());
+        wt.subs.lock().insert(path.to_vec(), ctx.clone());
         tracing::info!(
             "submodule {what}: shown at {} ({})",
             record.commit,
