@@ -251,6 +251,31 @@ pub fn read_regular(dir: BorrowedFd, rel: &[u8], cap: u64) -> io::Result<(Vec<u8
     Ok((out, fstat(file.as_fd())?))
 }
 
+/// The file at `path` opened for reading only when it is a regular file, following
+/// symlinks as the program whose file it is would (git follows them in ignore files),
+/// but never opening anything else: `O_PATH` and `fstat` first, since opening a FIFO
+/// blocks the reader and opening a device has effects of its own. Ok(None) when it is
+/// not a regular file.
+pub fn open_regular_following(path: &Path) -> io::Result<Option<File>> {
+    let c = cstr(path.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    let fd = owned(unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) })?;
+    if fstat(fd.as_fd())?.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(None);
+    }
+    reopen(fd.as_fd(), libc::O_RDONLY).map(Some)
+}
+
+/// [`open_regular_following`], read whole: at most `cap` bytes.
+pub fn read_regular_following(path: &Path, cap: u64) -> io::Result<Option<Vec<u8>>> {
+    let Some(f) = open_regular_following(path)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    io::Read::read_to_end(&mut io::Read::take(&f, cap), &mut out)?;
+    Ok(Some(out))
+}
+
 /// [`read_regular`] of `rel` beneath the trusted directory `root` (the repository's git
 /// directory, say, whose own path the daemon was given).
 pub fn read_regular_in(root: &Path, rel: &Path, cap: u64) -> io::Result<(Vec<u8>, Stat)> {
@@ -259,11 +284,17 @@ pub fn read_regular_in(root: &Path, rel: &Path, cap: u64) -> io::Result<(Vec<u8>
 }
 
 /// Replaces the file `name` in the directory `rel` beneath the trusted directory `root`
-/// with one holding `bytes` (mode 0644), as a file a user may have replaced must be
+/// with one holding `bytes` (mode `mode`), as a file a user may have replaced must be
 /// written: the directory is reached through no symlink, and whatever `name` is now (a
 /// symlink to a file of root's, say) is replaced, never written through: the new file is
 /// made beside it (`O_EXCL`, never following) and renamed over it, synced.
-pub fn replace_file_in(root: &Path, rel: &Path, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+pub fn replace_file_in(
+    root: &Path,
+    rel: &Path,
+    name: &OsStr,
+    bytes: &[u8],
+    mode: u32,
+) -> io::Result<()> {
     let top = open_root(root)?;
     let dir = open(
         top.as_fd(),
@@ -282,9 +313,11 @@ pub fn replace_file_in(root: &Path, rel: &Path, name: &OsStr, bytes: &[u8]) -> i
             dir.as_raw_fd(),
             tmp.as_ptr(),
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o644 as libc::c_uint,
+            0o600 as libc::c_uint,
         )
     })?;
+    // The mode asked for, whatever the umask.
+    chmod(fd.as_fd(), mode)?;
     let mut f = File::from(fd);
     let written = io::Write::write_all(&mut f, bytes)
         .and_then(|_| f.sync_all())
@@ -643,6 +676,12 @@ mod tests {
         assert!(e.to_string().contains("larger than 5 bytes"), "{e}");
         let (bytes, _) = read_regular_in(&d.path().join("root"), Path::new("a/b/f"), 64).unwrap();
         assert_eq!(bytes, b"inside");
+        // Following symlinks (as git does in ignore files), never opening a FIFO.
+        let rf = |rel: &str| read_regular_following(&d.path().join("root").join(rel), 64);
+        assert_eq!(rf("a/rel/f").unwrap().unwrap(), b"inside");
+        assert_eq!(rf("a/fifo").unwrap(), None);
+        assert_eq!(rf("a/b").unwrap(), None);
+        assert_eq!(rf("nope").unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 
     /// A replaced file is never written through: a symlink at its name is replaced, its
@@ -652,11 +691,12 @@ mod tests {
         let (d, _root) = tree();
         let root = d.path().join("root");
         symlink(d.path().join("outside/f"), root.join("a/b/g")).unwrap();
-        replace_file_in(&root, Path::new("a/b"), OsStr::new("g"), b"new\n").unwrap();
+        replace_file_in(&root, Path::new("a/b"), OsStr::new("g"), b"new\n", 0o644).unwrap();
         assert_eq!(fs::read(d.path().join("outside/f")).unwrap(), b"outside");
         assert!(fs::symlink_metadata(root.join("a/b/g")).unwrap().is_file());
         assert_eq!(fs::read(root.join("a/b/g")).unwrap(), b"new\n");
-        let e = replace_file_in(&root, Path::new("a/abs"), OsStr::new("f"), b"x").unwrap_err();
+        let e =
+            replace_file_in(&root, Path::new("a/abs"), OsStr::new("f"), b"x", 0o644).unwrap_err();
         assert!(
             matches!(
                 e.raw_os_error(),

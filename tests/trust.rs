@@ -768,6 +768,79 @@ fn a_symlinked_worktrees_directory_is_not_followed() {
     m.unmount();
 }
 
+/// worktreefs's fsmonitor hook and its config live in the repository's git directory
+/// (`.git/worktreefs/`), which its owner may have made anything: at mount they are
+/// replaced, never written through (a symlink to a file of root's stays untouched; root
+/// truncated it and wrote the hook there, then made it mode 0755), and a FIFO there does
+/// not hold the mount.
+#[test]
+fn the_fsmonitor_hook_is_installed_through_no_symlink() {
+    let env = Env::new();
+    let (aim, print) = target(&env);
+    wtfs_ok(&env.state(), &["new", "repo/hooked"]);
+    env.mount().unmount();
+    let dir = env.repo.path().join(".git/worktreefs");
+    let hook = dir.join("fsmonitor-hook");
+    assert!(
+        fs::symlink_metadata(&hook).unwrap().is_file(),
+        "installed at mount"
+    );
+    let before = print();
+    fs::remove_file(&hook).unwrap();
+    std::os::unix::fs::symlink(aim.join("secret"), &hook).unwrap();
+    std::os::unix::fs::symlink(aim.join("secret"), dir.join(".fsmonitor-hook.tmp")).unwrap();
+    fs::remove_file(dir.join("config")).unwrap();
+    run_ok(
+        "mkfifo",
+        &[dir.join("config").to_str().unwrap()],
+        Path::new("/"),
+    );
+    let m = env.mount();
+    assert_eq!(print(), before, "root's file was written through a symlink");
+    for f in [&hook, &dir.join("config")] {
+        assert!(
+            fs::symlink_metadata(f).unwrap().is_file(),
+            "{}",
+            f.display()
+        );
+    }
+    assert_eq!(
+        fs::metadata(&hook).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    // git there asks the hook again.
+    let st = run("git", &["status", "--porcelain"], &m.wt("repo", "hooked"));
+    assert!(st.status.success(), "{st:?}");
+    assert_eq!(String::from_utf8_lossy(&st.stdout), "");
+    m.unmount();
+}
+
+/// A removal parks git's entry in `.git/worktreefs/removing/` before deleting it: made a
+/// symlink to a directory of root's, it is not followed (root moved the user's entry
+/// into that directory and deleted it there); the worktree is kept with the reason.
+#[test]
+fn a_removal_parks_gits_entry_through_no_symlink() {
+    let env = Env::new();
+    let (aim, print) = target(&env);
+    wtfs_ok(&env.state(), &["new", "repo/parked"]);
+    let m = env.mount();
+    let dir = env.repo.path().join(".git/worktreefs");
+    fs::create_dir_all(&dir).unwrap();
+    let _ = fs::remove_dir_all(dir.join("removing"));
+    std::os::unix::fs::symlink(&aim, dir.join("removing")).unwrap();
+    let before = print();
+    let said = reclaim_kept(&env, "repo/parked", Duration::from_secs(30));
+    assert!(said.contains("removing"), "{said}");
+    assert_eq!(print(), before, "root's directory was written in");
+    assert!(env
+        .repo
+        .path()
+        .join(".git/worktrees/wtfs-parked/locked")
+        .is_file());
+    run_ok("test", &["-f", "README.md"], &m.wt("repo", "parked"));
+    m.unmount();
+}
+
 /// Whatever else in the repository blocks a read (a FIFO where a branch's ref was, which
 /// libgit2 opens as a file), the inspection ends within `--inspect-timeout`, and the
 /// worktree is kept with a reason that says so and what to do.

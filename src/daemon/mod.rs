@@ -158,6 +158,9 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     lock.set_len(0)?;
     writeln!(lock, "{}\n{}", std::process::id(), mountpoint.display())?;
 
+    // Before anything runs a filter or an inspection (boot reconcile does both).
+    crate::git::filters::set_timeout(req.filter_timeout);
+    crate::lifecycle::cleanup::set_inspect_timeout(req.inspect_timeout);
     {
         let store = Store::open_described(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
@@ -189,8 +192,6 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let tracker = tracker.clone();
         view.set_pending_leases(Box::new(move || tracker.pending_leases()));
     }
-    crate::git::filters::set_timeout(req.filter_timeout);
-    crate::lifecycle::cleanup::set_inspect_timeout(req.inspect_timeout);
     // Boot reconcile: leases of processes that are gone are swept before anyone enters.
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();

@@ -41,7 +41,15 @@ impl View {
         let slot = wt.making.lock().entry(path.to_vec()).or_default().clone();
         let _making = slot.lock();
         let made = self.make_submodule_view(wt, path, commit);
-        wt.making.lock().remove(path);
+        // This path's slot goes once nobody else waits on it (one that waits makes, or
+        // finds, the view with this same slot: never two makers of one path at once).
+        let mut making = wt.making.lock();
+        if making
+            .get(path)
+            .is_some_and(|s| Arc::ptr_eq(s, &slot) && Arc::strong_count(s) == 2)
+        {
+            making.remove(path);
+        }
         made
     }
 

@@ -27,7 +27,12 @@ pub fn discover(path: &Path) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
 /// was opened through a linked worktree.
 pub fn common_dir(repo: &Repository) -> PathBuf {
     let path = repo.path().to_path_buf();
-    match fs::read_to_string(path.join("commondir")) {
+    // Opened only when a regular file (a FIFO there would hold whoever asks).
+    let commondir = crate::beneath::read_regular_following(&path.join("commondir"), 64 << 10)
+        .ok()
+        .flatten()
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    match commondir.ok_or(()) {
         Ok(rel) => {
             let joined = path.join(rel.trim());
             fs::canonicalize(&joined).unwrap_or(joined)
@@ -104,6 +109,27 @@ pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
     out
 }
 
+/// A failure of [`write_admin_entry`] before it made the entry's directory: nothing of
+/// it is there to undo (the message says why).
+#[derive(Debug)]
+pub struct EntryNotMade(pub String);
+
+impl std::fmt::Display for EntryNotMade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for EntryNotMade {}
+
+/// The directory `<gitdir>/worktrees`, reached through no symlink; None when there is
+/// none (or it cannot be used: nothing worktreefs made can be in it then).
+pub fn worktrees_dir(gitdir: &Path) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::AsFd;
+    let top = crate::beneath::open_root(gitdir).ok()?;
+    crate::beneath::dir(top.as_fd(), b"worktrees").ok()
+}
+
 /// Writes git's entry `admin_name` of a managed worktree in `<gitdir>/worktrees/`,
 /// locked first, so that `git worktree prune` never sees a half-made one, and its index
 /// last (synced), so an entry with an index is complete. It belongs to `owner` (git
@@ -113,8 +139,10 @@ pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
 /// The repository is its owner's, who may have made anything of it: every directory is
 /// reached without following a symlink (one to a directory of root's is refused, never
 /// written in), the entry is made here or refused (never one someone else made in the
-/// meantime: `AlreadyExists`), and each file is made new (`O_EXCL`, never following) and
-/// given its owner through its own descriptor.
+/// meantime: [`EntryNotMade`], as for every failure before the directory was made), each
+/// file is made new (`O_EXCL`, never following) and given its owner through its own
+/// descriptor, and the directory is given its owner last (until then nobody else can
+/// put anything in it).
 pub fn write_admin_entry(
     gitdir: &Path,
     admin_name: &str,
@@ -130,8 +158,10 @@ pub fn write_admin_entry(
     use std::os::fd::AsFd;
     let worktrees_path = gitdir.join("worktrees");
     let dir_path = worktrees_path.join(admin_name);
+    let not_made = |e: anyhow::Error| anyhow::Error::new(EntryNotMade(format!("{e:#}")));
     let top = beneath::open_root(gitdir)
-        .with_context(|| format!("opening git directory {}", gitdir.display()))?;
+        .with_context(|| format!("opening git directory {}", gitdir.display()))
+        .map_err(not_made)?;
     let unusable = |e: std::io::Error| {
         let what = match e.raw_os_error() {
             Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::EXDEV) => {
@@ -139,33 +169,37 @@ pub fn write_admin_entry(
             }
             _ => "",
         };
-        anyhow!(
+        not_made(anyhow!(
             "git's worktrees directory {} cannot be used{what}: {e}; make it a plain directory (or remove it: it is made again), then retry",
             worktrees_path.display()
-        )
+        ))
     };
     let worktrees = match beneath::dir(top.as_fd(), b"worktrees") {
         Ok(d) => d,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
             match beneath::mkdir_at(top.as_fd(), OsStr::new("worktrees"), 0o755) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                    return Err(anyhow!(e).context(format!("creating {}", worktrees_path.display())))
+                    return Err(not_made(
+                        anyhow!(e).context(format!("creating {}", worktrees_path.display())),
+                    ))
                 }
                 _ => {}
             }
             let d = beneath::dir(top.as_fd(), b"worktrees").map_err(unusable)?;
-            let st = beneath::fstat(top.as_fd())?;
+            let st = beneath::fstat(top.as_fd()).map_err(|e| not_made(e.into()))?;
             let _ = beneath::chown(d.as_fd(), Some(st.st_uid), Some(st.st_gid));
             d
         }
         Err(e) => return Err(unusable(e)),
     };
-    beneath::mkdir_at(worktrees.as_fd(), OsStr::new(admin_name), 0o755).with_context(|| {
-        format!(
-            "creating git worktree entry {} (it may exist already)",
-            dir_path.display()
-        )
-    })?;
+    beneath::mkdir_at(worktrees.as_fd(), OsStr::new(admin_name), 0o755)
+        .with_context(|| {
+            format!(
+                "creating git worktree entry {} (it may exist already)",
+                dir_path.display()
+            )
+        })
+        .map_err(not_made)?;
     let dir = beneath::dir(worktrees.as_fd(), admin_name.as_bytes())
         .with_context(|| format!("opening {}", dir_path.display()))?;
     let (uid, gid) = owner;
@@ -178,7 +212,6 @@ pub fn write_admin_entry(
             }),
         }
     };
-    give(dir.as_fd(), "")?;
     let make = |name: &str| -> anyhow::Result<fs::File> {
         let fd = beneath::open(
             dir.as_fd(),
@@ -208,5 +241,6 @@ pub fn write_admin_entry(
         })
         .and_then(|_| beneath::reopen(dir.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?.sync_all())
         .with_context(|| format!("writing {}", dir_path.join("index").display()))?;
+    give(dir.as_fd(), "")?;
     Ok(())
 }

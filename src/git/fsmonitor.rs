@@ -257,24 +257,52 @@ pub fn include_path(gitdir: &Path) -> PathBuf {
     repo_dir(gitdir).join("config")
 }
 
-/// Writes the hook and the config that enables it, if they differ (idempotent).
+/// Writes the hook and the config that enables it, if they differ (idempotent). The
+/// directory is in the repository, its owner's to make anything: it is reached through
+/// no symlink, what is there is read only when it is a regular file (a FIFO would hold
+/// the mount), and each file is replaced, never written through (a symlink there to a
+/// file of root's stays untouched; before, root truncated and overwrote it).
 fn install_files(gitdir: &Path) -> anyhow::Result<()> {
+    use crate::beneath;
+    use std::ffi::OsStr;
+    use std::os::fd::AsFd;
     let dir = repo_dir(gitdir);
-    fs::create_dir_all(&dir)?;
+    let top = beneath::open_root(gitdir)
+        .with_context(|| format!("opening git directory {}", gitdir.display()))?;
+    match beneath::mkdir_at(top.as_fd(), OsStr::new("worktreefs"), 0o755) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(anyhow::Error::new(e).context(format!("creating {}", dir.display())))
+        }
+        _ => {}
+    }
+    let holds = |name: &str, want: &str, mode: u32| {
+        beneath::read_regular(
+            top.as_fd(),
+            format!("worktreefs/{name}").as_bytes(),
+            1 << 20,
+        )
+        .is_ok_and(|(b, st)| b == want.as_bytes() && st.st_mode & 0o7777 == mode)
+    };
+    let put = |name: &str, text: &str, mode: u32| {
+        beneath::replace_file_in(
+            gitdir,
+            Path::new("worktreefs"),
+            OsStr::new(name),
+            text.as_bytes(),
+            mode,
+        )
+        .with_context(|| format!("writing {}", dir.join(name).display()))
+    };
     let hook = hook_path(gitdir);
-    if fs::read_to_string(&hook).ok().as_deref() != Some(HOOK) {
-        let tmp = dir.join(".fsmonitor-hook.tmp");
-        fs::write(&tmp, HOOK)?;
-        fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-        fs::rename(&tmp, &hook)?;
+    if !holds("fsmonitor-hook", HOOK, 0o755) {
+        put("fsmonitor-hook", HOOK, 0o755)?;
     }
     let config = format!(
         "# Written by worktreefs for its managed worktrees (admin entries wtfs-*): git asks the\n# daemon what changed instead of scanning, and keeps its untracked-file cache, which\n# the same answers keep current.\n[core]\n\tfsmonitor = {}\n\tfsmonitorHookVersion = 2\n\tuntrackedCache = true\n",
         hook.display()
     );
-    let include = include_path(gitdir);
-    if fs::read_to_string(&include).ok().as_deref() != Some(config.as_str()) {
-        fs::write(&include, config)?;
+    if !holds("config", &config, 0o644) {
+        put("config", &config, 0o644)?;
     }
     Ok(())
 }

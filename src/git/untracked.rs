@@ -212,7 +212,8 @@ pub fn directories_part(dirs: &TreeDirs, stat: &IndexStat) -> Vec<u8> {
 /// dir.c): the empty blob for an empty file, else the blob id of the content with a
 /// newline appended (git appends one before hashing); none when it cannot be read.
 fn ignore_file_oid(path: &Path) -> Option<Oid> {
-    let mut content = std::fs::read(path).ok()?;
+    // Opened only when a regular file (a FIFO there would hold the creation).
+    let mut content = crate::beneath::read_regular_following(path, 64 << 20).ok()??;
     if !content.is_empty() {
         content.push(b'\n');
     }

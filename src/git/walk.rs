@@ -131,7 +131,8 @@ fn read_packs_ahead(gitdir: &Path) {
         return;
     }
     for (path, len) in &packs {
-        if let Ok(f) = fs::File::open(path) {
+        // Opened only when a regular file (a FIFO named so would hold the creation).
+        if let Ok(Some(f)) = crate::beneath::open_regular_following(path) {
             // SAFETY: advice on a file descriptor this File owns; no memory is touched.
             unsafe {
                 libc::posix_fadvise(

@@ -397,11 +397,9 @@ fn make_recorded(
         &admin_lock_text(state),
     )
     .map_err(|e| {
-        // An entry of someone else's already there is not ours to undo.
-        made.admin = !e
-            .chain()
-            .filter_map(|c| c.downcast_ref::<std::io::Error>())
-            .any(|io| io.kind() == std::io::ErrorKind::AlreadyExists);
+        // Not made (an entry of someone else's already there, a `worktrees/` that cannot
+        // be used): nothing of it is ours to undo.
+        made.admin = e.downcast_ref::<git::EntryNotMade>().is_none();
         chain_failure("writing the git worktree entry")(e)
     })?;
     made.admin = true;
@@ -555,18 +553,32 @@ fn roll_back(
             .with_context(|| format!("{what}: removing {}", staging.display()))?;
     }
     let admin = git::admin_dir(gitdir, &c.admin_name);
-    if admin.is_dir() && !live_admin && made.is_none_or(|m| m.admin) {
+    // Reached through no symlink (the repository's owner may have made `worktrees/` a
+    // link to another repository's, whose entry of this name is not this one).
+    let worktrees = git::worktrees_dir(gitdir);
+    let entry = worktrees.as_ref().and_then(|w| {
+        crate::beneath::dir(w.as_fd(), c.admin_name.as_bytes())
+            .ok()
+            .map(|e| (w, e))
+    });
+    if let (Some((worktrees, entry)), false, true) =
+        (entry, live_admin, made.is_none_or(|m| m.admin))
+    {
         // Ours: its `locked` file is exactly what this state directory writes, or it was
         // killed while writing that file (a part of it, nothing else in the entry yet).
         let expected = admin_lock_text(state);
-        let locked = crate::beneath::read_regular_in(&admin, Path::new("locked"), 64 << 10)
-            .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-        let only_lock = fs::read_dir(&admin)
-            .map(|rd| rd.flatten().all(|e| e.file_name() == "locked"))
-            .unwrap_or(false);
-        if locked == expected || (only_lock && expected.starts_with(&locked)) {
-            fs::remove_dir_all(&admin)
+        let locked = crate::beneath::read_regular(entry.as_fd(), b"locked", 64 << 10)
+            .map(|(b, _)| String::from_utf8_lossy(&b).into_owned());
+        let listed = crate::beneath::list(entry.as_fd()).unwrap_or_default();
+        let only_lock = listed.iter().all(|e| e.name == "locked");
+        let ours = match &locked {
+            Ok(l) => *l == expected || (only_lock && expected.starts_with(l.as_str())),
+            // Killed before its first file was made.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => listed.is_empty(),
+            Err(_) => false,
+        };
+        if ours {
+            crate::beneath::remove_tree(worktrees.as_fd(), std::ffi::OsStr::new(&c.admin_name))
                 .with_context(|| format!("{what}: removing {}", admin.display()))?;
         } else {
             tracing::warn!(
@@ -589,24 +601,35 @@ fn roll_back(
         .filter(|b| made.is_none() && !live_branch(b));
     if let Some(b) = crashed_branch {
         let lock = gitdir.join("refs/heads").join(format!("{b}.lock"));
-        if let Ok(m) = fs::symlink_metadata(&lock) {
-            use std::os::unix::fs::MetadataExt;
+        let rel = format!("refs/heads/{b}.lock");
+        // Read and removed beneath the git directory, through no symlink: the repository
+        // is its owner's to make anything.
+        let top = crate::beneath::open_root(gitdir);
+        let read = top
+            .as_ref()
+            .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+            .and_then(|t| crate::beneath::read_regular(t.as_fd(), rel.as_bytes(), 4096));
+        match read {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // Made during the creation and holding nothing, or the base commit it was
             // writing (what git's library puts in a ref's lock before the rename).
-            let content = crate::beneath::read_regular_in(
-                gitdir,
-                &Path::new("refs/heads").join(format!("{b}.lock")),
-                4096,
-            )
-            .map(|(b, _)| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default();
-            let its = content.is_empty() || content.trim() == c.base_commit;
-            if m.is_file() && m.mtime() >= c.started_at - 1 && its {
-                fs::remove_file(&lock)
+            Ok((content, st))
+                if st.st_mtime >= c.started_at - 1
+                    && (content.is_empty()
+                        || String::from_utf8_lossy(&content).trim() == c.base_commit) =>
+            {
+                let (dir, name) = rel.rsplit_once('/').expect("refs/heads/…");
+                let top = top.as_ref().expect("read through it");
+                crate::beneath::dir(top.as_fd(), dir.as_bytes())
+                    .and_then(|d| {
+                        crate::beneath::unlink_at(d.as_fd(), std::ffi::OsStr::new(name), false)
+                    })
                     .with_context(|| format!("{what}: removing {}", lock.display()))?;
-            } else {
-                tracing::warn!("{what}: {} predates it; left as it is", lock.display());
             }
+            _ => tracing::warn!(
+                "{what}: {} predates it or is not a lock file of it; left as it is",
+                lock.display()
+            ),
         }
     }
     if let Some(b) = branch {
@@ -979,6 +1002,7 @@ pub(crate) fn point_admin_entry(gitdir: &Path, admin_name: &str, want: &str) -> 
         &rel,
         std::ffi::OsStr::new("gitdir"),
         want.as_bytes(),
+        0o644,
     ) {
         Ok(()) => true,
         Err(e) => {

@@ -12,6 +12,7 @@
 //! worktree's work; removal removes the admin entries with the worktree.
 
 use std::fs;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use git2::{Oid, Repository};
@@ -112,11 +113,29 @@ pub fn readable_records(dir: &Path) -> Vec<(PathBuf, SubRecord)> {
         .collect()
 }
 
-/// Whether `admin` is a submodule view's git entry this state directory made (its lock
-/// says so, word for word).
-fn is_ours(state: &StateDir, admin: &Path) -> bool {
-    crate::beneath::read_regular_in(admin, Path::new("locked"), 64 << 10)
+/// Whether `r`'s git entry is one this state directory made (its lock says so, word for
+/// word), reached through no symlink from the submodule's git directory (its owner's to
+/// make anything of).
+fn is_ours(state: &StateDir, r: &SubRecord) -> bool {
+    git::worktrees_dir(&r.gitdir).is_some_and(|w| ours_in(state, w.as_fd(), r))
+}
+
+fn ours_in(state: &StateDir, worktrees: std::os::fd::BorrowedFd, r: &SubRecord) -> bool {
+    let locked = format!("{}/locked", r.admin_name);
+    crate::beneath::read_regular(worktrees, locked.as_bytes(), 64 << 10)
         .is_ok_and(|(s, _)| s == super::create::admin_lock_text(state).as_bytes())
+}
+
+/// Removes `r`'s git entry when it is this state directory's (see [`is_ours`]), never
+/// following a symlink.
+fn remove_if_ours(state: &StateDir, r: &SubRecord) -> std::io::Result<()> {
+    let Some(w) = git::worktrees_dir(&r.gitdir) else {
+        return Ok(());
+    };
+    if !ours_in(state, w.as_fd(), r) {
+        return Ok(());
+    }
+    crate::beneath::remove_tree(w.as_fd(), std::ffi::OsStr::new(&r.admin_name))
 }
 
 /// The submodule repository `<common>/modules/<name>`, reached without following a
@@ -296,7 +315,7 @@ pub fn ensure(
     let admin = record.admin();
     // Complete (its index is written last) and this state directory's: used as it is.
     // Half made by us (a crash): made again. Someone else's: refused.
-    let ours = is_ours(state, &admin);
+    let ours = is_ours(state, &record);
     if !(ours && admin.join("index").exists()) {
         if admin.exists() && !ours {
             anyhow::bail!(
@@ -339,11 +358,8 @@ fn make_admin_entry(
         index.place_conversions(&conversions)?;
     }
     let worktree_path = p.mountpoint.join(p.repo).join(p.name).join(&record.path);
-    let admin = record.admin();
     // A half-made entry of ours (a crash) is made again.
-    if is_ours(state, &admin) {
-        let _ = fs::remove_dir_all(&admin);
-    }
+    let _ = remove_if_ours(state, record);
     // The owner's, as the entry `worktreefs new` makes for them: git inside writes its
     // index, HEAD and refs' logs there (a `worktrees/` made for it is the repository
     // owner's).
@@ -364,8 +380,7 @@ fn make_admin_entry(
 pub fn repoint(state: &StateDir, dir: &Path, worktree_path: &Path) {
     for (_, r) in readable_records(dir) {
         let gitfile = worktree_path.join(&r.path).join(".git");
-        let admin = r.admin();
-        if is_ours(state, &admin) {
+        if is_ours(state, &r) {
             crate::lifecycle::create::point_admin_entry(
                 &r.gitdir,
                 &r.admin_name,
@@ -379,11 +394,11 @@ pub fn repoint(state: &StateDir, dir: &Path, worktree_path: &Path) {
 /// `dir` (live or parked): those this state directory made (its lock text), none other.
 pub fn remove_admin_entries(state: &StateDir, dir: &Path) {
     for (_, r) in readable_records(dir) {
-        let admin = r.admin();
-        if is_ours(state, &admin) {
-            if let Err(e) = fs::remove_dir_all(&admin) {
-                tracing::warn!("could not remove submodule entry {}: {e}", admin.display());
-            }
+        if let Err(e) = remove_if_ours(state, &r) {
+            tracing::warn!(
+                "could not remove submodule entry {}: {e}",
+                r.admin().display()
+            );
         }
     }
 }

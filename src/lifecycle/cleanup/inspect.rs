@@ -411,25 +411,11 @@ fn index_from(raw: &[u8]) -> Result<git2::Index, String> {
 }
 
 /// An ignore file's text (`info/exclude`, `core.excludesFile`), read as git reads it
-/// (through symlinks: dotfiles are often links) but never blocking: opened without
-/// waiting and read only when it is a regular file (a FIFO would hold the inspection).
-/// None when missing or not a file (a log line says which).
+/// (through symlinks: dotfiles are often links) but opened only when it is a regular
+/// file (a FIFO would hold the inspection; a device has effects of its own). None when
+/// missing or not a file (a log line says which).
 fn ignore_text(path: &Path) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let read = || -> std::io::Result<Option<Vec<u8>>> {
-        let f = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)?;
-        if !f.metadata()?.is_file() {
-            return Ok(None);
-        }
-        let mut out = Vec::new();
-        f.take(64 << 20).read_to_end(&mut out)?;
-        Ok(Some(out))
-    };
-    match read() {
+    match beneath::read_regular_following(path, 64 << 20) {
         Ok(Some(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
         Ok(None) => {
             tracing::warn!(

@@ -73,7 +73,11 @@ pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
     }
     match rx.recv_timeout(std::time::Duration::from_millis(ms)) {
         Ok(found) => found,
-        Err(_) => {
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(format!(
+            "the inspection of {} failed unexpectedly (see the daemon's log)",
+            t.path.display()
+        )),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
             let secs = ms as f64 / 1000.0;
             tracing::warn!(
                 worktree = %t.path.display(),

@@ -2,6 +2,7 @@
 //! entries, and the cleanup of every worktree left without a lease at unmount.
 
 use std::fs;
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use crate::lease::State;
@@ -134,8 +135,16 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
     }
     for repo in store.repos().unwrap_or_default() {
         let dir = repo.gitdir.join(PARKED_ADMIN_DIR);
-        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
+        // Beneath the git directory, through no symlink (see `AdminDirs`).
+        let Ok(dirs) = super::remove::AdminDirs::open(&repo.gitdir) else {
+            continue;
+        };
+        let Ok(removing) = dirs.removing(false) else {
+            continue;
+        };
+        for e in crate::beneath::list(removing.as_fd()).unwrap_or_default() {
+            let name = e.name.to_string_lossy().into_owned();
+            let path = dir.join(&e.name);
             let Some((id, admin)) = name
                 .split_once('-')
                 .and_then(|(i, a)| Some((i.parse::<i64>().ok()?, a.to_string())))
@@ -144,13 +153,19 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
             };
             match decide_for(id) {
                 Some(true) => {
-                    let _ = fs::remove_dir_all(e.path());
+                    let _ = crate::beneath::remove_tree(removing.as_fd(), &e.name);
                 }
                 Some(false) => {
                     let back = crate::git::admin_dir(&repo.gitdir, &admin);
-                    if !back.exists() {
-                        tracing::warn!("putting back {}", back.display());
-                        let _ = fs::rename(e.path(), back);
+                    if let Ok(worktrees) = dirs.worktrees() {
+                        tracing::warn!("putting back {} ({})", back.display(), path.display());
+                        let _ = crate::beneath::rename_at(
+                            removing.as_fd(),
+                            &e.name,
+                            worktrees.as_fd(),
+                            std::ffi::OsStr::new(&admin),
+                            libc::RENAME_NOREPLACE,
+                        );
                     }
                 }
                 None => {}

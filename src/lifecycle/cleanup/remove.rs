@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use git2::{Oid, Repository};
@@ -13,6 +13,46 @@ use crate::store::Store;
 
 use super::inspect::reachable_elsewhere;
 use super::*;
+
+/// git's entries (`<gitdir>/worktrees`) and where removals park them
+/// (`<gitdir>/worktreefs/removing`), reached beneath the repository's git directory
+/// through no symlink: its owner may have made anything of them, and root renames and
+/// deletes there.
+pub(super) struct AdminDirs {
+    top: std::os::fd::OwnedFd,
+}
+
+impl AdminDirs {
+    pub(super) fn open(gitdir: &Path) -> std::io::Result<AdminDirs> {
+        Ok(AdminDirs {
+            top: crate::beneath::open_root(gitdir)?,
+        })
+    }
+
+    pub(super) fn worktrees(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        crate::beneath::dir(self.top.as_fd(), b"worktrees")
+    }
+
+    /// The parking directory; made (as root's, like the files in it) when `make`.
+    pub(super) fn removing(&self, make: bool) -> std::io::Result<std::os::fd::OwnedFd> {
+        if make {
+            for d in ["worktreefs", "worktreefs/removing"] {
+                let (parent, name) = d.rsplit_once('/').unwrap_or(("", d));
+                let p = crate::beneath::dir(self.top.as_fd(), parent.as_bytes())?;
+                match crate::beneath::mkdir_at(p.as_fd(), std::ffi::OsStr::new(name), 0o755) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        crate::beneath::dir(self.top.as_fd(), PARKED_ADMIN_DIR.as_bytes())
+    }
+}
+
+/// Whether `name` in `dir` is there at all (a symlink counts: it is not followed).
+fn present(dir: std::os::fd::BorrowedFd, name: &std::ffi::OsStr) -> bool {
+    crate::beneath::stat_at(dir, name).is_ok()
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -75,10 +115,6 @@ struct FsRemover<'a> {
     deleted_tip: Option<Oid>,
 }
 
-fn is_ours(admin: &Path) -> bool {
-    is_our_admin_entry(admin)
-}
-
 impl Remover for FsRemover<'_> {
     fn run(&mut self, step: Step) -> Result<(), String> {
         match step {
@@ -96,27 +132,40 @@ impl Remover for FsRemover<'_> {
                 })
             }
             Step::ParkAdmin => {
-                if !self.t.admin.exists() {
+                let (admin, parked) = (&self.t.admin, self.t.parked_admin());
+                let name = admin.file_name().unwrap_or_default();
+                let parked_name = parked.file_name().unwrap_or_default();
+                let failed = |what: &str, e: std::io::Error| {
+                    format!(
+                        "{what} {}: {e} (reached through no symbolic link: the repository's owner may have made one)",
+                        admin.display()
+                    )
+                };
+                let dirs = AdminDirs::open(&self.t.gitdir).map_err(|e| failed("opening", e))?;
+                let worktrees = match dirs.worktrees() {
+                    Ok(d) => d,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                    Err(e) => return Err(failed("reaching", e)),
+                };
+                if !present(worktrees.as_fd(), name) {
                     return Ok(());
                 }
-                if !is_ours(&self.t.admin) {
+                let mut locked = name.as_encoded_bytes().to_vec();
+                locked.extend_from_slice(b"/locked");
+                let ours = crate::beneath::read_regular(worktrees.as_fd(), &locked, 64 << 10)
+                    .is_ok_and(|(b, _)| b.starts_with(ADMIN_MARKER.as_bytes()));
+                if !ours {
                     return Err(format!(
                         "{} is not marked as created by worktreefs; left alone",
-                        self.t.admin.display()
+                        admin.display()
                     ));
                 }
-                let parked = self.t.parked_admin();
-                if let Some(p) = parked.parent() {
-                    fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()))?;
-                }
-                let _ = fs::remove_dir_all(&parked);
-                fs::rename(&self.t.admin, &parked).map_err(|e| {
-                    format!(
-                        "rename {} -> {}: {e}",
-                        self.t.admin.display(),
-                        parked.display()
-                    )
-                })
+                let removing = dirs
+                    .removing(true)
+                    .map_err(|e| format!("mkdir {}: {e}", parked.display()))?;
+                let _ = crate::beneath::remove_tree(removing.as_fd(), parked_name);
+                crate::beneath::rename_at(worktrees.as_fd(), name, removing.as_fd(), parked_name, 0)
+                    .map_err(|e| format!("rename {} -> {}: {e}", admin.display(), parked.display()))
             }
             Step::DeleteBranch => {
                 let Some(branch) = &self.t.branch else {
@@ -151,8 +200,22 @@ impl Remover for FsRemover<'_> {
             }
             Step::ParkAdmin => {
                 let parked = self.t.parked_admin();
-                if parked.exists() {
-                    fs::rename(&parked, &self.t.admin).map_err(|e| e.to_string())?;
+                let name = self.t.admin.file_name().unwrap_or_default();
+                let parked_name = parked.file_name().unwrap_or_default();
+                let dirs = AdminDirs::open(&self.t.gitdir).map_err(|e| e.to_string())?;
+                let Ok(removing) = dirs.removing(false) else {
+                    return Ok(());
+                };
+                if present(removing.as_fd(), parked_name) {
+                    let worktrees = dirs.worktrees().map_err(|e| e.to_string())?;
+                    crate::beneath::rename_at(
+                        removing.as_fd(),
+                        parked_name,
+                        worktrees.as_fd(),
+                        name,
+                        libc::RENAME_NOREPLACE,
+                    )
+                    .map_err(|e| e.to_string())?;
                 }
                 Ok(())
             }
@@ -235,7 +298,18 @@ pub(super) fn run_removal(
 /// Deletes what a removal parked, and the git entries of its submodule views.
 pub(super) fn purge(state: &StateDir, t: &Target) {
     crate::lifecycle::submodules::remove_admin_entries(state, &t.parked_dir(state));
-    for p in [t.parked_dir(state), t.parked_admin()] {
+    let parked = t.parked_admin();
+    if let Ok(removing) = AdminDirs::open(&t.gitdir).and_then(|d| d.removing(false)) {
+        let name = parked.file_name().unwrap_or_default();
+        match crate::beneath::remove_tree(removing.as_fd(), name) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => tracing::warn!(
+                "could not delete {}: {e} (deleted at the next mount)",
+                parked.display()
+            ),
+            _ => {}
+        }
+    }
+    for p in [t.parked_dir(state)] {
         if p.exists() {
             if let Err(e) = fs::remove_dir_all(&p) {
                 tracing::warn!(
