@@ -867,6 +867,15 @@ fn an_inspection_that_blocks_ends_within_its_timeout() {
         started.elapsed()
     );
     assert_ne!(state_of(&env, "stuck"), "removed");
+    // While that inspection is blocked, no other one starts (one thread at most).
+    let started = Instant::now();
+    let said = reclaim_kept(&env, "repo/stuck", Duration::from_secs(30));
+    assert!(said.contains("still blocked"), "{said}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
     run_ok("test", &["-f", "README.md"], &m.wt("repo", "stuck"));
     // Unblocked, the next reclaim inspects again: a writer lets the blocked reader go,
     // and the ref is put back as it was.

@@ -53,15 +53,37 @@ pub fn set_inspect_timeout(d: std::time::Duration) {
 /// its user's, and libgit2 opens a ref or an object as a file, so one made a FIFO would
 /// block it (and every removal after it) for good. It runs on a thread of its own; one
 /// still blocked at the timeout is left to end by itself (it only reads, and its answer
-/// goes nowhere), and the worktree is retained with a reason that says so.
+/// goes nowhere), and the worktree is retained with a reason that says so. While it is
+/// blocked, no other inspection of that worktree starts (one thread per worktree at
+/// most, however often the sweeper or a user asks).
 pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
+    // Worktrees whose inspection is still blocked past its timeout, and since when.
+    static BLOCKED: parking_lot::Mutex<Vec<(i64, std::time::Instant)>> =
+        parking_lot::const_mutex(Vec::new());
     let ms = INSPECT_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed);
+    if let Some((_, since)) = BLOCKED.lock().iter().find(|(id, _)| *id == t.id) {
+        return Err(format!(
+            "an earlier inspection of it is still blocked ({} s; something in {} or {} blocks reading: a FIFO or a file of a filesystem that hangs?); remove it and reclaim again",
+            since.elapsed().as_secs() + ms / 1000,
+            t.gitdir.display(),
+            t.admin.display()
+        ));
+    }
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let target = t.clone();
+    // Set by the inspection when it ends, under BLOCKED's lock (so a timeout that marks
+    // the worktree blocked and an end that unmarks it never cross).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ended = done.clone();
     let spawned = std::thread::Builder::new()
         .name(format!("inspect-{}", t.id))
         .spawn(move || {
-            let _ = tx.send(inspect(&target));
+            let found = inspect(&target);
+            let mut blocked = BLOCKED.lock();
+            ended.store(true, std::sync::atomic::Ordering::Relaxed);
+            blocked.retain(|(id, _)| *id != target.id);
+            drop(blocked);
+            let _ = tx.send(found);
         });
     if let Err(e) = spawned {
         // No thread to spare: inspect here, unbounded, rather than not at all.
@@ -78,6 +100,18 @@ pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
             t.path.display()
         )),
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            {
+                let mut blocked = BLOCKED.lock();
+                if done.load(std::sync::atomic::Ordering::Relaxed) {
+                    drop(blocked);
+                    // It ended just now.
+                    if let Ok(found) = rx.recv() {
+                        return found;
+                    }
+                } else {
+                    blocked.push((t.id, std::time::Instant::now()));
+                }
+            }
             let secs = ms as f64 / 1000.0;
             tracing::warn!(
                 worktree = %t.path.display(),
