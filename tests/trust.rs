@@ -815,6 +815,46 @@ fn the_fsmonitor_hook_is_installed_through_no_symlink() {
     m.unmount();
 }
 
+/// The repository's config gets the include line that enables the hook: written as the
+/// repository's owner, so a config that is a symlink to a file of root's is not written
+/// through (libgit2's lock file and rename follow the link: as root, the file it named
+/// was replaced).
+#[test]
+fn the_repository_config_is_written_as_its_owner() {
+    let env = Env::new();
+    open_to_others(&env);
+    let (aim, print) = target(&env);
+    let config = env.repo.path().join(".git/config");
+    // A config without the include line (the registration added one to the real one).
+    fs::write(
+        aim.join("config"),
+        "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n",
+    )
+    .unwrap();
+    fs::remove_file(&config).unwrap();
+    std::os::unix::fs::symlink(aim.join("config"), &config).unwrap();
+    run_ok(
+        "chown",
+        &[
+            "-R",
+            "-h",
+            &format!("{NOBODY}:{NOBODY}"),
+            env.repo.path().to_str().unwrap(),
+        ],
+        Path::new("/"),
+    );
+    let before = print();
+    let config_before = fs::read(aim.join("config")).unwrap();
+    let m = env.mount();
+    assert_eq!(print(), before, "root's directory was written in");
+    assert_eq!(fs::read(aim.join("config")).unwrap(), config_before);
+    assert!(fs::symlink_metadata(&config)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    m.unmount();
+}
+
 /// A removal parks git's entry in `.git/worktreefs/removing/` before deleting it: made a
 /// symlink to a directory of root's, it is not followed (root moved the user's entry
 /// into that directory and deleted it there); the worktree is kept with the reason.

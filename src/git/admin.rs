@@ -109,18 +109,17 @@ pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
     out
 }
 
-/// A failure of [`write_admin_entry`] before it made the entry's directory: nothing of
-/// it is there to undo (the message says why).
+/// In the chain of a failure of [`write_admin_entry`] before it made the entry's
+/// directory: nothing of it is there to undo (the causes below say why; an `io::Error`
+/// among them, a full disk say, is still found).
 #[derive(Debug)]
-pub struct EntryNotMade(pub String);
+pub struct EntryNotMade;
 
 impl std::fmt::Display for EntryNotMade {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str("git's worktree entry was not made")
     }
 }
-
-impl std::error::Error for EntryNotMade {}
 
 /// The directory `<gitdir>/worktrees`, reached through no symlink; None when there is
 /// none (or it cannot be used: nothing worktreefs made can be in it then).
@@ -158,7 +157,7 @@ pub fn write_admin_entry(
     use std::os::fd::AsFd;
     let worktrees_path = gitdir.join("worktrees");
     let dir_path = worktrees_path.join(admin_name);
-    let not_made = |e: anyhow::Error| anyhow::Error::new(EntryNotMade(format!("{e:#}")));
+    let not_made = |e: anyhow::Error| e.context(EntryNotMade);
     let top = beneath::open_root(gitdir)
         .with_context(|| format!("opening git directory {}", gitdir.display()))
         .map_err(not_made)?;
@@ -169,10 +168,10 @@ pub fn write_admin_entry(
             }
             _ => "",
         };
-        not_made(anyhow!(
-            "git's worktrees directory {} cannot be used{what}: {e}; make it a plain directory (or remove it: it is made again), then retry",
+        not_made(anyhow::Error::new(e).context(format!(
+            "git's worktrees directory {} cannot be used{what}; make it a plain directory (or remove it: it is made again), then retry",
             worktrees_path.display()
-        ))
+        )))
     };
     let worktrees = match beneath::dir(top.as_fd(), b"worktrees") {
         Ok(d) => d,

@@ -315,46 +315,109 @@ fn include_key(gitdir: &Path) -> String {
 }
 
 /// Makes the repository's config include the hook's config for worktreefs' worktrees
-/// (admin entries named `wtfs-*`) and for no other worktree.
+/// (admin entries named `wtfs-*`) and for no other worktree. The config is written as
+/// its repository's owner (see [`as_owner_of`]).
 pub fn enable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
     install_files(gitdir)?;
-    let config_path = gitdir.join("config");
-    let mut config = git2::Config::open(&config_path)
-        .with_context(|| format!("opening {}", config_path.display()))?;
-    let key = include_key(gitdir);
-    let want = include_path(gitdir).display().to_string();
-    let mut present = false;
-    if let Ok(mut entries) = config.multivar(&key, None) {
-        while let Some(Ok(e)) = entries.next() {
-            if e.value() == Some(want.as_str()) {
-                present = true;
+    let gitdir = gitdir.to_path_buf();
+    as_owner_of(&gitdir.clone(), move || {
+        let config_path = gitdir.join("config");
+        let mut config = git2::Config::open(&config_path)
+            .with_context(|| format!("opening {}", config_path.display()))?;
+        let key = include_key(&gitdir);
+        let want = include_path(&gitdir).display().to_string();
+        let mut present = false;
+        if let Ok(mut entries) = config.multivar(&key, None) {
+            while let Some(Ok(e)) = entries.next() {
+                if e.value() == Some(want.as_str()) {
+                    present = true;
+                }
             }
         }
-    }
-    if !present {
-        config
-            .set_multivar(&key, "^$", &want)
-            .with_context(|| format!("adding {key} to {}", config_path.display()))?;
-    }
-    Ok(())
+        if !present {
+            config
+                .set_multivar(&key, "^$", &want)
+                .with_context(|| format!("adding {key} to {}", config_path.display()))?;
+        }
+        Ok(())
+    })
 }
 
-/// Undoes `enable_for_repo` (on `repo remove`).
+/// How long reading and writing a repository's config may take (a FIFO there blocks).
+const CONFIG_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs `f` on a thread of its own whose file-system identity (`setfsuid`, `setfsgid`:
+/// the calling thread's alone) is the owner of the directory `gitdir`, bounded by
+/// `CONFIG_LIMIT`. The repository's config is its owner's to make anything, and libgit2
+/// writes it through a symlink (its lock file and rename follow one): as root, that
+/// replaced whatever file the link named. As the owner, it can reach only what the
+/// owner can (the kernel drops a thread's file capabilities when its fsuid leaves 0).
+/// A thread still blocked at the limit is left to end by itself.
+fn as_owner_of(
+    gitdir: &Path,
+    f: impl FnOnce() -> anyhow::Result<()> + Send + 'static,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::metadata(gitdir)
+        .with_context(|| format!("reading the owner of {}", gitdir.display()))?;
+    let (uid, gid) = (owner.uid(), owner.gid());
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("repo-config".into())
+        .spawn(move || {
+            // SAFETY: plain syscalls on this thread's own credentials; they cannot fail
+            // in a way that matters: checked by reading the value back.
+            let became = unsafe {
+                libc::setfsgid(gid);
+                libc::setfsuid(uid);
+                libc::setfsuid(u32::MAX) as u32 == uid
+            };
+            let r = if became || nix::unistd::geteuid().as_raw() != 0 {
+                f()
+            } else {
+                Err(anyhow::anyhow!("could not take the identity {uid}:{gid}"))
+            };
+            let _ = tx.send(r);
+        })?;
+    match rx.recv_timeout(CONFIG_LIMIT) {
+        Ok(r) => r,
+        Err(_) => Err(anyhow::anyhow!(
+            "the config of {} was not read within {} s (a FIFO or a file of a filesystem that hangs?)",
+            gitdir.display(),
+            CONFIG_LIMIT.as_secs()
+        )),
+    }
+}
+
+/// Undoes `enable_for_repo` (on `repo remove`), as the repository's owner.
 pub fn disable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
+    let dir = gitdir.to_path_buf();
+    as_owner_of(gitdir, move || {
+        let config_path = dir.join("config");
+        let mut config = git2::Config::open(&config_path)?;
+        let _ = config.remove_multivar(&include_key(&dir), ".*");
+        Ok(())
+    })?;
+    // libgit2 leaves the emptied section header behind; git itself removes it (as the
+    // owner too: git writes a config through a symlink as well).
     let config_path = gitdir.join("config");
-    let mut config = git2::Config::open(&config_path)?;
-    let _ = config.remove_multivar(&include_key(gitdir), ".*");
-    drop(config);
-    // libgit2 leaves the emptied section header behind; git itself removes it.
     let section = format!("includeIf.gitdir:{}/worktrees/wtfs-*", gitdir.display());
-    let _ = std::process::Command::new("git")
-        .arg("config")
+    let mut git = std::process::Command::new("git");
+    git.arg("config")
         .arg("--file")
         .arg(&config_path)
         .arg("--remove-section")
         .arg(&section)
-        .stderr(std::process::Stdio::null())
-        .status();
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt;
+        let owner = fs::metadata(gitdir)?;
+        // (std drops root's supplementary groups when it sets the uid.)
+        git.uid(owner.uid()).gid(owner.gid());
+    }
+    let _ = git.status();
     match fs::remove_dir_all(repo_dir(gitdir)) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

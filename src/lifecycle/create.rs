@@ -556,6 +556,13 @@ fn roll_back(
     // Reached through no symlink (the repository's owner may have made `worktrees/` a
     // link to another repository's, whose entry of this name is not this one).
     let worktrees = git::worktrees_dir(gitdir);
+    if worktrees.is_none() && fs::symlink_metadata(gitdir.join("worktrees")).is_ok() {
+        tracing::warn!(
+            "{what}: {} cannot be reached through no symbolic link; any entry {} there is left as it is",
+            gitdir.join("worktrees").display(),
+            c.admin_name
+        );
+    }
     let entry = worktrees.as_ref().and_then(|w| {
         crate::beneath::dir(w.as_fd(), c.admin_name.as_bytes())
             .ok()
@@ -626,8 +633,9 @@ fn roll_back(
                     })
                     .with_context(|| format!("{what}: removing {}", lock.display()))?;
             }
-            _ => tracing::warn!(
-                "{what}: {} predates it or is not a lock file of it; left as it is",
+            Ok(_) => tracing::warn!("{what}: {} predates it; left as it is", lock.display()),
+            Err(e) => tracing::warn!(
+                "{what}: {} could not be read as a lock file ({e}); left as it is",
                 lock.display()
             ),
         }

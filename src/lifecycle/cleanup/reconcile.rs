@@ -157,15 +157,28 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
                 }
                 Some(false) => {
                     let back = crate::git::admin_dir(&repo.gitdir, &admin);
-                    if let Ok(worktrees) = dirs.worktrees() {
-                        tracing::warn!("putting back {} ({})", back.display(), path.display());
-                        let _ = crate::beneath::rename_at(
+                    let put = dirs.worktrees(true).and_then(|worktrees| {
+                        crate::beneath::rename_at(
                             removing.as_fd(),
                             &e.name,
                             worktrees.as_fd(),
                             std::ffi::OsStr::new(&admin),
                             libc::RENAME_NOREPLACE,
-                        );
+                        )
+                    });
+                    match put {
+                        Ok(()) => tracing::warn!(
+                            "put back {} (its removal never finished; it was parked as {})",
+                            back.display(),
+                            path.display()
+                        ),
+                        Err(e) => tracing::error!(
+                            "could not put back {} from {}: {e}; if {} is this worktree's entry, remove {}, else move the parked one back by hand",
+                            back.display(),
+                            path.display(),
+                            back.display(),
+                            path.display()
+                        ),
                     }
                 }
                 None => {}

@@ -29,8 +29,25 @@ impl AdminDirs {
         })
     }
 
-    pub(super) fn worktrees(&self) -> std::io::Result<std::os::fd::OwnedFd> {
-        crate::beneath::dir(self.top.as_fd(), b"worktrees")
+    /// `worktrees/`; made when `make` and missing (the repository owner's, as git makes it).
+    pub(super) fn worktrees(&self, make: bool) -> std::io::Result<std::os::fd::OwnedFd> {
+        match crate::beneath::dir(self.top.as_fd(), b"worktrees") {
+            Err(e) if make && e.kind() == std::io::ErrorKind::NotFound => {
+                match crate::beneath::mkdir_at(
+                    self.top.as_fd(),
+                    std::ffi::OsStr::new("worktrees"),
+                    0o755,
+                ) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+                let d = crate::beneath::dir(self.top.as_fd(), b"worktrees")?;
+                let st = crate::beneath::fstat(self.top.as_fd())?;
+                let _ = crate::beneath::chown(d.as_fd(), Some(st.st_uid), Some(st.st_gid));
+                Ok(d)
+            }
+            other => other,
+        }
     }
 
     /// The parking directory; made (as root's, like the files in it) when `make`.
@@ -141,8 +158,10 @@ impl Remover for FsRemover<'_> {
                         admin.display()
                     )
                 };
-                let dirs = AdminDirs::open(&self.t.gitdir).map_err(|e| failed("opening", e))?;
-                let worktrees = match dirs.worktrees() {
+                let dirs = AdminDirs::open(&self.t.gitdir).map_err(|e| {
+                    format!("opening git directory {}: {e}", self.t.gitdir.display())
+                })?;
+                let worktrees = match dirs.worktrees(false) {
                     Ok(d) => d,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                     Err(e) => return Err(failed("reaching", e)),
@@ -202,12 +221,22 @@ impl Remover for FsRemover<'_> {
                 let parked = self.t.parked_admin();
                 let name = self.t.admin.file_name().unwrap_or_default();
                 let parked_name = parked.file_name().unwrap_or_default();
-                let dirs = AdminDirs::open(&self.t.gitdir).map_err(|e| e.to_string())?;
-                let Ok(removing) = dirs.removing(false) else {
-                    return Ok(());
+                let back = |e: std::io::Error| {
+                    format!(
+                        "putting {} back as {}: {e}",
+                        parked.display(),
+                        self.t.admin.display()
+                    )
+                };
+                let dirs = AdminDirs::open(&self.t.gitdir).map_err(back)?;
+                let removing = match dirs.removing(false) {
+                    Ok(d) => d,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                    Err(e) => return Err(back(e)),
                 };
                 if present(removing.as_fd(), parked_name) {
-                    let worktrees = dirs.worktrees().map_err(|e| e.to_string())?;
+                    // `worktrees/` may have gone meanwhile (git prunes it once empty).
+                    let worktrees = dirs.worktrees(true).map_err(back)?;
                     crate::beneath::rename_at(
                         removing.as_fd(),
                         parked_name,
@@ -215,7 +244,7 @@ impl Remover for FsRemover<'_> {
                         name,
                         libc::RENAME_NOREPLACE,
                     )
-                    .map_err(|e| e.to_string())?;
+                    .map_err(back)?;
                 }
                 Ok(())
             }
