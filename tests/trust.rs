@@ -881,6 +881,35 @@ fn a_removal_parks_gits_entry_through_no_symlink() {
     m.unmount();
 }
 
+/// A removal takes only its own worktree's git entry: one renamed into its entry's name
+/// (another worktree's, as a repository's owner can rename any entry in `worktrees/`)
+/// is refused, and stays; the worktree is kept with the reason. (Inspection sees the
+/// other's HEAD and keeps it; `--discard`, which removes whatever inspection finds, is
+/// where only the entry's own check stands, as for a swap made after inspection.)
+#[test]
+fn a_removal_takes_only_its_own_worktrees_entry() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/mine"]);
+    wtfs_ok(&env.state(), &["new", "repo/theirs"]);
+    let m = env.mount();
+    let worktrees = env.repo.path().join(".git/worktrees");
+    fs::rename(worktrees.join("wtfs-mine"), worktrees.join("mine-away")).unwrap();
+    fs::rename(worktrees.join("wtfs-theirs"), worktrees.join("wtfs-mine")).unwrap();
+    let theirs = fs::read_to_string(worktrees.join("wtfs-mine/gitdir")).unwrap();
+    let said = reclaim_kept(&env, "repo/mine", Duration::from_secs(30));
+    assert!(said.contains("branch-moved"), "{said}");
+    let out = wtfs(&env.state(), &["reclaim", "repo/mine", "--discard"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(said.contains("is not this worktree's entry"), "{said}");
+    assert_eq!(
+        fs::read_to_string(worktrees.join("wtfs-mine/gitdir")).unwrap(),
+        theirs,
+        "the other worktree's entry was taken"
+    );
+    m.unmount();
+}
+
 /// Whatever else in the repository blocks a read (a FIFO where a branch's ref was, which
 /// libgit2 opens as a file), the inspection ends within `--inspect-timeout`, and the
 /// worktree is kept with a reason that says so and what to do.

@@ -191,6 +191,11 @@ impl Target {
         }
     }
 
+    /// `<repo>/<name>`: the worktree's place under the mount.
+    fn repo_and_name(&self) -> String {
+        format!("{}/{}", self.repo, self.name)
+    }
+
     fn parked_admin(&self) -> PathBuf {
         let name = self
             .admin

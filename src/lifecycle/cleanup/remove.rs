@@ -179,6 +179,21 @@ impl Remover for FsRemover<'_> {
                         admin.display()
                     ));
                 }
+                // And this worktree's: its `gitdir` names this worktree's `.git` (the
+                // repository's owner can rename any entry there into this one's name,
+                // another worktree's among them). The mount's path may differ (moved
+                // since); the worktree's place under it may not.
+                let mut gitdir_file = name.as_encoded_bytes().to_vec();
+                gitdir_file.extend_from_slice(b"/gitdir");
+                let tail = format!("/{}/.git\n", self.t.repo_and_name());
+                let its = crate::beneath::read_regular(worktrees.as_fd(), &gitdir_file, 64 << 10)
+                    .is_ok_and(|(b, _)| b.ends_with(tail.as_bytes()));
+                if !its {
+                    return Err(format!(
+                        "{} is not this worktree's entry (its gitdir names another worktree); left alone: if it is another worktree's, rename it back to that worktree's entry name",
+                        admin.display()
+                    ));
+                }
                 let removing = dirs
                     .removing(true)
                     .map_err(|e| format!("mkdir {}: {e}", parked.display()))?;
