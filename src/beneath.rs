@@ -302,11 +302,17 @@ pub fn replace_file_in(
         libc::O_PATH | libc::O_DIRECTORY,
         0,
     )?;
+    replace_file_at(dir.as_fd(), name, bytes, mode)
+}
+
+/// As [`replace_file_in`], in the directory `dir` (a descriptor: the directory it was
+/// opened as, whatever has been renamed since).
+pub fn replace_file_at(dir: BorrowedFd, name: &OsStr, bytes: &[u8], mode: u32) -> io::Result<()> {
     let mut tmp_name = OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(".wtfs-new");
     let tmp = name_c(&tmp_name)?;
-    let _ = unlink_at(dir.as_fd(), &tmp_name, false);
+    let _ = unlink_at(dir, &tmp_name, false);
     // SAFETY: a valid descriptor and a NUL-terminated name.
     let fd = owned(unsafe {
         libc::openat(
@@ -321,9 +327,9 @@ pub fn replace_file_in(
     let mut f = File::from(fd);
     let written = io::Write::write_all(&mut f, bytes)
         .and_then(|_| f.sync_all())
-        .and_then(|_| rename_at(dir.as_fd(), &tmp_name, dir.as_fd(), name, 0));
+        .and_then(|_| rename_at(dir, &tmp_name, dir, name, 0));
     if written.is_err() {
-        let _ = unlink_at(dir.as_fd(), &tmp_name, false);
+        let _ = unlink_at(dir, &tmp_name, false);
     }
     written
 }

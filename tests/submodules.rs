@@ -493,18 +493,21 @@ fn a_submodule_is_removed_and_moved_as_in_a_checkout() {
     assert_eq!(status(&wt), status(&co));
     run_ok("rm", &["vendor/lib/own.txt"], &wt);
 
-    // `mv` of a directory above the submodule: the view cannot follow a rename (EXDEV,
-    // as overlayfs answers for a merged directory), so mv copies and removes.
+    // `mv` of a directory above the submodule: the view does not follow such a rename
+    // (EXDEV, as overlayfs answers for a merged directory), so mv copies and removes.
     let wt = m.wt("repo", "mv");
     let co = out.path().join("mv");
     checkout_with_submodule(&repo, &co);
     let sub = wt.join("vendor/lib");
     run_ok("sh", &["-c", "echo draft > draft.txt"], &sub);
-    let gm = run("git", &["mv", "vendor/lib", "vendor/moved"], &wt);
-    assert!(!gm.status.success(), "{gm:?}");
+    let r = run(
+        "perl",
+        &["-e", "rename('vendor', 'third_party') or die \"$!\\n\""],
+        &wt,
+    );
     assert!(
-        String::from_utf8_lossy(&gm.stderr).contains("cross-device"),
-        "{gm:?}"
+        String::from_utf8_lossy(&r.stderr).contains("cross-device"),
+        "{r:?}"
     );
     assert!(
         sub.join("draft.txt").exists(),
@@ -798,4 +801,154 @@ fn a_removed_submodule_whose_repository_is_deleted_leaves_nothing_to_keep() {
     let found = found.expect("inspection does not fail over a submodule it no longer shows");
     assert!(found.submodules.is_empty(), "{:?}", found.submodules);
     drop(m);
+}
+
+/// The superproject's owner can rename any submodule entry in `modules/<name>/worktrees`
+/// into another's name; a removal takes only the entry of its own submodule view (its
+/// `gitdir` names that view's `.git`), and a mount repoints only that one.
+#[test]
+fn a_removal_takes_only_its_own_submodule_entry() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/mine", "--submodules"]);
+    wtfs_ok(&env.state(), &["new", "repo/theirs", "--submodules"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    // Work of each kept at the unmount, so both are there at the next mount.
+    for name in ["mine", "theirs"] {
+        run_ok(
+            "sh",
+            &["-c", "cat vendor/lib/l.txt && echo draft > draft.txt"],
+            &m.wt("repo", name),
+        );
+    }
+    let worktrees = repo.join(".git/modules/vendor/lib/worktrees");
+    let entry_of = |name: &str| {
+        admin_entries(&repo)
+            .into_iter()
+            .find(|e| {
+                fs::read_to_string(worktrees.join(e).join("gitdir"))
+                    .unwrap()
+                    .ends_with(&format!("/repo/{name}/vendor/lib/.git\n"))
+            })
+            .unwrap()
+    };
+    let (mine, theirs) = (entry_of("mine"), entry_of("theirs"));
+    m.unmount();
+    fs::rename(worktrees.join(&mine), worktrees.join("mine-away")).unwrap();
+    fs::rename(worktrees.join(&theirs), worktrees.join(&mine)).unwrap();
+    let theirs_gitdir = fs::read_to_string(worktrees.join(&mine).join("gitdir")).unwrap();
+    // The mount does not point the other view's entry at this one.
+    let m = env.mount_with(&["--linger", "600"]);
+    assert_eq!(
+        fs::read_to_string(worktrees.join(&mine).join("gitdir")).unwrap(),
+        theirs_gitdir,
+        "the mount rewrote the other view's entry"
+    );
+    let out = wtfs(&env.state(), &["reclaim", "repo/mine", "--discard"]);
+    assert_eq!(state_of(&env, "mine"), "removed", "{out:?}");
+    assert!(
+        worktrees.join(&mine).join("HEAD").exists(),
+        "the other view's entry was deleted: {:?}",
+        admin_entries(&repo)
+    );
+    assert_eq!(
+        fs::read_to_string(worktrees.join(&mine).join("gitdir")).unwrap(),
+        theirs_gitdir
+    );
+    m.unmount();
+}
+
+/// `git mv` of a submodule (and `mv` of its directory) moves its view, as in a checkout:
+/// git writes its `.git` anew there, naming the same entry; what is in it, uncommitted or
+/// committed, moves with it, stays across a remount, and cleanup names it by its new
+/// path.
+#[test]
+fn a_submodule_view_moves_with_git_mv() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/mv", "--submodules"]);
+    let out = tempfile::tempdir().unwrap();
+    let co = out.path().join("co");
+    checkout_with_submodule(&repo, &co);
+    let m = env.mount_with(&["--linger", "600"]);
+    let wt = m.wt("repo", "mv");
+    let status = |d: &Path| git(d, &["status", "--porcelain", "--untracked-files=all"]);
+    for d in [&wt, &co] {
+        run_ok("sh", &["-c", "echo draft > vendor/lib/draft.txt"], d);
+        let r = run("git", &["mv", "vendor/lib", "lib"], d);
+        assert!(r.status.success(), "{}: {r:?}", d.display());
+    }
+    assert!(!run("test", &["-e", "vendor/lib"], &wt).status.success());
+    assert_eq!(run_ok("cat", &["lib/l.txt"], &wt), "library\n");
+    assert_eq!(run_ok("cat", &["lib/draft.txt"], &wt), "draft\n");
+    assert_eq!(status(&wt), status(&co));
+    assert_eq!(status(&wt.join("lib")), status(&co.join("lib")));
+    assert_eq!(status(&wt.join("lib")), "?? draft.txt\n");
+    // Its .git names the same entry, as it did.
+    let gitfile = run_ok("cat", &["lib/.git"], &wt);
+    assert!(
+        gitfile.contains("modules/vendor/lib/worktrees/"),
+        "{gitfile}"
+    );
+    // One naming anything else is refused.
+    let r = run(
+        "sh",
+        &["-c", "printf 'gitdir: /elsewhere\\n' > lib/.git"],
+        &wt,
+    );
+    assert!(!r.status.success(), "{r:?}");
+    assert_eq!(run_ok("cat", &["lib/.git"], &wt), gitfile);
+    // Committed in both, the superproject and the submodule; then moved back by mv.
+    for d in [&wt, &co] {
+        git(d, &["commit", "-q", "-m", "move the library"]);
+        git(&d.join("lib"), &["add", "draft.txt"]);
+        git(&d.join("lib"), &["commit", "-q", "-m", "draft"]);
+    }
+    assert_eq!(status(&wt), status(&co));
+    assert_eq!(status(&wt), " M lib\n");
+    let lib_head = git(&wt.join("lib"), &["rev-parse", "HEAD"]);
+    run_ok("mkdir", &["third_party"], &wt);
+    run_ok("mv", &["lib", "third_party/lib"], &wt);
+    assert_eq!(
+        run_ok("cat", &["third_party/lib/draft.txt"], &wt),
+        "draft\n"
+    );
+    assert_eq!(
+        git(&wt.join("third_party/lib"), &["rev-parse", "HEAD"]),
+        lib_head
+    );
+    run_ok("mv", &["third_party/lib", "lib"], &wt);
+    assert_eq!(status(&wt), " M lib\n");
+    // After a remount: where it was moved, with what it holds; git agrees.
+    m.unmount();
+    let m = env.mount_with(&["--linger", "600"]);
+    assert!(!run("test", &["-e", "vendor/lib"], &wt).status.success());
+    assert_eq!(run_ok("cat", &["lib/draft.txt"], &wt), "draft\n");
+    assert_eq!(git(&wt.join("lib"), &["rev-parse", "HEAD"]), lib_head);
+    assert_eq!(status(&wt), " M lib\n");
+    assert_eq!(status(&wt.join("lib")), "");
+    // Cleanup names its work by where it is now.
+    wait_for_state(&env, "mv", "lingering", Duration::from_secs(10));
+    let said = reclaim_kept(&env, "repo/mv", Duration::from_secs(30));
+    assert!(said.contains("unpushed-commits in submodule lib"), "{said}");
+    // Removed where it is now, as in a checkout.
+    for d in [&wt, &co] {
+        let r = run("git", &["rm", "-q", "-f", "lib"], d);
+        assert!(r.status.success(), "{}: {r:?}", d.display());
+    }
+    assert!(!run("test", &["-e", "lib"], &wt).status.success());
+    assert_eq!(status(&wt), status(&co));
+    m.unmount();
+    git(
+        &repo,
+        &[
+            "worktree",
+            "remove",
+            "--force",
+            "--force",
+            co.to_str().unwrap(),
+        ],
+    );
 }

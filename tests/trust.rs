@@ -702,7 +702,9 @@ fn a_fifo_or_a_symlink_in_gits_worktree_entry_does_not_block_or_steer_cleanup() 
 
 /// At mount, every worktree's git entry is pointed at where the mount is: its `gitdir`
 /// file, which the repository's owner may have made a symlink to a file of root's, is
-/// replaced, never written through; and a FIFO there does not hold the mount.
+/// never written through; and a FIFO there does not hold the mount. An entry whose
+/// `gitdir` is not a file cannot be told to be this worktree's (it names the worktree it
+/// belongs to): it is left as it is, saying so, and git there still works.
 #[test]
 fn pointing_gits_entry_at_the_mount_never_writes_through_a_symlink() {
     let env = Env::new();
@@ -728,15 +730,24 @@ fn pointing_gits_entry_at_the_mount_never_writes_through_a_symlink() {
         before,
         "root's file was written through the symlink"
     );
-    assert!(fs::symlink_metadata(&gitdir).unwrap().is_file());
-    assert_eq!(
-        fs::read_to_string(&gitdir).unwrap(),
-        format!("{}\n", m.wt("repo", "linked").join(".git").display())
-    );
-    assert!(fs::symlink_metadata(&fifo).unwrap().is_file());
-    // git there works again.
+    assert!(fs::symlink_metadata(&gitdir).unwrap().is_symlink());
+    assert!(m.log().contains("its gitdir cannot be read"), "{}", m.log());
     let st = run("git", &["status", "--porcelain"], &m.wt("repo", "linked"));
     assert!(st.status.success(), "{st:?}");
+    // Made a file again, as the message says, it is pointed at the mount the next time.
+    fs::remove_file(&gitdir).unwrap();
+    fs::remove_file(&fifo).unwrap();
+    let wt = m.wt("repo", "linked");
+    run_ok("git", &["worktree", "repair"], &wt);
+    assert_eq!(
+        fs::read_to_string(&gitdir).unwrap(),
+        format!("{}\n", wt.join(".git").display())
+    );
+    assert_eq!(
+        print(),
+        before,
+        "root's file was written through the symlink"
+    );
     m.unmount();
 }
 
@@ -881,6 +892,38 @@ fn a_removal_parks_gits_entry_through_no_symlink() {
     m.unmount();
 }
 
+/// The parking directory is the daemon's: one the repository's owner made (or renamed
+/// into its place) could hold anything, another user's entry among them, under the name
+/// a removal deletes. It is refused, and what is in it stays.
+#[test]
+fn a_parking_directory_the_repositorys_owner_made_is_refused() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/parked"]);
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let id = store.worktree("repo", "parked").unwrap().unwrap().id;
+    let m = env.mount();
+    let removing = env.repo.path().join(".git/worktreefs/removing");
+    let planted = removing.join(format!("{id}-wtfs-parked"));
+    fs::create_dir_all(&planted).unwrap();
+    fs::write(planted.join("HEAD"), b"theirs\n").unwrap();
+    run_ok(
+        "chown",
+        &["-R", "nobody", removing.to_str().unwrap()],
+        Path::new("/"),
+    );
+    let said = reclaim_kept(&env, "repo/parked", Duration::from_secs(30));
+    assert!(said.contains("not worktreefs's own"), "{said}");
+    assert_eq!(fs::read(planted.join("HEAD")).unwrap(), b"theirs\n");
+    assert!(env
+        .repo
+        .path()
+        .join(".git/worktrees/wtfs-parked/locked")
+        .is_file());
+    run_ok("test", &["-f", "README.md"], &m.wt("repo", "parked"));
+    m.unmount();
+}
+
 /// A removal takes only its own worktree's git entry: one renamed into its entry's name
 /// (another worktree's, as a repository's owner can rename any entry in `worktrees/`)
 /// is refused, and stays; the worktree is kept with the reason. (Inspection sees the
@@ -902,6 +945,39 @@ fn a_removal_takes_only_its_own_worktrees_entry() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{out:?}");
     assert!(said.contains("is not this worktree's entry"), "{said}");
+    assert_eq!(
+        fs::read_to_string(worktrees.join("wtfs-mine/gitdir")).unwrap(),
+        theirs,
+        "the other worktree's entry was taken"
+    );
+    m.unmount();
+}
+
+/// The same, with the entries swapped before the mount: the mount points only this
+/// worktree's own entry at it (rewriting another's `gitdir` to name this worktree would
+/// make it pass for this one's, and a removal would take it).
+#[test]
+fn a_mount_points_only_its_own_worktrees_entry() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/mine"]);
+    wtfs_ok(&env.state(), &["new", "repo/theirs"]);
+    let worktrees = env.repo.path().join(".git/worktrees");
+    fs::rename(worktrees.join("wtfs-mine"), worktrees.join("mine-away")).unwrap();
+    fs::rename(worktrees.join("wtfs-theirs"), worktrees.join("wtfs-mine")).unwrap();
+    let theirs = fs::read_to_string(worktrees.join("wtfs-mine/gitdir")).unwrap();
+    let m = env.mount_with(&["--linger", "600"]);
+    assert_eq!(
+        fs::read_to_string(worktrees.join("wtfs-mine/gitdir")).unwrap(),
+        theirs,
+        "the mount pointed the other worktree's entry at this one"
+    );
+    assert!(
+        m.log().contains("wtfs-mine") && m.log().contains("not this worktree's entry"),
+        "{}",
+        m.log()
+    );
+    let out = wtfs(&env.state(), &["reclaim", "repo/mine", "--discard"]);
+    assert!(!out.status.success(), "{out:?}");
     assert_eq!(
         fs::read_to_string(worktrees.join("wtfs-mine/gitdir")).unwrap(),
         theirs,

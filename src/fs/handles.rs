@@ -42,6 +42,9 @@ pub(super) enum HandleKind {
     },
     Memory(Vec<u8>),
     Dir(Vec<DirEntry>),
+    /// A submodule's view's `.git`, opened for writing (`git mv` writes it anew at the
+    /// new path): what is written must name the view's own git entry, as the file does.
+    GitFileWrite(Arc<WtCtx>),
 }
 
 /// A base file's blob, as a handle opens it at its first read: the worktree whose
@@ -251,6 +254,9 @@ impl View {
         let writing = acc != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
         match kind {
             NodeKind::GitFile(wt) => {
+                if writing && wt.is_submodule() && acc != libc::O_RDONLY {
+                    return Ok(self.add_handle(HandleKind::GitFileWrite(wt)));
+                }
                 if writing {
                     return Err(FsError::denied(
                         "the worktree's .git file is managed by worktreefs",
@@ -364,6 +370,12 @@ impl View {
                 buf.truncate(done);
                 Ok(buf)
             }
+            HandleKind::GitFileWrite(wt) => {
+                let data = &wt.gitfile;
+                let start = (offset as usize).min(data.len());
+                let end = (start + size as usize).min(data.len());
+                Ok(data[start..end].to_vec())
+            }
             HandleKind::Dir(_) => Err(FsError::is_dir()),
         }
     }
@@ -467,8 +479,50 @@ impl View {
                 }
                 Ok(data.len() as u32)
             }
+            HandleKind::GitFileWrite(wt) => {
+                if offset == 0 && self.names_own_entry(wt, data) {
+                    return Ok(data.len() as u32);
+                }
+                Err(FsError::not_permitted(format!(
+                    "{}/.git names the view's git entry and nothing else (written: {:?})",
+                    wt.name,
+                    String::from_utf8_lossy(&data[..data.len().min(200)])
+                )))
+            }
             _ => Err(FsError::bad_handle("handle not open for writing")),
         }
+    }
+
+    /// Whether `data`, written as a submodule view's `.git` file (`gitdir: <path>`, the
+    /// path relative to the view's root as `git mv` writes it, or absolute), names the
+    /// view's own git entry, the one its `.git` names.
+    fn names_own_entry(&self, wt: &WtCtx, data: &[u8]) -> bool {
+        let Some(named) = std::str::from_utf8(data)
+            .ok()
+            .and_then(|t| t.strip_prefix("gitdir: "))
+            .map(|t| t.trim_end_matches('\n'))
+        else {
+            return false;
+        };
+        let Some(own) = std::str::from_utf8(&wt.gitfile)
+            .ok()
+            .and_then(|t| t.strip_prefix("gitdir: "))
+            .map(|t| std::path::PathBuf::from(t.trim_end_matches('\n')))
+        else {
+            return false;
+        };
+        let Some(at) = wt.sub_path() else {
+            return false;
+        };
+        let root = self
+            .mountpoint
+            .join(&wt.repo)
+            .join(wt.worktree_name())
+            .join(at);
+        let named = lexical(&root.join(named));
+        // git writes the real path of each end (`strbuf_realpath`): the entry's through
+        // any symlink on the way to the repository.
+        named == lexical(&own) || std::fs::canonicalize(&own).is_ok_and(|c| c == named)
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
@@ -486,4 +540,21 @@ impl View {
         }
         Ok(())
     }
+}
+
+/// `path` with `.` and `..` taken out by their names alone (no lookup: the daemon never
+/// resolves a path through its own mount).
+fn lexical(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }

@@ -378,6 +378,19 @@ impl View {
             let t = self.nodes.read();
             match t.kind(ino) {
                 Some(NodeKind::Wt { .. }) => {}
+                // A submodule view's, truncated to be written anew (`git mv`): the write
+                // says whether it names the same entry.
+                Some(NodeKind::GitFile(wt))
+                    if wt.is_submodule()
+                        && set.size == Some(0)
+                        && set.mode.is_none()
+                        && set.uid.is_none()
+                        && set.gid.is_none() =>
+                {
+                    drop(t);
+                    let (attr, ttl) = self.settled_attr(ino)?;
+                    return Ok(Entry { attr, ttl });
+                }
                 Some(NodeKind::GitFile(_)) => {
                     return Err(FsError::not_permitted(
                         "the worktree's .git file is managed by worktreefs",

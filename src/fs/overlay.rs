@@ -53,8 +53,8 @@ pub struct WtCtx {
     pub ino_id: i64,
     /// The worktree whose leases cover this one: itself, or a submodule's parent.
     pub lease_id: i64,
-    /// For a submodule's view: its parent worktree and its path there.
-    pub(super) sub_of: Option<(std::sync::Weak<WtCtx>, Vec<u8>)>,
+    /// For a submodule's view: the view it is in, and its place there.
+    pub(super) sub_of: Option<SubOf>,
     /// Whether initialized submodules show as views of their own (`new --submodules`).
     pub(super) submodules: bool,
     /// git's admin entry's name (in `<gitdir>/worktrees/`).
@@ -68,14 +68,33 @@ pub struct WtCtx {
         parking_lot::Mutex<std::collections::HashMap<Vec<u8>, Arc<parking_lot::Mutex<()>>>>,
 }
 
+/// A submodule's view's place in the view it is in.
+#[derive(Debug)]
+pub(super) struct SubOf {
+    pub(super) parent: std::sync::Weak<WtCtx>,
+    /// Its path there now (a rename moves it).
+    pub(super) path: parking_lot::Mutex<Vec<u8>>,
+    /// The path it was made at, which names its record (`submodules::key_of`), and the
+    /// commit the gitlink there records: what a moved view's stub says
+    /// (`submodules::stub_text`).
+    pub(super) origin: Vec<u8>,
+    pub(super) commit: git2::Oid,
+}
+
+impl SubOf {
+    pub(super) fn path(&self) -> Vec<u8> {
+        self.path.lock().clone()
+    }
+}
+
 impl WtCtx {
     /// Records in the journal (git's fsmonitor answers) that `rel` changed; in a
     /// submodule's view, its path in the parent changed too (git checks the submodule).
     pub(super) fn record_change(&self, rel: &[u8]) {
         self.journal.record(rel);
-        if let Some((parent, path)) = &self.sub_of {
-            if let Some(p) = parent.upgrade() {
-                p.record_change(path);
+        if let Some(of) = &self.sub_of {
+            if let Some(p) = of.parent.upgrade() {
+                p.record_change(&of.path());
             }
         }
     }
@@ -87,18 +106,30 @@ impl WtCtx {
 
     /// For a submodule's view: its path in the worktree (through every level above it).
     pub(super) fn sub_path(&self) -> Option<String> {
-        let (parent, path) = self.sub_of.as_ref()?;
-        let path = String::from_utf8_lossy(path);
-        let parent = parent.upgrade()?;
+        let of = self.sub_of.as_ref()?;
+        let path = of.path();
+        let path = String::from_utf8_lossy(&path);
+        let parent = of.parent.upgrade()?;
         Some(crate::lifecycle::submodules::full_path(
             parent.sub_path().as_deref(),
             &path,
         ))
     }
 
+    /// For a submodule's view: the path in the worktree it was made at, which names its
+    /// record (`submodules::key_of`).
+    pub(super) fn sub_origin(&self) -> Option<String> {
+        let of = self.sub_of.as_ref()?;
+        let parent = of.parent.upgrade()?;
+        Some(crate::lifecycle::submodules::full_path(
+            parent.sub_path().as_deref(),
+            &String::from_utf8_lossy(&of.origin),
+        ))
+    }
+
     /// The worktree's name (a submodule view's is its path below the worktree's).
     pub(super) fn worktree_name(&self) -> String {
-        match self.sub_of.as_ref().and_then(|(p, _)| p.upgrade()) {
+        match self.sub_of.as_ref().and_then(|of| of.parent.upgrade()) {
             Some(parent) => parent.worktree_name(),
             None => self.name.clone(),
         }

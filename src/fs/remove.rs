@@ -37,10 +37,11 @@ impl View {
             .ok_or_else(|| FsError::not_found(name.to_string_lossy()))
     }
 
-    /// A submodule's view, or a directory with one below it, does not move: the view is
-    /// at its path (its git entry, its inode numbers). EXDEV, as overlayfs answers for a
-    /// merged directory: `mv` then copies and removes, which a view allows.
-    fn refuse_moving_submodules(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+    /// A directory with a submodule's view below it does not move, nor a view with views
+    /// of its own submodules made in it: EXDEV, as overlayfs answers for a merged
+    /// directory (`mv` then copies and removes, which a view allows). A view's root itself
+    /// moves (`rename_submodule`) when `is_root`.
+    fn refuse_moving_submodules(&self, parent: u64, name: &OsStr, is_root: bool) -> FsResult<()> {
         let (wt, rel) = {
             let t = self.nodes.read();
             let (wt, _, _) = t.wt_of(parent)?;
@@ -65,9 +66,12 @@ impl View {
                 .filter(|(_, r)| !r.removed)
                 .map(|(_, r)| r.path.into_bytes()),
         );
-        if paths.iter().any(|p| *p == rel || p.starts_with(&prefix)) {
+        if paths
+            .iter()
+            .any(|p| p.starts_with(&prefix) || (*p == rel && !is_root))
+        {
             return Err(FsError::cross_device(format!(
-                "{}/{} is or holds a submodule's view, which does not move (mv copies it instead)",
+                "{}/{} holds a submodule's view, which does not move with it (mv copies it instead)",
                 wt.name,
                 String::from_utf8_lossy(&rel)
             )));
@@ -117,11 +121,11 @@ impl View {
         let Some((owner, path)) = sub
             .sub_of
             .as_ref()
-            .and_then(|(p, path)| Some((p.upgrade()?, path.clone())))
+            .and_then(|of| Some((of.parent.upgrade()?, of.path())))
         else {
             return Err(FsError::stale(root));
         };
-        let Some(full) = sub.sub_path() else {
+        let Some(full) = sub.sub_origin() else {
             return Err(FsError::stale(root));
         };
         // What can fail on the superproject's side first; then the record, then the
@@ -129,6 +133,7 @@ impl View {
         self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
         let hide = self.base_has(parent, name)?;
+        let stub = self.stub_at(dir.as_fd(), name).is_some();
         let record = |removed: bool| {
             crate::lifecycle::submodules::mark_removed(
                 &self.state,
@@ -144,16 +149,27 @@ impl View {
             })
         };
         record(true)?;
-        if hide {
-            if let Err(e) = owner
-                .whiteouts
-                .link(owner.work_fd.as_fd(), dir.as_fd(), name)
-            {
-                if let Err(back) = record(false) {
-                    tracing::warn!("{back}");
+        let work = owner.work_fd.as_fd();
+        let gone = match (stub, hide) {
+            // Moved here: its stub goes (exchanged with a whiteout when the base has the
+            // name too).
+            (true, true) => {
+                let tmp = Self::work_tmp("trash");
+                let r = owner.whiteouts.replace(work, dir.as_fd(), name, &tmp, true);
+                if r.is_ok() {
+                    let _ = beneath::remove_tree(work, &tmp);
                 }
-                return Err(FsError::io(format!("rmdir {}", sub.name), e));
+                Some(r)
             }
+            (true, false) => Some(self.to_trash(&owner, dir.as_fd(), name)),
+            (false, true) => Some(owner.whiteouts.link(work, dir.as_fd(), name)),
+            (false, false) => None,
+        };
+        if let Some(Err(e)) = gone {
+            if let Err(back) = record(false) {
+                tracing::warn!("{back}");
+            }
+            return Err(FsError::io(format!("rmdir {}", sub.name), e));
         }
         owner.subs.lock().remove(&path);
         self.note_child(parent, name);
@@ -341,8 +357,9 @@ impl View {
         }
         let _m = self.mutate.lock();
         let (src_ino, src) = self.remove_checks(parent, name)?;
+        let src_sub = src_ino.and_then(|i| Some((i, self.sub_root(i)?)));
         if src.ftype == FType::Dir {
-            self.refuse_moving_submodules(parent, name)?;
+            self.refuse_moving_submodules(parent, name, src_sub.is_some())?;
         }
         if let Ok((Some(ino), _)) = self.remove_checks(newparent, newname) {
             if let Some(sub) = self.sub_root(ino) {
@@ -394,6 +411,17 @@ impl View {
                 }
                 _ => {}
             }
+        }
+        if let Some((root, sub)) = src_sub {
+            return self.rename_submodule(
+                parent,
+                name,
+                newparent,
+                newname,
+                root,
+                &sub,
+                dst.map(|d| d.1),
+            );
         }
         // The kernel has looked the source up before renaming it; a direct caller may not
         // have, so take a node for the duration of the rename and give it back after.

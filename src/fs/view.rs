@@ -364,11 +364,24 @@ impl View {
                         e.negative_ttl = Some(WT_TTL);
                         e
                     })?;
-                // A submodule shown as a view of its own: its root.
-                if let (true, Some(base), false) = (wt.submodules, child.base, child.in_upper) {
-                    if base.mode == crate::git::MODE_GITLINK {
+                // A submodule shown as a view of its own: its root, at its gitlink or
+                // moved here (a stub in the upper layer says from where).
+                let at = match (wt.submodules, child.base, child.in_upper) {
+                    (true, Some(base), false) if base.mode == crate::git::MODE_GITLINK => {
+                        Some((None, base.oid))
+                    }
+                    (true, _, true) if child.ftype == FType::Dir => self
+                        .upper_dir(parent)
+                        .ok()
+                        .and_then(|d| self.stub_at(d.as_fd(), name))
+                        .map(|(origin, commit)| (Some(origin), commit)),
+                    _ => None,
+                };
+                if let Some((origin, commit)) = at {
+                    {
                         let path = self.nodes.read().child_rel_path(parent, name)?;
-                        if let Some(sub) = self.submodule_view(&wt, &path, base.oid)? {
+                        let origin = origin.unwrap_or_else(|| path.clone());
+                        if let Some(sub) = self.submodule_view(&wt, &origin, &path, commit)? {
                             // The number a listing of the parent gives the name.
                             let natural = ino::path_ino(wt.ino_id, &path);
                             let root = super::overlay::Overlay {

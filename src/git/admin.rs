@@ -243,3 +243,148 @@ pub fn write_admin_entry(
     give(dir.as_fd(), "")?;
     Ok(())
 }
+
+/// One of git's worktree entries (`worktrees/<name>`), opened once through no symlink, so
+/// that what is checked, rewritten, moved or deleted is this one directory whatever is
+/// renamed meanwhile: the repository's owner owns `worktrees/` and can rename any entry
+/// there into any name, another user's worktree's among them, at any moment.
+pub struct Entry {
+    fd: std::os::fd::OwnedFd,
+    st: crate::beneath::Stat,
+}
+
+impl Entry {
+    /// The entry `name` in `dir` (a directory, not a symlink to one).
+    pub fn open(dir: std::os::fd::BorrowedFd, name: &std::ffi::OsStr) -> std::io::Result<Entry> {
+        use std::os::fd::AsFd;
+        use std::os::unix::ffi::OsStrExt;
+        let fd = crate::beneath::dir(dir, name.as_bytes())?;
+        let st = crate::beneath::fstat(fd.as_fd())?;
+        Ok(Entry { fd, st })
+    }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
+    /// Its file `name`, read as a file its owner may have made anything of.
+    pub fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
+        crate::beneath::read_regular(self.fd(), name.as_bytes(), 64 << 10).map(|(b, _)| b)
+    }
+
+    /// Whether it is the entry worktreefs made for the worktree at `place` under the mount
+    /// (`<repo>/<name>`, a submodule view's path after it): its lock says so (`lock_ok`),
+    /// and its `gitdir` names `<mountpoint>/<place>/.git` (whatever the mountpoint: it
+    /// may have moved since). Half made by this daemon (a crash), it may have no `gitdir`
+    /// yet, and is then still its maker's (the directory is given to its owner last). Err
+    /// says what it is instead.
+    pub fn check(&self, lock_ok: impl Fn(&[u8]) -> bool, place: &str) -> Result<(), String> {
+        if !self.read("locked").is_ok_and(|b| lock_ok(&b)) {
+            return Err("is not marked as created by worktreefs".into());
+        }
+        match self.read("gitdir") {
+            Ok(b) if b.ends_with(format!("/{place}/.git\n").as_bytes()) => Ok(()),
+            Ok(_) => Err("is not this worktree's entry (its gitdir names another worktree)".into()),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && self.st.st_uid == nix::unistd::geteuid().as_raw() =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(format!(
+                "cannot be told to be this worktree's entry: its gitdir cannot be read ({e}); make it a file naming the worktree's .git (git worktree repair, run in the worktree, does)"
+            )),
+        }
+    }
+
+    /// Whether `name` in `dir` is this entry (not something renamed there since).
+    pub fn is_at(&self, dir: std::os::fd::BorrowedFd, name: &std::ffi::OsStr) -> bool {
+        crate::beneath::stat_at(dir, name)
+            .is_ok_and(|s| s.st_dev == self.st.st_dev && s.st_ino == self.st.st_ino)
+    }
+
+    /// Deletes it: what it holds, through its own descriptor; then its name `name` in
+    /// `dir` when that still is this entry (else it is left, empty, wherever it went).
+    pub fn remove(
+        self,
+        dir: std::os::fd::BorrowedFd,
+        name: &std::ffi::OsStr,
+    ) -> std::io::Result<()> {
+        for e in crate::beneath::list(self.fd())? {
+            crate::beneath::remove_tree(self.fd(), &e.name)?;
+        }
+        if !self.is_at(dir, name) {
+            return Ok(());
+        }
+        match crate::beneath::unlink_at(dir, name, true) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+    use std::os::fd::AsFd;
+
+    /// `worktrees/` with the entries `mine` (for `repo/mine`) and `theirs`.
+    fn entries() -> (tempfile::TempDir, std::os::fd::OwnedFd) {
+        let d = tempfile::tempdir().unwrap();
+        for name in ["mine", "theirs"] {
+            let e = d.path().join(name);
+            fs::create_dir(&e).unwrap();
+            fs::write(e.join("locked"), b"managed by worktreefs\n").unwrap();
+            fs::write(e.join("gitdir"), format!("/mnt/repo/{name}/.git\n")).unwrap();
+            fs::write(e.join("HEAD"), name).unwrap();
+        }
+        let fd = crate::beneath::open_root(d.path()).unwrap();
+        (d, fd)
+    }
+
+    fn swap(d: &Path) {
+        fs::rename(d.join("mine"), d.join("away")).unwrap();
+        fs::rename(d.join("theirs"), d.join("mine")).unwrap();
+    }
+
+    #[test]
+    fn an_entry_is_checked_by_its_lock_and_its_gitdir() {
+        let (d, w) = entries();
+        let marked = |b: &[u8]| b.starts_with(b"managed by worktreefs");
+        let mine = Entry::open(w.as_fd(), OsStr::new("mine")).unwrap();
+        assert_eq!(mine.check(marked, "repo/mine"), Ok(()));
+        let err = mine.check(marked, "repo/theirs").unwrap_err();
+        assert!(err.contains("names another worktree"), "{err}");
+        assert!(mine.check(|_| false, "repo/mine").is_err());
+        // A symlink as its gitdir: whose it is cannot be told.
+        let theirs = d.path().join("theirs");
+        fs::remove_file(theirs.join("gitdir")).unwrap();
+        std::os::unix::fs::symlink(d.path().join("mine/gitdir"), theirs.join("gitdir")).unwrap();
+        let t = Entry::open(w.as_fd(), OsStr::new("theirs")).unwrap();
+        let err = t.check(marked, "repo/mine").unwrap_err();
+        assert!(err.contains("cannot be read"), "{err}");
+        // A symlink as the entry is not opened.
+        std::os::unix::fs::symlink(d.path().join("mine"), d.path().join("link")).unwrap();
+        assert!(Entry::open(w.as_fd(), OsStr::new("link")).is_err());
+    }
+
+    /// Another entry renamed into the name after the check is not what is removed: the
+    /// one checked is emptied wherever it went, the other is untouched.
+    #[test]
+    fn removing_an_entry_removes_the_one_checked() {
+        let (d, w) = entries();
+        let mine = Entry::open(w.as_fd(), OsStr::new("mine")).unwrap();
+        assert!(mine.is_at(w.as_fd(), OsStr::new("mine")));
+        swap(d.path());
+        assert!(!mine.is_at(w.as_fd(), OsStr::new("mine")));
+        mine.remove(w.as_fd(), OsStr::new("mine")).unwrap();
+        assert_eq!(fs::read(d.path().join("mine/HEAD")).unwrap(), b"theirs");
+        assert_eq!(fs::read_dir(d.path().join("away")).unwrap().count(), 0);
+        // Not swapped: it goes whole.
+        let t = Entry::open(w.as_fd(), OsStr::new("mine")).unwrap();
+        t.remove(w.as_fd(), OsStr::new("mine")).unwrap();
+        assert!(!d.path().join("mine").exists());
+    }
+}

@@ -4,7 +4,6 @@
 use std::fmt;
 use std::fs;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use git2::{BranchType, Repository};
@@ -978,13 +977,20 @@ pub fn repoint_admin_entries(
         crate::lifecycle::submodules::repoint(
             state,
             &state.worktree_dir(w.id),
+            &format!("{}/{}", w.repo, w.name),
             &mountpoint.join(&w.repo).join(&w.name),
         );
         let want = format!("{}\n", gitfile_path(mountpoint, &w.repo, &w.name).display());
-        if point_admin_entry(&repo.gitdir, &w.admin_name, &want) {
+        if let Some(entry) = point_admin_entry(
+            &repo.gitdir,
+            &w.admin_name,
+            |b| b.starts_with(ADMIN_MARKER.as_bytes()),
+            &format!("{}/{}", w.repo, w.name),
+            &want,
+        ) {
             retarget_index(
-                &repo.gitdir,
-                &w.admin_name,
+                &entry,
+                &git::admin_dir(&repo.gitdir, &w.admin_name),
                 &mountpoint.join(&w.repo).join(&w.name),
             );
         }
@@ -998,27 +1004,48 @@ pub fn repoint_admin_entries(
 /// a regular file reached through no symlink (a FIFO would hold the mount), and it is
 /// replaced, never written through (a symlink to a file of root's stays untouched). An
 /// entry that is gone is left gone.
-pub(crate) fn point_admin_entry(gitdir: &Path, admin_name: &str, want: &str) -> bool {
-    let rel = Path::new("worktrees").join(admin_name);
-    match crate::beneath::read_regular_in(gitdir, &rel.join("gitdir"), 64 << 10) {
-        Ok((now, _)) if now == want.as_bytes() => return false,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
-        _ => {}
+pub(crate) fn point_admin_entry(
+    gitdir: &Path,
+    admin_name: &str,
+    lock_ok: impl Fn(&[u8]) -> bool,
+    place: &str,
+    want: &str,
+) -> Option<git::Entry> {
+    let path = git::admin_dir(gitdir, admin_name);
+    let worktrees = git::worktrees_dir(gitdir)?;
+    let entry = match git::Entry::open(worktrees.as_fd(), std::ffi::OsStr::new(admin_name)) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!("could not open git's entry {}: {e}", path.display());
+            return None;
+        }
+    };
+    if entry.read("gitdir").is_ok_and(|now| now == want.as_bytes()) {
+        return None;
     }
-    match crate::beneath::replace_file_in(
-        gitdir,
-        &rel,
+    // Only this worktree's own entry: one renamed into its name (another worktree's, say)
+    // pointed here would pass for this one's, and its removal would take it.
+    if let Err(why) = entry.check(lock_ok, place) {
+        tracing::warn!(
+            "git's entry {} {why}; not pointed at the mount (if it is another worktree's, rename it back to that worktree's entry name)",
+            path.display()
+        );
+        return None;
+    }
+    match crate::beneath::replace_file_at(
+        entry.fd(),
         std::ffi::OsStr::new("gitdir"),
         want.as_bytes(),
         0o644,
     ) {
-        Ok(()) => true,
+        Ok(()) => Some(entry),
         Err(e) => {
             tracing::warn!(
                 "could not point git's entry {} at the mount: {e}",
-                gitdir.join(&rel).display()
+                path.display()
             );
-            false
+            None
         }
     }
 }
@@ -1028,18 +1055,16 @@ pub(crate) fn point_admin_entry(gitdir: &Path, admin_name: &str, want: &str) -> 
 /// first `git status` there still lists no directory. An index git has rewritten since is
 /// left to git, which rebuilds its cache once. Read and written as the entry's other
 /// files are (see [`point_admin_entry`]).
-fn retarget_index(gitdir: &Path, admin_name: &str, worktree_path: &Path) {
-    let rel = Path::new("worktrees").join(admin_name);
-    let Ok((index, _)) = crate::beneath::read_regular_in(gitdir, &rel.join("index"), 2 << 30)
-    else {
+fn retarget_index(entry: &git::Entry, admin: &Path, worktree_path: &Path) {
+    let Ok((index, _)) = crate::beneath::read_regular(entry.fd(), b"index", 2 << 30) else {
         return;
     };
     let Some(updated) = crate::git::untracked::retarget(&index, worktree_path) else {
         return;
     };
-    let index_path = gitdir.join(&rel).join("index");
-    let placed = crate::beneath::open_root(gitdir).and_then(|top| {
-        let dir = crate::beneath::dir(top.as_fd(), rel.as_os_str().as_bytes())?;
+    let index_path = admin.join("index");
+    let placed = (|| {
+        let dir = entry.fd();
         // git's lock: made only where none is (someone holding the index keeps it).
         let lock = crate::beneath::open(
             dir.as_fd(),
@@ -1068,7 +1093,7 @@ fn retarget_index(gitdir: &Path, admin_name: &str, worktree_path: &Path) {
                 crate::beneath::unlink_at(dir.as_fd(), std::ffi::OsStr::new("index.lock"), false);
         }
         done
-    });
+    })();
     match placed {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {} // git holds it

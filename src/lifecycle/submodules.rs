@@ -113,29 +113,60 @@ pub fn readable_records(dir: &Path) -> Vec<(PathBuf, SubRecord)> {
         .collect()
 }
 
-/// Whether `r`'s git entry is one this state directory made (its lock says so, word for
-/// word), reached through no symlink from the submodule's git directory (its owner's to
-/// make anything of).
-fn is_ours(state: &StateDir, r: &SubRecord) -> bool {
-    git::worktrees_dir(&r.gitdir).is_some_and(|w| ours_in(state, w.as_fd(), r))
+/// What is at `r`'s git entry's name.
+enum EntryIs {
+    Absent,
+    /// The one this state directory made for the view at the place asked (see
+    /// [`git::Entry::check`]); complete once it has its index (written last).
+    Ours(git::Entry, bool),
+    /// Anything else (why, as [`git::Entry::check`] says it).
+    Other(String),
 }
 
-fn ours_in(state: &StateDir, worktrees: std::os::fd::BorrowedFd, r: &SubRecord) -> bool {
-    let locked = format!("{}/locked", r.admin_name);
-    crate::beneath::read_regular(worktrees, locked.as_bytes(), 64 << 10)
-        .is_ok_and(|(s, _)| s == super::create::admin_lock_text(state).as_bytes())
-}
-
-/// Removes `r`'s git entry when it is this state directory's (see [`is_ours`]), never
-/// following a symlink.
-fn remove_if_ours(state: &StateDir, r: &SubRecord) -> std::io::Result<()> {
+/// What `r`'s git entry is: reached through no symlink from the submodule's git directory
+/// (its owner's to make anything of), and this state directory's only when its lock says
+/// so word for word and its `gitdir` names the view at `place` (`<repo>/<name>/<path>`
+/// under the mount): the superproject's owner can rename any entry there, another
+/// worktree's view's among them, into this one's name.
+fn entry_is(
+    state: &StateDir,
+    r: &SubRecord,
+    place: &str,
+) -> (Option<std::os::fd::OwnedFd>, EntryIs) {
     let Some(w) = git::worktrees_dir(&r.gitdir) else {
-        return Ok(());
+        return (None, EntryIs::Absent);
     };
-    if !ours_in(state, w.as_fd(), r) {
-        return Ok(());
+    let is = match git::Entry::open(w.as_fd(), std::ffi::OsStr::new(&r.admin_name)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => EntryIs::Absent,
+        Err(e) => EntryIs::Other(format!("cannot be opened: {e}")),
+        Ok(entry) => {
+            let lock = super::create::admin_lock_text(state);
+            match entry.check(|b| b == lock.as_bytes(), place) {
+                Ok(()) => {
+                    let complete =
+                        crate::beneath::stat_at(entry.fd(), std::ffi::OsStr::new("index")).is_ok();
+                    EntryIs::Ours(entry, complete)
+                }
+                Err(why) => EntryIs::Other(why.to_string()),
+            }
+        }
+    };
+    (Some(w), is)
+}
+
+/// Removes `r`'s git entry when it is this state directory's own for the view at `place`
+/// (see [`entry_is`]), the directory it checked and nothing renamed into its name since.
+fn remove_if_ours(state: &StateDir, r: &SubRecord, place: &str) -> std::io::Result<()> {
+    match entry_is(state, r, place) {
+        (Some(w), EntryIs::Ours(entry, _)) => {
+            entry.remove(w.as_fd(), std::ffi::OsStr::new(&r.admin_name))
+        }
+        (_, EntryIs::Other(why)) => {
+            tracing::warn!("{} {why}; left alone", r.admin().display());
+            Ok(())
+        }
+        _ => Ok(()),
     }
-    crate::beneath::remove_tree(w.as_fd(), std::ffi::OsStr::new(&r.admin_name))
 }
 
 /// The submodule repository `<common>/modules/<name>`, reached without following a
@@ -227,21 +258,43 @@ pub fn full_path(within: Option<&str>, path: &str) -> String {
     }
 }
 
+/// What a moved submodule view's stub (`layout::SUBMODULE_MARKER`) says: the path (in
+/// the view it is in) it was made at, which names its record, and the commit its gitlink
+/// there records.
+pub fn stub_text(origin: &[u8], commit: Oid) -> Vec<u8> {
+    let mut v = format!("{commit}\n").into_bytes();
+    v.extend_from_slice(origin);
+    v
+}
+
+/// The origin and commit of a stub (see [`stub_text`]).
+pub fn parse_stub(b: &[u8]) -> Option<(Vec<u8>, Oid)> {
+    let (commit, origin) = b.split_at(b.iter().position(|&c| c == b'\n')?);
+    let commit = Oid::from_str(std::str::from_utf8(commit).ok()?).ok()?;
+    let origin = &origin[1..];
+    (!origin.is_empty()).then(|| (origin.to_vec(), commit))
+}
+
 /// The view of the submodule at `path` (gitlink `commit`) of the view `p`: its directory
 /// and record, made now if this is the first time. None when the submodule is not
 /// initialized (no `.gitmodules` entry, no repository in `modules/`, or the commit not
-/// in it): the path then stays an empty directory.
+/// in it): the path then stays an empty directory. `origin` is the path it was made at
+/// (`path` itself, unless it was moved since: its record and its name in `.gitmodules`
+/// go by it); a record still naming another path is moved to `path` (a rename the
+/// daemon did not finish).
 pub fn ensure(
     state: &StateDir,
     p: &Parent<'_>,
+    origin: &[u8],
     path: &[u8],
     commit: Oid,
 ) -> anyhow::Result<Option<(PathBuf, SubRecord)>> {
-    let Ok(path_s) = std::str::from_utf8(path) else {
+    let (Ok(origin_s), Ok(path_s)) = (std::str::from_utf8(origin), std::str::from_utf8(path))
+    else {
         return Ok(None);
     };
     let full = full_path(p.within, path_s);
-    let key = key_of(full.as_bytes());
+    let key = key_of(full_path(p.within, origin_s).as_bytes());
     let dir = state.subs(p.id).join(&key);
     let record_path = dir.join("record");
     let record = match fs::read(&record_path) {
@@ -258,7 +311,18 @@ pub fn ensure(
             if r.removed {
                 return Ok(None);
             }
-            r
+            if r.path != full {
+                move_view(
+                    state,
+                    p.mountpoint,
+                    &format!("{}/{}", p.repo, p.name),
+                    &dir,
+                    r,
+                    &full,
+                )?
+            } else {
+                r
+            }
         }
         Err(_) => {
             let repo = Repository::open(p.common_dir)?;
@@ -271,7 +335,7 @@ pub fn ensure(
             else {
                 return Ok(None);
             };
-            let Some(name) = name_for_path(&text, path_s).filter(|n| name_is_safe(n)) else {
+            let Some(name) = name_for_path(&text, origin_s).filter(|n| name_is_safe(n)) else {
                 return Ok(None);
             };
             let Some(gitdir) = module_dir(p.common_dir, &name) else {
@@ -315,24 +379,68 @@ pub fn ensure(
     let admin = record.admin();
     // Complete (its index is written last) and this state directory's: used as it is.
     // Half made by us (a crash): made again. Someone else's: refused.
-    let ours = is_ours(state, &record);
-    if !(ours && admin.join("index").exists()) {
-        if admin.exists() && !ours {
-            anyhow::bail!(
-                "{} exists and is not this worktree's entry; it is left alone",
-                admin.display()
-            );
+    let place = format!("{}/{}/{}", p.repo, p.name, record.path);
+    match entry_is(state, &record, &place).1 {
+        EntryIs::Ours(_, true) => {}
+        EntryIs::Ours(_, false) | EntryIs::Absent => {
+            make_admin_entry(state, p, &dir, &record, &place)?
         }
-        make_admin_entry(state, p, &dir, &record)?;
+        EntryIs::Other(why) => anyhow::bail!(
+            "{} exists and is not this worktree's entry ({why}); it is left alone",
+            admin.display()
+        ),
     }
     Ok(Some((dir, record)))
+}
+
+/// Moves the submodule view recorded in `dir` (of the worktree at `place`, `<repo>/<name>`
+/// under `mountpoint`) to the path `to` in the worktree: git's entry first, pointed at the
+/// new place (checked as this view's under the old or, after a crash between the two,
+/// the new one), then the record. Returns the record as it now is.
+pub fn move_view(
+    state: &StateDir,
+    mountpoint: &Path,
+    place: &str,
+    dir: &Path,
+    mut r: SubRecord,
+    to: &str,
+) -> anyhow::Result<SubRecord> {
+    let (old, new) = (format!("{place}/{}", r.path), format!("{place}/{to}"));
+    if let Some(w) = git::worktrees_dir(&r.gitdir) {
+        match git::Entry::open(w.as_fd(), std::ffi::OsStr::new(&r.admin_name)) {
+            Ok(entry) => {
+                let lock = super::create::admin_lock_text(state);
+                let ours = |b: &[u8]| b == lock.as_bytes();
+                entry
+                    .check(ours, &old)
+                    .or_else(|_| entry.check(ours, &new))
+                    .map_err(|why| anyhow::anyhow!("{} {why}; left alone", r.admin().display()))?;
+                let gitfile = mountpoint.join(&new).join(".git");
+                crate::beneath::replace_file_at(
+                    entry.fd(),
+                    std::ffi::OsStr::new("gitdir"),
+                    format!("{}\n", gitfile.display()).as_bytes(),
+                    0o644,
+                )
+                .map_err(|e| anyhow::anyhow!("pointing {} at {new}: {e}", r.admin().display()))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => anyhow::bail!("opening {}: {e}", r.admin().display()),
+        }
+    }
+    r.path = to.to_string();
+    crate::durable::write_file_synced(&dir.join("record"), &serde_json::to_vec_pretty(&r)?)?;
+    tracing::info!("submodule view {old}: moved to {new}");
+    Ok(r)
 }
 
 /// Records that the submodule view at `path` of worktree `id` had its directory removed
 /// (durably, before the directory leaves the worktree: a crash between the two shows an
 /// empty directory, and loses nothing), or, with `removed` false, takes that back.
-pub fn mark_removed(state: &StateDir, id: i64, path: &[u8], removed: bool) -> anyhow::Result<()> {
-    let record_path = state.subs(id).join(key_of(path)).join("record");
+///
+/// `origin` is the path in the worktree the view was made at (which names its record).
+pub fn mark_removed(state: &StateDir, id: i64, origin: &[u8], removed: bool) -> anyhow::Result<()> {
+    let record_path = state.subs(id).join(key_of(origin)).join("record");
     let mut r: SubRecord = serde_json::from_slice(&fs::read(&record_path)?)?;
     r.removed = removed;
     crate::durable::write_file_synced(&record_path, &serde_json::to_vec_pretty(&r)?)?;
@@ -346,6 +454,7 @@ fn make_admin_entry(
     p: &Parent<'_>,
     dir: &Path,
     record: &SubRecord,
+    place: &str,
 ) -> anyhow::Result<()> {
     let sub = Repository::open_bare(&record.gitdir)?;
     let tree = Oid::from_str(&record.tree)?;
@@ -359,7 +468,7 @@ fn make_admin_entry(
     }
     let worktree_path = p.mountpoint.join(p.repo).join(p.name).join(&record.path);
     // A half-made entry of ours (a crash) is made again.
-    let _ = remove_if_ours(state, record);
+    let _ = remove_if_ours(state, record, place);
     // The owner's, as the entry `worktreefs new` makes for them: git inside writes its
     // index, HEAD and refs' logs there (a `worktrees/` made for it is the repository
     // owner's).
@@ -377,24 +486,26 @@ fn make_admin_entry(
 
 /// Points each submodule view's admin entry of worktree `dir` at `worktree_path` (its
 /// place under the mount), at mount.
-pub fn repoint(state: &StateDir, dir: &Path, worktree_path: &Path) {
+pub fn repoint(state: &StateDir, dir: &Path, place: &str, worktree_path: &Path) {
+    let lock = super::create::admin_lock_text(state);
     for (_, r) in readable_records(dir) {
         let gitfile = worktree_path.join(&r.path).join(".git");
-        if is_ours(state, &r) {
-            crate::lifecycle::create::point_admin_entry(
-                &r.gitdir,
-                &r.admin_name,
-                &format!("{}\n", gitfile.display()),
-            );
-        }
+        crate::lifecycle::create::point_admin_entry(
+            &r.gitdir,
+            &r.admin_name,
+            |b| b == lock.as_bytes(),
+            &format!("{place}/{}", r.path),
+            &format!("{}\n", gitfile.display()),
+        );
     }
 }
 
-/// Removes the admin entries of the submodule views recorded in the worktree directory
-/// `dir` (live or parked): those this state directory made (its lock text), none other.
-pub fn remove_admin_entries(state: &StateDir, dir: &Path) {
+/// Removes the admin entries of the submodule views recorded in the directory `dir`
+/// (live or parked) of the worktree at `place` (`<repo>/<name>`): those this state
+/// directory made for them (see [`entry_is`]), none other.
+pub fn remove_admin_entries(state: &StateDir, dir: &Path, place: &str) {
     for (_, r) in readable_records(dir) {
-        if let Err(e) = remove_if_ours(state, &r) {
+        if let Err(e) = remove_if_ours(state, &r, &format!("{place}/{}", r.path)) {
             tracing::warn!(
                 "could not remove submodule entry {}: {e}",
                 r.admin().display()

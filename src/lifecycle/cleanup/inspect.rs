@@ -760,6 +760,18 @@ impl<'r> Walker<'r> {
             }
             Some(ViewEntry::Upper(fd, st)) => {
                 let ft = st.st_mode & libc::S_IFMT;
+                let stub = std::ffi::OsStr::new(crate::layout::SUBMODULE_MARKER);
+                if ft == libc::S_IFDIR && beneath::stat_at(fd.as_fd(), stub).is_ok() {
+                    // A submodule's view moved here: inspected with its record, which
+                    // also compares its HEAD with the gitlink HEAD has here.
+                    match head_mode {
+                        Some(MODE_GITLINK) => {}
+                        None if self.ignored(path, true) => {}
+                        None => self.change(ChangeKind::Untracked, path.to_string()),
+                        Some(_) => self.change(ChangeKind::Modified, path.to_string()),
+                    }
+                    return Ok(());
+                }
                 if ft == libc::S_IFDIR {
                     match head_mode {
                         Some(MODE_TREE) | None => {

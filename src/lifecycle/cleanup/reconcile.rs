@@ -120,7 +120,19 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
         };
         match decide_for(id) {
             Some(true) => {
-                crate::lifecycle::submodules::remove_admin_entries(state, &e.path());
+                match store.worktree_by_id(id).ok().flatten() {
+                    Some(r) => crate::lifecycle::submodules::remove_admin_entries(
+                        state,
+                        &e.path(),
+                        &format!("{}/{}", r.repo, r.name),
+                    ),
+                    // Which worktree's views they were is not known: nothing of git's can be
+                    // told to be theirs, so nothing of git's is deleted.
+                    None => tracing::warn!(
+                        "{}: no record of its worktree; its submodule views' git entries, if any, are left",
+                        e.path().display()
+                    ),
+                }
                 let _ = fs::remove_dir_all(e.path());
             }
             Some(false) if !state.worktree_dir(id).exists() => {
@@ -152,9 +164,28 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
                 continue;
             };
             match decide_for(id) {
-                Some(true) => {
-                    let _ = crate::beneath::remove_tree(removing.as_fd(), &e.name);
-                }
+                // Deleted only when it is the entry of the worktree its name says it is.
+                Some(true) => match store.worktree_by_id(id).ok().flatten() {
+                    Some(r) => {
+                        let place = format!("{}/{}", r.repo, r.name);
+                        let entry = crate::git::Entry::open(removing.as_fd(), &e.name);
+                        match entry.map_err(|e| e.to_string()).and_then(|entry| {
+                            entry.check(|b| b.starts_with(ADMIN_MARKER.as_bytes()), &place)?;
+                            entry
+                                .remove(removing.as_fd(), &e.name)
+                                .map_err(|e| e.to_string())
+                        }) {
+                            Ok(()) => {}
+                            Err(why) => tracing::warn!(
+                                "{} (parked by a removal of {place}) {why}; left alone",
+                                path.display()
+                            ),
+                        }
+                    }
+                    None => {
+                        tracing::warn!("{}: no record of its worktree; left alone", path.display())
+                    }
+                },
                 Some(false) => {
                     let back = crate::git::admin_dir(&repo.gitdir, &admin);
                     let put = dirs.worktrees(true).and_then(|worktrees| {

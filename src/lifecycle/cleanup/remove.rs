@@ -62,8 +62,92 @@ impl AdminDirs {
                 }
             }
         }
-        crate::beneath::dir(self.top.as_fd(), PARKED_ADMIN_DIR.as_bytes())
+        let d = crate::beneath::dir(self.top.as_fd(), PARKED_ADMIN_DIR.as_bytes())?;
+        // Only what this daemon put there may be in it: one the repository's owner made
+        // (or renamed into its place) could hold anything, another user's entry among
+        // them, and what is parked there is deleted.
+        let st = crate::beneath::fstat(d.as_fd())?;
+        let me = nix::unistd::geteuid().as_raw();
+        if !(st.st_uid == 0 || st.st_uid == me) || st.st_mode & 0o022 != 0 {
+            return Err(std::io::Error::other(format!(
+                "it is not worktreefs's own (owned by uid {}, mode {:o}); remove it (it is made again)",
+                st.st_uid,
+                st.st_mode & 0o7777
+            )));
+        }
+        Ok(d)
     }
+}
+
+/// Deletes `t`'s parked git entry in `removing`, when there is one and it is this
+/// worktree's (checked as the entry was before it was parked; one from before that
+/// check, or anything else there, is left, saying so).
+fn delete_parked(t: &Target, removing: std::os::fd::BorrowedFd) -> Result<(), String> {
+    let parked = t.parked_admin();
+    let name = parked.file_name().unwrap_or_default();
+    let entry = match crate::git::Entry::open(removing, name) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("could not delete {}: {e}", parked.display())),
+    };
+    entry
+        .check(
+            |b| b.starts_with(ADMIN_MARKER.as_bytes()),
+            &t.repo_and_name(),
+        )
+        .map_err(|why| {
+            format!(
+                "{} {why}; left alone: move it out of there (it is not deleted)",
+                parked.display()
+            )
+        })?;
+    entry.remove(removing, name).map_err(|e| {
+        format!(
+            "could not delete {}: {e} (deleted at the next mount)",
+            parked.display()
+        )
+    })
+}
+
+/// Moves `entry`, checked already and found at `from` (a directory and a name in it),
+/// to `to`; when what the name held by then was another directory (renamed there after
+/// the check), that one goes back (or, when it cannot, is set aside in `to`'s directory
+/// under a name nothing deletes) and the move fails, saying so. `shown` are the paths
+/// the messages name.
+fn park_checked(
+    entry: &crate::git::Entry,
+    from: (std::os::fd::BorrowedFd, &std::ffi::OsStr),
+    to: (std::os::fd::BorrowedFd, &std::ffi::OsStr),
+    shown: (&Path, &Path),
+) -> Result<(), String> {
+    let (admin, parked) = shown;
+    crate::beneath::rename_at(from.0, from.1, to.0, to.1, libc::RENAME_NOREPLACE)
+        .map_err(|e| format!("rename {} -> {}: {e}", admin.display(), parked.display()))?;
+    if entry.is_at(to.0, to.1) {
+        return Ok(());
+    }
+    let back = crate::beneath::rename_at(to.0, to.1, from.0, from.1, libc::RENAME_NOREPLACE);
+    // Not `<id>-…`: the boot reconcile leaves it alone.
+    let mut aside = std::ffi::OsString::from("not-this-worktrees-");
+    aside.push(to.1);
+    let kept = match back {
+        Ok(()) => format!("put back as {}", admin.display()),
+        Err(e) => match crate::beneath::rename_at(to.0, to.1, to.0, &aside, libc::RENAME_NOREPLACE)
+        {
+            Ok(()) => format!(
+                "it could not be put back ({e}) and is kept as {}",
+                parked.with_file_name(&aside).display()
+            ),
+            Err(e2) => format!(
+                "it could not be put back ({e}) nor set aside ({e2}) and is at {}: move it back",
+                parked.display()
+            ),
+        },
+    };
+    Err(format!(
+        "{} was replaced by another directory while it was being removed; that one is {kept}",
+        admin.display()
+    ))
 }
 
 /// Whether `name` in `dir` is there at all (a symlink counts: it is not followed).
@@ -169,37 +253,33 @@ impl Remover for FsRemover<'_> {
                 if !present(worktrees.as_fd(), name) {
                     return Ok(());
                 }
-                let mut locked = name.as_encoded_bytes().to_vec();
-                locked.extend_from_slice(b"/locked");
-                let ours = crate::beneath::read_regular(worktrees.as_fd(), &locked, 64 << 10)
-                    .is_ok_and(|(b, _)| b.starts_with(ADMIN_MARKER.as_bytes()));
-                if !ours {
-                    return Err(format!(
-                        "{} is not marked as created by worktreefs; left alone",
-                        admin.display()
-                    ));
-                }
-                // And this worktree's: its `gitdir` names this worktree's `.git` (the
-                // repository's owner can rename any entry there into this one's name,
-                // another worktree's among them). The mount's path may differ (moved
-                // since); the worktree's place under it may not.
-                let mut gitdir_file = name.as_encoded_bytes().to_vec();
-                gitdir_file.extend_from_slice(b"/gitdir");
-                let tail = format!("/{}/.git\n", self.t.repo_and_name());
-                let its = crate::beneath::read_regular(worktrees.as_fd(), &gitdir_file, 64 << 10)
-                    .is_ok_and(|(b, _)| b.ends_with(tail.as_bytes()));
-                if !its {
-                    return Err(format!(
-                        "{} is not this worktree's entry (its gitdir names another worktree); left alone: if it is another worktree's, rename it back to that worktree's entry name",
-                        admin.display()
-                    ));
-                }
+                // Checked and moved as one directory, opened once: the repository's
+                // owner can rename any entry there into this one's name, another
+                // worktree's among them, before the check or between it and the move.
+                let entry = crate::git::Entry::open(worktrees.as_fd(), name)
+                    .map_err(|e| failed("opening", e))?;
+                entry
+                    .check(
+                        |b| b.starts_with(ADMIN_MARKER.as_bytes()),
+                        &self.t.repo_and_name(),
+                    )
+                    .map_err(|why| {
+                        format!(
+                            "{} {why}; left alone: if it is another worktree's, rename it back to that worktree's entry name",
+                            admin.display()
+                        )
+                    })?;
                 let removing = dirs
                     .removing(true)
                     .map_err(|e| format!("mkdir {}: {e}", parked.display()))?;
-                let _ = crate::beneath::remove_tree(removing.as_fd(), parked_name);
-                crate::beneath::rename_at(worktrees.as_fd(), name, removing.as_fd(), parked_name, 0)
-                    .map_err(|e| format!("rename {} -> {}: {e}", admin.display(), parked.display()))
+                // One parked before and never deleted (a removal put back, a crash).
+                delete_parked(self.t, removing.as_fd())?;
+                park_checked(
+                    &entry,
+                    (worktrees.as_fd(), name),
+                    (removing.as_fd(), parked_name),
+                    (admin, &parked),
+                )
             }
             Step::DeleteBranch => {
                 let Some(branch) = &self.t.branch else {
@@ -341,16 +421,14 @@ pub(super) fn run_removal(
 
 /// Deletes what a removal parked, and the git entries of its submodule views.
 pub(super) fn purge(state: &StateDir, t: &Target) {
-    crate::lifecycle::submodules::remove_admin_entries(state, &t.parked_dir(state));
-    let parked = t.parked_admin();
+    crate::lifecycle::submodules::remove_admin_entries(
+        state,
+        &t.parked_dir(state),
+        &t.repo_and_name(),
+    );
     if let Ok(removing) = AdminDirs::open(&t.gitdir).and_then(|d| d.removing(false)) {
-        let name = parked.file_name().unwrap_or_default();
-        match crate::beneath::remove_tree(removing.as_fd(), name) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => tracing::warn!(
-                "could not delete {}: {e} (deleted at the next mount)",
-                parked.display()
-            ),
-            _ => {}
+        if let Err(e) = delete_parked(t, removing.as_fd()) {
+            tracing::warn!("{e}");
         }
     }
     for p in [t.parked_dir(state)] {
@@ -393,6 +471,48 @@ pub(super) fn gone_by_hand(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parking moves the entry that was checked: another renamed into its name between
+    /// the check and the move goes back, and the move fails saying so.
+    #[test]
+    fn parking_moves_only_the_entry_checked() {
+        use std::ffi::OsStr;
+        let d = tempfile::tempdir().unwrap();
+        let (w, r) = (d.path().join("worktrees"), d.path().join("removing"));
+        for name in ["mine", "theirs"] {
+            fs::create_dir_all(w.join(name)).unwrap();
+            fs::write(w.join(name).join("HEAD"), name).unwrap();
+        }
+        fs::create_dir(&r).unwrap();
+        let wfd = crate::beneath::open_root(&w).unwrap();
+        let rfd = crate::beneath::open_root(&r).unwrap();
+        let shown = (w.join("mine"), r.join("1-mine"));
+        let entry = crate::git::Entry::open(wfd.as_fd(), OsStr::new("mine")).unwrap();
+        fs::rename(w.join("mine"), w.join("away")).unwrap();
+        fs::rename(w.join("theirs"), w.join("mine")).unwrap();
+        let err = park_checked(
+            &entry,
+            (wfd.as_fd(), OsStr::new("mine")),
+            (rfd.as_fd(), OsStr::new("1-mine")),
+            (&shown.0, &shown.1),
+        )
+        .unwrap_err();
+        assert!(err.contains("was replaced by another directory"), "{err}");
+        assert!(err.contains("put back"), "{err}");
+        assert_eq!(fs::read(w.join("mine/HEAD")).unwrap(), b"theirs");
+        assert_eq!(fs::read_dir(&r).unwrap().count(), 0);
+        // Put back where it was, the one checked is parked.
+        fs::rename(w.join("mine"), w.join("theirs")).unwrap();
+        fs::rename(w.join("away"), w.join("mine")).unwrap();
+        park_checked(
+            &entry,
+            (wfd.as_fd(), OsStr::new("mine")),
+            (rfd.as_fd(), OsStr::new("1-mine")),
+            (&shown.0, &shown.1),
+        )
+        .unwrap();
+        assert_eq!(fs::read(r.join("1-mine/HEAD")).unwrap(), b"mine");
+    }
 
     /// Records what ran and was undone; fails at one step.
     struct Fake {
