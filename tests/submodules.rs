@@ -493,26 +493,12 @@ fn a_submodule_is_removed_and_moved_as_in_a_checkout() {
     assert_eq!(status(&wt), status(&co));
     run_ok("rm", &["vendor/lib/own.txt"], &wt);
 
-    // `mv` of a directory above the submodule: the view does not follow such a rename
-    // (EXDEV, as overlayfs answers for a merged directory), so mv copies and removes.
+    // `mv` of a directory above the submodule: the view moves with it, as in a checkout.
     let wt = m.wt("repo", "mv");
     let co = out.path().join("mv");
     checkout_with_submodule(&repo, &co);
     let sub = wt.join("vendor/lib");
     run_ok("sh", &["-c", "echo draft > draft.txt"], &sub);
-    let r = run(
-        "perl",
-        &["-e", "rename('vendor', 'third_party') or die \"$!\\n\""],
-        &wt,
-    );
-    assert!(
-        String::from_utf8_lossy(&r.stderr).contains("cross-device"),
-        "{r:?}"
-    );
-    assert!(
-        sub.join("draft.txt").exists(),
-        "a refused move changes nothing"
-    );
     run_ok(
         "sh",
         &["-c", "echo draft > draft.txt"],
@@ -536,7 +522,16 @@ fn a_submodule_is_removed_and_moved_as_in_a_checkout() {
             .collect::<Vec<_>>()
     );
     assert_eq!(status(&wt), status(&co));
-    // The moved copy is the superproject's untracked work: cleanup keeps it.
+    // git inside the moved view works (in the checkout a plain `mv` leaves the
+    // submodule's `core.worktree` naming the old path: git there fails until `git mv`
+    // or `git submodule absorbgitdirs` repairs it).
+    let moved = wt.join("third_party/lib");
+    assert_eq!(status(&moved), "?? draft.txt\n");
+    assert_eq!(
+        git(&moved, &["rev-parse", "HEAD"]),
+        git(&wt, &["rev-parse", "HEAD:vendor/lib"])
+    );
+    // The moved tree is the superproject's untracked work: cleanup keeps it.
     let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "mv")).unwrap();
     assert!(
         found
@@ -746,6 +741,23 @@ fn nested_submodules_are_views_too() {
     // `rm -r` of a submodule with a view inside: both go; git and cleanup agree.
     let rmn = m.wt("repo", "rmn");
     run_ok("cat", &["vendor/lib/third/deep/d.txt"], &rmn);
+    // A view with views of its own submodules made in it does not move, nor a directory
+    // above it (their records are keyed by paths through it): EXDEV, nothing changed.
+    for from in ["vendor/lib", "vendor"] {
+        let r = run(
+            "perl",
+            &["-e", &format!("rename('{from}', 'moved') or die \"$!\\n\"")],
+            &rmn,
+        );
+        assert!(
+            String::from_utf8_lossy(&r.stderr).contains("cross-device"),
+            "{from}: {r:?}"
+        );
+    }
+    assert_eq!(
+        run_ok("cat", &["vendor/lib/third/deep/d.txt"], &rmn),
+        "deep\n"
+    );
     run_ok("rm", &["-rf", "vendor/lib"], &rmn);
     assert_eq!(status(&rmn), " D vendor/lib\n");
     let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "rmn")).unwrap();
@@ -921,6 +933,18 @@ fn a_submodule_view_moves_with_git_mv() {
     );
     run_ok("mv", &["third_party/lib", "lib"], &wt);
     assert_eq!(status(&wt), " M lib\n");
+    // Onto a name whose base file was removed (a whiteout there), and back: the removed
+    // file stays removed.
+    run_ok(
+        "sh",
+        &["-c", "rm README.md && mv lib README.md && mv README.md lib"],
+        &wt,
+    );
+    assert!(!run("test", &["-e", "README.md"], &wt).status.success());
+    assert_eq!(git(&wt.join("lib"), &["rev-parse", "HEAD"]), lib_head);
+    assert_eq!(status(&wt), " D README.md\n M lib\n");
+    git(&wt, &["checkout", "-q", "--", "README.md"]);
+    assert_eq!(status(&wt), " M lib\n");
     // After a remount: where it was moved, with what it holds; git agrees.
     m.unmount();
     let m = env.mount_with(&["--linger", "600"]);
@@ -940,6 +964,76 @@ fn a_submodule_view_moves_with_git_mv() {
     }
     assert!(!run("test", &["-e", "lib"], &wt).status.success());
     assert_eq!(status(&wt), status(&co));
+    m.unmount();
+    git(
+        &repo,
+        &[
+            "worktree",
+            "remove",
+            "--force",
+            "--force",
+            co.to_str().unwrap(),
+        ],
+    );
+}
+
+/// A directory above submodule views moves with them, as in a checkout: `git mv vendor
+/// third_party` (git writes each view's `.git` anew), and a plain rename of a directory
+/// whose submodule was never looked at; across a remount too.
+#[test]
+fn a_directory_above_a_submodule_view_moves_with_it() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/d", "--submodules"]);
+    wtfs_ok(&env.state(), &["new", "repo/unseen", "--submodules"]);
+    let out = tempfile::tempdir().unwrap();
+    let co = out.path().join("co");
+    checkout_with_submodule(&repo, &co);
+    let m = env.mount_with(&["--linger", "600"]);
+    let wt = m.wt("repo", "d");
+    let status = |d: &Path| git(d, &["status", "--porcelain", "--untracked-files=all"]);
+    for d in [&wt, &co] {
+        run_ok("sh", &["-c", "echo draft > vendor/lib/draft.txt"], d);
+        let r = run("git", &["mv", "vendor", "third_party"], d);
+        assert!(r.status.success(), "{}: {r:?}", d.display());
+    }
+    assert!(!run("test", &["-e", "vendor"], &wt).status.success());
+    assert_eq!(status(&wt), status(&co));
+    let sub = wt.join("third_party/lib");
+    assert_eq!(status(&sub), status(&co.join("third_party/lib")));
+    assert_eq!(status(&sub), "?? draft.txt\n");
+    for d in [&wt, &co] {
+        git(d, &["commit", "-q", "-m", "move the vendored tree"]);
+    }
+    assert_eq!(status(&wt), status(&co));
+    // Never looked at before the rename: shown at its new place all the same.
+    let unseen = m.wt("repo", "unseen");
+    run_ok(
+        "perl",
+        &["-e", "rename('vendor', 'elsewhere') or die \"$!\\n\""],
+        &unseen,
+    );
+    assert_eq!(
+        run_ok("cat", &["elsewhere/lib/l.txt"], &unseen),
+        "library\n"
+    );
+    assert_eq!(status(&unseen.join("elsewhere/lib")), "");
+    // After a remount, where they were moved.
+    m.unmount();
+    let m = env.mount_with(&["--linger", "600"]);
+    assert_eq!(status(&sub), "?? draft.txt\n");
+    assert_eq!(status(&wt), status(&co));
+    assert_eq!(
+        run_ok("cat", &["elsewhere/lib/l.txt"], &unseen),
+        "library\n"
+    );
+    wait_for_state(&env, "d", "lingering", Duration::from_secs(10));
+    let said = reclaim_kept(&env, "repo/d", Duration::from_secs(30));
+    assert!(
+        said.contains("uncommitted-changes in submodule third_party/lib"),
+        "{said}"
+    );
     m.unmount();
     git(
         &repo,

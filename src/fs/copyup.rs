@@ -255,9 +255,10 @@ impl View {
         let (wt, ov, rel) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
-            let rel = match &wt.conversions {
-                Some(_) => t.rel_path(ino)?,
-                None => Vec::new(),
+            let rel = if wt.conversions.is_some() || wt.submodules {
+                t.rel_path(ino)?
+            } else {
+                Vec::new()
             };
             (wt, ov, rel)
         };
@@ -271,11 +272,17 @@ impl View {
         // its name.
         // A node whose name is gone (a removed base file still open) keeps reading its
         // base; one whose file cannot be found is left as it is (its next use says why).
+        // Nodes of a submodule's view below are that view's, in its own layers: not
+        // touched (its stub moves with the directory).
         let below: Vec<u64> = {
             let t = self.nodes.read();
             t.below(ino)
                 .into_iter()
                 .filter(|n| t.get(*n).is_some_and(|node| !node.is_unlinked()))
+                .filter(|n| {
+                    t.wt_of(*n)
+                        .is_ok_and(|(w, _, _)| std::sync::Arc::ptr_eq(&w, &wt))
+                })
                 .collect()
         };
         let mut found = Vec::with_capacity(below.len() + 1);
@@ -360,8 +367,14 @@ impl View {
                     beneath::mkdir_at(dir, &e.name, 0o755).map_err(|err| {
                         FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
                     })?;
-                    own_dir(dir, &e.name, wt.uid, wt.gid)?;
                     let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                    if e.mode == MODE_GITLINK && wt.submodules {
+                        // Where submodules are views: a stub stands for the gitlink (see
+                        // `layout::SUBMODULE_MARKER`), so its view moves with the tree.
+                        let d = sub(&e.name)?;
+                        write_stub(d.as_fd(), &rel, e.oid)?;
+                    }
+                    own_dir(dir, &e.name, wt.uid, wt.gid)?;
                     self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base), &rel)?;
                 }
                 MODE_LINK => {
@@ -386,6 +399,26 @@ impl View {
         }
         marker(dir, OsStr::new(OPAQUE_MARKER), true)
     }
+}
+
+/// Writes the stub of a submodule's view (see `layout::SUBMODULE_MARKER`) in the
+/// directory `dir`: made at `origin`, gitlink `commit`. Synced: a stub that lost its
+/// marker in a crash would show the view's place as an empty directory.
+pub(super) fn write_stub(dir: BorrowedFd, origin: &[u8], commit: git2::Oid) -> FsResult<()> {
+    let f = beneath::open(
+        dir,
+        crate::layout::SUBMODULE_MARKER.as_bytes(),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        0o644,
+    )
+    .map_err(|e| FsError::io("writing a submodule view's stub", e))?;
+    let mut f = std::fs::File::from(f);
+    io::Write::write_all(
+        &mut f,
+        &crate::lifecycle::submodules::stub_text(origin, commit),
+    )
+    .and_then(|_| f.sync_all())
+    .map_err(|e| FsError::io("writing a submodule view's stub", e))
 }
 
 /// As `own`, for a directory copied up from the base: mode 0755 as the base showed it

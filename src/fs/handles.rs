@@ -519,10 +519,10 @@ impl View {
             .join(&wt.repo)
             .join(wt.worktree_name())
             .join(at);
-        let named = lexical(&root.join(named));
-        // git writes the real path of each end (`strbuf_realpath`): the entry's through
-        // any symlink on the way to the repository.
-        named == lexical(&own) || std::fs::canonicalize(&own).is_ok_and(|c| c == named)
+        // By name only: resolving the entry's path would follow what the repository's
+        // owner made of it (git writes real paths; the recorded one is the repository's
+        // real path, taken at registration).
+        lexical(&root.join(named)) == lexical(&own)
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {

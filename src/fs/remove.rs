@@ -37,11 +37,13 @@ impl View {
             .ok_or_else(|| FsError::not_found(name.to_string_lossy()))
     }
 
-    /// A directory with a submodule's view below it does not move, nor a view with views
-    /// of its own submodules made in it: EXDEV, as overlayfs answers for a merged
-    /// directory (`mv` then copies and removes, which a view allows). A view's root itself
-    /// moves (`rename_submodule`) when `is_root`.
-    fn refuse_moving_submodules(&self, parent: u64, name: &OsStr, is_root: bool) -> FsResult<()> {
+    /// A directory or a submodule's view with views of a submodule's own submodules made
+    /// below it does not move: EXDEV, as overlayfs answers for a merged directory (`mv`
+    /// then copies and removes, which a view allows); their records are keyed by paths
+    /// through it. Views of the worktree's own submodules move with a directory above
+    /// them ([`View::move_views_below`]), and a view's root moves itself
+    /// (`rename_submodule`).
+    fn refuse_moving_submodules(&self, parent: u64, name: &OsStr) -> FsResult<()> {
         let (wt, rel) = {
             let t = self.nodes.read();
             let (wt, _, _) = t.wt_of(parent)?;
@@ -50,33 +52,86 @@ impl View {
             }
             (wt, t.child_rel_path(parent, name)?)
         };
-        // Paths in the worktree (a submodule's view's own are below its path).
-        let within = wt.sub_path();
-        let full = |p: &[u8]| {
-            crate::lifecycle::submodules::full_path(within.as_deref(), &String::from_utf8_lossy(p))
-                .into_bytes()
-        };
-        let rel = full(&rel);
-        let mut prefix = rel.clone();
+        let mut prefix = self.full_sub_path(&wt, &rel);
         prefix.push(b'/');
-        let mut paths: Vec<Vec<u8>> = wt.subs.lock().keys().map(|p| full(p)).collect();
-        paths.extend(
+        let nested =
             crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
                 .into_iter()
-                .filter(|(_, r)| !r.removed)
-                .map(|(_, r)| r.path.into_bytes()),
-        );
-        if paths
-            .iter()
-            .any(|p| p.starts_with(&prefix) || (*p == rel && !is_root))
-        {
+                .any(|(_, r)| {
+                    !r.removed && r.within.is_some() && r.path.as_bytes().starts_with(&prefix)
+                });
+        if nested {
             return Err(FsError::cross_device(format!(
-                "{}/{} holds a submodule's view, which does not move with it (mv copies it instead)",
+                "{}/{} holds views of a submodule's own submodules, which do not move with it (mv copies it instead)",
                 wt.name,
                 String::from_utf8_lossy(&rel)
             )));
         }
         Ok(())
+    }
+
+    /// The path in the worktree of `rel` in view `wt` (a submodule view's paths are
+    /// below its own).
+    fn full_sub_path(&self, wt: &WtCtx, rel: &[u8]) -> Vec<u8> {
+        crate::lifecycle::submodules::full_path(
+            wt.sub_path().as_deref(),
+            &String::from_utf8_lossy(rel),
+        )
+        .into_bytes()
+    }
+
+    /// After the directory at `old` in the worktree's view `wt` moved to `new`: the views
+    /// of submodules below it (their stubs moved with it) are found at their new paths,
+    /// their records and git entries say so. A record or entry that cannot be changed is
+    /// only logged: its view's next lookup tries again (its stub says where it is).
+    pub(super) fn move_views_below(&self, wt: &WtCtx, old: &[u8], new: &[u8]) {
+        if !wt.submodules || wt.is_submodule() {
+            return;
+        }
+        let mut prefix = old.to_vec();
+        prefix.push(b'/');
+        let moved = |p: &[u8]| -> Option<Vec<u8>> {
+            let rest = p.strip_prefix(prefix.as_slice())?;
+            let mut n = new.to_vec();
+            n.push(b'/');
+            n.extend_from_slice(rest);
+            Some(n)
+        };
+        let place = format!("{}/{}", wt.repo, wt.worktree_name());
+        for (dir, r) in
+            crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
+        {
+            let Some(to) = moved(r.path.as_bytes()) else {
+                continue;
+            };
+            let to = String::from_utf8_lossy(&to).into_owned();
+            let from = r.path.clone();
+            if let Err(e) = crate::lifecycle::submodules::move_view(
+                &self.state,
+                &self.mountpoint,
+                &place,
+                wt.uid,
+                &dir,
+                r,
+                &to,
+            ) {
+                tracing::warn!("submodule view {from} (moved to {to}): {e:#}");
+            }
+        }
+        let mut subs = wt.subs.lock();
+        let paths: Vec<Vec<u8>> = subs
+            .keys()
+            .filter(|p| moved(p).is_some())
+            .cloned()
+            .collect();
+        for p in paths {
+            if let (Some(to), Some(ctx)) = (moved(&p), subs.remove(&p)) {
+                if let Some(of) = &ctx.sub_of {
+                    *of.path.lock() = to.clone();
+                }
+                subs.insert(to, ctx);
+            }
+        }
     }
 
     /// The submodule view whose root is node `ino`, if it is one.
@@ -359,7 +414,7 @@ impl View {
         let (src_ino, src) = self.remove_checks(parent, name)?;
         let src_sub = src_ino.and_then(|i| Some((i, self.sub_root(i)?)));
         if src.ftype == FType::Dir {
-            self.refuse_moving_submodules(parent, name, src_sub.is_some())?;
+            self.refuse_moving_submodules(parent, name)?;
         }
         if let Ok((Some(ino), _)) = self.remove_checks(newparent, newname) {
             if let Some(sub) = self.sub_root(ino) {
@@ -429,6 +484,20 @@ impl View {
             Some(i) => (i, false),
             None => (self.lookup(parent, name)?.attr.ino, true),
         };
+        // Paths of the views of submodules below a moving directory.
+        let paths = if src.ftype == FType::Dir {
+            let t = self.nodes.read();
+            match (
+                t.wt_of(parent),
+                t.child_rel_path(parent, name),
+                t.child_rel_path(newparent, newname),
+            ) {
+                (Ok((wt, _, _)), Ok(old), Ok(new)) if wt.submodules => Some((wt, old, new)),
+                _ => None,
+            }
+        } else {
+            None
+        };
         let result = self.rename_inner(
             parent,
             name,
@@ -438,6 +507,9 @@ impl View {
             src,
             dst.map(|d| d.1),
         );
+        if let (Ok(()), Some((wt, old, new))) = (&result, paths) {
+            self.move_views_below(&wt, &old, &new);
+        }
         if borrowed {
             self.forget(src_ino, 1);
         }

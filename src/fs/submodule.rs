@@ -25,12 +25,12 @@ impl View {
     /// view: gitlink `commit`): made the first time. None where the worktree does not
     /// show submodules, and for a submodule that is not initialized.
     ///
-    /// `origin` is the path it was made at: `path`, unless it was moved (a stub in the
-    /// upper layer says so, see `layout::SUBMODULE_MARKER`).
+    /// `stub` is the path it was made at, when it was found through a stub (moved: see
+    /// `layout::SUBMODULE_MARKER`); None at its gitlink.
     pub(super) fn submodule_view(
         &self,
         wt: &Arc<WtCtx>,
-        origin: &[u8],
+        stub: Option<&[u8]>,
         path: &[u8],
         commit: Oid,
     ) -> FsResult<Option<Arc<WtCtx>>> {
@@ -44,7 +44,7 @@ impl View {
         // paths do not (making one may take a while: its index, its conversions).
         let slot = wt.making.lock().entry(path.to_vec()).or_default().clone();
         let _making = slot.lock();
-        let made = self.make_submodule_view(wt, origin, path, commit);
+        let made = self.make_submodule_view(wt, stub, path, commit);
         // This path's slot goes once nobody else waits on it (one that waits makes, or
         // finds, the view with this same slot: never two makers of one path at once).
         let mut making = wt.making.lock();
@@ -60,10 +60,11 @@ impl View {
     fn make_submodule_view(
         &self,
         wt: &Arc<WtCtx>,
-        origin: &[u8],
+        stub: Option<&[u8]>,
         path: &[u8],
         commit: Oid,
     ) -> FsResult<Option<Arc<WtCtx>>> {
+        let origin = stub.unwrap_or(path);
         if let Some(s) = wt.subs.lock().get(path) {
             return Ok(Some(s.clone())); // made while this one waited
         }
@@ -85,7 +86,8 @@ impl View {
             mountpoint: &self.mountpoint,
         };
         let what = format!("{}/{}", wt.name, String::from_utf8_lossy(path));
-        let (dir, record) = match ensure(&self.state, &parent, origin, path, commit) {
+        let (dir, record) = match ensure(&self.state, &parent, origin, path, commit, stub.is_some())
+        {
             Ok(Some(made)) => made,
             Ok(None) => return Ok(None),
             // Not entered rather than an empty directory, whose files would hide the
@@ -170,12 +172,14 @@ impl View {
     }
 
     /// `rename` of a submodule view's root (`git mv vendor/lib lib`, `mv`): its git entry
-    /// and record say the new path first; then a stub in the upper layer at the new name
-    /// shows the view there (the one already there, when it was moved before, moves; else
-    /// one is made), and a whiteout hides the gitlink at the old name. The target is
-    /// absent or an empty directory (checked by `rename`). In memory, the view is found
-    /// at its new path. A crash between the steps shows it at one of the two paths, and
-    /// the next lookup there finishes the move.
+    /// is checked first (one that is not this view's refuses the move, changing
+    /// nothing); then a stub in the upper layer at the new name shows the view there
+    /// (the one already there, when it was moved before, moves; else one is made), put
+    /// in place of a whiteout there in one exchange, and a whiteout hides the gitlink at
+    /// the old name; then the record and git entry say the new path. The target is absent
+    /// or an empty directory (checked by `rename`). In memory, the view is found at its
+    /// new path. A crash after the stub shows the view at the new path (its record
+    /// follows at the next lookup there); between the stub and the whiteout, at both.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rename_submodule(
         &self,
@@ -188,6 +192,7 @@ impl View {
         dst: Option<super::overlay::Overlay>,
     ) -> FsResult<()> {
         use crate::beneath;
+        use crate::lifecycle::submodules as subs;
         use std::os::fd::AsFd;
         let Some(of) = sub.sub_of.as_ref() else {
             return Err(FsError::stale(root));
@@ -201,20 +206,14 @@ impl View {
                 "a submodule's view moves only to a UTF-8 path (its record names it)",
             ));
         };
-        let to = crate::lifecycle::submodules::full_path(owner.sub_path().as_deref(), new_s);
+        let to = subs::full_path(owner.sub_path().as_deref(), new_s);
         let Some(origin) = sub.sub_origin() else {
             return Err(FsError::stale(root));
         };
         let dir = self
             .state
             .subs(owner.id)
-            .join(crate::lifecycle::submodules::key_of(origin.as_bytes()));
-        self.ensure_upper_dir(parent)?;
-        self.ensure_upper_dir(newparent)?;
-        let from_dir = self.upper_dir(parent)?;
-        let to_dir = self.upper_dir(newparent)?;
-        let (from_dir, to_dir) = (from_dir.as_fd(), to_dir.as_fd());
-        let work = owner.work_fd.as_fd();
+            .join(subs::key_of(origin.as_bytes()));
         let failed = |what: &str, e: std::io::Error| {
             FsError::io(
                 format!(
@@ -225,83 +224,128 @@ impl View {
                 e,
             )
         };
-        // 1. Its record and git entry.
-        let record = {
-            let bytes = std::fs::read(dir.join("record")).map_err(|e| failed("its record", e))?;
-            serde_json::from_slice::<crate::lifecycle::submodules::SubRecord>(&bytes)
-                .map_err(|e| failed("its record", std::io::Error::other(e)))?
-        };
-        let from = record.path.clone();
-        let place = format!("{}/{}", owner.repo, owner.worktree_name());
-        let moved = |r, to: &str| {
-            crate::lifecycle::submodules::move_view(
-                &self.state,
-                &self.mountpoint,
-                &place,
-                &dir,
-                r,
-                to,
-            )
-        };
-        let record = moved(record, &to).map_err(|e| {
+        let refused = |e: anyhow::Error| {
             FsError::eio(
                 format!("submodule {}: {e:#}", sub.name),
                 std::io::Error::other("moving a submodule view"),
             )
-        })?;
-        // 2. The stub, at the new name; the gitlink at the old one hidden.
+        };
+        // 1. Its record, and its git entry checked.
+        let record = {
+            let bytes = std::fs::read(dir.join("record")).map_err(|e| failed("its record", e))?;
+            serde_json::from_slice::<subs::SubRecord>(&bytes)
+                .map_err(|e| failed("its record", std::io::Error::other(e)))?
+        };
+        let place = format!("{}/{}", owner.repo, owner.worktree_name());
+        subs::entry_is_ours(&self.state, &record, &place, owner.uid).map_err(refused)?;
+        // 2. The stub at the new name; the gitlink at the old one hidden.
+        self.ensure_upper_dir(parent)?;
+        self.ensure_upper_dir(newparent)?;
+        let from_dir = self.upper_dir(parent)?;
+        let to_dir = self.upper_dir(newparent)?;
+        let (from_dir, to_dir) = (from_dir.as_fd(), to_dir.as_fd());
+        let work = owner.work_fd.as_fd();
         let hide_old = self.base_has(parent, name)?;
-        let placed = (|| -> std::io::Result<()> {
-            if let Some(d) = dst {
-                if d.in_upper && d.ftype == super::types::FType::Dir {
-                    self.to_trash(&owner, to_dir, newname)?;
-                }
+        if let Some(d) = dst {
+            if d.in_upper && d.ftype == super::types::FType::Dir {
+                self.to_trash(&owner, to_dir, newname)
+                    .map_err(|e| failed("moving the replaced directory out", e))?;
             }
-            if owner.whiteouts.at(to_dir, newname) {
-                beneath::unlink_at(to_dir, newname, false)?;
-            }
-            let stub_here = self.stub_at(from_dir, name).is_some();
-            if stub_here {
-                beneath::rename_at(from_dir, name, to_dir, newname, libc::RENAME_NOREPLACE)?;
-            } else {
-                let tmp = Self::work_tmp("stub");
-                beneath::mkdir_at(work, &tmp, 0o755)?;
-                let made = (|| {
-                    let d = beneath::dir(work, tmp.as_encoded_bytes())?;
-                    let f = beneath::open(
-                        d.as_fd(),
-                        crate::layout::SUBMODULE_MARKER.as_bytes(),
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                        0o644,
-                    )?;
-                    let mut f = std::fs::File::from(f);
-                    std::io::Write::write_all(
-                        &mut f,
-                        &crate::lifecycle::submodules::stub_text(&of.origin, of.commit),
-                    )?;
-                    f.sync_all()?;
-                    beneath::chmod(d.as_fd(), 0o755)?;
-                    let _ = beneath::chown(d.as_fd(), Some(owner.uid), Some(owner.gid));
-                    beneath::rename_at(work, &tmp, to_dir, newname, libc::RENAME_NOREPLACE)
-                })();
-                if made.is_err() {
-                    let _ = beneath::remove_tree(work, &tmp);
-                }
-                made?;
-            }
-            if hide_old {
-                owner.whiteouts.link(work, from_dir, name)?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = placed {
-            // Its record and git entry back to where it still is.
-            if let Err(back) = moved(record, &from) {
-                tracing::warn!("submodule {}: {back:#}", sub.name);
-            }
-            return Err(failed("placing it", e));
         }
-        // 3. In memory.
+        let onto_whiteout = owner.whiteouts.at(to_dir, newname);
+        let stub_here = self.stub_at(from_dir, name).is_some();
+        // Where the stub comes from: its place at the old name, or a new one in work/.
+        let tmp = Self::work_tmp("stub");
+        let (src_dir, src_name) = if stub_here {
+            (from_dir, name)
+        } else {
+            beneath::mkdir_at(work, &tmp, 0o755).map_err(|e| failed("making its stub", e))?;
+            let made = (|| -> FsResult<()> {
+                let d = beneath::dir(work, tmp.as_encoded_bytes())
+                    .map_err(|e| failed("making its stub", e))?;
+                super::copyup::write_stub(d.as_fd(), &of.origin, of.commit)?;
+                beneath::chmod(d.as_fd(), 0o755).map_err(|e| failed("making its stub", e))?;
+                let _ = beneath::chown(d.as_fd(), Some(owner.uid), Some(owner.gid));
+                Ok(())
+            })();
+            if let Err(e) = made {
+                let _ = beneath::remove_tree(work, &tmp);
+                return Err(e);
+            }
+            (work, tmp.as_os_str())
+        };
+        // In one step: onto a whiteout, exchanged with it (which then lands where the
+        // stub was: at the old name, it hides the gitlink there).
+        let exchanged = onto_whiteout
+            && beneath::rename_at(src_dir, src_name, to_dir, newname, libc::RENAME_EXCHANGE)
+                .is_ok();
+        let placed = if exchanged {
+            Ok(())
+        } else {
+            (|| {
+                if onto_whiteout {
+                    beneath::unlink_at(to_dir, newname, false)?;
+                }
+                beneath::rename_at(src_dir, src_name, to_dir, newname, libc::RENAME_NOREPLACE)
+            })()
+        };
+        if let Err(e) = placed {
+            if !stub_here {
+                let _ = beneath::remove_tree(work, &tmp);
+            }
+            return Err(failed("placing its stub", e));
+        }
+        let old_name_done = match (exchanged, stub_here, hide_old) {
+            // The whiteout came to the old name.
+            (true, true, true) => Ok(()),
+            (true, true, false) => beneath::unlink_at(from_dir, name, false),
+            (true, false, _) => beneath::unlink_at(work, &tmp, false),
+            (false, _, _) => Ok(()),
+        }
+        .and_then(|_| {
+            if hide_old && !(exchanged && stub_here) {
+                owner.whiteouts.link(work, from_dir, name)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = old_name_done {
+            // The stub goes back where it was (or away), the whiteout at the new name is
+            // not remade: the view stays at its old path.
+            let back = match (stub_here, exchanged) {
+                (true, true) => {
+                    beneath::rename_at(to_dir, newname, from_dir, name, libc::RENAME_EXCHANGE)
+                }
+                (true, false) => {
+                    beneath::rename_at(to_dir, newname, from_dir, name, libc::RENAME_NOREPLACE)
+                }
+                // The whiteout it took the place of is still in work/ (its unlink failed):
+                // exchanged back, then the stub goes.
+                (false, true) => {
+                    beneath::rename_at(work, &tmp, to_dir, newname, libc::RENAME_EXCHANGE)
+                        .and_then(|_| beneath::remove_tree(work, &tmp))
+                }
+                (false, false) => self.to_trash(&owner, to_dir, newname),
+            };
+            if let Err(b) = back {
+                tracing::warn!("submodule {}: taking its stub back: {b}", sub.name);
+            }
+            return Err(failed("hiding its old path", e));
+        }
+        // 3. Its record and git entry (a failure here is finished at the next lookup
+        // through the stub).
+        if let Err(e) = subs::move_view(
+            &self.state,
+            &self.mountpoint,
+            &place,
+            owner.uid,
+            &dir,
+            record,
+            &to,
+        ) {
+            tracing::warn!("submodule {}: {e:#}", sub.name);
+        }
+        // 4. In memory.
         {
             let mut subs = owner.subs.lock();
             let old = of.path();

@@ -380,8 +380,9 @@ impl View {
                 if let Some((origin, commit)) = at {
                     {
                         let path = self.nodes.read().child_rel_path(parent, name)?;
-                        let origin = origin.unwrap_or_else(|| path.clone());
-                        if let Some(sub) = self.submodule_view(&wt, &origin, &path, commit)? {
+                        if let Some(sub) =
+                            self.submodule_view(&wt, origin.as_deref(), &path, commit)?
+                        {
                             // The number a listing of the parent gives the name.
                             let natural = ino::path_ino(wt.ino_id, &path);
                             let root = super::overlay::Overlay {

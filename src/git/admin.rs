@@ -268,30 +268,46 @@ impl Entry {
         self.fd.as_fd()
     }
 
+    /// Its owner's uid.
+    pub fn owner(&self) -> u32 {
+        self.st.st_uid
+    }
+
     /// Its file `name`, read as a file its owner may have made anything of.
     pub fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
         crate::beneath::read_regular(self.fd(), name.as_bytes(), 64 << 10).map(|(b, _)| b)
     }
 
     /// Whether it is the entry worktreefs made for the worktree at `place` under the mount
-    /// (`<repo>/<name>`, a submodule view's path after it): its lock says so (`lock_ok`),
-    /// and its `gitdir` names `<mountpoint>/<place>/.git` (whatever the mountpoint: it
-    /// may have moved since). Half made by this daemon (a crash), it may have no `gitdir`
-    /// yet, and is then still its maker's (the directory is given to its owner last). Err
-    /// says what it is instead.
-    pub fn check(&self, lock_ok: impl Fn(&[u8]) -> bool, place: &str) -> Result<(), String> {
+    /// (`<repo>/<name>`, a submodule view's path after it) whose owner is `uid`: its lock
+    /// says so (`lock_ok`), it is `uid`'s (or the daemon's: entries made before they were
+    /// given to their owner), and its `gitdir` names `<mountpoint>/<place>/.git`
+    /// (whatever the mountpoint: it may have moved since). Half made by this daemon (a
+    /// crash: still the daemon's, and without the index it writes last), its `gitdir` may
+    /// be missing or partial, and it is still its maker's. Err says what it is instead.
+    pub fn check(
+        &self,
+        lock_ok: impl Fn(&[u8]) -> bool,
+        place: &str,
+        uid: u32,
+    ) -> Result<(), String> {
         if !self.read("locked").is_ok_and(|b| lock_ok(&b)) {
             return Err("is not marked as created by worktreefs".into());
         }
+        let me = nix::unistd::geteuid().as_raw();
+        if self.st.st_uid != uid && self.st.st_uid != me {
+            return Err(format!(
+                "is not this worktree's entry (it is uid {}'s, the worktree uid {uid}'s)",
+                self.st.st_uid
+            ));
+        }
+        let half_made = self.st.st_uid == me
+            && crate::beneath::stat_at(self.fd(), std::ffi::OsStr::new("index"))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
         match self.read("gitdir") {
             Ok(b) if b.ends_with(format!("/{place}/.git\n").as_bytes()) => Ok(()),
+            _ if half_made => Ok(()),
             Ok(_) => Err("is not this worktree's entry (its gitdir names another worktree)".into()),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    && self.st.st_uid == nix::unistd::geteuid().as_raw() =>
-            {
-                Ok(())
-            }
             Err(e) => Err(format!(
                 "cannot be told to be this worktree's entry: its gitdir cannot be read ({e}); make it a file naming the worktree's .git (git worktree repair, run in the worktree, does)"
             )),
@@ -339,6 +355,7 @@ mod tests {
             fs::write(e.join("locked"), b"managed by worktreefs\n").unwrap();
             fs::write(e.join("gitdir"), format!("/mnt/repo/{name}/.git\n")).unwrap();
             fs::write(e.join("HEAD"), name).unwrap();
+            fs::write(e.join("index"), b"DIRC").unwrap();
         }
         let fd = crate::beneath::open_root(d.path()).unwrap();
         (d, fd)
@@ -354,16 +371,29 @@ mod tests {
         let (d, w) = entries();
         let marked = |b: &[u8]| b.starts_with(b"managed by worktreefs");
         let mine = Entry::open(w.as_fd(), OsStr::new("mine")).unwrap();
-        assert_eq!(mine.check(marked, "repo/mine"), Ok(()));
-        let err = mine.check(marked, "repo/theirs").unwrap_err();
+        assert_eq!(mine.check(marked, "repo/mine", 0), Ok(()));
+        let err = mine.check(marked, "repo/theirs", 0).unwrap_err();
         assert!(err.contains("names another worktree"), "{err}");
-        assert!(mine.check(|_| false, "repo/mine").is_err());
+        assert!(mine.check(|_| false, "repo/mine", 0).is_err());
+        // Another user's: not this worktree's, whatever it says.
+        let path = d.path().join("mine");
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        let mine = Entry::open(w.as_fd(), OsStr::new("mine")).unwrap();
+        let err = mine.check(marked, "repo/mine", 1000).unwrap_err();
+        assert!(err.contains("uid 65534's"), "{err}");
+        assert_eq!(mine.check(marked, "repo/mine", 65534), Ok(()));
+        std::os::unix::fs::chown(&path, Some(0), None).unwrap();
+        // Half made by the daemon (no index yet): its maker's, whatever its gitdir holds.
+        fs::remove_file(path.join("index")).unwrap();
+        fs::write(path.join("gitdir"), b"/mnt/re").unwrap();
+        let mine = Entry::open(w.as_fd(), OsStr::new("mine")).unwrap();
+        assert_eq!(mine.check(marked, "repo/mine", 1000), Ok(()));
         // A symlink as its gitdir: whose it is cannot be told.
         let theirs = d.path().join("theirs");
         fs::remove_file(theirs.join("gitdir")).unwrap();
         std::os::unix::fs::symlink(d.path().join("mine/gitdir"), theirs.join("gitdir")).unwrap();
         let t = Entry::open(w.as_fd(), OsStr::new("theirs")).unwrap();
-        let err = t.check(marked, "repo/mine").unwrap_err();
+        let err = t.check(marked, "repo/mine", 0).unwrap_err();
         assert!(err.contains("cannot be read"), "{err}");
         // A symlink as the entry is not opened.
         std::os::unix::fs::symlink(d.path().join("mine"), d.path().join("link")).unwrap();

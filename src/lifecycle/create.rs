@@ -562,8 +562,9 @@ fn roll_back(
             c.admin_name
         );
     }
+    // Opened once: what is checked is what is deleted, whatever is renamed meanwhile.
     let entry = worktrees.as_ref().and_then(|w| {
-        crate::beneath::dir(w.as_fd(), c.admin_name.as_bytes())
+        git::Entry::open(w.as_fd(), std::ffi::OsStr::new(&c.admin_name))
             .ok()
             .map(|e| (w, e))
     });
@@ -573,9 +574,10 @@ fn roll_back(
         // Ours: its `locked` file is exactly what this state directory writes, or it was
         // killed while writing that file (a part of it, nothing else in the entry yet).
         let expected = admin_lock_text(state);
-        let locked = crate::beneath::read_regular(entry.as_fd(), b"locked", 64 << 10)
-            .map(|(b, _)| String::from_utf8_lossy(&b).into_owned());
-        let listed = crate::beneath::list(entry.as_fd()).unwrap_or_default();
+        let locked = entry
+            .read("locked")
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
+        let listed = crate::beneath::list(entry.fd()).unwrap_or_default();
         let only_lock = listed.iter().all(|e| e.name == "locked");
         let ours = match &locked {
             Ok(l) => *l == expected || (only_lock && expected.starts_with(l.as_str())),
@@ -583,8 +585,24 @@ fn roll_back(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => listed.is_empty(),
             Err(_) => false,
         };
-        if ours {
-            crate::beneath::remove_tree(worktrees.as_fd(), std::ffi::OsStr::new(&c.admin_name))
+        // And this creation's: its `gitdir`, once written, names this worktree (another
+        // entry of this state directory renamed into the name would pass the lock).
+        let repo = store.repo_by_id(c.repo_id)?.map(|r| r.name);
+        let named_here = match entry.read("gitdir") {
+            Ok(b) => {
+                repo.is_some_and(|r| b.ends_with(format!("/{r}/{}/.git\n", c.name).as_bytes()))
+            }
+            // Not written yet: still the daemon's (given to its owner last).
+            Err(_) => entry.owner() == nix::unistd::geteuid().as_raw(),
+        };
+        if ours && !named_here {
+            tracing::warn!(
+                "{what}: git worktree entry {} names another worktree; left as it is",
+                admin.display()
+            );
+        } else if ours {
+            entry
+                .remove(worktrees.as_fd(), std::ffi::OsStr::new(&c.admin_name))
                 .with_context(|| format!("{what}: removing {}", admin.display()))?;
         } else {
             tracing::warn!(
@@ -978,6 +996,7 @@ pub fn repoint_admin_entries(
             state,
             &state.worktree_dir(w.id),
             &format!("{}/{}", w.repo, w.name),
+            w.uid,
             &mountpoint.join(&w.repo).join(&w.name),
         );
         let want = format!("{}\n", gitfile_path(mountpoint, &w.repo, &w.name).display());
@@ -986,6 +1005,7 @@ pub fn repoint_admin_entries(
             &w.admin_name,
             |b| b.starts_with(ADMIN_MARKER.as_bytes()),
             &format!("{}/{}", w.repo, w.name),
+            w.uid,
             &want,
         ) {
             retarget_index(
@@ -1009,6 +1029,7 @@ pub(crate) fn point_admin_entry(
     admin_name: &str,
     lock_ok: impl Fn(&[u8]) -> bool,
     place: &str,
+    uid: u32,
     want: &str,
 ) -> Option<git::Entry> {
     let path = git::admin_dir(gitdir, admin_name);
@@ -1026,7 +1047,7 @@ pub(crate) fn point_admin_entry(
     }
     // Only this worktree's own entry: one renamed into its name (another worktree's, say)
     // pointed here would pass for this one's, and its removal would take it.
-    if let Err(why) = entry.check(lock_ok, place) {
+    if let Err(why) = entry.check(lock_ok, place, uid) {
         tracing::warn!(
             "git's entry {} {why}; not pointed at the mount (if it is another worktree's, rename it back to that worktree's entry name)",
             path.display()

@@ -46,6 +46,10 @@ pub struct SubRecord {
     /// the worktree goes.
     #[serde(default)]
     pub removed: bool,
+    /// While it is moved (see [`move_view`]): the path it was at, which its git entry may
+    /// still name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving_from: Option<String>,
 }
 
 impl SubRecord {
@@ -132,6 +136,7 @@ fn entry_is(
     state: &StateDir,
     r: &SubRecord,
     place: &str,
+    uid: u32,
 ) -> (Option<std::os::fd::OwnedFd>, EntryIs) {
     let Some(w) = git::worktrees_dir(&r.gitdir) else {
         return (None, EntryIs::Absent);
@@ -141,7 +146,7 @@ fn entry_is(
         Err(e) => EntryIs::Other(format!("cannot be opened: {e}")),
         Ok(entry) => {
             let lock = super::create::admin_lock_text(state);
-            match entry.check(|b| b == lock.as_bytes(), place) {
+            match entry.check(|b| b == lock.as_bytes(), place, uid) {
                 Ok(()) => {
                     let complete =
                         crate::beneath::stat_at(entry.fd(), std::ffi::OsStr::new("index")).is_ok();
@@ -156,8 +161,8 @@ fn entry_is(
 
 /// Removes `r`'s git entry when it is this state directory's own for the view at `place`
 /// (see [`entry_is`]), the directory it checked and nothing renamed into its name since.
-fn remove_if_ours(state: &StateDir, r: &SubRecord, place: &str) -> std::io::Result<()> {
-    match entry_is(state, r, place) {
+fn remove_if_ours(state: &StateDir, r: &SubRecord, place: &str, uid: u32) -> std::io::Result<()> {
+    match entry_is(state, r, place, uid) {
         (Some(w), EntryIs::Ours(entry, _)) => {
             entry.remove(w.as_fd(), std::ffi::OsStr::new(&r.admin_name))
         }
@@ -280,14 +285,16 @@ pub fn parse_stub(b: &[u8]) -> Option<(Vec<u8>, Oid)> {
 /// initialized (no `.gitmodules` entry, no repository in `modules/`, or the commit not
 /// in it): the path then stays an empty directory. `origin` is the path it was made at
 /// (`path` itself, unless it was moved since: its record and its name in `.gitmodules`
-/// go by it); a record still naming another path is moved to `path` (a rename the
-/// daemon did not finish).
+/// go by it); found through a stub (`via_stub`), a record still naming another path is
+/// moved to `path` (a rename the daemon did not see to its end), and found at its
+/// gitlink, a view moved elsewhere is not shown.
 pub fn ensure(
     state: &StateDir,
     p: &Parent<'_>,
     origin: &[u8],
     path: &[u8],
     commit: Oid,
+    via_stub: bool,
 ) -> anyhow::Result<Option<(PathBuf, SubRecord)>> {
     let (Ok(origin_s), Ok(path_s)) = (std::str::from_utf8(origin), std::str::from_utf8(path))
     else {
@@ -311,17 +318,17 @@ pub fn ensure(
             if r.removed {
                 return Ok(None);
             }
-            if r.path != full {
-                move_view(
-                    state,
-                    p.mountpoint,
-                    &format!("{}/{}", p.repo, p.name),
-                    &dir,
-                    r,
-                    &full,
-                )?
-            } else {
+            let place = format!("{}/{}", p.repo, p.name);
+            if r.path == full && r.moving_from.is_none() {
                 r
+            } else if via_stub || r.path == full {
+                // Found where its stub is (a move the daemon did not see to its end), or
+                // a move to here not finished: its record and entry say so now.
+                move_view(state, p.mountpoint, &place, p.uid, &dir, r, &full)?
+            } else {
+                // Its gitlink's path, but the view was moved elsewhere (its stub is
+                // there): not shown here.
+                return Ok(None);
             }
         }
         Err(_) => {
@@ -363,6 +370,7 @@ pub fn ensure(
                     .seconds()
                     .clamp(1, crate::store::now_secs() - 1),
                 removed: false,
+                moving_from: None,
             };
             for d in [dir.join("upper"), dir.join("work")] {
                 fs::create_dir_all(&d)?;
@@ -380,7 +388,7 @@ pub fn ensure(
     // Complete (its index is written last) and this state directory's: used as it is.
     // Half made by us (a crash): made again. Someone else's: refused.
     let place = format!("{}/{}/{}", p.repo, p.name, record.path);
-    match entry_is(state, &record, &place).1 {
+    match entry_is(state, &record, &place, p.uid).1 {
         EntryIs::Ours(_, true) => {}
         EntryIs::Ours(_, false) | EntryIs::Absent => {
             make_admin_entry(state, p, &dir, &record, &place)?
@@ -394,26 +402,45 @@ pub fn ensure(
 }
 
 /// Moves the submodule view recorded in `dir` (of the worktree at `place`, `<repo>/<name>`
-/// under `mountpoint`) to the path `to` in the worktree: git's entry first, pointed at the
-/// new place (checked as this view's under the old or, after a crash between the two,
-/// the new one), then the record. Returns the record as it now is.
+/// under `mountpoint`, owned by `uid`) to the path `to` in the worktree: the record says
+/// so first, keeping the path it was at (`moving_from`), then git's entry is pointed at
+/// the new place (checked as this view's under either), then the record lets the old
+/// path go. A crash anywhere in between is finished by the next move (see [`ensure`]).
+/// Returns the record as it now is.
 pub fn move_view(
     state: &StateDir,
     mountpoint: &Path,
     place: &str,
+    uid: u32,
     dir: &Path,
     mut r: SubRecord,
     to: &str,
 ) -> anyhow::Result<SubRecord> {
-    let (old, new) = (format!("{place}/{}", r.path), format!("{place}/{to}"));
+    let record_path = dir.join("record");
+    let write = |r: &SubRecord| -> anyhow::Result<()> {
+        crate::durable::write_file_synced(&record_path, &serde_json::to_vec_pretty(r)?)?;
+        Ok(())
+    };
+    let mut named: Vec<String> = std::iter::once(r.path.clone())
+        .chain(r.moving_from.clone())
+        .collect();
+    named.dedup();
+    if r.path != to {
+        r.moving_from = Some(r.path.clone());
+        r.path = to.to_string();
+        write(&r)?;
+    }
+    let new = format!("{place}/{to}");
     if let Some(w) = git::worktrees_dir(&r.gitdir) {
         match git::Entry::open(w.as_fd(), std::ffi::OsStr::new(&r.admin_name)) {
             Ok(entry) => {
                 let lock = super::create::admin_lock_text(state);
                 let ours = |b: &[u8]| b == lock.as_bytes();
-                entry
-                    .check(ours, &old)
-                    .or_else(|_| entry.check(ours, &new))
+                let mut checked = entry.check(ours, &new, uid);
+                for p in &named {
+                    checked = checked.or_else(|_| entry.check(ours, &format!("{place}/{p}"), uid));
+                }
+                checked
                     .map_err(|why| anyhow::anyhow!("{} {why}; left alone", r.admin().display()))?;
                 let gitfile = mountpoint.join(&new).join(".git");
                 crate::beneath::replace_file_at(
@@ -428,10 +455,21 @@ pub fn move_view(
             Err(e) => anyhow::bail!("opening {}: {e}", r.admin().display()),
         }
     }
-    r.path = to.to_string();
-    crate::durable::write_file_synced(&dir.join("record"), &serde_json::to_vec_pretty(&r)?)?;
-    tracing::info!("submodule view {old}: moved to {new}");
+    if let Some(from) = r.moving_from.take() {
+        write(&r)?;
+        tracing::info!("submodule view {place}/{from}: moved to {new}");
+    }
     Ok(r)
+}
+
+/// Whether the git entry of the view recorded as `r` (of the worktree at `place`, owned
+/// by `uid`) is this state directory's own for it (or absent): checked before the view
+/// moves, so that a move that cannot be finished changes nothing.
+pub fn entry_is_ours(state: &StateDir, r: &SubRecord, place: &str, uid: u32) -> anyhow::Result<()> {
+    match entry_is(state, r, &format!("{place}/{}", r.path), uid).1 {
+        EntryIs::Other(why) => anyhow::bail!("{} {why}; left alone", r.admin().display()),
+        _ => Ok(()),
+    }
 }
 
 /// Records that the submodule view at `path` of worktree `id` had its directory removed
@@ -468,7 +506,7 @@ fn make_admin_entry(
     }
     let worktree_path = p.mountpoint.join(p.repo).join(p.name).join(&record.path);
     // A half-made entry of ours (a crash) is made again.
-    let _ = remove_if_ours(state, record, place);
+    let _ = remove_if_ours(state, record, place, p.uid);
     // The owner's, as the entry `worktreefs new` makes for them: git inside writes its
     // index, HEAD and refs' logs there (a `worktrees/` made for it is the repository
     // owner's).
@@ -486,7 +524,7 @@ fn make_admin_entry(
 
 /// Points each submodule view's admin entry of worktree `dir` at `worktree_path` (its
 /// place under the mount), at mount.
-pub fn repoint(state: &StateDir, dir: &Path, place: &str, worktree_path: &Path) {
+pub fn repoint(state: &StateDir, dir: &Path, place: &str, uid: u32, worktree_path: &Path) {
     let lock = super::create::admin_lock_text(state);
     for (_, r) in readable_records(dir) {
         let gitfile = worktree_path.join(&r.path).join(".git");
@@ -495,6 +533,7 @@ pub fn repoint(state: &StateDir, dir: &Path, place: &str, worktree_path: &Path) 
             &r.admin_name,
             |b| b == lock.as_bytes(),
             &format!("{place}/{}", r.path),
+            uid,
             &format!("{}\n", gitfile.display()),
         );
     }
@@ -503,9 +542,9 @@ pub fn repoint(state: &StateDir, dir: &Path, place: &str, worktree_path: &Path) 
 /// Removes the admin entries of the submodule views recorded in the directory `dir`
 /// (live or parked) of the worktree at `place` (`<repo>/<name>`): those this state
 /// directory made for them (see [`entry_is`]), none other.
-pub fn remove_admin_entries(state: &StateDir, dir: &Path, place: &str) {
+pub fn remove_admin_entries(state: &StateDir, dir: &Path, place: &str, uid: u32) {
     for (_, r) in readable_records(dir) {
-        if let Err(e) = remove_if_ours(state, &r, &format!("{place}/{}", r.path)) {
+        if let Err(e) = remove_if_ours(state, &r, &format!("{place}/{}", r.path), uid) {
             tracing::warn!(
                 "could not remove submodule entry {}: {e}",
                 r.admin().display()

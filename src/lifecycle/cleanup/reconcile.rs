@@ -125,13 +125,20 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
                         state,
                         &e.path(),
                         &format!("{}/{}", r.repo, r.name),
+                        r.uid,
                     ),
                     // Which worktree's views they were is not known: nothing of git's can be
-                    // told to be theirs, so nothing of git's is deleted.
-                    None => tracing::warn!(
-                        "{}: no record of its worktree; its submodule views' git entries, if any, are left",
-                        e.path().display()
-                    ),
+                    // told to be theirs, so nothing is deleted (the records that name
+                    // those entries stay with it).
+                    None => {
+                        if !crate::lifecycle::submodules::readable_records(&e.path()).is_empty() {
+                            tracing::warn!(
+                                "{}: no record of its worktree; kept, with its submodule views' records (their git entries are left)",
+                                e.path().display()
+                            );
+                            continue;
+                        }
+                    }
                 }
                 let _ = fs::remove_dir_all(e.path());
             }
@@ -170,7 +177,11 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
                         let place = format!("{}/{}", r.repo, r.name);
                         let entry = crate::git::Entry::open(removing.as_fd(), &e.name);
                         match entry.map_err(|e| e.to_string()).and_then(|entry| {
-                            entry.check(|b| b.starts_with(ADMIN_MARKER.as_bytes()), &place)?;
+                            entry.check(
+                                |b| b.starts_with(ADMIN_MARKER.as_bytes()),
+                                &place,
+                                r.uid,
+                            )?;
                             entry
                                 .remove(removing.as_fd(), &e.name)
                                 .map_err(|e| e.to_string())

@@ -82,37 +82,37 @@ impl AdminDirs {
 /// Deletes `t`'s parked git entry in `removing`, when there is one and it is this
 /// worktree's (checked as the entry was before it was parked; one from before that
 /// check, or anything else there, is left, saying so).
-fn delete_parked(t: &Target, removing: std::os::fd::BorrowedFd) -> Result<(), String> {
+/// Err's flag: what is there is not this worktree's entry (and is left).
+fn delete_parked(t: &Target, removing: std::os::fd::BorrowedFd) -> Result<(), (String, bool)> {
     let parked = t.parked_admin();
     let name = parked.file_name().unwrap_or_default();
     let entry = match crate::git::Entry::open(removing, name) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("could not delete {}: {e}", parked.display())),
+        Err(e) => return Err((format!("could not delete {}: {e}", parked.display()), false)),
     };
     entry
         .check(
             |b| b.starts_with(ADMIN_MARKER.as_bytes()),
             &t.repo_and_name(),
+            t.uid,
         )
-        .map_err(|why| {
-            format!(
-                "{} {why}; left alone: move it out of there (it is not deleted)",
-                parked.display()
-            )
-        })?;
+        .map_err(|why| (format!("{} {why}; not deleted", parked.display()), true))?;
     entry.remove(removing, name).map_err(|e| {
-        format!(
-            "could not delete {}: {e} (deleted at the next mount)",
-            parked.display()
+        (
+            format!(
+                "could not delete {}: {e} (deleted at the next mount)",
+                parked.display()
+            ),
+            false,
         )
     })
 }
 
 /// Moves `entry`, checked already and found at `from` (a directory and a name in it),
 /// to `to`; when what the name held by then was another directory (renamed there after
-/// the check), that one goes back (or, when it cannot, is set aside in `to`'s directory
-/// under a name nothing deletes) and the move fails, saying so. `shown` are the paths
+/// the check), that one goes back into `from`'s directory (see [`give_back`]) and the
+/// move fails, saying so. `shown` are the paths
 /// the messages name.
 fn park_checked(
     entry: &crate::git::Entry,
@@ -126,28 +126,43 @@ fn park_checked(
     if entry.is_at(to.0, to.1) {
         return Ok(());
     }
-    let back = crate::beneath::rename_at(to.0, to.1, from.0, from.1, libc::RENAME_NOREPLACE);
-    // Not `<id>-…`: the boot reconcile leaves it alone.
-    let mut aside = std::ffi::OsString::from("not-this-worktrees-");
-    aside.push(to.1);
-    let kept = match back {
-        Ok(()) => format!("put back as {}", admin.display()),
-        Err(e) => match crate::beneath::rename_at(to.0, to.1, to.0, &aside, libc::RENAME_NOREPLACE)
-        {
-            Ok(()) => format!(
-                "it could not be put back ({e}) and is kept as {}",
-                parked.with_file_name(&aside).display()
-            ),
-            Err(e2) => format!(
-                "it could not be put back ({e}) nor set aside ({e2}) and is at {}: move it back",
-                parked.display()
-            ),
-        },
-    };
+    let kept = give_back(to, from.0, from.1, admin);
     Err(format!(
         "{} was replaced by another directory while it was being removed; that one is {kept}",
         admin.display()
     ))
+}
+
+/// Moves what is at `at` (a directory and a name in it: root's parking directory) back
+/// into git's `worktrees` directory `dir`, as `name` when that is free, else under a
+/// name of its own beside it (never kept where only root can reach it, nor where a
+/// removal deletes). Says where it went. `shown` is the path `name` stands for.
+fn give_back(
+    at: (std::os::fd::BorrowedFd, &std::ffi::OsStr),
+    dir: std::os::fd::BorrowedFd,
+    name: &std::ffi::OsStr,
+    shown: &Path,
+) -> String {
+    let mut last = None;
+    for n in 0..100u32 {
+        let mut to = name.to_os_string();
+        if n > 0 {
+            to.push(format!(".returned-{}-{n}", std::process::id()));
+        }
+        match crate::beneath::rename_at(at.0, at.1, dir, &to, libc::RENAME_NOREPLACE) {
+            Ok(()) => return format!("put back as {}", shown.with_file_name(&to).display()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => {
+                last = Some(e);
+                break;
+            }
+        }
+    }
+    format!(
+        "not put back ({}) and left in worktreefs's parking directory, which nothing deletes it from: move it back into {} by hand",
+        last.map(|e| e.to_string()).unwrap_or_default(),
+        shown.parent().unwrap_or(shown).display()
+    )
 }
 
 /// Whether `name` in `dir` is there at all (a symlink counts: it is not followed).
@@ -262,6 +277,7 @@ impl Remover for FsRemover<'_> {
                     .check(
                         |b| b.starts_with(ADMIN_MARKER.as_bytes()),
                         &self.t.repo_and_name(),
+                        self.t.uid,
                     )
                     .map_err(|why| {
                         format!(
@@ -272,8 +288,20 @@ impl Remover for FsRemover<'_> {
                 let removing = dirs
                     .removing(true)
                     .map_err(|e| format!("mkdir {}: {e}", parked.display()))?;
-                // One parked before and never deleted (a removal put back, a crash).
-                delete_parked(self.t, removing.as_fd())?;
+                // One parked before and never deleted (a removal put back, a crash);
+                // anything else there goes back to git's directory.
+                if let Err((e, not_ours)) = delete_parked(self.t, removing.as_fd()) {
+                    if !not_ours {
+                        return Err(e);
+                    }
+                    let kept = give_back(
+                        (removing.as_fd(), parked_name),
+                        worktrees.as_fd(),
+                        parked_name,
+                        admin,
+                    );
+                    tracing::warn!("{e}; {kept}");
+                }
                 park_checked(
                     &entry,
                     (worktrees.as_fd(), name),
@@ -425,10 +453,29 @@ pub(super) fn purge(state: &StateDir, t: &Target) {
         state,
         &t.parked_dir(state),
         &t.repo_and_name(),
+        t.uid,
     );
-    if let Ok(removing) = AdminDirs::open(&t.gitdir).and_then(|d| d.removing(false)) {
-        if let Err(e) = delete_parked(t, removing.as_fd()) {
-            tracing::warn!("{e}");
+    if let Ok(dirs) = AdminDirs::open(&t.gitdir) {
+        if let Ok(removing) = dirs.removing(false) {
+            match delete_parked(t, removing.as_fd()) {
+                Ok(()) => {}
+                // Not this worktree's: back into git's directory.
+                Err((e, true)) => {
+                    let parked = t.parked_admin();
+                    let name = parked.file_name().unwrap_or_default();
+                    let kept = match dirs.worktrees(true) {
+                        Ok(w) => give_back(
+                            (removing.as_fd(), name),
+                            w.as_fd(),
+                            name,
+                            &t.gitdir.join("worktrees").join(name),
+                        ),
+                        Err(w) => format!("left where it is ({w})"),
+                    };
+                    tracing::warn!("{e}; {kept}");
+                }
+                Err((e, false)) => tracing::warn!("{e}"),
+            }
         }
     }
     for p in [t.parked_dir(state)] {
@@ -512,6 +559,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(fs::read(r.join("1-mine/HEAD")).unwrap(), b"mine");
+        // What goes back finds its name taken again: it goes back under a name of its
+        // own, never kept in the parking directory.
+        fs::create_dir_all(w.join("mine")).unwrap();
+        fs::create_dir_all(r.join("9-x")).unwrap();
+        fs::write(r.join("9-x/HEAD"), b"theirs").unwrap();
+        let said = give_back(
+            (rfd.as_fd(), OsStr::new("9-x")),
+            wfd.as_fd(),
+            OsStr::new("mine"),
+            &shown.0,
+        );
+        assert!(said.contains(".returned-"), "{said}");
+        assert!(!r.join("9-x").exists());
+        let back = fs::read_dir(&w)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("mine.returned-")
+            })
+            .count();
+        assert_eq!(back, 1);
     }
 
     /// Records what ran and was undone; fails at one step.
