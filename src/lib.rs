@@ -10,13 +10,14 @@
 //! 2  report             the status table, from store rows
 //! 1  git/, store/,      the repository; the SQLite store;
 //!    layout             the upper layer's format (read through `beneath`)
-//! 0  beneath, lease, names, ino, state, durable   leaves: name nothing of the crate
+//! 0  beneath, bounded, lease, names, ino, state, durable   leaves: name nothing of the crate
 //! ```
 //!
 //! A module names only modules on a lower floor (`tests/layering.rs` checks it).
 //! `docs/architecture.md` has the table "Where is …?".
 
 pub mod beneath;
+pub mod bounded;
 pub mod daemon;
 pub mod durable;
 pub mod fs;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// a lower floor. Keep in step with `src/lib.rs` and `docs/architecture.md`.
 const FLOORS: &[(&str, u32)] = &[
     ("beneath", 0),
+    ("bounded", 0),
     ("durable", 0),
     ("ino", 0),
     ("layout", 1),

@@ -1046,3 +1046,62 @@ fn a_directory_above_a_submodule_view_moves_with_it() {
         ],
     );
 }
+
+/// A FIFO the superproject's owner put where the submodule's repository has a file
+/// (libgit2 opens it, and would wait for a writer for good): the lookup that makes the
+/// view answers within the timeout, the next one at once, the rest of the worktree is
+/// served meanwhile; once the file is a file again the view is made.
+#[test]
+fn a_submodule_repository_that_blocks_does_not_hold_the_mount() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/b", "--submodules"]);
+    let config = repo.join(".git/modules/vendor/lib/config");
+    let saved = fs::read(&config).unwrap();
+    fs::remove_file(&config).unwrap();
+    run_ok("mkfifo", &[config.to_str().unwrap()], Path::new("/"));
+    let m = env.mount_with(&["--linger", "600", "--inspect-timeout", "2"]);
+    let wt = m.wt("repo", "b");
+    let started = std::time::Instant::now();
+    let r = run("ls", &["vendor/lib"], &wt);
+    assert!(!r.status.success(), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(m.log().contains("not made within 2"), "{}", m.log());
+    let started = std::time::Instant::now();
+    let r = run("ls", &["vendor/lib"], &wt);
+    assert!(!r.status.success(), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(m.log().contains("still blocked"), "{}", m.log());
+    assert!(!run_ok("cat", &["README.md"], &wt).is_empty());
+    // A writer lets the blocked reader go; the file made a file again, the view is made.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _w = fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&config)
+            .unwrap();
+    }
+    fs::remove_file(&config).unwrap();
+    fs::write(&config, saved).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = run("cat", &["vendor/lib/l.txt"], &wt);
+        if r.status.success() {
+            assert_eq!(String::from_utf8_lossy(&r.stdout), "library\n");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    m.unmount();
+}

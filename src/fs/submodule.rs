@@ -73,21 +73,51 @@ impl View {
             // The view above is being let go (its worktree's context is gone).
             return Ok(None);
         }
-        let parent = Parent {
-            id: wt.id,
-            repo: &wt.repo,
-            name: &worktree,
-            within: within.as_deref(),
-            admin_name: &wt.admin_name,
-            common_dir: &wt.gitdir,
-            base_tree: wt.base_tree,
-            uid: wt.uid,
-            gid: wt.gid,
-            mountpoint: &self.mountpoint,
-        };
         let what = format!("{}/{}", wt.name, String::from_utf8_lossy(path));
-        let (dir, record) = match ensure(&self.state, &parent, origin, path, commit, stub.is_some())
-        {
+        // Made on a thread of its own, waited for a bounded time: the submodule's
+        // repository is its owner's, who may have put a FIFO where libgit2 opens a file
+        // (which would hold this FUSE worker, and, one lookup at a time, all of them).
+        static GATE: crate::bounded::Gate<(i64, Vec<u8>)> = crate::bounded::Gate::new();
+        let limit = crate::lifecycle::cleanup::request_timeout();
+        let (state, mountpoint) = (self.state.clone(), self.mountpoint.clone());
+        let (repo, admin_name, common_dir) =
+            (wt.repo.clone(), wt.admin_name.clone(), wt.gitdir.clone());
+        let (id, base_tree, uid, gid) = (wt.id, wt.base_tree, wt.uid, wt.gid);
+        let (from, at, via_stub) = (origin.to_vec(), path.to_vec(), stub.is_some());
+        let making = GATE.run(
+            (wt.ino_id, path.to_vec()),
+            format!("submodule-{id}"),
+            limit,
+            move || {
+                let parent = Parent {
+                    id,
+                    repo: &repo,
+                    name: &worktree,
+                    within: within.as_deref(),
+                    admin_name: &admin_name,
+                    common_dir: &common_dir,
+                    base_tree,
+                    uid,
+                    gid,
+                    mountpoint: &mountpoint,
+                };
+                ensure(&state, &parent, &from, &at, commit, via_stub)
+            },
+        );
+        use crate::bounded::Bounded;
+        let made = match making {
+            Bounded::Done(made) => made,
+            Bounded::TimedOut => Err(anyhow::anyhow!(
+                "not made within {} s (something in its repository blocks reading: a FIFO or a file of a filesystem that hangs?)",
+                limit.as_secs_f64()
+            )),
+            Bounded::StillBlocked(since) => Err(anyhow::anyhow!(
+                "an earlier making of it is still blocked ({} s: something in its repository blocks reading, a FIFO or a file of a filesystem that hangs?)",
+                since.as_secs()
+            )),
+            Bounded::Failed => Err(anyhow::anyhow!("its making failed unexpectedly (see the log)")),
+        };
+        let (dir, record) = match made {
             Ok(Some(made)) => made,
             Ok(None) => return Ok(None),
             // Not entered rather than an empty directory, whose files would hide the

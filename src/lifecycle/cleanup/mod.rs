@@ -49,6 +49,14 @@ pub fn set_inspect_timeout(d: std::time::Duration) {
     );
 }
 
+/// How long the daemon waits on a repository's files it reads as it serves a request (the
+/// making of a submodule's view): the inspection timeout, at most a minute (a FUSE
+/// worker waits meanwhile).
+pub fn request_timeout() -> std::time::Duration {
+    std::time::Duration::from_millis(INSPECT_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed))
+        .min(std::time::Duration::from_secs(60))
+}
+
 /// [`inspect`], given up after the inspection timeout: the files inspection reads are
 /// its user's, and libgit2 opens a ref or an object as a file, so one made a FIFO would
 /// block it (and every removal after it) for good. It runs on a thread of its own; one
@@ -57,61 +65,28 @@ pub fn set_inspect_timeout(d: std::time::Duration) {
 /// blocked, no other inspection of that worktree starts (one thread per worktree at
 /// most, however often the sweeper or a user asks).
 pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
-    // Worktrees whose inspection is still blocked past its timeout, and since when.
-    static BLOCKED: parking_lot::Mutex<Vec<(i64, std::time::Instant)>> =
-        parking_lot::const_mutex(Vec::new());
+    static GATE: crate::bounded::Gate<i64> = crate::bounded::Gate::new();
     let ms = INSPECT_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed);
-    if let Some((_, since)) = BLOCKED.lock().iter().find(|(id, _)| *id == t.id) {
-        return Err(format!(
+    let target = t.clone();
+    use crate::bounded::Bounded;
+    match GATE.run(
+        t.id,
+        format!("inspect-{}", t.id),
+        std::time::Duration::from_millis(ms),
+        move || inspect(&target),
+    ) {
+        Bounded::Done(found) => found,
+        Bounded::StillBlocked(since) => Err(format!(
             "an earlier inspection of it is still blocked ({} s; something in {} or {} blocks reading: a FIFO or a file of a filesystem that hangs?); remove it and reclaim again",
-            since.elapsed().as_secs() + ms / 1000,
+            since.as_secs(),
             t.gitdir.display(),
             t.admin.display()
-        ));
-    }
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let target = t.clone();
-    // Set by the inspection when it ends, under BLOCKED's lock (so a timeout that marks
-    // the worktree blocked and an end that unmarks it never cross).
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let ended = done.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("inspect-{}", t.id))
-        .spawn(move || {
-            let found = inspect(&target);
-            let mut blocked = BLOCKED.lock();
-            ended.store(true, std::sync::atomic::Ordering::Relaxed);
-            blocked.retain(|(id, _)| *id != target.id);
-            drop(blocked);
-            let _ = tx.send(found);
-        });
-    if let Err(e) = spawned {
-        // No thread to spare: inspect here, unbounded, rather than not at all.
-        tracing::warn!(
-            "inspecting {} on the cleanup's thread: {e}",
-            t.path.display()
-        );
-        return inspect(t);
-    }
-    match rx.recv_timeout(std::time::Duration::from_millis(ms)) {
-        Ok(found) => found,
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(format!(
+        )),
+        Bounded::Failed => Err(format!(
             "the inspection of {} failed unexpectedly (see the daemon's log)",
             t.path.display()
         )),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-            {
-                let mut blocked = BLOCKED.lock();
-                if done.load(std::sync::atomic::Ordering::Relaxed) {
-                    drop(blocked);
-                    // It ended just now.
-                    if let Ok(found) = rx.recv() {
-                        return found;
-                    }
-                } else {
-                    blocked.push((t.id, std::time::Instant::now()));
-                }
-            }
+        Bounded::TimedOut => {
             let secs = ms as f64 / 1000.0;
             tracing::warn!(
                 worktree = %t.path.display(),
@@ -129,15 +104,6 @@ pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
 /// The text of the `locked` file of every admin entry worktreefs writes starts so.
 pub const ADMIN_MARKER: &str = "managed by worktreefs";
 
-/// Whether the git admin entry `admin` is one worktreefs made (locked with its marker).
-pub fn is_our_admin_entry(admin: &Path) -> bool {
-    // (Any worktreefs state directory's: a removal parks only its own worktrees' entries,
-    // found through its own records. A submodule view's entry must be this state
-    // directory's own: `lifecycle::submodules` compares the whole lock text.)
-    crate::beneath::read_regular_in(admin, Path::new("locked"), 64 << 10)
-        .map(|(s, _)| s.starts_with(ADMIN_MARKER.as_bytes()))
-        .unwrap_or(false)
-}
 /// Where removed admin entries wait to be deleted, inside the repository's git dir (same
 /// filesystem, so parking is one rename) and outside `worktrees/` (so git never sees them).
 const PARKED_ADMIN_DIR: &str = "worktreefs/removing";
