@@ -275,6 +275,22 @@ pub fn write_marker(dir: BorrowedFd, name: &OsStr, ordered: bool) -> io::Result<
 }
 
 /// Whether `name` is one of worktreefs' own (a marker, or reserved for one).
+/// The marker of the stub of a submodule's view in the directory `dir` (see
+/// [`SUBMODULE_MARKER`]), when `dir` holds nothing else but markers: a directory where
+/// anything else was put (the path shown as a plain directory, its submodule not
+/// initialized, and files made in it) is the superproject's, whatever marker it holds.
+pub fn read_stub(dir: BorrowedFd) -> Option<Vec<u8>> {
+    let listed = crate::beneath::list(dir).ok()?;
+    if !listed.iter().any(|e| e.name == SUBMODULE_MARKER)
+        || !listed.iter().all(|e| is_reserved(&e.name))
+    {
+        return None;
+    }
+    crate::beneath::read_regular(dir, SUBMODULE_MARKER.as_bytes(), 64 << 10)
+        .ok()
+        .map(|(b, _)| b)
+}
+
 pub fn is_reserved(name: &OsStr) -> bool {
     name.as_bytes().starts_with(RESERVED_PREFIX)
 }

@@ -1019,15 +1019,27 @@ fn a_directory_above_a_submodule_view_moves_with_it() {
         "library\n"
     );
     assert_eq!(status(&unseen.join("elsewhere/lib")), "");
+    // Moved back, a submodule that is not initialized is a plain directory, as before;
+    // a file made in it is work cleanup sees (git lists the gitlink as modified content).
+    run_ok(
+        "sh",
+        &["-c", "mv elsewhere vendor && echo w > vendor/sub/w.txt"],
+        &unseen,
+    );
+    assert_eq!(run_ok("ls", &["vendor/sub"], &unseen), "w.txt\n");
+    let found = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "unseen")).unwrap();
+    assert!(
+        found.changes.iter().any(|c| c.path == "vendor/sub"),
+        "{:?}",
+        found.changes
+    );
     // After a remount, where they were moved.
     m.unmount();
     let m = env.mount_with(&["--linger", "600"]);
     assert_eq!(status(&sub), "?? draft.txt\n");
     assert_eq!(status(&wt), status(&co));
-    assert_eq!(
-        run_ok("cat", &["elsewhere/lib/l.txt"], &unseen),
-        "library\n"
-    );
+    assert_eq!(run_ok("cat", &["vendor/lib/l.txt"], &unseen), "library\n");
+    assert_eq!(run_ok("ls", &["vendor/sub"], &unseen), "w.txt\n");
     wait_for_state(&env, "d", "lingering", Duration::from_secs(10));
     let said = reclaim_kept(&env, "repo/d", Duration::from_secs(30));
     assert!(

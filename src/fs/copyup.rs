@@ -349,8 +349,12 @@ impl View {
                 Ok(st) if wt.whiteouts.is(&st) => continue,
                 Ok(st) => {
                     if FType::from_mode(st.st_mode) == FType::Dir && e.mode == MODE_TREE {
-                        let rel = super::nodes::join_rel(rel, e.name.as_bytes());
-                        self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base), &rel)?;
+                        let d = sub(&e.name)?;
+                        // A submodule view's stub over a base directory: the view's.
+                        if crate::layout::read_stub(d.as_fd()).is_none() {
+                            let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                            self.copy_up_tree_at(wt, d.as_fd(), Some(child_base), &rel)?;
+                        }
                     }
                     continue;
                 }

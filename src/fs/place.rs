@@ -188,7 +188,7 @@ impl Mutate {
     }
 
     /// Holds the lock unless this thread already does.
-    fn lock_unless_held(&self) -> Option<MutateGuard<'_>> {
+    pub(super) fn lock_unless_held(&self) -> Option<MutateGuard<'_>> {
         (!held()).then(|| self.lock())
     }
 }

@@ -97,6 +97,23 @@ impl View {
             n.extend_from_slice(rest);
             Some(n)
         };
+        // In memory first (lookups meanwhile find the views at their new paths), then on
+        // disk.
+        let mut subs = wt.subs.lock();
+        let paths: Vec<Vec<u8>> = subs
+            .keys()
+            .filter(|p| moved(p).is_some())
+            .cloned()
+            .collect();
+        for p in paths {
+            if let (Some(to), Some(ctx)) = (moved(&p), subs.remove(&p)) {
+                if let Some(of) = &ctx.sub_of {
+                    *of.path.lock() = to.clone();
+                }
+                subs.insert(to, ctx);
+            }
+        }
+        drop(subs);
         let place = format!("{}/{}", wt.repo, wt.worktree_name());
         for (dir, r) in
             crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
@@ -116,20 +133,6 @@ impl View {
                 &to,
             ) {
                 tracing::warn!("submodule view {from} (moved to {to}): {e:#}");
-            }
-        }
-        let mut subs = wt.subs.lock();
-        let paths: Vec<Vec<u8>> = subs
-            .keys()
-            .filter(|p| moved(p).is_some())
-            .cloned()
-            .collect();
-        for p in paths {
-            if let (Some(to), Some(ctx)) = (moved(&p), subs.remove(&p)) {
-                if let Some(of) = &ctx.sub_of {
-                    *of.path.lock() = to.clone();
-                }
-                subs.insert(to, ctx);
             }
         }
     }

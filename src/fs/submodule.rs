@@ -174,8 +174,30 @@ impl View {
             self.conversions_in_use
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        let ctx = Arc::new(ctx);
-        wt.subs.lock().insert(path.to_vec(), ctx.clone());
+        // Shown under `mutate`, at the path its record names now: a rename of a directory
+        // above it while it was made (renames hold `mutate`) moved it. One made meanwhile
+        // by another lookup is the one shown (never two contexts over one layer).
+        let _m = self.mutate.lock_unless_held();
+        let now = std::fs::read(dir.join("record"))
+            .ok()
+            .and_then(|b| {
+                serde_json::from_slice::<crate::lifecycle::submodules::SubRecord>(&b).ok()
+            })
+            .map(|r| r.path)
+            .unwrap_or_else(|| record.path.clone());
+        let key = match &wt.sub_path() {
+            Some(w) => now
+                .strip_prefix(w.as_str())
+                .and_then(|p| p.strip_prefix('/'))
+                .unwrap_or(&now)
+                .as_bytes()
+                .to_vec(),
+            None => now.into_bytes(),
+        };
+        if let Some(of) = &ctx.sub_of {
+            *of.path.lock() = key.clone();
+        }
+        let ctx = wt.subs.lock().entry(key).or_insert(Arc::new(ctx)).clone();
         tracing::info!(
             "submodule {what}: shown at {} ({})",
             record.commit,
@@ -193,11 +215,10 @@ impl View {
         dir: std::os::fd::BorrowedFd,
         name: &std::ffi::OsStr,
     ) -> Option<(Vec<u8>, Oid)> {
+        use std::os::fd::AsFd;
         use std::os::unix::ffi::OsStrExt;
-        let mut rel = name.as_bytes().to_vec();
-        rel.push(b'/');
-        rel.extend_from_slice(crate::layout::SUBMODULE_MARKER.as_bytes());
-        let (b, _) = crate::beneath::read_regular(dir, &rel, 64 << 10).ok()?;
+        let d = crate::beneath::dir(dir, name.as_bytes()).ok()?;
+        let b = crate::layout::read_stub(d.as_fd())?;
         crate::lifecycle::submodules::parse_stub(&b)
     }
 
@@ -284,9 +305,21 @@ impl View {
         }
         let onto_whiteout = owner.whiteouts.at(to_dir, newname);
         let stub_here = self.stub_at(from_dir, name).is_some();
+        // Over a base directory at the new name (one the user removed): opaque, so
+        // nothing of it merges in (a copy-up of the tree above never descends into it).
+        let opaque = self.base_has(newparent, newname)?;
         // Where the stub comes from: its place at the old name, or a new one in work/.
         let tmp = Self::work_tmp("stub");
         let (src_dir, src_name) = if stub_here {
+            if opaque {
+                let d = beneath::dir(from_dir, name.as_encoded_bytes())
+                    .map_err(|e| failed("opening its stub", e))?;
+                super::view::marker(
+                    d.as_fd(),
+                    std::ffi::OsStr::new(crate::layout::OPAQUE_MARKER),
+                    true,
+                )?;
+            }
             (from_dir, name)
         } else {
             beneath::mkdir_at(work, &tmp, 0o755).map_err(|e| failed("making its stub", e))?;
@@ -294,6 +327,13 @@ impl View {
                 let d = beneath::dir(work, tmp.as_encoded_bytes())
                     .map_err(|e| failed("making its stub", e))?;
                 super::copyup::write_stub(d.as_fd(), &of.origin, of.commit)?;
+                if opaque {
+                    super::view::marker(
+                        d.as_fd(),
+                        std::ffi::OsStr::new(crate::layout::OPAQUE_MARKER),
+                        true,
+                    )?;
+                }
                 beneath::chmod(d.as_fd(), 0o755).map_err(|e| failed("making its stub", e))?;
                 let _ = beneath::chown(d.as_fd(), Some(owner.uid), Some(owner.gid));
                 Ok(())

@@ -129,6 +129,26 @@ pub fn worktrees_dir(gitdir: &Path) -> Option<std::os::fd::OwnedFd> {
     crate::beneath::dir(top.as_fd(), b"worktrees").ok()
 }
 
+/// `worktrees/` in the git directory `top` (a descriptor), reached through no symlink;
+/// made when missing, and given to the git directory's owner, as git would have made it.
+pub fn worktrees_made(top: std::os::fd::BorrowedFd) -> std::io::Result<std::os::fd::OwnedFd> {
+    use crate::beneath;
+    use std::os::fd::AsFd;
+    match beneath::dir(top, b"worktrees") {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            match beneath::mkdir_at(top, std::ffi::OsStr::new("worktrees"), 0o755) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+            let d = beneath::dir(top, b"worktrees")?;
+            let st = beneath::fstat(top)?;
+            let _ = beneath::chown(d.as_fd(), Some(st.st_uid), Some(st.st_gid));
+            Ok(d)
+        }
+        other => other,
+    }
+}
+
 /// Writes git's entry `admin_name` of a managed worktree in `<gitdir>/worktrees/`,
 /// locked first, so that `git worktree prune` never sees a half-made one, and its index
 /// last (synced), so an entry with an index is complete. It belongs to `owner` (git
@@ -173,24 +193,7 @@ pub fn write_admin_entry(
             worktrees_path.display()
         )))
     };
-    let worktrees = match beneath::dir(top.as_fd(), b"worktrees") {
-        Ok(d) => d,
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            match beneath::mkdir_at(top.as_fd(), OsStr::new("worktrees"), 0o755) {
-                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                    return Err(not_made(
-                        anyhow!(e).context(format!("creating {}", worktrees_path.display())),
-                    ))
-                }
-                _ => {}
-            }
-            let d = beneath::dir(top.as_fd(), b"worktrees").map_err(unusable)?;
-            let st = beneath::fstat(top.as_fd()).map_err(|e| not_made(e.into()))?;
-            let _ = beneath::chown(d.as_fd(), Some(st.st_uid), Some(st.st_gid));
-            d
-        }
-        Err(e) => return Err(unusable(e)),
-    };
+    let worktrees = worktrees_made(top.as_fd()).map_err(unusable)?;
     beneath::mkdir_at(worktrees.as_fd(), OsStr::new(admin_name), 0o755)
         .with_context(|| {
             format!(

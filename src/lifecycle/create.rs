@@ -588,13 +588,15 @@ fn roll_back(
         // And this creation's: its `gitdir`, once written, names this worktree (another
         // entry of this state directory renamed into the name would pass the lock).
         let repo = store.repo_by_id(c.repo_id)?.map(|r| r.name);
-        let named_here = match entry.read("gitdir") {
-            Ok(b) => {
+        // Half made (still the daemon's, given to its owner last, and without the index
+        // written last): whatever its `gitdir` holds.
+        let half_made = entry.owner() == nix::unistd::geteuid().as_raw()
+            && crate::beneath::stat_at(entry.fd(), std::ffi::OsStr::new("index"))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        let named_here = half_made
+            || entry.read("gitdir").is_ok_and(|b| {
                 repo.is_some_and(|r| b.ends_with(format!("/{r}/{}/.git\n", c.name).as_bytes()))
-            }
-            // Not written yet: still the daemon's (given to its owner last).
-            Err(_) => entry.owner() == nix::unistd::geteuid().as_raw(),
-        };
+            });
         if ours && !named_here {
             tracing::warn!(
                 "{what}: git worktree entry {} names another worktree; left as it is",

@@ -129,8 +129,9 @@ enum EntryIs {
 
 /// What `r`'s git entry is: reached through no symlink from the submodule's git directory
 /// (its owner's to make anything of), and this state directory's only when its lock says
-/// so word for word and its `gitdir` names the view at `place` (`<repo>/<name>/<path>`
-/// under the mount): the superproject's owner can rename any entry there, another
+/// so word for word, it is the worktree's owner's (`uid`) and its `gitdir` names the view
+/// at its path in the worktree at `place` (`<repo>/<name>` under the mount; or the path
+/// it is being moved from): the superproject's owner can rename any entry there, another
 /// worktree's view's among them, into this one's name.
 fn entry_is(
     state: &StateDir,
@@ -146,7 +147,13 @@ fn entry_is(
         Err(e) => EntryIs::Other(format!("cannot be opened: {e}")),
         Ok(entry) => {
             let lock = super::create::admin_lock_text(state);
-            match entry.check(|b| b == lock.as_bytes(), place, uid) {
+            let ours = |b: &[u8]| b == lock.as_bytes();
+            // Under its path, or (a move not finished) the one it was moved from.
+            let mut checked = entry.check(ours, &format!("{place}/{}", r.path), uid);
+            if let Some(from) = &r.moving_from {
+                checked = checked.or_else(|_| entry.check(ours, &format!("{place}/{from}"), uid));
+            }
+            match checked {
                 Ok(()) => {
                     let complete =
                         crate::beneath::stat_at(entry.fd(), std::ffi::OsStr::new("index")).is_ok();
@@ -387,7 +394,7 @@ pub fn ensure(
     let admin = record.admin();
     // Complete (its index is written last) and this state directory's: used as it is.
     // Half made by us (a crash): made again. Someone else's: refused.
-    let place = format!("{}/{}/{}", p.repo, p.name, record.path);
+    let place = format!("{}/{}", p.repo, p.name);
     match entry_is(state, &record, &place, p.uid).1 {
         EntryIs::Ours(_, true) => {}
         EntryIs::Ours(_, false) | EntryIs::Absent => {
@@ -466,7 +473,7 @@ pub fn move_view(
 /// by `uid`) is this state directory's own for it (or absent): checked before the view
 /// moves, so that a move that cannot be finished changes nothing.
 pub fn entry_is_ours(state: &StateDir, r: &SubRecord, place: &str, uid: u32) -> anyhow::Result<()> {
-    match entry_is(state, r, &format!("{place}/{}", r.path), uid).1 {
+    match entry_is(state, r, place, uid).1 {
         EntryIs::Other(why) => anyhow::bail!("{} {why}; left alone", r.admin().display()),
         _ => Ok(()),
     }
@@ -526,7 +533,19 @@ fn make_admin_entry(
 /// place under the mount), at mount.
 pub fn repoint(state: &StateDir, dir: &Path, place: &str, uid: u32, worktree_path: &Path) {
     let lock = super::create::admin_lock_text(state);
-    for (_, r) in readable_records(dir) {
+    for (sub_dir, r) in readable_records(dir) {
+        if r.moving_from.is_some() {
+            // A move not finished (a crash): finished now, pointing the entry here.
+            let mountpoint = worktree_path
+                .ancestors()
+                .nth(place.split('/').count())
+                .unwrap_or(worktree_path);
+            let to = r.path.clone();
+            if let Err(e) = move_view(state, mountpoint, place, uid, &sub_dir, r, &to) {
+                tracing::warn!("submodule view {place}/{to}: {e:#}");
+            }
+            continue;
+        }
         let gitfile = worktree_path.join(&r.path).join(".git");
         crate::lifecycle::create::point_admin_entry(
             &r.gitdir,
@@ -544,7 +563,7 @@ pub fn repoint(state: &StateDir, dir: &Path, place: &str, uid: u32, worktree_pat
 /// directory made for them (see [`entry_is`]), none other.
 pub fn remove_admin_entries(state: &StateDir, dir: &Path, place: &str, uid: u32) {
     for (_, r) in readable_records(dir) {
-        if let Err(e) = remove_if_ours(state, &r, &format!("{place}/{}", r.path), uid) {
+        if let Err(e) = remove_if_ours(state, &r, place, uid) {
             tracing::warn!(
                 "could not remove submodule entry {}: {e}",
                 r.admin().display()

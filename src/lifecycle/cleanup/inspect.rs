@@ -760,8 +760,7 @@ impl<'r> Walker<'r> {
             }
             Some(ViewEntry::Upper(fd, st)) => {
                 let ft = st.st_mode & libc::S_IFMT;
-                let stub = std::ffi::OsStr::new(crate::layout::SUBMODULE_MARKER);
-                if ft == libc::S_IFDIR && beneath::stat_at(fd.as_fd(), stub).is_ok() {
+                if ft == libc::S_IFDIR && crate::layout::read_stub(fd.as_fd()).is_some() {
                     // A submodule's view moved here: inspected with its record, which
                     // also compares its HEAD with the gitlink HEAD has here.
                     match head_mode {

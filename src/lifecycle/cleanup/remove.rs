@@ -31,22 +31,10 @@ impl AdminDirs {
 
     /// `worktrees/`; made when `make` and missing (the repository owner's, as git makes it).
     pub(super) fn worktrees(&self, make: bool) -> std::io::Result<std::os::fd::OwnedFd> {
-        match crate::beneath::dir(self.top.as_fd(), b"worktrees") {
-            Err(e) if make && e.kind() == std::io::ErrorKind::NotFound => {
-                match crate::beneath::mkdir_at(
-                    self.top.as_fd(),
-                    std::ffi::OsStr::new("worktrees"),
-                    0o755,
-                ) {
-                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-                    _ => {}
-                }
-                let d = crate::beneath::dir(self.top.as_fd(), b"worktrees")?;
-                let st = crate::beneath::fstat(self.top.as_fd())?;
-                let _ = crate::beneath::chown(d.as_fd(), Some(st.st_uid), Some(st.st_gid));
-                Ok(d)
-            }
-            other => other,
+        if make {
+            crate::git::admin::worktrees_made(self.top.as_fd())
+        } else {
+            crate::beneath::dir(self.top.as_fd(), b"worktrees")
         }
     }
 
