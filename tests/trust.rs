@@ -866,6 +866,63 @@ fn the_repository_config_is_written_as_its_owner() {
     m.unmount();
 }
 
+/// The same at `repo remove` (the include line taken out), run by a root whose
+/// supplementary groups include one that may write a file the config links to: the
+/// owner's identity does not keep root's groups (the thread that writes as the owner
+/// had them).
+#[test]
+fn the_repository_config_is_written_without_roots_groups() {
+    let env = Env::new();
+    open_to_others(&env);
+    let (aim, _) = target(&env);
+    // The config as the registration left it (with the include line), moved into a
+    // directory of root's that root's group 0 may write, and linked to.
+    let config = env.repo.path().join(".git/config");
+    fs::copy(&config, aim.join("config")).unwrap();
+    fs::set_permissions(aim.join("config"), fs::Permissions::from_mode(0o660)).unwrap();
+    fs::set_permissions(&aim, fs::Permissions::from_mode(0o770)).unwrap();
+    fs::remove_file(&config).unwrap();
+    std::os::unix::fs::symlink(aim.join("config"), &config).unwrap();
+    run_ok(
+        "chown",
+        &[
+            "-R",
+            "-h",
+            &format!("{NOBODY}:{NOBODY}"),
+            env.repo.path().to_str().unwrap(),
+        ],
+        Path::new("/"),
+    );
+    let config_before = fs::read(aim.join("config")).unwrap();
+    let out = {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args([
+            "--state-dir",
+            env.state().to_str().unwrap(),
+            "repo",
+            "remove",
+            "repo",
+        ]);
+        // SAFETY: setgroups is async-signal-safe; nothing else runs here.
+        unsafe {
+            cmd.pre_exec(|| {
+                let groups = [0 as libc::gid_t];
+                if libc::setgroups(1, groups.as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.output().unwrap()
+    };
+    assert_eq!(
+        fs::read(aim.join("config")).unwrap(),
+        config_before,
+        "root's group's file was written: {out:?}"
+    );
+}
+
 /// A removal parks git's entry in `.git/worktreefs/removing/` before deleting it: made a
 /// symlink to a directory of root's, it is not followed (root moved the user's entry
 /// into that directory and deleted it there); the worktree is kept with the reason.

@@ -366,11 +366,17 @@ fn as_owner_of(
         .name("repo-config".into())
         .spawn(move || {
             // SAFETY: plain syscalls on this thread's own credentials; they cannot fail
-            // in a way that matters: checked by reading the value back.
+            // in a way that matters: checked by reading the value back. The groups are
+            // set by the raw system call, which changes this thread's alone (the libc
+            // wrapper changes every thread's): root's supplementary groups would let the
+            // owner's identity write files only root's groups may.
             let became = unsafe {
+                let groups = [gid];
+                let grouped = nix::unistd::geteuid().as_raw() != 0
+                    || libc::syscall(libc::SYS_setgroups, 1usize, groups.as_ptr()) == 0;
                 libc::setfsgid(gid);
                 libc::setfsuid(uid);
-                libc::setfsuid(u32::MAX) as u32 == uid
+                grouped && libc::setfsuid(u32::MAX) as u32 == uid
             };
             let r = if became || nix::unistd::geteuid().as_raw() != 0 {
                 f()
