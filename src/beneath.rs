@@ -58,6 +58,26 @@ pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
     })
 }
 
+/// Opens the directory at the absolute `path` through no symbolic link on the way (one
+/// `openat(O_NOFOLLOW)` per component from `/`; mount points are crossed): a path
+/// recorded as a real path (a registered repository's git directory) is still the same
+/// place only while none of its components has become a link. ELOOP or ENOTDIR when
+/// one has.
+pub fn open_real_dir(path: &Path) -> io::Result<OwnedFd> {
+    let rel = path
+        .as_os_str()
+        .as_bytes()
+        .strip_prefix(b"/")
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let root = open_root(Path::new("/"))?;
+    walk(
+        root.as_fd(),
+        rel,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        0,
+    )
+}
+
 /// Opens `rel` (relative, `/`-separated, no `..`; empty for `dir` itself) beneath `dir`
 /// with `flags` (`O_NOFOLLOW` and `O_CLOEXEC` added) and `mode` for a creation.
 pub fn open(dir: BorrowedFd, rel: &[u8], flags: i32, mode: u32) -> io::Result<OwnedFd> {
@@ -644,6 +664,18 @@ mod tests {
         symlink("b", root.join("a/rel")).unwrap();
         let fd = open_root(&root).unwrap();
         (d, fd)
+    }
+
+    #[test]
+    fn a_real_path_is_opened_only_while_no_component_is_a_link() {
+        let (d, _) = tree();
+        let real = d.path().join("root/a/b");
+        assert!(open_real_dir(&real).is_ok());
+        // a/rel -> b, and a link to the whole tree.
+        assert!(open_real_dir(&d.path().join("root/a/rel")).is_err());
+        symlink(d.path().join("root"), d.path().join("link")).unwrap();
+        assert!(open_real_dir(&d.path().join("link/a/b")).is_err());
+        assert!(open_real_dir(Path::new("relative/path")).is_err());
     }
 
     fn read(dir: BorrowedFd, rel: &str) -> io::Result<Vec<u8>> {

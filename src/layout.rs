@@ -280,6 +280,8 @@ pub fn write_marker(dir: BorrowedFd, name: &OsStr, ordered: bool) -> io::Result<
 /// anything else was put (the path shown as a plain directory, its submodule not
 /// initialized, and files made in it) is the superproject's, whatever marker it holds.
 pub fn read_stub(dir: BorrowedFd) -> Option<Vec<u8>> {
+    // The common case (no marker) costs one stat.
+    crate::beneath::stat_at(dir, OsStr::new(SUBMODULE_MARKER)).ok()?;
     let listed = crate::beneath::list(dir).ok()?;
     if !listed.iter().any(|e| e.name == SUBMODULE_MARKER)
         || !listed.iter().all(|e| is_reserved(&e.name))

@@ -1117,3 +1117,38 @@ fn a_submodule_repository_that_blocks_does_not_hold_the_mount() {
     }
     m.unmount();
 }
+
+/// A worktree whose directory in the state dir was removed by hand (its submodule views'
+/// records with it): its views' git entries are found by name and removed with it, and
+/// another worktree's are left.
+#[test]
+fn a_worktree_removed_by_hand_takes_its_submodule_entries() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/gone", "--submodules"]);
+    wtfs_ok(&env.state(), &["new", "repo/kept", "--submodules"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    for name in ["gone", "kept"] {
+        run_ok(
+            "sh",
+            &["-c", "echo draft > vendor/lib/draft.txt"],
+            &m.wt("repo", name),
+        );
+    }
+    m.unmount();
+    assert_eq!(admin_entries(&repo).len(), 2);
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let id = store.worktree("repo", "gone").unwrap().unwrap().id;
+    fs::remove_dir_all(env.state().join("worktrees").join(id.to_string())).unwrap();
+    let m = env.mount_with(&["--linger", "600"]);
+    assert_eq!(state_of(&env, "gone"), "removed");
+    let left = admin_entries(&repo);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        run_ok("cat", &["vendor/lib/draft.txt"], &m.wt("repo", "kept")),
+        "draft\n"
+    );
+    m.unmount();
+}

@@ -923,6 +923,38 @@ fn the_repository_config_is_written_without_roots_groups() {
     );
 }
 
+/// The registered git directory replaced by a symlink to another user's repository (its
+/// owner can do that to their own `.git`): the mount writes nothing there, neither the
+/// hook's files (as root) nor the include line in its config (as that repository's
+/// owner, found through the link).
+#[test]
+fn a_git_directory_replaced_by_a_symlink_is_not_written_through() {
+    let env = Env::new();
+    let theirs = TestRepo::new();
+    let their_git = theirs.path().join(".git");
+    let config_before = fs::read(their_git.join("config")).unwrap();
+    let git_dir = env.repo.path().join(".git");
+    fs::rename(&git_dir, env.repo.path().join("git-away")).unwrap();
+    std::os::unix::fs::symlink(&their_git, &git_dir).unwrap();
+    let m = env.mount();
+    assert_eq!(
+        fs::read(their_git.join("config")).unwrap(),
+        config_before,
+        "the other repository's config was written"
+    );
+    assert!(
+        !their_git.join("worktreefs").exists(),
+        "root wrote in the other repository"
+    );
+    assert!(
+        m.log()
+            .contains("cannot be reached through no symbolic link"),
+        "{}",
+        m.log()
+    );
+    m.unmount();
+}
+
 /// A removal parks git's entry in `.git/worktreefs/removing/` before deleting it: made a
 /// symlink to a directory of root's, it is not followed (root moved the user's entry
 /// into that directory and deleted it there); the worktree is kept with the reason.

@@ -17,7 +17,6 @@
 //!   is, by construction, every path that differs from the base commit. Only a journal
 //!   overflow falls back to git's "everything may have changed" answer (`/`).
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -267,8 +266,7 @@ fn install_files(gitdir: &Path) -> anyhow::Result<()> {
     use std::ffi::OsStr;
     use std::os::fd::AsFd;
     let dir = repo_dir(gitdir);
-    let top = beneath::open_root(gitdir)
-        .with_context(|| format!("opening git directory {}", gitdir.display()))?;
+    let top = pinned(gitdir)?;
     match beneath::mkdir_at(top.as_fd(), OsStr::new("worktreefs"), 0o755) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
             return Err(anyhow::Error::new(e).context(format!("creating {}", dir.display())))
@@ -284,14 +282,11 @@ fn install_files(gitdir: &Path) -> anyhow::Result<()> {
         .is_ok_and(|(b, st)| b == want.as_bytes() && st.st_mode & 0o7777 == mode)
     };
     let put = |name: &str, text: &str, mode: u32| {
-        beneath::replace_file_in(
-            gitdir,
-            Path::new("worktreefs"),
-            OsStr::new(name),
-            text.as_bytes(),
-            mode,
-        )
-        .with_context(|| format!("writing {}", dir.join(name).display()))
+        beneath::dir(top.as_fd(), b"worktreefs")
+            .and_then(|d| {
+                beneath::replace_file_at(d.as_fd(), OsStr::new(name), text.as_bytes(), mode)
+            })
+            .with_context(|| format!("writing {}", dir.join(name).display()))
     };
     let hook = hook_path(gitdir);
     if !holds("fsmonitor-hook", HOOK, 0o755) {
@@ -305,6 +300,19 @@ fn install_files(gitdir: &Path) -> anyhow::Result<()> {
         put("config", &config, 0o644)?;
     }
     Ok(())
+}
+
+/// The registered git directory `gitdir` (recorded as its real path), opened through no
+/// symbolic link: its owner may have replaced `.git`, or a directory above it, with a
+/// link to another user's repository, whose files root would then write, and as whose
+/// owner.
+fn pinned(gitdir: &Path) -> anyhow::Result<std::os::fd::OwnedFd> {
+    crate::beneath::open_real_dir(gitdir).with_context(|| {
+        format!(
+            "the git directory {} cannot be reached through no symbolic link (a component of it was replaced by one?); register the repository again with `worktreefs repo add`",
+            gitdir.display()
+        )
+    })
 }
 
 fn include_key(gitdir: &Path) -> String {
@@ -357,10 +365,9 @@ fn as_owner_of(
     gitdir: &Path,
     f: impl FnOnce() -> anyhow::Result<()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let owner = fs::metadata(gitdir)
+    let owner = crate::beneath::fstat(std::os::fd::AsFd::as_fd(&pinned(gitdir)?))
         .with_context(|| format!("reading the owner of {}", gitdir.display()))?;
-    let (uid, gid) = (owner.uid(), owner.gid());
+    let (uid, gid) = (owner.st_uid, owner.st_gid);
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("repo-config".into())
@@ -416,15 +423,18 @@ pub fn disable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
         .arg(&section)
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    let top = pinned(gitdir)?;
     if nix::unistd::geteuid().is_root() {
-        use std::os::unix::fs::MetadataExt;
         use std::os::unix::process::CommandExt;
-        let owner = fs::metadata(gitdir)?;
+        let owner = crate::beneath::fstat(std::os::fd::AsFd::as_fd(&top))?;
         // (std drops root's supplementary groups when it sets the uid.)
-        git.uid(owner.uid()).gid(owner.gid());
+        git.uid(owner.st_uid).gid(owner.st_gid);
     }
     let _ = git.status();
-    match fs::remove_dir_all(repo_dir(gitdir)) {
+    match crate::beneath::remove_tree(
+        std::os::fd::AsFd::as_fd(&top),
+        std::ffi::OsStr::new("worktreefs"),
+    ) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e.into()),

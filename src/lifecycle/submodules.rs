@@ -558,6 +558,89 @@ pub fn repoint(state: &StateDir, dir: &Path, place: &str, uid: u32, worktree_pat
     }
 }
 
+/// Removes the git entries of the submodule views of the worktree whose records are gone
+/// (its directory in the state dir was removed by hand): found by name in the
+/// `worktrees/` of every submodule repository below `<gitdir>/modules` (reached through
+/// no symlink), each removed only when it is this state directory's entry for a view of
+/// the worktree at `place` (`<repo>/<name>`, owned by `uid`): its name starts with
+/// `<admin_name>-<id>-`, and [`git::Entry::check`] holds for the view path its
+/// `gitdir` names below `place`.
+pub fn remove_entries_by_name(
+    state: &StateDir,
+    gitdir: &Path,
+    admin_name: &str,
+    id: i64,
+    place: &str,
+    uid: u32,
+) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(top) = crate::beneath::open_root(gitdir) else {
+        return;
+    };
+    let Ok(modules) = crate::beneath::dir(top.as_fd(), b"modules") else {
+        return;
+    };
+    let prefix = format!("{admin_name}-{id}-");
+    let lock = super::create::admin_lock_text(state);
+    let marker = format!("/{place}/");
+    // Directories to look in: (descriptor, depth); a repository's own `worktrees/` and
+    // `modules/` are looked in, anything else that is not one is walked through (the
+    // parts of a module name such as `vendor/lib`).
+    let mut todo = vec![(modules, 0u32)];
+    while let Some((dir, depth)) = todo.pop() {
+        if depth > 16 {
+            continue;
+        }
+        let is_repo = crate::beneath::stat_at(dir.as_fd(), std::ffi::OsStr::new("HEAD")).is_ok()
+            && crate::beneath::dir(dir.as_fd(), b"objects").is_ok();
+        if is_repo {
+            if let Ok(w) = crate::beneath::dir(dir.as_fd(), b"worktrees") {
+                for e in crate::beneath::list(w.as_fd()).unwrap_or_default() {
+                    if !e.name.as_bytes().starts_with(prefix.as_bytes()) {
+                        continue;
+                    }
+                    let Ok(entry) = git::Entry::open(w.as_fd(), &e.name) else {
+                        continue;
+                    };
+                    let named = entry.read("gitdir").ok().and_then(|b| {
+                        let t = String::from_utf8(b).ok()?;
+                        let at = t.find(&marker)? + marker.len();
+                        Some(t[at..].strip_suffix("/.git\n")?.to_string())
+                    });
+                    let Some(path) = named else {
+                        continue;
+                    };
+                    match entry.check(|b| b == lock.as_bytes(), &format!("{place}/{path}"), uid) {
+                        Ok(()) => {
+                            if let Err(err) = entry.remove(w.as_fd(), &e.name) {
+                                tracing::warn!(
+                                    "could not remove submodule entry {}: {err}",
+                                    e.name.to_string_lossy()
+                                );
+                            }
+                        }
+                        Err(why) => tracing::warn!(
+                            "submodule entry {} {why}; left alone",
+                            e.name.to_string_lossy()
+                        ),
+                    }
+                }
+            }
+            if let Ok(m) = crate::beneath::dir(dir.as_fd(), b"modules") {
+                todo.push((m, depth + 1));
+            }
+            continue;
+        }
+        for e in crate::beneath::list(dir.as_fd()).unwrap_or_default() {
+            if e.is_dir(dir.as_fd()) {
+                if let Ok(d) = crate::beneath::dir(dir.as_fd(), e.name.as_bytes()) {
+                    todo.push((d, depth + 1));
+                }
+            }
+        }
+    }
+}
+
 /// Removes the admin entries of the submodule views recorded in the directory `dir`
 /// (live or parked) of the worktree at `place` (`<repo>/<name>`): those this state
 /// directory made for them (see [`entry_is`]), none other.

@@ -494,6 +494,18 @@ pub(super) fn gone_by_hand(
         tracing::warn!("{}: {e}", t.admin.display());
     }
     purge(state, t);
+    // Its submodule views' records went with the directory: their entries are found by
+    // name.
+    if let Some(admin_name) = t.admin.file_name().and_then(|n| n.to_str()) {
+        crate::lifecycle::submodules::remove_entries_by_name(
+            state,
+            &t.gitdir,
+            admin_name,
+            t.id,
+            &t.repo_and_name(),
+            t.uid,
+        );
+    }
     let detail = format!(
         "its directory {} was removed by hand; branch kept",
         t.dir.display()
