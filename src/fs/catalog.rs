@@ -266,6 +266,7 @@ mod tests {
             ino_id: row.id,
             lease_id: row.id,
             sub_of: None,
+            moving: Default::default(),
             submodules: false,
             admin_name: String::new(),
             subs: Default::default(),

@@ -81,6 +81,7 @@ impl View {
             ino_id: row.id,
             lease_id: row.id,
             sub_of: None,
+            moving: Default::default(),
             submodules: self.state.submodules_marker(row.id).exists(),
             admin_name: row.admin_name.clone(),
             subs: Default::default(),

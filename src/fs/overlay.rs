@@ -66,6 +66,10 @@ pub struct WtCtx {
     /// others (and the fsmonitor's answer, which looks at every view) go on.
     pub(super) making:
         parking_lot::Mutex<std::collections::HashMap<Vec<u8>, Arc<parking_lot::Mutex<()>>>>,
+    /// Held while its submodule views move (their records and `subs` rekeyed) and while a
+    /// view made is put in `subs` at its record's path: never while waiting for anything
+    /// else (`mutate` is taken before it, a making slot never while it is held).
+    pub(super) moving: parking_lot::Mutex<()>,
 }
 
 /// A submodule's view's place in the view it is in.

@@ -98,7 +98,8 @@ impl View {
             Some(n)
         };
         // In memory first (lookups meanwhile find the views at their new paths), then on
-        // disk.
+        // disk; one step for a view being made (see `moving`).
+        let _moving = wt.moving.lock();
         let mut subs = wt.subs.lock();
         let paths: Vec<Vec<u8>> = subs
             .keys()

@@ -77,33 +77,36 @@ impl View {
         // Made on a thread of its own, waited for a bounded time: the submodule's
         // repository is its owner's, who may have put a FIFO where libgit2 opens a file
         // (which would hold this FUSE worker, and, one lookup at a time, all of them).
-        static GATE: crate::bounded::Gate<(i64, Vec<u8>)> = crate::bounded::Gate::new();
+        static GATE: crate::bounded::Gate<(i64, String)> = crate::bounded::Gate::new();
         let limit = crate::lifecycle::cleanup::request_timeout();
         let (state, mountpoint) = (self.state.clone(), self.mountpoint.clone());
         let (repo, admin_name, common_dir) =
             (wt.repo.clone(), wt.admin_name.clone(), wt.gitdir.clone());
         let (id, base_tree, uid, gid) = (wt.id, wt.base_tree, wt.uid, wt.gid);
         let (from, at, via_stub) = (origin.to_vec(), path.to_vec(), stub.is_some());
-        let making = GATE.run(
-            (wt.ino_id, path.to_vec()),
-            format!("submodule-{id}"),
-            limit,
-            move || {
-                let parent = Parent {
-                    id,
-                    repo: &repo,
-                    name: &worktree,
-                    within: within.as_deref(),
-                    admin_name: &admin_name,
-                    common_dir: &common_dir,
-                    base_tree,
-                    uid,
-                    gid,
-                    mountpoint: &mountpoint,
-                };
-                ensure(&state, &parent, &from, &at, commit, via_stub)
-            },
+        // Keyed by the view's record (its origin path), whatever path it shows at.
+        let key = crate::lifecycle::submodules::key_of(
+            crate::lifecycle::submodules::full_path(
+                within.as_deref(),
+                &String::from_utf8_lossy(origin),
+            )
+            .as_bytes(),
         );
+        let making = GATE.run((wt.id, key), format!("submodule-{id}"), limit, move || {
+            let parent = Parent {
+                id,
+                repo: &repo,
+                name: &worktree,
+                within: within.as_deref(),
+                admin_name: &admin_name,
+                common_dir: &common_dir,
+                base_tree,
+                uid,
+                gid,
+                mountpoint: &mountpoint,
+            };
+            ensure(&state, &parent, &from, &at, commit, via_stub)
+        });
         use crate::bounded::Bounded;
         let made = match making {
             Bounded::Done(made) => made,
@@ -114,6 +117,9 @@ impl View {
             Bounded::StillBlocked(since) => Err(anyhow::anyhow!(
                 "an earlier making of it is still blocked ({} s: something in its repository blocks reading, a FIFO or a file of a filesystem that hangs?)",
                 since.as_secs()
+            )),
+            Bounded::TooMany(n) => Err(anyhow::anyhow!(
+                "{n} makings of submodule views are blocked (something in their repositories blocks reading); none more starts until they end"
             )),
             Bounded::Failed => Err(anyhow::anyhow!("its making failed unexpectedly (see the log)")),
         };
@@ -167,6 +173,7 @@ impl View {
                 admin_name: record.admin_name.clone(),
                 subs: Default::default(),
                 making: Default::default(),
+                moving: Default::default(),
             })
         })()
         .map_err(|e| FsError::internal(format!("submodule {what}: {e:#}")))?;
@@ -174,10 +181,11 @@ impl View {
             self.conversions_in_use
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        // Shown under `mutate`, at the path its record names now: a rename of a directory
-        // above it while it was made (renames hold `mutate`) moved it. One made meanwhile
-        // by another lookup is the one shown (never two contexts over one layer).
-        let _m = self.mutate.lock_unless_held();
+        // Shown at the path its record names now: a rename of a directory above it while
+        // it was made moved it (moves hold `moving` while they change records and
+        // `subs`). One made meanwhile by another lookup is the one shown (never two
+        // contexts over one layer).
+        let _moving = wt.moving.lock();
         let now = std::fs::read(dir.join("record"))
             .ok()
             .and_then(|b| {
@@ -403,7 +411,8 @@ impl View {
             return Err(failed("hiding its old path", e));
         }
         // 3. Its record and git entry (a failure here is finished at the next lookup
-        // through the stub).
+        // through the stub), and 4. in memory, as one step for a view being made.
+        let _moving = owner.moving.lock();
         if let Err(e) = subs::move_view(
             &self.state,
             &self.mountpoint,

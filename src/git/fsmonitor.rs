@@ -379,11 +379,18 @@ fn as_owner_of(
             // owner's identity write files only root's groups may.
             let became = unsafe {
                 let groups = [gid];
+                // The 32-bit group ids' call where the plain one takes 16-bit ones.
+                #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+                let call = libc::SYS_setgroups32;
+                #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+                let call = libc::SYS_setgroups;
                 let grouped = nix::unistd::geteuid().as_raw() != 0
-                    || libc::syscall(libc::SYS_setgroups, 1usize, groups.as_ptr()) == 0;
+                    || libc::syscall(call, 1usize, groups.as_ptr()) == 0;
                 libc::setfsgid(gid);
                 libc::setfsuid(uid);
-                grouped && libc::setfsuid(u32::MAX) as u32 == uid
+                grouped
+                    && libc::setfsgid(u32::MAX) as u32 == gid
+                    && libc::setfsuid(u32::MAX) as u32 == uid
             };
             let r = if became || nix::unistd::geteuid().as_raw() != 0 {
                 f()

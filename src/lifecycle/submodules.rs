@@ -511,7 +511,14 @@ fn make_admin_entry(
     if !conversions.exists() {
         index.place_conversions(&conversions)?;
     }
-    let worktree_path = p.mountpoint.join(p.repo).join(p.name).join(&record.path);
+    // Where the view is now: a directory above it may have moved while this ran (its
+    // record was then moved with it).
+    let now = fs::read(dir.join("record"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<SubRecord>(&b).ok())
+        .map(|r| r.path)
+        .unwrap_or_else(|| record.path.clone());
+    let worktree_path = p.mountpoint.join(p.repo).join(p.name).join(&now);
     // A half-made entry of ours (a crash) is made again.
     let _ = remove_if_ours(state, record, place, p.uid);
     // The owner's, as the entry `worktreefs new` makes for them: git inside writes its
@@ -571,6 +578,7 @@ pub fn remove_entries_by_name(
     admin_name: &str,
     id: i64,
     place: &str,
+    worktree_path: &Path,
     uid: u32,
 ) {
     use std::os::unix::ffi::OsStrExt;
@@ -580,12 +588,34 @@ pub fn remove_entries_by_name(
     let Ok(modules) = crate::beneath::dir(top.as_fd(), b"modules") else {
         return;
     };
+    let Ok(dev) = crate::beneath::fstat(modules.as_fd()).map(|st| st.st_dev) else {
+        return;
+    };
     let prefix = format!("{admin_name}-{id}-");
+    // Exactly a view's name: `<admin>-<id>-<key>`, nested `…-<key>-<id>-<key>`.
+    let ours_by_name = |n: &[u8]| -> bool {
+        let Some(rest) = n.strip_prefix(prefix.as_bytes()) else {
+            return false;
+        };
+        let Ok(rest) = std::str::from_utf8(rest) else {
+            return false;
+        };
+        let parts: Vec<&str> = rest.split('-').collect();
+        let key = |k: &str| k.len() == 8 && k.bytes().all(|b| b.is_ascii_hexdigit());
+        parts.len() % 2 == 1
+            && parts.iter().enumerate().all(|(i, p)| {
+                if i % 2 == 0 {
+                    key(p)
+                } else {
+                    *p == id.to_string()
+                }
+            })
+    };
     let lock = super::create::admin_lock_text(state);
-    let marker = format!("/{place}/");
-    // Directories to look in: (descriptor, depth); a repository's own `worktrees/` and
-    // `modules/` are looked in, anything else that is not one is walked through (the
-    // parts of a module name such as `vendor/lib`).
+    let lead = format!("{}/", worktree_path.display());
+    // Directories to look in: a repository's own `worktrees/` and `modules/` are looked
+    // in, anything else is walked through (the parts of a module name such as
+    // `vendor/lib`), on this filesystem only.
     let mut todo = vec![(modules, 0u32)];
     while let Some((dir, depth)) = todo.pop() {
         if depth > 16 {
@@ -596,18 +626,22 @@ pub fn remove_entries_by_name(
         if is_repo {
             if let Ok(w) = crate::beneath::dir(dir.as_fd(), b"worktrees") {
                 for e in crate::beneath::list(w.as_fd()).unwrap_or_default() {
-                    if !e.name.as_bytes().starts_with(prefix.as_bytes()) {
+                    if !ours_by_name(e.name.as_bytes()) {
                         continue;
                     }
                     let Ok(entry) = git::Entry::open(w.as_fd(), &e.name) else {
                         continue;
                     };
+                    // The view's path, from a `gitdir` that names a place in this worktree.
                     let named = entry.read("gitdir").ok().and_then(|b| {
                         let t = String::from_utf8(b).ok()?;
-                        let at = t.find(&marker)? + marker.len();
-                        Some(t[at..].strip_suffix("/.git\n")?.to_string())
+                        Some(t.strip_prefix(&lead)?.strip_suffix("/.git\n")?.to_string())
                     });
                     let Some(path) = named else {
+                        tracing::warn!(
+                            "submodule entry {} does not name a view of {place}; left alone",
+                            e.name.to_string_lossy()
+                        );
                         continue;
                     };
                     match entry.check(|b| b == lock.as_bytes(), &format!("{place}/{path}"), uid) {
@@ -634,7 +668,9 @@ pub fn remove_entries_by_name(
         for e in crate::beneath::list(dir.as_fd()).unwrap_or_default() {
             if e.is_dir(dir.as_fd()) {
                 if let Ok(d) = crate::beneath::dir(dir.as_fd(), e.name.as_bytes()) {
-                    todo.push((d, depth + 1));
+                    if crate::beneath::fstat(d.as_fd()).is_ok_and(|st| st.st_dev == dev) {
+                        todo.push((d, depth + 1));
+                    }
                 }
             }
         }

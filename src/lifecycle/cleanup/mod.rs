@@ -82,6 +82,9 @@ pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
             t.gitdir.display(),
             t.admin.display()
         )),
+        Bounded::TooMany(n) => Err(format!(
+            "{n} inspections are blocked (something in their repositories blocks reading: a FIFO or a file of a filesystem that hangs?); none more starts until they end: restart the daemon once the cause is gone"
+        )),
         Bounded::Failed => Err(format!(
             "the inspection of {} failed unexpectedly (see the daemon's log)",
             t.path.display()

@@ -503,6 +503,7 @@ pub(super) fn gone_by_hand(
             admin_name,
             t.id,
             &t.repo_and_name(),
+            &t.path,
             t.uid,
         );
     }
