@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use worktreefs::daemon::{self, MountRequest};
 use worktreefs::git;
 use worktreefs::lease::State;
+use worktreefs::lifecycle::cleanup::keep::KeepPolicy;
 use worktreefs::lifecycle::create::{self, CreateRequest};
 use worktreefs::names::{sanitize_name, validate_name};
 use worktreefs::state::StateDir;
@@ -85,6 +86,17 @@ enum Command {
         /// read (a FIFO where a ref was) then holds no removal after it.
         #[arg(long, default_value_t = 600.0)]
         inspect_timeout: f64,
+        /// Hours every removal keeps what it removed (upper layer, index, branch tip) for
+        /// `worktreefs restore`; 0 keeps nothing.
+        #[arg(long, default_value_t = 24.0)]
+        keep_removed: f64,
+        /// Kept removals give way, oldest first, while the state directory's disk has less
+        /// than this share free (percent) …
+        #[arg(long, default_value_t = 5.0)]
+        keep_min_free_percent: f64,
+        /// … or less than this many GiB free.
+        #[arg(long, default_value_t = 2.0)]
+        keep_min_free_gib: f64,
     },
     /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
     /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
@@ -107,6 +119,25 @@ enum Command {
         /// Throw away what it holds (listed first): the one way to lose work on purpose.
         #[arg(long)]
         discard: bool,
+    },
+    /// Removed worktrees still restorable (every removal keeps what it removed for
+    /// `mount --keep-removed` hours), with their size and when they go.
+    Removed {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Bring back a removed worktree REPO/WT as it was: its files, its index, HEAD on its
+    /// branch (made again at the kept commit if it was deleted).
+    Restore {
+        target: String,
+        /// Restore under this name (when REPO/WT's name is in use again).
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+        /// Which removal of that name (its id in `worktreefs removed`; default the newest).
+        #[arg(long)]
+        id: Option<i64>,
+        #[arg(long)]
+        json: bool,
     },
     /// Registered repositories.
     #[command(subcommand)]
@@ -325,6 +356,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             allow_other,
             filter_timeout,
             inspect_timeout,
+            keep_removed,
+            keep_min_free_percent,
+            keep_min_free_gib,
         } => cmd_mount(
             &state,
             mountpoint,
@@ -339,6 +373,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 allow_other,
                 filter_timeout,
                 inspect_timeout,
+                keep: (keep_removed, keep_min_free_percent, keep_min_free_gib),
             },
             cli.global.log_level.as_deref(),
         ),
@@ -365,6 +400,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Reclaim { target, discard } => cmd_reclaim(&state, &target, discard),
+        Command::Removed { json } => cmd_removed(&state, json),
+        Command::Restore {
+            target,
+            as_name,
+            id,
+            json,
+        } => cmd_restore(&state, &target, as_name.as_deref(), id, json),
         Command::Repo(RepoCmd::Add { path, name }) => {
             let store = open_store(&state)?;
             let row = add_repo(&store, &path, name.as_deref())?;
@@ -397,6 +439,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let n = store.worktree_count(repo.id)?;
             if n > 0 {
                 bail!("repository '{name}' still has {n} worktree(s); they must be removed first (see `worktreefs list`)");
+            }
+            let purged =
+                worktreefs::lifecycle::cleanup::keep::purge_repo(&state, &mut store, &name)?;
+            if purged > 0 {
+                println!("purged {purged} kept removal(s) of '{name}'");
             }
             store.remove_repo(repo.id)?;
             if let Err(e) = worktreefs::git::fsmonitor::disable_for_repo(&repo.gitdir) {
@@ -640,6 +687,109 @@ fn cmd_reclaim(state: &StateDir, target: &str, discard: bool) -> anyhow::Result<
     }
 }
 
+/// The kept removals as JSON objects: the row and where the copy is, when it goes.
+fn kept_json(
+    state: &StateDir,
+    rows: &[worktreefs::store::KeptRow],
+    keep_secs: i64,
+) -> Vec<serde_json::Value> {
+    rows.iter()
+        .map(|k| {
+            let mut v = serde_json::to_value(k).unwrap_or_default();
+            v["expires_at"] = (k.kept_at + keep_secs).into();
+            v["kept_dir"] = state
+                .removed_dir(k.worktree_id)
+                .display()
+                .to_string()
+                .into();
+            v
+        })
+        .collect()
+}
+
+fn cmd_removed(state: &StateDir, json: bool) -> anyhow::Result<()> {
+    let store = open_store(state)?;
+    let rows = store.kept()?;
+    let policy = KeepPolicy::of(&store);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&kept_json(state, &rows, policy.keep_secs))?
+        );
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no removed worktree is kept");
+        return Ok(());
+    }
+    print!(
+        "{}",
+        worktreefs::report::kept_table(&rows, policy.keep_secs, worktreefs::store::now_secs())
+    );
+    println!(
+        "restore one with `worktreefs restore REPO/WT` (--as NAME if the name is in use again)"
+    );
+    Ok(())
+}
+
+fn cmd_restore(
+    state: &StateDir,
+    target: &str,
+    as_name: Option<&str>,
+    id: Option<i64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    use worktreefs::lifecycle::restore::{restore_worktree, RestoreRequest};
+    let (repo, name) = target.split_once('/').ok_or_else(|| {
+        anyhow!("'{target}' is not REPO/NAME; for example `worktreefs restore myrepo/task-1` (see `worktreefs removed`)")
+    })?;
+    let mut store = open_store(state)?;
+    let done = restore_worktree(
+        state,
+        &mut store,
+        &RestoreRequest {
+            repo,
+            name,
+            as_name,
+            id,
+        },
+    )?;
+    daemon::poke(state);
+    let mountpoint = create::mountpoint_of(state, &store);
+    let path = mountpoint.join(&done.row.repo).join(&done.row.name);
+    if json {
+        let mut v = serde_json::to_value(&done.row)?;
+        v["path"] = path.display().to_string().into();
+        v["restored_from"] = done.from.worktree_id.into();
+        v["notes"] = done.notes.clone().into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "restored {repo}/{name} as {}/{} ({} kept, removed {} ago) on {}",
+        done.row.repo,
+        done.row.name,
+        worktreefs::lifecycle::cleanup::keep::human_bytes(done.from.bytes.max(0) as u64),
+        worktreefs::report::age(worktreefs::store::now_secs() - done.from.kept_at),
+        match &done.row.branch {
+            Some(b) => format!("branch {b}"),
+            None => format!("a detached HEAD at {}", done.from.head.trim()),
+        }
+    );
+    for n in &done.notes {
+        println!("  {n}");
+    }
+    if daemon::running_daemon(state).is_some() {
+        println!("  cd {}", path.display());
+    } else {
+        println!(
+            "  (not mounted: run `worktreefs mount`, then cd {})",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 fn split_target(target: &str) -> anyhow::Result<(&str, &str)> {
     target
         .split_once('/')
@@ -781,6 +931,31 @@ struct MountTuning {
     allow_other: bool,
     filter_timeout: f64,
     inspect_timeout: f64,
+    /// `--keep-removed` hours, `--keep-min-free-percent`, `--keep-min-free-gib`.
+    keep: (f64, f64, f64),
+}
+
+/// The keep policy from `mount`'s options, each checked.
+fn keep_policy((hours, percent, gib): (f64, f64, f64)) -> anyhow::Result<KeepPolicy> {
+    if !(hours.is_finite() && (0.0..=1e6).contains(&hours)) {
+        bail!("--keep-removed {hours} is not a number of hours from 0 up; pass e.g. --keep-removed 24 (0 keeps nothing)");
+    }
+    if !(percent.is_finite() && (0.0..=100.0).contains(&percent)) {
+        bail!("--keep-min-free-percent {percent} is not a share from 0 to 100; pass e.g. --keep-min-free-percent 5");
+    }
+    if !(gib.is_finite() && (0.0..=1e9).contains(&gib)) {
+        bail!("--keep-min-free-gib {gib} is not a number of GiB from 0 up; pass e.g. --keep-min-free-gib 2");
+    }
+    Ok(KeepPolicy {
+        // A part of an hour keeps at least a second.
+        keep_secs: if hours == 0.0 {
+            0
+        } else {
+            ((hours * 3600.0).round() as i64).max(1)
+        },
+        min_free_percent: percent,
+        min_free_bytes: (gib * (1u64 << 30) as f64) as u64,
+    })
 }
 
 fn cmd_mount(
@@ -800,6 +975,7 @@ fn cmd_mount(
         allow_other,
         filter_timeout,
         inspect_timeout,
+        keep,
     } = tuning;
     let seconds = |flag: &str, v: f64, e: &str| {
         if v.is_finite() && v > 0.0 && v < 1e9 {
@@ -812,6 +988,7 @@ fn cmd_mount(
     };
     let filter_timeout = seconds("filter-timeout", filter_timeout, "120")?;
     let inspect_timeout = seconds("inspect-timeout", inspect_timeout, "600")?;
+    let keep = keep_policy(keep)?;
     if foreground {
         let req = MountRequest {
             state: state.clone(),
@@ -825,6 +1002,7 @@ fn cmd_mount(
             allow_other,
             filter_timeout,
             inspect_timeout,
+            keep,
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -853,6 +1031,7 @@ fn cmd_mount(
         allow_other,
         filter_timeout,
         inspect_timeout,
+        keep,
     };
     daemon::prepare(&req)?;
     let pid = daemon::spawn_background(&req, log_level)?;

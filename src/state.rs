@@ -13,7 +13,9 @@
 //! <state>/worktrees/<id>/submodules   present: initialized submodules show as views
 //! <state>/worktrees/<id>/subs/<key>/  one submodule's view: record, upper/, work/
 //! <state>/blobs/conv/<2 hex>/<38 hex>  converted content, by blob and conversion
-//! <state>/trash/<id>/              a removed worktree's directory, until it is deleted
+//! <state>/removed/<id>/            a removed worktree's directory, kept for restore (with
+//!                                  kept/: its HEAD, index and the ref of its tip)
+//! <state>/trash/<id>/              a removed worktree's directory (before issue 17)
 //! <state>/locks/<id>               flock'd by whoever runs a worktree's cleanup
 //! <state>/mnt/                     the default mountpoint before issue 15 (kept where it exists)
 //! ```
@@ -60,6 +62,7 @@ impl StateDir {
             s.index_cache(),
             s.root.join("worktrees"),
             s.trash(),
+            s.removed(),
             s.root.join("locks"),
         ] {
             private_dir_all(&d)?;
@@ -101,6 +104,13 @@ impl StateDir {
     /// The views of a worktree's submodules: `subs/<key>/{record,upper,work}`.
     pub fn subs(&self, id: i64) -> PathBuf {
         self.worktree_dir(id).join("subs")
+    }
+    /// Where removals park a worktree's directory, and keep it for `worktreefs restore`.
+    pub fn removed(&self) -> PathBuf {
+        self.root.join("removed")
+    }
+    pub fn removed_dir(&self, id: i64) -> PathBuf {
+        self.removed().join(id.to_string())
     }
     pub fn trash(&self) -> PathBuf {
         self.root.join("trash")

@@ -548,6 +548,7 @@ fn a_rollback_touches_only_what_its_creation_made() {
             pid: 1,
             pid_start: 1,
             started_at: 0,
+            restored_from: None,
         };
         store.begin_creation(&r).unwrap();
     }

@@ -148,6 +148,13 @@ fn inspection_sees_exactly_what_git_status_would() {
 #[test]
 fn a_step_failing_in_the_middle_of_removal_retains_with_every_file_in_place() {
     let mut fx = Fixture::new();
+    // Removals that keep nothing: the first step moves the upper layer away.
+    worktreefs::lifecycle::cleanup::keep::KeepPolicy {
+        keep_secs: 0,
+        ..Default::default()
+    }
+    .record(&fx.store)
+    .unwrap();
     let (t, up) = fx.worktree("w");
     write(up.join("target/out"), "ignored build output");
     // The git entry no longer says worktreefs made it: the second step refuses.
@@ -176,4 +183,64 @@ fn a_step_failing_in_the_middle_of_removal_retains_with_every_file_in_place() {
     assert_eq!(fx.store.retained().unwrap().len(), 1);
     // The branch is untouched.
     assert!(git(&fx.env.repo.path(), &["branch", "--list", "w"]).contains('w'));
+}
+
+/// A removal that keeps: its first step (git's HEAD and index copied, the tip and the
+/// staged files kept under a ref) is undone when a later step fails, ref and all.
+#[test]
+fn a_failing_removal_that_keeps_undoes_what_it_kept() {
+    use std::os::unix::fs::chown;
+    let mut fx = Fixture::new();
+    let (t, up) = fx.worktree("k");
+    write(up.join("target/out"), "ignored build output");
+    // The parking directory is not the daemon's own: parking git's entry fails, after
+    // the keep and the move of the upper layer.
+    let removing = fx.env.repo.path().join(".git/worktreefs/removing");
+    fs::create_dir_all(&removing).unwrap();
+    chown(&removing, Some(65534), Some(65534)).unwrap();
+    fx.store
+        .begin_deleting(t.id, &[worktreefs::lease::State::Ready], "test")
+        .unwrap();
+    let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
+    let out = cleanup::finish(&fx.state, &mut fx.store, &row, &fx.env.mountpoint()).unwrap();
+    match out {
+        Outcome::Retained(r) => assert!(
+            r.starts_with("cleanup-error: removing git's worktree entry")
+                && r.contains("not worktreefs's own"),
+            "{r}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        fs::read_to_string(up.join("target/out")).unwrap(),
+        "ignored build output"
+    );
+    assert!(!t.dir.join("kept").exists(), "kept/ undone");
+    assert!(!fx.state.removed_dir(t.id).exists());
+    assert_eq!(
+        git(&fx.env.repo.path(), &["for-each-ref", "refs/worktreefs"]),
+        "",
+        "the kept ref undone"
+    );
+    assert!(fx.store.kept().unwrap().is_empty());
+    // Once the directory is the daemon's again, the removal keeps.
+    fs::remove_dir(&removing).unwrap();
+    let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
+    fx.store
+        .begin_deleting(row.id, &[worktreefs::lease::State::Retained], "test")
+        .unwrap();
+    let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
+    let out = cleanup::finish(&fx.state, &mut fx.store, &row, &fx.env.mountpoint()).unwrap();
+    assert!(matches!(out, Outcome::Removed(_)), "{out:?}");
+    let kept = fx.store.kept().unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        fs::read_to_string(fx.state.removed_dir(t.id).join("upper/target/out")).unwrap(),
+        "ignored build output"
+    );
+    assert!(fx.state.removed_dir(t.id).join("kept/index").exists());
+    assert!(
+        git(&fx.env.repo.path(), &["for-each-ref", "refs/worktreefs"])
+            .contains(kept[0].tip_ref.as_deref().unwrap())
+    );
 }

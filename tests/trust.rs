@@ -121,7 +121,7 @@ fn a_stale_descriptor_never_reaches_outside_the_upper_layer() {
         .filter(|p| {
             ["new", "newdir", "newlink", "moved"]
                 .iter()
-                .any(|n| p.ends_with(n))
+                .any(|n| p.rsplit('/').next() == Some(n))
         })
         .filter(|p| !p.contains("/upper/"))
         .collect();

@@ -80,6 +80,12 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
         .arg(req.filter_timeout.as_secs_f64().to_string());
     cmd.arg("--inspect-timeout")
         .arg(req.inspect_timeout.as_secs_f64().to_string());
+    cmd.arg("--keep-removed")
+        .arg((req.keep.keep_secs as f64 / 3600.0).to_string())
+        .arg("--keep-min-free-percent")
+        .arg(req.keep.min_free_percent.to_string())
+        .arg("--keep-min-free-gib")
+        .arg((req.keep.min_free_bytes as f64 / (1u64 << 30) as f64).to_string());
     if let Some(l) = log_level {
         cmd.arg("--log-level").arg(l);
     }

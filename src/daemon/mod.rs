@@ -51,6 +51,8 @@ pub struct MountRequest {
     pub filter_timeout: std::time::Duration,
     /// How long cleanup's inspection of one worktree may take.
     pub inspect_timeout: std::time::Duration,
+    /// How long removals are kept for `worktreefs restore`, and the free disk they leave.
+    pub keep: crate::lifecycle::cleanup::keep::KeepPolicy,
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -164,6 +166,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     {
         let store = Store::open_described(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
+        req.keep.record(&store)?;
         create::repoint_admin_entries(&req.state, &store, &mountpoint)?;
         let mut store = store;
         match create::roll_back_dead_creations(&req.state, &mut store) {

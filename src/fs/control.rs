@@ -26,6 +26,8 @@ pub(super) enum ControlDir {
     Leases,
     Worktrees,
     Retained,
+    /// `<repo>:<worktree>#<id>`: removed worktrees still restorable.
+    Removed,
     /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see
     /// `git/fsmonitor.rs`, `fs/journal.rs`).
     FsMonitor,
@@ -39,10 +41,11 @@ const STATS: &str = "stats";
 /// What `.control` itself holds, stated once: inode, name, and the directory it is (None:
 /// a generated file of `.control` itself). The view's fixed nodes, the listing of
 /// `.control` and its names all come from here.
-const LAYOUT: [(u64, &str, Option<ControlDir>); 6] = [
+const LAYOUT: [(u64, &str, Option<ControlDir>); 7] = [
     (3, "leases", Some(ControlDir::Leases)),
     (4, "worktrees", Some(ControlDir::Worktrees)),
     (5, "retained", Some(ControlDir::Retained)),
+    (9, "removed", Some(ControlDir::Removed)),
     (6, STATUS, None),
     (7, STATS, None),
     (
@@ -190,6 +193,14 @@ impl View {
                 .iter()
                 .map(|r| r.entry_name())
                 .collect()),
+            ControlDir::Removed => Ok(self
+                .store
+                .lock()
+                .kept()
+                .map_err(|e| FsError::store("reading kept removals", e))?
+                .iter()
+                .map(|r| r.entry_name())
+                .collect()),
             // Entries exist for any name asked (the name carries the query).
             ControlDir::FsMonitor => Ok(Vec::new()),
         }
@@ -245,6 +256,20 @@ impl View {
                     .ok_or_else(|| FsError::not_found(format!(".control/retained/{entry}")))?;
                 let v = serde_json::to_value(&row)
                     .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
+                Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Removed, entry) => {
+                let store = self.store.lock();
+                let row = store
+                    .kept()
+                    .map_err(store_err)?
+                    .into_iter()
+                    .find(|r| r.entry_name() == entry)
+                    .ok_or_else(|| FsError::not_found(format!(".control/removed/{entry}")))?;
+                let keep_secs = crate::lifecycle::cleanup::keep::KeepPolicy::of(&store).keep_secs;
+                let mut v = serde_json::to_value(&row)
+                    .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
+                v["expires_at"] = (row.kept_at + keep_secs).into();
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Worktrees, entry) => {

@@ -268,7 +268,7 @@ impl FsError {
     pub fn creation(context: impl fmt::Display, err: CreateError) -> Self {
         let kind = match &err {
             CreateError::InvalidName(_) | CreateError::BadRevision(_) => ErrorKind::Invalid,
-            CreateError::UnknownRepo(_) => ErrorKind::NotFound,
+            CreateError::UnknownRepo(_) | CreateError::NotKept(_) => ErrorKind::NotFound,
             CreateError::Exists(_) | CreateError::BranchConflict(_) => ErrorKind::Exists,
             CreateError::NoSpace(_, errno) => ErrorKind::Os(*errno),
             CreateError::Busy(_) => ErrorKind::Busy,

@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use super::owner::{as_owner_of, pinned};
+
 /// The token in the index written at creation: "no change since the worktree was made".
 pub const CREATED_TOKEN: &str = "wtfs-created";
 /// A token this daemon hands out for worktree `id`'s journal: `wtfs:<instance>:<id>:<seq>`
@@ -302,19 +304,6 @@ fn install_files(gitdir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The registered git directory `gitdir` (recorded as its real path), opened through no
-/// symbolic link: its owner may have replaced `.git`, or a directory above it, with a
-/// link to another user's repository, whose files root would then write, and as whose
-/// owner.
-fn pinned(gitdir: &Path) -> anyhow::Result<std::os::fd::OwnedFd> {
-    crate::beneath::open_real_dir(gitdir).with_context(|| {
-        format!(
-            "the git directory {} cannot be reached through no symbolic link (a component of it was replaced by one?); register the repository again with `worktreefs repo add`",
-            gitdir.display()
-        )
-    })
-}
-
 fn include_key(gitdir: &Path) -> String {
     format!(
         "includeIf.gitdir:{}/worktrees/wtfs-*.path",
@@ -349,64 +338,6 @@ pub fn enable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
         }
         Ok(())
     })
-}
-
-/// How long reading and writing a repository's config may take (a FIFO there blocks).
-const CONFIG_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Runs `f` on a thread of its own whose file-system identity (`setfsuid`, `setfsgid`:
-/// the calling thread's alone) is the owner of the directory `gitdir`, bounded by
-/// `CONFIG_LIMIT`. The repository's config is its owner's to make anything, and libgit2
-/// writes it through a symlink (its lock file and rename follow one): as root, that
-/// replaced whatever file the link named. As the owner, it can reach only what the
-/// owner can (the kernel drops a thread's file capabilities when its fsuid leaves 0).
-/// A thread still blocked at the limit is left to end by itself.
-fn as_owner_of(
-    gitdir: &Path,
-    f: impl FnOnce() -> anyhow::Result<()> + Send + 'static,
-) -> anyhow::Result<()> {
-    let owner = crate::beneath::fstat(std::os::fd::AsFd::as_fd(&pinned(gitdir)?))
-        .with_context(|| format!("reading the owner of {}", gitdir.display()))?;
-    let (uid, gid) = (owner.st_uid, owner.st_gid);
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("repo-config".into())
-        .spawn(move || {
-            // SAFETY: plain syscalls on this thread's own credentials; they cannot fail
-            // in a way that matters: checked by reading the value back. The groups are
-            // set by the raw system call, which changes this thread's alone (the libc
-            // wrapper changes every thread's): root's supplementary groups would let the
-            // owner's identity write files only root's groups may.
-            let became = unsafe {
-                let groups = [gid];
-                // The 32-bit group ids' call where the plain one takes 16-bit ones.
-                #[cfg(any(target_arch = "x86", target_arch = "arm"))]
-                let call = libc::SYS_setgroups32;
-                #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
-                let call = libc::SYS_setgroups;
-                let grouped = nix::unistd::geteuid().as_raw() != 0
-                    || libc::syscall(call, 1usize, groups.as_ptr()) == 0;
-                libc::setfsgid(gid);
-                libc::setfsuid(uid);
-                grouped
-                    && libc::setfsgid(u32::MAX) as u32 == gid
-                    && libc::setfsuid(u32::MAX) as u32 == uid
-            };
-            let r = if became || nix::unistd::geteuid().as_raw() != 0 {
-                f()
-            } else {
-                Err(anyhow::anyhow!("could not take the identity {uid}:{gid}"))
-            };
-            let _ = tx.send(r);
-        })?;
-    match rx.recv_timeout(CONFIG_LIMIT) {
-        Ok(r) => r,
-        Err(_) => Err(anyhow::anyhow!(
-            "the config of {} was not read within {} s (a FIFO or a file of a filesystem that hangs?)",
-            gitdir.display(),
-            CONFIG_LIMIT.as_secs()
-        )),
-    }
 }
 
 /// Undoes `enable_for_repo` (on `repo remove`), as the repository's owner.

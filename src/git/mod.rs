@@ -18,6 +18,7 @@ pub mod filters;
 pub mod fsmonitor;
 pub mod index;
 pub mod objects;
+pub mod owner;
 pub mod untracked;
 pub mod walk;
 

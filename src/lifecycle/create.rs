@@ -24,6 +24,8 @@ pub enum CreateError {
     Exists(String),
     BadRevision(String),
     BranchConflict(String),
+    /// Nothing kept to restore: what was asked for and where to look.
+    NotKept(String),
     /// The disk (the state dir's or the repository's) is full or over quota: the message
     /// and the errno (ENOSPC or EDQUOT).
     NoSpace(String, i32),
@@ -40,6 +42,7 @@ impl fmt::Display for CreateError {
             | CreateError::Exists(m)
             | CreateError::BadRevision(m)
             | CreateError::BranchConflict(m)
+            | CreateError::NotKept(m)
             | CreateError::NoSpace(m, _)
             | CreateError::Busy(m)
             | CreateError::Internal(m) => f.write_str(m),
@@ -78,7 +81,7 @@ pub fn gitfile_path(mountpoint: &Path, repo: &str, name: &str) -> PathBuf {
 
 /// A file system failure of a step: out of space is said as such (ENOSPC through the
 /// mount), anything else is internal.
-fn io_failure(context: &str) -> impl Fn(std::io::Error) -> CreateError + '_ {
+pub(super) fn io_failure(context: &str) -> impl Fn(std::io::Error) -> CreateError + '_ {
     move |e| {
         if crate::git::blobcache::is_out_of_space(&e) {
             CreateError::NoSpace(
@@ -92,7 +95,7 @@ fn io_failure(context: &str) -> impl Fn(std::io::Error) -> CreateError + '_ {
 }
 
 /// A failure with an I/O error somewhere in its chain, judged as `io_failure` does.
-fn chain_failure(context: &str) -> impl Fn(anyhow::Error) -> CreateError + '_ {
+pub(super) fn chain_failure(context: &str) -> impl Fn(anyhow::Error) -> CreateError + '_ {
     move |e| {
         let full = e
             .chain()
@@ -111,7 +114,7 @@ fn chain_failure(context: &str) -> impl Fn(anyhow::Error) -> CreateError + '_ {
 }
 
 /// A store failure: a full disk is said as such.
-fn db_failure(context: &str) -> impl Fn(rusqlite::Error) -> CreateError + '_ {
+pub(super) fn db_failure(context: &str) -> impl Fn(rusqlite::Error) -> CreateError + '_ {
     move |e| match &e {
         rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
             CreateError::NoSpace(
@@ -126,7 +129,7 @@ fn db_failure(context: &str) -> impl Fn(rusqlite::Error) -> CreateError + '_ {
     }
 }
 
-fn internal(context: &str) -> impl Fn(String) -> CreateError + '_ {
+pub(super) fn internal(context: &str) -> impl Fn(String) -> CreateError + '_ {
     move |e| CreateError::Internal(format!("{context}: {e}"))
 }
 
@@ -260,38 +263,9 @@ pub fn create_worktree(
         pid: std::process::id() as i32,
         pid_start: me.map(|p| p.start).unwrap_or(0),
         started_at: now_secs(),
+        restored_from: None,
     };
-    // Two creations at once may pick one admin name (`foo` and `foo1` both choosing
-    // `wtfs-foo1`, say): the second's record is refused by the name's uniqueness, and it
-    // picks again.
-    let mut tries = 0;
-    record.worktree_id = loop {
-        let taken = store
-            .creation_admin_names(repo_row.id)
-            .map_err(|e| internal("reading creations")(e.to_string()))?;
-        record.admin_name = git::free_admin_name_except(&gitdir, req.name, &taken);
-        match store.begin_creation(&record) {
-            Ok(id) => break id,
-            Err(BeginCreation::Exists(state)) => {
-                return Err(CreateError::Exists(format!(
-                    "worktree '{}/{}' already exists (state: {state}); pick another name",
-                    req.repo, req.name
-                )))
-            }
-            Err(BeginCreation::InProgress(other)) => {
-                return Err(CreateError::Exists(format!(
-                    "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
-                    req.repo, req.name, other.pid
-                )))
-            }
-            Err(BeginCreation::Db(rusqlite::Error::SqliteFailure(f, _)))
-                if f.code == rusqlite::ErrorCode::ConstraintViolation && tries < 5 =>
-            {
-                tries += 1;
-            }
-            Err(BeginCreation::Db(e)) => return Err(db_failure("recording the creation")(e)),
-        }
-    };
+    record.worktree_id = record_creation(store, &gitdir, &mut record, req.repo)?;
     let mut progress = Made::default();
     let made = make_recorded(
         state,
@@ -320,6 +294,100 @@ pub fn create_worktree(
         .ok_or_else(|| CreateError::Internal("worktree row vanished".into()))
 }
 
+/// Records creation `record` (its admin entry name picked here, one no other entry or
+/// creation has) and returns the worktree id reserved for it.
+pub(super) fn record_creation(
+    store: &mut Store,
+    gitdir: &Path,
+    record: &mut CreationRow,
+    repo: &str,
+) -> Result<i64, CreateError> {
+    // Two creations at once may pick one admin name (`foo` and `foo1` both choosing
+    // `wtfs-foo1`, say): the second's record is refused by the name's uniqueness, and it
+    // picks again.
+    let mut tries = 0;
+    let id = loop {
+        let taken = store
+            .creation_admin_names(record.repo_id)
+            .map_err(|e| internal("reading creations")(e.to_string()))?;
+        record.admin_name = git::free_admin_name_except(gitdir, &record.name.clone(), &taken);
+        match store.begin_creation(record) {
+            Ok(id) => break id,
+            Err(BeginCreation::Exists(state)) => {
+                return Err(CreateError::Exists(format!(
+                    "worktree '{}/{}' already exists (state: {state}); pick another name",
+                    repo, record.name
+                )))
+            }
+            Err(BeginCreation::InProgress(other)) => {
+                return Err(CreateError::Exists(format!(
+                    "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
+                    repo, record.name, other.pid
+                )))
+            }
+            Err(BeginCreation::Db(rusqlite::Error::SqliteFailure(f, _)))
+                if f.code == rusqlite::ErrorCode::ConstraintViolation && tries < 5 =>
+            {
+                tries += 1;
+            }
+            Err(BeginCreation::Db(e)) => return Err(db_failure("recording the creation")(e)),
+        }
+    };
+    Ok(id)
+}
+
+/// Makes branch `branch_name` at `commit` for creation `id`, with a reflog entry of that
+/// creation's own: a rollback deletes the branch only if its whole history is that entry.
+pub(super) fn make_branch(
+    repo: &Repository,
+    branch_name: &str,
+    commit: git2::Oid,
+    id: i64,
+) -> Result<(), CreateError> {
+    // With a reflog message of this creation's own: a rollback deletes the branch only
+    // if its whole history is this one entry (no one else made or moved it).
+    repo.reference(
+        &format!("refs/heads/{branch_name}"),
+        commit,
+        false,
+        &branch_log_message(id),
+    )
+    .map_err(|e| {
+        // libgit2 keeps no errno: a full disk shows in its message only.
+        let msg = e.message();
+        let errno = if msg.contains("No space left on device") {
+            Some(libc::ENOSPC)
+        } else if msg.contains("Disk quota exceeded") {
+            Some(libc::EDQUOT)
+        } else {
+            None
+        };
+        match errno {
+            Some(errno) => CreateError::NoSpace(
+                format!(
+                    "cannot create branch '{branch_name}': {msg}; free some space and try again"
+                ),
+                errno,
+            ),
+            None => {
+                CreateError::BranchConflict(format!("cannot create branch '{branch_name}': {msg}"))
+            }
+        }
+    })?;
+    // The reflog entry a rollback recognises, written even where the repository keeps
+    // no reflogs (a bare one, `core.logAllRefUpdates=false`).
+    let full = format!("refs/heads/{branch_name}");
+    if let Ok(mut log) = repo.reflog(&full) {
+        if log.is_empty() {
+            if let Ok(sig) = git2::Signature::now("worktreefs", "worktreefs@localhost") {
+                let _ = log.append(commit, &sig, Some(&branch_log_message(id)));
+                let _ = log.write();
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The steps of a recorded creation, in order: the branch, git's admin entry, the upper
 /// layer (made under `.new-<id>`, then put at `<id>`), and the row, which replaces the
 /// record in one transaction.
@@ -337,50 +405,8 @@ fn make_recorded(
 ) -> Result<(), CreateError> {
     let branch_name = req.branch.unwrap_or(req.name).to_string();
     if record.branch.is_some() {
-        // With a reflog message of this creation's own: a rollback deletes the branch only
-        // if its whole history is this one entry (no one else made or moved it).
-        repo.reference(
-            &format!("refs/heads/{branch_name}"),
-            base.commit,
-            false,
-            &branch_log_message(record.worktree_id),
-        )
-        .map_err(|e| {
-            // libgit2 keeps no errno: a full disk shows in its message only.
-            let msg = e.message();
-            let errno = if msg.contains("No space left on device") {
-                Some(libc::ENOSPC)
-            } else if msg.contains("Disk quota exceeded") {
-                Some(libc::EDQUOT)
-            } else {
-                None
-            };
-            match errno {
-                Some(errno) => CreateError::NoSpace(
-                    format!("cannot create branch '{branch_name}': {msg}; free some space and try again"),
-                    errno,
-                ),
-                None => CreateError::BranchConflict(format!(
-                    "cannot create branch '{branch_name}': {msg}"
-                )),
-            }
-        })?;
+        make_branch(repo, &branch_name, base.commit, record.worktree_id)?;
         made.branch = true;
-        // The reflog entry a rollback recognises, written even where the repository keeps
-        // no reflogs (a bare one, `core.logAllRefUpdates=false`).
-        let full = format!("refs/heads/{branch_name}");
-        if let Ok(mut log) = repo.reflog(&full) {
-            if log.is_empty() {
-                if let Ok(sig) = git2::Signature::now("worktreefs", "worktreefs@localhost") {
-                    let _ = log.append(
-                        base.commit,
-                        &sig,
-                        Some(&branch_log_message(record.worktree_id)),
-                    );
-                    let _ = log.write();
-                }
-            }
-        }
     }
 
     let gitdir = git::common_dir(repo);
@@ -473,7 +499,7 @@ fn staging_dir(state: &StateDir, id: i64) -> PathBuf {
 }
 
 /// Whether the process that recorded creation `c` still runs (same pid, same start).
-fn creator_alive(c: &CreationRow) -> bool {
+pub(super) fn creator_alive(c: &CreationRow) -> bool {
     // This process's own record (a rollback of it that failed earlier, say: a full disk)
     // is tried again, not waited for: the kernel lets one mkdir of a name run at a time.
     if c.pid == std::process::id() as i32 {
@@ -485,7 +511,7 @@ fn creator_alive(c: &CreationRow) -> bool {
 
 /// Takes over the record of a creation whose creator is gone, for this process: the
 /// record as it now stands, or None when someone else took it or it is gone.
-fn claim(store: &mut Store, c: &CreationRow) -> rusqlite::Result<Option<CreationRow>> {
+pub(super) fn claim(store: &mut Store, c: &CreationRow) -> rusqlite::Result<Option<CreationRow>> {
     let me = std::process::id() as i32;
     let start = crate::lifecycle::holders::proc_info(me)
         .map(|p| p.start)
@@ -515,12 +541,12 @@ pub fn roll_back_creation(
 /// What an in-process creation that failed had made itself (a rollback after a crash
 /// knows only the record, and judges what it finds).
 #[derive(Debug, Default)]
-struct Made {
-    branch: bool,
-    admin: bool,
+pub(super) struct Made {
+    pub branch: bool,
+    pub admin: bool,
 }
 
-fn roll_back(
+pub(super) fn roll_back(
     state: &StateDir,
     store: &mut Store,
     gitdir: &Path,
@@ -541,9 +567,31 @@ fn roll_back(
     };
     if store.worktree_by_id(c.worktree_id)?.is_none() {
         let dir = state.worktree_dir(c.worktree_id);
-        if dir.exists() {
-            fs::remove_dir_all(&dir)
-                .with_context(|| format!("{what}: removing {}", dir.display()))?;
+        match c.restored_from {
+            // A restore's directory is a kept copy: it goes back where it was kept.
+            Some(from) if dir.exists() => {
+                let kept = state.removed_dir(from);
+                if kept.exists() {
+                    tracing::warn!(
+                        "{what}: {} is there again; {} is left as it is (move it back by hand)",
+                        kept.display(),
+                        dir.display()
+                    );
+                } else {
+                    fs::rename(&dir, &kept).with_context(|| {
+                        format!(
+                            "{what}: putting {} back as {}",
+                            dir.display(),
+                            kept.display()
+                        )
+                    })?;
+                }
+            }
+            None if dir.exists() => {
+                fs::remove_dir_all(&dir)
+                    .with_context(|| format!("{what}: removing {}", dir.display()))?;
+            }
+            _ => {}
         }
     }
     let staging = staging_dir(state, c.worktree_id);

@@ -10,6 +10,7 @@ pub mod cleanup;
 pub mod create;
 pub mod gate;
 pub mod holders;
+pub mod restore;
 pub mod submodules;
 pub mod sweeper;
 

@@ -58,8 +58,17 @@ pub fn spawn(
                 }
             };
             let mut shed = HashMap::new();
+            let mut tick: u64 = 0;
             loop {
                 std::thread::sleep(Duration::from_millis(250));
+                tick += 1;
+                // Kept removals whose time is over, or that the disk needs: every 5 s.
+                if tick.is_multiple_of(20) {
+                    let policy = cleanup::keep::KeepPolicy::of(&store);
+                    if cleanup::keep::purge_due(&state, &mut store, &policy) > 0 {
+                        view.catalog_changed();
+                    }
+                }
                 // Memory: idle worktrees' inodes go when the table is over its budget.
                 view.shed_idle(cache_nodes, &mut shed, Duration::from_secs(10));
                 // A process inside (working directory, open file) that the kernel's caches

@@ -211,9 +211,21 @@ impl Store {
                 return Err(rusqlite::Error::QueryReturnedNoRows);
             }
         }
+        let restored_from = record.and_then(|r| r.restored_from);
+        let how = match restored_from {
+            Some(from) => {
+                let repo: String =
+                    tx.query_row("SELECT name FROM repos WHERE id = ?1", [w.repo_id], |r| {
+                        r.get(0)
+                    })?;
+                super::kept::take_kept_in(&tx, from, id, &format!("{repo}/{}", w.name))?;
+                format!("restored from worktree {from} (base {})", w.base_commit)
+            }
+            None => format!("base {}", w.base_commit),
+        };
         tx.execute(
             "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, ?2, 'created', ?3)",
-            params![now, id, format!("base {}", w.base_commit)],
+            params![now, id, how],
         )?;
         tx.commit()?;
         Ok(id)

@@ -43,6 +43,22 @@ impl From<rusqlite::Error> for BeginError {
     }
 }
 
+/// The move to `removed`, inside `tx`.
+pub(super) fn removed_in(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+    reason: &str,
+) -> rusqlite::Result<()> {
+    tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
+    tx.execute("DELETE FROM leases WHERE worktree_id = ?1", [worktree_id])?;
+    set_state(tx, worktree_id, crate::lease::State::Removed)?;
+    tx.execute(
+        "UPDATE worktrees SET removal = NULL WHERE id = ?1",
+        [worktree_id],
+    )?;
+    event(tx, worktree_id, REMOVED, None, reason)
+}
+
 impl Store {
     /// Marks a worktree `deleting` for a removal someone asked for (reclaim, rmdir), in the
     /// transaction that finds it without a lease and in one of `from`. Returns the state it
@@ -107,14 +123,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
-        tx.execute("DELETE FROM leases WHERE worktree_id = ?1", [worktree_id])?;
-        set_state(&tx, worktree_id, crate::lease::State::Removed)?;
-        tx.execute(
-            "UPDATE worktrees SET removal = NULL WHERE id = ?1",
-            [worktree_id],
-        )?;
-        event(&tx, worktree_id, REMOVED, None, reason)?;
+        removed_in(&tx, worktree_id, reason)?;
         tx.commit()
     }
 

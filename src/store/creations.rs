@@ -23,6 +23,9 @@ pub struct CreationRow {
     pub pid: i32,
     pub pid_start: u64,
     pub started_at: i64,
+    /// A restore (`worktreefs restore`): the removed worktree whose kept copy it brings
+    /// back. Its rollback puts the copy back where it was kept, never deletes it.
+    pub restored_from: Option<i64>,
 }
 
 /// Why a creation could not be recorded.
@@ -41,8 +44,7 @@ impl From<rusqlite::Error> for BeginCreation {
     }
 }
 
-const COLUMNS: &str =
-    "worktree_id, repo_id, name, branch, base_commit, admin_name, pid, pid_start, started_at";
+const COLUMNS: &str = "worktree_id, repo_id, name, branch, base_commit, admin_name, pid, pid_start, started_at, restored_from";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CreationRow> {
     Ok(CreationRow {
@@ -55,6 +57,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CreationRow> {
         pid: r.get(6)?,
         pid_start: r.get::<_, i64>(7)? as u64,
         started_at: r.get(8)?,
+        restored_from: r.get(9)?,
     })
 }
 
@@ -105,7 +108,7 @@ impl Store {
         )?;
         tx.execute(
             &format!(
-                "INSERT INTO creations({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                "INSERT INTO creations({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
             ),
             params![
                 id,
@@ -116,7 +119,8 @@ impl Store {
                 c.admin_name,
                 c.pid,
                 c.pid_start as i64,
-                now_secs()
+                now_secs(),
+                c.restored_from
             ],
         )?;
         tx.commit()?;
@@ -184,6 +188,7 @@ mod tests {
             pid,
             pid_start: 7,
             started_at: 0,
+            restored_from: None,
         }
     }
 

@@ -21,12 +21,14 @@ const REMOVED: &str = State::Removed.as_str();
 mod catalog;
 mod cleanup;
 mod creations;
+mod kept;
 mod leases;
 mod schema;
 
 pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
 pub use cleanup::{BeginError, RetainedRow};
 pub use creations::{BeginCreation, CreationRow};
+pub use kept::{KeptRow, NewKept, PURGED, RESTORED};
 pub use leases::{EventRow, LeaseColumns, LeaseError, LeaseRow, NewLease};
 use schema::MIGRATIONS;
 

@@ -107,4 +107,19 @@ pub(super) const MIGRATIONS: &[&str] = &[
         UNIQUE (repo_id, admin_name)
     );
     "#,
+    // 4: every removal keeps what it removed for a while (issue 17): the worktree's
+    // directory under `<state>/removed/<id>` (upper layer, index, HEAD), its tip under a
+    // ref of worktreefs's own; a restore is a creation that brings one back.
+    r#"
+    CREATE TABLE kept (
+        worktree_id INTEGER PRIMARY KEY REFERENCES worktrees(id),
+        kept_at     INTEGER NOT NULL,
+        bytes       INTEGER NOT NULL,
+        head        TEXT NOT NULL,
+        tip         TEXT,
+        tip_ref     TEXT,
+        how         TEXT NOT NULL
+    );
+    ALTER TABLE creations ADD COLUMN restored_from INTEGER;
+    "#,
 ];

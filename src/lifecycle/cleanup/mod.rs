@@ -18,6 +18,7 @@
 
 mod decide;
 mod inspect;
+pub mod keep;
 mod reconcile;
 mod remove;
 
@@ -25,7 +26,18 @@ pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
 pub use inspect::{answer_fsmonitor_from, inspect, FsmonitorAnswers};
 pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
 pub use remove::{execute, plan, try_lock, CleanupLock, Remover, Step};
-use remove::{gone_by_hand, run_removal};
+use remove::{gone_by_hand, run_removal, Removal};
+
+impl Removal {
+    /// The removal of a worktree found clean and pushed, kept by the policy.
+    fn clean(store: &Store, delete_branch: bool) -> Removal {
+        Removal {
+            keep: keep::KeepPolicy::of(store).keeps(),
+            delete_branch,
+            what: "clean and pushed".into(),
+        }
+    }
+}
 
 use std::fmt;
 
@@ -177,7 +189,7 @@ impl Target {
     }
 
     fn parked_dir(&self, state: &StateDir) -> PathBuf {
-        state.trash().join(self.id.to_string())
+        state.removed_dir(self.id)
     }
 }
 
@@ -210,14 +222,22 @@ pub fn finish(
     let t = target_of(state, store, row, mountpoint)?;
     if let Some(removal) = &row.removal {
         tracing::info!(worktree = %t.path.display(), "finishing a removal begun before ({removal})");
-        return run_removal(state, store, &t, removal == "remove+branch");
+        let (keep, delete_branch) = remove::recorded(removal);
+        let how = Removal {
+            keep,
+            delete_branch,
+            what: "clean and pushed".into(),
+        };
+        return run_removal(state, store, &t, &how);
     }
     if !t.dir.exists() && !t.parked_dir(state).exists() {
         return gone_by_hand(state, store, &t);
     }
     let inspected = inspect_bounded(&t);
     match decide(t.branch.as_deref(), t.branch_created, &inspected) {
-        Verdict::Remove { delete_branch } => run_removal(state, store, &t, delete_branch),
+        Verdict::Remove { delete_branch } => {
+            run_removal(state, store, &t, &Removal::clean(store, delete_branch))
+        }
         Verdict::Retain(reason) => {
             store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
             tracing::info!(worktree = %t.path.display(), "retained: {reason}");
@@ -426,7 +446,12 @@ fn request_removal_then(
     let inspected = inspect_bounded(&t);
     let verdict = decide(t.branch.as_deref(), t.branch_created, &inspected);
     match verdict {
-        Verdict::Remove { delete_branch } => Ok(run_removal(state, store, &t, delete_branch)?),
+        Verdict::Remove { delete_branch } => Ok(run_removal(
+            state,
+            store,
+            &t,
+            &Removal::clean(store, delete_branch),
+        )?),
         Verdict::Retain(reason) if !discard => {
             store.end_deleting(row.id, prev, &format!("removal refused: {reason}"))?;
             Err(RequestError::HoldsWork(reason))
@@ -479,7 +504,17 @@ fn request_removal_then(
                 }
                 Err(_) => false,
             };
-            Ok(run_removal(state, store, &t, delete_branch)?)
+            let n = d.changes.len() + d.commits.len();
+            let what = match &d.uninspected {
+                Some(_) => "discarded (uninspected)".to_string(),
+                None => format!("discarded ({n} change(s) or commit(s) thrown away)"),
+            };
+            let how = Removal {
+                keep: keep::KeepPolicy::of(store).keeps(),
+                delete_branch,
+                what,
+            };
+            Ok(run_removal(state, store, &t, &how)?)
         }
     }
 }

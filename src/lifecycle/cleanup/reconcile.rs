@@ -58,6 +58,27 @@ pub fn finish_all_deleting(
 pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<()> {
     let mut store = Store::open(&state.root)?;
     restore_or_purge_parked(state, &store);
+    // Kept copies whose directory is gone (deleted by hand) leave the store; the others
+    // go when their time is over or the disk is low.
+    // (One a restore killed half-way holds is put back by that restore's rollback.)
+    let restoring: Vec<i64> = store
+        .creations()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| c.restored_from)
+        .collect();
+    for k in store.kept().unwrap_or_default() {
+        if !state.removed_dir(k.worktree_id).exists() && !restoring.contains(&k.worktree_id) {
+            let _ = keep::purge_kept(
+                state,
+                &mut store,
+                k.worktree_id,
+                "its kept directory was removed by hand",
+            );
+        }
+    }
+    let policy = keep::KeepPolicy::of(&store);
+    keep::purge_due(state, &mut store, &policy);
     for (row, r) in finish_all_deleting(state, &mut store, mountpoint, None) {
         if let Ok(o) = r {
             tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
@@ -83,7 +104,8 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
                 )
                 .is_ok()
             {
-                let o = super::run_removal(state, &mut store, &t, delete_branch)?;
+                let how = Removal::clean(&store, delete_branch);
+                let o = super::run_removal(state, &mut store, &t, &how)?;
                 tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
             }
         }
@@ -114,10 +136,25 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
             Some(_) => Some(false),
         }
     };
-    for e in fs::read_dir(state.trash()).into_iter().flatten().flatten() {
+    let kept: std::collections::HashSet<i64> = store
+        .kept()
+        .unwrap_or_default()
+        .iter()
+        .map(|k| k.worktree_id)
+        .collect();
+    let parked = fs::read_dir(state.trash())
+        .into_iter()
+        .flatten()
+        .chain(fs::read_dir(state.removed()).into_iter().flatten())
+        .flatten();
+    for e in parked {
         let Some(id) = e.file_name().to_str().and_then(|n| n.parse::<i64>().ok()) else {
             continue;
         };
+        // Kept for a restore: its row says so.
+        if kept.contains(&id) && e.path() == state.removed_dir(id) {
+            continue;
+        }
         match decide_for(id) {
             Some(true) => {
                 match store.worktree_by_id(id).ok().flatten() {

@@ -160,7 +160,10 @@ fn present(dir: std::os::fd::BorrowedFd, name: &std::ffi::OsStr) -> bool {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
-    /// `<state>/worktrees/<id>` out of the way (one rename into `<state>/trash`).
+    /// git's `HEAD` and `index` copied beside the upper layer, the tip kept under a ref
+    /// (`keep::keep`), so the removal can be undone later.
+    Keep,
+    /// `<state>/worktrees/<id>` out of the way (one rename into `<state>/removed`).
     ParkUpper,
     /// git's admin entry out of `worktrees/` (one rename), so git no longer lists it.
     ParkAdmin,
@@ -171,6 +174,7 @@ pub enum Step {
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Step::Keep => "keeping what it removes",
             Step::ParkUpper => "moving the upper layer away",
             Step::ParkAdmin => "removing git's worktree entry",
             Step::DeleteBranch => "deleting the branch",
@@ -178,8 +182,9 @@ impl fmt::Display for Step {
     }
 }
 
-pub fn plan(delete_branch: bool) -> Vec<Step> {
-    let mut p = vec![Step::ParkUpper, Step::ParkAdmin];
+pub fn plan(keep: bool, delete_branch: bool) -> Vec<Step> {
+    let mut p = if keep { vec![Step::Keep] } else { Vec::new() };
+    p.extend([Step::ParkUpper, Step::ParkAdmin]);
     if delete_branch {
         p.push(Step::DeleteBranch);
     }
@@ -219,13 +224,27 @@ struct FsRemover<'a> {
     deleted_tip: Option<Oid>,
 }
 
+/// Whether a removal recorded as `removal` keeps, and deletes the branch.
+pub(super) fn recorded(removal: &str) -> (bool, bool) {
+    let parts: Vec<&str> = removal.split('+').collect();
+    (parts.contains(&"keep"), parts.contains(&"branch"))
+}
+
 impl Remover for FsRemover<'_> {
     fn run(&mut self, step: Step) -> Result<(), String> {
         match step {
+            Step::Keep => super::keep::keep(self.state, self.t),
             Step::ParkUpper => {
                 let parked = self.t.parked_dir(self.state);
                 if !self.t.dir.exists() && parked.exists() {
                     return Ok(());
+                }
+                // Parked by a version before issue 17, which parked in `trash/`.
+                let legacy = self.state.trash().join(self.t.id.to_string());
+                if !self.t.dir.exists() && legacy.exists() {
+                    return fs::rename(&legacy, &parked).map_err(|e| {
+                        format!("rename {} -> {}: {e}", legacy.display(), parked.display())
+                    });
                 }
                 fs::rename(&self.t.dir, &parked).map_err(|e| {
                     format!(
@@ -324,6 +343,7 @@ impl Remover for FsRemover<'_> {
 
     fn undo(&mut self, step: Step) -> Result<(), String> {
         match step {
+            Step::Keep => super::keep::unkeep(self.t),
             Step::ParkUpper => {
                 let parked = self.t.parked_dir(self.state);
                 fs::rename(&parked, &self.t.dir).map_err(|e| e.to_string())
@@ -393,36 +413,62 @@ pub fn try_lock(state: &StateDir, id: i64) -> Option<CleanupLock> {
     (rc == 0).then_some(CleanupLock(f))
 }
 
+/// How a removal goes: whether it keeps (by the policy, else as recorded by a removal
+/// carried on), whether the branch goes, and what it says of the worktree.
+#[derive(Debug, Clone)]
+pub(super) struct Removal {
+    pub keep: bool,
+    pub delete_branch: bool,
+    /// "clean and pushed", or what `--discard` threw away.
+    pub what: String,
+}
+
 /// Removes: records the decision, runs the steps, and records the outcome.
 pub(super) fn run_removal(
     state: &StateDir,
     store: &mut Store,
     t: &Target,
-    delete_branch: bool,
+    how: &Removal,
 ) -> anyhow::Result<Outcome> {
-    store.set_removal(
-        t.id,
-        if delete_branch {
-            "remove+branch"
-        } else {
-            "remove"
-        },
-    )?;
+    let mut recorded = String::from("remove");
+    if how.delete_branch {
+        recorded.push_str("+branch");
+    }
+    if how.keep {
+        recorded.push_str("+keep");
+    }
+    store.set_removal(t.id, &recorded)?;
     let mut r = FsRemover {
         state,
         t,
         deleted_tip: None,
     };
-    match execute(&plan(delete_branch), &mut r) {
+    match execute(&plan(how.keep, how.delete_branch), &mut r) {
         Ok(()) => {
-            let branch = match (&t.branch, delete_branch) {
+            let branch = match (&t.branch, how.delete_branch) {
                 (Some(b), true) => format!("; branch {b} deleted (merged or pushed)"),
                 (Some(b), false) => format!("; branch {b} kept"),
                 (None, _) => String::new(),
             };
-            let detail = format!("clean and pushed{branch}");
-            store.mark_removed(t.id, &detail)?;
-            purge(state, t);
+            let restorable = if how.keep {
+                format!(
+                    "; restorable with `worktreefs restore {}`",
+                    t.repo_and_name()
+                )
+            } else {
+                String::new()
+            };
+            let detail = format!("{}{branch}{restorable}", how.what);
+            if how.keep {
+                let why = store
+                    .last_event_reason(t.id, crate::lease::State::Deleting.as_str())?
+                    .unwrap_or_else(|| "cleanup".into());
+                let kept = super::keep::kept_record(state, t, &why);
+                store.mark_removed_kept(t.id, &detail, &kept)?;
+            } else {
+                store.mark_removed(t.id, &detail)?;
+            }
+            purge(state, t, how.keep);
             tracing::info!(worktree = %t.path.display(), "removed: {detail}");
             Ok(Outcome::Removed(detail))
         }
@@ -435,8 +481,9 @@ pub(super) fn run_removal(
     }
 }
 
-/// Deletes what a removal parked, and the git entries of its submodule views.
-pub(super) fn purge(state: &StateDir, t: &Target) {
+/// Deletes what a removal parked (its directory only when it is not kept), and the git
+/// entries of its submodule views.
+pub(super) fn purge(state: &StateDir, t: &Target, keep: bool) {
     crate::lifecycle::submodules::remove_admin_entries(
         state,
         &t.parked_dir(state),
@@ -466,7 +513,7 @@ pub(super) fn purge(state: &StateDir, t: &Target) {
             }
         }
     }
-    for p in [t.parked_dir(state)] {
+    for p in [t.parked_dir(state)].into_iter().filter(|_| !keep) {
         if p.exists() {
             if let Err(e) = fs::remove_dir_all(&p) {
                 tracing::warn!(
@@ -493,7 +540,7 @@ pub(super) fn gone_by_hand(
     if let Err(e) = r.run(Step::ParkAdmin) {
         tracing::warn!("{}: {e}", t.admin.display());
     }
-    purge(state, t);
+    purge(state, t, false);
     // Its submodule views' records went with the directory: their entries are found by
     // name.
     if let Some(admin_name) = t.admin.file_name().and_then(|n| n.to_str()) {
@@ -640,7 +687,7 @@ mod tests {
                 fail_at,
                 log: Vec::new(),
             };
-            let r = execute(&plan(db), &mut f);
+            let r = execute(&plan(false, db), &mut f);
             assert_eq!(r.is_ok(), ok, "{fail_at:?}");
             if let Err(e) = r {
                 assert!(e.ends_with("disk full"), "{e}");

@@ -1,0 +1,288 @@
+//! Removal you can undo (issue 17): every removal keeps what it removed, `removed` and
+//! `.control/removed` list it, `restore` brings it back as it was, and kept copies are
+//! purged after their time or when the disk is low — mounted, with a real repository and
+//! the real `git` binary.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn removed(env: &Env) -> Vec<serde_json::Value> {
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["removed", "--json"])).unwrap();
+    json.as_array().unwrap().clone()
+}
+
+fn kept_of(env: &Env, name: &str) -> Option<serde_json::Value> {
+    removed(env).into_iter().find(|k| k["worktree"] == name)
+}
+
+/// An agent: a shell that works inside the worktree and exits.
+fn agent(dir: &Path, script: &str) {
+    run_ok("sh", &["-c", script], dir);
+}
+
+/// What git says of a worktree, from a child process: status, staged diff, HEAD.
+fn git_view(wt: &Path) -> (String, String, String) {
+    (
+        run_ok(
+            "git",
+            &[
+                "status",
+                "--porcelain",
+                "--untracked-files=all",
+                "--ignored",
+            ],
+            wt,
+        ),
+        run_ok("git", &["diff", "--cached"], wt),
+        run_ok("git", &["rev-parse", "--symbolic-full-name", "HEAD"], wt)
+            + &run_ok("git", &["rev-parse", "HEAD"], wt),
+    )
+}
+
+/// Every file below `wt` with its content (read by a child process: the test process
+/// must not lease the worktree), `.git` aside.
+fn files_of(wt: &Path) -> String {
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "find . -path ./.git -prune -o \\( -type f -o -type l \\) -print | LC_ALL=C sort | while read f; do echo \"== $f\"; if [ -L \"$f\" ]; then readlink \"$f\"; else md5sum < \"$f\"; fi; done",
+        ],
+        wt,
+    )
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what} not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn every_kind_of_removal_can_be_undone_as_it_was() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    fs::write(repo.join(".git/info/exclude"), "build/\n").unwrap();
+    for n in ["discarded", "detached", "fresh", "lingered", "unmounted"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount_with(&["--linger", "1"]);
+
+    // 1. reclaim --discard of staged, unstaged, untracked and ignored work with an
+    // unpushed commit.
+    let wt = m.wt("repo", "discarded");
+    agent(
+        &wt,
+        "echo one > committed.txt && git add committed.txt && git commit -q -m one \
+         && echo staged > staged.txt && git add staged.txt \
+         && echo more >> README.md && chmod +x src/main.rs \
+         && echo new > untracked.txt && mkdir -p build && echo out > build/out.o \
+         && rm empty.txt && ln -s README.md new-link",
+    );
+    let before = (git_view(&wt), files_of(&wt));
+    wait_for_state(&env, "discarded", "lingering", Duration::from_secs(10));
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/discarded", "--discard"]);
+    assert!(out.contains("removed repo/discarded"), "{out}");
+    assert!(out.contains("worktreefs restore repo/discarded"), "{out}");
+    assert_eq!(state_of(&env, "discarded"), "removed");
+    assert!(!git(&repo, &["worktree", "list"]).contains("/discarded"));
+    let k = kept_of(&env, "discarded").expect("kept");
+    assert!(k["bytes"].as_i64().unwrap() > 0, "{k}");
+    assert!(k["how"].as_str().unwrap().contains("discard"), "{k}");
+    let tip_ref = k["tip_ref"].as_str().unwrap().to_string();
+    assert!(tip_ref.starts_with("refs/worktreefs/removed/"), "{k}");
+    // Listed in .control/removed, with its details.
+    let entry = format!("repo:discarded#{}", k["worktree_id"]);
+    let listed = run_ok(
+        "ls",
+        &[m.mountpoint.join(".control/removed").to_str().unwrap()],
+        Path::new("/"),
+    );
+    assert!(listed.contains(&entry), "{listed}");
+    let shown = run_ok(
+        "cat",
+        &[m.mountpoint
+            .join(".control/removed")
+            .join(&entry)
+            .to_str()
+            .unwrap()],
+        Path::new("/"),
+    );
+    assert!(shown.contains("\"expires_at\""), "{shown}");
+    let table = wtfs_ok(&env.state(), &["removed"]);
+    assert!(table.contains("repo/discarded"), "{table}");
+    // `git gc` keeps the kept tip.
+    git(&repo, &["gc", "-q", "--prune=now"]);
+    let out = wtfs_ok(&env.state(), &["restore", "repo/discarded"]);
+    assert!(out.contains("restored repo/discarded"), "{out}");
+    assert_eq!(state_of(&env, "discarded"), "ready");
+    assert_eq!((git_view(&wt), files_of(&wt)), before, "restored as it was");
+    assert!(kept_of(&env, "discarded").is_none());
+    assert_eq!(git(&repo, &["for-each-ref", "refs/worktreefs"]), "");
+    // And it is an ordinary worktree again: it diverges, commits.
+    agent(
+        &wt,
+        "git add -A && git commit -q -m two && echo x > after.txt",
+    );
+    assert!(run_ok("git", &["log", "--oneline"], &wt).contains("two"));
+
+    // 2. A detached HEAD with a commit on no branch: discarded, gc'd, restored.
+    let wt = m.wt("repo", "detached");
+    agent(
+        &wt,
+        "git checkout -q --detach && echo d > d.txt && git add d.txt && git commit -q -m detached",
+    );
+    let before = (git_view(&wt), files_of(&wt));
+    let head = run_ok("git", &["rev-parse", "HEAD"], &wt);
+    wait_for_state(&env, "detached", "lingering", Duration::from_secs(10));
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/detached", "--discard"]);
+    assert!(out.contains("on no branch"), "{out}");
+    git(&repo, &["gc", "-q", "--prune=now"]);
+    wtfs_ok(&env.state(), &["restore", "repo/detached"]);
+    assert_eq!((git_view(&wt), files_of(&wt)), before);
+    assert_eq!(run_ok("git", &["rev-parse", "HEAD"], &wt), head);
+
+    // 3. rmdir of a worktree holding only ignored build output: removed, then restored
+    // with it, its branch (deleted as merged) made again.
+    let wt = m.wt("repo", "fresh");
+    agent(
+        &wt,
+        "mkdir -p build target && echo obj > build/a.o && echo bin > target/app",
+    );
+    let before = (git_view(&wt), files_of(&wt));
+    wait_for_state(&env, "fresh", "lingering", Duration::from_secs(10));
+    fs::remove_dir(&wt).unwrap();
+    assert_eq!(state_of(&env, "fresh"), "removed");
+    assert!(!git(&repo, &["branch", "--list", "fresh"]).contains("fresh"));
+    let out = wtfs_ok(&env.state(), &["restore", "repo/fresh"]);
+    assert!(out.contains("branch fresh made again"), "{out}");
+    assert_eq!((git_view(&wt), files_of(&wt)), before);
+
+    // 4. Cleanup after the last lease.
+    let wt = m.wt("repo", "lingered");
+    agent(&wt, "mkdir -p build && echo o > build/l.o");
+    let before = (git_view(&wt), files_of(&wt));
+    wait_for_state(&env, "lingered", "removed", Duration::from_secs(20));
+    assert!(kept_of(&env, "lingered").is_some());
+    // Its name used again: the restore says so and suggests --as.
+    wtfs_ok(
+        &env.state(),
+        &[
+            "new",
+            "repo/lingered",
+            "--branch",
+            "other",
+            "--base",
+            "HEAD",
+        ],
+    );
+    let out = wtfs(&env.state(), &["restore", "repo/lingered"]);
+    assert_eq!(out.status.code(), Some(1));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains("in use again") && msg.contains("--as"),
+        "{msg}"
+    );
+    assert!(
+        kept_of(&env, "lingered").is_some(),
+        "a refused restore keeps the copy"
+    );
+    let out = wtfs_ok(
+        &env.state(),
+        &["restore", "repo/lingered", "--as", "lingered2"],
+    );
+    assert!(out.contains("as repo/lingered2"), "{out}");
+    assert_eq!(
+        (
+            git_view(&m.wt("repo", "lingered2")),
+            files_of(&m.wt("repo", "lingered2"))
+        ),
+        before
+    );
+
+    // 5. Unmount: the session's lease goes, cleanup removes, a later mount restores.
+    let wt = m.wt("repo", "unmounted");
+    agent(&wt, "mkdir -p build && echo u > build/u.o");
+    let before = (git_view(&wt), files_of(&wt));
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/unmounted", "--session", "s1"],
+    );
+    // Every worktree of this mount is left without a lease: release the ones in use.
+    m.unmount();
+    assert_eq!(state_of(&env, "unmounted"), "removed");
+    wtfs_ok(&env.state(), &["restore", "repo/unmounted"]);
+    let m = env.mount();
+    assert_eq!(
+        (
+            git_view(&m.wt("repo", "unmounted")),
+            files_of(&m.wt("repo", "unmounted"))
+        ),
+        before
+    );
+    // Nothing asked for is kept twice: a name never removed says so.
+    let out = wtfs(&env.state(), &["restore", "repo/nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("worktreefs removed"));
+    drop(m);
+}
+
+#[test]
+fn kept_copies_go_after_their_time_and_when_the_disk_is_low() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    for n in ["short", "low"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    // Kept for 2 s.
+    let m = env.mount_with(&["--keep-removed", "0.00056"]);
+    let wt = m.wt("repo", "short");
+    fs::remove_dir(&wt).unwrap();
+    let k = kept_of(&env, "short").expect("kept");
+    let id = k["worktree_id"].as_i64().unwrap();
+    let dir = env.state().join("removed").join(id.to_string());
+    assert!(dir.is_dir());
+    assert_ne!(git(&repo, &["for-each-ref", "refs/worktreefs"]), "");
+    wait_until("the purge", Duration::from_secs(20), || {
+        kept_of(&env, "short").is_none()
+    });
+    assert!(!dir.exists());
+    assert_eq!(git(&repo, &["for-each-ref", "refs/worktreefs"]), "");
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(
+        events.contains("purged") && events.contains("--keep-removed"),
+        "{events}"
+    );
+    let out = wtfs(&env.state(), &["restore", "repo/short"]);
+    assert_eq!(out.status.code(), Some(1));
+    m.unmount();
+
+    // A disk with less free than asked for: kept copies give way at once.
+    let m = env.mount_with(&["--keep-min-free-gib", "100000000"]);
+    fs::remove_dir(m.wt("repo", "low")).unwrap();
+    wait_until("the low-disk purge", Duration::from_secs(20), || {
+        kept_of(&env, "low").is_none()
+    });
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(events.contains("disk has"), "{events}");
+    m.unmount();
+
+    // --keep-removed 0 keeps nothing.
+    wtfs_ok(&env.state(), &["new", "repo/none"]);
+    let m = env.mount_with(&["--keep-removed", "0"]);
+    fs::remove_dir(m.wt("repo", "none")).unwrap();
+    assert!(kept_of(&env, "none").is_none());
+    assert_eq!(
+        fs::read_dir(env.state().join("removed")).unwrap().count(),
+        0
+    );
+    drop(m);
+}
