@@ -244,3 +244,50 @@ fn a_failing_removal_that_keeps_undoes_what_it_kept() {
             .contains(kept[0].tip_ref.as_deref().unwrap())
     );
 }
+
+/// Keeping is a safety net, never what stops a removal: a HEAD made a FIFO (which would
+/// block a reader for good) is not opened, the removal goes on and says it kept nothing.
+#[test]
+fn a_removal_that_cannot_keep_goes_on_and_says_so() {
+    let mut fx = Fixture::new();
+    let (t, up) = fx.worktree("nk");
+    write(up.join("target/out"), "ignored build output");
+    fs::remove_file(t.admin.join("HEAD")).unwrap();
+    nix::unistd::mkfifo(
+        &t.admin.join("HEAD"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    fx.store
+        .begin_deleting(t.id, &[worktreefs::lease::State::Ready], "test")
+        .unwrap();
+    // As a removal already decided (a `--discard`, or one carried on after a crash).
+    fx.store.set_removal(t.id, "remove+keep").unwrap();
+    let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (state, mountpoint) = (fx.state.clone(), fx.env.mountpoint());
+    let root = fx.state.root.clone();
+    std::thread::spawn(move || {
+        let mut store = Store::open(&root).unwrap();
+        let _ = tx
+            .send(cleanup::finish(&state, &mut store, &row, &mountpoint).map(|o| format!("{o:?}")));
+    });
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the removal did not block")
+        .unwrap();
+    assert!(out.contains("Removed") && out.contains("not kept"), "{out}");
+    assert!(
+        out.contains("FIFO") || out.contains("not a regular file"),
+        "{out}"
+    );
+    assert!(fx.store.kept().unwrap().is_empty());
+    assert!(
+        !fx.state.removed_dir(t.id).exists(),
+        "not kept: deleted as before"
+    );
+    assert_eq!(
+        git(&fx.env.repo.path(), &["for-each-ref", "refs/worktreefs"]),
+        ""
+    );
+}

@@ -228,6 +228,32 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
         ),
         before
     );
+    // A branch moved since the removal: the restore is on it, and the ref keeps the
+    // commits the removed worktree had.
+    wtfs_ok(&env.state(), &["new", "repo/moved"]);
+    let wt = m.wt("repo", "moved");
+    agent(
+        &wt,
+        "echo c > c.txt && git add c.txt && git commit -q -m mine",
+    );
+    let mine = run_ok("git", &["rev-parse", "HEAD"], &wt);
+    wait_for_state(&env, "moved", "lingering", Duration::from_secs(10));
+    wtfs_ok(&env.state(), &["reclaim", "repo/moved", "--discard"]);
+    git(&repo, &["branch", "-f", "moved", "main"]);
+    let out = wtfs_ok(&env.state(), &["restore", "repo/moved"]);
+    assert!(
+        out.contains("has moved since") && out.contains("stay under refs/worktreefs/removed/"),
+        "{out}"
+    );
+    let refs = git(
+        &repo,
+        &["for-each-ref", "--format=%(refname)", "refs/worktreefs"],
+    );
+    let kept_ref = refs
+        .lines()
+        .find(|r| r.contains("/moved-"))
+        .unwrap_or_else(|| panic!("no kept ref of moved: {refs}"));
+    assert_eq!(git(&repo, &["rev-parse", &format!("{kept_ref}^")]), mine);
     // Nothing asked for is kept twice: a name never removed says so.
     let out = wtfs(&env.state(), &["restore", "repo/nope"]);
     assert_eq!(out.status.code(), Some(1));
@@ -265,14 +291,29 @@ fn kept_copies_go_after_their_time_and_when_the_disk_is_low() {
     assert_eq!(out.status.code(), Some(1));
     m.unmount();
 
-    // A disk with less free than asked for: kept copies give way at once.
-    let m = env.mount_with(&["--keep-min-free-gib", "100000000"]);
+    // A disk that has less free than the mount asks for: kept copies give way, oldest
+    // first (here at the boot reconcile), and a removal then keeps nothing, saying why.
+    let m = env.mount();
     fs::remove_dir(m.wt("repo", "low")).unwrap();
+    assert!(kept_of(&env, "low").is_some());
+    wtfs_ok(&env.state(), &["new", "repo/low2"]);
+    m.unmount();
+    let m = env.mount_with(&["--keep-min-free-gib", "100000000"]);
     wait_until("the low-disk purge", Duration::from_secs(20), || {
         kept_of(&env, "low").is_none()
     });
     let events = wtfs_ok(&env.state(), &["events"]);
-    assert!(events.contains("disk has"), "{events}");
+    assert!(
+        events.contains("purged") && events.contains("disk has"),
+        "{events}"
+    );
+    fs::remove_dir(m.wt("repo", "low2")).unwrap();
+    assert!(kept_of(&env, "low2").is_none());
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(
+        events.contains("(not kept: the state directory's disk has"),
+        "{events}"
+    );
     m.unmount();
 
     // --keep-removed 0 keeps nothing.

@@ -232,6 +232,21 @@ pub fn restore_worktree(
     }
     // What only the removal needed: the copy of git's files, and the submodule views'
     // records (their git entries went with the removal; views are made anew).
+    // The ref goes first (a kill after it leaves only `kept/`, which the next removal
+    // starts again), unless the branch moved since: then it alone keeps the commits the
+    // removed worktree had.
+    let moved = notes.iter().any(|n| n.contains("has moved since"));
+    match (&kept.tip_ref, moved) {
+        (Some(name), false) => {
+            if let Err(e) = keep::delete_ref(&gitdir, name) {
+                tracing::warn!("could not delete {name}: {e:#}");
+            }
+        }
+        (Some(name), true) => notes.push(format!(
+            "its commits from before stay under {name} (delete it with `git update-ref -d {name}` once you have what you need)"
+        )),
+        (None, _) => {}
+    }
     let placed = state.worktree_dir(record.worktree_id);
     let _ = fs::remove_dir_all(placed.join(KEPT_DIR));
     let subs = state.subs(record.worktree_id);
@@ -241,11 +256,6 @@ pub fn restore_worktree(
             "its submodule views are made anew when first looked at (their own changes are not restored)"
                 .into(),
         );
-    }
-    if let Some(name) = &kept.tip_ref {
-        if let Err(e) = keep::delete_ref(&gitdir, name) {
-            tracing::warn!("could not delete {name}: {e:#}");
-        }
     }
     let row = store
         .worktree_by_id(record.worktree_id)

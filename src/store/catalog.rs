@@ -35,7 +35,8 @@ pub struct WorktreeRow {
     pub state: State,
     pub created_at: i64,
     pub state_changed_at: i64,
-    /// Set while a removal is under way: "remove" or "remove+branch" (the branch goes too).
+    /// Set while a removal is under way: "remove", with "+branch" (the branch goes too),
+    /// "+keep" (it keeps what it removes), "+discard" (`reclaim --discard`).
     pub removal: Option<String>,
 }
 

@@ -24,6 +24,9 @@ pub const KEPT_DIR: &str = "kept";
 /// Where the tips of removed worktrees are kept in their repository.
 pub const REMOVED_REF_PREFIX: &str = "refs/worktreefs/removed/";
 
+/// A kept copy being purged: `<state>/trash/purging-<id>` (deleted at every mount).
+pub const PURGING: &str = "purging-";
+
 const META_KEEP_SECS: &str = "keep_removed_secs";
 const META_MIN_FREE_PCT: &str = "keep_min_free_percent";
 const META_MIN_FREE_BYTES: &str = "keep_min_free_bytes";
@@ -115,29 +118,49 @@ pub fn disk_usage(dir: &Path) -> u64 {
     n
 }
 
+/// Why keeping failed: `hard` when the entry is not this worktree's (the removal
+/// stops, as parking would); otherwise the removal goes on without keeping.
+struct NotKept {
+    why: String,
+    hard: bool,
+}
+
+fn soft(why: String) -> NotKept {
+    NotKept { why, hard: false }
+}
+
+/// Whether `head` (a `HEAD` file's text) is one git writes: a branch, or a commit id.
+fn head_is_plain(head: &str) -> bool {
+    let h = head.trim_end_matches('\n');
+    match h.strip_prefix("ref: refs/heads/") {
+        Some(b) => git2::Branch::name_is_valid(b).unwrap_or(false),
+        None => (h.len() == 40 || h.len() == 64) && h.bytes().all(|c| c.is_ascii_hexdigit()),
+    }
+}
+
 /// git's `HEAD` and `index` of `t`'s entry, read through the entry checked as the
 /// removal checks it (another worktree's entry renamed into its name is not read); an
 /// entry that is gone gives the branch recorded at creation and no index.
-fn read_entry(t: &Target) -> Result<(String, Option<Vec<u8>>), String> {
+fn read_entry(t: &Target) -> Result<(String, Option<Vec<u8>>), NotKept> {
     let name = t.admin.file_name().unwrap_or_default();
     let dirs = AdminDirs::open(&t.gitdir)
-        .map_err(|e| format!("opening git directory {}: {e}", t.gitdir.display()))?;
+        .map_err(|e| soft(format!("opening git directory {}: {e}", t.gitdir.display())))?;
     let fallback = || match &t.branch {
         Some(b) => Ok((format!("ref: refs/heads/{b}\n"), None)),
-        None => Err(format!(
+        None => Err(soft(format!(
             "{} is gone and no branch was recorded: nothing says what HEAD was",
             t.admin.display()
-        )),
+        ))),
     };
     let worktrees = match dirs.worktrees(false) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return fallback(),
-        Err(e) => return Err(format!("reaching {}: {e}", t.admin.display())),
+        Err(e) => return Err(soft(format!("reaching {}: {e}", t.admin.display()))),
     };
     let entry = match crate::git::Entry::open(worktrees.as_fd(), name) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return fallback(),
-        Err(e) => return Err(format!("opening {}: {e}", t.admin.display())),
+        Err(e) => return Err(soft(format!("opening {}: {e}", t.admin.display()))),
     };
     entry
         .check(
@@ -145,21 +168,33 @@ fn read_entry(t: &Target) -> Result<(String, Option<Vec<u8>>), String> {
             &t.repo_and_name(),
             t.uid,
         )
-        .map_err(|why| format!("{} {why}; left alone", t.admin.display()))?;
-    let head = crate::beneath::read_regular(entry.fd(), b"HEAD", 64 << 10)
-        .map_err(|e| format!("reading {}/HEAD: {e}", t.admin.display()))?
+        .map_err(|why| NotKept {
+            why: format!("{} {why}; left alone", t.admin.display()),
+            hard: true,
+        })?;
+    let head = crate::beneath::read_regular(entry.fd(), b"HEAD", 4 << 10)
+        .map_err(|e| soft(format!("reading {}/HEAD: {e}", t.admin.display())))?
         .0;
-    let index = match crate::beneath::read_regular(entry.fd(), b"index", 4 << 30) {
+    let head = String::from_utf8_lossy(&head).into_owned();
+    if !head_is_plain(&head) {
+        return Err(soft(format!(
+            "{}/HEAD names neither a branch nor a commit",
+            t.admin.display()
+        )));
+    }
+    let index = match crate::beneath::read_regular(entry.fd(), b"index", KEPT_INDEX_CAP) {
         Ok((b, _)) => Some(b),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("reading {}/index: {e}", t.admin.display())),
+        Err(e) => return Err(soft(format!("reading {}/index: {e}", t.admin.display()))),
     };
-    Ok((String::from_utf8_lossy(&head).into_owned(), index))
+    Ok((head, index))
 }
 
-/// The commit `head` (a `HEAD` file's text) names in the repository, if any.
-fn head_commit(gitdir: &Path, head: &str) -> Option<Oid> {
-    let repo = Repository::open(gitdir).ok()?;
+/// The largest index a removal keeps (a checkout of 1,000,000 files has one of ~100 MB).
+const KEPT_INDEX_CAP: u64 = 512 << 20;
+
+/// The commit `head` (a `HEAD` file's text) names in `repo`, if any.
+fn head_commit(repo: &Repository, head: &str) -> Option<Oid> {
     let oid = match head.trim().strip_prefix("ref:") {
         Some(r) => repo.refname_to_id(r.trim()).ok()?,
         None => Oid::from_str(head.trim()).ok()?,
@@ -170,19 +205,27 @@ fn head_commit(gitdir: &Path, head: &str) -> Option<Oid> {
 /// Keeps `tip` and every object of the index `index` under the ref `name` of the
 /// repository at `gitdir`: a commit of worktreefs's whose tree is the index's (what is
 /// staged is in no other object git's gc keeps once the worktree's entry is gone) and
-/// whose parent is `tip`. Done as the repository's owner: root writing objects and refs
+/// whose parent is the commit `head` names (returned; None for an unborn branch).
+/// Done as the repository's owner: root writing objects and refs
 /// there would follow the links its owner made, and leave files of root's in the owner's
 /// `objects/` and `refs/`. Returns the commit the ref names.
 fn keep_objects(
     gitdir: &Path,
     name: &str,
-    tip: Option<Oid>,
+    head: &str,
     index: Option<Vec<u8>>,
     what: &str,
-) -> anyhow::Result<Oid> {
-    let (dir, name, what) = (gitdir.to_path_buf(), name.to_string(), what.to_string());
+) -> anyhow::Result<Option<Oid>> {
+    let (dir, name, what, head) = (
+        gitdir.to_path_buf(),
+        name.to_string(),
+        what.to_string(),
+        head.to_string(),
+    );
     crate::git::owner::as_owner_of(gitdir, move || {
         let repo = Repository::open(&dir)?;
+        // Resolved here, bounded and as the owner: a ref the owner made a FIFO blocks.
+        let tip = head_commit(&repo, &head);
         let tree = match index {
             Some(bytes) => index_tree(&repo, &bytes)?,
             None => repo.treebuilder(None)?.write()?,
@@ -200,7 +243,7 @@ fn keep_objects(
             &parents,
         )?;
         repo.reference(&name, commit, true, "worktreefs: kept at removal")?;
-        Ok(commit)
+        Ok(tip)
     })
 }
 
@@ -272,48 +315,81 @@ fn read_kept(dir: &Path, name: &str) -> Option<String> {
 }
 
 /// The first step of a removal that keeps: `kept/` in the worktree's directory, holding
-/// its git `HEAD` and `index`, and the ref that keeps its tip (named in `kept/ref` before
-/// it is made, so an undo or a purge after a crash finds it). Done already when the
-/// directory is parked (a removal carried on after a crash).
+/// its git `HEAD` and `index`, and the ref that keeps its tip and staged files (named in
+/// `kept/ref` before it is made, so an undo or a purge after a crash finds it). Done
+/// already when the directory is parked (a removal carried on after a crash).
+///
+/// Fails only when git's entry is not this worktree's (parking it would fail too).
+/// Anything else that keeps it from keeping (a full disk, an index libgit2 cannot read,
+/// a repository that blocks) is written to `kept/failed` and the removal goes on as one
+/// that keeps nothing or less: keeping is a safety net, never what stops a removal, a
+/// `--discard` or the freeing of a full disk.
 pub(super) fn keep(state: &StateDir, t: &Target) -> Result<(), String> {
     if !t.dir.exists() && t.parked_dir(state).exists() {
         return Ok(());
     }
-    let (head, index) = read_entry(t)?;
     let kept = t.dir.join(KEPT_DIR);
+    // A `kept/` this removal began (its ref names this worktree's id) is carried on; any
+    // other (a restore killed before it removed the one it brought back) starts again.
+    let own = read_kept(&t.dir, "ref").filter(|r| r.contains(&format!("-{}-", t.id)));
+    if own.is_none() {
+        let _ = fs::remove_dir_all(&kept);
+    }
+    let failed = |why: String| {
+        tracing::warn!(worktree = %t.path.display(), "removal keeps less: {why}");
+        let _ = fs::create_dir_all(&kept);
+        let _ = fs::write(kept.join("failed"), format!("{why}\n"));
+        Ok(())
+    };
+    let (head, index) = match read_entry(t) {
+        Ok(x) => x,
+        Err(NotKept { why, hard: true }) => return Err(why),
+        Err(NotKept { why, .. }) => return failed(why),
+    };
     let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", kept.display());
     {
         use std::os::unix::fs::DirBuilderExt;
         match fs::DirBuilder::new().mode(0o700).create(&kept) {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(io("creating", e))
+                return failed(io("creating", e))
             }
             _ => {}
         }
     }
-    crate::durable::write_file_synced(&kept.join("HEAD"), head.as_bytes())
-        .map_err(|e| io("writing HEAD into", e))?;
-    if let Some(index) = &index {
-        crate::durable::write_file_synced(&kept.join("index"), index)
-            .map_err(|e| io("writing the index into", e))?;
+    let _ = fs::remove_file(kept.join("failed"));
+    let name =
+        own.unwrap_or_else(|| format!("{REMOVED_REF_PREFIX}{}-{}-{}", t.name, t.id, now_secs()));
+    let written =
+        crate::durable::write_file_synced(&kept.join("ref"), format!("{name}\n").as_bytes())
+            .and_then(|_| match &index {
+                Some(index) => crate::durable::write_file_synced(&kept.join("index"), index),
+                None => Ok(()),
+            })
+            // HEAD last: a kept copy is one whose HEAD is there.
+            .and_then(|_| crate::durable::write_file_synced(&kept.join("HEAD"), head.as_bytes()));
+    if let Err(e) = written {
+        let _ = fs::remove_file(kept.join("HEAD"));
+        return failed(io("writing into", e));
     }
     // An unborn or deleted branch has no commit to keep; the index's objects are kept
     // all the same.
-    let tip = head_commit(&t.gitdir, &head);
-    let name = read_kept(&t.dir, "ref")
-        .unwrap_or_else(|| format!("{REMOVED_REF_PREFIX}{}-{}-{}", t.name, t.id, now_secs()));
-    crate::durable::write_file_synced(&kept.join("ref"), format!("{name}\n").as_bytes())
-        .map_err(|e| io("writing into", e))?;
-    keep_objects(&t.gitdir, &name, tip, index, &t.repo_and_name())
-        .map_err(|e| format!("keeping its commit and staged files under {name}: {e:#}"))?;
-    if let Some(tip) = tip {
-        crate::durable::write_file_synced(&kept.join("tip"), format!("{tip}\n").as_bytes())
-            .map_err(|e| io("writing into", e))?;
+    match keep_objects(&t.gitdir, &name, &head, index, &t.repo_and_name()) {
+        Ok(Some(tip)) => {
+            let path = kept.join("tip");
+            match crate::durable::write_file_synced(&path, format!("{tip}\n").as_bytes()) {
+                Ok(()) => Ok(()),
+                Err(e) => failed(io("writing into", e)),
+            }
+        }
+        Ok(None) => Ok(()),
+        // The copy is kept without it: git's gc may take its commits and staged files.
+        Err(e) => failed(format!(
+            "keeping its commit and staged files under {name}: {e:#}"
+        )),
     }
-    Ok(())
 }
 
-/// Undoes [`keep`]: the ref (when it still names the kept tip) and `kept/`.
+/// Undoes [`keep`]: the ref, then `kept/`.
 pub(super) fn unkeep(t: &Target) -> Result<(), String> {
     if let Some(name) = read_kept(&t.dir, "ref") {
         delete_ref(&t.gitdir, &name).map_err(|e| format!("deleting {name}: {e:#}"))?;
@@ -327,16 +403,25 @@ pub(super) fn unkeep(t: &Target) -> Result<(), String> {
     }
 }
 
-/// What the removal of `t` kept, read back from its parked directory.
-pub(super) fn kept_record(state: &StateDir, t: &Target, how: &str) -> NewKept {
+/// What the removal of `t` kept, read back from its parked directory: Err(why) when
+/// nothing restorable was kept (no HEAD, or no index to restore it with).
+pub(super) fn kept_record(state: &StateDir, t: &Target, how: &str) -> Result<NewKept, String> {
     let dir = t.parked_dir(state);
-    NewKept {
+    let failed = read_kept(&dir, "failed");
+    let head = read_kept(&dir, "HEAD");
+    if head.is_none() || !dir.join(KEPT_DIR).join("index").exists() {
+        return Err(failed.unwrap_or_else(|| "git's entry had no index to keep".into()));
+    }
+    if let Some(why) = &failed {
+        tracing::warn!(worktree = %t.path.display(), "kept without everything: {why}");
+    }
+    Ok(NewKept {
         bytes: disk_usage(&dir) as i64,
-        head: read_kept(&dir, "HEAD").unwrap_or_default(),
+        head: head.unwrap_or_default(),
         tip: read_kept(&dir, "tip"),
         tip_ref: read_kept(&dir, "ref"),
         how: how.to_string(),
-    }
+    })
 }
 
 /// Deletes one kept copy: its directory, its ref, then its row (with an event saying
@@ -349,9 +434,15 @@ pub fn purge_kept(state: &StateDir, store: &mut Store, id: i64, why: &str) -> an
     let Some(row) = store.kept_by_id(id)? else {
         return Ok(true);
     };
+    // Out of a restore's reach first, in one rename: a purge that stops half-way (a
+    // kill, a file that cannot be deleted) never leaves a partial copy to restore.
     let dir = state.removed_dir(id);
+    let doomed = state.trash().join(format!("{PURGING}{id}"));
     if dir.exists() {
-        fs::remove_dir_all(&dir).map_err(|e| anyhow::anyhow!("deleting {}: {e}", dir.display()))?;
+        let _ = fs::remove_dir_all(&doomed);
+        fs::rename(&dir, &doomed).map_err(|e| {
+            anyhow::anyhow!("moving {} to {}: {e}", dir.display(), doomed.display())
+        })?;
     }
     if let Some(name) = &row.tip_ref {
         let gitdir = store
@@ -365,6 +456,14 @@ pub fn purge_kept(state: &StateDir, store: &mut Store, id: i64, why: &str) -> an
         }
     }
     store.drop_kept(id, why)?;
+    if doomed.exists() {
+        if let Err(e) = fs::remove_dir_all(&doomed) {
+            tracing::warn!(
+                "could not delete {}: {e} (deleted at the next mount)",
+                doomed.display()
+            );
+        }
+    }
     tracing::info!(
         "kept copy of {}/{} (worktree {id}) purged: {why}",
         row.repo,

@@ -30,12 +30,27 @@ use remove::{gone_by_hand, run_removal, Removal};
 
 impl Removal {
     /// The removal of a worktree found clean and pushed, kept by the policy.
-    fn clean(store: &Store, delete_branch: bool) -> Removal {
+    fn clean(state: &StateDir, store: &Store, delete_branch: bool) -> Removal {
+        let mut what = String::from("clean and pushed");
         Removal {
-            keep: keep::KeepPolicy::of(store).keeps(),
+            keep: keeps_now(state, store, &mut what),
             delete_branch,
-            what: "clean and pushed".into(),
+            what,
         }
+    }
+}
+
+/// Whether a removal now keeps: by the policy, and not while the disk is low (the copy
+/// would be purged at once, and writing it could fill the disk); `what` then says so.
+fn keeps_now(state: &StateDir, store: &Store, what: &mut String) -> bool {
+    let p = keep::KeepPolicy::of(store);
+    match p.low_disk(&state.root) {
+        Some(why) if p.keeps() => {
+            tracing::warn!("removal keeps nothing: {why}");
+            what.push_str(&format!(" (not kept: {why})"));
+            false
+        }
+        _ => p.keeps(),
     }
 }
 
@@ -222,22 +237,19 @@ pub fn finish(
     let t = target_of(state, store, row, mountpoint)?;
     if let Some(removal) = &row.removal {
         tracing::info!(worktree = %t.path.display(), "finishing a removal begun before ({removal})");
-        let (keep, delete_branch) = remove::recorded(removal);
-        let how = Removal {
-            keep,
-            delete_branch,
-            what: "clean and pushed".into(),
-        };
-        return run_removal(state, store, &t, &how);
+        return run_removal(state, store, &t, &remove::recorded(removal));
     }
     if !t.dir.exists() && !t.parked_dir(state).exists() {
         return gone_by_hand(state, store, &t);
     }
     let inspected = inspect_bounded(&t);
     match decide(t.branch.as_deref(), t.branch_created, &inspected) {
-        Verdict::Remove { delete_branch } => {
-            run_removal(state, store, &t, &Removal::clean(store, delete_branch))
-        }
+        Verdict::Remove { delete_branch } => run_removal(
+            state,
+            store,
+            &t,
+            &Removal::clean(state, store, delete_branch),
+        ),
         Verdict::Retain(reason) => {
             store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
             tracing::info!(worktree = %t.path.display(), "retained: {reason}");
@@ -450,7 +462,7 @@ fn request_removal_then(
             state,
             store,
             &t,
-            &Removal::clean(store, delete_branch),
+            &Removal::clean(state, store, delete_branch),
         )?),
         Verdict::Retain(reason) if !discard => {
             store.end_deleting(row.id, prev, &format!("removal refused: {reason}"))?;
@@ -509,8 +521,9 @@ fn request_removal_then(
                 Some(_) => "discarded (uninspected)".to_string(),
                 None => format!("discarded ({n} change(s) or commit(s) thrown away)"),
             };
+            let mut what = what;
             let how = Removal {
-                keep: keep::KeepPolicy::of(store).keeps(),
+                keep: keeps_now(state, store, &mut what),
                 delete_branch,
                 what,
             };

@@ -104,7 +104,7 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
                 )
                 .is_ok()
             {
-                let how = Removal::clean(&store, delete_branch);
+                let how = Removal::clean(state, &store, delete_branch);
                 let o = super::run_removal(state, &mut store, &t, &how)?;
                 tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
             }
@@ -136,16 +136,27 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
             Some(_) => Some(false),
         }
     };
-    let kept: std::collections::HashSet<i64> = store
+    // Which copies are kept: when that cannot be read, `removed/` is left as it is (fail
+    // closed: a kept copy is never deleted for want of its row).
+    let kept: Option<std::collections::HashSet<i64>> = store
         .kept()
-        .unwrap_or_default()
-        .iter()
-        .map(|k| k.worktree_id)
-        .collect();
+        .ok()
+        .map(|rows| rows.iter().map(|k| k.worktree_id).collect());
+    let removed_dirs = match &kept {
+        Some(_) => fs::read_dir(state.removed()).ok(),
+        None => None,
+    };
+    let kept = kept.unwrap_or_default();
+    // Purges a kill stopped half-way (their rows, if still there, go at the next purge).
+    for e in fs::read_dir(state.trash()).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(keep::PURGING) {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
     let parked = fs::read_dir(state.trash())
         .into_iter()
         .flatten()
-        .chain(fs::read_dir(state.removed()).into_iter().flatten())
+        .chain(removed_dirs.into_iter().flatten())
         .flatten();
     for e in parked {
         let Some(id) = e.file_name().to_str().and_then(|n| n.parse::<i64>().ok()) else {

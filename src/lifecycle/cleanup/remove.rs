@@ -224,10 +224,18 @@ struct FsRemover<'a> {
     deleted_tip: Option<Oid>,
 }
 
-/// Whether a removal recorded as `removal` keeps, and deletes the branch.
-pub(super) fn recorded(removal: &str) -> (bool, bool) {
+/// How a removal recorded as `removal` (by [`run_removal`]) goes on.
+pub(super) fn recorded(removal: &str) -> Removal {
     let parts: Vec<&str> = removal.split('+').collect();
-    (parts.contains(&"keep"), parts.contains(&"branch"))
+    Removal {
+        keep: parts.contains(&"keep"),
+        delete_branch: parts.contains(&"branch"),
+        what: if parts.contains(&"discard") {
+            "discarded (carried on after a restart)".into()
+        } else {
+            "clean and pushed".into()
+        },
+    }
 }
 
 impl Remover for FsRemover<'_> {
@@ -437,6 +445,9 @@ pub(super) fn run_removal(
     if how.keep {
         recorded.push_str("+keep");
     }
+    if how.what.starts_with("discarded") {
+        recorded.push_str("+discard");
+    }
     store.set_removal(t.id, &recorded)?;
     let mut r = FsRemover {
         state,
@@ -450,25 +461,33 @@ pub(super) fn run_removal(
                 (Some(b), false) => format!("; branch {b} kept"),
                 (None, _) => String::new(),
             };
-            let restorable = if how.keep {
-                format!(
-                    "; restorable with `worktreefs restore {}`",
-                    t.repo_and_name()
-                )
-            } else {
-                String::new()
+            let why = store
+                .last_event_reason(t.id, crate::lease::State::Deleting.as_str())?
+                .unwrap_or_else(|| "cleanup".into());
+            let kept = match how.keep {
+                true => Some(super::keep::kept_record(state, t, &why)),
+                false => None,
             };
-            let detail = format!("{}{branch}{restorable}", how.what);
-            if how.keep {
-                let why = store
-                    .last_event_reason(t.id, crate::lease::State::Deleting.as_str())?
-                    .unwrap_or_else(|| "cleanup".into());
-                let kept = super::keep::kept_record(state, t, &why);
-                store.mark_removed_kept(t.id, &detail, &kept)?;
-            } else {
-                store.mark_removed(t.id, &detail)?;
-            }
-            purge(state, t, how.keep);
+            let detail = match &kept {
+                Some(Ok(_)) => format!(
+                    "{}{branch}; restorable with `worktreefs restore {}`",
+                    how.what,
+                    t.repo_and_name()
+                ),
+                Some(Err(why)) => format!("{}{branch}; not kept ({why})", how.what),
+                None => format!("{}{branch}", how.what),
+            };
+            let keep = match &kept {
+                Some(Ok(k)) => {
+                    store.mark_removed_kept(t.id, &detail, k)?;
+                    true
+                }
+                _ => {
+                    store.mark_removed(t.id, &detail)?;
+                    false
+                }
+            };
+            purge(state, t, keep);
             tracing::info!(worktree = %t.path.display(), "removed: {detail}");
             Ok(Outcome::Removed(detail))
         }
