@@ -205,7 +205,8 @@ fn head_commit(repo: &Repository, head: &str) -> Option<Oid> {
 /// Keeps `tip` and every object of the index `index` under the ref `name` of the
 /// repository at `gitdir`: a commit of worktreefs's whose tree is the index's (what is
 /// staged is in no other object git's gc keeps once the worktree's entry is gone) and
-/// whose parent is the commit `head` names (returned; None for an unborn branch).
+/// whose parent is the commit `head` names (returned; None for an unborn branch); with
+/// no index (nothing staged), that commit itself.
 /// Done as the repository's owner: root writing objects and refs
 /// there would follow the links its owner made, and leave files of root's in the owner's
 /// `objects/` and `refs/`. Returns the commit the ref names.
@@ -226,23 +227,29 @@ fn keep_objects(
         let repo = Repository::open(&dir)?;
         // Resolved here, bounded and as the owner: a ref the owner made a FIFO blocks.
         let tip = head_commit(&repo, &head);
-        let tree = match index {
-            Some(bytes) => index_tree(&repo, &bytes)?,
-            None => repo.treebuilder(None)?.write()?,
+        let target = match (index, tip) {
+            // Nothing staged beyond HEAD's commit: the ref names that commit.
+            (None, Some(tip)) => tip,
+            (index, tip) => {
+                let tree = match index {
+                    Some(bytes) => index_tree(&repo, &bytes)?,
+                    None => repo.treebuilder(None)?.write()?,
+                };
+                let tree = repo.find_tree(tree)?;
+                let parent = tip.map(|t| repo.find_commit(t)).transpose()?;
+                let sig = git2::Signature::now("worktreefs", "worktreefs@localhost")?;
+                let parents: Vec<&git2::Commit> = parent.iter().collect();
+                repo.commit(
+                    None,
+                    &sig,
+                    &sig,
+                    &format!("worktreefs: kept at the removal of {what} (its tree is the index)"),
+                    &tree,
+                    &parents,
+                )?
+            }
         };
-        let tree = repo.find_tree(tree)?;
-        let parent = tip.map(|t| repo.find_commit(t)).transpose()?;
-        let sig = git2::Signature::now("worktreefs", "worktreefs@localhost")?;
-        let parents: Vec<&git2::Commit> = parent.iter().collect();
-        let commit = repo.commit(
-            None,
-            &sig,
-            &sig,
-            &format!("worktreefs: kept at the removal of {what} (its tree is the index)"),
-            &tree,
-            &parents,
-        )?;
-        repo.reference(&name, commit, true, "worktreefs: kept at removal")?;
+        repo.reference(&name, target, true, "worktreefs: kept at removal")?;
         Ok(tip)
     })
 }
@@ -324,7 +331,7 @@ fn read_kept(dir: &Path, name: &str) -> Option<String> {
 /// a repository that blocks) is written to `kept/failed` and the removal goes on as one
 /// that keeps nothing or less: keeping is a safety net, never what stops a removal, a
 /// `--discard` or the freeing of a full disk.
-pub(super) fn keep(state: &StateDir, t: &Target) -> Result<(), String> {
+pub(super) fn keep(state: &StateDir, t: &Target, index_clean: bool) -> Result<(), String> {
     if !t.dir.exists() && t.parked_dir(state).exists() {
         return Ok(());
     }
@@ -373,7 +380,10 @@ pub(super) fn keep(state: &StateDir, t: &Target) -> Result<(), String> {
     }
     // An unborn or deleted branch has no commit to keep; the index's objects are kept
     // all the same.
-    match keep_objects(&t.gitdir, &name, &head, index, &t.repo_and_name()) {
+    // Nothing staged (as inspection found): the index's objects are HEAD's, which the
+    // ref keeps by naming HEAD's commit; no tree of the index is written.
+    let staged = index.filter(|_| !index_clean);
+    match keep_objects(&t.gitdir, &name, &head, staged, &t.repo_and_name()) {
         Ok(Some(tip)) => {
             let path = kept.join("tip");
             match crate::durable::write_file_synced(&path, format!("{tip}\n").as_bytes()) {

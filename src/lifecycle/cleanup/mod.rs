@@ -36,6 +36,7 @@ impl Removal {
             keep: keeps_now(state, store, &mut what),
             delete_branch,
             what,
+            index_clean: true,
         }
     }
 }
@@ -526,6 +527,7 @@ fn request_removal_then(
                 keep: keeps_now(state, store, &mut what),
                 delete_branch,
                 what,
+                index_clean: false,
             };
             Ok(run_removal(state, store, &t, &how)?)
         }

@@ -222,6 +222,8 @@ struct FsRemover<'a> {
     t: &'a Target,
     /// The branch tip, once the branch is deleted (to put it back).
     deleted_tip: Option<Oid>,
+    /// Inspection found nothing staged: the index's objects are HEAD's.
+    index_clean: bool,
 }
 
 /// How a removal recorded as `removal` (by [`run_removal`]) goes on.
@@ -235,13 +237,14 @@ pub(super) fn recorded(removal: &str) -> Removal {
         } else {
             "clean and pushed".into()
         },
+        index_clean: false,
     }
 }
 
 impl Remover for FsRemover<'_> {
     fn run(&mut self, step: Step) -> Result<(), String> {
         match step {
-            Step::Keep => super::keep::keep(self.state, self.t),
+            Step::Keep => super::keep::keep(self.state, self.t, self.index_clean),
             Step::ParkUpper => {
                 let parked = self.t.parked_dir(self.state);
                 if !self.t.dir.exists() && parked.exists() {
@@ -429,6 +432,8 @@ pub(super) struct Removal {
     pub delete_branch: bool,
     /// "clean and pushed", or what `--discard` threw away.
     pub what: String,
+    /// Inspection found nothing staged (so keeping needs no tree of the index).
+    pub index_clean: bool,
 }
 
 /// Removes: records the decision, runs the steps, and records the outcome.
@@ -453,6 +458,7 @@ pub(super) fn run_removal(
         state,
         t,
         deleted_tip: None,
+        index_clean: how.index_clean,
     };
     match execute(&plan(how.keep, how.delete_branch), &mut r) {
         Ok(()) => {
@@ -555,6 +561,7 @@ pub(super) fn gone_by_hand(
         state,
         t,
         deleted_tip: None,
+        index_clean: false,
     };
     if let Err(e) = r.run(Step::ParkAdmin) {
         tracing::warn!("{}: {e}", t.admin.display());
