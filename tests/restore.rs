@@ -254,6 +254,22 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
         .find(|r| r.contains("/moved-"))
         .unwrap_or_else(|| panic!("no kept ref of moved: {refs}"));
     assert_eq!(git(&repo, &["rev-parse", &format!("{kept_ref}^")]), mine);
+    // git's entry deleted by hand: inspection cannot run, `--discard` removes it, and
+    // the copy is kept all the same; its restore makes an index of HEAD's tree.
+    wtfs_ok(&env.state(), &["new", "repo/noentry"]);
+    let wt = m.wt("repo", "noentry");
+    agent(&wt, "echo keep me > mine.txt");
+    wait_for_state(&env, "noentry", "lingering", Duration::from_secs(10));
+    fs::remove_dir_all(repo.join(".git/worktrees/wtfs-noentry")).unwrap();
+    wtfs_ok(&env.state(), &["reclaim", "repo/noentry", "--discard"]);
+    assert!(kept_of(&env, "noentry").is_some());
+    let out = wtfs_ok(&env.state(), &["restore", "repo/noentry"]);
+    assert!(out.contains("its index was not kept"), "{out}");
+    assert_eq!(run_ok("cat", &["mine.txt"], &wt), "keep me\n");
+    assert_eq!(
+        run_ok("git", &["status", "--porcelain"], &wt),
+        "?? mine.txt\n"
+    );
     // Nothing asked for is kept twice: a name never removed says so.
     let out = wtfs(&env.state(), &["restore", "repo/nope"]);
     assert_eq!(out.status.code(), Some(1));

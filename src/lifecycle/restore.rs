@@ -191,11 +191,22 @@ pub fn restore_worktree(
             }
         }
     }
-    let index = fs::read(dir.join(KEPT_DIR).join("index")).map_err(|e| {
-        CreateError::Internal(format!(
-            "the kept copy of {label} has no index ({e}); it cannot be restored as it was"
-        ))
-    })?;
+    // No index was kept (git's entry was gone at the removal): one of HEAD's tree.
+    let index = match fs::read(dir.join(KEPT_DIR).join("index")) {
+        Ok(b) => b,
+        Err(_) => {
+            let at = tip.or_else(|| Oid::from_str(&head).ok()).ok_or_else(|| {
+                CreateError::NotKept(format!(
+                    "the kept copy of {label} has neither an index nor a commit to make one from"
+                ))
+            })?;
+            notes.push(
+                "its index was not kept (git's entry was gone at the removal): it is HEAD's tree, and git looks at every file once".into(),
+            );
+            index_of_commit(&repo, at, &dir.join(KEPT_DIR).join("index.made"))
+                .map_err(|e| CreateError::Internal(format!("making an index for {label}: {e}")))?
+        }
+    };
 
     let me = crate::lifecycle::holders::proc_info(std::process::id() as i32);
     let mut record = CreationRow {
@@ -236,21 +247,32 @@ pub fn restore_worktree(
     // starts again), unless the branch moved since: then it alone keeps the commits the
     // removed worktree had.
     let moved = notes.iter().any(|n| n.contains("has moved since"));
+    let placed = state.worktree_dir(record.worktree_id);
     match (&kept.tip_ref, moved) {
         (Some(name), false) => {
             if let Err(e) = keep::delete_ref(&gitdir, name) {
                 tracing::warn!("could not delete {name}: {e:#}");
             }
         }
-        (Some(name), true) => notes.push(format!(
-            "its commits from before stay under {name} (delete it with `git update-ref -d {name}` once you have what you need)"
-        )),
+        (Some(name), true) => {
+            // No longer named in `kept/`: a later removal must not take it for its own.
+            let _ = fs::remove_file(placed.join(KEPT_DIR).join("ref"));
+            notes.push(format!(
+                "its commits from before stay under {name} (delete it with `git update-ref -d {name}` once you have what you need)"
+            ))
+        }
         (None, _) => {}
     }
-    let placed = state.worktree_dir(record.worktree_id);
     let _ = fs::remove_dir_all(placed.join(KEPT_DIR));
     let subs = state.subs(record.worktree_id);
     if subs.exists() {
+        // Their git entries name the removed worktree's place: they go with the records.
+        crate::lifecycle::submodules::remove_admin_entries(
+            state,
+            &placed,
+            &format!("{}/{}", old.repo, old.name),
+            old.uid,
+        );
         let _ = fs::remove_dir_all(&subs);
         notes.push(
             "its submodule views are made anew when first looked at (their own changes are not restored)"
@@ -350,4 +372,21 @@ fn make(
             }
             other => crate::lifecycle::create::db_failure("recording the worktree")(other),
         })
+}
+
+/// The index of commit `at`'s tree, made by libgit2 at `scratch` (in the kept copy, the
+/// daemon's own directory) and read back: no stat data, so git looks at each file once.
+fn index_of_commit(
+    repo: &Repository,
+    at: Oid,
+    scratch: &std::path::Path,
+) -> anyhow::Result<Vec<u8>> {
+    let _ = fs::remove_file(scratch);
+    let tree = repo.find_commit(at)?.tree()?;
+    let mut index = git2::Index::open(scratch)?;
+    index.read_tree(&tree)?;
+    index.write()?;
+    let bytes = fs::read(scratch)?;
+    let _ = fs::remove_file(scratch);
+    Ok(bytes)
 }

@@ -199,7 +199,11 @@ fn head_commit(repo: &Repository, head: &str) -> Option<Oid> {
         Some(r) => repo.refname_to_id(r.trim()).ok()?,
         None => Oid::from_str(head.trim()).ok()?,
     };
-    repo.find_commit(oid).ok().map(|c| c.id())
+    repo.find_object(oid, None)
+        .ok()?
+        .peel_to_commit()
+        .ok()
+        .map(|c| c.id())
 }
 
 /// Keeps `tip` and every object of the index `index` under the ref `name` of the
@@ -215,6 +219,7 @@ fn keep_objects(
     name: &str,
     head: &str,
     index: Option<Vec<u8>>,
+    index_clean: bool,
     what: &str,
 ) -> anyhow::Result<Option<Oid>> {
     let (dir, name, what, head) = (
@@ -228,7 +233,9 @@ fn keep_objects(
         // Resolved here, bounded and as the owner: a ref the owner made a FIFO blocks.
         let tip = head_commit(&repo, &head);
         let target = match (index, tip) {
-            // Nothing staged beyond HEAD's commit: the ref names that commit.
+            // Nothing staged beyond HEAD's commit (inspection found the index equal to
+            // HEAD, and HEAD still names a commit): the ref names that commit.
+            (_, Some(tip)) if index_clean => tip,
             (None, Some(tip)) => tip,
             (index, tip) => {
                 let tree = match index {
@@ -338,8 +345,18 @@ pub(super) fn keep(state: &StateDir, t: &Target, index_clean: bool) -> Result<()
     let kept = t.dir.join(KEPT_DIR);
     // A `kept/` this removal began (its ref names this worktree's id) is carried on; any
     // other (a restore killed before it removed the one it brought back) starts again.
-    let own = read_kept(&t.dir, "ref").filter(|r| r.contains(&format!("-{}-", t.id)));
+    let ours = ref_prefix(t);
+    let found = read_kept(&t.dir, "ref");
+    let own = found.clone().filter(|r| r.starts_with(&ours));
     if own.is_none() {
+        // A restore killed after its worktree was in place, before its ref went: that
+        // ref keeps nothing anyone needs any more (one a restore leaves on purpose is
+        // no longer named in its `kept/`).
+        if let Some(stale) = found.filter(|r| r.starts_with(REMOVED_REF_PREFIX)) {
+            if let Err(e) = delete_ref(&t.gitdir, &stale) {
+                tracing::warn!("could not delete {stale}: {e:#}");
+            }
+        }
         let _ = fs::remove_dir_all(&kept);
     }
     let failed = |why: String| {
@@ -364,8 +381,7 @@ pub(super) fn keep(state: &StateDir, t: &Target, index_clean: bool) -> Result<()
         }
     }
     let _ = fs::remove_file(kept.join("failed"));
-    let name =
-        own.unwrap_or_else(|| format!("{REMOVED_REF_PREFIX}{}-{}-{}", t.name, t.id, now_secs()));
+    let name = own.unwrap_or_else(|| format!("{ours}{}", now_secs()));
     let written =
         crate::durable::write_file_synced(&kept.join("ref"), format!("{name}\n").as_bytes())
             .and_then(|_| match &index {
@@ -382,8 +398,14 @@ pub(super) fn keep(state: &StateDir, t: &Target, index_clean: bool) -> Result<()
     // all the same.
     // Nothing staged (as inspection found): the index's objects are HEAD's, which the
     // ref keeps by naming HEAD's commit; no tree of the index is written.
-    let staged = index.filter(|_| !index_clean);
-    match keep_objects(&t.gitdir, &name, &head, staged, &t.repo_and_name()) {
+    match keep_objects(
+        &t.gitdir,
+        &name,
+        &head,
+        index,
+        index_clean,
+        &t.repo_and_name(),
+    ) {
         Ok(Some(tip)) => {
             let path = kept.join("tip");
             match crate::durable::write_file_synced(&path, format!("{tip}\n").as_bytes()) {
@@ -396,6 +418,18 @@ pub(super) fn keep(state: &StateDir, t: &Target, index_clean: bool) -> Result<()
         Err(e) => failed(format!(
             "keeping its commit and staged files under {name}: {e:#}"
         )),
+    }
+}
+
+/// The start of the name of the ref a removal of `t` keeps under:
+/// `refs/worktreefs/removed/<name>-<id>-` (the id alone where the worktree's name is no
+/// part of a valid ref name, as `a..b`).
+fn ref_prefix(t: &Target) -> String {
+    let named = format!("{REMOVED_REF_PREFIX}{}-{}-", t.name, t.id);
+    if git2::Reference::is_valid_name(&format!("{named}0")) {
+        named
+    } else {
+        format!("{REMOVED_REF_PREFIX}{}-", t.id)
     }
 }
 
@@ -414,13 +448,14 @@ pub(super) fn unkeep(t: &Target) -> Result<(), String> {
 }
 
 /// What the removal of `t` kept, read back from its parked directory: Err(why) when
-/// nothing restorable was kept (no HEAD, or no index to restore it with).
+/// nothing restorable was kept (no HEAD; a copy without an index is restored with one
+/// of HEAD's tree).
 pub(super) fn kept_record(state: &StateDir, t: &Target, how: &str) -> Result<NewKept, String> {
     let dir = t.parked_dir(state);
     let failed = read_kept(&dir, "failed");
     let head = read_kept(&dir, "HEAD");
-    if head.is_none() || !dir.join(KEPT_DIR).join("index").exists() {
-        return Err(failed.unwrap_or_else(|| "git's entry had no index to keep".into()));
+    if head.is_none() {
+        return Err(failed.unwrap_or_else(|| "its HEAD could not be kept".into()));
     }
     if let Some(why) = &failed {
         tracing::warn!(worktree = %t.path.display(), "kept without everything: {why}");
@@ -444,6 +479,26 @@ pub fn purge_kept(state: &StateDir, store: &mut Store, id: i64, why: &str) -> an
     let Some(row) = store.kept_by_id(id)? else {
         return Ok(true);
     };
+    // Not there because a restore killed half-way holds it: its rollback puts it back.
+    if !state.removed_dir(id).exists()
+        && store
+            .creations()?
+            .iter()
+            .any(|c| c.restored_from == Some(id))
+    {
+        return Ok(false);
+    }
+    let owner = store.worktree_by_id(id)?;
+    // The git entries of its submodule views (gone with the removal, unless a kill came
+    // between the removal's last two steps).
+    if let Some(w) = &owner {
+        crate::lifecycle::submodules::remove_admin_entries(
+            state,
+            &state.removed_dir(id),
+            &format!("{}/{}", w.repo, w.name),
+            w.uid,
+        );
+    }
     // Out of a restore's reach first, in one rename: a purge that stops half-way (a
     // kill, a file that cannot be deleted) never leaves a partial copy to restore.
     let dir = state.removed_dir(id);
@@ -455,8 +510,8 @@ pub fn purge_kept(state: &StateDir, store: &mut Store, id: i64, why: &str) -> an
         })?;
     }
     if let Some(name) = &row.tip_ref {
-        let gitdir = store
-            .worktree_by_id(id)?
+        let gitdir = owner
+            .as_ref()
             .and_then(|w| store.repo_by_id(w.repo_id).ok().flatten())
             .map(|r| r.gitdir);
         if let Some(gitdir) = gitdir {
@@ -534,4 +589,13 @@ pub fn purge_repo(state: &StateDir, store: &mut Store, repo: &str) -> anyhow::Re
         }
     }
     Ok(n)
+}
+
+/// A removal that kept nothing restorable: the ref its first step may have made goes.
+pub(super) fn drop_unkept(state: &StateDir, t: &Target) {
+    if let Some(name) = read_kept(&t.parked_dir(state), "ref") {
+        if let Err(e) = delete_ref(&t.gitdir, &name) {
+            tracing::warn!("could not delete {name}: {e:#}");
+        }
+    }
 }

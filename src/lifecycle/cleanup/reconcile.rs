@@ -162,8 +162,17 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
         let Some(id) = e.file_name().to_str().and_then(|n| n.parse::<i64>().ok()) else {
             continue;
         };
-        // Kept for a restore: its row says so.
+        // Kept for a restore: its row says so. The git entries of its submodule views
+        // go (a kill between the removal's last two steps left them).
         if kept.contains(&id) && e.path() == state.removed_dir(id) {
+            if let Ok(Some(r)) = store.worktree_by_id(id) {
+                crate::lifecycle::submodules::remove_admin_entries(
+                    state,
+                    &e.path(),
+                    &format!("{}/{}", r.repo, r.name),
+                    r.uid,
+                );
+            }
             continue;
         }
         match decide_for(id) {

@@ -489,6 +489,9 @@ pub(super) fn run_removal(
                     true
                 }
                 _ => {
+                    if how.keep {
+                        super::keep::drop_unkept(state, t);
+                    }
                     store.mark_removed(t.id, &detail)?;
                     false
                 }
