@@ -343,3 +343,71 @@ fn kept_copies_go_after_their_time_and_when_the_disk_is_low() {
     );
     drop(m);
 }
+
+/// A restore killed after it put the kept directory in place, before its row: a purge
+/// leaves the copy to the restore's rollback, which (at the next mount, or the next
+/// restore) puts it back where it was kept; nothing is lost and it can be restored.
+#[test]
+fn a_restore_killed_half_way_puts_the_copy_back() {
+    use worktreefs::lifecycle::cleanup::{self, keep::purge_kept, Outcome};
+    use worktreefs::lifecycle::create::roll_back_dead_creations;
+    use worktreefs::lifecycle::restore::{restore_worktree, RestoreRequest};
+    use worktreefs::store::{CreationRow, Store};
+    let env = Env::new();
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let mut store = Store::open(&env.state()).unwrap();
+    let row = create_at_head(&state, &mut store, "w");
+    let out = state.upper(row.id).join("target/out");
+    fs::create_dir_all(out.parent().unwrap()).unwrap();
+    fs::write(&out, "build output").unwrap();
+    store
+        .begin_deleting(row.id, &[worktreefs::lease::State::Ready], "test")
+        .unwrap();
+    let row = store.worktree_by_id(row.id).unwrap().unwrap();
+    let done = cleanup::finish(&state, &mut store, &row, &env.mountpoint()).unwrap();
+    assert!(matches!(done, Outcome::Removed(_)), "{done:?}");
+    assert!(store.kept_by_id(row.id).unwrap().is_some());
+    // The restore's record (its creator, pid 1 with another start time, is gone), and
+    // the kept directory where the restore had put it.
+    let repo = store.repo_by_name("repo").unwrap().unwrap();
+    let record = CreationRow {
+        worktree_id: 0,
+        repo_id: repo.id,
+        name: "w".into(),
+        branch: None,
+        base_commit: env.repo.head(),
+        admin_name: "wtfs-w".into(),
+        pid: 1,
+        pid_start: 1,
+        started_at: 0,
+        restored_from: Some(row.id),
+    };
+    let new_id = store.begin_creation(&record).unwrap();
+    fs::rename(state.removed_dir(row.id), state.worktree_dir(new_id)).unwrap();
+    // A purge meanwhile (its time over, the disk low) leaves it.
+    assert!(!purge_kept(&state, &mut store, row.id, "test").unwrap());
+    assert!(store.kept_by_id(row.id).unwrap().is_some());
+    // The next mount rolls the restore back: the copy is where it was kept.
+    assert_eq!(roll_back_dead_creations(&state, &mut store).unwrap(), 1);
+    assert!(!state.worktree_dir(new_id).exists());
+    assert_eq!(
+        fs::read_to_string(state.removed_dir(row.id).join("upper/target/out")).unwrap(),
+        "build output"
+    );
+    let back = restore_worktree(
+        &state,
+        &mut store,
+        &RestoreRequest {
+            repo: "repo",
+            name: "w",
+            as_name: None,
+            id: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        fs::read_to_string(state.upper(back.row.id).join("target/out")).unwrap(),
+        "build output"
+    );
+    assert!(store.kept().unwrap().is_empty());
+}
