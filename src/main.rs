@@ -489,15 +489,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 row.branch.as_deref().unwrap_or("(detached)"),
                 &row.base_commit[..12]
             );
-            let path = mountpoint.join(&row.repo).join(&row.name);
-            if daemon::running_daemon(&state).is_some() {
-                println!("  cd {}", path.display());
-            } else {
-                println!(
-                    "  (not mounted: run `worktreefs mount`, then cd {})",
-                    path.display()
-                );
-            }
+            print_cd(&state, &mountpoint.join(&row.repo).join(&row.name));
             Ok(())
         }
         Command::List { json } => {
@@ -779,6 +771,12 @@ fn cmd_restore(
     for n in &done.notes {
         println!("  {n}");
     }
+    print_cd(state, &path);
+    Ok(())
+}
+
+/// Where to go next for a worktree just made or brought back.
+fn print_cd(state: &StateDir, path: &Path) {
     if daemon::running_daemon(state).is_some() {
         println!("  cd {}", path.display());
     } else {
@@ -787,7 +785,6 @@ fn cmd_restore(
             path.display()
         );
     }
-    Ok(())
 }
 
 fn split_target(target: &str) -> anyhow::Result<(&str, &str)> {

@@ -85,6 +85,15 @@ pub fn free_admin_name_except(gitdir: &Path, name: &str, taken: &[String]) -> St
         .unwrap_or(base)
 }
 
+/// Where branch `branch` (a short name) is checked out, if anywhere.
+pub fn checked_out_in(repo: &Repository, branch: &str) -> Option<String> {
+    let full = format!("refs/heads/{branch}");
+    checked_out_branches(repo)
+        .into_iter()
+        .find(|(_, r)| *r == full)
+        .map(|(holder, _)| holder)
+}
+
 /// What the branch of a checked-out worktree is, for every worktree git knows of.
 pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
     let mut out = Vec::new();

@@ -229,11 +229,7 @@ pub fn create_worktree(
                 base.commit
             )));
         }
-        let full = format!("refs/heads/{branch_name}");
-        if let Some((holder, _)) = git::checked_out_branches(&repo)
-            .into_iter()
-            .find(|(_, r)| *r == full)
-        {
+        if let Some(holder) = git::checked_out_in(&repo, &branch_name) {
             return Err(CreateError::BranchConflict(format!(
                 "branch '{branch_name}' is already checked out in {holder}; choose another branch"
             )));

@@ -153,11 +153,7 @@ pub fn restore_worktree(
     match &branch {
         Some(b) => match repo.find_branch(b, BranchType::Local) {
             Ok(br) => {
-                let full = format!("refs/heads/{b}");
-                if let Some((holder, _)) = git::checked_out_branches(&repo)
-                    .into_iter()
-                    .find(|(_, r)| *r == full)
-                {
+                if let Some(holder) = git::checked_out_in(&repo, b) {
                     return Err(CreateError::BranchConflict(format!(
                         "branch '{b}' of {label} is checked out in {holder}; switch that worktree to another branch, then restore again"
                     )));
