@@ -228,7 +228,11 @@ fn keep_objects(
         what.to_string(),
         head.to_string(),
     );
-    crate::git::owner::as_owner_of(gitdir, move || {
+    // Set once the caller gave up waiting: the thread, still running, then makes no ref
+    // (the removal has gone on without it, and nothing would delete it).
+    let gave_up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let late = gave_up.clone();
+    let r = crate::git::owner::as_owner_of(gitdir, move || {
         let repo = Repository::open(&dir)?;
         // Resolved here, bounded and as the owner: a ref the owner made a FIFO blocks.
         let tip = head_commit(&repo, &head);
@@ -256,9 +260,17 @@ fn keep_objects(
                 )?
             }
         };
+        anyhow::ensure!(
+            !late.load(std::sync::atomic::Ordering::SeqCst),
+            "given up: the removal went on without it"
+        );
         repo.reference(&name, target, true, "worktreefs: kept at removal")?;
         Ok(tip)
-    })
+    });
+    if r.is_err() {
+        gave_up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    r
 }
 
 /// The tree of the index whose bytes are `bytes`, written to `repo`: its own trees, or,
