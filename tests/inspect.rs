@@ -291,3 +291,60 @@ fn a_removal_that_cannot_keep_goes_on_and_says_so() {
         ""
     );
 }
+
+/// A branch's ref the repository's owner made a FIFO blocks whoever reads it: the keep
+/// reads it on the owner's bounded thread, so the removal goes on after that thread's
+/// limit (kept without its ref), and the thread, once the FIFO lets it go, makes no ref.
+#[test]
+fn a_fifo_ref_holds_a_removal_only_for_the_owner_threads_limit() {
+    let mut fx = Fixture::new();
+    let (t, up) = fx.worktree("ff");
+    write(up.join("target/out"), "ignored build output");
+    let fifo = fx.env.repo.path().join(".git/refs/heads/ff");
+    fs::remove_file(&fifo).unwrap();
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    fx.store
+        .begin_deleting(t.id, &[worktreefs::lease::State::Ready], "test")
+        .unwrap();
+    fx.store.set_removal(t.id, "remove+keep").unwrap();
+    let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (state, mountpoint) = (fx.state.clone(), fx.env.mountpoint());
+    let root = fx.state.root.clone();
+    std::thread::spawn(move || {
+        let mut store = Store::open(&root).unwrap();
+        let _ = tx
+            .send(cleanup::finish(&state, &mut store, &row, &mountpoint).map(|o| format!("{o:?}")));
+    });
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(90))
+        .expect("the removal is held by a FIFO ref")
+        .unwrap();
+    assert!(
+        out.contains("Removed") && out.contains("restorable"),
+        "{out}"
+    );
+    let kept = fx.store.kept().unwrap();
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].tip.is_none(), "{:?}", kept[0]);
+    // Let the blocked thread go (libgit2 reads a ref by its size: it reads nothing from
+    // a FIFO, and fails): no ref is made afterwards.
+    drop(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap());
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let refs = fx.env.repo.path().join(".git/refs/worktreefs");
+    let made = walk(&refs);
+    assert!(made.is_empty(), "{made:?}");
+    fs::remove_file(&fifo).unwrap();
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
