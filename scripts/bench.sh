@@ -426,6 +426,25 @@ done
 backing_after=$(grep -c "another backing file" "$STATE/daemon.log" 2>/dev/null || true)
 co_clean=$(git -C "$MNT/bench/bench-co" status --porcelain | wc -l)
 
+# Forking a live worktree with FORK_FILES changed files (`new --from`: a new branch, the
+# parent's index, a copy of its upper layer) against `cp -a` of a checkout with the same
+# changes (which copies the whole tree, not only what changed).
+FORK_FILES=${FORK_FILES:-1000}
+sed -n "1,${FORK_FILES}p" "$RUN_DIR/alltracked" > "$RUN_DIR/forklist"
+"$BIN" new bench/bench-fork >/dev/null
+git -C "$REPO" worktree add -q -b bench-git-fork "$CHECKOUTS/wt-fork" HEAD
+change_all() { (cd "$1" && xargs -d '\n' -a "$RUN_DIR/forklist" sh -c 'for f; do echo changed >> "$f"; done' _); }
+change_all "$MNT/bench/bench-fork"
+change_all "$CHECKOUTS/wt-fork"
+for i in $(seq 1 "$RUNS"); do
+  sync
+  time_cmd "$RUN_DIR/fork-wtfs" "$BIN" new "bench/bench-fork-$i" --from bench-fork
+  sync
+  time_cmd "$RUN_DIR/fork-cp" cp -a "$CHECKOUTS/wt-fork" "$CHECKOUTS/fork-copy-$i"
+  rm -rf "$CHECKOUTS/fork-copy-$i"
+done
+fork_changed=$(git -C "$MNT/bench/bench-fork-1" status --porcelain | wc -l)
+
 # Memory: the daemon's peak RSS with many worktrees, 10% of each one's files read.
 "$BIN" unmount >/dev/null
 "$BIN" mount "$MNT" --linger 3600 >/dev/null
@@ -454,6 +473,7 @@ row "first find, readdirplus on vs off" "$RUN_DIR/find-plus" "$RUN_DIR/find-nopl
 row "first ls -lR, readdirplus on vs off" "$RUN_DIR/lslr-plus" "$RUN_DIR/lslr-noplus"
 [ -s "$RUN_DIR/remove-wtfs" ] && row "remove a clean worktree" "$RUN_DIR/remove-wtfs" "$RUN_DIR/remove-git"
 row "git checkout, $CHECKOUT_FILES files, and back" "$RUN_DIR/checkout-wtfs" "$RUN_DIR/checkout-git"
+row "fork, $FORK_FILES changed (cp -a)" "$RUN_DIR/fork-wtfs" "$RUN_DIR/fork-cp"
 if [ "$cold" = 1 ]; then
   row "git status, kernel caches dropped" "$RUN_DIR/status-wtfs-cold" "$RUN_DIR/status-git-cold"
 else
@@ -498,5 +518,6 @@ for k in "${skipped[@]}"; do echo "skipped: $k"; done
 echo
 echo "fresh view clean: $([ "$clean" = 0 ] && echo yes || echo "NO ($clean lines)")"
 echo "view clean after the checkouts: $([ "$co_clean" = 0 ] && echo yes || echo "NO ($co_clean lines)")"
+echo "fork shows the parent's $FORK_FILES changes: $([ "$fork_changed" = "$FORK_FILES" ] && echo yes || echo "NO ($fork_changed lines)")"
 echo "daemon log, 'open with another backing file' during the checkouts: $(( ${backing_after:-0} - ${backing_before:-0} ))"
 echo "daemon counters: $reads"

@@ -68,6 +68,13 @@ impl Whiteouts {
         Ok(w)
     }
 
+    /// The whiteout files `work` holds, making none (another worktree's, read).
+    pub fn read(work: BorrowedFd) -> io::Result<Whiteouts> {
+        let w = Whiteouts::empty();
+        w.load(work)?;
+        Ok(w)
+    }
+
     fn load(&self, work: BorrowedFd) -> io::Result<()> {
         let mut found: Vec<(u64, u64, OsString)> = Vec::new();
         for e in beneath::list(work)? {

@@ -157,6 +157,11 @@ enum Command {
         /// submodule is an empty directory, as in a fresh `git worktree add`.
         #[arg(long)]
         submodules: bool,
+        /// Fork this worktree (PARENT, or REPO/PARENT of the same repository): a new
+        /// branch at its HEAD, with its index and a copy of every uncommitted, untracked
+        /// and ignored change it has (it keeps running; the copy costs what it changed).
+        #[arg(long, value_name = "PARENT", conflicts_with_all = ["base", "submodules"])]
+        from: Option<String>,
     },
     /// List worktrees.
     List {
@@ -462,10 +467,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             base,
             branch,
             submodules,
+            from,
         } => {
             let (repo, name) = target.split_once('/').ok_or_else(|| {
                 anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
             })?;
+            if let Some(from) = from {
+                return cmd_fork(&state, repo, name, &from, branch.as_deref());
+            }
             let mut store = open_store(&state)?;
             let row = create::create_worktree(
                 &state,
@@ -776,6 +785,59 @@ fn cmd_restore(
 }
 
 /// Where to go next for a worktree just made or brought back.
+/// `new REPO/NAME --from PARENT`.
+fn cmd_fork(
+    state: &StateDir,
+    repo: &str,
+    name: &str,
+    from: &str,
+    branch: Option<&str>,
+) -> anyhow::Result<()> {
+    let parent = match from.split_once('/') {
+        Some((r, p)) if r == repo => p,
+        Some((r, _)) => bail!(
+            "--from {from} is a worktree of repository '{r}', not '{repo}'; a fork stays in its parent's repository: `worktreefs new {r}/{name} --from {from}`"
+        ),
+        None => from,
+    };
+    let mut store = open_store(state)?;
+    let forked = worktreefs::lifecycle::fork::fork_worktree(
+        state,
+        &mut store,
+        &worktreefs::lifecycle::fork::ForkRequest {
+            repo,
+            name,
+            from: parent,
+            branch,
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        },
+    )?;
+    daemon::poke(state);
+    let c = &forked.copied;
+    println!(
+        "forked {repo}/{parent} as {}/{} on branch {} at {} (copied {} file(s), {}, {} dir(s), {} other entries, in {} ms)",
+        forked.row.repo,
+        forked.row.name,
+        forked.row.branch.as_deref().unwrap_or("(detached)"),
+        &forked.head.to_string()[..12],
+        c.files,
+        worktreefs::report::human_bytes(c.bytes),
+        c.dirs,
+        c.other,
+        c.took.as_millis()
+    );
+    for n in &forked.notes {
+        println!("  note: {n}");
+    }
+    let mountpoint = create::mountpoint_of(state, &store);
+    print_cd(
+        state,
+        &mountpoint.join(&forked.row.repo).join(&forked.row.name),
+    );
+    Ok(())
+}
+
 fn print_cd(state: &StateDir, path: &Path) {
     if daemon::running_daemon(state).is_some() {
         println!("  cd {}", path.display());

@@ -268,10 +268,13 @@ impl FsError {
     pub fn creation(context: impl fmt::Display, err: CreateError) -> Self {
         let kind = match &err {
             CreateError::InvalidName(_) | CreateError::BadRevision(_) => ErrorKind::Invalid,
-            CreateError::UnknownRepo(_) | CreateError::NotKept(_) => ErrorKind::NotFound,
+            CreateError::UnknownRepo(_) | CreateError::NotKept(_) | CreateError::NoWorktree(_) => {
+                ErrorKind::NotFound
+            }
             CreateError::Exists(_) | CreateError::BranchConflict(_) => ErrorKind::Exists,
             CreateError::NoSpace(_, errno) => ErrorKind::Os(*errno),
-            CreateError::Busy(_) => ErrorKind::Busy,
+            CreateError::Busy(_) | CreateError::Conflict(_) => ErrorKind::Busy,
+            CreateError::Denied(_) => ErrorKind::Denied,
             CreateError::Internal(_) => ErrorKind::Internal,
         };
         FsError::with_source(kind, format!("{context}: {err}"), err)

@@ -26,6 +26,13 @@ pub enum CreateError {
     BranchConflict(String),
     /// Nothing kept to restore: what was asked for and where to look.
     NotKept(String),
+    /// The worktree named (to fork) does not exist.
+    NoWorktree(String),
+    /// The worktree named is in a state that does not allow it (forking one that is
+    /// deleting or removed): its state and the way out.
+    Conflict(String),
+    /// The user may not read what the request needs.
+    Denied(String),
     /// The disk (the state dir's or the repository's) is full or over quota: the message
     /// and the errno (ENOSPC or EDQUOT).
     NoSpace(String, i32),
@@ -43,6 +50,9 @@ impl fmt::Display for CreateError {
             | CreateError::BadRevision(m)
             | CreateError::BranchConflict(m)
             | CreateError::NotKept(m)
+            | CreateError::NoWorktree(m)
+            | CreateError::Conflict(m)
+            | CreateError::Denied(m)
             | CreateError::NoSpace(m, _)
             | CreateError::Busy(m)
             | CreateError::Internal(m) => f.write_str(m),
@@ -152,27 +162,18 @@ pub fn create_worktree(
         })?;
     // A creation of this name that was killed half-way is rolled back first; one that is
     // still running makes this one wait its turn.
-    for c in store
-        .creations()
-        .map_err(|e| internal("reading creations")(e.to_string()))?
-        .into_iter()
-        .filter(|c| c.repo_id == repo_row.id && c.name == req.name)
-    {
-        if creator_alive(&c) {
-            return Err(CreateError::Exists(format!(
+    roll_back_dead(
+        state,
+        store,
+        &repo_row.gitdir,
+        |c| c.repo_id == repo_row.id && c.name == req.name,
+        |c| {
+            CreateError::Exists(format!(
                 "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
                 req.repo, req.name, c.pid
-            )));
-        }
-        let Some(c) =
-            claim(store, &c).map_err(db_failure("taking over a creation killed half-way"))?
-        else {
-            continue; // someone else took it over
-        };
-        roll_back_creation(state, store, &repo_row.gitdir, &c).map_err(|e| {
-            internal("rolling back an earlier creation killed half-way")(format!("{e:#}"))
-        })?;
-    }
+            ))
+        },
+    )?;
     if let Some(existing) = store
         .worktree(req.repo, req.name)
         .map_err(|e| internal("reading worktrees")(e.to_string()))?
@@ -408,22 +409,17 @@ fn make_recorded(
     let gitdir = git::common_dir(repo);
     let mountpoint = mountpoint_of(state, store);
     let worktree_path = mountpoint.join(req.repo).join(req.name);
-    git::write_admin_entry(
+    write_entry(
+        state,
+        &mountpoint,
         &gitdir,
-        &record.admin_name,
+        record,
+        req.repo,
         (req.uid, req.gid),
         &format!("ref: refs/heads/{branch_name}"),
-        &gitfile_path(&mountpoint, req.repo, req.name),
         |out| index.write_for(out, &worktree_path, &gitdir),
-        &admin_lock_text(state),
-    )
-    .map_err(|e| {
-        // Not made (an entry of someone else's already there, a `worktrees/` that cannot
-        // be used): nothing of it is ours to undo.
-        made.admin = e.downcast_ref::<git::EntryNotMade>().is_none();
-        chain_failure("writing the git worktree entry")(e)
-    })?;
-    made.admin = true;
+        made,
+    )?;
 
     let id = record.worktree_id;
     let staging = staging_dir(state, id);
@@ -480,6 +476,40 @@ fn make_recorded(
         })
 }
 
+/// git's admin entry of creation `record` (worktree `record.name` of `repo`): HEAD
+/// `head`, the index `write_index` writes. `made.admin` says whether a rollback has an
+/// entry of this creation's to undo.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_entry(
+    state: &StateDir,
+    mountpoint: &Path,
+    gitdir: &Path,
+    record: &CreationRow,
+    repo: &str,
+    owner: (u32, u32),
+    head: &str,
+    write_index: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
+    made: &mut Made,
+) -> Result<(), CreateError> {
+    git::write_admin_entry(
+        gitdir,
+        &record.admin_name,
+        owner,
+        head,
+        &gitfile_path(mountpoint, repo, &record.name),
+        write_index,
+        &admin_lock_text(state),
+    )
+    .map_err(|e| {
+        // Not made (an entry of someone else's already there, a `worktrees/` that cannot
+        // be used): nothing of it is ours to undo.
+        made.admin = e.downcast_ref::<git::EntryNotMade>().is_none();
+        chain_failure("writing the git worktree entry")(e)
+    })?;
+    made.admin = true;
+    Ok(())
+}
+
 /// The `locked` file of an admin entry this state directory's worktreefs writes.
 pub(super) fn admin_lock_text(state: &StateDir) -> String {
     format!("{ADMIN_MARKER} (state dir {})\n", state.root.display())
@@ -490,7 +520,7 @@ fn branch_log_message(id: i64) -> String {
     format!("worktreefs: created for worktree {id}")
 }
 
-fn staging_dir(state: &StateDir, id: i64) -> PathBuf {
+pub(super) fn staging_dir(state: &StateDir, id: i64) -> PathBuf {
     state.root.join("worktrees").join(format!(".new-{id}"))
 }
 
@@ -532,6 +562,37 @@ pub fn roll_back_creation(
     c: &CreationRow,
 ) -> anyhow::Result<()> {
     roll_back(state, store, gitdir, c, None)
+}
+
+/// Rolls back each creation `which` picks that was killed half-way (its creator gone),
+/// taking it over first so two rollers never both act; one whose creator still runs is
+/// refused with `alive`'s error.
+pub(super) fn roll_back_dead(
+    state: &StateDir,
+    store: &mut Store,
+    gitdir: &Path,
+    which: impl Fn(&CreationRow) -> bool,
+    alive: impl Fn(&CreationRow) -> CreateError,
+) -> Result<(), CreateError> {
+    for c in store
+        .creations()
+        .map_err(|e| internal("reading creations")(e.to_string()))?
+        .into_iter()
+        .filter(|c| which(c))
+    {
+        if creator_alive(&c) {
+            return Err(alive(&c));
+        }
+        let Some(c) =
+            claim(store, &c).map_err(db_failure("taking over a creation killed half-way"))?
+        else {
+            continue; // someone else took it over
+        };
+        roll_back(state, store, gitdir, &c, None).map_err(|e| {
+            internal("rolling back an earlier creation killed half-way")(format!("{e:#}"))
+        })?;
+    }
+    Ok(())
 }
 
 /// What an in-process creation that failed had made itself (a rollback after a crash

@@ -8,6 +8,7 @@
 
 pub mod cleanup;
 pub mod create;
+pub mod fork;
 pub mod gate;
 pub mod holders;
 pub mod restore;

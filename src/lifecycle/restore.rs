@@ -11,8 +11,8 @@ use crate::git;
 use crate::lease::State;
 use crate::lifecycle::cleanup::keep::{self, KEPT_DIR};
 use crate::lifecycle::create::{
-    admin_lock_text, chain_failure, claim, creator_alive, gitfile_path, internal, io_failure,
-    make_branch, mountpoint_of, record_creation, roll_back, CreateError, Made,
+    internal, io_failure, make_branch, mountpoint_of, record_creation, roll_back, roll_back_dead,
+    write_entry, CreateError, Made,
 };
 use crate::names::validate_name;
 use crate::state::StateDir;
@@ -100,33 +100,19 @@ pub fn restore_worktree(
     }
     // A creation of that name, or a restore of this copy, killed half-way is rolled back
     // first (as `new` does); the rollback of a restore puts the copy back.
-    for c in store
-        .creations()
-        .map_err(|e| internal("reading creations")(e.to_string()))?
-        .into_iter()
-        .filter(|c| {
-            (c.repo_id == repo_row.id && c.name == new_name) || c.restored_from == Some(from)
-        })
-    {
-        if creator_alive(&c) {
-            return Err(match c.restored_from {
-                Some(f) if f == from => CreateError::Busy(format!(
-                    "{label} is being restored right now by process {}; wait for it",
-                    c.pid
-                )),
-                _ => in_use("being created"),
-            });
-        }
-        let Some(c) = claim(store, &c).map_err(crate::lifecycle::create::db_failure(
-            "taking over a creation killed half-way",
-        ))?
-        else {
-            continue;
-        };
-        roll_back(state, store, &repo_row.gitdir, &c, None).map_err(|e| {
-            internal("rolling back an earlier creation killed half-way")(format!("{e:#}"))
-        })?;
-    }
+    roll_back_dead(
+        state,
+        store,
+        &repo_row.gitdir,
+        |c| (c.repo_id == repo_row.id && c.name == new_name) || c.restored_from == Some(from),
+        |c| match c.restored_from {
+            Some(f) if f == from => CreateError::Busy(format!(
+                "{label} is being restored right now by process {}; wait for it",
+                c.pid
+            )),
+            _ => in_use("being created"),
+        },
+    )?;
 
     let dir = state.removed_dir(from);
     if !dir.is_dir() {
@@ -317,20 +303,17 @@ fn make(
     let repo_name = old.repo.as_str();
     let worktree_path = mountpoint.join(repo_name).join(&record.name);
     let index = crate::git::untracked::retarget(index, &worktree_path).unwrap_or(index.to_vec());
-    git::write_admin_entry(
+    write_entry(
+        state,
+        &mountpoint,
         &gitdir,
-        &record.admin_name,
+        record,
+        repo_name,
         (old.uid, old.gid),
         head,
-        &gitfile_path(&mountpoint, repo_name, &record.name),
         |out| std::io::Write::write_all(out, &index),
-        &admin_lock_text(state),
-    )
-    .map_err(|e| {
-        made.admin = e.downcast_ref::<git::EntryNotMade>().is_none();
-        chain_failure("writing the git worktree entry")(e)
-    })?;
-    made.admin = true;
+        made,
+    )?;
     fs::rename(
         state.removed_dir(from),
         state.worktree_dir(record.worktree_id),
@@ -372,7 +355,7 @@ fn make(
 
 /// The index of commit `at`'s tree, made by libgit2 at `scratch` (in the kept copy, the
 /// daemon's own directory) and read back: no stat data, so git looks at each file once.
-fn index_of_commit(
+pub(super) fn index_of_commit(
     repo: &Repository,
     at: Oid,
     scratch: &std::path::Path,

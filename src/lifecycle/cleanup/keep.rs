@@ -190,6 +190,17 @@ fn read_entry(t: &Target) -> Result<(String, Option<Vec<u8>>), NotKept> {
     Ok((head, index))
 }
 
+/// `read_entry` for a fork (`lifecycle::fork`): git's `HEAD` and `index` of a live
+/// worktree, read through its checked entry; why not, as text.
+pub(crate) fn git_files_of(t: &Target) -> Result<(String, Option<Vec<u8>>), String> {
+    read_entry(t).map_err(|n| n.why)
+}
+
+/// The commit a `HEAD` file's text names, for a fork.
+pub(crate) fn commit_of_head(repo: &Repository, head: &str) -> Option<Oid> {
+    head_commit(repo, head)
+}
+
 /// The largest index a removal keeps (a checkout of 1,000,000 files has one of ~100 MB).
 const KEPT_INDEX_CAP: u64 = 512 << 20;
 

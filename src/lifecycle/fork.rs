@@ -1,0 +1,1041 @@
+//! `worktreefs new REPO/CHILD --from REPO/PARENT`: a fork of a live worktree. The child
+//! is a new worktree on a new branch at the parent's HEAD, with the parent's index and a
+//! copy of the parent's upper layer (every uncommitted, untracked and ignored change)
+//! over the same base tree. It is recorded and rolled back like any creation
+//! (`create.rs`).
+//!
+//! The parent keeps running: its upper layer is copied file by file (a reflink where the
+//! filesystem has them, else `copy_file_range`), never linked, so the child shares no
+//! inode with it. Each file is copied whole as of one instant: its status (inode, size,
+//! mtime, ctime) before and after the copy must agree, or it is copied again. The layer
+//! is then walked again, and again, until a walk finds nothing changed since it was
+//! copied: the copy is then the parent's layer as of one instant (the moment between the
+//! last two walks). A parent that never holds still for a whole walk gets a copy whose
+//! files are each whole but of different instants, and the fork says so. The cost is the
+//! parent's changes (the layer's entries and bytes), not the repository's size.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use git2::{BranchType, Repository};
+
+use crate::beneath::{self, Stat};
+use crate::git;
+use crate::layout::Whiteouts;
+use crate::lease::State;
+use crate::lifecycle::cleanup::{keep, Target};
+use crate::lifecycle::create::{
+    internal, io_failure, make_branch, mountpoint_of, record_creation, roll_back, roll_back_dead,
+    staging_dir, write_entry, CreateError, Made,
+};
+use crate::names::validate_name;
+use crate::state::StateDir;
+use crate::store::{now_secs, CreationRow, NewWorktree, Store, WorktreeRow};
+
+pub struct ForkRequest<'a> {
+    pub repo: &'a str,
+    /// The new worktree.
+    pub name: &'a str,
+    /// The worktree forked.
+    pub from: &'a str,
+    /// The new branch (default: the new worktree's name).
+    pub branch: Option<&'a str>,
+    /// Who forks (the command's effective user).
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A fork done: the new worktree, the commit its branch starts at, what was copied and
+/// what the user should know.
+pub struct Forked {
+    pub row: WorktreeRow,
+    pub head: git2::Oid,
+    pub copied: Copied,
+    pub notes: Vec<String>,
+}
+
+/// What a fork copied of the parent's upper layer.
+#[derive(Debug, Default, Clone)]
+pub struct Copied {
+    pub files: u64,
+    pub bytes: u64,
+    pub dirs: u64,
+    /// Symlinks, whiteouts, FIFOs, sockets and devices.
+    pub other: u64,
+    /// Files copied again because they changed while they were copied.
+    pub again: u64,
+    /// Walks of the layer (the last one found nothing changed, when `settled`).
+    pub walks: u32,
+    pub settled: bool,
+    pub took: Duration,
+}
+
+/// How many walks a fork makes before it takes a parent that never held still as it is.
+const MAX_WALKS: u32 = 8;
+/// How many times one file is copied before a fork gives up on it: it changed during
+/// each copy.
+const MAX_COPIES: u32 = 50;
+
+/// Forks `req.from` as `req.name`. On any error nothing is left behind and the parent is
+/// as it was.
+pub fn fork_worktree(
+    state: &StateDir,
+    store: &mut Store,
+    req: &ForkRequest<'_>,
+) -> Result<Forked, CreateError> {
+    let started = Instant::now();
+    let label = format!("{}/{}", req.repo, req.from);
+    validate_name("worktree", req.name).map_err(CreateError::InvalidName)?;
+    let branch_name = req.branch.unwrap_or(req.name).to_string();
+    if git2::Branch::name_is_valid(&branch_name).ok() != Some(true) {
+        return Err(CreateError::InvalidName(format!(
+            "branch name '{branch_name}' is not a valid git branch name"
+        )));
+    }
+    let repo_row = store
+        .repo_by_name(req.repo)
+        .map_err(|e| internal("reading repositories")(e.to_string()))?
+        .ok_or_else(|| {
+            CreateError::UnknownRepo(format!(
+                "repository '{}' is not registered (see `worktreefs repo list`)",
+                req.repo
+            ))
+        })?;
+    let parent_of = |store: &Store| -> Result<WorktreeRow, CreateError> {
+        let row = store
+            .worktree(req.repo, req.from)
+            .map_err(|e| internal("reading worktrees")(e.to_string()))?;
+        match row {
+            None => Err(CreateError::NoWorktree(format!(
+                "worktree '{label}' does not exist; see `worktreefs list` for the worktrees to fork"
+            ))),
+            Some(w) if w.state == State::Removed => Err(CreateError::Conflict(format!(
+                "worktree '{label}' is removed; bring it back with `worktreefs restore {label}` and fork it then, or fork another"
+            ))),
+            Some(w) if w.state == State::Deleting || w.removal.is_some() => {
+                Err(CreateError::Conflict(format!(
+                    "worktree '{label}' is being cleaned up (state: {}); it cannot be forked now: fork another, or restore it once it is removed (`worktreefs restore {label}`)",
+                    w.state
+                )))
+            }
+            Some(w) => Ok(w),
+        }
+    };
+    let parent = parent_of(store)?;
+    if req.uid != 0 && req.uid != parent.uid {
+        return Err(CreateError::Denied(format!(
+            "worktree '{label}' belongs to uid {}, and uid {} may not read it; fork it as its owner or as root",
+            parent.uid, req.uid
+        )));
+    }
+    roll_back_dead(
+        state,
+        store,
+        &repo_row.gitdir,
+        |c| c.repo_id == repo_row.id && c.name == req.name,
+        |c| {
+            CreateError::Exists(format!(
+                "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
+                req.repo, req.name, c.pid
+            ))
+        },
+    )?;
+    if let Some(w) = store
+        .worktree(req.repo, req.name)
+        .map_err(|e| internal("reading worktrees")(e.to_string()))?
+        .filter(|w| w.state != State::Removed)
+    {
+        return Err(CreateError::Exists(format!(
+            "worktree '{}/{}' already exists (state: {}); pick another name",
+            req.repo, req.name, w.state
+        )));
+    }
+    // The parent's removal waits for the fork (its cleanup takes this lock), and a fork
+    // does not start under one.
+    let _lock = crate::lifecycle::cleanup::try_lock(state, parent.id).ok_or_else(|| {
+        CreateError::Conflict(format!(
+            "worktree '{label}' is being cleaned up right now; fork another, or try again in a moment"
+        ))
+    })?;
+    let parent = parent_of(store)?;
+
+    let repo = Repository::open(&repo_row.gitdir).map_err(|e| {
+        CreateError::Internal(format!(
+            "repository '{}' at {} cannot be opened: {}",
+            repo_row.name,
+            repo_row.gitdir.display(),
+            e.message()
+        ))
+    })?;
+    let gitdir = git::common_dir(&repo);
+    if repo.find_branch(&branch_name, BranchType::Local).is_ok() {
+        return Err(CreateError::BranchConflict(format!(
+            "branch '{branch_name}' already exists in repository '{}'; a fork starts a new branch: pass --branch NEW-BRANCH",
+            req.repo
+        )));
+    }
+    let mountpoint = mountpoint_of(state, store);
+    let t = Target::new(state, &parent, &repo_row, &mountpoint);
+    let (head, index) = keep::git_files_of(&t)
+        .map_err(|why| CreateError::Internal(format!("reading git's files of '{label}': {why}")))?;
+    let head_commit = keep::commit_of_head(&repo, &head).ok_or_else(|| {
+        CreateError::BadRevision(format!(
+            "the HEAD of '{label}' ({}) names no commit; commit there first",
+            head.trim()
+        ))
+    })?;
+    let mut notes = Vec::new();
+    // The child belongs to who forks; root forks for the parent's owner.
+    let (uid, gid) = if req.uid == 0 {
+        (parent.uid, parent.gid)
+    } else {
+        (req.uid, req.gid)
+    };
+
+    let me = crate::lifecycle::holders::proc_info(std::process::id() as i32);
+    let mut record = CreationRow {
+        worktree_id: 0,
+        repo_id: repo_row.id,
+        name: req.name.to_string(),
+        branch: Some(branch_name.clone()),
+        // What a rollback compares the branch it made with.
+        base_commit: head_commit.to_string(),
+        admin_name: String::new(),
+        pid: std::process::id() as i32,
+        pid_start: me.map(|p| p.start).unwrap_or(0),
+        started_at: now_secs(),
+        restored_from: None,
+    };
+    record.worktree_id = record_creation(store, &gitdir, &mut record, req.repo)?;
+    let mut made = Made::default();
+    let plan = Plan {
+        parent: &parent,
+        label: &label,
+        branch: &branch_name,
+        head_commit,
+        index: index.as_deref(),
+        owner: (uid, gid),
+        mountpoint: &mountpoint,
+    };
+    let r = make(state, store, &repo, &record, &plan, &mut made, &mut notes);
+    if let Err(e) = &r {
+        if let Err(undo) = roll_back(state, store, &gitdir, &record, Some(&made)) {
+            tracing::error!(
+                "fork of {label} as {} failed ({e}) and could not be rolled back ({undo:#}); the next mount rolls it back",
+                req.name
+            );
+        }
+    }
+    let mut copied = r?;
+    copied.took = started.elapsed();
+    let row = store
+        .worktree_by_id(record.worktree_id)
+        .map_err(|e| internal("reading back the worktree")(e.to_string()))?
+        .ok_or_else(|| CreateError::Internal("forked worktree row vanished".into()))?;
+    tracing::info!(
+        "forked {label} as {}/{} (worktree {}): {} files, {} bytes, {} walks{}",
+        row.repo,
+        row.name,
+        row.id,
+        copied.files,
+        copied.bytes,
+        copied.walks,
+        if copied.settled { "" } else { ", not settled" }
+    );
+    Ok(Forked {
+        row,
+        head: head_commit,
+        copied,
+        notes,
+    })
+}
+
+struct Plan<'a> {
+    parent: &'a WorktreeRow,
+    label: &'a str,
+    branch: &'a str,
+    head_commit: git2::Oid,
+    index: Option<&'a [u8]>,
+    owner: (u32, u32),
+    mountpoint: &'a Path,
+}
+
+/// The steps of a recorded fork: the branch, git's entry with the parent's index, the
+/// copied upper layer (made under `.new-<id>`, then put at `<id>`), and the row.
+fn make(
+    state: &StateDir,
+    store: &mut Store,
+    repo: &Repository,
+    record: &CreationRow,
+    p: &Plan<'_>,
+    made: &mut Made,
+    notes: &mut Vec<String>,
+) -> Result<Copied, CreateError> {
+    make_branch(repo, p.branch, p.head_commit, record.worktree_id)?;
+    made.branch = true;
+    let gitdir = git::common_dir(repo);
+    let repo_name = p.parent.repo.as_str();
+    let worktree_path = p.mountpoint.join(repo_name).join(&record.name);
+    let index = match p.index {
+        Some(b) => crate::git::untracked::retarget(b, &worktree_path).unwrap_or(b.to_vec()),
+        None => {
+            notes.push(format!(
+                "the index of {} was not found (its git entry is gone): the fork's is HEAD's tree, and git looks at every file once",
+                p.label
+            ));
+            let scratch = staging_dir(state, record.worktree_id).with_extension("index");
+            crate::lifecycle::restore::index_of_commit(repo, p.head_commit, &scratch)
+                .map_err(|e| CreateError::Internal(format!("making an index: {e:#}")))?
+        }
+    };
+    write_entry(
+        state,
+        p.mountpoint,
+        &gitdir,
+        record,
+        repo_name,
+        p.owner,
+        &format!("ref: refs/heads/{}", p.branch),
+        |out| io::Write::write_all(out, &index),
+        made,
+    )?;
+
+    let id = record.worktree_id;
+    let staging = staging_dir(state, id);
+    fs::create_dir_all(staging.join("upper"))
+        .and_then(|_| fs::create_dir_all(staging.join("work")))
+        .map_err(io_failure("creating the upper layer"))?;
+    let from_dir = state.worktree_dir(p.parent.id);
+    // The daemon's own files of the parent: which base files a checkout converts, whether
+    // submodules show, whether the layer is in format 2.
+    for (name, to) in [
+        (
+            crate::state::CONVERSIONS_FILE,
+            staging.join(crate::state::CONVERSIONS_FILE),
+        ),
+        ("submodules", staging.join("submodules")),
+        ("work/format-2", staging.join("work/format-2")),
+    ] {
+        let from = from_dir.join(name);
+        match fs::read(&from) {
+            Ok(bytes) => crate::durable::write_file_synced(&to, &bytes)
+                .map_err(io_failure("copying the parent's records"))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_failure("reading the parent's records")(e)),
+        }
+    }
+    if fs::read_dir(from_dir.join("subs")).is_ok_and(|mut d| d.next().is_some()) {
+        notes.push(format!(
+            "the submodule views of {} are made anew in the fork when first looked at (their own changes are not copied)",
+            p.label
+        ));
+    }
+    let copied = copy_layer(
+        &from_dir.join("upper"),
+        &from_dir.join("work"),
+        &staging.join("upper"),
+        &staging.join("work"),
+        nix::unistd::geteuid().is_root(),
+    )
+    .map_err(|e| match e {
+        CopyError::Io(what, e) if e.raw_os_error() == Some(libc::EACCES) => {
+            CreateError::Denied(format!(
+                "{what} of '{}': {e}; the fork must read every changed file: fork as its owner or as root",
+                p.label
+            ))
+        }
+        CopyError::Io(what, e) => io_failure(&format!("{what} of '{}'", p.label))(e),
+        CopyError::NeverStill(path) => CreateError::Busy(format!(
+            "{} of '{}' changed during each of {MAX_COPIES} copies; pause what writes it, then fork again",
+            String::from_utf8_lossy(&path),
+            p.label
+        )),
+    })?;
+    if !copied.settled {
+        notes.push(format!(
+            "{} changed all through the fork ({} walks): each file is whole as of one instant, but not all of the same instant",
+            p.label, copied.walks
+        ));
+    }
+    if nix::unistd::geteuid().is_root() && p.owner != (p.parent.uid, p.parent.gid) {
+        let _ = nix::unistd::chown(
+            &staging.join("upper"),
+            Some(nix::unistd::Uid::from_raw(p.owner.0)),
+            Some(nix::unistd::Gid::from_raw(p.owner.1)),
+        );
+    }
+    fs::rename(&staging, state.worktree_dir(id)).map_err(io_failure("placing the upper layer"))?;
+    store
+        .finish_creation(
+            record,
+            &NewWorktree {
+                repo_id: record.repo_id,
+                name: &record.name,
+                branch: Some(p.branch),
+                branch_created: true,
+                base_commit: &p.parent.base_commit,
+                base_tree: &p.parent.base_tree,
+                base_mtime: p.parent.base_mtime,
+                uid: p.owner.0,
+                gid: p.owner.1,
+                admin_name: &record.admin_name,
+            },
+        )
+        .map_err(|e| match e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                CreateError::Exists(format!(
+                    "worktree '{}/{}' was created by someone else just now; pick another name",
+                    repo_name, record.name
+                ))
+            }
+            other => crate::lifecycle::create::db_failure("recording the worktree")(other),
+        })?;
+    Ok(copied)
+}
+
+// ----- copying a live upper layer -----
+
+#[derive(Debug)]
+pub enum CopyError {
+    /// What was being done (naming the path) and the error.
+    Io(String, io::Error),
+    /// A file that changed during every copy of it.
+    NeverStill(Vec<u8>),
+}
+
+/// What an entry was when it was copied: a later walk that finds it so again has nothing
+/// to copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sig {
+    ino: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Sig {
+    fn of(st: &Stat) -> Sig {
+        Sig {
+            ino: st.st_ino,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+}
+
+/// Copies the upper layer `from` (whose whiteout files are in `from_work`) to the empty
+/// layer `to` (whiteouts made in `to_work`), as described at the top of this module.
+/// `as_root`: owners are kept (else every copy is the caller's).
+pub fn copy_layer(
+    from: &Path,
+    from_work: &Path,
+    to: &Path,
+    to_work: &Path,
+    as_root: bool,
+) -> Result<Copied, CopyError> {
+    let io = |what: &str, p: &Path| {
+        let what = format!("{what} {}", p.display());
+        move |e| CopyError::Io(what, e)
+    };
+    let from_fd = beneath::open_root(from).map_err(io("opening", from))?;
+    let from_work_fd = beneath::open_root(from_work).map_err(io("opening", from_work))?;
+    let to_fd = beneath::open_root(to).map_err(io("opening", to))?;
+    let to_work_fd = beneath::open_root(to_work).map_err(io("opening", to_work))?;
+    let from_whiteouts =
+        Whiteouts::read(from_work_fd.as_fd()).map_err(io("reading the whiteouts of", from_work))?;
+    let to_whiteouts =
+        Whiteouts::open(to_work_fd.as_fd()).map_err(io("making whiteouts in", to_work))?;
+    let mut c = Copier {
+        from_whiteouts,
+        from_work: from_work_fd.as_fd(),
+        to_whiteouts: &to_whiteouts,
+        to_work: to_work_fd.as_fd(),
+        to_root: to_fd.as_fd(),
+        as_root,
+        copied: HashMap::new(),
+        dirs: HashMap::new(),
+        linked: HashMap::new(),
+        stats: Copied::default(),
+    };
+    loop {
+        c.stats.walks += 1;
+        let root_st = beneath::fstat(from_fd.as_fd()).map_err(io("reading", from))?;
+        c.dirs.insert(Vec::new(), root_st);
+        let changes = c.sync_dir(from_fd.as_fd(), to_fd.as_fd(), b"")?;
+        if changes == 0 && c.stats.walks > 1 {
+            c.stats.settled = true;
+            break;
+        }
+        if c.stats.walks >= MAX_WALKS {
+            break;
+        }
+    }
+    c.finish_dirs()?;
+    Ok(c.stats)
+}
+
+struct Copier<'a> {
+    /// The parent's whiteout files (read again when one may have been added meanwhile).
+    from_whiteouts: Whiteouts,
+    from_work: BorrowedFd<'a>,
+    to_whiteouts: &'a Whiteouts,
+    to_work: BorrowedFd<'a>,
+    to_root: BorrowedFd<'a>,
+    as_root: bool,
+    /// Each entry copied, by its path in the layer: what it was when copied.
+    copied: HashMap<Vec<u8>, Sig>,
+    /// Each directory's status (applied once the copy is done: its content changes it).
+    dirs: HashMap<Vec<u8>, Stat>,
+    /// Files with more than one name, by inode: the first name copied and what it was.
+    linked: HashMap<u64, (Vec<u8>, Sig)>,
+    stats: Copied,
+}
+
+fn join(rel: &[u8], name: &OsStr) -> Vec<u8> {
+    if rel.is_empty() {
+        name.as_bytes().to_vec()
+    } else {
+        [rel, b"/", name.as_bytes()].concat()
+    }
+}
+
+fn is_gone(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP)
+    )
+}
+
+impl Copier<'_> {
+    /// Makes the directory `to` hold what `from` holds now; how many entries that
+    /// changed (0: everything below was as copied before).
+    fn sync_dir(&mut self, from: BorrowedFd, to: BorrowedFd, rel: &[u8]) -> Result<u64, CopyError> {
+        let shown = |rel: &[u8]| String::from_utf8_lossy(rel).into_owned();
+        let io = |what: &str, rel: &[u8]| {
+            let what = format!("{what} {}", shown(rel));
+            move |e| CopyError::Io(what, e)
+        };
+        let mut changes = 0;
+        let listed = beneath::list(from).map_err(io("listing", rel))?;
+        let mut names: std::collections::HashSet<OsString> = Default::default();
+        for e in listed {
+            let name = e.name;
+            let path = join(rel, &name);
+            let st = match beneath::stat_at(from, &name) {
+                Ok(st) => st,
+                // Gone since the listing: the next walk sees the directory as it is then.
+                Err(e) if is_gone(&e) => {
+                    changes += 1;
+                    continue;
+                }
+                Err(e) => return Err(io("reading", &path)(e)),
+            };
+            names.insert(name.clone());
+            let sig = Sig::of(&st);
+            let kind = st.st_mode & libc::S_IFMT;
+            if kind == libc::S_IFDIR {
+                let known = self
+                    .copied
+                    .get(&path)
+                    .is_some_and(|s| s.ino == sig.ino && s.mode & libc::S_IFMT == libc::S_IFDIR);
+                if !known {
+                    self.forget(to, &name, &path)
+                        .map_err(io("replacing", &path))?;
+                    beneath::mkdir_at(to, &name, 0o700).map_err(io("making", &path))?;
+                    self.stats.dirs += 1;
+                    changes += 1;
+                }
+                let sub_from =
+                    match beneath::open(from, name.as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0)
+                    {
+                        Ok(fd) => fd,
+                        Err(e) if is_gone(&e) => {
+                            changes += 1;
+                            continue;
+                        }
+                        Err(e) => return Err(io("opening", &path)(e)),
+                    };
+                let opened = beneath::fstat(sub_from.as_fd()).map_err(io("reading", &path))?;
+                if opened.st_ino != st.st_ino {
+                    changes += 1; // replaced between the stat and the open
+                    continue;
+                }
+                let sub_to = beneath::dir(to, name.as_bytes()).map_err(io("opening", &path))?;
+                self.copied.insert(path.clone(), sig);
+                self.dirs.insert(path.clone(), st);
+                changes += self.sync_dir(sub_from.as_fd(), sub_to.as_fd(), &path)?;
+                continue;
+            }
+            if self.copied.get(&path) == Some(&sig) {
+                continue;
+            }
+            changes += 1;
+            self.forget(to, &name, &path)
+                .map_err(io("replacing", &path))?;
+            // A whiteout file the parent made since (at a filesystem's link limit) looks
+            // like this before it is known.
+            if kind == libc::S_IFREG
+                && st.st_size == 0
+                && st.st_nlink > 1
+                && st.st_mode & 0o7777 == 0
+                && !self.from_whiteouts.is(&st)
+            {
+                if let Ok(w) = Whiteouts::read(self.from_work) {
+                    self.from_whiteouts = w;
+                }
+            }
+            if self.from_whiteouts.is(&st) {
+                self.to_whiteouts
+                    .link(self.to_work, to, &name)
+                    .map_err(io("making the whiteout", &path))?;
+                self.stats.other += 1;
+                self.copied.insert(path, sig);
+                continue;
+            }
+            let got = match kind {
+                libc::S_IFREG => self.copy_file(from, to, &name, &path, &st)?,
+                libc::S_IFLNK => {
+                    let target = match beneath::readlink_at(from, &name) {
+                        Ok(t) => t,
+                        Err(e) if is_gone(&e) || e.raw_os_error() == Some(libc::EINVAL) => {
+                            continue;
+                        }
+                        Err(e) => return Err(io("reading the symlink", &path)(e)),
+                    };
+                    beneath::symlink_at(&target, to, &name).map_err(io("making", &path))?;
+                    let link = beneath::entry(to, &name).map_err(io("opening", &path))?;
+                    if self.as_root {
+                        beneath::chown(link.as_fd(), Some(st.st_uid), Some(st.st_gid))
+                            .map_err(io("giving", &path))?;
+                    }
+                    beneath::utimens_at(to, &name, &times(&st)).map_err(io("dating", &path))?;
+                    self.stats.other += 1;
+                    Some(sig)
+                }
+                _ => {
+                    // A FIFO, socket or device node the layer holds: made again, never
+                    // opened.
+                    beneath::mknod_at(to, &name, st.st_mode & (libc::S_IFMT | 0o777), st.st_rdev)
+                        .map_err(io("making", &path))?;
+                    let node = beneath::entry(to, &name).map_err(io("opening", &path))?;
+                    self.attrs(node.as_fd(), &st).map_err(io("giving", &path))?;
+                    self.stats.other += 1;
+                    Some(sig)
+                }
+            };
+            if let Some(sig) = got {
+                self.copied.insert(path, sig);
+            }
+        }
+        // What the parent no longer has.
+        for e in beneath::list(to).map_err(io("listing the copy of", rel))? {
+            if !names.contains(&e.name) {
+                let path = join(rel, &e.name);
+                self.forget(to, &e.name, &path)
+                    .map_err(io("removing the copy of", &path))?;
+                changes += 1;
+            }
+        }
+        Ok(changes)
+    }
+
+    /// Removes the copy of `name` (at `path`) and everything known below it.
+    fn forget(&mut self, to: BorrowedFd, name: &OsStr, path: &[u8]) -> io::Result<()> {
+        if self.copied.remove(path).is_some() {
+            let below = [path, b"/"].concat();
+            self.copied.retain(|k, _| !k.starts_with(&below));
+            self.dirs.retain(|k, _| k != path && !k.starts_with(&below));
+            self.linked
+                .retain(|_, (k, _)| k != path && !k.starts_with(&below));
+        }
+        match beneath::remove_tree(to, name) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Copies the regular file `name`, whole as of one instant; what it was then (None:
+    /// gone or no longer a regular file, which the next walk sees).
+    fn copy_file(
+        &mut self,
+        from: BorrowedFd,
+        to: BorrowedFd,
+        name: &OsStr,
+        path: &[u8],
+        listed: &Stat,
+    ) -> Result<Option<Sig>, CopyError> {
+        let io = |what: &str| {
+            let what = format!("{what} {}", String::from_utf8_lossy(path));
+            move |e| CopyError::Io(what, e)
+        };
+        // Another name of a file already copied: the same link in the copy.
+        if listed.st_nlink > 1 {
+            if let Some((first, sig)) = self.linked.get(&listed.st_ino).cloned() {
+                if sig == Sig::of(listed) && self.link_copy(&first, to, name).is_ok() {
+                    self.stats.other += 1;
+                    return Ok(Some(sig));
+                }
+            }
+        }
+        let src = match beneath::entry(from, name) {
+            Ok(fd) => fd,
+            Err(e) if is_gone(&e) => return Ok(None),
+            Err(e) => return Err(io("opening")(e)),
+        };
+        let st = beneath::fstat(src.as_fd()).map_err(io("reading"))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(None);
+        }
+        let file = beneath::reopen(src.as_fd(), libc::O_RDONLY).map_err(io("opening"))?;
+        let out = beneath::open(
+            to,
+            name.as_bytes(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            0o600,
+        )
+        .map_err(io("making the copy of"))?;
+        let out = fs::File::from(out);
+        for attempt in 0..MAX_COPIES {
+            let before = beneath::fstat(file.as_fd()).map_err(io("reading"))?;
+            if attempt > 0 {
+                out.set_len(0).map_err(io("copying"))?;
+                self.stats.again += 1;
+            }
+            let n = clone_or_copy(&file, &out).map_err(io("copying"))?;
+            #[cfg(test)]
+            tests::DURING_COPY.with(|h| {
+                if let Some(h) = h.borrow_mut().as_mut() {
+                    h(path)
+                }
+            });
+            let after = beneath::fstat(file.as_fd()).map_err(io("reading"))?;
+            if Sig::of(&before) == Sig::of(&after) {
+                self.attrs(out.as_fd(), &after).map_err(io("giving"))?;
+                self.stats.files += 1;
+                self.stats.bytes += n;
+                let sig = Sig::of(&after);
+                if after.st_nlink > 1 {
+                    self.linked.insert(after.st_ino, (path.to_vec(), sig));
+                }
+                return Ok(Some(sig));
+            }
+        }
+        Err(CopyError::NeverStill(path.to_vec()))
+    }
+
+    /// Links `name` in `to` to the copy at `first` (a path in the copied layer).
+    fn link_copy(&self, first: &[u8], to: BorrowedFd, name: &OsStr) -> io::Result<()> {
+        let (dir, base) = match first.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&first[..i], &first[i + 1..]),
+            None => (&b""[..], first),
+        };
+        let d = beneath::dir(self.to_root, dir)?;
+        beneath::link_at(d.as_fd(), OsStr::from_bytes(base), to, name)
+    }
+
+    /// Gives the copy `fd` the owner (as root), mode and times of `st`.
+    fn attrs(&self, fd: BorrowedFd, st: &Stat) -> io::Result<()> {
+        if self.as_root {
+            beneath::chown(fd, Some(st.st_uid), Some(st.st_gid))?;
+        }
+        beneath::chmod(fd, st.st_mode & 0o7777)?;
+        beneath::utimens(fd, &times(st))
+    }
+
+    /// Each directory's owner, mode and times, deepest first (a directory's times
+    /// change with what is made in it; a mode without write would stop that).
+    fn finish_dirs(&mut self) -> Result<(), CopyError> {
+        let mut dirs: Vec<_> = self.dirs.drain().collect();
+        dirs.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
+        for (rel, st) in dirs {
+            let fd = beneath::dir(self.to_root, &rel).map_err(|e| {
+                CopyError::Io(
+                    format!("opening the copy of {}", String::from_utf8_lossy(&rel)),
+                    e,
+                )
+            })?;
+            self.attrs(fd.as_fd(), &st).map_err(|e| {
+                CopyError::Io(
+                    format!("giving the copy of {}", String::from_utf8_lossy(&rel)),
+                    e,
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn times(st: &Stat) -> [libc::timespec; 2] {
+    [
+        libc::timespec {
+            tv_sec: st.st_atime,
+            tv_nsec: st.st_atime_nsec,
+        },
+        libc::timespec {
+            tv_sec: st.st_mtime,
+            tv_nsec: st.st_mtime_nsec,
+        },
+    ]
+}
+
+/// Copies all of `from` into the empty `to`: a reflink (`FICLONE`) where the filesystem
+/// shares extents, else `copy_file_range` (which the kernel may do as a reflink too),
+/// else reads and writes. How many bytes.
+fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
+    const FICLONE: libc::c_ulong = 0x4004_9409;
+    // SAFETY: two valid descriptors.
+    if unsafe { libc::ioctl(to.as_raw_fd(), FICLONE as _, from.as_raw_fd()) } == 0 {
+        return Ok(beneath::fstat(to.as_fd())?.st_size as u64);
+    }
+    let mut done: u64 = 0;
+    loop {
+        let mut off_in = done as libc::loff_t;
+        let mut off_out = done as libc::loff_t;
+        // SAFETY: valid descriptors and offsets.
+        let n = unsafe {
+            libc::copy_file_range(
+                from.as_raw_fd(),
+                &mut off_in,
+                to.as_raw_fd(),
+                &mut off_out,
+                1 << 30,
+                0,
+            )
+        };
+        if n == 0 {
+            return Ok(done);
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EXDEV)
+                    | Some(libc::ENOSYS)
+                    | Some(libc::EINVAL)
+                    | Some(libc::EOPNOTSUPP)
+            ) {
+                break;
+            }
+            return Err(e);
+        }
+        done += n as u64;
+    }
+    // Plain reads and writes, from where the kernel's copy stopped.
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = from.read_at(&mut buf, done)?;
+        if n == 0 {
+            return Ok(done);
+        }
+        to.write_all_at(&buf[..n], done)?;
+        done += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn layer(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+        let (u, w) = (root.join("upper"), root.join("work"));
+        fs::create_dir_all(&u).unwrap();
+        fs::create_dir_all(&w).unwrap();
+        (u, w)
+    }
+
+    #[test]
+    fn a_layer_is_copied_with_its_whiteouts_links_modes_and_times_and_shares_no_inode() {
+        let d = tempfile::tempdir().unwrap();
+        let (fu, fw) = layer(&d.path().join("from"));
+        let (tu, tw) = layer(&d.path().join("to"));
+        fs::create_dir_all(fu.join("a/b")).unwrap();
+        fs::write(fu.join("a/b/f"), b"hello").unwrap();
+        fs::set_permissions(fu.join("a/b/f"), fs::Permissions::from_mode(0o751)).unwrap();
+        fs::write(fu.join("big"), vec![7u8; 3 << 20]).unwrap();
+        fs::hard_link(fu.join("big"), fu.join("a/big-link")).unwrap();
+        std::os::unix::fs::symlink("../../etc/passwd", fu.join("a/out")).unwrap();
+        fs::write(fu.join("a/.wtfs-opaque"), b"").unwrap();
+        let fwork = beneath::open_root(&fw).unwrap();
+        let wh = Whiteouts::open(fwork.as_fd()).unwrap();
+        let up = beneath::open_root(&fu).unwrap();
+        wh.link(fwork.as_fd(), up.as_fd(), OsStr::new("gone.txt"))
+            .unwrap();
+        nix::unistd::mkfifo(
+            &fu.join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o640),
+        )
+        .unwrap();
+        fs::set_permissions(fu.join("a/b"), fs::Permissions::from_mode(0o555)).unwrap();
+
+        let c = copy_layer(&fu, &fw, &tu, &tw, false).unwrap();
+        assert!(c.settled, "{c:?}");
+        assert_eq!(
+            c.walks, 2,
+            "one copy and one walk that finds nothing changed"
+        );
+        assert_eq!(fs::read(tu.join("a/b/f")).unwrap(), b"hello");
+        assert_eq!(fs::read(tu.join("big")).unwrap(), vec![7u8; 3 << 20]);
+        assert_eq!(
+            fs::read_link(tu.join("a/out")).unwrap(),
+            Path::new("../../etc/passwd")
+        );
+        assert!(tu.join("a/.wtfs-opaque").is_file());
+        let m = |p: &Path| fs::symlink_metadata(p).unwrap();
+        assert_eq!(m(&tu.join("a/b/f")).mode() & 0o7777, 0o751);
+        assert_eq!(m(&tu.join("a/b")).mode() & 0o7777, 0o555);
+        assert_eq!(
+            m(&tu.join("a/b/f")).mtime_nsec(),
+            m(&fu.join("a/b/f")).mtime_nsec()
+        );
+        assert_eq!(m(&tu.join("a/b")).mtime(), m(&fu.join("a/b")).mtime());
+        assert!(m(&tu.join("fifo")).file_type().is_fifo_like());
+        // The two names of one file are one file in the copy too, and not the parent's.
+        assert_eq!(m(&tu.join("big")).ino(), m(&tu.join("a/big-link")).ino());
+        for p in ["a/b/f", "big", "a", "a/out"] {
+            assert_ne!(m(&tu.join(p)).ino(), m(&fu.join(p)).ino(), "{p}");
+        }
+        // The whiteout is one of the copy's own whiteout files.
+        let twork = beneath::open_root(&tw).unwrap();
+        let twh = Whiteouts::open(twork.as_fd()).unwrap();
+        let tup = beneath::open_root(&tu).unwrap();
+        assert!(twh.at(tup.as_fd(), OsStr::new("gone.txt")));
+        assert!(!wh.at(tup.as_fd(), OsStr::new("gone.txt")));
+        fs::set_permissions(fu.join("a/b"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(tu.join("a/b"), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    trait FifoLike {
+        fn is_fifo_like(&self) -> bool;
+    }
+    impl FifoLike for fs::FileType {
+        fn is_fifo_like(&self) -> bool {
+            use std::os::unix::fs::FileTypeExt;
+            self.is_fifo()
+        }
+    }
+
+    #[test]
+    fn a_file_rewritten_during_the_copy_is_copied_whole_and_the_layer_as_of_one_instant() {
+        let d = tempfile::tempdir().unwrap();
+        let (fu, fw) = layer(&d.path().join("from"));
+        let (tu, tw) = layer(&d.path().join("to"));
+        let size = 4 << 20;
+        fs::write(fu.join("hot"), vec![b'a'; size]).unwrap();
+        for i in 0..200 {
+            fs::write(fu.join(format!("f{i}")), format!("{i}")).unwrap();
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (stop, hot, dir) = (stop.clone(), fu.join("hot"), fu.clone());
+            std::thread::spawn(move || {
+                use std::os::unix::fs::FileExt;
+                let f = fs::OpenOptions::new().write(true).open(&hot).unwrap();
+                let mut n = 0u64;
+                // Whole-file rewrites in place, each of one letter, and a file renamed
+                // between directories now and then.
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 40 {
+                    let letter = b'a' + (n % 26) as u8;
+                    f.write_all_at(&vec![letter; size], 0).unwrap();
+                    let _ = fs::rename(dir.join("f1"), dir.join("f1-moved"));
+                    let _ = fs::rename(dir.join("f1-moved"), dir.join("f1"));
+                    n += 1;
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+            })
+        };
+        let c = copy_layer(&fu, &fw, &tu, &tw, false).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        let hot = fs::read(tu.join("hot")).unwrap();
+        assert_eq!(hot.len(), size);
+        assert!(
+            hot.iter().all(|b| *b == hot[0]),
+            "the copy of a file being rewritten is one version of it ({c:?})"
+        );
+        for i in 0..200 {
+            let p = if c.settled || i != 1 {
+                tu.join(format!("f{i}"))
+            } else {
+                continue;
+            };
+            assert_eq!(fs::read_to_string(p).unwrap(), format!("{i}"), "{c:?}");
+        }
+        if c.settled {
+            assert!(!tu.join("f1-moved").exists());
+        }
+    }
+
+    type Hook = Option<Box<dyn FnMut(&[u8])>>;
+
+    thread_local! {
+        /// Called between the copy of a file and the look at it after (tests only).
+        pub(super) static DURING_COPY: std::cell::RefCell<Hook> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    #[test]
+    fn a_file_that_never_holds_still_fails_the_copy_by_name_and_leaves_a_torn_copy_to_no_one() {
+        let d = tempfile::tempdir().unwrap();
+        let (fu, fw) = layer(&d.path().join("from"));
+        let (tu, tw) = layer(&d.path().join("to"));
+        fs::write(fu.join("spin"), vec![0u8; 1 << 20]).unwrap();
+        fs::write(fu.join("still"), b"x").unwrap();
+        let spin = fu.join("spin");
+        let copies = std::rc::Rc::new(std::cell::Cell::new(0));
+        let seen = copies.clone();
+        // A write lands during every copy of `spin`.
+        DURING_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |path: &[u8]| {
+                if path == b"spin" {
+                    seen.set(seen.get() + 1);
+                    use std::os::unix::fs::FileExt;
+                    let f = fs::OpenOptions::new().write(true).open(&spin).unwrap();
+                    f.write_all_at(&[seen.get() as u8], 0).unwrap();
+                }
+            }))
+        });
+        let r = copy_layer(&fu, &fw, &tu, &tw, false);
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        match r {
+            Err(CopyError::NeverStill(p)) => assert_eq!(p, b"spin"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(copies.get(), MAX_COPIES);
+
+        // Still only for a while: copied whole, as it was after the last write.
+        let (tu2, tw2) = layer(&d.path().join("to2"));
+        let spin = fu.join("spin");
+        let left = std::rc::Rc::new(std::cell::Cell::new(3u8));
+        let l = left.clone();
+        DURING_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |path: &[u8]| {
+                if path == b"spin" && l.get() > 0 {
+                    l.set(l.get() - 1);
+                    fs::write(&spin, vec![b'a' + l.get(); 1 << 20]).unwrap();
+                }
+            }))
+        });
+        let c = copy_layer(&fu, &fw, &tu2, &tw2, false).unwrap();
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        assert!(c.settled);
+        assert_eq!(c.again, 3, "{c:?}");
+        assert_eq!(fs::read(tu2.join("spin")).unwrap(), vec![b'a'; 1 << 20]);
+    }
+}
