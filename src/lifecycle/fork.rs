@@ -184,6 +184,15 @@ pub fn fork_worktree(
     let t = Target::new(state, &parent, &repo_row, &mountpoint);
     let (head, index) = keep::git_files_of(&t)
         .map_err(|why| CreateError::Internal(format!("reading git's files of '{label}': {why}")))?;
+    if index
+        .as_deref()
+        .is_some_and(|i| crate::git::fsmonitor::has_extension(i, b"link"))
+    {
+        // Half of a split index is in a shared file of the parent's own entry.
+        return Err(CreateError::Conflict(format!(
+            "the index of '{label}' is split (core.splitIndex), which a fork cannot copy; run `git config core.splitIndex false && git update-index --no-split-index` in it, then fork again"
+        )));
+    }
     let head_commit = keep::commit_of_head(&repo, &head).ok_or_else(|| {
         CreateError::BadRevision(format!(
             "the HEAD of '{label}' ({}) names no commit; commit there first",
@@ -701,7 +710,15 @@ impl Copier<'_> {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Ok(None);
         }
-        let file = beneath::reopen(src.as_fd(), libc::O_RDONLY).map_err(io("opening"))?;
+        // Read without touching its access time (the parent is not changed by a fork),
+        // where the kernel lets this user.
+        let file = match beneath::reopen(src.as_fd(), libc::O_RDONLY | libc::O_NOATIME) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                beneath::reopen(src.as_fd(), libc::O_RDONLY)
+            }
+            other => other,
+        }
+        .map_err(io("opening"))?;
         let out = beneath::open(
             to,
             name.as_bytes(),
@@ -794,16 +811,50 @@ fn times(st: &Stat) -> [libc::timespec; 2] {
 }
 
 /// Copies all of `from` into the empty `to`: a reflink (`FICLONE`) where the filesystem
-/// shares extents, else `copy_file_range` (which the kernel may do as a reflink too),
-/// else reads and writes. How many bytes.
+/// shares extents, else its data ranges (holes stay holes: a sparse terabyte a user made
+/// costs the copy nothing) by `copy_file_range` (which the kernel may do as a reflink
+/// too), else by reads and writes. How many bytes of data.
 fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
     const FICLONE: libc::c_ulong = 0x4004_9409;
     // SAFETY: two valid descriptors.
     if unsafe { libc::ioctl(to.as_raw_fd(), FICLONE as _, from.as_raw_fd()) } == 0 {
         return Ok(beneath::fstat(to.as_fd())?.st_size as u64);
     }
-    let mut done: u64 = 0;
-    loop {
+    let size = beneath::fstat(from.as_fd())?.st_size;
+    let seek = |off: i64, whence: i32| {
+        // SAFETY: a valid descriptor.
+        let r = unsafe { libc::lseek(from.as_raw_fd(), off, whence) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    };
+    let mut copied = 0;
+    let mut at = 0i64;
+    while at < size {
+        let start = match seek(at, libc::SEEK_DATA) {
+            Ok(s) => s,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break, // a hole to the end
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => at,   // no hole support
+            Err(e) => return Err(e),
+        };
+        let end = seek(start, libc::SEEK_HOLE).unwrap_or(size).min(size);
+        if end <= start {
+            break;
+        }
+        copy_range(from, to, start as u64, end as u64)?;
+        copied += (end - start) as u64;
+        at = end;
+    }
+    to.set_len(size as u64)?;
+    Ok(copied)
+}
+
+/// Copies bytes `start..end` of `from` to the same place in `to`.
+fn copy_range(from: &fs::File, to: &fs::File, start: u64, end: u64) -> io::Result<()> {
+    let mut done = start;
+    while done < end {
         let mut off_in = done as libc::loff_t;
         let mut off_out = done as libc::loff_t;
         // SAFETY: valid descriptors and offsets.
@@ -813,12 +864,12 @@ fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
                 &mut off_in,
                 to.as_raw_fd(),
                 &mut off_out,
-                1 << 30,
+                (end - done) as usize,
                 0,
             )
         };
         if n == 0 {
-            return Ok(done);
+            return Ok(()); // the file shrank: the status check after the copy sees it
         }
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -837,15 +888,17 @@ fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
     }
     // Plain reads and writes, from where the kernel's copy stopped.
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = from.read_at(&mut buf, done)?;
+    let mut buf = vec![0u8; (1 << 20).min((end - done) as usize)];
+    while done < end {
+        let want = buf.len().min((end - done) as usize);
+        let n = from.read_at(&mut buf[..want], done)?;
         if n == 0 {
-            return Ok(done);
+            return Ok(());
         }
         to.write_all_at(&buf[..n], done)?;
         done += n as u64;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -919,6 +972,33 @@ mod tests {
         assert!(!wh.at(tup.as_fd(), OsStr::new("gone.txt")));
         fs::set_permissions(fu.join("a/b"), fs::Permissions::from_mode(0o755)).unwrap();
         fs::set_permissions(tu.join("a/b"), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn a_sparse_file_is_copied_with_its_holes() {
+        let d = tempfile::tempdir().unwrap();
+        let (fu, fw) = layer(&d.path().join("from"));
+        let (tu, tw) = layer(&d.path().join("to"));
+        let f = fs::File::create(fu.join("sparse")).unwrap();
+        f.set_len(64 << 30).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(b"middle", 32 << 30).unwrap();
+        drop(f);
+        let c = copy_layer(&fu, &fw, &tu, &tw, false).unwrap();
+        let m = fs::metadata(tu.join("sparse")).unwrap();
+        assert_eq!(m.len(), 64 << 30);
+        assert!(
+            m.blocks() * 512 < 16 << 20,
+            "{} blocks: the holes were filled",
+            m.blocks()
+        );
+        assert!(c.bytes < 16 << 20, "{c:?}");
+        let mut got = [0u8; 6];
+        fs::File::open(tu.join("sparse"))
+            .unwrap()
+            .read_exact_at(&mut got, 32 << 30)
+            .unwrap();
+        assert_eq!(&got, b"middle");
     }
 
     trait FifoLike {
