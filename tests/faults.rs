@@ -650,3 +650,76 @@ fn mkdir_of_a_worktree_while_another_process_holds_the_database_answers_ebusy_so
     assert!(wt.join("README.md").exists());
     m.unmount();
 }
+
+#[test]
+fn a_fork_that_runs_out_of_space_half_way_leaves_nothing_and_its_parent_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::new(&dir.path().join("state"), "64m", 20000);
+    let env = Env::in_dir(dir);
+    wtfs_ok(&env.state(), &["new", "repo/parent"]);
+    let m = env.mount();
+    let parent = m.wt("repo", "parent");
+    let (ok, err) = sh(
+        &parent,
+        "mkdir big && for i in $(seq 1 20); do head -c 1048576 /dev/urandom > big/f$i; done && echo n > notes.txt && rm empty.txt",
+    );
+    assert!(ok, "{err}");
+    let listing = |wt: &Path| {
+        run_ok(
+            "sh",
+            &[
+                "-c",
+                "find . -path ./.git -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum",
+            ],
+            wt,
+        )
+    };
+    let before = listing(&parent);
+    let repo = env.repo.path();
+    let refs = || git(&repo, &["for-each-ref", "--format=%(refname)"]);
+    let refs_before = refs();
+    // About 8 MiB and a few hundred inodes left: the copy of 20 MiB stops half-way.
+    let fill = disk.fill();
+    for i in 1..300 {
+        let _ = fs::remove_file(fill.join(format!("i{i}")));
+    }
+    let big = fs::OpenOptions::new()
+        .write(true)
+        .open(fill.join("i0"))
+        .unwrap();
+    let len = big.metadata().unwrap().len();
+    big.set_len(len.saturating_sub(8 << 20)).unwrap();
+    drop(big);
+
+    let out = wtfs(&env.state(), &["new", "repo/child", "--from", "parent"]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the fork fit: {said}");
+    assert!(
+        said.contains("No space left on device") && said.contains("free some space"),
+        "{said}"
+    );
+    assert!(
+        said.contains("big/f") && said.contains("of 'repo/parent'"),
+        "the fork stopped half-way through the copy: {said}"
+    );
+    // Nothing of it is left: no worktree, branch, git entry, staging copy or record.
+    assert!(!wtfs_ok(&env.state(), &["list", "--json"]).contains("\"child\""));
+    assert_eq!(refs(), refs_before);
+    assert!(!repo.join(".git/worktrees/wtfs-child").exists());
+    let staged: Vec<_> = fs::read_dir(env.state().join("worktrees"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".new-"))
+        .collect();
+    assert!(staged.is_empty(), "{staged:?}");
+    let store = worktreefs::store::Store::open(&env.state()).unwrap();
+    assert!(store.creations().unwrap().is_empty());
+    drop(store);
+    assert_eq!(listing(&parent), before, "the parent is as it was");
+
+    // With the space back, the same fork is made, equal to its parent.
+    fs::remove_dir_all(&fill).unwrap();
+    wtfs_ok(&env.state(), &["new", "repo/child", "--from", "parent"]);
+    assert_eq!(listing(&m.wt("repo", "child")), before);
+    m.unmount();
+}

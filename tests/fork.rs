@@ -105,6 +105,8 @@ fn a_fork_holds_its_parents_staged_unstaged_untracked_and_ignored_changes_then_g
         "{out}"
     );
     let child = m.wt("repo", "child");
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(events.contains("forked from repo/parent"), "{events}");
 
     // Equal to its parent, byte for byte, and to git.
     assert_eq!(files_of(&child), before_files);
@@ -181,7 +183,9 @@ fn a_file_the_parent_keeps_replacing_while_it_is_forked_is_whole_in_the_fork() {
     let m = env.mount();
     let busy = m.wt("repo", "busy");
     // The parent replaces hot.bin (4 MiB, one letter throughout) again and again, each
-    // version whole at every instant (written aside, renamed over), and appends to a log.
+    // version whole at every instant (written aside, renamed over: the names change under
+    // the fork's walk), and appends to a log. (A file rewritten in place during its copy
+    // is `lifecycle::fork`'s unit tests' case: there the writes land at a chosen moment.)
     agent(&busy, "head -c 4194304 /dev/zero | tr '\\0' a > hot.bin");
     let writer = std::process::Command::new("sh")
         .args([

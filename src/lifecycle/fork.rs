@@ -14,11 +14,11 @@
 //! files are each whole but of different instants, and the fork says so. The cost is the
 //! parent's changes (the layer's entries and bytes), not the repository's size.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -73,11 +73,13 @@ pub struct Copied {
     /// Walks of the layer (the last one found nothing changed, when `settled`).
     pub walks: u32,
     pub settled: bool,
+    /// When not settled: a path that changed during the last walk.
+    pub last_change: Option<String>,
     pub took: Duration,
 }
 
-/// How many walks a fork makes before it takes a parent that never held still as it is.
-const MAX_WALKS: u32 = 8;
+/// How many walks a fork makes of a parent that never holds still (the last only adds).
+const MAX_WALKS: u32 = 10;
 /// How many times one file is copied before a fork gives up on it: it changed during
 /// each copy.
 const MAX_COPIES: u32 = 50;
@@ -156,15 +158,6 @@ pub fn fork_worktree(
             req.repo, req.name, w.state
         )));
     }
-    // The parent's removal waits for the fork (its cleanup takes this lock), and a fork
-    // does not start under one.
-    let _lock = crate::lifecycle::cleanup::try_lock(state, parent.id).ok_or_else(|| {
-        CreateError::Conflict(format!(
-            "worktree '{label}' is being cleaned up right now; fork another, or try again in a moment"
-        ))
-    })?;
-    let parent = parent_of(store)?;
-
     let repo = Repository::open(&repo_row.gitdir).map_err(|e| {
         CreateError::Internal(format!(
             "repository '{}' at {} cannot be opened: {}",
@@ -174,31 +167,25 @@ pub fn fork_worktree(
         ))
     })?;
     let gitdir = git::common_dir(&repo);
-    if repo.find_branch(&branch_name, BranchType::Local).is_ok() {
+    let mountpoint = mountpoint_of(state, store);
+    let t = Target::new(state, &parent, &repo_row, &mountpoint);
+    // A first look, before anything is made: HEAD names a commit, the branch is new.
+    let (head, _) = git_files(&t, &label)?;
+    let (_, taken) = resolve(&gitdir, &head, &branch_name, &label)?;
+    if taken {
         return Err(CreateError::BranchConflict(format!(
             "branch '{branch_name}' already exists in repository '{}'; a fork starts a new branch: pass --branch NEW-BRANCH",
             req.repo
         )));
     }
-    let mountpoint = mountpoint_of(state, store);
-    let t = Target::new(state, &parent, &repo_row, &mountpoint);
-    let (head, index) = keep::git_files_of(&t)
-        .map_err(|why| CreateError::Internal(format!("reading git's files of '{label}': {why}")))?;
-    if index
-        .as_deref()
-        .is_some_and(|i| crate::git::fsmonitor::has_extension(i, b"link"))
-    {
-        // Half of a split index is in a shared file of the parent's own entry.
-        return Err(CreateError::Conflict(format!(
-            "the index of '{label}' is split (core.splitIndex), which a fork cannot copy; run `git config core.splitIndex false && git update-index --no-split-index` in it, then fork again"
-        )));
-    }
-    let head_commit = keep::commit_of_head(&repo, &head).ok_or_else(|| {
-        CreateError::BadRevision(format!(
-            "the HEAD of '{label}' ({}) names no commit; commit there first",
-            head.trim()
+    // The parent's removal waits for the fork (its cleanup takes this lock), and a fork
+    // does not start under one.
+    let _lock = crate::lifecycle::cleanup::try_lock(state, parent.id).ok_or_else(|| {
+        CreateError::Conflict(format!(
+            "worktree '{label}' is being cleaned up right now; fork another, or try again in a moment"
         ))
     })?;
+    let parent = parent_of(store)?;
     let mut notes = Vec::new();
     // The child belongs to who forks; root forks for the parent's owner.
     let (uid, gid) = if req.uid == 0 {
@@ -213,8 +200,9 @@ pub fn fork_worktree(
         repo_id: repo_row.id,
         name: req.name.to_string(),
         branch: Some(branch_name.clone()),
-        // What a rollback compares the branch it made with.
-        base_commit: head_commit.to_string(),
+        // What a rollback compares the branch it made with: set once HEAD is read for
+        // good, before the branch is made.
+        base_commit: String::new(),
         admin_name: String::new(),
         pid: std::process::id() as i32,
         pid_start: me.map(|p| p.start).unwrap_or(0),
@@ -225,14 +213,21 @@ pub fn fork_worktree(
     let mut made = Made::default();
     let plan = Plan {
         parent: &parent,
+        target: &t,
         label: &label,
         branch: &branch_name,
-        head_commit,
-        index: index.as_deref(),
         owner: (uid, gid),
         mountpoint: &mountpoint,
     };
-    let r = make(state, store, &repo, &record, &plan, &mut made, &mut notes);
+    let r = make(
+        state,
+        store,
+        &repo,
+        &mut record,
+        &plan,
+        &mut made,
+        &mut notes,
+    );
     if let Err(e) = &r {
         if let Err(undo) = roll_back(state, store, &gitdir, &record, Some(&made)) {
             tracing::error!(
@@ -241,21 +236,28 @@ pub fn fork_worktree(
             );
         }
     }
-    let mut copied = r?;
+    let (mut copied, head_commit) = r?;
     copied.took = started.elapsed();
     let row = store
         .worktree_by_id(record.worktree_id)
         .map_err(|e| internal("reading back the worktree")(e.to_string()))?
         .ok_or_else(|| CreateError::Internal("forked worktree row vanished".into()))?;
+    let _ = store.add_event(
+        row.id,
+        "forked",
+        &format!(
+            "forked from {label} (worktree {}) at {head_commit}: {} file(s), {} byte(s) copied in {} walk(s)",
+            parent.id, copied.files, copied.bytes, copied.walks
+        ),
+    );
     tracing::info!(
-        "forked {label} as {}/{} (worktree {}): {} files, {} bytes, {} walks{}",
+        "forked {label} as {}/{} (worktree {}): {} files, {} bytes, {} walks",
         row.repo,
         row.name,
         row.id,
         copied.files,
         copied.bytes,
         copied.walks,
-        if copied.settled { "" } else { ", not settled" }
     );
     Ok(Forked {
         row,
@@ -265,56 +267,76 @@ pub fn fork_worktree(
     })
 }
 
+/// git's `HEAD` and `index` of the parent, read through its checked entry; a split index
+/// is refused (half of it is in a file of the parent's own entry).
+fn git_files(t: &Target, label: &str) -> Result<(String, Option<Vec<u8>>), CreateError> {
+    let (head, index) = keep::git_files_of(t)
+        .map_err(|why| CreateError::Internal(format!("reading git's files of '{label}': {why}")))?;
+    if index
+        .as_deref()
+        .is_some_and(|i| crate::git::fsmonitor::has_extension(i, b"link"))
+    {
+        return Err(CreateError::Conflict(format!(
+            "the index of '{label}' is split (core.splitIndex), which a fork cannot copy; run `git config core.splitIndex false && git update-index --no-split-index` in it, then fork again"
+        )));
+    }
+    Ok((head, index))
+}
+
+/// The commit `head` (a HEAD file's text) names and whether branch `branch` exists,
+/// resolved as the repository's owner and bounded: a ref the owner made a FIFO would
+/// block root for good.
+fn resolve(
+    gitdir: &Path,
+    head: &str,
+    branch: &str,
+    label: &str,
+) -> Result<(git2::Oid, bool), CreateError> {
+    let (dir, h, b) = (gitdir.to_path_buf(), head.to_string(), branch.to_string());
+    let (commit, taken) = crate::git::owner::as_owner_of(gitdir, move || {
+        let repo = Repository::open(&dir)?;
+        let commit = keep::commit_of_head(&repo, &h);
+        let taken = repo.find_branch(&b, BranchType::Local).is_ok();
+        Ok((commit, taken))
+    })
+    .map_err(|e| CreateError::Internal(format!("resolving the HEAD of '{label}': {e:#}")))?;
+    let commit = commit.ok_or_else(|| {
+        CreateError::BadRevision(format!(
+            "the HEAD of '{label}' ({}) names no commit; commit there first",
+            head.trim()
+        ))
+    })?;
+    Ok((commit, taken))
+}
+
 struct Plan<'a> {
     parent: &'a WorktreeRow,
+    target: &'a Target,
     label: &'a str,
     branch: &'a str,
-    head_commit: git2::Oid,
-    index: Option<&'a [u8]>,
     owner: (u32, u32),
     mountpoint: &'a Path,
 }
 
-/// The steps of a recorded fork: the branch, git's entry with the parent's index, the
-/// copied upper layer (made under `.new-<id>`, then put at `<id>`), and the row.
+/// How many times a fork reads the parent's HEAD and index around a settled copy of its
+/// layer before it gives up on a parent whose git files keep changing.
+const MAX_GIT_READS: u32 = 5;
+
+/// The steps of a recorded fork: the copied upper layer (made under `.new-<id>`), the
+/// parent's HEAD and index read again around it until neither changed while the layer
+/// held still, the branch at that HEAD, git's entry with that index, the layer put at
+/// `<id>`, and the row. What was copied, and the commit the branch starts at.
 fn make(
     state: &StateDir,
     store: &mut Store,
     repo: &Repository,
-    record: &CreationRow,
+    record: &mut CreationRow,
     p: &Plan<'_>,
     made: &mut Made,
     notes: &mut Vec<String>,
-) -> Result<Copied, CreateError> {
-    make_branch(repo, p.branch, p.head_commit, record.worktree_id)?;
-    made.branch = true;
+) -> Result<(Copied, git2::Oid), CreateError> {
     let gitdir = git::common_dir(repo);
     let repo_name = p.parent.repo.as_str();
-    let worktree_path = p.mountpoint.join(repo_name).join(&record.name);
-    let index = match p.index {
-        Some(b) => crate::git::untracked::retarget(b, &worktree_path).unwrap_or(b.to_vec()),
-        None => {
-            notes.push(format!(
-                "the index of {} was not found (its git entry is gone): the fork's is HEAD's tree, and git looks at every file once",
-                p.label
-            ));
-            let scratch = staging_dir(state, record.worktree_id).with_extension("index");
-            crate::lifecycle::restore::index_of_commit(repo, p.head_commit, &scratch)
-                .map_err(|e| CreateError::Internal(format!("making an index: {e:#}")))?
-        }
-    };
-    write_entry(
-        state,
-        p.mountpoint,
-        &gitdir,
-        record,
-        repo_name,
-        p.owner,
-        &format!("ref: refs/heads/{}", p.branch),
-        |out| io::Write::write_all(out, &index),
-        made,
-    )?;
-
     let id = record.worktree_id;
     let staging = staging_dir(state, id);
     fs::create_dir_all(staging.join("upper"))
@@ -345,14 +367,8 @@ fn make(
             p.label
         ));
     }
-    let copied = copy_layer(
-        &from_dir.join("upper"),
-        &from_dir.join("work"),
-        &staging.join("upper"),
-        &staging.join("work"),
-        nix::unistd::geteuid().is_root(),
-    )
-    .map_err(|e| match e {
+    let copy_error = |e: CopyError| {
+        match e {
         CopyError::Io(what, e) if e.raw_os_error() == Some(libc::EACCES) => {
             CreateError::Denied(format!(
                 "{what} of '{}': {e}; the fork must read every changed file: fork as its owner or as root",
@@ -365,20 +381,87 @@ fn make(
             String::from_utf8_lossy(&path),
             p.label
         )),
-    })?;
+    }
+    };
+    let mut copier = Copier::new(
+        &from_dir.join("upper"),
+        &from_dir.join("work"),
+        &staging.join("upper"),
+        &staging.join("work"),
+        nix::unistd::geteuid().is_root(),
+    )
+    .map_err(copy_error)?;
+    // The layer settled between two reads of git's files that agree: HEAD, index and
+    // files are the parent's as of one instant.
+    let mut git_files_now = git_files(p.target, p.label)?;
+    let mut reads = 1;
+    let (head, index) = loop {
+        on_walk_stack(|| copier.settle()).map_err(copy_error)?;
+        let again = git_files(p.target, p.label)?;
+        reads += 1;
+        if again == git_files_now {
+            break again;
+        }
+        if reads > MAX_GIT_READS {
+            return Err(CreateError::Busy(format!(
+                "git's HEAD or index of '{}' changed during each of {MAX_GIT_READS} copies of its files (a commit or `git add` running there); fork again once it is done",
+                p.label
+            )));
+        }
+        git_files_now = again;
+    };
+    let copied = copier.finish().map_err(copy_error)?;
     if !copied.settled {
         notes.push(format!(
-            "{} changed all through the fork ({} walks): each file is whole as of one instant, but not all of the same instant",
-            p.label, copied.walks
+            "{} changed all through the fork ({} walks of its files, the last saw {} change): each file is whole as of one instant, not all of the same one, and a name it removed or moved meanwhile may show at its old place too",
+            p.label,
+            copied.walks,
+            copied.last_change.as_deref().unwrap_or("?")
         ));
     }
-    if nix::unistd::geteuid().is_root() && p.owner != (p.parent.uid, p.parent.gid) {
-        let _ = nix::unistd::chown(
-            &staging.join("upper"),
-            Some(nix::unistd::Uid::from_raw(p.owner.0)),
-            Some(nix::unistd::Gid::from_raw(p.owner.1)),
-        );
+    let (head_commit, taken) = resolve(&gitdir, &head, p.branch, p.label)?;
+    if taken {
+        return Err(CreateError::BranchConflict(format!(
+            "branch '{}' was made by someone else during the fork; fork again with --branch NEW-BRANCH",
+            p.branch
+        )));
     }
+    record.base_commit = head_commit.to_string();
+    store
+        .set_creation_base(record)
+        .map_err(crate::lifecycle::create::db_failure(
+            "recording the fork's commit",
+        ))?;
+    make_branch(repo, p.branch, head_commit, id)?;
+    made.branch = true;
+
+    let worktree_path = p.mountpoint.join(repo_name).join(&record.name);
+    let index = match index {
+        Some(b) => crate::git::untracked::retarget(&b, &worktree_path).unwrap_or(b),
+        None => {
+            notes.push(format!(
+                "the index of {} was not found (its git entry is gone): the fork's is HEAD's tree, and git looks at every file once",
+                p.label
+            ));
+            crate::lifecycle::restore::index_of_commit(
+                repo,
+                head_commit,
+                &staging.join("index.made"),
+            )
+            .map_err(|e| CreateError::Internal(format!("making an index: {e:#}")))?
+        }
+    };
+    write_entry(
+        state,
+        p.mountpoint,
+        &gitdir,
+        record,
+        repo_name,
+        p.owner,
+        &format!("ref: refs/heads/{}", p.branch),
+        |out| io::Write::write_all(out, &index),
+        made,
+    )?;
     fs::rename(&staging, state.worktree_dir(id)).map_err(io_failure("placing the upper layer"))?;
     store
         .finish_creation(
@@ -407,17 +490,27 @@ fn make(
             }
             other => crate::lifecycle::create::db_failure("recording the worktree")(other),
         })?;
-    Ok(copied)
+    Ok((copied, head_commit))
 }
 
 // ----- copying a live upper layer -----
 
-#[derive(Debug)]
 pub enum CopyError {
     /// What was being done (naming the path) and the error.
     Io(String, io::Error),
     /// A file that changed during every copy of it.
     NeverStill(Vec<u8>),
+}
+
+impl std::fmt::Debug for CopyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CopyError::Io(what, e) => write!(f, "{what}: {e}"),
+            CopyError::NeverStill(p) => {
+                write!(f, "{} never held still", String::from_utf8_lossy(p))
+            }
+        }
+    }
 }
 
 /// What an entry was when it was copied: a later walk that finds it so again has nothing
@@ -445,6 +538,33 @@ impl Sig {
             ctime: (st.st_ctime, st.st_ctime_nsec),
         }
     }
+
+    fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+}
+
+/// How deep a layer's directories may go: git's own limit (`core.maxTreeDepth`). A user
+/// can make a chain of any depth; the walk recurses once per level, on a thread whose
+/// stack holds this many (`WALK_STACK`).
+const MAX_DEPTH: usize = 2048;
+
+/// The stack of the thread a fork walks the layer on (reserved, not used, until deep
+/// directories need it).
+const WALK_STACK: usize = 256 << 20;
+
+/// Runs `f` on a thread with a stack of `WALK_STACK`.
+fn on_walk_stack<T: Send>(f: impl FnOnce() -> Result<T, CopyError> + Send) -> Result<T, CopyError> {
+    std::thread::scope(|s| {
+        let walker = std::thread::Builder::new()
+            .name("fork-walk".into())
+            .stack_size(WALK_STACK)
+            .spawn_scoped(s, f)
+            .map_err(|e| CopyError::Io("starting the walk".into(), e))?;
+        walker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// Copies the upper layer `from` (whose whiteout files are in `from_work`) to the empty
@@ -457,62 +577,128 @@ pub fn copy_layer(
     to_work: &Path,
     as_root: bool,
 ) -> Result<Copied, CopyError> {
-    let io = |what: &str, p: &Path| {
-        let what = format!("{what} {}", p.display());
-        move |e| CopyError::Io(what, e)
-    };
-    let from_fd = beneath::open_root(from).map_err(io("opening", from))?;
-    let from_work_fd = beneath::open_root(from_work).map_err(io("opening", from_work))?;
-    let to_fd = beneath::open_root(to).map_err(io("opening", to))?;
-    let to_work_fd = beneath::open_root(to_work).map_err(io("opening", to_work))?;
-    let from_whiteouts =
-        Whiteouts::read(from_work_fd.as_fd()).map_err(io("reading the whiteouts of", from_work))?;
-    let to_whiteouts =
-        Whiteouts::open(to_work_fd.as_fd()).map_err(io("making whiteouts in", to_work))?;
-    let mut c = Copier {
-        from_whiteouts,
-        from_work: from_work_fd.as_fd(),
-        to_whiteouts: &to_whiteouts,
-        to_work: to_work_fd.as_fd(),
-        to_root: to_fd.as_fd(),
-        as_root,
-        copied: HashMap::new(),
-        dirs: HashMap::new(),
-        linked: HashMap::new(),
-        stats: Copied::default(),
-    };
-    loop {
-        c.stats.walks += 1;
-        let root_st = beneath::fstat(from_fd.as_fd()).map_err(io("reading", from))?;
-        c.dirs.insert(Vec::new(), root_st);
-        let changes = c.sync_dir(from_fd.as_fd(), to_fd.as_fd(), b"")?;
-        if changes == 0 && c.stats.walks > 1 {
-            c.stats.settled = true;
-            break;
-        }
-        if c.stats.walks >= MAX_WALKS {
-            break;
-        }
-    }
-    c.finish_dirs()?;
-    Ok(c.stats)
+    let mut c = Copier::new(from, from_work, to, to_work, as_root)?;
+    c.settle()?;
+    c.finish()
 }
 
-struct Copier<'a> {
+/// A copy of a live layer, walked again until it holds still.
+pub struct Copier {
+    from: OwnedFd,
     /// The parent's whiteout files (read again when one may have been added meanwhile).
     from_whiteouts: Whiteouts,
-    from_work: BorrowedFd<'a>,
-    to_whiteouts: &'a Whiteouts,
-    to_work: BorrowedFd<'a>,
-    to_root: BorrowedFd<'a>,
+    from_work: OwnedFd,
+    to_root: OwnedFd,
+    to_whiteouts: Whiteouts,
+    to_work: OwnedFd,
     as_root: bool,
     /// Each entry copied, by its path in the layer: what it was when copied.
-    copied: HashMap<Vec<u8>, Sig>,
+    copied: BTreeMap<Vec<u8>, Sig>,
     /// Each directory's status (applied once the copy is done: its content changes it).
-    dirs: HashMap<Vec<u8>, Stat>,
-    /// Files with more than one name, by inode: the first name copied and what it was.
-    linked: HashMap<u64, (Vec<u8>, Sig)>,
+    dirs: BTreeMap<Vec<u8>, Stat>,
+    /// Files with more than one name, by inode: the names copied and what it was.
+    linked: HashMap<u64, (Vec<Vec<u8>>, Sig)>,
+    /// A path that changed in the current walk.
+    changed: Option<Vec<u8>>,
+    /// This walk only adds (see `settle`).
+    additive: bool,
     stats: Copied,
+}
+
+impl Copier {
+    pub fn new(
+        from: &Path,
+        from_work: &Path,
+        to: &Path,
+        to_work: &Path,
+        as_root: bool,
+    ) -> Result<Copier, CopyError> {
+        let io = |what: &str, p: &Path| {
+            let what = format!("{what} {}", p.display());
+            move |e| CopyError::Io(what, e)
+        };
+        let from_fd = beneath::open_root(from).map_err(io("opening", from))?;
+        let from_work_fd = beneath::open_root(from_work).map_err(io("opening", from_work))?;
+        let to_fd = beneath::open_root(to).map_err(io("opening", to))?;
+        let to_work_fd = beneath::open_root(to_work).map_err(io("opening", to_work))?;
+        let from_whiteouts = Whiteouts::read(from_work_fd.as_fd())
+            .map_err(io("reading the whiteouts of", from_work))?;
+        let to_whiteouts =
+            Whiteouts::open(to_work_fd.as_fd()).map_err(io("making whiteouts in", to_work))?;
+        Ok(Copier {
+            from: from_fd,
+            from_whiteouts,
+            from_work: from_work_fd,
+            to_root: to_fd,
+            to_whiteouts,
+            to_work: to_work_fd,
+            as_root,
+            copied: BTreeMap::new(),
+            dirs: BTreeMap::new(),
+            linked: HashMap::new(),
+            changed: None,
+            additive: false,
+            stats: Copied::default(),
+        })
+    }
+
+    /// Walks the layer, copying what changed, until a walk finds nothing changed since
+    /// the one before (at least one walk after the last copy). The `MAX_WALKS`th walk,
+    /// when every one before found changes, only adds: a name the parent no longer has
+    /// stays in the copy (a file moved during it is then at both places, never at
+    /// neither), and the copy is not of one instant (`Copied::settled` false).
+    pub fn settle(&mut self) -> Result<(), CopyError> {
+        let mut walks = 0;
+        loop {
+            walks += 1;
+            self.additive = walks == MAX_WALKS;
+            // After a walk that found changes, a pause before the next, longer each time:
+            // a parent that writes in bursts holds still between them (1.6 s in all).
+            if walks > 2 {
+                std::thread::sleep(Duration::from_millis((10u64 << (walks - 3)).min(500)));
+            }
+            self.stats.walks += 1;
+            self.changed = None;
+            let from = self
+                .from
+                .try_clone()
+                .map_err(|e| CopyError::Io("the layer".into(), e))?;
+            let to = self
+                .to_root
+                .try_clone()
+                .map_err(|e| CopyError::Io("the copy".into(), e))?;
+            let root_st = beneath::fstat(from.as_fd())
+                .map_err(|e| CopyError::Io("reading the layer's top".into(), e))?;
+            // The layer's top changed since the last walk (an entry made or removed there).
+            let root = Sig::of(&root_st);
+            let mut changes = u64::from(self.copied.insert(Vec::new(), root) != Some(root));
+            if changes > 0 && self.stats.walks > 1 {
+                self.changed.get_or_insert_with(|| b".".to_vec());
+            }
+            self.dirs.insert(Vec::new(), root_st);
+            changes += self.sync_dir(from.as_fd(), to.as_fd(), b"", 0)?;
+            if changes == 0 && self.stats.walks > 1 {
+                self.stats.settled = true;
+                self.additive = false;
+                return Ok(());
+            }
+            self.stats.settled = false;
+            if walks >= MAX_WALKS {
+                self.additive = false;
+                self.stats.last_change = self
+                    .changed
+                    .take()
+                    .map(|p| String::from_utf8_lossy(&p).into_owned());
+                return Ok(());
+            }
+        }
+    }
+
+    /// The directories' attributes, once nothing more is copied; what was copied.
+    pub fn finish(mut self) -> Result<Copied, CopyError> {
+        self.finish_dirs()?;
+        Ok(self.stats)
+    }
 }
 
 fn join(rel: &[u8], name: &OsStr) -> Vec<u8> {
@@ -530,15 +716,26 @@ fn is_gone(e: &io::Error) -> bool {
     )
 }
 
-impl Copier<'_> {
+impl Copier {
     /// Makes the directory `to` hold what `from` holds now; how many entries that
     /// changed (0: everything below was as copied before).
-    fn sync_dir(&mut self, from: BorrowedFd, to: BorrowedFd, rel: &[u8]) -> Result<u64, CopyError> {
+    fn sync_dir(
+        &mut self,
+        from: BorrowedFd,
+        to: BorrowedFd,
+        rel: &[u8],
+        depth: usize,
+    ) -> Result<u64, CopyError> {
         let shown = |rel: &[u8]| String::from_utf8_lossy(rel).into_owned();
         let io = |what: &str, rel: &[u8]| {
             let what = format!("{what} {}", shown(rel));
             move |e| CopyError::Io(what, e)
         };
+        if depth > MAX_DEPTH {
+            return Err(io("walking", rel)(io::Error::other(format!(
+                "directories deeper than {MAX_DEPTH}"
+            ))));
+        }
         let mut changes = 0;
         let listed = beneath::list(from).map_err(io("listing", rel))?;
         let mut names: std::collections::HashSet<OsString> = Default::default();
@@ -549,7 +746,7 @@ impl Copier<'_> {
                 Ok(st) => st,
                 // Gone since the listing: the next walk sees the directory as it is then.
                 Err(e) if is_gone(&e) => {
-                    changes += 1;
+                    changes += self.note(&path);
                     continue;
                 }
                 Err(e) => return Err(io("reading", &path)(e)),
@@ -567,35 +764,35 @@ impl Copier<'_> {
                         .map_err(io("replacing", &path))?;
                     beneath::mkdir_at(to, &name, 0o700).map_err(io("making", &path))?;
                     self.stats.dirs += 1;
-                    changes += 1;
+                    changes += self.note(&path);
                 }
                 let sub_from =
                     match beneath::open(from, name.as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0)
                     {
                         Ok(fd) => fd,
                         Err(e) if is_gone(&e) => {
-                            changes += 1;
+                            changes += self.note(&path);
                             continue;
                         }
                         Err(e) => return Err(io("opening", &path)(e)),
                     };
                 let opened = beneath::fstat(sub_from.as_fd()).map_err(io("reading", &path))?;
                 if opened.st_ino != st.st_ino {
-                    changes += 1; // replaced between the stat and the open
+                    changes += self.note(&path); // replaced between the stat and the open
                     continue;
                 }
                 let sub_to = beneath::dir(to, name.as_bytes()).map_err(io("opening", &path))?;
+                // Its status was read before its listing: changed since the last walk
+                // (an entry made, removed or renamed in it, even one gone again), the
+                // copy is of no one instant yet.
+                if known && self.copied.get(&path) != Some(&sig) {
+                    changes += self.note(&path);
+                }
                 self.copied.insert(path.clone(), sig);
                 self.dirs.insert(path.clone(), st);
-                changes += self.sync_dir(sub_from.as_fd(), sub_to.as_fd(), &path)?;
+                changes += self.sync_dir(sub_from.as_fd(), sub_to.as_fd(), &path, depth + 1)?;
                 continue;
             }
-            if self.copied.get(&path) == Some(&sig) {
-                continue;
-            }
-            changes += 1;
-            self.forget(to, &name, &path)
-                .map_err(io("replacing", &path))?;
             // A whiteout file the parent made since (at a filesystem's link limit) looks
             // like this before it is known.
             if kind == libc::S_IFREG
@@ -604,13 +801,31 @@ impl Copier<'_> {
                 && st.st_mode & 0o7777 == 0
                 && !self.from_whiteouts.is(&st)
             {
-                if let Ok(w) = Whiteouts::read(self.from_work) {
+                if let Ok(w) = Whiteouts::read(self.from_work.as_fd()) {
                     self.from_whiteouts = w;
                 }
             }
-            if self.from_whiteouts.is(&st) {
+            let whiteout = self.from_whiteouts.is(&st);
+            // A whiteout is one file with a name for each: its times change with every
+            // other whiteout made, which changes nothing of this one.
+            let sig = if whiteout {
+                Sig {
+                    mtime: (0, 0),
+                    ctime: (0, 0),
+                    ..sig
+                }
+            } else {
+                sig
+            };
+            if self.copied.get(&path) == Some(&sig) {
+                continue;
+            }
+            changes += self.note(&path);
+            self.forget(to, &name, &path)
+                .map_err(io("replacing", &path))?;
+            if whiteout {
                 self.to_whiteouts
-                    .link(self.to_work, to, &name)
+                    .link(self.to_work.as_fd(), to, &name)
                     .map_err(io("making the whiteout", &path))?;
                 self.stats.other += 1;
                 self.copied.insert(path, sig);
@@ -651,26 +866,58 @@ impl Copier<'_> {
                 self.copied.insert(path, sig);
             }
         }
-        // What the parent no longer has.
+        // What the parent no longer has (kept by the last, adding walk).
         for e in beneath::list(to).map_err(io("listing the copy of", rel))? {
             if !names.contains(&e.name) {
                 let path = join(rel, &e.name);
-                self.forget(to, &e.name, &path)
-                    .map_err(io("removing the copy of", &path))?;
-                changes += 1;
+                if !self.additive {
+                    self.forget(to, &e.name, &path)
+                        .map_err(io("removing the copy of", &path))?;
+                }
+                changes += self.note(&path);
             }
         }
         Ok(changes)
     }
 
+    /// Counts a change at `path` (one that makes another walk needed).
+    fn note(&mut self, path: &[u8]) -> u64 {
+        self.changed.get_or_insert_with(|| path.to_vec());
+        1
+    }
+
     /// Removes the copy of `name` (at `path`) and everything known below it.
     fn forget(&mut self, to: BorrowedFd, name: &OsStr, path: &[u8]) -> io::Result<()> {
-        if self.copied.remove(path).is_some() {
-            let below = [path, b"/"].concat();
-            self.copied.retain(|k, _| !k.starts_with(&below));
-            self.dirs.retain(|k, _| k != path && !k.starts_with(&below));
-            self.linked
-                .retain(|_, (k, _)| k != path && !k.starts_with(&below));
+        if let Some(old) = self.copied.remove(path) {
+            if old.is_dir() {
+                let below = [path, b"/"].concat();
+                for map_keys in [self
+                    .copied
+                    .range(below.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&below))
+                    .map(|(k, _)| k.clone())
+                    .collect::<Vec<_>>()]
+                {
+                    for k in map_keys {
+                        self.copied.remove(&k);
+                    }
+                }
+                let dirs: Vec<_> = self
+                    .dirs
+                    .range(below.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&below))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in dirs {
+                    self.dirs.remove(&k);
+                }
+                self.dirs.remove(path);
+                for (names, _) in self.linked.values_mut() {
+                    names.retain(|k| !k.starts_with(&below));
+                }
+            } else if let Some((names, _)) = self.linked.get_mut(&old.ino) {
+                names.retain(|k| k != path);
+            }
         }
         match beneath::remove_tree(to, name) {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
@@ -694,10 +941,17 @@ impl Copier<'_> {
         };
         // Another name of a file already copied: the same link in the copy.
         if listed.st_nlink > 1 {
-            if let Some((first, sig)) = self.linked.get(&listed.st_ino).cloned() {
-                if sig == Sig::of(listed) && self.link_copy(&first, to, name).is_ok() {
-                    self.stats.other += 1;
-                    return Ok(Some(sig));
+            if let Some((names, sig)) = self.linked.get(&listed.st_ino).cloned() {
+                if sig == Sig::of(listed) {
+                    for first in &names {
+                        if self.link_copy(first, to, name).is_ok() {
+                            if let Some((names, _)) = self.linked.get_mut(&listed.st_ino) {
+                                names.push(path.to_vec());
+                            }
+                            self.stats.other += 1;
+                            return Ok(Some(sig));
+                        }
+                    }
                 }
             }
         }
@@ -747,7 +1001,7 @@ impl Copier<'_> {
                 self.stats.bytes += n;
                 let sig = Sig::of(&after);
                 if after.st_nlink > 1 {
-                    self.linked.insert(after.st_ino, (path.to_vec(), sig));
+                    self.linked.insert(after.st_ino, (vec![path.to_vec()], sig));
                 }
                 return Ok(Some(sig));
             }
@@ -761,7 +1015,7 @@ impl Copier<'_> {
             Some(i) => (&first[..i], &first[i + 1..]),
             None => (&b""[..], first),
         };
-        let d = beneath::dir(self.to_root, dir)?;
+        let d = beneath::dir(self.to_root.as_fd(), dir)?;
         beneath::link_at(d.as_fd(), OsStr::from_bytes(base), to, name)
     }
 
@@ -777,10 +1031,10 @@ impl Copier<'_> {
     /// Each directory's owner, mode and times, deepest first (a directory's times
     /// change with what is made in it; a mode without write would stop that).
     fn finish_dirs(&mut self) -> Result<(), CopyError> {
-        let mut dirs: Vec<_> = self.dirs.drain().collect();
+        let mut dirs: Vec<_> = std::mem::take(&mut self.dirs).into_iter().collect();
         dirs.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
         for (rel, st) in dirs {
-            let fd = beneath::dir(self.to_root, &rel).map_err(|e| {
+            let fd = beneath::dir(self.to_root.as_fd(), &rel).map_err(|e| {
                 CopyError::Io(
                     format!("opening the copy of {}", String::from_utf8_lossy(&rel)),
                     e,
@@ -972,6 +1226,101 @@ mod tests {
         assert!(!wh.at(tup.as_fd(), OsStr::new("gone.txt")));
         fs::set_permissions(fu.join("a/b"), fs::Permissions::from_mode(0o755)).unwrap();
         fs::set_permissions(tu.join("a/b"), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn an_entry_made_and_removed_again_during_a_walk_is_not_taken_for_a_still_layer() {
+        let d = tempfile::tempdir().unwrap();
+        let (fu, fw) = layer(&d.path().join("from"));
+        let (tu, tw) = layer(&d.path().join("to"));
+        fs::create_dir(fu.join("dir")).unwrap();
+        fs::write(fu.join("dir/f"), b"f").unwrap();
+        let dir = fu.join("dir");
+        let once = std::rc::Rc::new(std::cell::Cell::new(true));
+        let o = once.clone();
+        // While `dir/f` is copied, a file comes and goes in `dir`: the listing the next
+        // walk reads is the same, but the directory was not still in between.
+        DURING_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |_: &[u8]| {
+                if o.replace(false) {
+                    fs::write(dir.join("transient"), b"t").unwrap();
+                    fs::remove_file(dir.join("transient")).unwrap();
+                }
+            }))
+        });
+        let c = copy_layer(&fu, &fw, &tu, &tw, false).unwrap();
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        assert!(c.settled);
+        assert_eq!(c.walks, 3, "{c:?}");
+        assert!(!tu.join("dir/transient").exists());
+    }
+
+    #[test]
+    fn two_names_of_one_file_stay_one_file_when_the_first_ones_directory_moves() {
+        let d = tempfile::tempdir().unwrap();
+        let (fu, fw) = layer(&d.path().join("from"));
+        let (tu, tw) = layer(&d.path().join("to"));
+        fs::create_dir_all(fu.join("a/D")).unwrap();
+        fs::create_dir_all(fu.join("b")).unwrap();
+        fs::create_dir_all(fu.join("z")).unwrap();
+        fs::write(fu.join("a/D/X"), b"one file").unwrap();
+        fs::hard_link(fu.join("a/D/X"), fu.join("b/Y")).unwrap();
+        let (from, to) = (fu.join("a/D"), fu.join("z/D"));
+        let once = std::rc::Rc::new(std::cell::Cell::new(true));
+        let o = once.clone();
+        // Whichever name is copied first, its directory moves during that copy.
+        DURING_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |_: &[u8]| {
+                if o.replace(false) {
+                    fs::rename(&from, &to).unwrap();
+                }
+            }))
+        });
+        let c = copy_layer(&fu, &fw, &tu, &tw, false).unwrap();
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        assert!(c.settled);
+        assert!(!tu.join("a/D").exists());
+        let ino = |p: &str| fs::metadata(tu.join(p)).unwrap().ino();
+        assert_eq!(ino("z/D/X"), ino("b/Y"), "{c:?}");
+        assert_eq!(fs::metadata(tu.join("b/Y")).unwrap().nlink(), 2);
+    }
+
+    #[test]
+    fn a_layer_that_never_holds_still_is_copied_file_by_file_and_a_deep_one_fails_cleanly() {
+        let d = tempfile::tempdir().unwrap();
+        let (fu, fw) = layer(&d.path().join("from"));
+        let (tu, tw) = layer(&d.path().join("to"));
+        fs::write(fu.join("f"), b"f").unwrap();
+        let n = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let (k, dir) = (n.clone(), fu.clone());
+        // Every copy makes a new file: each walk finds one more.
+        DURING_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |_: &[u8]| {
+                k.set(k.get() + 1);
+                fs::write(dir.join(format!("new{}", k.get())), b"n").unwrap();
+            }))
+        });
+        let c = copy_layer(&fu, &fw, &tu, &tw, false).unwrap();
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        assert!(!c.settled);
+        assert_eq!(c.walks, MAX_WALKS);
+        // Nothing the parent held all through the fork is missing.
+        assert_eq!(fs::read(tu.join("f")).unwrap(), b"f");
+
+        let (fu, fw) = layer(&d.path().join("deep-from"));
+        let (tu, tw) = layer(&d.path().join("deep-to"));
+        let mut at = beneath::open_root(&fu).unwrap();
+        for _ in 0..MAX_DEPTH + 2 {
+            beneath::mkdir_at(at.as_fd(), OsStr::new("d"), 0o755).unwrap();
+            at = beneath::dir(at.as_fd(), b"d").unwrap();
+        }
+        let r = on_walk_stack(|| copy_layer(&fu, &fw, &tu, &tw, false));
+        match r {
+            Err(CopyError::Io(what, e)) => {
+                assert!(e.to_string().contains("deeper than"), "{what}: {e}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

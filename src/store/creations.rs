@@ -162,6 +162,30 @@ impl Store {
         Ok(n == 1)
     }
 
+    /// The commit creation `c` makes its branch at, decided after it was recorded (a
+    /// fork reads its parent's HEAD last): what a rollback compares the branch with.
+    pub fn set_creation_base(&self, c: &CreationRow) -> rusqlite::Result<()> {
+        let n = self.conn.execute(
+            "UPDATE creations SET base_commit = ?1
+             WHERE worktree_id = ?2 AND pid = ?3 AND pid_start = ?4",
+            params![c.base_commit, c.worktree_id, c.pid, c.pid_start as i64],
+        )?;
+        if n != 1 {
+            return Err(rusqlite::Error::QueryReturnedNoRows);
+        }
+        Ok(())
+    }
+
+    /// An event of worktree `id` of a kind only one part of the lifecycle records (a
+    /// fork's "forked").
+    pub fn add_event(&self, id: i64, kind: &str, reason: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, ?2, ?3, ?4)",
+            params![crate::store::now_secs(), id, kind, reason],
+        )?;
+        Ok(())
+    }
+
     /// A creation rolled back: its record goes, if it is still the one given.
     pub fn end_creation(&self, c: &CreationRow) -> rusqlite::Result<()> {
         self.conn.execute(
