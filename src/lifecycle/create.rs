@@ -746,6 +746,9 @@ pub(super) fn roll_back(
             // writing (what git's library puts in a ref's lock before the rename).
             Ok((content, st))
                 if st.st_mtime >= c.started_at - 1
+                    // A fork records its commit just before it makes the branch: with none
+                    // recorded yet, no lock there is this creation's.
+                    && !c.base_commit.is_empty()
                     && (content.is_empty()
                         || String::from_utf8_lossy(&content).trim() == c.base_commit) =>
             {

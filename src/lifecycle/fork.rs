@@ -180,7 +180,8 @@ pub fn fork_worktree(
     }
     // The parent's removal waits for the fork (its cleanup takes this lock), and a fork
     // does not start under one.
-    let _lock = crate::lifecycle::cleanup::try_lock(state, parent.id).ok_or_else(|| {
+    // Shared: two forks of one parent run at once; a removal takes it exclusively.
+    let _lock = crate::lifecycle::cleanup::try_lock_shared(state, parent.id).ok_or_else(|| {
         CreateError::Conflict(format!(
             "worktree '{label}' is being cleaned up right now; fork another, or try again in a moment"
         ))
@@ -393,13 +394,20 @@ fn make(
     .map_err(copy_error)?;
     // The layer settled between two reads of git's files that agree: HEAD, index and
     // files are the parent's as of one instant.
-    let mut git_files_now = git_files(p.target, p.label)?;
+    // What HEAD names is part of each read: a commit, reset or amend moves the branch
+    // and leaves the HEAD file as it was.
+    let read = || -> Result<_, CreateError> {
+        let (head, index) = git_files(p.target, p.label)?;
+        let (commit, taken) = resolve(&gitdir, &head, p.branch, p.label)?;
+        Ok((head, commit, index, taken))
+    };
+    let mut git_files_now = read()?;
     let mut reads = 1;
-    let (head, index) = loop {
+    let (_head, head_commit, index, taken) = loop {
         on_walk_stack(|| copier.settle()).map_err(copy_error)?;
-        let again = git_files(p.target, p.label)?;
+        let again = read()?;
         reads += 1;
-        if again == git_files_now {
+        if again.0 == git_files_now.0 && again.1 == git_files_now.1 && again.2 == git_files_now.2 {
             break again;
         }
         if reads > MAX_GIT_READS {
@@ -419,7 +427,6 @@ fn make(
             copied.last_change.as_deref().unwrap_or("?")
         ));
     }
-    let (head_commit, taken) = resolve(&gitdir, &head, p.branch, p.label)?;
     if taken {
         return Err(CreateError::BranchConflict(format!(
             "branch '{}' was made by someone else during the fork; fork again with --branch NEW-BRANCH",
@@ -561,9 +568,18 @@ fn on_walk_stack<T: Send>(f: impl FnOnce() -> Result<T, CopyError> + Send) -> Re
             .stack_size(WALK_STACK)
             .spawn_scoped(s, f)
             .map_err(|e| CopyError::Io("starting the walk".into(), e))?;
-        walker
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        // A panic is an error like any other: the creation is rolled back.
+        walker.join().unwrap_or_else(|panic| {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(CopyError::Io(
+                "walking the layer".into(),
+                io::Error::other(format!("the walk failed: {why}")),
+            ))
+        })
     })
 }
 
@@ -1072,7 +1088,9 @@ fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
     const FICLONE: libc::c_ulong = 0x4004_9409;
     // SAFETY: two valid descriptors.
     if unsafe { libc::ioctl(to.as_raw_fd(), FICLONE as _, from.as_raw_fd()) } == 0 {
-        return Ok(beneath::fstat(to.as_fd())?.st_size as u64);
+        // Shared extents: count what the file holds, not its holes.
+        let st = beneath::fstat(from.as_fd())?;
+        return Ok((st.st_blocks as u64 * 512).min(st.st_size as u64));
     }
     let size = beneath::fstat(from.as_fd())?.st_size;
     let seek = |off: i64, whence: i32| {

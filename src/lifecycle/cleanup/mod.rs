@@ -25,7 +25,7 @@ mod remove;
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
 pub use inspect::{answer_fsmonitor_from, inspect, FsmonitorAnswers};
 pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
-pub use remove::{execute, plan, try_lock, CleanupLock, Remover, Step};
+pub use remove::{execute, plan, try_lock, try_lock_shared, CleanupLock, Remover, Step};
 use remove::{gone_by_hand, run_removal, Removal};
 
 impl Removal {

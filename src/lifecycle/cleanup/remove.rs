@@ -424,6 +424,20 @@ pub fn try_lock(state: &StateDir, id: i64) -> Option<CleanupLock> {
     (rc == 0).then_some(CleanupLock(f))
 }
 
+/// `try_lock`, shared: what a fork of the worktree holds (forks of one parent run at
+/// once; its removal, which takes the lock exclusively, waits for them all).
+pub fn try_lock_shared(state: &StateDir, id: i64) -> Option<CleanupLock> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(state.cleanup_lock(id))
+        .ok()?;
+    // SAFETY: flock on a descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    (rc == 0).then_some(CleanupLock(f))
+}
+
 /// How a removal goes: whether it keeps (by the policy, else as recorded by a removal
 /// carried on), whether the branch goes, and what it says of the worktree.
 #[derive(Debug, Clone)]
