@@ -413,6 +413,11 @@ impl Remover for FsRemover<'_> {
 pub struct CleanupLock(#[allow(dead_code)] File);
 
 pub fn try_lock(state: &StateDir, id: i64) -> Option<CleanupLock> {
+    flock_nb(state, id, libc::LOCK_EX)
+}
+
+/// `<state>/locks/<id>` flock'd with `how` (`LOCK_EX`, `LOCK_SH`), not waiting.
+fn flock_nb(state: &StateDir, id: i64, how: i32) -> Option<CleanupLock> {
     let f = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -420,22 +425,14 @@ pub fn try_lock(state: &StateDir, id: i64) -> Option<CleanupLock> {
         .open(state.cleanup_lock(id))
         .ok()?;
     // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let rc = unsafe { libc::flock(f.as_raw_fd(), how | libc::LOCK_NB) };
     (rc == 0).then_some(CleanupLock(f))
 }
 
 /// `try_lock`, shared: what a fork of the worktree holds (forks of one parent run at
 /// once; its removal, which takes the lock exclusively, waits for them all).
 pub fn try_lock_shared(state: &StateDir, id: i64) -> Option<CleanupLock> {
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(state.cleanup_lock(id))
-        .ok()?;
-    // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-    (rc == 0).then_some(CleanupLock(f))
+    flock_nb(state, id, libc::LOCK_SH)
 }
 
 /// How a removal goes: whether it keeps (by the policy, else as recorded by a removal
