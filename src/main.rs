@@ -13,6 +13,7 @@ use worktreefs::git;
 use worktreefs::lease::State;
 use worktreefs::lifecycle::cleanup::keep::KeepPolicy;
 use worktreefs::lifecycle::create::{self, CreateRequest};
+use worktreefs::lifecycle::warm;
 use worktreefs::names::{sanitize_name, validate_name};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
@@ -162,6 +163,21 @@ enum Command {
         /// and ignored change it has (it keeps running; the copy costs what it changed).
         #[arg(long, value_name = "PARENT", conflicts_with_all = ["base", "submodules"])]
         from: Option<String>,
+        /// Show the repository's warm snapshot (its source checkout's files that
+        /// `.worktreeinclude` or `repo set --include` name: node_modules/, target/, .env),
+        /// copy-on-write; the first one takes the snapshot (`worktreefs warm REPO`).
+        #[arg(long, conflicts_with_all = ["from", "cold"])]
+        warm: bool,
+        /// Without the warm snapshot, where the repository is warm by default.
+        #[arg(long)]
+        cold: bool,
+    },
+    /// Take a new warm snapshot of REPO's source checkout: the ignored and untracked files
+    /// its patterns match, read with your permissions. Worktrees made before keep theirs.
+    Warm {
+        repo: String,
+        #[arg(long)]
+        json: bool,
     },
     /// List worktrees.
     List {
@@ -227,6 +243,26 @@ enum RepoCmd {
         path: PathBuf,
         #[arg(long)]
         name: Option<String>,
+        /// What warm worktrees inherit from the checkout (gitignore patterns, besides its
+        /// `.worktreeinclude`).
+        #[arg(long, num_args = 1.., value_name = "PATTERN")]
+        include: Vec<String>,
+        /// Make every new worktree warm (`new --cold` for one that is not).
+        #[arg(long)]
+        warm_default: bool,
+    },
+    /// Change a registered repository's warm settings.
+    Set {
+        name: String,
+        /// Replace the include patterns (gitignore syntax).
+        #[arg(long, num_args = 1.., value_name = "PATTERN", conflicts_with = "no_include")]
+        include: Vec<String>,
+        /// Clear the include patterns (`.worktreeinclude` still counts).
+        #[arg(long)]
+        no_include: bool,
+        /// Whether new worktrees are warm without `--warm`.
+        #[arg(long, value_name = "BOOL")]
+        warm_default: Option<bool>,
     },
     /// List registered repositories.
     List {
@@ -412,9 +448,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             id,
             json,
         } => cmd_restore(&state, &target, as_name.as_deref(), id, json),
-        Command::Repo(RepoCmd::Add { path, name }) => {
+        Command::Repo(RepoCmd::Add {
+            path,
+            name,
+            include,
+            warm_default,
+        }) => {
             let store = open_store(&state)?;
             let row = add_repo(&store, &path, name.as_deref())?;
+            if !include.is_empty() || warm_default {
+                store.set_repo_warm(
+                    row.id,
+                    (!include.is_empty()).then_some(&include[..]),
+                    Some(warm_default),
+                )?;
+            }
             daemon::enable_fsmonitor(&store);
             daemon::poke(&state);
             println!(
@@ -422,6 +470,64 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 row.name,
                 row.path.display()
             );
+            Ok(())
+        }
+        Command::Repo(RepoCmd::Set {
+            name,
+            include,
+            no_include,
+            warm_default,
+        }) => {
+            let store = open_store(&state)?;
+            let repo = store.repo_by_name(&name)?.ok_or_else(|| {
+                anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
+            })?;
+            if include.is_empty() && !no_include && warm_default.is_none() {
+                bail!("nothing to set for '{name}': give --include PATTERN…, --no-include or --warm-default true|false");
+            }
+            let patterns = (!include.is_empty() || no_include).then_some(&include[..]);
+            store.set_repo_warm(repo.id, patterns, warm_default)?;
+            let repo = store.repo_by_id(repo.id)?.expect("just set");
+            println!(
+                "repository '{name}': include {}; new worktrees are {} by default (a new snapshot: `worktreefs warm {name}`)",
+                if repo.include.is_empty() {
+                    "only what .worktreeinclude names".to_string()
+                } else {
+                    repo.include.join(" ")
+                },
+                if repo.warm_default { "warm" } else { "cold" }
+            );
+            Ok(())
+        }
+        Command::Warm { repo, json } => {
+            let mut store = open_store(&state)?;
+            let row = store.repo_by_name(&repo)?.ok_or_else(|| {
+                anyhow!("repository '{repo}' is not registered (see `worktreefs repo list`)")
+            })?;
+            let taken = warm::take(
+                &state,
+                &mut store,
+                &row,
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            )?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "snapshot": taken.row,
+                        "links": taken.links,
+                        "patterns": taken.patterns,
+                        "unmatched": taken.unmatched,
+                        "skipped": taken.skipped,
+                    }))?
+                );
+            } else {
+                print_taken(&repo, &taken);
+                println!(
+                    "worktrees made from now on with --warm show it; those made before keep theirs"
+                );
+            }
             Ok(())
         }
         Command::Repo(RepoCmd::List { json }) => {
@@ -468,6 +574,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             branch,
             submodules,
             from,
+            warm,
+            cold,
         } => {
             let (repo, name) = target.split_once('/').ok_or_else(|| {
                 anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
@@ -476,6 +584,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 return cmd_fork(&state, repo, name, &from, branch.as_deref());
             }
             let mut store = open_store(&state)?;
+            let (uid, gid) = (
+                nix::unistd::geteuid().as_raw(),
+                nix::unistd::getegid().as_raw(),
+            );
+            let repo_row = store.repo_by_name(repo)?;
+            let snapshot = match repo_row {
+                Some(r) if warm || (r.warm_default && !cold) => {
+                    let (snap, taken) = warm::ensure(&state, &mut store, &r, uid, gid)?;
+                    if let Some(t) = &taken {
+                        print_taken(repo, t);
+                    }
+                    Some(snap)
+                }
+                _ => None,
+            };
             let row = create::create_worktree(
                 &state,
                 &mut store,
@@ -487,16 +610,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     uid: nix::unistd::geteuid().as_raw(),
                     gid: nix::unistd::getegid().as_raw(),
                     submodules,
+                    warm: snapshot.as_ref(),
                 },
             )?;
             daemon::poke(&state);
             let mountpoint = create::mountpoint_of(&state, &store);
             println!(
-                "created {}/{} on branch {} at {}",
+                "created {}/{} on branch {} at {}{}",
                 row.repo,
                 row.name,
                 row.branch.as_deref().unwrap_or("(detached)"),
-                &row.base_commit[..12]
+                &row.base_commit[..12],
+                match &snapshot {
+                    Some(s) => format!(
+                        " with warm snapshot {} ({} files, {})",
+                        s.id,
+                        s.files,
+                        warm::human(s.bytes)
+                    ),
+                    None => String::new(),
+                }
             );
             print_cd(&state, &mountpoint.join(&row.repo).join(&row.name));
             Ok(())
@@ -1123,4 +1256,28 @@ fn cmd_mount(
     println!("  worktreefs list                      # every worktree and its state");
     println!("  worktreefs unmount                   # when you are done");
     Ok(())
+}
+
+/// What a snapshot taken holds and left out.
+fn print_taken(repo: &str, t: &warm::Taken) {
+    println!(
+        "took warm snapshot {} of {repo} in {:.1} s: {} files and links ({} links), {}",
+        t.row.id,
+        t.took.as_secs_f64(),
+        t.row.files,
+        t.links,
+        warm::human(t.row.bytes)
+    );
+    for p in &t.unmatched {
+        println!("  pattern '{p}' matches nothing in the source checkout");
+    }
+    for (path, why) in t.skipped.iter().take(20) {
+        println!("  skipped {path}: {why}");
+    }
+    if t.skipped.len() > 20 {
+        println!(
+            "  … and {} more skipped (`worktreefs warm {repo} --json` lists all)",
+            t.skipped.len() - 20
+        );
+    }
 }

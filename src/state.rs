@@ -16,6 +16,8 @@
 //! <state>/removed/<id>/            a removed worktree's directory, kept for restore (with
 //!                                  kept/: its HEAD, index and the ref of its tip)
 //! <state>/trash/<id>/              a removed worktree's directory (before issue 17)
+//! <state>/warm/<manifest>          a warm snapshot's manifest (`git::warm`), and
+//!                                  `<manifest>.dirs`: its directories that hold entries
 //! <state>/locks/<id>               flock'd by whoever runs a worktree's cleanup
 //! <state>/mnt/                     the default mountpoint before issue 15 (kept where it exists)
 //! ```
@@ -64,6 +66,7 @@ impl StateDir {
             s.trash(),
             s.removed(),
             s.root.join("locks"),
+            s.warm(),
         ] {
             private_dir_all(&d)?;
         }
@@ -81,6 +84,9 @@ impl StateDir {
     }
     pub fn blobs_tmp(&self) -> PathBuf {
         self.root.join("blobs").join("tmp")
+    }
+    pub fn warm(&self) -> PathBuf {
+        self.root.join("warm")
     }
     pub fn index_cache(&self) -> PathBuf {
         self.root.join("index-cache")

@@ -448,6 +448,7 @@ fn rename_and_link_across_worktrees_answer_exdev() {
             uid: 0,
             gid: 0,
             submodules: false,
+            warm: None,
         },
     )
     .unwrap();

@@ -216,6 +216,8 @@ mod tests {
             path: PathBuf::from("/nowhere"),
             gitdir: PathBuf::from("/nowhere/.git"),
             added_at: 0,
+            include: Vec::new(),
+            warm_default: false,
         }
     }
 
@@ -237,6 +239,8 @@ mod tests {
             created_at: 0,
             state_changed_at: 10 + id,
             removal: None,
+            warm: None,
+            warm_manifest: None,
         }
     }
 
@@ -262,6 +266,7 @@ mod tests {
             gitfile: Vec::new(),
             sizes_seeded: false.into(),
             journal: Default::default(),
+            warm: None,
             conversions: None,
             ino_id: row.id,
             lease_id: row.id,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::UNIX_EPOCH;
 
 use crate::beneath;
-use crate::git::{self, MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
+use crate::git::{MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::layout::OPAQUE_MARKER;
 
 use super::converted::Converted;
@@ -179,14 +179,14 @@ impl View {
         let work = wt.work_fd.as_fd();
         match ftype {
             FType::Dir => {
-                beneath::mkdir_at(work, tmp, 0o755)
+                let perm = self.warm_dir(wt, &base).map_or(0o755, |d| d.perm);
+                beneath::mkdir_at(work, tmp, perm)
                     .map_err(|e| FsError::io("mkdir in work dir", e))?;
                 own_dir(work, tmp, wt.uid, wt.gid)
             }
             FType::File => self.copy_blob_to(wt, base, work, tmp, with_data, converted.as_ref()),
             FType::Symlink => {
-                let target = git::read_blob(&wt.gitdir, base.oid)
-                    .map_err(|e| FsError::git("reading symlink target", e))?;
+                let target = self.link_target(wt, &base)?;
                 beneath::symlink_at(&target, work, tmp)
                     .map_err(|e| FsError::io("creating symlink in work dir", e))?;
                 own(work, tmp, wt.uid, wt.gid)
@@ -237,12 +237,21 @@ impl View {
             Some(nix::unistd::Uid::from_raw(wt.uid)),
             Some(nix::unistd::Gid::from_raw(wt.gid)),
         );
-        let perm = if base.mode == MODE_EXEC { 0o755 } else { 0o644 };
+        // An inherited file keeps its mode and time (a build compares times).
+        let warm = self.warm_file(wt, &base);
+        let perm = match warm {
+            Some(f) => f.perm & 0o7777,
+            None if base.mode == MODE_EXEC => 0o755,
+            None => 0o644,
+        };
         dst.set_permissions(fs::Permissions::from_mode(perm))
             .map_err(|e| FsError::io("chmod", e))?;
-        let t = nix::sys::time::TimeSpec::from(
-            wt.base_mtime.duration_since(UNIX_EPOCH).unwrap_or_default(),
-        );
+        let t = match warm {
+            Some(f) => nix::sys::time::TimeSpec::new(f.mtime.0, f.mtime.1 as i64),
+            None => nix::sys::time::TimeSpec::from(
+                wt.base_mtime.duration_since(UNIX_EPOCH).unwrap_or_default(),
+            ),
+        };
         let _ = nix::sys::stat::futimens(dst.as_raw_fd(), &t, &t);
         dst.sync_all().map_err(|e| FsError::io("fsync", e))?;
         let st = beneath::fstat(dst.as_fd()).map_err(|e| FsError::io("fstat", e))?;
@@ -328,10 +337,7 @@ impl View {
         if beneath::stat_at(dir, OsStr::new(OPAQUE_MARKER)).is_ok() {
             return Ok(());
         }
-        let listing = self
-            .objects
-            .tree(&wt.gitdir, base.oid)
-            .map_err(|e| FsError::git("reading tree", e))?;
+        let listing = self.listing_of(wt, base)?;
         let sub = |name: &OsStr| {
             beneath::dir(dir, name.as_bytes())
                 .map_err(|e| FsError::io(format!("opening {}", name.to_string_lossy()), e))
@@ -341,10 +347,7 @@ impl View {
                 // Hidden in the view (as a lookup hides it): never brought up.
                 continue;
             }
-            let child_base = BaseRef {
-                oid: e.oid,
-                mode: e.mode,
-            };
+            let child_base = BaseRef::of(e);
             match beneath::stat_at(dir, &e.name) {
                 Ok(st) if wt.whiteouts.is(&st) => continue,
                 Ok(st) => {
@@ -368,7 +371,8 @@ impl View {
             }
             match e.mode {
                 MODE_TREE | MODE_GITLINK => {
-                    beneath::mkdir_at(dir, &e.name, 0o755).map_err(|err| {
+                    let perm = self.warm_dir(wt, &child_base).map_or(0o755, |d| d.perm);
+                    beneath::mkdir_at(dir, &e.name, perm).map_err(|err| {
                         FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
                     })?;
                     let rel = super::nodes::join_rel(rel, e.name.as_bytes());
@@ -382,8 +386,7 @@ impl View {
                     self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base), &rel)?;
                 }
                 MODE_LINK => {
-                    let target = git::read_blob(&wt.gitdir, e.oid)
-                        .map_err(|err| FsError::git("reading symlink target", err))?;
+                    let target = self.link_target(wt, &child_base)?;
                     beneath::symlink_at(&target, dir, &e.name)
                         .map_err(|err| FsError::io("symlink", err))?;
                     own(dir, &e.name, wt.uid, wt.gid)?;

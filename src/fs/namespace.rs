@@ -77,6 +77,11 @@ impl View {
             gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
             sizes_seeded: false.into(),
             journal: WorktreeJournal::default(),
+            warm: match (row.warm, &row.warm_manifest) {
+                (Some(id), Some(manifest)) => Some(self.warm_snapshot(id, manifest)?),
+                (Some(id), None) => anyhow::bail!("its warm snapshot {id} is not in the store"),
+                _ => None,
+            },
             conversions,
             ino_id: row.id,
             lease_id: row.id,
@@ -87,6 +92,27 @@ impl View {
             subs: Default::default(),
             making: Default::default(),
         })
+    }
+
+    /// Warm snapshot `id`, read from its manifest the first time a worktree shows it; the
+    /// sizes of its files are known to the object cache from then on.
+    fn warm_snapshot(
+        &self,
+        id: i64,
+        manifest: &str,
+    ) -> anyhow::Result<Arc<crate::git::warm::Snapshot>> {
+        let mut map = self.warm.lock();
+        if let Some(s) = map.get(&id).and_then(|w| w.upgrade()) {
+            return Ok(s);
+        }
+        map.retain(|_, w| w.strong_count() > 0);
+        let snap = Arc::new(
+            crate::git::warm::Snapshot::load(id, &self.state.warm().join(manifest))
+                .map_err(|e| anyhow::anyhow!("its warm snapshot {id}: {e}"))?,
+        );
+        self.objects.seed_sizes(snap.sizes());
+        map.insert(id, Arc::downgrade(&snap));
+        Ok(snap)
     }
 
     /// Reloads repositories and worktrees when another connection changed the store.
@@ -303,6 +329,10 @@ impl View {
                     base: Some(BaseRef {
                         oid: wt.base_tree,
                         mode: MODE_TREE,
+                        warm: match wt.warm {
+                            Some(_) => crate::git::warm::Snapshot::ROOT,
+                            None => 0,
+                        },
                     }),
                     in_upper: true,
                     // The worktree's directory is its upper directory's descriptor itself.
@@ -356,6 +386,7 @@ impl View {
                     uid: caller.uid,
                     gid: caller.gid,
                     submodules: false,
+                    warm: None,
                 },
             )
             .map_err(|e| FsError::creation(format!("mkdir {repo}/{name_s}"), e))?;

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::beneath;
-use crate::git::{self};
 use crate::layout::OPAQUE_MARKER;
 
 use super::error::{ErrorKind, FsError, FsResult};
@@ -326,7 +325,7 @@ impl View {
         let base = ov
             .base
             .ok_or_else(|| FsError::internal("symlink without object"))?;
-        git::read_blob(&wt.gitdir, base.oid).map_err(|e| FsError::git("reading symlink", e))
+        self.link_target(&wt, &base)
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Entry> {

@@ -46,6 +46,9 @@ pub struct WtCtx {
     pub(super) sizes_seeded: std::sync::atomic::AtomicBool,
     /// What git's fsmonitor hook asks of this worktree.
     pub(super) journal: WorktreeJournal,
+    /// The warm snapshot below its base tree (`new --warm`), shared by every worktree of
+    /// it.
+    pub(super) warm: Option<Arc<crate::git::warm::Snapshot>>,
     /// The base files a checkout converts (none for most repositories).
     pub(super) conversions: Option<Arc<crate::git::checkout::Conversions>>,
     /// The number inode numbers are made from (`ino::path_ino`): the worktree's id, or
@@ -154,6 +157,19 @@ impl WtCtx {
 pub(super) struct BaseRef {
     pub(super) oid: Oid,
     pub(super) mode: u32,
+    /// An entry of the worktree's warm snapshot: its number plus one (`git::warm`); 0
+    /// for git's. A directory's can be both (a tracked directory the snapshot adds to).
+    pub(super) warm: u32,
+}
+
+impl BaseRef {
+    pub(super) fn of(e: &git::TreeEntry) -> BaseRef {
+        BaseRef {
+            oid: e.oid,
+            mode: e.mode,
+            warm: e.warm,
+        }
+    }
 }
 
 /// A worktree entry's place in the overlay.
@@ -194,6 +210,45 @@ impl View {
         let base = ov
             .base
             .ok_or_else(|| FsError::internal("base entry without object"))?;
+        let warm_time = |t: (i64, u32)| super::types::systime(t.0, t.1 as i64);
+        if let Some(f) = self.warm_file(wt, &base) {
+            let (size, perm) = match &f.link {
+                Some(l) => (l.len() as u64, 0o777),
+                None => (f.size, f.perm as u16),
+            };
+            let t = warm_time(f.mtime);
+            return Ok(Attr {
+                ino,
+                size,
+                blocks: size.div_ceil(512),
+                atime: t,
+                mtime: t,
+                ctime: t,
+                kind: ov.ftype,
+                perm,
+                nlink: 1,
+                uid: wt.uid,
+                gid: wt.gid,
+                rdev: 0,
+            });
+        }
+        if let Some(d) = self.warm_dir(wt, &base) {
+            let t = warm_time(d.mtime);
+            return Ok(Attr {
+                ino,
+                size: 4096,
+                blocks: 8,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                kind: FType::Dir,
+                perm: d.perm as u16,
+                nlink: 2,
+                uid: wt.uid,
+                gid: wt.gid,
+                rdev: 0,
+            });
+        }
         let (size, perm, nlink) = match ov.ftype {
             FType::Dir => (4096, 0o755, 2),
             FType::Symlink | FType::File => {
@@ -243,13 +298,66 @@ impl View {
         ov: &Overlay,
     ) -> FsResult<Option<Arc<git::TreeListing>>> {
         match ov.base {
-            Some(b) if b.mode == MODE_TREE && ov.ftype == FType::Dir => self
-                .objects
-                .tree(&wt.gitdir, b.oid)
-                .map(Some)
-                .map_err(|e| FsError::git(format!("reading tree {}", b.oid), e)),
+            Some(b) if b.mode == MODE_TREE && ov.ftype == FType::Dir => {
+                self.listing_of(wt, b).map(Some)
+            }
             _ => Ok(None),
         }
+    }
+
+    /// The listing of base directory `b`: its tree's, with the warm snapshot's directory
+    /// merged where it has one.
+    pub(super) fn listing_of(&self, wt: &WtCtx, b: BaseRef) -> FsResult<Arc<git::TreeListing>> {
+        let tree = if b.oid == git::warm::no_tree() {
+            None
+        } else {
+            Some(
+                self.objects
+                    .tree(&wt.gitdir, b.oid)
+                    .map_err(|e| FsError::git(format!("reading tree {}", b.oid), e))?,
+            )
+        };
+        match (&wt.warm, b.warm, tree) {
+            (Some(snap), w, tree) if w != 0 => Ok(snap.merged(b.oid, tree.as_deref(), w)),
+            (_, _, Some(tree)) => Ok(tree),
+            _ => Err(FsError::internal(
+                "a directory with neither tree nor snapshot",
+            )),
+        }
+    }
+
+    /// The warm snapshot's file behind base entry `b`, if it is one.
+    pub(super) fn warm_file<'a>(
+        &self,
+        wt: &'a WtCtx,
+        b: &BaseRef,
+    ) -> Option<&'a crate::git::warm::File> {
+        match (&wt.warm, b.mode) {
+            (_, MODE_TREE) => None,
+            (Some(s), _) => s.file(b.warm),
+            (None, _) => None,
+        }
+    }
+
+    /// The warm snapshot's directory behind base directory `b` when only the snapshot has
+    /// it (a tracked directory keeps a checkout's attributes).
+    pub(super) fn warm_dir<'a>(
+        &self,
+        wt: &'a WtCtx,
+        b: &BaseRef,
+    ) -> Option<&'a crate::git::warm::Dir> {
+        match &wt.warm {
+            Some(s) if b.mode == MODE_TREE && b.oid == git::warm::no_tree() => s.dir(b.warm),
+            _ => None,
+        }
+    }
+
+    /// A base symlink's target.
+    pub(super) fn link_target(&self, wt: &WtCtx, b: &BaseRef) -> FsResult<Vec<u8>> {
+        if let Some(link) = self.warm_file(wt, b).and_then(|f| f.link.as_deref()) {
+            return Ok(link.to_vec());
+        }
+        git::read_blob(&wt.gitdir, b.oid).map_err(|e| FsError::git("reading symlink target", e))
     }
 
     /// What the name `name` in worktree directory `dir` is, from the layers on disk.
@@ -281,10 +389,7 @@ impl View {
                                 && e.mode == MODE_TREE
                                 && !self.is_opaque(dir.as_fd(), name) =>
                         {
-                            Some(BaseRef {
-                                oid: e.oid,
-                                mode: e.mode,
-                            })
+                            Some(BaseRef::of(e))
                         }
                         _ => None,
                     };
@@ -306,10 +411,7 @@ impl View {
         }
         Ok(base_entry.map(|e| Overlay {
             ftype: FType::from_git_mode(e.mode),
-            base: Some(BaseRef {
-                oid: e.oid,
-                mode: e.mode,
-            }),
+            base: Some(BaseRef::of(&e)),
             in_upper: false,
             upper_ino: 0,
         }))

@@ -158,6 +158,7 @@ impl View {
                 gitfile: format!("gitdir: {}\n", record.admin().display()).into_bytes(),
                 sizes_seeded: false.into(),
                 journal: Default::default(),
+                warm: None,
                 conversions: super::namespace::read_conversions(
                     &dir.join(crate::state::CONVERSIONS_FILE),
                 )?,

@@ -95,6 +95,9 @@ pub struct View {
     pub(super) gate: Arc<crate::lifecycle::gate::Gate>,
     pub(super) catalog: Catalog,
     pub(super) objects: ObjectCache,
+    /// Warm snapshots in use, by id: one copy in memory however many worktrees show one.
+    pub(super) warm:
+        Mutex<std::collections::HashMap<i64, std::sync::Weak<crate::git::warm::Snapshot>>>,
     pub(super) blobs: BlobCache,
     /// Sizes of converted base files, by conversion key (`fs/converted.rs`), and the
     /// conversions that failed.
@@ -167,6 +170,7 @@ impl View {
             gate: Arc::new(crate::lifecycle::gate::Gate::new()),
             catalog: Catalog::new(),
             objects: ObjectCache::default(),
+            warm: Default::default(),
             blobs,
             conv_sizes: Default::default(),
             conv_failed: Default::default(),
@@ -390,6 +394,7 @@ impl View {
                                 base: Some(super::overlay::BaseRef {
                                     oid: sub.base_tree,
                                     mode: crate::git::MODE_TREE,
+                                    warm: 0,
                                 }),
                                 in_upper: true,
                                 upper_ino: 0,

@@ -21,6 +21,7 @@ pub mod objects;
 pub mod owner;
 pub mod untracked;
 pub mod walk;
+pub mod warm;
 
 pub const MODE_TREE: u32 = 0o040000;
 pub const MODE_BLOB: u32 = 0o100644;

@@ -41,6 +41,8 @@ pub struct TreeEntry {
     pub name: OsString,
     pub mode: u32,
     pub oid: Oid,
+    /// Where a warm snapshot's entry (`git::warm`): its number plus one; 0 for git's.
+    pub warm: u32,
 }
 
 /// One tree object, as the view needs it: entries in git order and a name index.
@@ -51,6 +53,15 @@ pub struct TreeListing {
 }
 
 impl TreeListing {
+    pub fn from_entries(entries: Vec<TreeEntry>) -> TreeListing {
+        let by_name = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.clone(), i))
+            .collect();
+        TreeListing { entries, by_name }
+    }
+
     pub fn get(&self, name: &OsStr) -> Option<&TreeEntry> {
         self.by_name.get(name).map(|i| &self.entries[*i])
     }
@@ -78,6 +89,7 @@ impl ObjectCache {
                     name: OsStr::from_bytes(e.name_bytes()).to_os_string(),
                     mode: e.filemode() as u32,
                     oid: e.id(),
+                    warm: 0,
                 });
             }
             Ok(entries)
@@ -111,6 +123,14 @@ impl ObjectCache {
     /// Fills the size cache from an index worktreefs wrote for `tree` (in `index_cache`),
     /// so the first `git status` of a worktree does not read 100,000 object headers. Once
     /// per tree; a missing or unreadable index only means sizes come from the objects.
+    /// Records blob sizes known from elsewhere (a warm snapshot's files).
+    pub fn seed_sizes(&self, sizes: impl Iterator<Item = (Oid, u64)>) {
+        let mut map = self.sizes.lock();
+        for (oid, size) in sizes {
+            map.entry(oid).or_insert(size);
+        }
+    }
+
     pub fn seed_sizes_from_index_cache(&self, index_cache: &Path, tree: Oid) {
         if !self.seeded.lock().insert(tree) {
             return;

@@ -40,26 +40,7 @@ pub(crate) fn as_owner_of<T: Send + 'static>(
     std::thread::Builder::new()
         .name("as-repo-owner".into())
         .spawn(move || {
-            // SAFETY: plain syscalls on this thread's own credentials; they cannot fail
-            // in a way that matters: checked by reading the value back. The groups are
-            // set by the raw system call, which changes this thread's alone (the libc
-            // wrapper changes every thread's): root's supplementary groups would let the
-            // owner's identity write files only root's groups may.
-            let became = unsafe {
-                let groups = [gid];
-                // The 32-bit group ids' call where the plain one takes 16-bit ones.
-                #[cfg(any(target_arch = "x86", target_arch = "arm"))]
-                let call = libc::SYS_setgroups32;
-                #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
-                let call = libc::SYS_setgroups;
-                let grouped = nix::unistd::geteuid().as_raw() != 0
-                    || libc::syscall(call, 1usize, groups.as_ptr()) == 0;
-                libc::setfsgid(gid);
-                libc::setfsuid(uid);
-                grouped
-                    && libc::setfsgid(u32::MAX) as u32 == gid
-                    && libc::setfsuid(u32::MAX) as u32 == uid
-            };
+            let became = become_identity(uid, gid, &[gid]);
             let r = if became || nix::unistd::geteuid().as_raw() != 0 {
                 f()
             } else {
@@ -74,5 +55,28 @@ pub(crate) fn as_owner_of<T: Send + 'static>(
             gitdir.display(),
             CONFIG_LIMIT.as_secs()
         )),
+    }
+}
+
+/// Gives the calling thread the file-system identity `uid`:`gid` with supplementary
+/// groups `groups` (`setfsuid`, `setfsgid` and the raw `setgroups` call: this thread's
+/// alone); whether it took (read back). Without root the thread keeps its own identity.
+pub(crate) fn become_identity(uid: u32, gid: u32, groups: &[u32]) -> bool {
+    // SAFETY: plain syscalls on this thread's own credentials; they cannot fail in a way
+    // that matters: checked by reading the value back. The groups are set by the raw
+    // system call, which changes this thread's alone (the libc wrapper changes every
+    // thread's): root's supplementary groups would let the identity reach files only
+    // root's groups may.
+    unsafe {
+        // The 32-bit group ids' call where the plain one takes 16-bit ones.
+        #[cfg(any(target_arch = "x86", target_arch = "arm"))]
+        let call = libc::SYS_setgroups32;
+        #[cfg(not(any(target_arch = "x86", target_arch = "arm")))]
+        let call = libc::SYS_setgroups;
+        let grouped = nix::unistd::geteuid().as_raw() != 0
+            || libc::syscall(call, groups.len(), groups.as_ptr()) == 0;
+        libc::setfsgid(gid);
+        libc::setfsuid(uid);
+        grouped && libc::setfsgid(u32::MAX) as u32 == gid && libc::setfsuid(u32::MAX) as u32 == uid
     }
 }

@@ -208,6 +208,76 @@ pub fn directories_part(dirs: &TreeDirs, stat: &IndexStat) -> Vec<u8> {
     out
 }
 
+/// `directories` (as `directories_part` writes it: every directory valid) with the
+/// directories whose path `invalid` names marked not valid: git lists those again at its
+/// next `git status` (and only those). None when it has another shape.
+pub fn invalidate(directories: &[u8], mut invalid: impl FnMut(&[u8]) -> bool) -> Option<Vec<u8>> {
+    let mut at = directories;
+    let count = decode_varint(&mut at)? as usize;
+    let names_start = directories.len() - at.len();
+    // The directories in pre-order, with their paths from the child counts.
+    let mut valid = Vec::with_capacity(count);
+    let mut stack: Vec<(Vec<u8>, u64)> = Vec::new();
+    for _ in 0..count {
+        let untracked = decode_varint(&mut at)?;
+        let children = decode_varint(&mut at)?;
+        let nul = at.iter().position(|b| *b == 0)?;
+        let name = &at[..nul];
+        at = &at[nul + 1..];
+        for _ in 0..untracked {
+            let nul = at.iter().position(|b| *b == 0)?;
+            at = &at[nul + 1..];
+        }
+        while stack.last().is_some_and(|(_, left)| *left == 0) {
+            stack.pop();
+        }
+        let path = match stack.last_mut() {
+            Some((parent, left)) => {
+                *left -= 1;
+                let mut p = parent.clone();
+                if !p.is_empty() {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(name);
+                p
+            }
+            None => Vec::new(),
+        };
+        valid.push(!invalid(&path));
+        stack.push((path, children));
+    }
+    let names_end = directories.len() - at.len();
+    let all_valid = ewah(&vec![true; count]);
+    let none = ewah(&vec![false; count]);
+    let ewah_len = |d: &[u8]| -> Option<usize> {
+        let words = u32::from_be_bytes(d.get(4..8)?.try_into().ok()?) as usize;
+        Some(12 + 8 * words)
+    };
+    if !at.starts_with(&all_valid) || !at[all_valid.len()..].starts_with(&none) {
+        return None;
+    }
+    at = &at[all_valid.len() + none.len()..];
+    let has_ignore_len = ewah_len(at)?;
+    let has_ignore = at.get(..has_ignore_len)?;
+    at = &at[has_ignore_len..];
+    const STAT: usize = 36;
+    let stats = at.get(..count * STAT)?;
+    let rest = &at[count * STAT..];
+    let mut out = Vec::with_capacity(directories.len());
+    out.extend_from_slice(&directories[..names_start]);
+    out.extend_from_slice(&directories[names_start..names_end]);
+    out.extend_from_slice(&ewah(&valid));
+    out.extend_from_slice(&none);
+    out.extend_from_slice(has_ignore);
+    for (i, v) in valid.iter().enumerate() {
+        if *v {
+            out.extend_from_slice(&stats[i * STAT..(i + 1) * STAT]);
+        }
+    }
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
 /// The object id git computes for an ignore file it reads from disk (`add_patterns` in
 /// dir.c): the empty blob for an empty file, else the blob id of the content with a
 /// newline appended (git appends one before hashing); none when it cannot be read.
@@ -373,6 +443,39 @@ mod tests {
             .map(|(p, n, i)| (p.to_string(), *n, *i))
             .collect();
         assert_eq!(order, want);
+    }
+
+    #[test]
+    fn invalidating_directories_keeps_the_others_and_their_stat_data() {
+        let mut dirs = TreeDirs::default();
+        for p in ["a", "a/b", "c"] {
+            dirs.add_dir(p.as_bytes().to_vec());
+        }
+        let ignore = Oid::from_str("e69de29bb2d1d6434b8b29ae775ad8c2e48c5391").unwrap();
+        dirs.note_entry(b"a/b", b".gitignore", MODE_BLOB, ignore);
+        let stat = IndexStat {
+            mtime: 7,
+            uid: 1,
+            gid: 2,
+        };
+        let part = directories_part(&dirs, &stat);
+        assert_eq!(invalidate(&part, |_| false).unwrap(), part);
+        let mut asked = Vec::new();
+        let out = invalidate(&part, |p| {
+            asked.push(String::from_utf8(p.to_vec()).unwrap());
+            p == b"" || p == b"a/b"
+        })
+        .unwrap();
+        assert_eq!(asked, ["", "a", "a/b", "c"]);
+        // Two directories' stat data fewer, and a valid bitmap of its own.
+        assert_eq!(
+            out.len(),
+            part.len() - 2 * 36 - ewah(&[true; 4]).len() + ewah(&[false, true, false, true]).len()
+        );
+        assert!(out
+            .windows(ewah(&[false, true, false, true]).len())
+            .any(|w| w == ewah(&[false, true, false, true])));
+        assert!(invalidate(b"\x05", |_| true).is_none());
     }
 
     #[test]

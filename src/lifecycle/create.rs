@@ -72,6 +72,8 @@ pub struct CreateRequest<'a> {
     /// Show initialized submodules as views of their own (`new --submodules`); without
     /// it, the repository's `worktreefs.submodules` setting decides.
     pub submodules: bool,
+    /// The warm snapshot it shows (`new --warm`), taken before.
+    pub warm: Option<&'a crate::store::WarmRow>,
 }
 
 /// The mountpoint git's admin entries point at: the one recorded by the last mount, else
@@ -409,6 +411,11 @@ fn make_recorded(
     let gitdir = git::common_dir(repo);
     let mountpoint = mountpoint_of(state, store);
     let worktree_path = mountpoint.join(req.repo).join(req.name);
+    // Where the snapshot puts files, git must list the directory: its untracked cache
+    // entry is written invalid there (the rest stays valid, so git lists nothing else).
+    let untr = req
+        .warm
+        .map(|w| super::warm::untracked_part(state, w, &index.untr));
     write_entry(
         state,
         &mountpoint,
@@ -417,7 +424,7 @@ fn make_recorded(
         req.repo,
         (req.uid, req.gid),
         &format!("ref: refs/heads/{branch_name}"),
-        |out| index.write_for(out, &worktree_path, &gitdir),
+        |out| index.write_for(out, &worktree_path, &gitdir, untr.as_deref()),
         made,
     )?;
 
@@ -461,6 +468,7 @@ fn make_recorded(
                 uid: req.uid,
                 gid: req.gid,
                 admin_name: &record.admin_name,
+                warm: req.warm.map(|w| w.id),
             },
         )
         .map_err(|e| match e {
@@ -830,7 +838,7 @@ pub(super) struct CachedIndex {
     prefix: git::Sha1Prefix,
     /// The body's bytes after the blocks `prefix` covers (fewer than 64).
     tail: Vec<u8>,
-    untr: Vec<u8>,
+    pub(super) untr: Vec<u8>,
     /// The tree's converted files (`git::checkout`), if any: the cache's file, or its
     /// bytes when it could not be cached.
     conversions: Option<Conversions>,
@@ -918,9 +926,11 @@ impl CachedIndex {
         out: &mut fs::File,
         worktree_path: &Path,
         common_dir: &Path,
+        untr: Option<&[u8]>,
     ) -> std::io::Result<()> {
         use std::io::{Read, Seek, Write};
-        let ext = crate::git::untracked::extension(worktree_path, common_dir, &self.untr);
+        let untr = untr.unwrap_or(&self.untr);
+        let ext = crate::git::untracked::extension(worktree_path, common_dir, untr);
         let checksum = self.prefix.finish(&[&self.tail, &ext]);
         match &self.body {
             IndexBody::File(file) => {

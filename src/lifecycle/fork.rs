@@ -484,6 +484,7 @@ fn make(
                 uid: p.owner.0,
                 gid: p.owner.1,
                 admin_name: &record.admin_name,
+                warm: p.parent.warm,
             },
         )
         .map_err(|e| match e {
@@ -1084,7 +1085,7 @@ fn times(st: &Stat) -> [libc::timespec; 2] {
 /// shares extents, else its data ranges (holes stay holes: a sparse terabyte a user made
 /// costs the copy nothing) by `copy_file_range` (which the kernel may do as a reflink
 /// too), else by reads and writes. How many bytes of data.
-fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
+pub(crate) fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
     const FICLONE: libc::c_ulong = 0x4004_9409;
     // SAFETY: two valid descriptors.
     if unsafe { libc::ioctl(to.as_raw_fd(), FICLONE as _, from.as_raw_fd()) } == 0 {

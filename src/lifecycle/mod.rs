@@ -14,5 +14,6 @@ pub mod holders;
 pub mod restore;
 pub mod submodules;
 pub mod sweeper;
+pub mod warm;
 
 pub use sweeper::Mounted;

@@ -334,6 +334,7 @@ fn make(
                 uid: old.uid,
                 gid: old.gid,
                 admin_name: &record.admin_name,
+                warm: old.warm,
             },
         )
         .map_err(|e| match e {

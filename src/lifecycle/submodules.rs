@@ -530,7 +530,7 @@ fn make_admin_entry(
         (p.uid, p.gid),
         &record.commit,
         &worktree_path.join(".git"),
-        |out| index.write_for(out, &worktree_path, &record.gitdir),
+        |out| index.write_for(out, &worktree_path, &record.gitdir, None),
         &super::create::admin_lock_text(state),
     )?;
     Ok(())

@@ -16,6 +16,11 @@ pub struct RepoRow {
     pub path: PathBuf,
     pub gitdir: PathBuf,
     pub added_at: i64,
+    /// Patterns (gitignore syntax) of what new worktrees inherit from the source checkout,
+    /// besides its `.worktreeinclude` (`repo add|set --include`).
+    pub include: Vec<String>,
+    /// Whether `new` makes warm worktrees without `--warm`.
+    pub warm_default: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -38,6 +43,11 @@ pub struct WorktreeRow {
     /// Set while a removal is under way: "remove", with "+branch" (the branch goes too),
     /// "+keep" (it keeps what it removes), "+discard" (`reclaim --discard`).
     pub removal: Option<String>,
+    /// The warm snapshot it shows (`new --warm`), if any.
+    pub warm: Option<i64>,
+    /// That snapshot's manifest's file name in `<state>/warm/`.
+    #[serde(skip)]
+    pub warm_manifest: Option<String>,
 }
 
 pub struct NewWorktree<'a> {
@@ -51,12 +61,14 @@ pub struct NewWorktree<'a> {
     pub uid: u32,
     pub gid: u32,
     pub admin_name: &'a str,
+    pub warm: Option<i64>,
 }
 
 pub(super) const WORKTREE_COLUMNS: &str =
     "w.id, w.repo_id, r.name, w.name, w.branch, w.branch_created, \
      w.base_commit, w.base_tree, w.base_mtime, w.uid, w.gid, w.admin_name, w.state, \
-     w.created_at, w.state_changed_at, w.removal";
+     w.created_at, w.state_changed_at, w.removal, w.warm, \
+     (SELECT s.manifest FROM warm_snapshots s WHERE s.id = w.warm)";
 
 pub(super) fn worktree_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<WorktreeRow> {
     Ok(WorktreeRow {
@@ -76,6 +88,8 @@ pub(super) fn worktree_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Wor
         created_at: row.get(13)?,
         state_changed_at: row.get(14)?,
         removal: row.get(15)?,
+        warm: row.get(16)?,
+        warm_manifest: row.get(17)?,
     })
 }
 
@@ -86,6 +100,13 @@ pub(super) fn repo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RepoRow
         path: PathBuf::from(row.get::<_, String>(2)?),
         gitdir: PathBuf::from(row.get::<_, String>(3)?),
         added_at: row.get(4)?,
+        include: row
+            .get::<_, String>(5)?
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+        warm_default: row.get(6)?,
     })
 }
 
@@ -113,6 +134,7 @@ impl Store {
             &format!("DELETE FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}'"),
             [id],
         )?;
+        tx.execute("DELETE FROM warm_snapshots WHERE repo_id = ?1", [id])?;
         tx.execute("DELETE FROM repos WHERE id = ?1", [id])?;
         tx.commit()
     }
@@ -120,7 +142,7 @@ impl Store {
     pub fn repos(&self) -> rusqlite::Result<Vec<RepoRow>> {
         let mut stmt = self
             .conn
-            .prepare("SELECT id, name, path, gitdir, added_at FROM repos ORDER BY name")?;
+            .prepare("SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos ORDER BY name")?;
         let rows = stmt.query_map([], repo_from_row)?;
         rows.collect()
     }
@@ -128,7 +150,7 @@ impl Store {
     pub fn repo_by_name(&self, name: &str) -> rusqlite::Result<Option<RepoRow>> {
         self.conn
             .query_row(
-                "SELECT id, name, path, gitdir, added_at FROM repos WHERE name = ?1",
+                "SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos WHERE name = ?1",
                 [name],
                 repo_from_row,
             )
@@ -138,7 +160,7 @@ impl Store {
     pub fn repo_by_id(&self, id: i64) -> rusqlite::Result<Option<RepoRow>> {
         self.conn
             .query_row(
-                "SELECT id, name, path, gitdir, added_at FROM repos WHERE id = ?1",
+                "SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos WHERE id = ?1",
                 [id],
                 repo_from_row,
             )
@@ -148,7 +170,7 @@ impl Store {
     pub fn repo_by_gitdir(&self, gitdir: &Path) -> rusqlite::Result<Option<RepoRow>> {
         self.conn
             .query_row(
-                "SELECT id, name, path, gitdir, added_at FROM repos WHERE gitdir = ?1",
+                "SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos WHERE gitdir = ?1",
                 [gitdir.to_string_lossy()],
                 repo_from_row,
             )
@@ -184,8 +206,8 @@ impl Store {
         tx.execute(
             &format!(
                 "INSERT INTO worktrees(id, repo_id, name, branch, branch_created, base_commit, base_tree,
-                 base_mtime, uid, gid, admin_name, state, created_at, state_changed_at)
-             VALUES (?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '{READY}', ?11, ?11)"
+                 base_mtime, uid, gid, admin_name, state, created_at, state_changed_at, warm)
+             VALUES (?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '{READY}', ?11, ?11, ?13)"
             ),
             params![
                 w.repo_id,
@@ -199,7 +221,8 @@ impl Store {
                 w.gid,
                 w.admin_name,
                 now,
-                id
+                id,
+                w.warm
             ],
         )?;
         let id = tx.last_insert_rowid();

@@ -228,6 +228,7 @@ mod tests {
             uid: 0,
             gid: 0,
             admin_name: name,
+            warm: None,
         }
     }
 

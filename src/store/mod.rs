@@ -24,6 +24,7 @@ mod creations;
 mod kept;
 mod leases;
 mod schema;
+mod warm;
 
 pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
 pub use cleanup::{BeginError, RetainedRow};
@@ -31,6 +32,7 @@ pub use creations::{BeginCreation, CreationRow};
 pub use kept::{KeptRow, NewKept, PURGED, RESTORED};
 pub use leases::{EventRow, LeaseColumns, LeaseError, LeaseRow, NewLease};
 use schema::MIGRATIONS;
+pub use warm::{NewWarm, WarmRow};
 
 pub const DB_FILE: &str = "worktreefs.db";
 
@@ -251,6 +253,7 @@ mod tests {
             uid: 0,
             gid: 0,
             admin_name: "a",
+            warm: None,
         };
         store.insert_worktree(&w).unwrap();
         assert!(store.insert_worktree(&w).is_err());
@@ -280,6 +283,7 @@ mod tests {
                 uid: 0,
                 gid: 0,
                 admin_name: "w",
+                warm: None,
             })
             .unwrap();
         (dir, store, id)

@@ -122,4 +122,23 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE creations ADD COLUMN restored_from INTEGER;
     "#,
+    // 5: warm snapshots (issue 17): what a repository's new worktrees inherit of its
+    // source checkout's ignored and untracked files, the patterns that say which, and the
+    // snapshot each worktree shows.
+    r#"
+    CREATE TABLE warm_snapshots (
+        id        INTEGER PRIMARY KEY,
+        repo_id   INTEGER NOT NULL REFERENCES repos(id),
+        uid       INTEGER NOT NULL,
+        taken_at  INTEGER NOT NULL,
+        manifest  TEXT NOT NULL,
+        files     INTEGER NOT NULL,
+        bytes     INTEGER NOT NULL,
+        took_ms   INTEGER NOT NULL,
+        skipped   INTEGER NOT NULL
+    );
+    ALTER TABLE repos ADD COLUMN include TEXT NOT NULL DEFAULT '';
+    ALTER TABLE repos ADD COLUMN warm_default INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE worktrees ADD COLUMN warm INTEGER;
+    "#,
 ];

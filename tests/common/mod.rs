@@ -491,6 +491,7 @@ pub fn create_in(
             uid: 0,
             gid: 0,
             submodules: false,
+            warm: None,
         },
     )
     .unwrap()
@@ -668,6 +669,7 @@ pub fn create_owned_by(env: &Env, name: &str, uid: u32, submodules: bool) {
             uid,
             gid: uid,
             submodules,
+            warm: None,
         },
     )
     .unwrap();

@@ -1,0 +1,568 @@
+//! Taking a warm snapshot (`worktreefs warm REPO`, the first `new --warm`): the ignored
+//! and untracked files of the repository's source checkout that match its include
+//! patterns, each read once, as the user who asks, into the shared blob cache, and listed
+//! in a manifest (`git::warm`) that warm worktrees show under their base tree.
+//!
+//! The steps:
+//! 1. The patterns: `.worktreeinclude` at the checkout's top (read as a regular file
+//!    reached through no symlink) and the repository's `repo add|set --include`. None: an
+//!    error that says where to put them.
+//! 2. What they match: `git ls-files --others --ignored --exclude=P…` run as the user (so
+//!    gitignore syntax is git's own, and tracked files are never taken). A pattern that
+//!    matches nothing is reported.
+//! 3. Each path looked at as the user (`setfsuid` on a thread of its own) through no
+//!    symlink: a symlink is kept as its text (never followed), a FIFO, socket or device is
+//!    skipped and never opened, a file the user cannot read is skipped; both reported.
+//! 4. The sizes summed and refused, naming them, when the state directory's disk has
+//!    less room.
+//! 5. Each file copied (a reflink where the disk shares extents) into the blob cache
+//!    under its blob id, and kept only if its stat data was the same before and after the
+//!    copy (whole as of one instant; a file that keeps changing is retried, then skipped
+//!    and reported).
+//! 6. The manifest and the list of its directories written (synced, renamed), then the
+//!    row: a snapshot is in the store only once all of it is on disk.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use git2::Oid;
+
+use crate::beneath::{self, Stat};
+use crate::git::filters::{run_git, Owner, RunError};
+use crate::git::warm::{Kind, Record};
+use crate::state::StateDir;
+use crate::store::{NewWarm, RepoRow, Store, WarmRow};
+
+/// The file at the top of a source checkout that names what worktrees inherit.
+pub const INCLUDE_FILE: &str = ".worktreeinclude";
+
+/// How often a file that changes while it is copied is copied again before it is skipped.
+const MAX_COPIES: usize = 5;
+
+/// A snapshot taken.
+#[derive(Debug)]
+pub struct Taken {
+    pub row: WarmRow,
+    pub links: u64,
+    /// What was not taken, and why (path, reason).
+    pub skipped: Vec<(String, String)>,
+    /// Patterns that matched nothing.
+    pub unmatched: Vec<String>,
+    pub patterns: Vec<String>,
+    pub took: Duration,
+}
+
+/// The path of a snapshot's manifest.
+pub fn manifest_path(state: &StateDir, w: &WarmRow) -> PathBuf {
+    state.warm().join(&w.manifest)
+}
+
+/// Its list of directories that hold entries (NUL-separated paths; "" the top).
+fn dirs_path(state: &StateDir, manifest: &str) -> PathBuf {
+    state.warm().join(format!("{manifest}.dirs"))
+}
+
+/// The newest snapshot of `repo` taken with `uid`'s permissions, else a new one.
+pub fn ensure(
+    state: &StateDir,
+    store: &mut Store,
+    repo: &RepoRow,
+    uid: u32,
+    gid: u32,
+) -> anyhow::Result<(WarmRow, Option<Taken>)> {
+    if let Some(row) = store.latest_warm(repo.id, uid)? {
+        if manifest_path(state, &row).exists() {
+            return Ok((row, None));
+        }
+    }
+    let taken = take(state, store, repo, uid, gid)?;
+    Ok((taken.row.clone(), Some(taken)))
+}
+
+/// The untracked-cache part `untr` of a warm worktree's index: invalid at every
+/// directory where snapshot `w` has entries, so git lists those (and only those).
+pub fn untracked_part(state: &StateDir, w: &WarmRow, untr: &[u8]) -> Vec<u8> {
+    let dirs = fs::read(dirs_path(state, &w.manifest)).ok();
+    let set: Option<std::collections::HashSet<&[u8]>> =
+        dirs.as_deref().map(|d| d.split(|b| *b == 0).collect());
+    // Without the list (removed by hand), every directory is listed: slower, never wrong.
+    crate::git::untracked::invalidate(untr, |p| set.as_ref().is_none_or(|s| s.contains(p)))
+        .unwrap_or_else(|| untr.to_vec())
+}
+
+/// Runs closures on a thread whose file-system identity is one user's.
+struct AsUser {
+    jobs: mpsc::Sender<Box<dyn FnOnce() + Send>>,
+}
+
+impl AsUser {
+    fn start(owner: &Owner) -> anyhow::Result<AsUser> {
+        let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let (ready_tx, ready) = mpsc::sync_channel(1);
+        let (uid, gid, groups) = (owner.uid, owner.gid, owner.groups.clone());
+        std::thread::Builder::new()
+            .name("warm-as-user".into())
+            .spawn(move || {
+                let became = crate::git::owner::become_identity(uid, gid, &groups)
+                    || nix::unistd::geteuid().as_raw() != 0;
+                let _ = ready_tx.send(became);
+                if became {
+                    for job in rx {
+                        job();
+                    }
+                }
+            })?;
+        if !ready.recv().unwrap_or(false) {
+            bail!("could not take the identity {uid}:{gid} to read the source checkout");
+        }
+        Ok(AsUser { jobs })
+    }
+
+    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.jobs
+            .send(Box::new(move || {
+                let _ = tx.send(f());
+            }))
+            .map_err(|_| anyhow!("the reading thread ended"))?;
+        rx.recv().map_err(|_| anyhow!("the reading thread ended"))
+    }
+}
+
+/// What a path of the checkout is, as the user sees it.
+enum Found {
+    /// A regular file, opened when asked.
+    File(Option<fs::File>, Stat),
+    Link(Vec<u8>, Stat),
+    Dir(Stat),
+    /// Not taken: why.
+    Skip(String),
+}
+
+fn look(root: BorrowedFd, rel: &[u8], open: bool) -> Found {
+    let reason = |e: io::Error| match e.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EPERM) => "not readable by the user who asked".to_string(),
+        Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
+            "below a symbolic link (never followed)".to_string()
+        }
+        Some(libc::ENOENT) => "gone while the snapshot was taken".to_string(),
+        _ => e.to_string(),
+    };
+    let fd = match beneath::open(root, rel, libc::O_PATH, 0) {
+        Ok(fd) => fd,
+        Err(e) => return Found::Skip(reason(e)),
+    };
+    let st = match beneath::fstat(fd.as_fd()) {
+        Ok(st) => st,
+        Err(e) => return Found::Skip(reason(e)),
+    };
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG if open => {
+            match beneath::reopen(fd.as_fd(), libc::O_RDONLY | libc::O_NONBLOCK) {
+                Ok(f) => Found::File(Some(f), st),
+                Err(e) => Found::Skip(reason(e)),
+            }
+        }
+        libc::S_IFREG => Found::File(None, st),
+        libc::S_IFLNK => match beneath::readlink(fd.as_fd()) {
+            Ok(t) => Found::Link(t, st),
+            Err(e) => Found::Skip(reason(e)),
+        },
+        libc::S_IFDIR => Found::Dir(st),
+        _ => Found::Skip("not a regular file, directory or symbolic link (never opened)".into()),
+    }
+}
+
+fn same(a: &Stat, b: &Stat) -> bool {
+    (
+        a.st_ino,
+        a.st_size,
+        a.st_mtime,
+        a.st_mtime_nsec,
+        a.st_ctime,
+        a.st_ctime_nsec,
+    ) == (
+        b.st_ino,
+        b.st_size,
+        b.st_mtime,
+        b.st_mtime_nsec,
+        b.st_ctime,
+        b.st_ctime_nsec,
+    )
+}
+
+fn lossy(p: &[u8]) -> String {
+    String::from_utf8_lossy(p).into_owned()
+}
+
+/// The patterns of `repo`: its `.worktreeinclude`, then `repo add|set --include`.
+fn patterns(
+    user: &AsUser,
+    root: &std::sync::Arc<OwnedFd>,
+    repo: &RepoRow,
+    notes: &mut Vec<(String, String)>,
+) -> anyhow::Result<Vec<String>> {
+    let r = root.clone();
+    let file = user.run(move || {
+        beneath::read_regular(r.as_fd(), INCLUDE_FILE.as_bytes(), 1 << 20).map(|(b, _)| b)
+    })?;
+    let mut out = Vec::new();
+    match file {
+        Ok(bytes) => {
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                let line = line.trim_end_matches('\r');
+                if !line.trim().is_empty() && !line.starts_with('#') {
+                    out.push(line.to_string());
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => notes.push((INCLUDE_FILE.into(), format!("not read: {e}"))),
+    }
+    out.extend(repo.include.iter().cloned());
+    Ok(out)
+}
+
+/// `git ls-files -z --others --ignored` with `patterns`, as `owner`, in the checkout.
+fn ls_files(
+    owner: &Owner,
+    repo: &RepoRow,
+    patterns: &[String],
+    directory: bool,
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    let out = crate::git::blobcache::memfd(c"wtfs-warm-ls", b"")?;
+    let mut args: Vec<std::ffi::OsString> = vec![
+        format!("--work-tree={}", repo.path.display()).into(),
+        "-c".into(),
+        "safe.directory=*".into(),
+        "-c".into(),
+        "core.fsmonitor=false".into(),
+        "ls-files".into(),
+        "-z".into(),
+        "--others".into(),
+        "--ignored".into(),
+    ];
+    if directory {
+        args.push("--directory".into());
+    }
+    for p in patterns {
+        args.push(format!("--exclude={p}").into());
+    }
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let copy = out.try_clone()?;
+    run_git(owner, &repo.gitdir, &args, None, copy).map_err(|e| {
+        anyhow!(
+            "listing what the patterns match in {}: {}",
+            repo.path.display(),
+            match e {
+                RunError::Spawn(s) | RunError::Failed(s) | RunError::NoSpace(s) => s,
+                RunError::TimedOut => "git ran past its time limit".into(),
+            }
+        )
+    })?;
+    let mut out = out;
+    let mut bytes = Vec::new();
+    io::Seek::rewind(&mut out)?;
+    io::Read::read_to_end(&mut out, &mut bytes)?;
+    Ok(bytes
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.strip_suffix(b"/").unwrap_or(p).to_vec())
+        .collect())
+}
+
+/// Copies `src` (whose stat data was `st`) into the blob cache; its blob id, or None when
+/// the file changed during the copy.
+fn store_blob(state: &StateDir, src: &fs::File, st: &Stat) -> anyhow::Result<Option<Oid>> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = state
+        .blobs_tmp()
+        .join(format!("warm-{}-{n}", std::process::id()));
+    let result = (|| -> anyhow::Result<Option<Oid>> {
+        let dst = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        crate::lifecycle::fork::clone_or_copy(src, &dst)
+            .with_context(|| format!("copying into {}", tmp.display()))?;
+        let after = beneath::fstat(src.as_fd())?;
+        if !same(st, &after) {
+            return Ok(None);
+        }
+        dst.sync_all()?;
+        drop(dst);
+        let oid = Oid::hash_file(git2::ObjectType::Blob, &tmp)
+            .map_err(|e| anyhow!("hashing {}: {}", tmp.display(), e.message()))?;
+        let hex = oid.to_string();
+        let dir = state.blobs().join(&hex[..2]);
+        let path = dir.join(&hex[2..]);
+        let present =
+            fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == st.st_size as u64);
+        if !present {
+            fs::create_dir_all(&dir)?;
+            fs::set_permissions(&tmp, fs::Permissions::from_mode(0o400))?;
+            fs::rename(&tmp, &path).with_context(|| format!("placing {}", path.display()))?;
+        }
+        Ok(Some(oid))
+    })();
+    let _ = fs::remove_file(&tmp);
+    result
+}
+
+/// Takes a new snapshot of `repo`'s source checkout with the permissions of `uid`.
+pub fn take(
+    state: &StateDir,
+    store: &mut Store,
+    repo: &RepoRow,
+    uid: u32,
+    gid: u32,
+) -> anyhow::Result<Taken> {
+    let started = Instant::now();
+    let owner = Owner::of(uid, gid);
+    let user = AsUser::start(&owner)?;
+    let path = repo.path.clone();
+    let root = user
+        .run(move || beneath::open_real_dir(&path))?
+        .with_context(|| {
+            format!(
+                "the source checkout {} of {} cannot be reached by uid {uid} through no symbolic link",
+                repo.path.display(),
+                repo.name
+            )
+        })?;
+    let root = std::sync::Arc::new(root);
+    let mut skipped = Vec::new();
+    let patterns = patterns(&user, &root, repo, &mut skipped)?;
+    if patterns.is_empty() {
+        bail!(
+            "repository {} names nothing for warm worktrees to inherit: put gitignore patterns (node_modules/, target/, .env) in {} or run `worktreefs repo set {} --include PATTERN…`",
+            repo.name,
+            repo.path.join(INCLUDE_FILE).display(),
+            repo.name
+        );
+    }
+    let listed = ls_files(&owner, repo, &patterns, false)?;
+    let mut unmatched = Vec::new();
+    for p in &patterns {
+        if !p.starts_with('!') && ls_files(&owner, repo, std::slice::from_ref(p), true)?.is_empty()
+        {
+            unmatched.push(p.clone());
+        }
+    }
+
+    // What each path is, as the user sees it; the directories on the way.
+    let mut dirs: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut found: Vec<(Vec<u8>, Found)> = Vec::with_capacity(listed.len());
+    for rel in listed {
+        if rel
+            .split(|b| *b == b'/')
+            .any(|c| crate::layout::is_reserved(std::ffi::OsStr::new(&lossy(c))))
+        {
+            skipped.push((lossy(&rel), "a name worktreefs reserves".into()));
+            continue;
+        }
+        let r = root.clone();
+        let rel2 = rel.clone();
+        // Looked at only: 30,000 files are not held open at once.
+        let what = user.run(move || look(r.as_fd(), &rel2, false))?;
+        if let Found::Skip(why) = what {
+            skipped.push((lossy(&rel), why));
+            continue;
+        }
+        let mut at = rel.as_slice();
+        while let Some(i) = at.iter().rposition(|b| *b == b'/') {
+            at = &at[..i];
+            if !dirs.insert(at.to_vec()) {
+                break;
+            }
+        }
+        found.push((rel, what));
+    }
+    let need: u64 = found
+        .iter()
+        .map(|(_, f)| match f {
+            Found::File(_, st) => st.st_size as u64,
+            _ => 0,
+        })
+        .sum();
+    let files = found
+        .iter()
+        .filter(|(_, f)| matches!(f, Found::File(..)))
+        .count();
+    let free = nix::sys::statvfs::statvfs(&state.blobs())
+        .map(|s| s.blocks_available() * s.fragment_size())
+        .with_context(|| format!("reading the free space of {}", state.blobs().display()))?;
+    if need > free {
+        bail!(
+            "the warm snapshot of {} needs {} ({files} files) and the state directory's disk ({}) has {} free: free some space, or narrow the patterns ({} in {}, `worktreefs repo set {} --include`)",
+            repo.name,
+            human(need),
+            state.root.display(),
+            human(free),
+            INCLUDE_FILE,
+            repo.path.display(),
+            repo.name
+        );
+    }
+
+    let mut records: Vec<Record> = Vec::with_capacity(found.len() + dirs.len());
+    for d in &dirs {
+        let r = root.clone();
+        let d2 = d.clone();
+        if let Found::Dir(st) = user.run(move || look(r.as_fd(), &d2, false))? {
+            records.push(record(d.clone(), Kind::Dir, &st, None, Vec::new()));
+        }
+    }
+    let (mut links, mut bytes) = (0u64, 0u64);
+    for (rel, what) in found {
+        match what {
+            Found::File(..) => {
+                let mut copies = 0;
+                let stored = loop {
+                    let r = root.clone();
+                    let rel2 = rel.clone();
+                    let (file, st) = match user.run(move || look(r.as_fd(), &rel2, true))? {
+                        Found::File(Some(f), st) => (f, st),
+                        Found::Skip(why) => break Err(why),
+                        _ => break Err("no longer a regular file".into()),
+                    };
+                    if let Some(oid) = store_blob(state, &file, &st)? {
+                        break Ok((oid, st));
+                    }
+                    copies += 1;
+                    if copies >= MAX_COPIES {
+                        break Err(format!(
+                            "changed each of the {MAX_COPIES} times it was copied"
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(10 << copies));
+                };
+                match stored {
+                    Ok((oid, st)) => {
+                        bytes += st.st_size as u64;
+                        records.push(record(rel, Kind::File, &st, Some(oid), Vec::new()));
+                    }
+                    Err(why) => skipped.push((lossy(&rel), why)),
+                }
+            }
+            Found::Link(target, st) => {
+                links += 1;
+                let oid = Oid::hash_object(git2::ObjectType::Blob, &target).ok();
+                records.push(record(rel, Kind::Link, &st, oid, target));
+            }
+            Found::Dir(_) | Found::Skip(_) => {}
+        }
+    }
+
+    // Parents before children: sorted by path, each directory before what is in it.
+    records.sort_by(|a, b| path_order(&a.path, &b.path));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let manifest = format!("{}-{uid}-{nanos}", repo.id);
+    fs::create_dir_all(state.warm())?;
+    let mut holding: BTreeSet<Vec<u8>> = BTreeSet::new();
+    for r in &records {
+        holding.insert(match r.path.iter().rposition(|b| *b == b'/') {
+            Some(i) => r.path[..i].to_vec(),
+            None => Vec::new(),
+        });
+    }
+    let mut dir_list = Vec::new();
+    for d in &holding {
+        dir_list.extend_from_slice(d);
+        dir_list.push(0);
+    }
+    let write = |path: &Path, bytes: &[u8]| {
+        crate::durable::write_file_synced(path, bytes)
+            .with_context(|| format!("writing {}", path.display()))
+    };
+    write(&dirs_path(state, &manifest), &dir_list)?;
+    let mpath = state.warm().join(&manifest);
+    if let Err(e) = write(&mpath, &crate::git::warm::encode(&records)) {
+        let _ = fs::remove_file(dirs_path(state, &manifest));
+        return Err(e);
+    }
+    let took = started.elapsed();
+    let row = store
+        .add_warm(&NewWarm {
+            repo_id: repo.id,
+            uid,
+            manifest: &manifest,
+            files: records.iter().filter(|r| r.kind != Kind::Dir).count() as u64,
+            bytes,
+            took_ms: took.as_millis() as u64,
+            skipped: skipped.len() as u64,
+        })
+        .and_then(|id| store.warm(id).map(|r| r.expect("just added")))
+        .map_err(|e| {
+            let _ = fs::remove_file(&mpath);
+            let _ = fs::remove_file(dirs_path(state, &manifest));
+            anyhow!("recording the warm snapshot: {e}")
+        })?;
+    Ok(Taken {
+        row,
+        links,
+        skipped,
+        unmatched,
+        patterns,
+        took,
+    })
+}
+
+fn record(path: Vec<u8>, kind: Kind, st: &Stat, oid: Option<Oid>, target: Vec<u8>) -> Record {
+    Record {
+        path,
+        kind,
+        perm: st.st_mode & 0o7777,
+        size: st.st_size as u64,
+        mtime: (st.st_mtime, st.st_mtime_nsec as u32),
+        oid,
+        target,
+    }
+}
+
+/// Paths by component: `a/b` before `a-c` (a directory's entries right after it).
+fn path_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))
+}
+
+/// A byte count for people.
+pub fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_sort_parents_first() {
+        let mut v: Vec<&[u8]> = vec![b"a-c", b"a/b", b"a", b"a/b/c", b"B"];
+        v.sort_by(|a, b| path_order(a, b));
+        assert_eq!(v, vec![&b"B"[..], b"a", b"a/b", b"a/b/c", b"a-c"]);
+        assert_eq!(human(10), "10 bytes");
+        assert_eq!(human(3 << 20), "3.0 MiB");
+    }
+}
