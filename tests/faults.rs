@@ -723,3 +723,48 @@ fn a_fork_that_runs_out_of_space_half_way_leaves_nothing_and_its_parent_as_it_wa
     assert_eq!(listing(&m.wt("repo", "child")), before);
     m.unmount();
 }
+
+#[test]
+fn a_warm_snapshot_that_would_not_fit_is_refused_naming_the_sizes_and_nothing_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::new(&dir.path().join("state"), "16m", 4000);
+    let env = Env::in_dir(dir);
+    assert_eq!(env.state(), disk.path);
+    let repo = env.repo.path();
+    // 24 MiB of build output on a 16 MiB state disk.
+    fs::create_dir_all(repo.join("target")).unwrap();
+    for i in 0..3 {
+        fs::write(repo.join(format!("target/big-{i}")), vec![i as u8; 8 << 20]).unwrap();
+    }
+    fs::write(repo.join(".worktreeinclude"), "target/\n").unwrap();
+    let out = wtfs(&env.state(), &["new", "repo/w", "--warm"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs 24.0 MiB (3 files)") && err.contains("free"),
+        "{err}"
+    );
+    let out = wtfs(&env.state(), &["warm", "repo"]);
+    assert!(!out.status.success());
+    // Nothing recorded, nothing made, nothing stored.
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(!events.contains("warm-snapshot"), "{events}");
+    assert!(!wtfs_ok(&env.state(), &["list", "--json"]).contains("\"w\""));
+    assert_eq!(fs::read_dir(env.state().join("warm")).unwrap().count(), 0);
+    let stored: u64 = walkdir_size(&env.state().join("blobs"));
+    assert!(stored < 1 << 20, "{stored} bytes stored");
+}
+
+fn walkdir_size(dir: &Path) -> u64 {
+    let mut n = 0;
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let m = e.metadata().unwrap();
+        n += if m.is_dir() {
+            walkdir_size(&e.path())
+        } else {
+            m.len()
+        };
+    }
+    n
+}

@@ -361,11 +361,11 @@ impl View {
         let name_s = name
             .to_str()
             .ok_or_else(|| FsError::invalid(format!("worktree name {name:?} is not UTF-8")))?;
-        let repo = self
+        let repo_row = self
             .catalog
             .repo(repo_id)
-            .map(|r| r.name)
             .ok_or_else(|| FsError::not_found("repository"))?;
+        let repo = repo_row.name.clone();
         {
             // A connection of its own, as rmdir's: a creation may wait for the database
             // (held by another process), and the view's own connection answers lookups.
@@ -375,6 +375,23 @@ impl View {
             store
                 .set_busy_timeout(MKDIR_BUSY_TIMEOUT)
                 .map_err(|e| FsError::store("opening the store", e))?;
+            // A repository warm by default shows its caller's newest snapshot; mkdir never
+            // takes one (that reads the whole checkout: `worktreefs warm`, `new --warm`).
+            let warm = match repo_row.warm_default {
+                true => store
+                    .latest_warm(repo_id, caller.uid)
+                    .map_err(|e| FsError::store("reading the warm snapshots", e))?
+                    .filter(|w| crate::lifecycle::warm::manifest_path(&self.state, w).exists()),
+                false => None,
+            };
+            if repo_row.warm_default && warm.is_none() {
+                tracing::info!(
+                    repo,
+                    worktree = name_s,
+                    "mkdir: no warm snapshot of uid {} yet; the worktree is cold (`worktreefs warm {repo}` takes one)",
+                    caller.uid
+                );
+            }
             create::create_worktree(
                 &self.state,
                 &mut store,
@@ -386,7 +403,7 @@ impl View {
                     uid: caller.uid,
                     gid: caller.gid,
                     submodules: false,
-                    warm: None,
+                    warm: warm.as_ref(),
                 },
             )
             .map_err(|e| FsError::creation(format!("mkdir {repo}/{name_s}"), e))?;

@@ -162,6 +162,16 @@ pub fn create_worktree(
                 req.repo, req.repo
             ))
         })?;
+    // A snapshot holds what its taker could read: it is shown to that user alone (in
+    // worktrees they own), never to another who could not read the files.
+    if let Some(w) = req.warm {
+        if w.repo_id != repo_row.id || w.uid != req.uid {
+            return Err(CreateError::Denied(format!(
+                "warm snapshot {} was taken with the permissions of uid {} (repository {}): it is not shown in a worktree of uid {} of {}; take one as that user (`worktreefs warm {}`)",
+                w.id, w.uid, w.repo_id, req.uid, req.repo, req.repo
+            )));
+        }
+    }
     // A creation of this name that was killed half-way is rolled back first; one that is
     // still running makes this one wait its turn.
     roll_back_dead(

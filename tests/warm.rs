@@ -1,0 +1,464 @@
+//! Warm worktrees (issue 17): what a new worktree inherits of its source checkout's
+//! ignored and untracked files (`.worktreeinclude`, `repo set --include`, `new --warm`,
+//! `warm REPO`) — mounted, with a real repository and the real `git` binary.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+/// Every entry below `dir` with its type, mode and content (read by a child
+/// process), `.git` and `.worktreeinclude` aside.
+fn files_of(dir: &Path) -> String {
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "find . -path ./.git -prune -o -name .worktreeinclude -prune -o -print | LC_ALL=C sort | while read f; do printf '== %s %s\\n' \"$f\" \"$(stat -c %A \"$f\")\"; if [ -L \"$f\" ]; then readlink \"$f\"; elif [ -f \"$f\" ]; then md5sum < \"$f\"; fi; done",
+        ],
+        dir,
+    )
+}
+
+/// What git says of a worktree: the status as an agent sees it, the full one (ignored
+/// files, every untracked file), and the diff.
+fn git_view(wt: &Path) -> (String, String, String) {
+    (
+        run_ok("git", &["status", "--porcelain"], wt),
+        run_ok(
+            "git",
+            &[
+                "status",
+                "--porcelain",
+                "--untracked-files=all",
+                "--ignored",
+            ],
+            wt,
+        ),
+        run_ok("git", &["diff"], wt),
+    )
+}
+
+fn write(root: &Path, rel: &str, content: &str, mode: u32) {
+    let p = root.join(rel);
+    fs::create_dir_all(p.parent().unwrap()).unwrap();
+    fs::write(&p, content).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A source checkout with what an agent needs and a fresh checkout lacks: dependencies,
+/// build output, a secret; and a `.worktreeinclude` naming them (and one name that
+/// matches nothing).
+fn warm_source(repo: &Path) {
+    fs::write(repo.join(".gitignore"), "target/\n*.o\nnode_modules/\n").unwrap();
+    git(repo, &["commit", "-qam", "ignore node_modules"]);
+    write(
+        repo,
+        "node_modules/left-pad/index.js",
+        "module.exports = 1;\n",
+        0o644,
+    );
+    write(repo, "node_modules/left-pad/package.json", "{}\n", 0o444);
+    write(
+        repo,
+        "node_modules/.bin/tool",
+        "#!/bin/sh\necho tool\n",
+        0o755,
+    );
+    std::os::unix::fs::symlink("../left-pad/index.js", repo.join("node_modules/.bin/lp")).unwrap();
+    // A link out of the checkout is kept as a link: never followed, nothing of /etc taken.
+    std::os::unix::fs::symlink("/etc", repo.join("node_modules/etc-link")).unwrap();
+    write(repo, "target/debug/app", "\x7fELF binary\n", 0o755);
+    write(repo, "target/debug/app.d", "app: src/main.rs\n", 0o644);
+    write(repo, "src/main.o", "object\n", 0o644);
+    write(repo, ".env", "SECRET=1\n", 0o600);
+    write(repo, "scratch.txt", "not inherited\n", 0o644);
+    // Old times, as a finished build leaves them: a build looks at them.
+    run_ok(
+        "touch",
+        &[
+            "-h",
+            "-d",
+            "2021-03-04 05:06:07",
+            "target/debug/app",
+            "node_modules/.bin/lp",
+        ],
+        repo,
+    );
+    fs::write(
+        repo.join(".worktreeinclude"),
+        "# what agents need\nnode_modules/\ntarget/\n.env\n*.o\nnothing-here/\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_warm_worktree_shows_the_source_checkouts_files_copy_on_write_and_each_snapshot_stays_with_its_worktrees(
+) {
+    let env = Env::new();
+    let repo = env.repo.path();
+    warm_source(&repo);
+    let out = wtfs_ok(&env.state(), &["new", "repo/a", "--warm"]);
+    assert!(out.contains("took warm snapshot 1 of repo"), "{out}");
+    assert!(
+        out.contains("pattern 'nothing-here/' matches nothing"),
+        "{out}"
+    );
+    assert!(out.contains("with warm snapshot 1"), "{out}");
+    let plain = wtfs_ok(&env.state(), &["new", "repo/cold"]);
+    assert!(!plain.contains("warm"), "{plain}");
+
+    // The checkout a user would make by hand: the same commit, the same files copied in.
+    let hand = env.dir.path().join("hand");
+    git(
+        &repo,
+        &["worktree", "add", "-q", "--detach", hand.to_str().unwrap()],
+    );
+    run_ok(
+        "cp",
+        &[
+            "-a",
+            "node_modules",
+            "target",
+            ".env",
+            hand.to_str().unwrap(),
+        ],
+        &repo,
+    );
+    run_ok(
+        "cp",
+        &["-a", "src/main.o", hand.join("src").to_str().unwrap()],
+        &repo,
+    );
+
+    let m = env.mount();
+    let a = m.wt("repo", "a");
+    // Untouched, git lists only the directories the snapshot adds to and reads no content
+    // but ignore rules.
+    let porcelain = run_ok("git", &["status", "--porcelain"], &a);
+    assert_eq!(porcelain, "?? .env\n");
+    let stats = m.stats();
+    let read: Vec<&str> = stats["content_paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        read.iter().all(|p| p.ends_with("/.gitignore")),
+        "git status read more than ignore rules: {read:?}"
+    );
+
+    // What git and a reader see is what the hand-made checkout holds, inherited files
+    // with their times (tracked ones have the view's own).
+    assert_eq!(files_of(&a), files_of(&hand));
+    let mtime = |p: &Path| fs::symlink_metadata(p).unwrap().mtime();
+    for rel in [
+        "target/debug/app",
+        "node_modules/.bin/lp",
+        ".env",
+        "src/main.o",
+    ] {
+        assert_eq!(mtime(&a.join(rel)), mtime(&repo.join(rel)), "{rel}");
+    }
+    assert_eq!(git_view(&a), git_view(&hand));
+    let view = run_ok("git", &["status", "--porcelain", "--ignored"], &a);
+    assert_eq!(
+        view,
+        "?? .env\n!! node_modules/\n!! src/main.o\n!! target/\n"
+    );
+    assert!(!a.join("scratch.txt").exists() && !a.join(".worktreeinclude").exists());
+    assert!(fs::symlink_metadata(a.join("node_modules/etc-link"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(fs::metadata(a.join(".env")).unwrap().mode() & 0o7777, 0o600);
+    let cold = m.wt("repo", "cold");
+    assert!(!cold.join("node_modules").exists() && !cold.join(".env").exists());
+
+    // Writes go to the worktree's own layer; the source checkout never changes.
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "echo MORE=2 >> .env && echo 'module.exports = 2;' > node_modules/left-pad/index.js && chmod 700 node_modules/.bin/tool && rm target/debug/app.d && mv node_modules/left-pad node_modules/right-pad",
+        ],
+        &a,
+    );
+    assert_eq!(
+        fs::read_to_string(a.join(".env")).unwrap(),
+        "SECRET=1\nMORE=2\n"
+    );
+    assert_eq!(
+        fs::read_to_string(a.join("node_modules/.bin/lp"))
+            .unwrap_err()
+            .kind(),
+        std::io::ErrorKind::NotFound,
+        "the link follows the move"
+    );
+    assert_eq!(
+        fs::read_to_string(a.join("node_modules/right-pad/index.js")).unwrap(),
+        "module.exports = 2;\n"
+    );
+    assert_eq!(fs::read_to_string(repo.join(".env")).unwrap(), "SECRET=1\n");
+    assert_eq!(
+        fs::read_to_string(repo.join("node_modules/left-pad/index.js")).unwrap(),
+        "module.exports = 1;\n"
+    );
+    assert!(repo.join("target/debug/app.d").exists());
+    assert_eq!(
+        fs::metadata(repo.join("node_modules/.bin/tool"))
+            .unwrap()
+            .mode()
+            & 0o777,
+        0o755
+    );
+
+    // A new snapshot: new worktrees show it, the old one keeps its own.
+    write(&repo, ".env", "SECRET=2\n", 0o600);
+    write(&repo, "node_modules/new-pkg/index.js", "new\n", 0o644);
+    let out = wtfs_ok(&env.state(), &["warm", "repo"]);
+    assert!(out.contains("took warm snapshot 2 of repo"), "{out}");
+    wtfs_ok(&env.state(), &["new", "repo/b", "--warm"]);
+    let b = m.wt("repo", "b");
+    assert_eq!(fs::read_to_string(b.join(".env")).unwrap(), "SECRET=2\n");
+    assert!(b.join("node_modules/new-pkg/index.js").exists());
+    assert!(b.join("node_modules/left-pad/index.js").exists());
+    assert_eq!(
+        fs::read_to_string(a.join(".env")).unwrap(),
+        "SECRET=1\nMORE=2\n"
+    );
+    assert!(!a.join("node_modules/new-pkg").exists());
+    // The unmount removes the untouched warm worktree (nothing of it is work) and keeps
+    // the changed one, which shows its own snapshot after a restart.
+    m.unmount();
+    assert_eq!(state_of(&env, "b"), "removed");
+    assert_eq!(state_of(&env, "a"), "retained");
+    let m = env.mount();
+    let a = m.wt("repo", "a");
+    assert_eq!(
+        fs::read_to_string(a.join(".env")).unwrap(),
+        "SECRET=1\nMORE=2\n"
+    );
+    assert!(!a.join("node_modules/new-pkg").exists());
+    assert!(a.join("node_modules/.bin/tool").exists());
+    m.unmount();
+}
+
+#[test]
+fn inherited_files_are_never_work_and_changed_ones_are() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    warm_source(&repo);
+    wtfs_ok(
+        &env.state(),
+        &["repo", "set", "repo", "--warm-default", "true"],
+    );
+    let out = wtfs_ok(&env.state(), &["new", "repo/untouched"]);
+    assert!(out.contains("with warm snapshot"), "{out}");
+    wtfs_ok(&env.state(), &["new", "repo/changed"]);
+    wtfs_ok(&env.state(), &["new", "repo/built"]);
+    let out = wtfs_ok(&env.state(), &["new", "repo/plain", "--cold"]);
+    assert!(!out.contains("warm"), "{out}");
+    let m = env.mount_with(&["--linger", "1"]);
+    // Each agent works and leaves: its lease goes with it.
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "git status --porcelain; cat .env node_modules/.bin/tool >/dev/null",
+        ],
+        &m.wt("repo", "untouched"),
+    );
+    run_ok(
+        "sh",
+        &["-c", "echo TOKEN=x >> .env"],
+        &m.wt("repo", "changed"),
+    );
+    // Build output (ignored) changes: not work, as in any worktree.
+    run_ok(
+        "sh",
+        &["-c", "echo rebuilt > target/debug/app"],
+        &m.wt("repo", "built"),
+    );
+    run_ok(
+        "sh",
+        &["-c", "ls node_modules 2>/dev/null; true"],
+        &m.wt("repo", "plain"),
+    );
+    let limit = Duration::from_secs(60);
+    wait_for_state(&env, "untouched", "removed", limit);
+    wait_for_state(&env, "built", "removed", limit);
+    wait_for_state(&env, "plain", "removed", limit);
+    wait_for_state(&env, "changed", "retained", limit);
+    let retained = wtfs_ok(&env.state(), &["retained"]);
+    assert!(retained.contains("untracked .env"), "{retained}");
+    // The retained one comes back with its snapshot and its change after a restore too.
+    let out = wtfs_ok(&env.state(), &["reclaim", "repo/changed", "--discard"]);
+    assert!(out.contains("removed") || out.contains("discard"), "{out}");
+    wtfs_ok(&env.state(), &["restore", "repo/changed"]);
+    let back = m.wt("repo", "changed");
+    assert_eq!(
+        run_ok("cat", &[".env", "node_modules/left-pad/index.js"], &back),
+        "SECRET=1\nTOKEN=x\nmodule.exports = 1;\n"
+    );
+    // A fork of a warm worktree shows the same snapshot and the parent's change.
+    wtfs_ok(&env.state(), &["new", "repo/fork", "--from", "changed"]);
+    assert_eq!(
+        run_ok("cat", &[".env", "target/debug/app"], &m.wt("repo", "fork")),
+        "SECRET=1\nTOKEN=x\n\x7fELF binary\n"
+    );
+    m.unmount();
+}
+
+#[test]
+fn a_snapshot_takes_only_what_the_asking_user_can_read_and_keeps_modes() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    warm_source(&repo);
+    write(&repo, "node_modules/public.js", "public\n", 0o644);
+    write(&repo, "node_modules/private.js", "private\n", 0o600);
+    // The checkout must be reachable by the user: the test's directories are private.
+    let mut p = repo.clone();
+    while p != Path::new("/tmp") && p.parent().is_some() {
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+        p = p.parent().unwrap().to_path_buf();
+    }
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let mut store = worktreefs::store::Store::open(&env.state()).unwrap();
+    let row = store.repo_by_name("repo").unwrap().unwrap();
+    let taken = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 65534, 65534).unwrap();
+    let skipped: Vec<&str> = taken.skipped.iter().map(|(p, _)| p.as_str()).collect();
+    assert!(skipped.contains(&".env"), "{:?}", taken.skipped);
+    assert!(
+        skipped.contains(&"node_modules/private.js"),
+        "{:?}",
+        taken.skipped
+    );
+    assert!(
+        taken
+            .skipped
+            .iter()
+            .all(|(_, why)| why.contains("not readable")),
+        "{:?}",
+        taken.skipped
+    );
+    assert_eq!(taken.row.uid, 65534);
+    // As root, both are taken; each user's `new --warm` uses the snapshot of their own.
+    let root = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 0, 0).unwrap();
+    assert!(root.skipped.is_empty(), "{:?}", root.skipped);
+    assert_eq!(root.row.files, taken.row.files + 2);
+    assert_eq!(
+        store.latest_warm(row.id, 65534).unwrap().unwrap().id,
+        taken.row.id
+    );
+    drop(store);
+    wtfs_ok(&env.state(), &["new", "repo/w", "--warm"]);
+    let m = env.mount();
+    let w = m.wt("repo", "w");
+    let mode = |rel: &str| fs::symlink_metadata(w.join(rel)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("node_modules/private.js"), 0o600);
+    assert_eq!(mode("node_modules/left-pad/package.json"), 0o444);
+    assert_eq!(mode("node_modules/.bin/tool"), 0o755);
+    assert_eq!(
+        fs::symlink_metadata(w.join("target/debug/app"))
+            .unwrap()
+            .mtime(),
+        fs::symlink_metadata(repo.join("target/debug/app"))
+            .unwrap()
+            .mtime()
+    );
+    m.unmount();
+}
+
+#[test]
+fn without_patterns_a_warm_worktree_is_refused_and_nothing_is_made() {
+    let env = Env::new();
+    let out = wtfs(&env.state(), &["new", "repo/w", "--warm"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(".worktreeinclude") && err.contains("repo set repo --include"),
+        "{err}"
+    );
+    assert!(
+        !wtfs_ok(&env.state(), &["list", "--json"]).contains("\"w\""),
+        "nothing is made"
+    );
+    // Patterns from the command line alone work too.
+    fs::create_dir_all(env.repo.path().join("target")).unwrap();
+    fs::write(env.repo.path().join("target/out"), "o\n").unwrap();
+    wtfs_ok(
+        &env.state(),
+        &["repo", "set", "repo", "--include", "target/"],
+    );
+    let out = wtfs_ok(&env.state(), &["new", "repo/w", "--warm"]);
+    assert!(out.contains("1 files and links"), "{out}");
+}
+
+#[test]
+fn a_file_rewritten_while_the_snapshot_is_taken_is_held_whole_or_reported() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    fs::write(repo.join(".worktreeinclude"), "target/\n").unwrap();
+    fs::create_dir_all(repo.join("target")).unwrap();
+    let a = "A".repeat(1 << 20);
+    fs::write(repo.join("target/hot"), &a).unwrap();
+    fs::write(repo.join("target/still"), "still\n").unwrap();
+    // A build rewriting its output in place, all the time the snapshot is taken.
+    let mut writer = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "a=$(head -c 1048576 /dev/zero | tr '\\0' A); b=$(head -c 1048576 /dev/zero | tr '\\0' B); while :; do printf %s \"$a\" > target/hot; printf %s \"$b\" > target/hot; done",
+        ])
+        .current_dir(&repo)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let out = wtfs(&env.state(), &["warm", "repo", "--json"]);
+    let _ = writer.kill();
+    let _ = writer.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let skipped = json["skipped"].as_array().unwrap();
+    wtfs_ok(&env.state(), &["new", "repo/w", "--warm"]);
+    let m = env.mount();
+    let w = m.wt("repo", "w");
+    assert_eq!(
+        fs::read_to_string(w.join("target/still")).unwrap(),
+        "still\n"
+    );
+    if skipped.is_empty() {
+        // What the file held at one instant: a truncation is an instant too (empty, or
+        // part-written), but never two writes' bytes mixed, and the size the view gives
+        // is the content's.
+        let hot = fs::read(w.join("target/hot")).unwrap();
+        assert!(hot.len() <= 1 << 20);
+        assert_eq!(
+            fs::metadata(w.join("target/hot")).unwrap().len(),
+            hot.len() as u64
+        );
+        assert!(
+            hot.iter()
+                .all(|b| *b == hot.first().copied().unwrap_or(b'A'))
+                && hot.first().is_none_or(|c| *c == b'A' || *c == b'B'),
+            "one instant's content, not two writes mixed"
+        );
+    } else {
+        assert_eq!(skipped[0][0], "target/hot", "{skipped:?}");
+        assert!(
+            skipped[0][1].as_str().unwrap().contains("changed each"),
+            "{skipped:?}"
+        );
+        assert!(!w.join("target/hot").exists());
+    }
+    m.unmount();
+}
