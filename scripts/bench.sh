@@ -18,7 +18,11 @@
 #            compile of a generated C project (make -j2), eight worktrees used at once
 #   checkout: `git checkout` to a commit that differs in $CHECKOUT_FILES files (default
 #            4000) and back, in a view against a checkout
-#   memory:  the daemon's peak RSS with $RSS_WORKTREES worktrees, 10% of each one's files read
+#   memory:  the daemon's peak RSS with $RSS_WORKTREES worktrees, 10% of each one's files read;
+#            ten warm worktrees against ten plain ones of as many files, after a find
+#   warm:    `new --warm` with $WARM_FILES inherited files (30,000, 300 MB) against a plain
+#            `new`, `cp -a` and `cp --reflink=auto` of them; the first build in a warm view
+#            against a cold one
 # --quick: 2,000 files, one run per row, 128 MiB, 10 worktrees for the memory row (under
 # two minutes). Prints each median and the ratio. Always unmounts, even on failure.
 set -euo pipefail
@@ -36,14 +40,14 @@ while [ $# -gt 0 ]; do
     --runs) RUNS="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
 if [ "$QUICK" = 1 ]; then
   FILES=2000; RUNS=1; SEQ_MB=${SEQ_MB:-128}; RSS_WORKTREES=${RSS_WORKTREES:-10}; IO_RUNS=1
-  CHECKOUT_FILES=${CHECKOUT_FILES:-400}
+  CHECKOUT_FILES=${CHECKOUT_FILES:-400}; WARM_FILES=${WARM_FILES:-2000}
 fi
 SEQ_MB=${SEQ_MB:-1024}
 CHECKOUT_FILES=${CHECKOUT_FILES:-4000}
@@ -128,10 +132,19 @@ cleanup() {
   if [ -d "${CREPO:-/nonexistent}" ]; then
     for d in "$CREPO"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
     git -C "$CREPO" worktree prune
-    for b in $(git -C "$CREPO" for-each-ref --format='%(refname:short)' 'refs/heads/c*'); do
-      git -C "$CREPO" branch -q -D "$b" >/dev/null 2>&1
+    for b in $(git -C "$CREPO" for-each-ref --format='%(refname:short)' 'refs/heads/'); do
+      [ "$b" = main ] || git -C "$CREPO" branch -q -D "$b" >/dev/null 2>&1
     done
     unregister_leftovers "$CREPO"
+    make -C "$CREPO" -s clean >/dev/null 2>&1
+  fi
+  if [ -d "${WREPO:-/nonexistent}" ]; then
+    for d in "$WREPO"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
+    git -C "$WREPO" worktree prune
+    for b in $(git -C "$WREPO" for-each-ref --format='%(refname:short)' 'refs/heads/'); do
+      [ "$b" = main ] || [ "$b" = tracked ] || git -C "$WREPO" branch -q -D "$b" >/dev/null 2>&1
+    done
+    unregister_leftovers "$WREPO"
   fi
   git -C "$REPO" worktree prune
   for b in $(git -C "$REPO" for-each-ref --format='%(refname:short)' 'refs/heads/bench-*'); do
@@ -445,6 +458,64 @@ for i in $(seq 1 "$RUNS"); do
 done
 fork_changed=$(git -C "$MNT/bench/bench-fork-1" status --porcelain | wc -l)
 
+# Warm worktrees: a source checkout whose ignored node_modules/ holds $WARM_FILES files of
+# 10 KiB (300 MB at 30,000), in its own repository; the snapshot is taken once, then a
+# warm `new` against a plain one, `cp -a` and `cp --reflink=auto` of the same files.
+WARM_FILES=${WARM_FILES:-30000}
+WREPO="$BENCH_DIR/warmsrc-$WARM_FILES"
+if [ ! -f "$WREPO/.bench-complete" ]; then
+  rm -rf "$WREPO"; mkdir -p "$WREPO"
+  git -C "$WREPO" init -q -b main
+  printf 'node_modules/\n' > "$WREPO/.gitignore"; echo '{}' > "$WREPO/package.json"
+  git -C "$WREPO" add -A && git -C "$WREPO" commit -q -m warmsrc
+  python3 - "$WREPO" "$WARM_FILES" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    d = os.path.join(root, "node_modules", "pkg%03d" % (i // 100))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "f%05d.js" % i), "wb") as f:
+        f.write((b"// %d\n" % i) + os.urandom(10240 - 16).hex().encode()[: 10240 - 16] + b"\n" * 8)
+PY
+  # The same files tracked on a side branch: the memory row's plain worktrees show them
+  # as base files, so both sides list as many entries.
+  # (Through an index of its own: the checkout keeps its files untracked.)
+  GIT_INDEX_FILE="$WREPO/.git/index-tracked" git -C "$WREPO" read-tree HEAD
+  GIT_INDEX_FILE="$WREPO/.git/index-tracked" git -C "$WREPO" add -f node_modules
+  wtree=$(GIT_INDEX_FILE="$WREPO/.git/index-tracked" git -C "$WREPO" write-tree)
+  git -C "$WREPO" branch tracked "$(git -C "$WREPO" commit-tree "$wtree" -p HEAD -m tracked)"
+  rm -f "$WREPO/.git/index-tracked"
+  touch "$WREPO/.bench-complete"
+fi
+"$BIN" repo add "$WREPO" --name wbench --include node_modules/ >/dev/null
+t0=$(now_ns); "$BIN" warm wbench >/dev/null; warm_take=$(( ($(now_ns) - t0) / 1000000 ))
+for i in $(seq 1 "$RUNS"); do
+  sync
+  time_cmd "$RUN_DIR/warm-new" "$BIN" new "wbench/warm-$i" --warm
+  sync
+  time_cmd "$RUN_DIR/warm-plain" "$BIN" new "wbench/plain-$i"
+  sync
+  time_cmd "$RUN_DIR/warm-cpa" cp -a "$WREPO/node_modules" "$CHECKOUTS/warm-cpa-$i"
+  sync
+  time_cmd "$RUN_DIR/warm-reflink" cp -a --reflink=auto "$WREPO/node_modules" "$CHECKOUTS/warm-ref-$i"
+  rm -rf "$CHECKOUTS/warm-cpa-$i" "$CHECKOUTS/warm-ref-$i"
+done
+warm_seen=$(find "$MNT/wbench/warm-1/node_modules" -type f | wc -l)
+cmp -s "$MNT/wbench/warm-1/node_modules/pkg000/f00000.js" "$WREPO/node_modules/pkg000/f00000.js" && warm_same=yes || warm_same=NO
+
+# The first build in a warm view (its outputs inherited, newer than the sources: make
+# finds them) against a cold one (make builds everything), in the compile row's project.
+make -C "$CREPO" -s -j2 prog >/dev/null
+"$BIN" repo set cbench --include '*.o' prog >/dev/null
+"$BIN" warm cbench >/dev/null
+for i in $(seq 1 "$IO_RUNS"); do
+  "$BIN" new "cbench/warm-$i" --warm >/dev/null
+  "$BIN" new "cbench/cold-$i" >/dev/null
+  time_cmd "$RUN_DIR/build-warm" compile "$MNT/cbench/warm-$i"
+  time_cmd "$RUN_DIR/build-cold" compile "$MNT/cbench/cold-$i"
+done
+make -C "$CREPO" -s clean >/dev/null
+
 # Memory: the daemon's peak RSS with many worktrees, 10% of each one's files read.
 "$BIN" unmount >/dev/null
 "$BIN" mount "$MNT" --linger 3600 >/dev/null
@@ -456,6 +527,27 @@ done
 dpid=$(sed -n 1p "$STATE/daemon.lock")
 rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$dpid/status")
 rss_now_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
+
+# Memory of warm worktrees: ten warm ones, a find over each, against ten plain ones of the
+# commit that tracks the same files (as many entries, as base files), each side in a fresh
+# mount: what the RSS grew by.
+rss_of() { awk '/VmRSS/ { print $2 }' "/proc/$(sed -n 1p "$STATE/daemon.lock")/status"; }
+rss_side() { # rss_side warm|tracked: the RSS growth in KiB
+  "$BIN" unmount >/dev/null
+  "$BIN" mount "$MNT" --linger 3600 >/dev/null
+  local before j; before=$(rss_of)
+  for j in $(seq 1 10); do
+    if [ "$1" = warm ]; then "$BIN" new "wbench/mw-$j" --warm >/dev/null
+    else "$BIN" new "wbench/mt-$j" --base tracked >/dev/null; fi
+  done
+  for j in $(seq 1 10); do
+    if [ "$1" = warm ]; then (cd "$MNT/wbench/mw-$j" && find . > /dev/null)
+    else (cd "$MNT/wbench/mt-$j" && find . > /dev/null); fi
+  done
+  echo $(( $(rss_of) - before ))
+}
+rss_tracked_kb=$(rss_side tracked)
+rss_warm_kb=$(rss_side warm)
 
 printf '\n%-34s %12s %12s %10s\n' "row" "worktreefs" "git" "ratio"
 row() {
@@ -474,6 +566,11 @@ row "first ls -lR, readdirplus on vs off" "$RUN_DIR/lslr-plus" "$RUN_DIR/lslr-no
 [ -s "$RUN_DIR/remove-wtfs" ] && row "remove a clean worktree" "$RUN_DIR/remove-wtfs" "$RUN_DIR/remove-git"
 row "git checkout, $CHECKOUT_FILES files, and back" "$RUN_DIR/checkout-wtfs" "$RUN_DIR/checkout-git"
 row "fork, $FORK_FILES changed (cp -a)" "$RUN_DIR/fork-wtfs" "$RUN_DIR/fork-cp"
+row "warm new, $WARM_FILES files (plain new)" "$RUN_DIR/warm-new" "$RUN_DIR/warm-plain"
+row "warm new, $WARM_FILES files (cp -a)" "$RUN_DIR/warm-new" "$RUN_DIR/warm-cpa"
+row "warm new, $WARM_FILES files (reflink=auto)" "$RUN_DIR/warm-new" "$RUN_DIR/warm-reflink"
+row "first build, warm view (cold view)" "$RUN_DIR/build-warm" "$RUN_DIR/build-cold"
+printf '%-34s %10s ms\n' "take the warm snapshot (once)" "$warm_take"
 if [ "$cold" = 1 ]; then
   row "git status, kernel caches dropped" "$RUN_DIR/status-wtfs-cold" "$RUN_DIR/status-git-cold"
 else
@@ -513,11 +610,13 @@ frow "compile (300 C files, make -j2)" compile
 a=$(median "$RUN_DIR/eight-wtfs"); b=$(median "$RUN_DIR/eight-checkout")
 printf '%-34s %9s ms %9s ms %9s\n' "eight worktrees at once" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
 echo "daemon peak RSS, $RSS_WORKTREES worktrees, 10% of files read in each: $((rss_kb / 1024)) MB (now $((rss_now_kb / 1024)) MB)"
+echo "daemon RSS growth, ten worktrees and a find over each: warm $((rss_warm_kb / 1024)) MB, plain of the same files tracked $((rss_tracked_kb / 1024)) MB (warm beyond plain: $(( (rss_warm_kb - rss_tracked_kb) / 1024 )) MB)"
 for k in "${skipped[@]}"; do echo "skipped: $k"; done
 [ "$cold" = 1 ] || echo "cold rows: caches not dropped (needs root)"
 echo
 echo "fresh view clean: $([ "$clean" = 0 ] && echo yes || echo "NO ($clean lines)")"
 echo "view clean after the checkouts: $([ "$co_clean" = 0 ] && echo yes || echo "NO ($co_clean lines)")"
+echo "warm view shows the $WARM_FILES inherited files: $([ "$warm_seen" = "$WARM_FILES" ] && echo yes || echo "NO ($warm_seen)"), content the source's: $warm_same"
 echo "fork shows the parent's $FORK_FILES changes: $([ "$fork_changed" = "$FORK_FILES" ] && echo yes || echo "NO ($fork_changed lines)")"
 echo "daemon log, 'open with another backing file' during the checkouts: $(( ${backing_after:-0} - ${backing_before:-0} ))"
 echo "daemon counters: $reads"
