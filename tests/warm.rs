@@ -322,6 +322,10 @@ fn a_snapshot_takes_only_what_the_asking_user_can_read_and_keeps_modes() {
     warm_source(&repo);
     write(&repo, "node_modules/public.js", "public\n", 0o644);
     write(&repo, "node_modules/private.js", "private\n", 0o600);
+    write(&repo, "node_modules/closed/inner.js", "inner\n", 0o644);
+    // A file the group `nogroup` may read: its group bits mean nothing in the view.
+    write(&repo, "node_modules/grouped.js", "grouped\n", 0o640);
+    std::os::unix::fs::chown(repo.join("node_modules/grouped.js"), None, Some(65534)).unwrap();
     // The checkout must be reachable by the user: the test's directories are private.
     let mut p = repo.clone();
     while p != Path::new("/tmp") && p.parent().is_some() {
@@ -352,6 +356,13 @@ fn a_snapshot_takes_only_what_the_asking_user_can_read_and_keeps_modes() {
     let root = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 0, 0).unwrap();
     assert!(root.skipped.is_empty(), "{:?}", root.skipped);
     assert_eq!(root.row.files, taken.row.files + 2);
+    fs::set_permissions(
+        repo.join("node_modules/closed"),
+        fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let again = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 0, 0).unwrap();
+    assert_eq!(again.row.files, root.row.files);
     assert_eq!(
         store.latest_warm(row.id, 65534).unwrap().unwrap().id,
         taken.row.id
@@ -364,6 +375,38 @@ fn a_snapshot_takes_only_what_the_asking_user_can_read_and_keeps_modes() {
     assert_eq!(mode("node_modules/private.js"), 0o600);
     assert_eq!(mode("node_modules/left-pad/package.json"), 0o444);
     assert_eq!(mode("node_modules/.bin/tool"), 0o755);
+    assert_eq!(
+        mode("node_modules/grouped.js"),
+        0o600,
+        "no group bits of another group"
+    );
+    // A private directory stays private when a write below it copies it up.
+    assert_eq!(mode("node_modules/closed"), 0o700);
+    run_ok(
+        "sh",
+        &["-c", "echo more >> node_modules/closed/inner.js"],
+        &w,
+    );
+    assert_eq!(mode("node_modules/closed"), 0o700);
+    assert_eq!(mode("node_modules/closed/inner.js"), 0o644);
+    // (The kernel may answer from its cache: the upper layer says what the view will.)
+    let upper = |rel: &str| {
+        let dirs: Vec<_> = fs::read_dir(env.state().join("worktrees"))
+            .unwrap()
+            .map(|e| e.unwrap().path().join("upper").join(rel))
+            .filter(|p| p.exists())
+            .collect();
+        assert_eq!(dirs.len(), 1, "{rel}: {dirs:?}");
+        fs::symlink_metadata(&dirs[0]).unwrap().mode() & 0o7777
+    };
+    assert_eq!(upper("node_modules/closed"), 0o700);
+    // So does one a rename copies up whole.
+    run_ok("sh", &["-c", "mv node_modules node_modules.old"], &w);
+    let mode = |rel: &str| fs::symlink_metadata(w.join(rel)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("node_modules.old/closed"), 0o700);
+    assert_eq!(upper("node_modules.old/closed"), 0o700);
+    assert_eq!(upper("node_modules.old/left-pad"), 0o755);
+    assert_eq!(mode("node_modules.old/left-pad/package.json"), 0o444);
     assert_eq!(
         fs::symlink_metadata(w.join("target/debug/app"))
             .unwrap()

@@ -179,10 +179,11 @@ impl View {
         let work = wt.work_fd.as_fd();
         match ftype {
             FType::Dir => {
+                // An inherited directory keeps its mode (a 0700 one stays private).
                 let perm = self.warm_dir(wt, &base).map_or(0o755, |d| d.perm);
-                beneath::mkdir_at(work, tmp, perm)
+                beneath::mkdir_at(work, tmp, 0o700)
                     .map_err(|e| FsError::io("mkdir in work dir", e))?;
-                own_dir(work, tmp, wt.uid, wt.gid)
+                own_dir(work, tmp, wt.uid, wt.gid, perm)
             }
             FType::File => self.copy_blob_to(wt, base, work, tmp, with_data, converted.as_ref()),
             FType::Symlink => {
@@ -371,8 +372,9 @@ impl View {
             }
             match e.mode {
                 MODE_TREE | MODE_GITLINK => {
+                    // Made writable for what goes in it, given its mode last.
                     let perm = self.warm_dir(wt, &child_base).map_or(0o755, |d| d.perm);
-                    beneath::mkdir_at(dir, &e.name, perm).map_err(|err| {
+                    beneath::mkdir_at(dir, &e.name, 0o700).map_err(|err| {
                         FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
                     })?;
                     let rel = super::nodes::join_rel(rel, e.name.as_bytes());
@@ -382,8 +384,8 @@ impl View {
                         let d = sub(&e.name)?;
                         write_stub(d.as_fd(), &rel, e.oid)?;
                     }
-                    own_dir(dir, &e.name, wt.uid, wt.gid)?;
                     self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base), &rel)?;
+                    own_dir(dir, &e.name, wt.uid, wt.gid, perm)?;
                 }
                 MODE_LINK => {
                     let target = self.link_target(wt, &child_base)?;
@@ -430,11 +432,11 @@ pub(super) fn write_stub(dir: BorrowedFd, origin: &[u8], commit: git2::Oid) -> F
 
 /// As `own`, for a directory copied up from the base: mode 0755 as the base showed it
 /// (`mkdir` took the daemon's umask off).
-fn own_dir(dir: BorrowedFd, name: &OsStr, uid: u32, gid: u32) -> FsResult<u64> {
+fn own_dir(dir: BorrowedFd, name: &OsStr, uid: u32, gid: u32, perm: u32) -> FsResult<u64> {
     let ino = own(dir, name, uid, gid)?;
     let fd =
         beneath::entry(dir, name).map_err(|e| FsError::io("opening a copied-up directory", e))?;
-    beneath::chmod(fd.as_fd(), 0o755).map_err(|e| FsError::io("chmod", e))?;
+    beneath::chmod(fd.as_fd(), perm).map_err(|e| FsError::io("chmod", e))?;
     Ok(ino)
 }
 

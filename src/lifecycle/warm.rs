@@ -419,7 +419,7 @@ pub fn take(
         let r = root.clone();
         let d2 = d.clone();
         if let Found::Dir(st) = user.run(move || look(r.as_fd(), &d2, false))? {
-            records.push(record(d.clone(), Kind::Dir, &st, None, Vec::new()));
+            records.push(record(d.clone(), Kind::Dir, &st, gid, None, Vec::new()));
         }
     }
     let (mut links, mut bytes) = (0u64, 0u64);
@@ -449,7 +449,7 @@ pub fn take(
                 match stored {
                     Ok((oid, st)) => {
                         bytes += st.st_size as u64;
-                        records.push(record(rel, Kind::File, &st, Some(oid), Vec::new()));
+                        records.push(record(rel, Kind::File, &st, gid, Some(oid), Vec::new()));
                     }
                     Err(why) => skipped.push((lossy(&rel), why)),
                 }
@@ -457,7 +457,7 @@ pub fn take(
             Found::Link(target, st) => {
                 links += 1;
                 let oid = Oid::hash_object(git2::ObjectType::Blob, &target).ok();
-                records.push(record(rel, Kind::Link, &st, oid, target));
+                records.push(record(rel, Kind::Link, &st, gid, oid, target));
             }
             Found::Dir(_) | Found::Skip(_) => {}
         }
@@ -472,6 +472,14 @@ pub fn take(
     let manifest = format!("{}-{uid}-{nanos}", repo.id);
     fs::create_dir_all(state.warm())?;
     let mut holding: BTreeSet<Vec<u8>> = BTreeSet::new();
+    // Every directory the manifest makes holds something: those recorded and those on
+    // the way to a file (one that changed while it was looked at is made all the same).
+    for d in &dirs {
+        holding.insert(match d.iter().rposition(|b| *b == b'/') {
+            Some(i) => d[..i].to_vec(),
+            None => Vec::new(),
+        });
+    }
     for r in &records {
         holding.insert(match r.path.iter().rposition(|b| *b == b'/') {
             Some(i) => r.path[..i].to_vec(),
@@ -520,11 +528,25 @@ pub fn take(
     })
 }
 
-fn record(path: Vec<u8>, kind: Kind, st: &Stat, oid: Option<Oid>, target: Vec<u8>) -> Record {
+fn record(
+    path: Vec<u8>,
+    kind: Kind,
+    st: &Stat,
+    gid: u32,
+    oid: Option<Oid>,
+    target: Vec<u8>,
+) -> Record {
+    // In the view an entry belongs to the worktree's owner and group. Group bits granted
+    // to another group (`alice:secrets 0640`) would grant them to the owner's group
+    // instead: they are dropped, so the view is never more open than the source.
+    let mut perm = st.st_mode & 0o7777;
+    if st.st_gid != gid {
+        perm &= !0o2070;
+    }
     Record {
         path,
         kind,
-        perm: st.st_mode & 0o7777,
+        perm,
         size: st.st_size as u64,
         mtime: (st.st_mtime, st.st_mtime_nsec as u32),
         oid,
