@@ -626,7 +626,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         " with warm snapshot {} ({} files, {})",
                         s.id,
                         s.files,
-                        warm::human(s.bytes)
+                        worktreefs::report::human_bytes(s.bytes)
                     ),
                     None => String::new(),
                 }
@@ -1266,7 +1266,7 @@ fn print_taken(repo: &str, t: &warm::Taken) {
         t.took.as_secs_f64(),
         t.row.files,
         t.links,
-        warm::human(t.row.bytes)
+        worktreefs::report::human_bytes(t.row.bytes)
     );
     for p in &t.unmatched {
         println!("  pattern '{p}' matches nothing in the source checkout");

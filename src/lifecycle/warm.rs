@@ -37,6 +37,7 @@ use git2::Oid;
 use crate::beneath::{self, Stat};
 use crate::git::filters::{run_git, Owner, RunError};
 use crate::git::warm::{Kind, Record};
+use crate::report::human_bytes;
 use crate::state::StateDir;
 use crate::store::{NewWarm, RepoRow, Store, WarmRow};
 
@@ -405,9 +406,9 @@ pub fn take(
         bail!(
             "the warm snapshot of {} needs {} ({files} files) and the state directory's disk ({}) has {} free: free some space, or narrow the patterns ({} in {}, `worktreefs repo set {} --include`)",
             repo.name,
-            human(need),
+            human_bytes(need),
             state.root.display(),
-            human(free),
+            human_bytes(free),
             INCLUDE_FILE,
             repo.path.display(),
             repo.name
@@ -559,22 +560,6 @@ fn path_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))
 }
 
-/// A byte count for people.
-pub fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} bytes")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -584,7 +569,5 @@ mod tests {
         let mut v: Vec<&[u8]> = vec![b"a-c", b"a/b", b"a", b"a/b/c", b"B"];
         v.sort_by(|a, b| path_order(a, b));
         assert_eq!(v, vec![&b"B"[..], b"a", b"a/b", b"a/b/c", b"a-c"]);
-        assert_eq!(human(10), "10 bytes");
-        assert_eq!(human(3 << 20), "3.0 MiB");
     }
 }
