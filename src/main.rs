@@ -557,6 +557,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("purged {purged} kept removal(s) of '{name}'");
             }
             store.remove_repo(repo.id)?;
+            // Its warm snapshots' manifests (`<repo id>-<uid>-<ns>`, and `.dirs`) go too;
+            // their contents are the blob cache's.
+            if let Ok(rd) = fs::read_dir(state.warm()) {
+                let prefix = format!("{}-", repo.id);
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().starts_with(&prefix) {
+                        let _ = fs::remove_file(e.path());
+                    }
+                }
+            }
             if let Err(e) = worktreefs::git::fsmonitor::disable_for_repo(&repo.gitdir) {
                 eprintln!(
                     "worktreefs: could not remove the fsmonitor include from {}/config: {e:#}; remove the includeIf section naming {}/worktreefs by hand",

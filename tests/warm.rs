@@ -441,6 +441,12 @@ fn without_patterns_a_warm_worktree_is_refused_and_nothing_is_made() {
     );
     let out = wtfs_ok(&env.state(), &["new", "repo/w", "--warm"]);
     assert!(out.contains("1 files and links"), "{out}");
+    // Unregistering the repository (its worktree reclaimed first) takes its snapshots'
+    // manifests with it.
+    assert_eq!(fs::read_dir(env.state().join("warm")).unwrap().count(), 2);
+    wtfs_ok(&env.state(), &["reclaim", "repo/w"]);
+    wtfs_ok(&env.state(), &["repo", "remove", "repo"]);
+    assert_eq!(fs::read_dir(env.state().join("warm")).unwrap().count(), 0);
 }
 
 #[test]
