@@ -72,13 +72,7 @@ fn fresh_view_is_clean_and_git_status_reads_no_content() {
     // The full status also lists untracked files, for which git reads the ignore rules
     // (`.gitignore`), as in any checkout; it reads no other file.
     assert_eq!(porcelain(&wt), "", "a fresh view must be clean");
-    let stats = m.stats();
-    let paths: Vec<&str> = stats["content_paths"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_str().unwrap())
-        .collect();
+    let paths = m.content_paths();
     assert!(
         paths.iter().all(|p| p.ends_with("/.gitignore")),
         "git status read more than ignore rules: {paths:?}"

@@ -141,13 +141,7 @@ fn a_warm_worktree_shows_the_source_checkouts_files_copy_on_write_and_each_snaps
     // but ignore rules.
     let porcelain = run_ok("git", &["status", "--porcelain"], &a);
     assert_eq!(porcelain, "?? .env\n");
-    let stats = m.stats();
-    let read: Vec<&str> = stats["content_paths"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_str().unwrap())
-        .collect();
+    let read = m.content_paths();
     assert!(
         read.iter().all(|p| p.ends_with("/.gitignore")),
         "git status read more than ignore rules: {read:?}"

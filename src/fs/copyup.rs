@@ -430,8 +430,8 @@ pub(super) fn write_stub(dir: BorrowedFd, origin: &[u8], commit: git2::Oid) -> F
     .map_err(|e| FsError::io("writing a submodule view's stub", e))
 }
 
-/// As `own`, for a directory copied up from the base: mode 0755 as the base showed it
-/// (`mkdir` took the daemon's umask off).
+/// As `own`, for a directory copied up from the base, given mode `perm` as the base showed
+/// it (0755, or an inherited directory's own; `mkdir` took the daemon's umask off).
 fn own_dir(dir: BorrowedFd, name: &OsStr, uid: u32, gid: u32, perm: u32) -> FsResult<u64> {
     let ino = own(dir, name, uid, gid)?;
     let fd =

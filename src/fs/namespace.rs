@@ -378,10 +378,8 @@ impl View {
             // A repository warm by default shows its caller's newest snapshot; mkdir never
             // takes one (that reads the whole checkout: `worktreefs warm`, `new --warm`).
             let warm = match repo_row.warm_default {
-                true => store
-                    .latest_warm(repo_id, caller.uid)
-                    .map_err(|e| FsError::store("reading the warm snapshots", e))?
-                    .filter(|w| crate::lifecycle::warm::manifest_path(&self.state, w).exists()),
+                true => crate::lifecycle::warm::latest(&self.state, &store, repo_id, caller.uid)
+                    .map_err(|e| FsError::store("reading the warm snapshots", e))?,
                 false => None,
             };
             if repo_row.warm_default && warm.is_none() {

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -290,10 +290,6 @@ impl Snapshot {
             .map(|f| (f.oid, f.size))
     }
 
-    pub fn file_count(&self) -> usize {
-        self.files.len()
-    }
-
     /// The listing of a view's directory: the base tree's entries (`base`, the tree
     /// `tree`; none where only the snapshot has the directory) and, where the base has no
     /// entry of the name, the snapshot directory `warm`'s. A tracked entry always wins: an
@@ -393,11 +389,6 @@ fn split(path: &[u8]) -> (&[u8], &[u8]) {
         Some(i) => (&path[..i], &path[i + 1..]),
         None => (&[][..], path),
     }
-}
-
-/// A path as an `OsString` (for messages).
-pub fn os(path: &[u8]) -> OsString {
-    OsString::from_vec(path.to_vec())
 }
 
 #[cfg(test)]

@@ -70,6 +70,19 @@ fn dirs_path(state: &StateDir, manifest: &str) -> PathBuf {
     state.warm().join(format!("{manifest}.dirs"))
 }
 
+/// The newest snapshot of repository `repo_id` taken with `uid`'s permissions whose
+/// manifest is in place.
+pub fn latest(
+    state: &StateDir,
+    store: &Store,
+    repo_id: i64,
+    uid: u32,
+) -> rusqlite::Result<Option<WarmRow>> {
+    Ok(store
+        .latest_warm(repo_id, uid)?
+        .filter(|w| manifest_path(state, w).exists()))
+}
+
 /// The newest snapshot of `repo` taken with `uid`'s permissions, else a new one.
 pub fn ensure(
     state: &StateDir,
@@ -78,10 +91,8 @@ pub fn ensure(
     uid: u32,
     gid: u32,
 ) -> anyhow::Result<(WarmRow, Option<Taken>)> {
-    if let Some(row) = store.latest_warm(repo.id, uid)? {
-        if manifest_path(state, &row).exists() {
-            return Ok((row, None));
-        }
+    if let Some(row) = latest(state, store, repo.id, uid)? {
+        return Ok((row, None));
     }
     let taken = take(state, store, repo, uid, gid)?;
     Ok((taken.row.clone(), Some(taken)))

@@ -333,6 +333,16 @@ impl Mounted {
     }
 
     /// Unmounts through the CLI and waits for the daemon to exit.
+    /// The paths whose content the daemon has read (its `content_paths` counter).
+    pub fn content_paths(&self) -> Vec<String> {
+        self.stats()["content_paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect()
+    }
+
     pub fn unmount(mut self) {
         self.stop();
     }
