@@ -256,6 +256,8 @@ fn inherited_files_are_never_work_and_changed_ones_are() {
     assert!(out.contains("with warm snapshot"), "{out}");
     wtfs_ok(&env.state(), &["new", "repo/changed"]);
     wtfs_ok(&env.state(), &["new", "repo/built"]);
+    wtfs_ok(&env.state(), &["new", "repo/touched"]);
+    wtfs_ok(&env.state(), &["new", "repo/chmodded"]);
     let out = wtfs_ok(&env.state(), &["new", "repo/plain", "--cold"]);
     assert!(!out.contains("warm"), "{out}");
     let m = env.mount_with(&["--linger", "1"]);
@@ -273,6 +275,18 @@ fn inherited_files_are_never_work_and_changed_ones_are() {
         &["-c", "echo TOKEN=x >> .env"],
         &m.wt("repo", "changed"),
     );
+    // Touched, opened for writing, rewritten with the same bytes: copied up, yet the
+    // same file as inherited (content and mode), so not work.
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "touch .env && : >> .env && cat .env > /tmp/wtfs-same-$$ && cat /tmp/wtfs-same-$$ > .env && rm /tmp/wtfs-same-$$ && touch -h node_modules/.bin/lp",
+        ],
+        &m.wt("repo", "touched"),
+    );
+    // Its mode changed: that is a change, kept.
+    run_ok("chmod", &["0644", ".env"], &m.wt("repo", "chmodded"));
     // Build output (ignored) changes: not work, as in any worktree.
     run_ok(
         "sh",
@@ -288,9 +302,21 @@ fn inherited_files_are_never_work_and_changed_ones_are() {
     wait_for_state(&env, "untouched", "removed", limit);
     wait_for_state(&env, "built", "removed", limit);
     wait_for_state(&env, "plain", "removed", limit);
+    wait_for_state(&env, "touched", "removed", limit);
     wait_for_state(&env, "changed", "retained", limit);
-    let retained = wtfs_ok(&env.state(), &["retained"]);
-    assert!(retained.contains("untracked .env"), "{retained}");
+    wait_for_state(&env, "chmodded", "retained", limit);
+    let retained = wtfs_ok(&env.state(), &["retained", "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&retained).unwrap();
+    let mut reasons: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| (r["worktree"].to_string(), r["reason"].to_string()))
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons.len(), 2, "{retained}");
+    for ((name, reason), want) in reasons.iter().zip(["changed", "chmodded"]) {
+        assert_eq!(name, &format!("\"{want}\""), "{retained}");
+        assert!(reason.contains("untracked .env"), "{name}: {retained}");
+    }
     // The retained one comes back with its snapshot and its change after a restore too.
     let out = wtfs_ok(&env.state(), &["reclaim", "repo/changed", "--discard"]);
     assert!(out.contains("removed") || out.contains("discard"), "{out}");

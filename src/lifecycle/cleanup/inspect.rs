@@ -242,6 +242,10 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     let mut w = Walker {
         repo: &repo,
         clean_side,
+        warm: LazyWarm {
+            manifest: t.warm.clone(),
+            loaded: std::cell::OnceCell::new(),
+        },
         index_stats,
         changes: Vec::new(),
         global: global_excludes(&repo, &t.gitdir),
@@ -318,6 +322,8 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             path: t.path.join(&r.path),
             uid: t.uid,
             gid: t.gid,
+            // A submodule's view inherits nothing.
+            warm: None,
         };
         // Removed, and its repository or git entry deleted since (`rm -rf .git/modules/…`
         // after `git rm`, the usual recipe): nothing of it is left to keep.
@@ -496,6 +502,28 @@ impl LazyCleanSide {
     }
 }
 
+/// The worktree's warm snapshot (`git::warm`), read at the first untracked file of the
+/// upper layer: a file copied up from it and still as inherited is not work.
+struct LazyWarm {
+    manifest: Option<PathBuf>,
+    loaded: std::cell::OnceCell<Option<crate::git::warm::Snapshot>>,
+}
+
+impl LazyWarm {
+    fn get(&self) -> Option<&crate::git::warm::Snapshot> {
+        self.loaded
+            .get_or_init(|| {
+                let path = self.manifest.as_ref()?;
+                crate::git::warm::Snapshot::load(0, path)
+                    .map_err(|e| {
+                        tracing::warn!("reading the warm snapshot: {e}; its files count as work")
+                    })
+                    .ok()
+            })
+            .as_ref()
+    }
+}
+
 /// How git compares a file with its blob where conversions apply: through `git
 /// hash-object --path`, as the worktree's owner, with HEAD's attributes.
 struct CleanSide {
@@ -535,6 +563,7 @@ struct IndexStat {
 struct Walker<'r> {
     repo: &'r Repository,
     clean_side: LazyCleanSide,
+    warm: LazyWarm,
     /// Stage-0 index entries git has looked at (size not 0), by path.
     index_stats: std::collections::HashMap<Vec<u8>, IndexStat>,
     whiteouts: &'r crate::layout::Whiteouts,
@@ -601,6 +630,36 @@ impl<'r> Walker<'r> {
             Err(e) => {
                 tracing::warn!("comparing {path} as git does: {e}; counted as modified");
                 false
+            }
+        }
+    }
+
+    /// Whether the upper layer's file `fd` at `path` (`st` its stat data) is the one
+    /// the warm snapshot gave the worktree there, as it was given: a symlink of the
+    /// same text, or a regular file of the same mode and content (its times aside: a
+    /// `touch`, or an open for writing that wrote nothing, copies a file up unchanged).
+    /// Anything unreadable counts as changed.
+    fn as_inherited(&self, path: &str, fd: BorrowedFd, st: &beneath::Stat) -> bool {
+        let Some(snap) = self.warm.get() else {
+            return false;
+        };
+        let file = match snap.find(path.as_bytes()) {
+            Some((false, n)) => snap.file(n),
+            _ => None,
+        };
+        let Some(file) = file else {
+            return false;
+        };
+        let ft = st.st_mode & libc::S_IFMT;
+        match &file.link {
+            Some(target) => {
+                ft == libc::S_IFLNK && beneath::readlink(fd).is_ok_and(|t| *t == **target)
+            }
+            None => {
+                ft == libc::S_IFREG
+                    && st.st_mode & 0o7777 == file.perm
+                    && st.st_size as u64 == file.size
+                    && blob_id(fd).is_ok_and(|o| o == file.oid)
             }
         }
     }
@@ -800,7 +859,7 @@ impl<'r> Walker<'r> {
                     return Ok(());
                 }
                 let Some(h) = head else {
-                    if !self.ignored(path, false) {
+                    if !self.ignored(path, false) && !self.as_inherited(path, fd.as_fd(), &st) {
                         self.change(ChangeKind::Untracked, path.to_string());
                     }
                     return Ok(());

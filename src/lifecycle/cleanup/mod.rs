@@ -165,6 +165,8 @@ pub struct Target {
     pub gid: u32,
     /// For a submodule's view: its path in the worktree.
     pub submodule: Option<String>,
+    /// The manifest of its warm snapshot, if it has one.
+    pub warm: Option<PathBuf>,
 }
 
 impl Target {
@@ -185,6 +187,7 @@ impl Target {
             path: mountpoint.join(&row.repo).join(&row.name),
             uid: row.uid,
             gid: row.gid,
+            warm: row.warm_manifest.as_ref().map(|m| state.warm().join(m)),
         }
     }
 
