@@ -511,6 +511,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 nix::unistd::geteuid().as_raw(),
                 nix::unistd::getegid().as_raw(),
             )?;
+            // The snapshot it supersedes goes now if no worktree shows it.
+            let pruned = prune_warm(&state, &mut store);
             if json {
                 println!(
                     "{}",
@@ -520,6 +522,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         "patterns": taken.patterns,
                         "unmatched": taken.unmatched,
                         "skipped": taken.skipped,
+                        "deleted": pruned.as_ref().map(|p| p.snapshots.iter().map(|w| w.id).collect::<Vec<_>>()).unwrap_or_default(),
                     }))?
                 );
             } else {
@@ -527,6 +530,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!(
                     "worktrees made from now on with --warm show it; those made before keep theirs"
                 );
+                if let Some(p) = pruned.filter(|p| !p.snapshots.is_empty()) {
+                    println!(
+                        "deleted {} older snapshot(s) no worktree shows ({} contents, {})",
+                        p.snapshots.len(),
+                        p.blobs,
+                        worktreefs::report::human_bytes(p.bytes)
+                    );
+                }
             }
             Ok(())
         }
@@ -557,13 +568,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("purged {purged} kept removal(s) of '{name}'");
             }
             store.remove_repo(repo.id)?;
-            // Its warm snapshots' manifests (`<repo id>-<uid>-<ns>`, and `.dirs`) go too;
-            // their contents are the blob cache's.
-            if let Ok(rd) = fs::read_dir(state.warm()) {
-                let prefix = format!("{}-", repo.id);
-                for e in rd.flatten() {
-                    if e.file_name().to_string_lossy().starts_with(&prefix) {
-                        let _ = fs::remove_file(e.path());
+            // Its warm snapshots' manifests (`<repo id>-<uid>-<ns>`, and `.dirs`) no row
+            // names now: a prune deletes them with the contents only they held. While a
+            // snapshot is being taken a prune waits for the next: the manifests go now,
+            // their contents stay in the cache.
+            if prune_warm(&state, &mut store).is_none() {
+                if let Ok(rd) = fs::read_dir(state.warm()) {
+                    let prefix = format!("{}-", repo.id);
+                    for e in rd.flatten() {
+                        if e.file_name().to_string_lossy().starts_with(&prefix) {
+                            let _ = fs::remove_file(e.path());
+                        }
                     }
                 }
             }
@@ -1269,6 +1284,14 @@ fn cmd_mount(
 }
 
 /// What a snapshot taken holds and left out.
+/// `warm::prune`, its failure a warning: a snapshot taken stands either way.
+fn prune_warm(state: &StateDir, store: &mut Store) -> Option<warm::Pruned> {
+    warm::prune(state, store)
+        .map_err(|e| eprintln!("worktreefs: deleting older warm snapshots: {e:#}"))
+        .ok()
+        .flatten()
+}
+
 fn print_taken(repo: &str, t: &warm::Taken) {
     println!(
         "took warm snapshot {} of {repo} in {:.1} s: {} files and links ({} links), {}",

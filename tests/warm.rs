@@ -438,6 +438,113 @@ fn a_snapshot_takes_only_what_the_asking_user_can_read_and_keeps_modes() {
     m.unmount();
 }
 
+/// The blob cache's file of `content`.
+fn blob_file(env: &Env, content: &str) -> std::path::PathBuf {
+    let mut child = std::process::Command::new("git")
+        .args(["hash-object", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(content.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let hex = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    env.state().join("blobs").join(&hex[..2]).join(&hex[2..])
+}
+
+/// The manifests in the state directory (their lists of directories aside).
+fn manifests(env: &Env) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(env.state().join("warm"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.') && !n.ends_with(".dirs"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_snapshot_nothing_needs_goes_with_the_contents_only_it_held() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    warm_source(&repo);
+    // Also inherited: a copy of a committed file (its blob is git's too).
+    fs::write(
+        repo.join("target/README.copy"),
+        fs::read(repo.join("README.md")).unwrap(),
+    )
+    .unwrap();
+    wtfs_ok(&env.state(), &["new", "repo/a", "--warm"]);
+    let first = manifests(&env);
+    assert_eq!(first.len(), 1);
+    // The source changes; a new snapshot. The first is a's: both stay.
+    fs::write(repo.join(".env"), "SECRET=2\n").unwrap();
+    let out = wtfs_ok(&env.state(), &["warm", "repo"]);
+    assert!(!out.contains("deleted"), "{out}");
+    assert_eq!(manifests(&env).len(), 2);
+    let old_env = blob_file(&env, "SECRET=1\n");
+    let shared = blob_file(&env, "module.exports = 1;\n");
+    let tracked = blob_file(&env, &fs::read_to_string(repo.join("README.md")).unwrap());
+    assert!(old_env.exists() && shared.exists() && tracked.exists());
+    // A snapshot superseded and used by no worktree goes at once, with a manifest no row
+    // names (a take that died before its row).
+    let orphan = env.state().join("warm").join("1-0-1");
+    fs::copy(env.state().join("warm").join(&first[0]), &orphan).unwrap();
+    fs::write(repo.join("scratch.o"), "third\n").unwrap();
+    let out = wtfs_ok(&env.state(), &["warm", "repo"]);
+    assert!(out.contains("deleted 1 older snapshot"), "{out}");
+    assert!(!orphan.exists());
+    let now = manifests(&env);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(now.contains(&first[0]), "a's snapshot stays: {now:?}");
+    assert!(old_env.exists() && blob_file(&env, "third\n").exists());
+
+    // a goes (nothing kept of it): its snapshot is needed no more, nor what only it held.
+    let m = env.mount_with(&["--linger", "1", "--keep-removed", "0"]);
+    run_ok("cat", &[".env"], &m.wt("repo", "a"));
+    wait_for_state(&env, "a", "removed", Duration::from_secs(60));
+    wait_until("the prune", Duration::from_secs(30), || {
+        !manifests(&env).contains(&first[0])
+    });
+    assert_eq!(manifests(&env).len(), 1);
+    assert!(
+        !old_env.exists(),
+        "a content only the deleted snapshot held stays"
+    );
+    assert!(
+        shared.exists(),
+        "a content the newest snapshot holds too went"
+    );
+    assert!(tracked.exists(), "a content git holds went");
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(events.contains("warm-pruned"), "{events}");
+    // The newest one serves a new worktree whole.
+    wtfs_ok(&env.state(), &["new", "repo/b", "--warm"]);
+    assert_eq!(
+        run_ok(
+            "cat",
+            &[
+                ".env",
+                "node_modules/left-pad/index.js",
+                "scratch.o",
+                "target/README.copy"
+            ],
+            &m.wt("repo", "b")
+        ),
+        format!(
+            "SECRET=2\nmodule.exports = 1;\nthird\n{}",
+            fs::read_to_string(repo.join("README.md")).unwrap()
+        )
+    );
+    m.unmount();
+}
+
 #[test]
 fn without_patterns_a_warm_worktree_is_refused_and_nothing_is_made() {
     let env = Env::new();
@@ -462,11 +569,24 @@ fn without_patterns_a_warm_worktree_is_refused_and_nothing_is_made() {
     let out = wtfs_ok(&env.state(), &["new", "repo/w", "--warm"]);
     assert!(out.contains("1 files and links"), "{out}");
     // Unregistering the repository (its worktree reclaimed first) takes its snapshots'
-    // manifests with it.
-    assert_eq!(fs::read_dir(env.state().join("warm")).unwrap().count(), 2);
+    // manifests with it, and the contents only they held.
+    assert_eq!(manifests(&env).len(), 1);
+    assert!(env
+        .state()
+        .join("warm")
+        .join(format!("{}.dirs", manifests(&env)[0]))
+        .exists());
+    let out_blob = blob_file(&env, "o\n");
+    assert!(out_blob.exists());
     wtfs_ok(&env.state(), &["reclaim", "repo/w"]);
     wtfs_ok(&env.state(), &["repo", "remove", "repo"]);
-    assert_eq!(fs::read_dir(env.state().join("warm")).unwrap().count(), 0);
+    let left: Vec<_> = fs::read_dir(env.state().join("warm"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != ".lock")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(!out_blob.exists());
 }
 
 #[test]

@@ -490,8 +490,28 @@ fn make_recorded(
                     req.repo, req.name
                 ))
             }
+            rusqlite::Error::QueryReturnedNoRows if req.warm.is_some() => {
+                warm_gone(store, req.warm.map(|w| w.id), req.repo, req.name)
+                    .unwrap_or_else(|| db_failure("recording the worktree")(e))
+            }
             other => db_failure("recording the worktree")(other),
         })
+}
+
+/// The error of a creation whose warm snapshot `warm` was pruned while it ran (a newer
+/// one was taken, and no worktree showed this one): none if it is still there.
+pub(super) fn warm_gone(
+    store: &Store,
+    warm: Option<i64>,
+    repo: &str,
+    name: &str,
+) -> Option<CreateError> {
+    let id = warm?;
+    matches!(store.warm(id), Ok(None)).then(|| {
+        CreateError::Conflict(format!(
+            "warm snapshot {id} was deleted while '{repo}/{name}' was made (a newer one was taken and no worktree showed it); nothing was made: run the command again"
+        ))
+    })
 }
 
 /// git's admin entry of creation `record` (worktree `record.name` of `repo`): HEAD

@@ -496,6 +496,12 @@ fn make(
                     repo_name, record.name
                 ))
             }
+            rusqlite::Error::QueryReturnedNoRows if p.parent.warm.is_some() => {
+                crate::lifecycle::create::warm_gone(store, p.parent.warm, repo_name, &record.name)
+                    .unwrap_or_else(|| {
+                        crate::lifecycle::create::db_failure("recording the worktree")(e)
+                    })
+            }
             other => crate::lifecycle::create::db_failure("recording the worktree")(other),
         })?;
     Ok((copied, head_commit))

@@ -59,6 +59,10 @@ pub fn spawn(
             };
             let mut shed = HashMap::new();
             let mut tick: u64 = 0;
+            // Warm snapshots nothing needs, and manifests a take that died left: at the
+            // start, then whenever one is prunable (a newer one taken, its last worktree
+            // gone). One that finds a snapshot being taken tries again at the next sweep.
+            let mut prune_due = true;
             loop {
                 std::thread::sleep(Duration::from_millis(250));
                 tick += 1;
@@ -67,6 +71,16 @@ pub fn spawn(
                     let policy = cleanup::keep::KeepPolicy::of(&store);
                     if cleanup::keep::purge_due(&state, &mut store, &policy) > 0 {
                         view.catalog_changed();
+                    }
+                    prune_due = prune_due || store.has_prunable_warm().unwrap_or(false);
+                    if prune_due {
+                        match crate::lifecycle::warm::prune(&state, &mut store) {
+                            Ok(done) => prune_due = done.is_none(),
+                            Err(e) => {
+                                tracing::warn!("pruning warm snapshots: {e:#}");
+                                prune_due = false;
+                            }
+                        }
                     }
                 }
                 // Memory: idle worktrees' inodes go when the table is over its budget.

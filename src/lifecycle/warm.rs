@@ -21,6 +21,12 @@
 //!    and reported).
 //! 6. The manifest and the list of its directories written (synced, renamed), then the
 //!    row: a snapshot is in the store only once all of it is on disk.
+//!
+//! [`prune`] deletes what no snapshot needs any more: a snapshot superseded by a newer one
+//! of the same repository and user that no worktree shows (nor a kept removal), a
+//! manifest no row names, and the contents only those held (never one a remaining
+//! snapshot holds, nor one git holds: the blob cache's own). Takes and prunes share a
+//! lock (`<state>/warm/.lock`): takes hold it shared, a prune exclusive and never waits.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -58,6 +64,168 @@ pub struct Taken {
     pub unmatched: Vec<String>,
     pub patterns: Vec<String>,
     pub took: Duration,
+}
+
+/// The lock over taking and pruning, in `<state>/warm/`.
+const LOCK_FILE: &str = ".lock";
+
+/// [`LOCK_FILE`], held (`flock`) while this lives.
+struct WarmLock(#[allow(dead_code)] fs::File);
+
+/// Takes the lock `how` (`LOCK_SH`, `LOCK_EX`, with `LOCK_NB` or not): none when it is
+/// held elsewhere and `LOCK_NB` says not to wait.
+fn lock(state: &StateDir, how: i32) -> io::Result<Option<WarmLock>> {
+    use std::os::fd::AsRawFd;
+    fs::create_dir_all(state.warm())?;
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(state.warm().join(LOCK_FILE))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), how) } == 0 {
+        return Ok(Some(WarmLock(f)));
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
+
+/// The blob cache's file of content `oid` (`git::blobcache`'s name).
+fn blob_path(state: &StateDir, oid: Oid) -> PathBuf {
+    let hex = oid.to_string();
+    state.blobs().join(&hex[..2]).join(&hex[2..])
+}
+
+/// What a [`prune`] deleted.
+#[derive(Debug, Default)]
+pub struct Pruned {
+    pub snapshots: Vec<WarmRow>,
+    /// Manifests no row named (a take that died before its row; a repository removed).
+    pub orphans: usize,
+    /// Contents deleted from the blob cache, and their bytes.
+    pub blobs: usize,
+    pub bytes: u64,
+}
+
+/// The blob ids of the files of the manifest `name`.
+fn manifest_blobs(state: &StateDir, name: &str) -> Result<Vec<Oid>, String> {
+    let path = state.warm().join(name);
+    let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let records =
+        crate::git::warm::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(records
+        .into_iter()
+        .filter(|r| r.kind == Kind::File)
+        .filter_map(|r| r.oid)
+        .collect())
+}
+
+/// Deletes the snapshots nothing needs ([`Store::prune_warm`]), the manifests no row
+/// names, and the contents of the blob cache only those held: not one a remaining
+/// snapshot holds, nor one a registered repository's object database has (the blob
+/// cache fills those itself). Where that cannot be told (a remaining manifest or a
+/// repository that cannot be read), no content is deleted. None: a snapshot is being
+/// taken (its contents are in the cache before its row is in the store); the next prune
+/// does it.
+pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Pruned>> {
+    let Some(_lock) = lock(state, libc::LOCK_EX | libc::LOCK_NB)
+        .with_context(|| format!("locking {}", state.warm().join(LOCK_FILE).display()))?
+    else {
+        return Ok(None);
+    };
+    let mut out = Pruned {
+        snapshots: store.prune_warm().context("pruning warm snapshots")?,
+        ..Pruned::default()
+    };
+    let remaining = store.warm_all()?;
+    let named: std::collections::HashSet<&str> =
+        remaining.iter().map(|w| w.manifest.as_str()).collect();
+    let mut doomed: BTreeSet<String> = out.snapshots.iter().map(|w| w.manifest.clone()).collect();
+    for e in fs::read_dir(state.warm())?.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let base = n.strip_suffix(".dirs").unwrap_or(&n).to_string();
+        if !n.starts_with('.') && !named.contains(base.as_str()) && doomed.insert(base) {
+            out.orphans += 1;
+        }
+    }
+    let mut candidates: std::collections::HashSet<Oid> = std::collections::HashSet::new();
+    for m in &doomed {
+        match manifest_blobs(state, m) {
+            Ok(oids) => candidates.extend(oids),
+            // Its contents stay in the cache: never wrong.
+            Err(e) => tracing::warn!("pruning warm snapshots: {e}; its contents stay"),
+        }
+    }
+    for w in &remaining {
+        if candidates.is_empty() {
+            break;
+        }
+        match manifest_blobs(state, &w.manifest) {
+            Ok(oids) => {
+                for o in oids {
+                    candidates.remove(&o);
+                }
+            }
+            Err(e) => {
+                tracing::warn!("pruning warm snapshots: {e}; no content is deleted");
+                candidates.clear();
+            }
+        }
+    }
+    for r in store.repos()? {
+        if candidates.is_empty() {
+            break;
+        }
+        let repo = git2::Repository::open(&r.gitdir);
+        let odb = match &repo {
+            Ok(g) => g.odb(),
+            Err(e) => Err(git2::Error::from_str(e.message())),
+        };
+        match odb {
+            Ok(odb) => candidates.retain(|o| !odb.exists(*o)),
+            Err(e) => {
+                tracing::warn!(
+                    "pruning warm snapshots: opening {}: {}; no content is deleted",
+                    r.gitdir.display(),
+                    e.message()
+                );
+                candidates.clear();
+            }
+        }
+    }
+    for oid in candidates {
+        let path = blob_path(state, oid);
+        if let Ok(m) = fs::symlink_metadata(&path) {
+            if m.is_file() && fs::remove_file(&path).is_ok() {
+                out.blobs += 1;
+                out.bytes += m.len();
+            }
+        }
+    }
+    // The manifests last: one a crash leaves is an orphan the next prune reads again.
+    for m in &doomed {
+        for p in [state.warm().join(m), dirs_path(state, m)] {
+            if let Err(e) = fs::remove_file(&p) {
+                if e.kind() != io::ErrorKind::NotFound {
+                    tracing::warn!("pruning warm snapshots: removing {}: {e}", p.display());
+                }
+            }
+        }
+    }
+    if !out.snapshots.is_empty() || out.orphans > 0 {
+        tracing::info!(
+            "pruned {} warm snapshot(s) and {} unrecorded manifest(s): {} contents, {}",
+            out.snapshots.len(),
+            out.orphans,
+            out.blobs,
+            human_bytes(out.bytes)
+        );
+    }
+    Ok(Some(out))
 }
 
 /// The path of a snapshot's manifest.
@@ -314,13 +482,13 @@ fn store_blob(state: &StateDir, src: &fs::File, st: &Stat) -> anyhow::Result<Opt
         drop(dst);
         let oid = Oid::hash_file(git2::ObjectType::Blob, &tmp)
             .map_err(|e| anyhow!("hashing {}: {}", tmp.display(), e.message()))?;
-        let hex = oid.to_string();
-        let dir = state.blobs().join(&hex[..2]);
-        let path = dir.join(&hex[2..]);
+        let path = blob_path(state, oid);
         let present =
             fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == st.st_size as u64);
         if !present {
-            fs::create_dir_all(&dir)?;
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
             fs::set_permissions(&tmp, fs::Permissions::from_mode(0o400))?;
             fs::rename(&tmp, &path).with_context(|| format!("placing {}", path.display()))?;
         }
@@ -339,6 +507,10 @@ pub fn take(
     gid: u32,
 ) -> anyhow::Result<Taken> {
     let started = Instant::now();
+    // Held until the row is in the store: a prune never deletes a content this stored,
+    // nor its manifest, before then.
+    let _lock = lock(state, libc::LOCK_SH)
+        .with_context(|| format!("locking {}", state.warm().join(LOCK_FILE).display()))?;
     let owner = Owner::of(uid, gid);
     let user = AsUser::start(&owner)?;
     let path = repo.path.clone();

@@ -226,6 +226,18 @@ impl Store {
             ],
         )?;
         let id = tx.last_insert_rowid();
+        // Its snapshot still there: a prune ([`Store::prune_warm`]) is a transaction too,
+        // so either it saw this worktree or this sees the snapshot gone.
+        if let Some(warm) = w.warm {
+            let there: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM warm_snapshots WHERE id = ?1)",
+                [warm],
+                |r| r.get(0),
+            )?;
+            if !there {
+                return Err(rusqlite::Error::QueryReturnedNoRows);
+            }
+        }
         if let Some(r) = record {
             let n = tx.execute(
                 "DELETE FROM creations WHERE worktree_id = ?1 AND pid = ?2 AND pid_start = ?3",

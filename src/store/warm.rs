@@ -29,6 +29,12 @@ pub struct NewWarm<'a> {
     pub skipped: u64,
 }
 
+/// A snapshot `s` nothing needs: see [`Store::prune_warm`].
+const PRUNABLE: &str = "EXISTS (SELECT 1 FROM warm_snapshots n
+         WHERE n.repo_id = s.repo_id AND n.uid = s.uid AND n.id > s.id)
+     AND NOT EXISTS (SELECT 1 FROM worktrees w WHERE w.warm = s.id
+         AND (w.state != 'removed' OR EXISTS (SELECT 1 FROM kept k WHERE k.worktree_id = w.id)))";
+
 const COLUMNS: &str = "id, repo_id, uid, taken_at, manifest, files, bytes, took_ms, skipped";
 
 fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WarmRow> {
@@ -77,6 +83,55 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(id)
+    }
+
+    /// Whether a snapshot is [prunable](Store::prune_warm): a cheap look, for a sweep.
+    pub fn has_prunable_warm(&self) -> rusqlite::Result<bool> {
+        self.conn.query_row(
+            &format!("SELECT EXISTS (SELECT 1 FROM warm_snapshots s WHERE {PRUNABLE})"),
+            [],
+            |r| r.get(0),
+        )
+    }
+
+    /// Deletes, with an event each, the snapshots nothing needs any more: a newer one of
+    /// the same repository and user exists (the newest is what the next `new --warm`
+    /// shows), and no worktree shows it — none that is not removed, nor a removed one
+    /// whose copy is kept for a restore. One transaction: a creation that records a
+    /// worktree of a snapshot checks in its own that the snapshot is still there
+    /// ([`Store::finish_creation`]), so a worktree never names a deleted one.
+    pub fn prune_warm(&mut self) -> rusqlite::Result<Vec<WarmRow>> {
+        let tx = self.conn.transaction()?;
+        let rows: Vec<WarmRow> = tx
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM warm_snapshots s WHERE {PRUNABLE} ORDER BY id"
+            ))?
+            .query_map([], from_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        let now = now_secs();
+        for w in &rows {
+            tx.execute("DELETE FROM warm_snapshots WHERE id = ?1", [w.id])?;
+            tx.execute(
+                "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, NULL, 'warm-pruned', ?2)",
+                params![
+                    now,
+                    format!(
+                        "snapshot {} of repository {} (uid {}): a newer one was taken and no worktree shows it",
+                        w.id, w.repo_id, w.uid
+                    )
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(rows)
+    }
+
+    /// Every snapshot.
+    pub fn warm_all(&self) -> rusqlite::Result<Vec<WarmRow>> {
+        self.conn
+            .prepare(&format!("SELECT {COLUMNS} FROM warm_snapshots ORDER BY id"))?
+            .query_map([], from_row)?
+            .collect()
     }
 
     pub fn warm(&self, id: i64) -> rusqlite::Result<Option<WarmRow>> {
@@ -169,5 +224,83 @@ mod tests {
         assert!(repo.warm_default);
         store.remove_repo(repo.id).unwrap();
         assert!(store.warm(a).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_snapshot_goes_once_superseded_and_shown_by_no_worktree_nor_kept_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path()).unwrap();
+        let repo = store
+            .add_repo("r", Path::new("/x"), Path::new("/x/.git"))
+            .unwrap();
+        let add = |store: &mut Store, uid, manifest| {
+            store
+                .add_warm(&NewWarm {
+                    repo_id: repo.id,
+                    uid,
+                    manifest,
+                    files: 1,
+                    bytes: 1,
+                    took_ms: 1,
+                    skipped: 0,
+                })
+                .unwrap()
+        };
+        let worktree = |store: &mut Store, name: &'static str, warm| {
+            store.insert_worktree(&crate::store::NewWorktree {
+                repo_id: repo.id,
+                name,
+                branch: Some(name),
+                branch_created: true,
+                base_commit: "c",
+                base_tree: "t",
+                base_mtime: 1,
+                uid: 0,
+                gid: 0,
+                admin_name: name,
+                warm,
+            })
+        };
+        let ids = |rows: Vec<WarmRow>| rows.iter().map(|w| w.id).collect::<Vec<_>>();
+        let a = add(&mut store, 0, "a");
+        let other_user = add(&mut store, 1000, "u");
+        // The newest of each user stays, shown or not.
+        assert!(!store.has_prunable_warm().unwrap());
+        assert!(store.prune_warm().unwrap().is_empty());
+        let shown = worktree(&mut store, "w", Some(a)).unwrap();
+        let b = add(&mut store, 0, "b");
+        // Superseded, but shown by a worktree.
+        assert!(store.prune_warm().unwrap().is_empty());
+        // Removed with a kept copy (restorable): still needed.
+        store
+            .mark_removed_kept(
+                shown,
+                "test",
+                &crate::store::NewKept {
+                    bytes: 0,
+                    head: "ref: refs/heads/w".into(),
+                    tip: None,
+                    tip_ref: None,
+                    how: "test".into(),
+                },
+            )
+            .unwrap();
+        assert!(!store.has_prunable_warm().unwrap());
+        store.drop_kept(shown, "test").unwrap();
+        assert!(store.has_prunable_warm().unwrap());
+        assert_eq!(ids(store.prune_warm().unwrap()), vec![a]);
+        assert_eq!(ids(store.warm_all().unwrap()), vec![other_user, b]);
+        assert!(store
+            .events(0, 100)
+            .unwrap()
+            .iter()
+            .any(|e| e.kind == "warm-pruned"));
+        // A creation that picked the pruned one records nothing.
+        assert!(matches!(
+            worktree(&mut store, "late", Some(a)),
+            Err(rusqlite::Error::QueryReturnedNoRows)
+        ));
+        assert!(store.worktree("r", "late").unwrap().is_none());
+        worktree(&mut store, "on-time", Some(b)).unwrap();
     }
 }

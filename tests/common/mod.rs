@@ -520,6 +520,15 @@ pub fn state_of(env: &Env, name: &str) -> String {
         .unwrap_or_else(|| "removed".into())
 }
 
+/// Waits until `f` holds; fails naming `what` if it does not by `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what} not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Waits until a worktree is in state `want`; fails with the event log if it is not by
 /// `limit`.
 pub fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
