@@ -474,6 +474,12 @@ fn store_blob(state: &StateDir, src: &fs::File, st: &Stat) -> anyhow::Result<Opt
             .with_context(|| format!("creating {}", tmp.display()))?;
         crate::lifecycle::fork::clone_or_copy(src, &dst)
             .with_context(|| format!("copying into {}", tmp.display()))?;
+        #[cfg(test)]
+        tests::DURING_COPY.with(|h| {
+            if let Some(h) = h.borrow_mut().as_mut() {
+                h()
+            }
+        });
         let after = beneath::fstat(src.as_fd())?;
         if !same(st, &after) {
             return Ok(None);
@@ -746,6 +752,130 @@ fn path_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+    use std::process::Command;
+
+    thread_local! {
+        /// Runs between a content's copy and the look at its file after it.
+        pub(super) static DURING_COPY: RefCell<Option<Box<dyn FnMut()>>> =
+            const { RefCell::new(None) };
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    /// A repository whose checkout holds an ignored `target/out`, and a state directory.
+    fn setup(d: &Path) -> (StateDir, Store, RepoRow) {
+        let repo = d.join("repo");
+        fs::create_dir_all(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        fs::write(repo.join(".gitignore"), "target/\n").unwrap();
+        git(&repo, &["add", "."]);
+        git(
+            &repo,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-qm",
+                "i",
+            ],
+        );
+        fs::create_dir_all(repo.join("target")).unwrap();
+        fs::write(repo.join("target/out"), b"v0").unwrap();
+        fs::write(repo.join(INCLUDE_FILE), "target/\n").unwrap();
+        let state = StateDir::open(&d.join("state")).unwrap();
+        let store = Store::open(&state.root).unwrap();
+        let row = store.add_repo("repo", &repo, &repo.join(".git")).unwrap();
+        (state, store, row)
+    }
+
+    /// The content the snapshot `taken` holds for `path`, read from the blob cache.
+    fn held(state: &StateDir, taken: &Taken, path: &[u8]) -> Option<Vec<u8>> {
+        let bytes = fs::read(state.warm().join(&taken.row.manifest)).unwrap();
+        let records = crate::git::warm::decode(&bytes).unwrap();
+        let r = records.iter().find(|r| r.path == path)?;
+        Some(fs::read(blob_path(state, r.oid.unwrap())).unwrap())
+    }
+
+    #[test]
+    fn a_file_rewritten_while_it_is_copied_is_copied_again_and_held_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let (state, mut store, repo) = setup(d.path());
+        let out = repo.path.join("target/out");
+        let n = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let n2 = n.clone();
+        let o = out.clone();
+        // The first two copies each see the file rewritten (a longer content, so its
+        // size changes too) before the look after them; the third sees it still.
+        DURING_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let i = n2.get() + 1;
+                n2.set(i);
+                if i <= 2 {
+                    fs::write(&o, format!("version {i} of the output").repeat(i as usize)).unwrap();
+                }
+            }))
+        });
+        let taken = take(&state, &mut store, &repo, 0, 0);
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        let taken = taken.unwrap();
+        assert_eq!(n.get(), 3, "copied three times");
+        assert!(taken.skipped.is_empty(), "{:?}", taken.skipped);
+        let want = "version 2 of the output".repeat(2);
+        assert_eq!(
+            held(&state, &taken, b"target/out").unwrap(),
+            want.as_bytes()
+        );
+        assert_eq!(fs::read(&out).unwrap(), want.as_bytes());
+        // No partial copy is left in the cache's staging directory.
+        assert_eq!(fs::read_dir(state.blobs_tmp()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_file_rewritten_during_every_copy_is_left_out_saying_why() {
+        let d = tempfile::tempdir().unwrap();
+        let (state, mut store, repo) = setup(d.path());
+        fs::write(repo.path.join("target/still"), b"still").unwrap();
+        let out = repo.path.join("target/out");
+        let n = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let n2 = n.clone();
+        let o = out.clone();
+        DURING_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let i = n2.get() + 1;
+                n2.set(i);
+                // Every copy of `out` sees it change; `still` is copied once, untouched.
+                let now = fs::read(&o).unwrap();
+                if now.starts_with(b"v") {
+                    fs::write(&o, format!("v{i}-{}", "x".repeat(i as usize))).unwrap();
+                }
+            }))
+        });
+        let taken = take(&state, &mut store, &repo, 0, 0);
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        let taken = taken.unwrap();
+        assert_eq!(
+            taken.skipped,
+            vec![(
+                "target/out".to_string(),
+                format!("changed each of the {MAX_COPIES} times it was copied")
+            )]
+        );
+        assert_eq!(held(&state, &taken, b"target/out"), None);
+        assert_eq!(held(&state, &taken, b"target/still").unwrap(), b"still");
+        assert_eq!(taken.row.skipped, 1);
+        assert_eq!(fs::read_dir(state.blobs_tmp()).unwrap().count(), 0);
+    }
 
     #[test]
     fn paths_sort_parents_first() {
