@@ -1283,7 +1283,6 @@ fn cmd_mount(
     Ok(())
 }
 
-/// What a snapshot taken holds and left out.
 /// `warm::prune`, its failure a warning: a snapshot taken stands either way.
 fn prune_warm(state: &StateDir, store: &mut Store) -> Option<warm::Pruned> {
     warm::prune(state, store)
@@ -1292,6 +1291,7 @@ fn prune_warm(state: &StateDir, store: &mut Store) -> Option<warm::Pruned> {
         .flatten()
 }
 
+/// What a snapshot taken holds and left out.
 fn print_taken(repo: &str, t: &warm::Taken) {
     println!(
         "took warm snapshot {} of {repo} in {:.1} s: {} files and links ({} links), {}",

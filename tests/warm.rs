@@ -651,3 +651,49 @@ fn a_file_rewritten_while_the_snapshot_is_taken_is_held_whole_or_reported() {
     }
     m.unmount();
 }
+
+#[test]
+fn an_inherited_gitignore_rules_cleanup_as_it_rules_git() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    // HEAD ignores every log; the inherited `logs/.gitignore` re-includes one.
+    fs::write(repo.join(".gitignore"), "*.log\n").unwrap();
+    git(&repo, &["add", ".gitignore"]);
+    git(&repo, &["commit", "-qm", "ignore logs"]);
+    write(&repo, "logs/.gitignore", "!keep.log\n", 0o644);
+    write(&repo, "logs/build.log", "built\n", 0o644);
+    fs::write(repo.join(".worktreeinclude"), "logs/\n").unwrap();
+    wtfs_ok(&env.state(), &["new", "repo/kept", "--warm"]);
+    wtfs_ok(&env.state(), &["new", "repo/clean", "--warm"]);
+    let m = env.mount_with(&["--linger", "1"]);
+    let status = run_ok(
+        "sh",
+        &[
+            "-c",
+            "echo mine > logs/keep.log && echo more >> logs/build.log && git status --porcelain -uall",
+        ],
+        &m.wt("repo", "kept"),
+    );
+    // git sees the re-included file as untracked, the other log as ignored.
+    assert!(status.contains("?? logs/keep.log"), "{status}");
+    assert!(!status.contains("build.log"), "{status}");
+    let status = run_ok(
+        "sh",
+        &[
+            "-c",
+            "echo x > logs/other.log && git status --porcelain -uall",
+        ],
+        &m.wt("repo", "clean"),
+    );
+    assert!(!status.contains("other.log"), "{status}");
+    let limit = Duration::from_secs(60);
+    wait_for_state(&env, "clean", "removed", limit);
+    wait_for_state(&env, "kept", "retained", limit);
+    let retained = wtfs_ok(&env.state(), &["retained", "--json"]);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&retained).unwrap();
+    assert_eq!(rows.len(), 1, "{retained}");
+    let reason = rows[0]["reason"].to_string();
+    assert!(reason.contains("logs/keep.log"), "{retained}");
+    assert!(!reason.contains("build.log"), "{retained}");
+    m.unmount();
+}

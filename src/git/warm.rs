@@ -363,6 +363,16 @@ impl Snapshot {
         }
     }
 
+    /// The entry `name` of directory `warm`: (is a directory, number + 1).
+    pub fn child(&self, warm: u32, name: &[u8]) -> Option<(bool, u32)> {
+        let dir = self.dir(warm)?;
+        let i = dir.entries.binary_search_by(|e| (*e.0).cmp(name)).ok()?;
+        Some(match dir.entries[i].1 {
+            Entry::Dir(d) => (true, d + 1),
+            Entry::File(f) => (false, f + 1),
+        })
+    }
+
     /// The entry at `path` (`/`-separated) below the top: (is a directory, number + 1).
     pub fn find(&self, path: &[u8]) -> Option<(bool, u32)> {
         let mut at = Self::ROOT;

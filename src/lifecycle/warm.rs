@@ -144,7 +144,14 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
     let remaining = store.warm_all()?;
     let named: std::collections::HashSet<&str> =
         remaining.iter().map(|w| w.manifest.as_str()).collect();
-    let mut doomed: BTreeSet<String> = out.snapshots.iter().map(|w| w.manifest.clone()).collect();
+    // A manifest a remaining row names is never doomed (two rows can never share one,
+    // but nothing is deleted on that belief).
+    let mut doomed: BTreeSet<String> = out
+        .snapshots
+        .iter()
+        .map(|w| w.manifest.clone())
+        .filter(|m| !named.contains(m.as_str()))
+        .collect();
     for e in fs::read_dir(state.warm())?.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
         let base = n.strip_suffix(".dirs").unwrap_or(&n).to_string();

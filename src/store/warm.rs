@@ -101,7 +101,11 @@ impl Store {
     /// worktree of a snapshot checks in its own that the snapshot is still there
     /// ([`Store::finish_creation`]), so a worktree never names a deleted one.
     pub fn prune_warm(&mut self) -> rusqlite::Result<Vec<WarmRow>> {
-        let tx = self.conn.transaction()?;
+        // Immediate: a creation committed between the read and the deletes would fail
+        // the upgrade to a write (BUSY_SNAPSHOT), not wait for it.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let rows: Vec<WarmRow> = tx
             .prepare(&format!(
                 "SELECT {COLUMNS} FROM warm_snapshots s WHERE {PRUNABLE} ORDER BY id"

@@ -246,17 +246,24 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             manifest: t.warm.clone(),
             loaded: std::cell::OnceCell::new(),
         },
+        blobs: t.blobs.clone(),
         index_stats,
         changes: Vec::new(),
         global: global_excludes(&repo, &t.gitdir),
         stack: Vec::new(),
         whiteouts: &whiteouts,
     };
+    let top = if w.warm.get().is_some() {
+        crate::git::warm::Snapshot::ROOT
+    } else {
+        0
+    };
     w.dir(
         "",
         Some(upper.as_fd()),
         Some(base_tree),
         Some(head_tree.clone()),
+        top,
     )
     .map_err(|e| format!("comparing the files with HEAD: {e}"))?;
     for c in w.changes {
@@ -324,6 +331,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
             gid: t.gid,
             // A submodule's view inherits nothing.
             warm: None,
+            blobs: t.blobs.clone(),
         };
         // Removed, and its repository or git entry deleted since (`rm -rf .git/modules/…`
         // after `git rm`, the usual recipe): nothing of it is left to keep.
@@ -474,6 +482,8 @@ enum ViewEntry<'t> {
     Upper(OwnedFd, beneath::Stat),
     /// From the base tree, untouched.
     Base(git2::TreeEntry<'t>),
+    /// From the warm snapshot, untouched: (a directory, its number + 1).
+    Warm(bool, u32),
 }
 
 /// Whether (and how) git's clean side applies, decided at the first file that needs it.
@@ -502,8 +512,10 @@ impl LazyCleanSide {
     }
 }
 
-/// The worktree's warm snapshot (`git::warm`), read at the first untracked file of the
-/// upper layer: a file copied up from it and still as inherited is not work.
+/// The worktree's warm snapshot (`git::warm`), read when the walk starts: the view shows
+/// its entries where the base tree has none of the name, so the walk does too (its
+/// `.gitignore` files rule as git's do; a file copied up from it and still as inherited
+/// is not work).
 struct LazyWarm {
     manifest: Option<PathBuf>,
     loaded: std::cell::OnceCell<Option<crate::git::warm::Snapshot>>,
@@ -564,6 +576,8 @@ struct Walker<'r> {
     repo: &'r Repository,
     clean_side: LazyCleanSide,
     warm: LazyWarm,
+    /// The blob cache, which holds the snapshot's contents.
+    blobs: PathBuf,
     /// Stage-0 index entries git has looked at (size not 0), by path.
     index_stats: std::collections::HashMap<Vec<u8>, IndexStat>,
     whiteouts: &'r crate::layout::Whiteouts,
@@ -634,20 +648,13 @@ impl<'r> Walker<'r> {
         }
     }
 
-    /// Whether the upper layer's file `fd` at `path` (`st` its stat data) is the one
-    /// the warm snapshot gave the worktree there, as it was given: a symlink of the
+    /// Whether the upper layer's file `fd` (`st` its stat data) is the snapshot's file
+    /// `warm` (number + 1; 0: none) the view showed there, as it was given: a symlink of the
     /// same text, or a regular file of the same mode and content (its times aside: a
     /// `touch`, or an open for writing that wrote nothing, copies a file up unchanged).
     /// Anything unreadable counts as changed.
-    fn as_inherited(&self, path: &str, fd: BorrowedFd, st: &beneath::Stat) -> bool {
-        let Some(snap) = self.warm.get() else {
-            return false;
-        };
-        let file = match snap.find(path.as_bytes()) {
-            Some((false, n)) => snap.file(n),
-            _ => None,
-        };
-        let Some(file) = file else {
+    fn as_inherited(&self, warm: u32, fd: BorrowedFd, st: &beneath::Stat) -> bool {
+        let Some(file) = self.warm.get().and_then(|s| s.file(warm)) else {
             return false;
         };
         let ft = st.st_mode & libc::S_IFMT;
@@ -664,18 +671,42 @@ impl<'r> Walker<'r> {
         }
     }
 
+    /// The text of the snapshot's `.gitignore` in its directory `warm`, from the
+    /// repository or the blob cache; none where it is not a regular file.
+    fn warm_gitignore(&self, warm: u32) -> Option<Vec<u8>> {
+        let snap = self.warm.get()?;
+        let (false, n) = snap.child(warm, b".gitignore")? else {
+            return None;
+        };
+        let file = snap.file(n).filter(|f| f.link.is_none())?;
+        if let Ok(b) = self.repo.find_blob(file.oid) {
+            return Some(b.content().to_vec());
+        }
+        let hex = file.oid.to_string();
+        let text = fs::read(self.blobs.join(&hex[..2]).join(&hex[2..]));
+        if text.is_err() {
+            tracing::warn!(
+                "the inherited {} ({}) is not in the blob cache: its rules are not applied",
+                ".gitignore",
+                file.oid
+            );
+        }
+        text.ok()
+    }
+
     fn change(&mut self, kind: ChangeKind, path: String) {
         self.changes.push(Change { kind, path });
     }
 
     /// Compares directory `rel` of the view (`upper`, if the upper layer has it, over
-    /// `base`) with HEAD's `head`.
+    /// `base` and the snapshot's directory `warm`, number + 1, 0: none) with HEAD's `head`.
     fn dir(
         &mut self,
         rel: &str,
         upper: Option<BorrowedFd>,
         base: Option<Tree<'r>>,
         head: Option<Tree<'r>>,
+        warm: u32,
     ) -> Result<(), String> {
         // The upper layer's entries, whiteouts and opaque marker.
         let mut up_names: BTreeSet<Vec<u8>> = BTreeSet::new();
@@ -689,16 +720,22 @@ impl<'r> Walker<'r> {
             up_names.extend(dir.entries.iter().map(|e| e.name.as_bytes().to_vec()));
         }
         let base = if opaque { None } else { base };
+        let warm = if opaque { 0 } else { warm };
         let base_visible = |n: &[u8]| !whiteouts.contains(n);
 
         // This directory's .gitignore, as the view has it.
         let gi_text: Option<Vec<u8>> = if up_names.contains(b".gitignore".as_slice()) {
             upper.and_then(|u| read_small_file(u, ".gitignore"))
         } else if base_visible(b".gitignore") {
-            base.as_ref()
-                .and_then(|t| t.get_name(".gitignore").map(|e| e.id()))
-                .and_then(|id| self.repo.find_blob(id).ok())
-                .map(|b| b.content().to_vec())
+            match base.as_ref().and_then(|t| t.get_name(".gitignore")) {
+                Some(e) => self
+                    .repo
+                    .find_blob(e.id())
+                    .ok()
+                    .map(|b| b.content().to_vec()),
+                // Inherited: the snapshot's (a regular file; git reads no symlinked one).
+                None => self.warm_gitignore(warm),
+            }
         } else {
             None
         };
@@ -711,7 +748,7 @@ impl<'r> Walker<'r> {
             b.build().ok()
         });
         self.stack.push(matcher);
-        let r = self.entries(rel, upper, &up_names, &base, &whiteouts, &head);
+        let r = self.entries(rel, upper, &up_names, &base, &whiteouts, &head, warm);
         self.stack.pop();
         r
     }
@@ -725,6 +762,7 @@ impl<'r> Walker<'r> {
         base: &Option<Tree<'r>>,
         whiteouts: &BTreeSet<Vec<u8>>,
         head: &Option<Tree<'r>>,
+        warm: u32,
     ) -> Result<(), String> {
         let mut names: BTreeSet<Vec<u8>> = up_names.clone();
         if let Some(b) = base {
@@ -749,6 +787,16 @@ impl<'r> Walker<'r> {
                 .as_ref()
                 .filter(|e| e.filemode() as u32 == MODE_TREE)
                 .map(|e| e.id());
+            // The snapshot's entry of the name, where the view shows it (as
+            // `Snapshot::merged`): where the base has none, or both have a directory.
+            let snap_e =
+                self.warm
+                    .get()
+                    .and_then(|s| s.child(warm, &name))
+                    .filter(|(is_dir, _)| match &base_e {
+                        None => true,
+                        Some(b) => *is_dir && b.filemode() as u32 == MODE_TREE,
+                    });
             let view = if up_names.contains(&name) {
                 let u = upper.ok_or("upper entry without an upper directory")?;
                 let fd = beneath::entry(u, std::ffi::OsStr::from_bytes(&name))
@@ -757,11 +805,13 @@ impl<'r> Walker<'r> {
                 Some(ViewEntry::Upper(fd, st))
             } else if whiteouts.contains(&name) {
                 None
+            } else if let Some(b) = base_e {
+                Some(ViewEntry::Base(b))
             } else {
-                base_e.map(ViewEntry::Base)
+                snap_e.map(|(is_dir, n)| ViewEntry::Warm(is_dir, n))
             };
             let head_e = head.as_ref().and_then(|h| h.get_name_bytes(&name));
-            self.entry(&path, view, below, head_e)?;
+            self.entry(&path, view, below, snap_e, head_e)?;
         }
         Ok(())
     }
@@ -772,13 +822,18 @@ impl<'r> Walker<'r> {
             .map_err(|e| format!("tree {id}: {}", e.message()))
     }
 
+    /// Compares the view's entry at `path` with HEAD's: `below` is the base tree of the
+    /// name, `snap` the snapshot's entry the view shows of it (is a directory, number + 1).
     fn entry(
         &mut self,
         path: &str,
         view: Option<ViewEntry<'_>>,
         below: Option<Oid>,
+        snap: Option<(bool, u32)>,
         head: Option<git2::TreeEntry<'_>>,
     ) -> Result<(), String> {
+        let below_warm = snap.filter(|(d, _)| *d).map_or(0, |(_, n)| n);
+        let snap_file = snap.filter(|(d, _)| !*d).map_or(0, |(_, n)| n);
         let head_mode = head.as_ref().map(|h| h.filemode() as u32);
         let head_is_dir = head_mode == Some(MODE_TREE);
         match view {
@@ -799,12 +854,12 @@ impl<'r> Walker<'r> {
                     (MODE_TREE, Some(MODE_TREE)) => {
                         let bt = self.tree(b.id())?;
                         let ht = self.tree(head.as_ref().map(|h| h.id()).unwrap_or(b.id()))?;
-                        self.dir(path, None, Some(bt), Some(ht))?;
+                        self.dir(path, None, Some(bt), Some(ht), below_warm)?;
                     }
                     (MODE_TREE, None) => {
                         if !self.ignored(path, true) {
                             let bt = self.tree(b.id())?;
-                            self.dir(path, None, Some(bt), None)?;
+                            self.dir(path, None, Some(bt), None, below_warm)?;
                         }
                     }
                     // An unpopulated submodule: an empty directory either way.
@@ -815,6 +870,32 @@ impl<'r> Walker<'r> {
                         }
                     }
                     _ => self.change(ChangeKind::Modified, path.to_string()),
+                }
+            }
+            Some(ViewEntry::Warm(true, n)) => match &head {
+                // Inherited and untouched, outside HEAD: not work.
+                None => {}
+                Some(h) if h.filemode() as u32 == MODE_TREE => {
+                    let ht = self.tree(h.id())?;
+                    self.dir(path, None, None, Some(ht), n)?;
+                }
+                Some(_) => self.change(ChangeKind::Modified, path.to_string()),
+            },
+            Some(ViewEntry::Warm(false, n)) => {
+                // Committed as inherited (`git add -f` of an inherited file, say): the same
+                // as HEAD's entry, or a change.
+                if let Some(h) = &head {
+                    let same = self.warm.get().and_then(|s| s.file(n)).is_some_and(|f| {
+                        let mode = match (&f.link, f.perm & 0o111) {
+                            (Some(_), _) => MODE_LINK,
+                            (None, 0) => crate::git::MODE_BLOB,
+                            _ => MODE_EXEC,
+                        };
+                        h.filemode() as u32 == mode && h.id() == f.oid
+                    });
+                    if !same {
+                        self.change(ChangeKind::Modified, path.to_string());
+                    }
                 }
             }
             Some(ViewEntry::Upper(fd, st)) => {
@@ -844,7 +925,7 @@ impl<'r> Walker<'r> {
                                 Some(id) => Some(self.tree(id)?),
                                 None => None,
                             };
-                            self.dir(path, Some(fd.as_fd()), bt, ht)?;
+                            self.dir(path, Some(fd.as_fd()), bt, ht, below_warm)?;
                         }
                         Some(MODE_GITLINK) => {
                             let empty = beneath::list(fd.as_fd())
@@ -859,7 +940,8 @@ impl<'r> Walker<'r> {
                     return Ok(());
                 }
                 let Some(h) = head else {
-                    if !self.ignored(path, false) && !self.as_inherited(path, fd.as_fd(), &st) {
+                    if !self.ignored(path, false) && !self.as_inherited(snap_file, fd.as_fd(), &st)
+                    {
                         self.change(ChangeKind::Untracked, path.to_string());
                     }
                     return Ok(());

@@ -167,6 +167,8 @@ pub struct Target {
     pub submodule: Option<String>,
     /// The manifest of its warm snapshot, if it has one.
     pub warm: Option<PathBuf>,
+    /// The blob cache, which holds the snapshot's contents.
+    pub blobs: PathBuf,
 }
 
 impl Target {
@@ -188,6 +190,7 @@ impl Target {
             uid: row.uid,
             gid: row.gid,
             warm: row.warm_manifest.as_ref().map(|m| state.warm().join(m)),
+            blobs: state.blobs(),
         }
     }
 
