@@ -662,9 +662,12 @@ fn an_inherited_gitignore_rules_cleanup_as_it_rules_git() {
     git(&repo, &["commit", "-qm", "ignore logs"]);
     write(&repo, "logs/.gitignore", "!keep.log\n", 0o644);
     write(&repo, "logs/build.log", "built\n", 0o644);
-    fs::write(repo.join(".worktreeinclude"), "logs/\n").unwrap();
+    // Untracked, not ignored, inherited too.
+    write(&repo, "conf/a", "setting\n", 0o644);
+    fs::write(repo.join(".worktreeinclude"), "logs/\nconf/\n").unwrap();
     wtfs_ok(&env.state(), &["new", "repo/kept", "--warm"]);
     wtfs_ok(&env.state(), &["new", "repo/clean", "--warm"]);
+    wtfs_ok(&env.state(), &["new", "repo/remade", "--warm"]);
     let m = env.mount_with(&["--linger", "1"]);
     let status = run_ok(
         "sh",
@@ -686,14 +689,32 @@ fn an_inherited_gitignore_rules_cleanup_as_it_rules_git() {
         &m.wt("repo", "clean"),
     );
     assert!(!status.contains("other.log"), "{status}");
+    // The inherited directory deleted and made again, its file written anew with the
+    // inherited bytes: the view no longer shows the snapshot there, so it is new work.
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "cat conf/a > /tmp/wtfs-remade-$$ && rm -r conf && mkdir conf && cat /tmp/wtfs-remade-$$ > conf/a && rm /tmp/wtfs-remade-$$",
+        ],
+        &m.wt("repo", "remade"),
+    );
     let limit = Duration::from_secs(60);
     wait_for_state(&env, "clean", "removed", limit);
     wait_for_state(&env, "kept", "retained", limit);
+    wait_for_state(&env, "remade", "retained", limit);
     let retained = wtfs_ok(&env.state(), &["retained", "--json"]);
     let rows: Vec<serde_json::Value> = serde_json::from_str(&retained).unwrap();
-    assert_eq!(rows.len(), 1, "{retained}");
-    let reason = rows[0]["reason"].to_string();
+    assert_eq!(rows.len(), 2, "{retained}");
+    let reason_of = |name: &str| {
+        rows.iter()
+            .find(|r| r["worktree"] == name)
+            .map(|r| r["reason"].to_string())
+            .unwrap_or_else(|| panic!("{name} not retained: {retained}"))
+    };
+    let reason = reason_of("kept");
     assert!(reason.contains("logs/keep.log"), "{retained}");
     assert!(!reason.contains("build.log"), "{retained}");
+    assert!(reason_of("remade").contains("conf/a"), "{retained}");
     m.unmount();
 }
