@@ -42,8 +42,7 @@ impl BlobCache {
     }
 
     pub fn path(&self, oid: Oid) -> PathBuf {
-        let hex = oid.to_string();
-        self.dir.join(&hex[..2]).join(&hex[2..])
+        path_in(&self.dir, oid)
     }
 
     fn present(path: &Path, size: u64) -> bool {
@@ -200,6 +199,12 @@ impl BlobCache {
 /// The largest blob served from memory when the cache cannot be written (a larger one
 /// fails to read until there is room again).
 const MAX_IN_MEMORY: u64 = 64 << 20;
+
+/// The file of content `oid` in the blob cache directory `dir`.
+pub fn path_in(dir: &Path, oid: Oid) -> PathBuf {
+    let hex = oid.to_string();
+    dir.join(&hex[..2]).join(&hex[2..])
+}
 
 /// ENOSPC or EDQUOT: no room left for this user on that disk.
 pub fn is_out_of_space(e: &std::io::Error) -> bool {

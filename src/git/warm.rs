@@ -163,6 +163,17 @@ pub struct File {
     pub link: Option<Box<[u8]>>,
 }
 
+impl File {
+    /// Its git mode: a symlink, an executable or a plain file.
+    pub fn mode(&self) -> u32 {
+        match (&self.link, self.perm & 0o111) {
+            (Some(_), _) => MODE_LINK,
+            (None, 0) => MODE_BLOB,
+            _ => MODE_EXEC,
+        }
+    }
+}
+
 /// A snapshot in memory, shared by every worktree made from it. A view names its
 /// directories and files by number: `TreeEntry::warm` and `BaseRef::warm` hold the
 /// number plus one (0: none), a directory's for `MODE_TREE`, a file's otherwise.
@@ -324,11 +335,7 @@ impl Snapshot {
                         let file = &self.files[f as usize];
                         TreeEntry {
                             name: name.to_os_string(),
-                            mode: match (&file.link, file.perm & 0o111) {
-                                (Some(_), _) => MODE_LINK,
-                                (None, 0) => MODE_BLOB,
-                                _ => MODE_EXEC,
-                            },
+                            mode: file.mode(),
                             oid: file.oid,
                             warm: f + 1,
                         }

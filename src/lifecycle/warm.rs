@@ -96,8 +96,7 @@ fn lock(state: &StateDir, how: i32) -> io::Result<Option<WarmLock>> {
 
 /// The blob cache's file of content `oid` (`git::blobcache`'s name).
 fn blob_path(state: &StateDir, oid: Oid) -> PathBuf {
-    let hex = oid.to_string();
-    state.blobs().join(&hex[..2]).join(&hex[2..])
+    crate::git::blobcache::path_in(&state.blobs(), oid)
 }
 
 /// What a [`prune`] deleted.
@@ -814,29 +813,41 @@ mod tests {
         Some(fs::read(blob_path(state, r.oid.unwrap())).unwrap())
     }
 
+    /// Takes a snapshot with `during(i)` run between the `i`th copy (from 1) and the look
+    /// after it; the snapshot, and how many copies were made.
+    fn take_with(
+        state: &StateDir,
+        store: &mut Store,
+        repo: &RepoRow,
+        mut during: impl FnMut(u32) + 'static,
+    ) -> (Taken, u32) {
+        let n = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let n2 = n.clone();
+        DURING_COPY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                n2.set(n2.get() + 1);
+                during(n2.get())
+            }))
+        });
+        let taken = take(state, store, repo, 0, 0);
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        (taken.unwrap(), n.get())
+    }
+
     #[test]
     fn a_file_rewritten_while_it_is_copied_is_copied_again_and_held_whole() {
         let d = tempfile::tempdir().unwrap();
         let (state, mut store, repo) = setup(d.path());
         let out = repo.path.join("target/out");
-        let n = std::rc::Rc::new(std::cell::Cell::new(0u32));
-        let n2 = n.clone();
         let o = out.clone();
         // The first two copies each see the file rewritten (a longer content, so its
         // size changes too) before the look after them; the third sees it still.
-        DURING_COPY.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || {
-                let i = n2.get() + 1;
-                n2.set(i);
-                if i <= 2 {
-                    fs::write(&o, format!("version {i} of the output").repeat(i as usize)).unwrap();
-                }
-            }))
+        let (taken, n) = take_with(&state, &mut store, &repo, move |i| {
+            if i <= 2 {
+                fs::write(&o, format!("version {i} of the output").repeat(i as usize)).unwrap();
+            }
         });
-        let taken = take(&state, &mut store, &repo, 0, 0);
-        DURING_COPY.with(|h| *h.borrow_mut() = None);
-        let taken = taken.unwrap();
-        assert_eq!(n.get(), 3, "copied three times");
+        assert_eq!(n, 3, "copied three times");
         assert!(taken.skipped.is_empty(), "{:?}", taken.skipped);
         let want = "version 2 of the output".repeat(2);
         assert_eq!(
@@ -854,23 +865,10 @@ mod tests {
         let (state, mut store, repo) = setup(d.path());
         fs::write(repo.path.join("target/still"), b"still").unwrap();
         let out = repo.path.join("target/out");
-        let n = std::rc::Rc::new(std::cell::Cell::new(0u32));
-        let n2 = n.clone();
-        let o = out.clone();
-        DURING_COPY.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || {
-                let i = n2.get() + 1;
-                n2.set(i);
-                // Every copy of `out` sees it change; `still` is copied once, untouched.
-                let now = fs::read(&o).unwrap();
-                if now.starts_with(b"v") {
-                    fs::write(&o, format!("v{i}-{}", "x".repeat(i as usize))).unwrap();
-                }
-            }))
+        // Every copy sees `out` change (a copy of `still` too: `still` itself does not).
+        let (taken, _) = take_with(&state, &mut store, &repo, move |i| {
+            fs::write(&out, format!("v{i}-{}", "x".repeat(i as usize))).unwrap();
         });
-        let taken = take(&state, &mut store, &repo, 0, 0);
-        DURING_COPY.with(|h| *h.borrow_mut() = None);
-        let taken = taken.unwrap();
         assert_eq!(
             taken.skipped,
             vec![(
