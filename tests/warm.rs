@@ -716,5 +716,15 @@ fn an_inherited_gitignore_rules_cleanup_as_it_rules_git() {
     assert!(reason.contains("logs/keep.log"), "{retained}");
     assert!(!reason.contains("build.log"), "{retained}");
     assert!(reason_of("remade").contains("conf/a"), "{retained}");
+    // A snapshot cleanup cannot read leaves it blind to the inherited rules: the
+    // inspection fails, naming it, and nothing is removed on a partial view.
+    wtfs_ok(&env.state(), &["new", "repo/blind", "--warm"]);
+    let target = target_of(&env, &m, "blind");
+    assert!(worktreefs::lifecycle::cleanup::inspect(&target).is_ok());
+    let manifest = target.warm.clone().unwrap();
+    fs::rename(&manifest, manifest.with_extension("moved")).unwrap();
+    let err = worktreefs::lifecycle::cleanup::inspect(&target).unwrap_err();
+    assert!(err.contains("reading its warm snapshot"), "{err}");
+    fs::rename(manifest.with_extension("moved"), &manifest).unwrap();
     m.unmount();
 }

@@ -242,9 +242,16 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     let mut w = Walker {
         repo: &repo,
         clean_side,
-        warm: LazyWarm {
-            manifest: t.warm.clone(),
-            loaded: std::cell::OnceCell::new(),
+        // The view shows the snapshot's entries where the base tree has none of the
+        // name, so the walk does too: its `.gitignore` files rule as git's do, and a file
+        // copied up from it and still as inherited is not work. One that cannot be read
+        // leaves the walk blind to both: the worktree is kept.
+        warm: match &t.warm {
+            Some(path) => Some(
+                crate::git::warm::Snapshot::load(0, path)
+                    .map_err(|e| format!("reading its warm snapshot: {e}"))?,
+            ),
+            None => None,
         },
         blobs: t.blobs.clone(),
         index_stats,
@@ -253,7 +260,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         stack: Vec::new(),
         whiteouts: &whiteouts,
     };
-    let top = if w.warm.get().is_some() {
+    let top = if w.warm.is_some() {
         crate::git::warm::Snapshot::ROOT
     } else {
         0
@@ -512,30 +519,6 @@ impl LazyCleanSide {
     }
 }
 
-/// The worktree's warm snapshot (`git::warm`), read when the walk starts: the view shows
-/// its entries where the base tree has none of the name, so the walk does too (its
-/// `.gitignore` files rule as git's do; a file copied up from it and still as inherited
-/// is not work).
-struct LazyWarm {
-    manifest: Option<PathBuf>,
-    loaded: std::cell::OnceCell<Option<crate::git::warm::Snapshot>>,
-}
-
-impl LazyWarm {
-    fn get(&self) -> Option<&crate::git::warm::Snapshot> {
-        self.loaded
-            .get_or_init(|| {
-                let path = self.manifest.as_ref()?;
-                crate::git::warm::Snapshot::load(0, path)
-                    .map_err(|e| {
-                        tracing::warn!("reading the warm snapshot: {e}; its files count as work")
-                    })
-                    .ok()
-            })
-            .as_ref()
-    }
-}
-
 /// How git compares a file with its blob where conversions apply: through `git
 /// hash-object --path`, as the worktree's owner, with HEAD's attributes.
 struct CleanSide {
@@ -575,7 +558,8 @@ struct IndexStat {
 struct Walker<'r> {
     repo: &'r Repository,
     clean_side: LazyCleanSide,
-    warm: LazyWarm,
+    /// The worktree's warm snapshot (`git::warm`).
+    warm: Option<crate::git::warm::Snapshot>,
     /// The blob cache, which holds the snapshot's contents.
     blobs: PathBuf,
     /// Stage-0 index entries git has looked at (size not 0), by path.
@@ -654,7 +638,7 @@ impl<'r> Walker<'r> {
     /// `touch`, or an open for writing that wrote nothing, copies a file up unchanged).
     /// Anything unreadable counts as changed.
     fn as_inherited(&self, warm: u32, fd: BorrowedFd, st: &beneath::Stat) -> bool {
-        let Some(file) = self.warm.get().and_then(|s| s.file(warm)) else {
+        let Some(file) = self.warm.as_ref().and_then(|s| s.file(warm)) else {
             return false;
         };
         let ft = st.st_mode & libc::S_IFMT;
@@ -674,7 +658,7 @@ impl<'r> Walker<'r> {
     /// The text of the snapshot's `.gitignore` in its directory `warm`, from the
     /// repository or the blob cache; none where it is not a regular file.
     fn warm_gitignore(&self, warm: u32) -> Option<Vec<u8>> {
-        let snap = self.warm.get()?;
+        let snap = self.warm.as_ref()?;
         let (false, n) = snap.child(warm, b".gitignore")? else {
             return None;
         };
@@ -682,8 +666,7 @@ impl<'r> Walker<'r> {
         if let Ok(b) = self.repo.find_blob(file.oid) {
             return Some(b.content().to_vec());
         }
-        let hex = file.oid.to_string();
-        let text = fs::read(self.blobs.join(&hex[..2]).join(&hex[2..]));
+        let text = fs::read(crate::git::blobcache::path_in(&self.blobs, file.oid));
         if text.is_err() {
             tracing::warn!(
                 "the inherited {} ({}) is not in the blob cache: its rules are not applied",
@@ -789,14 +772,14 @@ impl<'r> Walker<'r> {
                 .map(|e| e.id());
             // The snapshot's entry of the name, where the view shows it (as
             // `Snapshot::merged`): where the base has none, or both have a directory.
-            let snap_e =
-                self.warm
-                    .get()
-                    .and_then(|s| s.child(warm, &name))
-                    .filter(|(is_dir, _)| match &base_e {
-                        None => true,
-                        Some(b) => *is_dir && b.filemode() as u32 == MODE_TREE,
-                    });
+            let snap_e = self
+                .warm
+                .as_ref()
+                .and_then(|s| s.child(warm, &name))
+                .filter(|(is_dir, _)| match &base_e {
+                    None => true,
+                    Some(b) => *is_dir && b.filemode() as u32 == MODE_TREE,
+                });
             let view = if up_names.contains(&name) {
                 let u = upper.ok_or("upper entry without an upper directory")?;
                 let fd = beneath::entry(u, std::ffi::OsStr::from_bytes(&name))
@@ -885,14 +868,11 @@ impl<'r> Walker<'r> {
                 // Committed as inherited (`git add -f` of an inherited file, say): the same
                 // as HEAD's entry, or a change.
                 if let Some(h) = &head {
-                    let same = self.warm.get().and_then(|s| s.file(n)).is_some_and(|f| {
-                        let mode = match (&f.link, f.perm & 0o111) {
-                            (Some(_), _) => MODE_LINK,
-                            (None, 0) => crate::git::MODE_BLOB,
-                            _ => MODE_EXEC,
-                        };
-                        h.filemode() as u32 == mode && h.id() == f.oid
-                    });
+                    let same = self
+                        .warm
+                        .as_ref()
+                        .and_then(|s| s.file(n))
+                        .is_some_and(|f| h.filemode() as u32 == f.mode() && h.id() == f.oid);
                     if !same {
                         self.change(ChangeKind::Modified, path.to_string());
                     }
