@@ -71,12 +71,21 @@ pub fn restore_worktree(
             })
         })?;
     let from = kept.worktree_id;
-    // A purge (or another restore) of it waits, and is waited for.
-    let _lock = crate::lifecycle::cleanup::try_lock(state, from).ok_or_else(|| {
-        CreateError::Busy(format!(
-            "the kept copy of {label} is being purged or restored right now; try again in a moment"
-        ))
-    })?;
+    // A purge (or another restore) of it waits, and is waited for, a while: the lock is
+    // also held for an instant by any child process spawned while it was held (its
+    // descriptor lives until the child's exec).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let _lock = loop {
+        if let Some(l) = crate::lifecycle::cleanup::try_lock(state, from) {
+            break l;
+        }
+        if std::time::Instant::now() >= until {
+            return Err(CreateError::Busy(format!(
+                "the kept copy of {label} is being purged or restored right now; try again in a moment"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let kept = store
         .kept_by_id(from)
         .map_err(|e| internal("reading kept removals")(e.to_string()))?
