@@ -530,24 +530,31 @@ rss_now_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
 
 # Memory of warm worktrees: ten warm ones, a find over each, against ten plain ones of the
 # commit that tracks the same files (as many entries, as base files), each side in a fresh
-# mount: what the RSS grew by.
+# mount: what the RSS grew by, and the allocator's bytes in use (`.control/stats`). Both
+# read once the daemon is settled: its sweeper hands freed memory back every 5 s. Two
+# rounds, in turn (tracked, warm, warm, tracked), summed per side.
 rss_of() { awk '/VmRSS/ { print $2 }' "/proc/$(sed -n 1p "$STATE/daemon.lock")/status"; }
-rss_side() { # rss_side warm|tracked: the RSS growth in KiB
+heap_of() { grep -o '"heap_in_use":[0-9]*' "$MNT/.control/stats" | cut -d: -f2; }
+rss_side() { # rss_side warm|tracked ROUND: "RSS-growth heap-growth", KiB
   "$BIN" unmount >/dev/null
   "$BIN" mount "$MNT" --linger 3600 >/dev/null
-  local before j; before=$(rss_of)
+  sleep 6
+  local before heap j; before=$(rss_of); heap=$(heap_of)
   for j in $(seq 1 10); do
-    if [ "$1" = warm ]; then "$BIN" new "wbench/mw-$j" --warm >/dev/null
-    else "$BIN" new "wbench/mt-$j" --base tracked >/dev/null; fi
+    if [ "$1" = warm ]; then "$BIN" new "wbench/mw-$2-$j" --warm >/dev/null
+    else "$BIN" new "wbench/mt-$2-$j" --base tracked >/dev/null; fi
   done
   for j in $(seq 1 10); do
-    if [ "$1" = warm ]; then (cd "$MNT/wbench/mw-$j" && find . > /dev/null)
-    else (cd "$MNT/wbench/mt-$j" && find . > /dev/null); fi
+    if [ "$1" = warm ]; then (cd "$MNT/wbench/mw-$2-$j" && find . > /dev/null)
+    else (cd "$MNT/wbench/mt-$2-$j" && find . > /dev/null); fi
   done
-  echo $(( $(rss_of) - before ))
+  sleep 6
+  echo "$(( $(rss_of) - before )) $(( ($(heap_of) - heap) / 1024 ))"
 }
-rss_tracked_kb=$(rss_side tracked)
-rss_warm_kb=$(rss_side warm)
+read -r t1 th1 <<< "$(rss_side tracked 1)"; read -r w1 wh1 <<< "$(rss_side warm 1)"
+read -r w2 wh2 <<< "$(rss_side warm 2)"; read -r t2 th2 <<< "$(rss_side tracked 2)"
+rss_tracked_kb=$(( (t1 + t2) / 2 )); rss_warm_kb=$(( (w1 + w2) / 2 ))
+heap_tracked_kb=$(( (th1 + th2) / 2 )); heap_warm_kb=$(( (wh1 + wh2) / 2 ))
 
 printf '\n%-34s %12s %12s %10s\n' "row" "worktreefs" "git" "ratio"
 row() {
@@ -610,7 +617,8 @@ frow "compile (300 C files, make -j2)" compile
 a=$(median "$RUN_DIR/eight-wtfs"); b=$(median "$RUN_DIR/eight-checkout")
 printf '%-34s %9s ms %9s ms %9s\n' "eight worktrees at once" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
 echo "daemon peak RSS, $RSS_WORKTREES worktrees, 10% of files read in each: $((rss_kb / 1024)) MB (now $((rss_now_kb / 1024)) MB)"
-echo "daemon RSS growth, ten worktrees and a find over each: warm $((rss_warm_kb / 1024)) MB, plain of the same files tracked $((rss_tracked_kb / 1024)) MB (warm beyond plain: $(( (rss_warm_kb - rss_tracked_kb) / 1024 )) MB)"
+echo "daemon RSS growth, ten worktrees and a find over each (mean of 2): warm $((rss_warm_kb / 1024)) MB, plain of the same files tracked $((rss_tracked_kb / 1024)) MB (warm beyond plain: $(( (rss_warm_kb - rss_tracked_kb) / 1024 )) MB; rounds: warm $((w1 / 1024)), $((w2 / 1024)), plain $((t1 / 1024)), $((t2 / 1024)) MB)"
+echo "daemon heap growth, the same: warm $((heap_warm_kb / 1024)) MB, plain $((heap_tracked_kb / 1024)) MB (warm beyond plain: $(( (heap_warm_kb - heap_tracked_kb) / 1024 )) MB)"
 for k in "${skipped[@]}"; do echo "skipped: $k"; done
 [ "$cold" = 1 ] || echo "cold rows: caches not dropped (needs root)"
 echo

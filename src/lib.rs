@@ -10,7 +10,8 @@
 //! 2  report             the status table, from store rows
 //! 1  git/, store/,      the repository; the SQLite store;
 //!    layout             the upper layer's format (read through `beneath`)
-//! 0  beneath, bounded, lease, names, ino, state, durable   leaves: name nothing of the crate
+//! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
+//!    heap
 //! ```
 //!
 //! A module names only modules on a lower floor (`tests/layering.rs` checks it).
@@ -22,6 +23,7 @@ pub mod daemon;
 pub mod durable;
 pub mod fs;
 pub mod git;
+pub mod heap;
 pub mod ino;
 pub mod layout;
 pub mod lease;

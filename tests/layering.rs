@@ -11,6 +11,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("beneath", 0),
     ("bounded", 0),
     ("durable", 0),
+    ("heap", 0),
     ("ino", 0),
     ("layout", 1),
     ("lease", 0),

@@ -232,6 +232,7 @@ impl View {
                     "nodes": self.node_count(),
                     "removed_files_kept_open": self.nodes.kept_open(),
                     "open_descriptors": std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0),
+                    "heap_in_use": crate::heap::in_use(),
                 });
                 Ok(format!("{v}\n").into_bytes())
             }

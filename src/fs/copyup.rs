@@ -221,10 +221,7 @@ impl View {
             let src = match converted {
                 Some(c) => self.open_converted(wt, c, base.oid)?,
                 None => {
-                    let size = self
-                        .objects
-                        .blob_size(&wt.gitdir, base.oid)
-                        .map_err(|e| FsError::git("blob size", e))?;
+                    let size = self.base_size(wt, &base)?;
                     self.blobs
                         .open(&wt.gitdir, base.oid, size)
                         .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?

@@ -305,10 +305,7 @@ impl View {
                     .ok_or_else(|| FsError::internal("file without object"))?;
                 // The blob is read at the first READ; a missing object (a partial clone, a
                 // pruned one) still fails here, from the size cache the attributes filled.
-                let size = self
-                    .objects
-                    .blob_size(&wt.gitdir, base.oid)
-                    .map_err(|e| FsError::git("blob size", e))?;
+                let size = self.base_size(&wt, &base)?;
                 let converted = match &wt.conversions {
                     Some(_) => {
                         let path = self.nodes.read().rel_path(ino)?;

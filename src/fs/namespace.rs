@@ -94,8 +94,8 @@ impl View {
         })
     }
 
-    /// Warm snapshot `id`, read from its manifest the first time a worktree shows it; the
-    /// sizes of its files are known to the object cache from then on.
+    /// Warm snapshot `id`, read from its manifest the first time a worktree shows it (the
+    /// sizes of its files are its own: `View::base_size`).
     fn warm_snapshot(
         &self,
         id: i64,
@@ -110,8 +110,9 @@ impl View {
             crate::git::warm::Snapshot::load(id, &self.state.warm().join(manifest))
                 .map_err(|e| anyhow::anyhow!("its warm snapshot {id}: {e}"))?,
         );
-        self.objects.seed_sizes(snap.sizes());
         map.insert(id, Arc::downgrade(&snap));
+        // Reading it took several times its size for a moment.
+        crate::heap::trim();
         Ok(snap)
     }
 

@@ -212,7 +212,7 @@ impl View {
             .ok_or_else(|| FsError::internal("base entry without object"))?;
         let warm_time = |t: (i64, u32)| super::types::systime(t.0, t.1 as i64);
         if let Some(f) = self.warm_file(wt, &base) {
-            let (size, perm) = match &f.link {
+            let (size, perm) = match self.warm_link(wt, &base) {
                 Some(l) => (l.len() as u64, 0o777),
                 None => (f.size, f.perm as u16),
             };
@@ -339,6 +339,23 @@ impl View {
         }
     }
 
+    /// The target of the warm snapshot's symlink behind base entry `b`, if it is one.
+    pub(super) fn warm_link<'a>(&self, wt: &'a WtCtx, b: &BaseRef) -> Option<&'a [u8]> {
+        let f = self.warm_file(wt, b)?;
+        wt.warm.as_ref()?.link(f)
+    }
+
+    /// The size of base file `b`: the warm snapshot's record, else the object's (its
+    /// content is in the blob cache, not always in the repository).
+    pub(super) fn base_size(&self, wt: &WtCtx, b: &BaseRef) -> FsResult<u64> {
+        if let Some(f) = self.warm_file(wt, b) {
+            return Ok(f.size);
+        }
+        self.objects
+            .blob_size(&wt.gitdir, b.oid)
+            .map_err(|e| FsError::git("blob size", e))
+    }
+
     /// The warm snapshot's directory behind base directory `b` when only the snapshot has
     /// it (a tracked directory keeps a checkout's attributes).
     pub(super) fn warm_dir<'a>(
@@ -354,7 +371,7 @@ impl View {
 
     /// A base symlink's target.
     pub(super) fn link_target(&self, wt: &WtCtx, b: &BaseRef) -> FsResult<Vec<u8>> {
-        if let Some(link) = self.warm_file(wt, b).and_then(|f| f.link.as_deref()) {
+        if let Some(link) = self.warm_link(wt, b) {
             return Ok(link.to_vec());
         }
         git::read_blob(&wt.gitdir, b.oid).map_err(|e| FsError::git("reading symlink target", e))

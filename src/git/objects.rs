@@ -123,14 +123,6 @@ impl ObjectCache {
     /// Fills the size cache from an index worktreefs wrote for `tree` (in `index_cache`),
     /// so the first `git status` of a worktree does not read 100,000 object headers. Once
     /// per tree; a missing or unreadable index only means sizes come from the objects.
-    /// Records blob sizes known from elsewhere (a warm snapshot's files).
-    pub fn seed_sizes(&self, sizes: impl Iterator<Item = (Oid, u64)>) {
-        let mut map = self.sizes.lock();
-        for (oid, size) in sizes {
-            map.entry(oid).or_insert(size);
-        }
-    }
-
     pub fn seed_sizes_from_index_cache(&self, index_cache: &Path, tree: Oid) {
         if !self.seeded.lock().insert(tree) {
             return;

@@ -76,65 +76,114 @@ pub fn encode(records: &[Record]) -> Vec<u8> {
     out
 }
 
+/// One entry of a manifest as read, borrowing its bytes (`Record` owns its own).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    pub path: &'a [u8],
+    pub kind: Kind,
+    pub perm: u32,
+    pub size: u64,
+    pub mtime: (i64, u32),
+    pub oid: Option<Oid>,
+    pub target: &'a [u8],
+}
+
+impl Record {
+    pub fn as_ref(&self) -> RecordRef<'_> {
+        RecordRef {
+            path: &self.path,
+            kind: self.kind,
+            perm: self.perm,
+            size: self.size,
+            mtime: self.mtime,
+            oid: self.oid,
+            target: &self.target,
+        }
+    }
+}
+
 /// Reads a manifest written by `encode`.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Record>, String> {
+    parse(bytes)?
+        .map(|r| {
+            r.map(|r| Record {
+                path: r.path.to_vec(),
+                kind: r.kind,
+                perm: r.perm,
+                size: r.size,
+                mtime: r.mtime,
+                oid: r.oid,
+                target: r.target.to_vec(),
+            })
+        })
+        .collect()
+}
+
+/// The records of a manifest, one at a time, without copying their paths.
+pub fn parse(bytes: &[u8]) -> Result<impl Iterator<Item = Result<RecordRef<'_>, String>>, String> {
     let rest = bytes
         .strip_prefix(HEADER)
         .ok_or("not a warm snapshot manifest (no header)")?;
     let mut fields = rest.split(|b| *b == 0);
-    let mut out = Vec::new();
-    while let Some(head) = fields.next() {
-        if head.is_empty() {
-            break;
-        }
-        let tab = head
-            .iter()
-            .position(|b| *b == b'\t')
-            .ok_or("a record without a path")?;
-        let (meta, path) = (&head[..tab], &head[tab + 1..]);
-        let meta = std::str::from_utf8(meta).map_err(|_| "a record's fields are not text")?;
-        let f: Vec<&str> = meta.split(' ').collect();
-        let [kind, perm, size, sec, nsec, oid] = f[..] else {
-            return Err(format!("a record with {} fields", f.len()));
-        };
-        let bad = |what: &str| format!("record {}: bad {what}", String::from_utf8_lossy(path));
-        let kind = match kind {
-            "d" => Kind::Dir,
-            "f" => Kind::File,
-            "l" => Kind::Link,
-            _ => return Err(bad("kind")),
-        };
-        let oid = match oid {
-            "-" => None,
-            hex => Some(Oid::from_str(hex).map_err(|_| bad("object id"))?),
-        };
-        let target = if kind == Kind::Link {
-            fields.next().ok_or_else(|| bad("link target"))?.to_vec()
-        } else {
-            Vec::new()
-        };
-        if path.is_empty()
-            || path.starts_with(b"/")
-            || path
-                .split(|b| *b == b'/')
-                .any(|c| c.is_empty() || c == b"." || c == b"..")
-        {
-            return Err(bad("path"));
-        }
-        out.push(Record {
-            path: path.to_vec(),
-            kind,
-            perm: u32::from_str_radix(perm, 8).map_err(|_| bad("mode"))? & 0o7777,
-            size: size.parse().map_err(|_| bad("size"))?,
-            mtime: (
-                sec.parse().map_err(|_| bad("time"))?,
-                nsec.parse().map_err(|_| bad("time"))?,
-            ),
-            oid,
-            target,
-        });
+    Ok(std::iter::from_fn(move || {
+        let head = fields.next().filter(|h| !h.is_empty())?;
+        Some(record(head, &mut fields))
+    }))
+}
+
+fn record<'a>(
+    head: &'a [u8],
+    fields: &mut impl Iterator<Item = &'a [u8]>,
+) -> Result<RecordRef<'a>, String> {
+    let tab = head
+        .iter()
+        .position(|b| *b == b'\t')
+        .ok_or("a record without a path")?;
+    let (meta, path) = (&head[..tab], &head[tab + 1..]);
+    let meta = std::str::from_utf8(meta).map_err(|_| "a record's fields are not text")?;
+    let mut f = meta.split(' ');
+    let mut next = || f.next();
+    let (Some(kind), Some(perm), Some(size), Some(sec), Some(nsec), Some(oid), None) =
+        (next(), next(), next(), next(), next(), next(), next())
+    else {
+        return Err(format!("a record with {} fields", meta.split(' ').count()));
+    };
+    let bad = |what: &str| format!("record {}: bad {what}", String::from_utf8_lossy(path));
+    let kind = match kind {
+        "d" => Kind::Dir,
+        "f" => Kind::File,
+        "l" => Kind::Link,
+        _ => return Err(bad("kind")),
+    };
+    let oid = match oid {
+        "-" => None,
+        hex => Some(Oid::from_str(hex).map_err(|_| bad("object id"))?),
+    };
+    let target = if kind == Kind::Link {
+        fields.next().ok_or_else(|| bad("link target"))?
+    } else {
+        &[][..]
+    };
+    if path.is_empty()
+        || path.starts_with(b"/")
+        || path
+            .split(|b| *b == b'/')
+            .any(|c| c.is_empty() || c == b"." || c == b"..")
+    {
+        return Err(bad("path"));
     }
-    Ok(out)
+    Ok(RecordRef {
+        path,
+        kind,
+        perm: u32::from_str_radix(perm, 8).map_err(|_| bad("mode"))? & 0o7777,
+        size: size.parse().map_err(|_| bad("size"))?,
+        mtime: (
+            sec.parse().map_err(|_| bad("time"))?,
+            nsec.parse().map_err(|_| bad("time"))?,
+        ),
+        oid,
+        target,
+    })
 }
 
 /// A directory of a snapshot.
@@ -142,15 +191,21 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Record>, String> {
 pub struct Dir {
     pub perm: u32,
     pub mtime: (i64, u32),
-    /// By name, sorted.
-    entries: Vec<(Box<[u8]>, Entry)>,
+    /// Its entries: `Snapshot::entries[start..start + len]`, sorted by name.
+    start: u32,
+    len: u32,
 }
 
+/// A directory entry: its name (`Snapshot::names[name..name + name_len]`) and what it
+/// names (`DIR_BIT` set: a directory's number, else a file's).
 #[derive(Debug, Clone, Copy)]
-enum Entry {
-    Dir(u32),
-    File(u32),
+struct Entry {
+    name: u32,
+    name_len: u32,
+    what: u32,
 }
+
+const DIR_BIT: u32 = 1 << 31;
 
 /// A file or symlink of a snapshot.
 #[derive(Debug)]
@@ -159,28 +214,39 @@ pub struct File {
     pub size: u64,
     pub mtime: (i64, u32),
     pub oid: Oid,
-    /// A symlink's target.
-    pub link: Option<Box<[u8]>>,
+    /// A symlink's target: its number in `Snapshot::links` plus one; 0 for a file.
+    link: u32,
 }
 
 impl File {
     /// Its git mode: a symlink, an executable or a plain file.
     pub fn mode(&self) -> u32 {
-        match (&self.link, self.perm & 0o111) {
-            (Some(_), _) => MODE_LINK,
-            (None, 0) => MODE_BLOB,
+        match (self.is_link(), self.perm & 0o111) {
+            (true, _) => MODE_LINK,
+            (false, 0) => MODE_BLOB,
             _ => MODE_EXEC,
         }
+    }
+
+    pub fn is_link(&self) -> bool {
+        self.link != 0
     }
 }
 
 /// A snapshot in memory, shared by every worktree made from it. A view names its
 /// directories and files by number: `TreeEntry::warm` and `BaseRef::warm` hold the
 /// number plus one (0: none), a directory's for `MODE_TREE`, a file's otherwise.
+///
+/// Compact, since a snapshot of a dependency tree holds tens of thousands of files: the
+/// entries of all directories in one array, their names in one buffer, a file in 56
+/// bytes.
 pub struct Snapshot {
     pub id: i64,
     dirs: Vec<Dir>,
     files: Vec<File>,
+    entries: Vec<Entry>,
+    names: Vec<u8>,
+    links: Vec<Box<[u8]>>,
     /// Merged listings (a base tree's entries with this snapshot's directory below them),
     /// by (tree, directory).
     merged: Mutex<HashMap<(Oid, u32), Arc<TreeListing>>>,
@@ -206,68 +272,128 @@ pub fn no_tree() -> Oid {
 impl Snapshot {
     /// Builds the tree of `records` (a parent missing from the records is made with mode
     /// 0755 and time `made`).
-    pub fn build(id: i64, records: Vec<Record>, made: (i64, u32)) -> Snapshot {
+    pub fn build<'a, E>(
+        id: i64,
+        records: impl IntoIterator<Item = Result<RecordRef<'a>, E>>,
+        made: (i64, u32),
+    ) -> Result<Snapshot, E> {
         let mut dirs = vec![Dir {
             perm: 0o755,
             mtime: made,
-            entries: Vec::new(),
+            start: 0,
+            len: 0,
         }];
         let mut files = Vec::new();
-        let mut by_path: HashMap<Vec<u8>, u32> = HashMap::from([(Vec::new(), 0)]);
-        fn dir_of(
-            path: &[u8],
+        let mut links = Vec::new();
+        let mut names = Vec::new();
+        // Each directory's entries while they are gathered, then laid out one after the
+        // other.
+        let mut children: Vec<Vec<Entry>> = vec![Vec::new()];
+        let mut by_path: HashMap<&'a [u8], u32> = HashMap::from([(&[][..], 0)]);
+        #[allow(clippy::too_many_arguments)]
+        fn dir_of<'a>(
+            path: &'a [u8],
             dirs: &mut Vec<Dir>,
-            by_path: &mut HashMap<Vec<u8>, u32>,
+            children: &mut Vec<Vec<Entry>>,
+            names: &mut Vec<u8>,
+            by_path: &mut HashMap<&'a [u8], u32>,
             made: (i64, u32),
         ) -> u32 {
             if let Some(&d) = by_path.get(path) {
                 return d;
             }
             let (parent, name) = split(path);
-            let p = dir_of(parent, dirs, by_path, made);
+            let p = dir_of(parent, dirs, children, names, by_path, made);
             let d = dirs.len() as u32;
             dirs.push(Dir {
                 perm: 0o755,
                 mtime: made,
-                entries: Vec::new(),
+                start: 0,
+                len: 0,
             });
-            dirs[p as usize].entries.push((name.into(), Entry::Dir(d)));
-            by_path.insert(path.to_vec(), d);
+            children.push(Vec::new());
+            let e = entry(names, name, d | DIR_BIT);
+            children[p as usize].push(e);
+            by_path.insert(path, d);
             d
         }
+        fn entry(names: &mut Vec<u8>, name: &[u8], what: u32) -> Entry {
+            let e = Entry {
+                name: names.len() as u32,
+                name_len: name.len() as u32,
+                what,
+            };
+            names.extend_from_slice(name);
+            e
+        }
         for r in records {
+            let r = r?;
             match r.kind {
                 Kind::Dir => {
-                    let d = dir_of(&r.path, &mut dirs, &mut by_path, made);
+                    let d = dir_of(
+                        r.path,
+                        &mut dirs,
+                        &mut children,
+                        &mut names,
+                        &mut by_path,
+                        made,
+                    );
                     dirs[d as usize].perm = r.perm;
                     dirs[d as usize].mtime = r.mtime;
                 }
                 Kind::File | Kind::Link => {
-                    let (parent, name) = split(&r.path);
-                    let p = dir_of(parent, &mut dirs, &mut by_path, made);
+                    let (parent, name) = split(r.path);
+                    let p = dir_of(
+                        parent,
+                        &mut dirs,
+                        &mut children,
+                        &mut names,
+                        &mut by_path,
+                        made,
+                    );
                     let f = files.len() as u32;
+                    let link = match r.kind {
+                        Kind::Link => {
+                            links.push(r.target.into());
+                            links.len() as u32
+                        }
+                        _ => 0,
+                    };
                     files.push(File {
                         perm: r.perm,
                         size: r.size,
                         mtime: r.mtime,
                         oid: r.oid.unwrap_or_else(no_tree),
-                        link: (r.kind == Kind::Link).then(|| r.target.into_boxed_slice()),
+                        link,
                     });
-                    dirs[p as usize].entries.push((name.into(), Entry::File(f)));
+                    let e = entry(&mut names, name, f);
+                    children[p as usize].push(e);
                 }
             }
         }
-        for d in &mut dirs {
-            d.entries.sort_by(|a, b| a.0.cmp(&b.0));
+        drop(by_path);
+        let name_of = |e: &Entry| &names[e.name as usize..(e.name + e.name_len) as usize];
+        let mut entries = Vec::with_capacity(children.iter().map(Vec::len).sum());
+        for (d, mut list) in children.into_iter().enumerate() {
+            list.sort_by(|a, b| name_of(a).cmp(name_of(b)));
             // A name recorded twice (a hand-edited manifest): the first stays.
-            d.entries.dedup_by(|a, b| a.0 == b.0);
+            list.dedup_by(|a, b| name_of(a) == name_of(b));
+            dirs[d].start = entries.len() as u32;
+            dirs[d].len = list.len() as u32;
+            entries.extend_from_slice(&list);
         }
-        Snapshot {
+        files.shrink_to_fit();
+        dirs.shrink_to_fit();
+        names.shrink_to_fit();
+        Ok(Snapshot {
             id,
             dirs,
             files,
+            entries,
+            names,
+            links,
             merged: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
     /// Reads the manifest at `path`.
@@ -278,12 +404,26 @@ impl Snapshot {
             .and_then(|m| m.modified().ok())
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or((0, 0), |d| (d.as_secs() as i64, d.subsec_nanos()));
-        let records = decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(Snapshot::build(id, records, made))
+        let at = |e: String| format!("{}: {e}", path.display());
+        let snap = Snapshot::build(id, parse(&bytes).map_err(at)?, made).map_err(at);
+        snap
     }
 
     /// The number (plus one) of the top directory.
     pub const ROOT: u32 = 1;
+
+    /// The bytes its tree takes in memory (the merged listings aside: those stand for the
+    /// tree listings a plain worktree's base would have cached).
+    #[cfg(test)]
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.dirs.capacity() * size_of::<Dir>()
+            + self.files.capacity() * size_of::<File>()
+            + self.entries.capacity() * size_of::<Entry>()
+            + self.names.capacity()
+            + self.links.capacity() * size_of::<Box<[u8]>>()
+            + self.links.iter().map(|l| l.len()).sum::<usize>()
+    }
 
     pub fn dir(&self, warm: u32) -> Option<&Dir> {
         self.dirs.get((warm as usize).checked_sub(1)?)
@@ -293,12 +433,31 @@ impl Snapshot {
         self.files.get((warm as usize).checked_sub(1)?)
     }
 
-    /// Every file's (content id, size), to seed the blob sizes the view asks for.
-    pub fn sizes(&self) -> impl Iterator<Item = (Oid, u64)> + '_ {
-        self.files
-            .iter()
-            .filter(|f| f.link.is_none())
-            .map(|f| (f.oid, f.size))
+    /// A symlink's target.
+    pub fn link(&self, f: &File) -> Option<&[u8]> {
+        self.links
+            .get((f.link as usize).checked_sub(1)?)
+            .map(|l| &l[..])
+    }
+
+    fn name(&self, e: &Entry) -> &[u8] {
+        &self.names[e.name as usize..(e.name + e.name_len) as usize]
+    }
+
+    /// The entries of `dir`, by name: (name, is a directory, number + 1).
+    fn entries_of<'s>(&'s self, dir: &Dir) -> impl Iterator<Item = (&'s [u8], bool, u32)> + 's {
+        let list = &self.entries[dir.start as usize..(dir.start + dir.len) as usize];
+        list.iter()
+            .map(|e| (self.name(e), e.what & DIR_BIT != 0, (e.what & !DIR_BIT) + 1))
+    }
+
+    /// The entry `name` of directory `warm`: (is a directory, number + 1).
+    pub fn child(&self, warm: u32, name: &[u8]) -> Option<(bool, u32)> {
+        let dir = self.dir(warm)?;
+        let list = &self.entries[dir.start as usize..(dir.start + dir.len) as usize];
+        let i = list.binary_search_by(|e| self.name(e).cmp(name)).ok()?;
+        let e = list[i];
+        Some((e.what & DIR_BIT != 0, (e.what & !DIR_BIT) + 1))
     }
 
     /// The listing of a view's directory: the base tree's entries (`base`, the tree
@@ -316,28 +475,28 @@ impl Snapshot {
             .map(|(i, e)| (e.name.clone(), i))
             .collect();
         if let Some(dir) = self.dir(warm) {
-            for (name, entry) in &dir.entries {
+            for (name, is_dir, n) in self.entries_of(dir) {
                 let name = OsStr::from_bytes(name);
                 if let Some(&i) = by_name.get(name) {
-                    if let (Entry::Dir(d), MODE_TREE) = (entry, entries[i].mode) {
-                        entries[i].warm = d + 1;
+                    if is_dir && entries[i].mode == MODE_TREE {
+                        entries[i].warm = n;
                     }
                     continue;
                 }
-                let e = match *entry {
-                    Entry::Dir(d) => TreeEntry {
+                let e = match is_dir {
+                    true => TreeEntry {
                         name: name.to_os_string(),
                         mode: MODE_TREE,
                         oid: no_tree(),
-                        warm: d + 1,
+                        warm: n,
                     },
-                    Entry::File(f) => {
-                        let file = &self.files[f as usize];
+                    false => {
+                        let file = &self.files[n as usize - 1];
                         TreeEntry {
                             name: name.to_os_string(),
                             mode: file.mode(),
                             oid: file.oid,
-                            warm: f + 1,
+                            warm: n,
                         }
                     }
                 };
@@ -354,30 +513,17 @@ impl Snapshot {
     /// inspection: (path, whether it is a directory).
     pub fn walk(&self, warm: u32, prefix: &[u8], out: &mut Vec<(Vec<u8>, bool)>) {
         let Some(dir) = self.dir(warm) else { return };
-        for (name, entry) in &dir.entries {
+        for (name, is_dir, n) in self.entries_of(dir) {
             let mut p = prefix.to_vec();
             if !p.is_empty() {
                 p.push(b'/');
             }
             p.extend_from_slice(name);
-            match entry {
-                Entry::Dir(d) => {
-                    out.push((p.clone(), true));
-                    self.walk(d + 1, &p, out);
-                }
-                Entry::File(_) => out.push((p, false)),
+            out.push((p.clone(), is_dir));
+            if is_dir {
+                self.walk(n, &p, out);
             }
         }
-    }
-
-    /// The entry `name` of directory `warm`: (is a directory, number + 1).
-    pub fn child(&self, warm: u32, name: &[u8]) -> Option<(bool, u32)> {
-        let dir = self.dir(warm)?;
-        let i = dir.entries.binary_search_by(|e| (*e.0).cmp(name)).ok()?;
-        Some(match dir.entries[i].1 {
-            Entry::Dir(d) => (true, d + 1),
-            Entry::File(f) => (false, f + 1),
-        })
     }
 
     /// The entry at `path` (`/`-separated) below the top: (is a directory, number + 1).
@@ -388,13 +534,9 @@ impl Snapshot {
         }
         let mut parts = path.split(|b| *b == b'/').peekable();
         while let Some(part) = parts.next() {
-            let dir = self.dir(at)?;
-            let i = dir.entries.binary_search_by(|e| (*e.0).cmp(part)).ok()?;
-            match dir.entries[i].1 {
-                Entry::Dir(d) => at = d + 1,
-                Entry::File(f) => {
-                    return parts.peek().is_none().then_some((false, f + 1));
-                }
+            match self.child(at, part)? {
+                (true, d) => at = d,
+                (false, f) => return parts.peek().is_none().then_some((false, f)),
             }
         }
         Some((true, at))
@@ -447,16 +589,14 @@ mod tests {
 
     #[test]
     fn a_tracked_entry_wins_and_directories_merge() {
-        let snap = Snapshot::build(
-            1,
-            vec![
-                rec("src/gen.rs", Kind::File, 0o644),
-                rec("README", Kind::File, 0o600),
-                rec(".env", Kind::File, 0o600),
-                rec("bin/tool", Kind::File, 0o755),
-            ],
-            (1, 0),
-        );
+        let records = [
+            rec("src/gen.rs", Kind::File, 0o644),
+            rec("README", Kind::File, 0o600),
+            rec(".env", Kind::File, 0o600),
+            rec("bin/tool", Kind::File, 0o755),
+        ];
+        let snap =
+            Snapshot::build(1, records.iter().map(|r| Ok::<_, ()>(r.as_ref())), (1, 0)).unwrap();
         let tracked = |name: &str, mode| TreeEntry {
             name: name.into(),
             mode,
@@ -484,5 +624,35 @@ mod tests {
         let mut all = Vec::new();
         snap.walk(Snapshot::ROOT, b"", &mut all);
         assert_eq!(all.len(), 6, "{all:?}");
+    }
+
+    /// Ten warm worktrees may cost only a few MB beyond ten plain ones (issue 17): the
+    /// snapshot is the one thing they add, so it must stay small per file.
+    #[test]
+    fn a_snapshot_holds_a_file_in_under_eighty_bytes_plus_its_name() {
+        let mut records = Vec::new();
+        for p in 0..300 {
+            records.push(rec(&format!("node_modules/pkg{p:03}"), Kind::Dir, 0o755));
+            for f in 0..100 {
+                records.push(rec(
+                    &format!("node_modules/pkg{p:03}/f{f:05}.js"),
+                    Kind::File,
+                    0o644,
+                ));
+            }
+        }
+        let snap =
+            Snapshot::build(1, records.iter().map(|r| Ok::<_, ()>(r.as_ref())), (1, 0)).unwrap();
+        assert_eq!(snap.files.len(), 30_000);
+        let names: usize = records
+            .iter()
+            .map(|r| r.path.rsplit(|b| *b == b'/').next().unwrap().len())
+            .sum();
+        let per_file = (snap.heap_bytes() - names) / 30_000;
+        assert!(per_file < 80, "{per_file} bytes a file");
+        assert_eq!(
+            snap.find(b"node_modules/pkg123/f00042.js").map(|f| f.0),
+            Some(false)
+        );
     }
 }

@@ -36,6 +36,9 @@ pub trait Mounted: Send + Sync {
 /// connection's lock: the worktree takes no new lease meanwhile.
 pub const DECIDE_BUSY_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// Free memory the allocator may keep before the sweeper has it given back.
+const HEAP_SLACK: u64 = 8 << 20;
+
 /// Moves worktrees whose grace period is over from `lingering` to `deleting` and runs
 /// their cleanup (removed or retained). Four times a second: a worktree is marked within a
 /// quarter second of its grace period ending.
@@ -82,6 +85,11 @@ pub fn spawn(
                             }
                         }
                     }
+                }
+                // Memory: what bursts of requests freed goes back to the system (the
+                // resident size then shows what the daemon holds), checked every 5 s.
+                if tick.is_multiple_of(20) {
+                    crate::heap::trim_beyond(HEAP_SLACK);
                 }
                 // Memory: idle worktrees' inodes go when the table is over its budget.
                 view.shed_idle(cache_nodes, &mut shed, Duration::from_secs(10));

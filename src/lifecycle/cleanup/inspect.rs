@@ -638,13 +638,16 @@ impl<'r> Walker<'r> {
     /// `touch`, or an open for writing that wrote nothing, copies a file up unchanged).
     /// Anything unreadable counts as changed.
     fn as_inherited(&self, warm: u32, fd: BorrowedFd, st: &beneath::Stat) -> bool {
-        let Some(file) = self.warm.as_ref().and_then(|s| s.file(warm)) else {
+        let Some(snap) = self.warm.as_ref() else {
+            return false;
+        };
+        let Some(file) = snap.file(warm) else {
             return false;
         };
         let ft = st.st_mode & libc::S_IFMT;
-        match &file.link {
+        match snap.link(file) {
             Some(target) => {
-                ft == libc::S_IFLNK && beneath::readlink(fd).is_ok_and(|t| *t == **target)
+                ft == libc::S_IFLNK && beneath::readlink(fd).is_ok_and(|t| *t == *target)
             }
             None => {
                 ft == libc::S_IFREG
@@ -662,7 +665,7 @@ impl<'r> Walker<'r> {
         let (false, n) = snap.child(warm, b".gitignore")? else {
             return None;
         };
-        let file = snap.file(n).filter(|f| f.link.is_none())?;
+        let file = snap.file(n).filter(|f| !f.is_link())?;
         if let Ok(b) = self.repo.find_blob(file.oid) {
             return Some(b.content().to_vec());
         }
