@@ -532,9 +532,12 @@ rss_now_kb=$(awk '/VmRSS/ { print $2 }' "/proc/$dpid/status")
 # commit that tracks the same files (as many entries, as base files), each side in a fresh
 # mount: what the RSS grew by, and the allocator's bytes in use (`.control/stats`). Both
 # read once the daemon is settled: its sweeper hands freed memory back every 5 s. Two
-# rounds, in turn (tracked, warm, warm, tracked), summed per side.
+# rounds, in turn (tracked, warm, warm, tracked), the mean per side.
 rss_of() { awk '/VmRSS/ { print $2 }' "/proc/$(sed -n 1p "$STATE/daemon.lock")/status"; }
-heap_of() { grep -o '"heap_in_use":[0-9]*' "$MNT/.control/stats" | cut -d: -f2; }
+heap_of() { # 0 where the allocator does not say (not glibc)
+  local h; h=$(grep -o '"heap_in_use":[0-9]*' "$MNT/.control/stats" | cut -d: -f2 || true)
+  echo "${h:-0}"
+}
 rss_side() { # rss_side warm|tracked ROUND: "RSS-growth heap-growth", KiB
   "$BIN" unmount >/dev/null
   "$BIN" mount "$MNT" --linger 3600 >/dev/null

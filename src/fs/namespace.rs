@@ -111,7 +111,9 @@ impl View {
                 .map_err(|e| anyhow::anyhow!("its warm snapshot {id}: {e}"))?,
         );
         map.insert(id, Arc::downgrade(&snap));
-        // Reading it took several times its size for a moment.
+        drop(map);
+        // Reading it took several times its size for a moment (a few milliseconds, under
+        // the catalog's lock like the read itself).
         crate::heap::trim();
         Ok(snap)
     }

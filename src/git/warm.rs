@@ -271,8 +271,9 @@ pub fn no_tree() -> Oid {
 
 impl Snapshot {
     /// Builds the tree of `records` (a parent missing from the records is made with mode
-    /// 0755 and time `made`).
-    pub fn build<'a, E>(
+    /// 0755 and time `made`). Refused past 2^31 entries or 4 GiB of names (the numbers and
+    /// offsets are 32-bit).
+    pub fn build<'a, E: From<String>>(
         id: i64,
         records: impl IntoIterator<Item = Result<RecordRef<'a>, E>>,
         made: (i64, u32),
@@ -328,6 +329,17 @@ impl Snapshot {
         }
         for r in records {
             let r = r?;
+            // A record adds at most one entry and one name per part of its path.
+            if dirs.len() + files.len() + r.path.len() >= DIR_BIT as usize
+                || names.len() + r.path.len() >= u32::MAX as usize
+            {
+                return Err(E::from(format!(
+                    "more than a snapshot can hold ({} directories, {} files, {} bytes of names)",
+                    dirs.len(),
+                    files.len(),
+                    names.len()
+                )));
+            }
             match r.kind {
                 Kind::Dir => {
                     let d = dir_of(
@@ -595,8 +607,12 @@ mod tests {
             rec(".env", Kind::File, 0o600),
             rec("bin/tool", Kind::File, 0o755),
         ];
-        let snap =
-            Snapshot::build(1, records.iter().map(|r| Ok::<_, ()>(r.as_ref())), (1, 0)).unwrap();
+        let snap = Snapshot::build(
+            1,
+            records.iter().map(|r| Ok::<_, String>(r.as_ref())),
+            (1, 0),
+        )
+        .unwrap();
         let tracked = |name: &str, mode| TreeEntry {
             name: name.into(),
             mode,
@@ -641,8 +657,12 @@ mod tests {
                 ));
             }
         }
-        let snap =
-            Snapshot::build(1, records.iter().map(|r| Ok::<_, ()>(r.as_ref())), (1, 0)).unwrap();
+        let snap = Snapshot::build(
+            1,
+            records.iter().map(|r| Ok::<_, String>(r.as_ref())),
+            (1, 0),
+        )
+        .unwrap();
         assert_eq!(snap.files.len(), 30_000);
         let names: usize = records
             .iter()
