@@ -216,7 +216,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let _ = writeln!(f, "ready");
     }
     spawn_signal_thread(mountpoint.clone());
-    crate::lifecycle::sweeper::spawn(
+    let sweeper = crate::lifecycle::sweeper::spawn(
         req.state.clone(),
         req.linger,
         req.cache_nodes,
@@ -229,6 +229,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // Unmounted (by us, umount or fusermount3 -u): leases go, cleanup runs, then the
     // state dir is free. Lease changes still kept in memory are superseded.
     tracker.stop();
+    sweeper.stop();
     if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(&req.state, &mountpoint) {
         tracing::error!("cleanup at unmount failed: {e:#}");
     }

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,8 +50,10 @@ pub fn spawn(
     view: Arc<dyn Mounted>,
     tracker: Arc<Tracker>,
     gate: Arc<Gate>,
-) {
-    let _ = std::thread::Builder::new()
+) -> Sweeper {
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    let thread = std::thread::Builder::new()
         .name("sweeper".into())
         .spawn(move || {
             let mut store = match Store::open(&state.root) {
@@ -68,6 +71,9 @@ pub fn spawn(
             let mut prune_due = true;
             loop {
                 std::thread::sleep(Duration::from_millis(250));
+                if stopping.load(Ordering::Relaxed) {
+                    return;
+                }
                 tick += 1;
                 // Kept removals whose time is over, or that the disk needs: every 5 s.
                 if tick.is_multiple_of(20) {
@@ -145,5 +151,25 @@ pub fn spawn(
                     }
                 }
             }
-        });
+        })
+        .ok();
+    Sweeper { stop, thread }
+}
+
+/// The running sweeper.
+pub struct Sweeper {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sweeper {
+    /// Stops it and waits for the sweep under way to end (a cleanup it started finishes:
+    /// the unmount's own cleanup must not find a worktree the sweeper is at and skip it,
+    /// then exit and cut that cleanup off, leaving the worktree `deleting`).
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread {
+            let _ = t.join();
+        }
+    }
 }
