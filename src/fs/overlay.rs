@@ -212,7 +212,7 @@ impl View {
             .ok_or_else(|| FsError::internal("base entry without object"))?;
         let warm_time = |t: (i64, u32)| super::types::systime(t.0, t.1 as i64);
         if let Some(f) = self.warm_file(wt, &base) {
-            let (size, perm) = match self.warm_link(wt, &base) {
+            let (size, perm) = match wt.warm.as_ref().and_then(|s| s.link(f)) {
                 Some(l) => (l.len() as u64, 0o777),
                 None => (f.size, f.perm as u16),
             };

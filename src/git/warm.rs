@@ -207,6 +207,13 @@ struct Entry {
 
 const DIR_BIT: u32 = 1 << 31;
 
+impl Entry {
+    /// What it names: (is a directory, number + 1).
+    fn target(&self) -> (bool, u32) {
+        (self.what & DIR_BIT != 0, (self.what & !DIR_BIT) + 1)
+    }
+}
+
 /// A file or symlink of a snapshot.
 #[derive(Debug)]
 pub struct File {
@@ -458,18 +465,21 @@ impl Snapshot {
 
     /// The entries of `dir`, by name: (name, is a directory, number + 1).
     fn entries_of<'s>(&'s self, dir: &Dir) -> impl Iterator<Item = (&'s [u8], bool, u32)> + 's {
-        let list = &self.entries[dir.start as usize..(dir.start + dir.len) as usize];
-        list.iter()
-            .map(|e| (self.name(e), e.what & DIR_BIT != 0, (e.what & !DIR_BIT) + 1))
+        self.list(dir).iter().map(|e| {
+            let (is_dir, n) = e.target();
+            (self.name(e), is_dir, n)
+        })
+    }
+
+    fn list(&self, dir: &Dir) -> &[Entry] {
+        &self.entries[dir.start as usize..(dir.start + dir.len) as usize]
     }
 
     /// The entry `name` of directory `warm`: (is a directory, number + 1).
     pub fn child(&self, warm: u32, name: &[u8]) -> Option<(bool, u32)> {
-        let dir = self.dir(warm)?;
-        let list = &self.entries[dir.start as usize..(dir.start + dir.len) as usize];
+        let list = self.list(self.dir(warm)?);
         let i = list.binary_search_by(|e| self.name(e).cmp(name)).ok()?;
-        let e = list[i];
-        Some((e.what & DIR_BIT != 0, (e.what & !DIR_BIT) + 1))
+        Some(list[i].target())
     }
 
     /// The listing of a view's directory: the base tree's entries (`base`, the tree

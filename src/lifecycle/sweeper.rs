@@ -75,7 +75,8 @@ pub fn spawn(
                     return;
                 }
                 tick += 1;
-                // Kept removals whose time is over, or that the disk needs: every 5 s.
+                // Every 5 s: kept removals whose time is over, or that the disk needs; warm
+                // snapshots nothing needs; the allocator's free pages.
                 if tick.is_multiple_of(20) {
                     let policy = cleanup::keep::KeepPolicy::of(&store);
                     if cleanup::keep::purge_due(&state, &mut store, &policy) > 0 {
@@ -91,10 +92,8 @@ pub fn spawn(
                             }
                         }
                     }
-                }
-                // Memory: what bursts of requests freed goes back to the system (the
-                // resident size then shows what the daemon holds), checked every 5 s.
-                if tick.is_multiple_of(20) {
+                    // Memory: what bursts of requests freed goes back to the system (the
+                    // resident size then shows what the daemon holds).
                     crate::heap::trim_beyond(HEAP_SLACK);
                 }
                 // Memory: idle worktrees' inodes go when the table is over its budget.
