@@ -348,6 +348,9 @@ fn main() -> ExitCode {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
     if is_daemon {
+        // Each FUSE worker's 16 MiB request buffer mapped apart: untouched, not resident,
+        // until a request that big comes.
+        worktreefs::heap::large_blocks_apart();
         // SAFETY: set before any repository is opened, as libgit2 requires.
         unsafe {
             let _ = git2::opts::set_mwindow_size(16 << 20);

@@ -1,11 +1,17 @@
 //! The allocator's counts (`worktreefs::heap`), in a test binary of their own: they are
 //! the whole process's, so no other test may allocate beside this one.
 
-use worktreefs::heap::{free, in_use, trim};
+use std::sync::Mutex;
+
+use worktreefs::heap::{free, in_use, large_blocks_apart, trim};
+
+/// The counts are the whole process's: one test at a time.
+static ONE: Mutex<()> = Mutex::new(());
 
 /// A burst of 64 MiB, with 16 MiB of leeway.
 #[test]
 fn a_burst_is_counted_in_and_out() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(before) = in_use() else { return };
     let burst: Vec<Vec<u8>> = (0..1024).map(|i| vec![i as u8; 64 << 10]).collect();
     let during = in_use().unwrap();
@@ -15,4 +21,43 @@ fn a_burst_is_counted_in_and_out() {
     trim();
     let after = in_use().unwrap();
     assert!(after + (48 << 20) <= during, "{during} -> {after}");
+}
+
+fn resident() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// A FUSE worker's zeroed 16 MiB request buffer, allocated where an arena had grown and
+/// been trimmed, after a bigger block was freed: it must not be written over (resident)
+/// before a request uses it.
+#[test]
+fn a_big_zeroed_buffer_stays_unwritten() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    if in_use().is_none() {
+        return;
+    }
+    large_blocks_apart();
+    std::thread::spawn(|| {
+        // A mapped block freed: glibc's own bar goes up to its size.
+        drop(std::hint::black_box(vec![1u8; 24 << 20]));
+        // This thread's arena grows by 32 MiB, and a small block after them keeps them
+        // from its top: freed, they are one free chunk, whose pages a trim hands back.
+        let small: Vec<Vec<u8>> = (0..512).map(|i| vec![i as u8; 64 << 10]).collect();
+        let plug = std::hint::black_box(vec![1u8; 64]);
+        drop(std::hint::black_box(small));
+        trim();
+        let before = resident();
+        let buf = std::hint::black_box(vec![0u8; (16 << 20) + 4096]);
+        let grew = resident().saturating_sub(before);
+        assert!(
+            grew < 4 << 20,
+            "a zeroed 16 MiB buffer made {grew} bytes resident"
+        );
+        drop(buf);
+        drop(plug);
+    })
+    .join()
+    .unwrap();
 }
