@@ -82,7 +82,9 @@ pub fn spawn(
                     if cleanup::keep::purge_due(&state, &mut store, &policy) > 0 {
                         view.catalog_changed();
                     }
-                    prune_due = prune_due || store.has_prunable_warm().unwrap_or(false);
+                    prune_due = prune_due
+                        || store.has_prunable_warm().unwrap_or(false)
+                        || crate::lifecycle::warm::has_journals(&state);
                     if prune_due {
                         match crate::lifecycle::warm::prune(&state, &mut store) {
                             Ok(done) => prune_due = done.is_none(),

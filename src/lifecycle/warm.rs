@@ -22,11 +22,18 @@
 //! 6. The manifest and the list of its directories written (synced, renamed), then the
 //!    row: a snapshot is in the store only once all of it is on disk.
 //!
+//! Each content the take puts in the cache is first written down in its journal
+//! (`<state>/warm/<manifest>.taking`, one blob id a line), which goes once the row is in:
+//! a take that fails or dies leaves its journal, and the next prune deletes what it names
+//! that nothing else holds.
+//!
 //! [`prune`] deletes what no snapshot needs any more: a snapshot superseded by a newer one
 //! of the same repository and user that no worktree shows (nor a kept removal), a
 //! manifest no row names, and the contents only those held (never one a remaining
-//! snapshot holds, nor one git holds: the blob cache's own). Takes and prunes share a
-//! lock (`<state>/warm/.lock`): takes hold it shared, a prune exclusive and never waits.
+//! snapshot holds, nor one git holds: the blob cache's own), and those of the journals
+//! takes that failed left. Takes and prunes share a lock (`<state>/warm/.lock`): takes
+//! hold it shared, a prune exclusive and never waits (so every journal a prune sees is
+//! of a take that ended).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -69,6 +76,9 @@ pub struct Taken {
 /// The lock over taking and pruning, in `<state>/warm/`.
 const LOCK_FILE: &str = ".lock";
 
+/// The suffix of a take's journal: the contents it put in the blob cache.
+const JOURNAL: &str = ".taking";
+
 /// [`LOCK_FILE`], held (`flock`) while this lives.
 struct WarmLock(#[allow(dead_code)] fs::File);
 
@@ -105,6 +115,8 @@ pub struct Pruned {
     pub snapshots: Vec<WarmRow>,
     /// Manifests no row named (a take that died before its row; a repository removed).
     pub orphans: usize,
+    /// Journals of takes that failed or died.
+    pub journals: usize,
     /// Contents deleted from the blob cache, and their bytes.
     pub blobs: usize,
     pub bytes: u64,
@@ -123,8 +135,31 @@ fn manifest_blobs(state: &StateDir, name: &str) -> Result<Vec<Oid>, String> {
         .collect())
 }
 
+/// The blob ids a take's journal names (lines of hex; a line cut short by a crash is
+/// left out: its content was never placed).
+fn journal_blobs(path: &Path) -> io::Result<Vec<Oid>> {
+    let text = fs::read(path)?;
+    Ok(text
+        .split(|b| *b == b'\n')
+        .filter_map(|l| std::str::from_utf8(l).ok())
+        .filter_map(|l| Oid::from_str(l).ok().filter(|_| l.len() == 40))
+        .collect())
+}
+
+/// Whether a take left a journal: a prune has contents to look at.
+pub fn has_journals(state: &StateDir) -> bool {
+    fs::read_dir(state.warm()).is_ok_and(|d| {
+        d.flatten().any(|e| {
+            e.file_name()
+                .as_encoded_bytes()
+                .ends_with(JOURNAL.as_bytes())
+        })
+    })
+}
+
 /// Deletes the snapshots nothing needs ([`Store::prune_warm`]), the manifests no row
-/// names, and the contents of the blob cache only those held: not one a remaining
+/// names, the journals of takes that ended without their row (and the contents they
+/// name), and the contents of the blob cache only those held: not one a remaining
 /// snapshot holds, nor one a registered repository's object database has (the blob
 /// cache fills those itself). Where that cannot be told (a remaining manifest or a
 /// repository that cannot be read), no content is deleted. None: a snapshot is being
@@ -151,14 +186,32 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
         .map(|w| w.manifest.clone())
         .filter(|m| !named.contains(m.as_str()))
         .collect();
+    let mut candidates: std::collections::HashSet<Oid> = std::collections::HashSet::new();
+    let mut journals = Vec::new();
     for e in fs::read_dir(state.warm())?.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with('.') {
+            continue;
+        }
+        if n.ends_with(JOURNAL) {
+            // Every take holds the lock shared while it runs: this one ended.
+            match journal_blobs(&e.path()) {
+                Ok(oids) => {
+                    candidates.extend(oids);
+                    journals.push(e.path());
+                }
+                Err(err) => tracing::warn!(
+                    "pruning warm snapshots: reading {}: {err}; its contents stay",
+                    e.path().display()
+                ),
+            }
+            continue;
+        }
         let base = n.strip_suffix(".dirs").unwrap_or(&n).to_string();
-        if !n.starts_with('.') && !named.contains(base.as_str()) && doomed.insert(base) {
+        if !named.contains(base.as_str()) && doomed.insert(base) {
             out.orphans += 1;
         }
     }
-    let mut candidates: std::collections::HashSet<Oid> = std::collections::HashSet::new();
     for m in &doomed {
         match manifest_blobs(state, m) {
             Ok(oids) => candidates.extend(oids),
@@ -212,7 +265,16 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
             }
         }
     }
-    // The manifests last: one a crash leaves is an orphan the next prune reads again.
+    // The journals and manifests last: one a crash leaves is read again by the next prune.
+    for j in &journals {
+        match fs::remove_file(j) {
+            Ok(()) => out.journals += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!("pruning warm snapshots: removing {}: {e}", j.display())
+            }
+        }
+    }
     for m in &doomed {
         for p in [state.warm().join(m), dirs_path(state, m)] {
             if let Err(e) = fs::remove_file(&p) {
@@ -222,11 +284,12 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
             }
         }
     }
-    if !out.snapshots.is_empty() || out.orphans > 0 {
+    if !out.snapshots.is_empty() || out.orphans > 0 || out.journals > 0 {
         tracing::info!(
-            "pruned {} warm snapshot(s) and {} unrecorded manifest(s): {} contents, {}",
+            "pruned {} warm snapshot(s), {} unrecorded manifest(s) and {} journal(s) of failed takes: {} contents, {}",
             out.snapshots.len(),
             out.orphans,
+            out.journals,
             out.blobs,
             human_bytes(out.bytes)
         );
@@ -466,7 +529,43 @@ fn ls_files(
 
 /// Copies `src` (whose stat data was `st`) into the blob cache; its blob id, or None when
 /// the file changed during the copy.
-fn store_blob(state: &StateDir, src: &fs::File, st: &Stat) -> anyhow::Result<Option<Oid>> {
+/// A take's journal, open for appending.
+struct Journal {
+    path: PathBuf,
+    file: fs::File,
+}
+
+impl Journal {
+    fn create(state: &StateDir, manifest: &str) -> anyhow::Result<Journal> {
+        fs::create_dir_all(state.warm())?;
+        let path = state.warm().join(format!("{manifest}{JOURNAL}"));
+        let file = fs::OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        Ok(Journal { path, file })
+    }
+
+    /// Writes `oid` down, before its content is placed (a crash between the two leaves a
+    /// line for a content that is not there: harmless).
+    fn note(&mut self, oid: Oid) -> anyhow::Result<()> {
+        use std::io::Write;
+        self.file
+            .write_all(format!("{oid}\n").as_bytes())
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// Copies `src` (whose stat was `st`) into the blob cache: its blob id, or none when it
+/// changed while it was copied. A content not yet in the cache is written down in
+/// `journal` before it is placed.
+fn store_blob(
+    state: &StateDir,
+    journal: &mut Journal,
+    src: &fs::File,
+    st: &Stat,
+) -> anyhow::Result<Option<Oid>> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = state
@@ -502,6 +601,7 @@ fn store_blob(state: &StateDir, src: &fs::File, st: &Stat) -> anyhow::Result<Opt
                 fs::create_dir_all(dir)?;
             }
             fs::set_permissions(&tmp, fs::Permissions::from_mode(0o400))?;
+            journal.note(oid)?;
             fs::rename(&tmp, &path).with_context(|| format!("placing {}", path.display()))?;
         }
         Ok(Some(oid))
@@ -510,8 +610,27 @@ fn store_blob(state: &StateDir, src: &fs::File, st: &Stat) -> anyhow::Result<Opt
     result
 }
 
-/// Takes a new snapshot of `repo`'s source checkout with the permissions of `uid`.
+/// Takes a new snapshot of `repo`'s source checkout with the permissions of `uid`. One
+/// that fails leaves nothing: what it put in the blob cache is pruned at once (or by the
+/// sweeper's next prune, when another take runs).
 pub fn take(
+    state: &StateDir,
+    store: &mut Store,
+    repo: &RepoRow,
+    uid: u32,
+    gid: u32,
+) -> anyhow::Result<Taken> {
+    let taken = take_held(state, store, repo, uid, gid);
+    if taken.is_err() && has_journals(state) {
+        if let Err(e) = prune(state, store) {
+            tracing::warn!("pruning after a failed warm snapshot: {e:#}");
+        }
+    }
+    taken
+}
+
+/// [`take`], under the lock shared with other takes.
+fn take_held(
     state: &StateDir,
     store: &mut Store,
     repo: &RepoRow,
@@ -618,6 +737,12 @@ pub fn take(
             records.push(record(d.clone(), Kind::Dir, &st, gid, None, Vec::new()));
         }
     }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let manifest = format!("{}-{uid}-{nanos}", repo.id);
+    let mut journal = Journal::create(state, &manifest)?;
     let (mut links, mut bytes) = (0u64, 0u64);
     for (rel, what) in found {
         match what {
@@ -631,7 +756,7 @@ pub fn take(
                         Found::Skip(why) => break Err(why),
                         _ => break Err("no longer a regular file".into()),
                     };
-                    if let Some(oid) = store_blob(state, &file, &st)? {
+                    if let Some(oid) = store_blob(state, &mut journal, &file, &st)? {
                         break Ok((oid, st));
                     }
                     copies += 1;
@@ -661,12 +786,6 @@ pub fn take(
 
     // Parents before children: sorted by path, each directory before what is in it.
     records.sort_by(|a, b| path_order(&a.path, &b.path));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_nanos();
-    let manifest = format!("{}-{uid}-{nanos}", repo.id);
-    fs::create_dir_all(state.warm())?;
     let mut holding: BTreeSet<Vec<u8>> = BTreeSet::new();
     // Every directory the manifest makes holds something: those recorded and those on
     // the way to a file (one that changed while it was looked at is made all the same).
@@ -714,6 +833,12 @@ pub fn take(
             let _ = fs::remove_file(dirs_path(state, &manifest));
             anyhow!("recording the warm snapshot: {e}")
         })?;
+    // The row holds the contents now (a journal left by a crash here is harmless: the
+    // prune keeps what a manifest names).
+    drop(journal.file);
+    if let Err(e) = fs::remove_file(&journal.path) {
+        tracing::warn!("removing {}: {e}", journal.path.display());
+    }
     Ok(Taken {
         row,
         links,
@@ -880,6 +1005,109 @@ mod tests {
         assert_eq!(held(&state, &taken, b"target/still").unwrap(), b"still");
         assert_eq!(taken.row.skipped, 1);
         assert_eq!(fs::read_dir(state.blobs_tmp()).unwrap().count(), 0);
+    }
+
+    /// The contents in the blob cache.
+    fn cached(state: &StateDir) -> BTreeSet<PathBuf> {
+        let mut out = BTreeSet::new();
+        let mut dirs = vec![state.blobs()];
+        while let Some(d) = dirs.pop() {
+            for e in fs::read_dir(&d).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    if e.path() != state.blobs_tmp() {
+                        dirs.push(e.path());
+                    }
+                } else {
+                    out.insert(e.path());
+                }
+            }
+        }
+        out
+    }
+
+    fn journals(state: &StateDir) -> Vec<String> {
+        fs::read_dir(state.warm())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(JOURNAL))
+            .collect()
+    }
+
+    #[test]
+    fn a_take_that_fails_halfway_leaves_no_content_in_the_cache() {
+        let d = tempfile::tempdir().unwrap();
+        let (state, mut store, repo) = setup(d.path());
+        for n in ["a", "b", "c"] {
+            fs::write(repo.path.join("target").join(n), format!("only {n}")).unwrap();
+        }
+        let before = cached(&state);
+        // The second copy's staging file goes (as a full disk would fail it): the first
+        // content is in the cache by then.
+        let tmp = state.blobs_tmp();
+        let placed = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let (p2, st2) = (placed.clone(), state.root.clone());
+        DURING_COPY.with(|h| {
+            let mut i = 0;
+            *h.borrow_mut() = Some(Box::new(move || {
+                i += 1;
+                if i == 2 {
+                    p2.set(cached(&StateDir::open(&st2).unwrap()).len());
+                    fs::remove_dir_all(&tmp).unwrap();
+                }
+            }))
+        });
+        let r = take(&state, &mut store, &repo, 0, 0);
+        DURING_COPY.with(|h| *h.borrow_mut() = None);
+        assert!(r.is_err(), "the take failed");
+        assert_eq!(
+            placed.get(),
+            before.len() + 1,
+            "one content was in the cache"
+        );
+        assert_eq!(cached(&state), before, "and it is gone");
+        assert!(journals(&state).is_empty());
+        assert!(store.warm_all().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_journal_a_dead_take_left_is_pruned_but_not_what_a_snapshot_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let (state, mut store, repo) = setup(d.path());
+        let taken = take(&state, &mut store, &repo, 0, 0).unwrap();
+        assert!(
+            journals(&state).is_empty(),
+            "a take that ends removes its journal"
+        );
+        let kept = cached(&state);
+        assert_eq!(kept.len(), 1, "target/out");
+        // A take that died after placing one content of its own and naming one the
+        // snapshot holds (and a line cut short).
+        let own = Oid::hash_object(git2::ObjectType::Blob, b"died with it").unwrap();
+        let own_path = blob_path(&state, own);
+        fs::create_dir_all(own_path.parent().unwrap()).unwrap();
+        fs::write(&own_path, b"died with it").unwrap();
+        let held_oid =
+            crate::git::warm::decode(&fs::read(state.warm().join(&taken.row.manifest)).unwrap())
+                .unwrap()
+                .into_iter()
+                .find_map(|r| r.oid)
+                .unwrap();
+        fs::write(
+            state.warm().join(format!("1-0-1{JOURNAL}")),
+            format!("{own}\n{held_oid}\n{}", &own.to_string()[..12]),
+        )
+        .unwrap();
+        assert!(has_journals(&state));
+        let pruned = prune(&state, &mut store).unwrap().unwrap();
+        assert_eq!((pruned.journals, pruned.blobs), (1, 1));
+        assert_eq!(cached(&state), kept);
+        assert!(!has_journals(&state));
+        assert_eq!(
+            held(&state, &taken, b"target/out").unwrap(),
+            b"v0",
+            "the snapshot's content stays"
+        );
     }
 
     #[test]
