@@ -7,24 +7,35 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Blocks of `LARGE` bytes or more get mappings of their own, always; set once at
+/// Blocks of `LARGE` bytes or more that no free chunk of an arena can hold get mappings
+/// of their own, always, and an arena keeps up to `KEEP_TOP` free at its top; set once at
 /// startup, before other threads exist.
 ///
-/// glibc otherwise raises that bar to the size of every mapped block freed (up to
-/// 32 MiB): a 16 MiB block (each FUSE worker's request buffer) then comes from an arena,
-/// and a zeroed one is written over in full where the arena's pages had been handed back,
-/// so 16 MiB of zeros sit in the resident size, or not, depending on what ran before.
+/// glibc otherwise raises the first bar to the size of every mapped block freed (up to
+/// 32 MiB): a 16 MiB block (each FUSE worker's request buffer, allocated at the mount,
+/// while the arenas are small) then comes from an arena, and a zeroed one is written over
+/// in full where the arena's pages had been handed back, so 16 MiB of zeros sit in the
+/// resident size, or not, depending on what ran before. Fixing the bar fixes glibc's
+/// trim threshold too (at 128 KiB, where it would have moved up): a read's 1 MiB buffer
+/// freed at an arena's top would be handed back at every read, hence `KEEP_TOP`.
 pub fn large_blocks_apart() {
     #[cfg(target_env = "gnu")]
-    // SAFETY: a plain setting of the allocator; a fixed bar also turns its moving off.
+    // SAFETY: plain settings of the allocator; fixed values also turn its moving off.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, LARGE as libc::c_int);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP_TOP as libc::c_int);
     }
 }
 
 /// The size from which `large_blocks_apart` maps blocks apart: above the largest buffer a
-/// request reads into (1 MiB), below the workers' request buffers.
+/// request reads into (1 MiB where the kernel's `max_pages_limit` is its default 256;
+/// one raised past 1024 would map and unmap each read's buffer), below the workers'
+/// request buffers.
 pub const LARGE: usize = 4 << 20;
+
+/// The free bytes an arena keeps at its top before a free hands them back (the sweeper's
+/// `trim_beyond` bounds the rest).
+pub const KEEP_TOP: usize = 2 << 20;
 
 /// Bytes handed out and not yet freed: what the daemon's data takes.
 pub fn in_use() -> Option<u64> {

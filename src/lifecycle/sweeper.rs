@@ -38,7 +38,7 @@ pub trait Mounted: Send + Sync {
 pub const DECIDE_BUSY_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Free memory the allocator may keep before the sweeper has it given back.
-const HEAP_SLACK: u64 = 8 << 20;
+const HEAP_SLACK: u64 = 2 << 20;
 
 /// Moves worktrees whose grace period is over from `lingering` to `deleting` and runs
 /// their cleanup (removed or retained). Four times a second: a worktree is marked within a
@@ -69,6 +69,9 @@ pub fn spawn(
             // start, then whenever one is prunable (a newer one taken, its last worktree
             // gone). One that finds a snapshot being taken tries again at the next sweep.
             let mut prune_due = true;
+            // The journals of failed takes the last prune left (one it could not read, or
+            // with contents it could not tell about): pruned again only once that changes.
+            let mut journals_left = Vec::new();
             loop {
                 std::thread::sleep(Duration::from_millis(250));
                 if stopping.load(Ordering::Relaxed) {
@@ -82,9 +85,10 @@ pub fn spawn(
                     if cleanup::keep::purge_due(&state, &mut store, &policy) > 0 {
                         view.catalog_changed();
                     }
+                    let journals = crate::lifecycle::warm::journals(&state);
                     prune_due = prune_due
                         || store.has_prunable_warm().unwrap_or(false)
-                        || crate::lifecycle::warm::has_journals(&state);
+                        || journals != journals_left;
                     if prune_due {
                         match crate::lifecycle::warm::prune(&state, &mut store) {
                             Ok(done) => prune_due = done.is_none(),
@@ -93,6 +97,7 @@ pub fn spawn(
                                 prune_due = false;
                             }
                         }
+                        journals_left = crate::lifecycle::warm::journals(&state);
                     }
                     // Memory: what bursts of requests freed goes back to the system (the
                     // resident size then shows what the daemon holds).

@@ -146,15 +146,19 @@ fn journal_blobs(path: &Path) -> io::Result<Vec<Oid>> {
         .collect())
 }
 
-/// Whether a take left a journal: a prune has contents to look at.
-pub fn has_journals(state: &StateDir) -> bool {
-    fs::read_dir(state.warm()).is_ok_and(|d| {
-        d.flatten().any(|e| {
-            e.file_name()
-                .as_encoded_bytes()
-                .ends_with(JOURNAL.as_bytes())
+/// The journals takes left (a take running has one too), by name: a prune has contents to
+/// look at.
+pub fn journals(state: &StateDir) -> Vec<std::ffi::OsString> {
+    let mut names: Vec<_> = fs::read_dir(state.warm())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name())
+                .filter(|n| n.as_encoded_bytes().ends_with(JOURNAL.as_bytes()))
+                .collect()
         })
-    })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// Deletes the snapshots nothing needs ([`Store::prune_warm`]), the manifests no row
@@ -188,6 +192,8 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
         .collect();
     let mut candidates: std::collections::HashSet<Oid> = std::collections::HashSet::new();
     let mut journals = Vec::new();
+    // Whether what a content is held by could not be told: then no journal goes either.
+    let mut blind = false;
     for e in fs::read_dir(state.warm())?.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
         if n.starts_with('.') {
@@ -232,6 +238,7 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
             Err(e) => {
                 tracing::warn!("pruning warm snapshots: {e}; no content is deleted");
                 candidates.clear();
+                blind = true;
             }
         }
     }
@@ -253,6 +260,7 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
                     e.message()
                 );
                 candidates.clear();
+                blind = true;
             }
         }
     }
@@ -266,7 +274,8 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
         }
     }
     // The journals and manifests last: one a crash leaves is read again by the next prune.
-    for j in &journals {
+    // Blind, they all stay for the next prune: what they name is never lost track of.
+    for j in journals.iter().filter(|_| !blind) {
         match fs::remove_file(j) {
             Ok(()) => out.journals += 1,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -275,7 +284,7 @@ pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Prune
             }
         }
     }
-    for m in &doomed {
+    for m in doomed.iter().filter(|_| !blind) {
         for p in [state.warm().join(m), dirs_path(state, m)] {
             if let Err(e) = fs::remove_file(&p) {
                 if e.kind() != io::ErrorKind::NotFound {
@@ -621,7 +630,7 @@ pub fn take(
     gid: u32,
 ) -> anyhow::Result<Taken> {
     let taken = take_held(state, store, repo, uid, gid);
-    if taken.is_err() && has_journals(state) {
+    if taken.is_err() && !journals(state).is_empty() {
         if let Err(e) = prune(state, store) {
             tracing::warn!("pruning after a failed warm snapshot: {e:#}");
         }
@@ -1025,15 +1034,6 @@ mod tests {
         out
     }
 
-    fn journals(state: &StateDir) -> Vec<String> {
-        fs::read_dir(state.warm())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(JOURNAL))
-            .collect()
-    }
-
     #[test]
     fn a_take_that_fails_halfway_leaves_no_content_in_the_cache() {
         let d = tempfile::tempdir().unwrap();
@@ -1098,16 +1098,37 @@ mod tests {
             format!("{own}\n{held_oid}\n{}", &own.to_string()[..12]),
         )
         .unwrap();
-        assert!(has_journals(&state));
+        assert_eq!(journals(&state).len(), 1);
         let pruned = prune(&state, &mut store).unwrap().unwrap();
         assert_eq!((pruned.journals, pruned.blobs), (1, 1));
         assert_eq!(cached(&state), kept);
-        assert!(!has_journals(&state));
+        assert!(journals(&state).is_empty());
         assert_eq!(
             held(&state, &taken, b"target/out").unwrap(),
             b"v0",
             "the snapshot's content stays"
         );
+    }
+
+    #[test]
+    fn a_prune_that_cannot_tell_who_holds_a_content_keeps_the_journal_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let (state, mut store, _repo) = setup(d.path());
+        let gone = d.path().join("gone");
+        store.add_repo("gone", &gone, &gone.join(".git")).unwrap();
+        let own = Oid::hash_object(git2::ObjectType::Blob, b"died with it").unwrap();
+        let own_path = blob_path(&state, own);
+        fs::create_dir_all(own_path.parent().unwrap()).unwrap();
+        fs::write(&own_path, b"died with it").unwrap();
+        fs::write(
+            state.warm().join(format!("1-0-1{JOURNAL}")),
+            format!("{own}\n"),
+        )
+        .unwrap();
+        let pruned = prune(&state, &mut store).unwrap().unwrap();
+        assert_eq!((pruned.journals, pruned.blobs), (0, 0));
+        assert!(own_path.exists());
+        assert_eq!(journals(&state).len(), 1, "for the next prune");
     }
 
     #[test]
