@@ -552,6 +552,10 @@ rss_side() { # rss_side warm|tracked ROUND: "RSS-growth heap-growth", KiB
     else (cd "$MNT/wbench/mt-$2-$j" && find . > /dev/null); fi
   done
   sleep 6
+  # What the resident size is made of at the end, for a row that moves: anonymous pages
+  # (the heap, stacks) and mapped files (the binary, pack windows).
+  awk -v side="$1 $2" '/RssAnon|RssFile/ { s = s " " $1 " " int($2 / 1024) " MB" } END { print side ":" s }' \
+    "/proc/$(sed -n 1p "$STATE/daemon.lock")/status" >> "$RUN_DIR/rss-detail"
   echo "$(( $(rss_of) - before )) $(( ($(heap_of) - heap) / 1024 ))"
 }
 read -r t1 th1 <<< "$(rss_side tracked 1)"; read -r w1 wh1 <<< "$(rss_side warm 1)"
@@ -621,6 +625,7 @@ a=$(median "$RUN_DIR/eight-wtfs"); b=$(median "$RUN_DIR/eight-checkout")
 printf '%-34s %9s ms %9s ms %9s\n' "eight worktrees at once" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
 echo "daemon peak RSS, $RSS_WORKTREES worktrees, 10% of files read in each: $((rss_kb / 1024)) MB (now $((rss_now_kb / 1024)) MB)"
 echo "daemon RSS growth, ten worktrees and a find over each (mean of 2): warm $((rss_warm_kb / 1024)) MB, plain of the same files tracked $((rss_tracked_kb / 1024)) MB (warm beyond plain: $(( (rss_warm_kb - rss_tracked_kb) / 1024 )) MB; rounds: warm $((w1 / 1024)), $((w2 / 1024)), plain $((t1 / 1024)), $((t2 / 1024)) MB)"
+echo "  at the end of each round: $(paste -sd ';' "$RUN_DIR/rss-detail")"
 echo "daemon heap growth, the same: warm $((heap_warm_kb / 1024)) MB, plain $((heap_tracked_kb / 1024)) MB (warm beyond plain: $(( (heap_warm_kb - heap_tracked_kb) / 1024 )) MB)"
 for k in "${skipped[@]}"; do echo "skipped: $k"; done
 [ "$cold" = 1 ] || echo "cold rows: caches not dropped (needs root)"

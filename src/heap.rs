@@ -72,16 +72,59 @@ pub fn trim() {
     }
 }
 
-/// `trim` when the bytes held free grew by more than `slack` since the last time (a
-/// trim gives the pages back but the chunks stay free: without the mark, a fragmented
-/// heap would be walked again at every call).
+/// The arenas' (bytes in use, bytes free).
+fn arenas() -> Option<(u64, u64)> {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: as in `in_use`.
+        let m = unsafe { libc::mallinfo2() };
+        Some((m.uordblks as u64, m.fordblks as u64))
+    }
+    #[cfg(not(target_env = "gnu"))]
+    None
+}
+
+/// Whether to trim: more than `slack` is free, and the arenas changed since the last trim
+/// (`last`, their counts just after it). A trim gives the pages back but the chunks stay
+/// free, so the free count alone says nothing of what is resident: any allocation since
+/// may have touched freed pages again (a `find` that allocates its listings where the
+/// last one's were, then frees them, leaves the free count where it was). An idle
+/// daemon's arenas do not change, so a fragmented heap is not walked again and again.
+pub fn should_trim(last: (u64, u64), now: (u64, u64), slack: u64) -> bool {
+    now.1 > slack && now != last
+}
+
+/// `trim` when [`should_trim`] says so (from a timer: the sweeper's, every 5 s).
 pub fn trim_beyond(slack: u64) {
-    static MARK: AtomicU64 = AtomicU64::new(0);
-    let Some(f) = free() else { return };
-    if f > MARK.load(Ordering::Relaxed).saturating_add(slack) {
+    static USED: AtomicU64 = AtomicU64::new(0);
+    static FREE: AtomicU64 = AtomicU64::new(0);
+    let Some(now) = arenas() else { return };
+    let last = (USED.load(Ordering::Relaxed), FREE.load(Ordering::Relaxed));
+    if should_trim(last, now, slack) {
         trim();
-        MARK.store(free().unwrap_or(0), Ordering::Relaxed);
-    } else if f < MARK.load(Ordering::Relaxed) {
-        MARK.store(f, Ordering::Relaxed);
+        let after = arenas().unwrap_or(now);
+        USED.store(after.0, Ordering::Relaxed);
+        FREE.store(after.1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::should_trim;
+
+    #[test]
+    fn a_trim_follows_any_change_of_the_arenas_with_enough_free() {
+        let mb = 1 << 20;
+        // Idle since the last trim: not again, however much is free.
+        assert!(!should_trim((40 * mb, 30 * mb), (40 * mb, 30 * mb), 2 * mb));
+        // Allocated and freed again (the free count where it was, pages touched): again.
+        assert!(should_trim(
+            (40 * mb, 30 * mb),
+            (40 * mb + 4096, 30 * mb),
+            2 * mb
+        ));
+        assert!(should_trim((40 * mb, 30 * mb), (41 * mb, 29 * mb), 2 * mb));
+        // Too little free to be worth a walk.
+        assert!(!should_trim((40 * mb, 0), (41 * mb, mb), 2 * mb));
     }
 }
