@@ -15,6 +15,7 @@ use worktreefs::lifecycle::cleanup::keep::KeepPolicy;
 use worktreefs::lifecycle::create::{self, CreateRequest};
 use worktreefs::lifecycle::warm;
 use worktreefs::names::{sanitize_name, validate_name};
+use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
@@ -199,6 +200,15 @@ enum Command {
         /// Hold the lease as this named session (else as the run process).
         #[arg(long)]
         session: Option<String>,
+        /// Only while nobody else holds the worktree (see `lease acquire --exclusive`).
+        #[arg(long)]
+        exclusive: bool,
+        /// When another holder refuses the lease, wait up to SECS for it to go.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
+        /// A refusal as JSON on stderr (the command's stdout stays its own).
+        #[arg(long)]
+        json: bool,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -222,11 +232,24 @@ enum Command {
 
 #[derive(Subcommand)]
 enum LeaseCmd {
-    /// Take a named lease on REPO/WT for a session (kept across daemon restarts).
+    /// Take a named lease on REPO/WT for a session (kept across daemon restarts). Refused
+    /// (exit code 3, naming each holder) while another holds it exclusively.
     Acquire {
         target: String,
+        /// The orchestrator's session id.
         #[arg(long)]
         session: String,
+        /// Only while nobody else holds the worktree: no other session, and no process
+        /// that is not this command or one of its ancestors; while held, every other
+        /// session's acquisition is refused (processes may still enter).
+        #[arg(long)]
+        exclusive: bool,
+        /// When another holder refuses the lease, wait up to SECS for it to go.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
+        /// The lease, or the refusal, as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Release a session's named lease on REPO/WT.
     Release {
@@ -361,7 +384,17 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("worktreefs: {e:#}");
-            ExitCode::from(1)
+            match e.downcast_ref::<report::Refusal>() {
+                Some(r) => {
+                    match r.json_to {
+                        Some(report::JsonTo::Stdout) => println!("{:#}", r.json),
+                        Some(report::JsonTo::Stderr) => eprintln!("{:#}", r.json),
+                        None => {}
+                    }
+                    ExitCode::from(r.code)
+                }
+                None => ExitCode::from(1),
+            }
         }
     }
 }
@@ -693,8 +726,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run {
             target,
             session,
+            exclusive,
+            wait,
+            json,
             command,
-        } => cmd_run(&state, &target, session.as_deref(), &command),
+        } => cmd_run(
+            &state,
+            &target,
+            &RunAsk {
+                session: session.as_deref(),
+                exclusive,
+                wait,
+                json,
+            },
+            &command,
+        ),
         Command::Leases { json } => {
             let store = open_store(&state)?;
             let rows = store.leases()?;
@@ -1016,33 +1062,181 @@ fn split_target(target: &str) -> anyhow::Result<(&str, &str)> {
         .ok_or_else(|| anyhow!("'{target}' is not REPO/NAME; for example `worktreefs lease acquire myrepo/task-1 --session s1`"))
 }
 
+/// What a named acquisition asks: exclusive or not, how long to wait for the holders to
+/// go, and where a refusal's JSON goes.
+#[derive(Clone, Copy)]
+struct Want {
+    exclusive: bool,
+    wait: Option<u64>,
+    json_to: Option<report::JsonTo>,
+}
+
+/// How often a `--wait` looks again.
+const WAIT_POLL: Duration = Duration::from_millis(200);
+
+/// A named acquisition of `row` (`repo/name`) by `lease`, as the `lease acquire` and
+/// `run` commands ask it: refused for occupancy, after waiting up to `wait` seconds for
+/// the holders to go, or for the worktree's state (deleting, removed), each a typed
+/// refusal. Ok(false): the holder already had it.
+fn acquire_named(
+    state: &StateDir,
+    store: &mut Store,
+    (repo, name, row): (&str, &str, &worktreefs::store::WorktreeRow),
+    lease: &worktreefs::store::NewLease,
+    reason: &str,
+    want: &Want,
+) -> anyhow::Result<bool> {
+    use worktreefs::store::{Ask, LeaseError};
+    let Want {
+        exclusive,
+        wait,
+        json_to,
+    } = *want;
+    let liveness = worktreefs::lifecycle::holders::liveness_for(std::process::id() as i32);
+    let ask = Ask {
+        exclusive,
+        liveness: &liveness,
+    };
+    let started = std::time::Instant::now();
+    let deadline = wait.map(|s| started + Duration::from_secs(s));
+    loop {
+        match store.acquire_named(row.id, lease, reason, &ask) {
+            Ok(inserted) => return Ok(inserted),
+            Err(LeaseError::Occupied(mut o)) => {
+                if deadline.is_some_and(|d| std::time::Instant::now() < d) {
+                    std::thread::sleep(WAIT_POLL);
+                    continue;
+                }
+                // A process holder's last activity is the daemon's (in memory).
+                if let Some(d) = daemon::running_daemon(state) {
+                    let dir = d.mountpoint.join(".control").join("leases");
+                    for x in &mut o {
+                        let at = fs::read_to_string(dir.join(x.lease.entry_name()))
+                            .ok()
+                            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                            .and_then(|v| v["active_at"].as_i64());
+                        if at.is_some() {
+                            x.lease.active_at = at;
+                        }
+                    }
+                }
+                let command_now =
+                    |pid: i64| worktreefs::lifecycle::holders::command_line(pid as i32);
+                let mut r = report::occupied(
+                    repo,
+                    name,
+                    &o,
+                    exclusive,
+                    wait.map(|_| started.elapsed().as_secs()),
+                    worktreefs::store::now_secs(),
+                    &command_now,
+                );
+                r.json_to = json_to;
+                return Err(r.into());
+            }
+            Err(LeaseError::Conflict(_, st)) => {
+                let mut r = report::unleasable(repo, name, Some(st));
+                r.json_to = json_to;
+                return Err(r.into());
+            }
+            Err(LeaseError::Db(e)) => return Err(e.into()),
+        }
+    }
+}
+
+/// The worktree `repo/name`, or a typed refusal naming the way out.
+fn leasable_worktree(
+    store: &Store,
+    repo: &str,
+    name: &str,
+    json_to: Option<report::JsonTo>,
+) -> anyhow::Result<worktreefs::store::WorktreeRow> {
+    match store.worktree(repo, name)? {
+        Some(row) => Ok(row),
+        None => {
+            let mut r = report::unleasable(repo, name, None);
+            r.json_to = json_to;
+            Err(r.into())
+        }
+    }
+}
+
 fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
-    let (target, session, acquire) = match &cmd {
-        LeaseCmd::Acquire { target, session } => (target, session, true),
-        LeaseCmd::Release { target, session } => (target, session, false),
+    let (target, session) = match &cmd {
+        LeaseCmd::Acquire {
+            target, session, ..
+        } => (target, session),
+        LeaseCmd::Release { target, session } => (target, session),
     };
     worktreefs::lease::validate_session(session).map_err(|e| anyhow!(e))?;
     let (repo, name) = split_target(target)?;
     let mut store = open_store(state)?;
-    let row = store.worktree(repo, name)?.ok_or_else(|| {
-        anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`")
-    })?;
     let lease = worktreefs::store::NewLease::Session {
         id: session.clone(),
     };
-    if acquire {
-        match store.acquire_lease(row.id, &lease, "named lease") {
-            Ok(true) => println!("session {session} holds {repo}/{name}"),
-            Ok(false) => println!("session {session} already holds {repo}/{name}"),
-            Err(worktreefs::store::LeaseError::Conflict(_, State::Removed)) => bail!(
-                "worktree '{repo}/{name}' is removed (cleaned up after its last lease), so it cannot be leased; create a new one with `worktreefs new {repo}/{name}`"
-            ),
-            Err(worktreefs::store::LeaseError::Conflict(_, st)) => bail!(
-                "worktree '{repo}/{name}' is {st}: it had no lease and its cleanup has begun, so it cannot be leased; create a new worktree with `worktreefs new`"
-            ),
-            Err(worktreefs::store::LeaseError::Db(e)) => return Err(e.into()),
+    if let LeaseCmd::Acquire {
+        exclusive,
+        wait,
+        json,
+        ..
+    } = cmd
+    {
+        let json_to = json.then_some(report::JsonTo::Stdout);
+        let row = leasable_worktree(&store, repo, name, json_to)?;
+        let reason = if exclusive {
+            "named lease, exclusive"
+        } else {
+            "named lease"
+        };
+        let inserted = acquire_named(
+            state,
+            &mut store,
+            (repo, name, &row),
+            &lease,
+            reason,
+            &Want {
+                exclusive,
+                wait,
+                json_to,
+            },
+        )?;
+        daemon::poke(state);
+        if json {
+            let held = store
+                .leases()?
+                .into_iter()
+                .find(|l| l.worktree_id == row.id && l.holder == lease.holder());
+            println!(
+                "{:#}",
+                serde_json::json!({
+                    "worktree": format!("{repo}/{name}"),
+                    "repo": repo,
+                    "name": name,
+                    "path": daemon::running_daemon(state).map(|d| d.mountpoint.join(repo).join(name)),
+                    "state": store.worktree(repo, name)?.map(|w| w.state.as_str()),
+                    "session": session,
+                    "exclusive": held.as_ref().is_some_and(|l| l.exclusive),
+                    "new": inserted,
+                    "acquired_at": held.as_ref().map(|l| report::rfc3339(l.acquired_at)),
+                })
+            );
+        } else if inserted {
+            println!(
+                "session {session} holds {repo}/{name}{}",
+                if exclusive { " exclusively" } else { "" }
+            );
+        } else {
+            println!(
+                "session {session} already holds {repo}/{name}{}",
+                if exclusive { " (exclusively now)" } else { "" }
+            );
         }
-    } else if store.release_lease(row.id, &lease.holder(), "released", "named lease released")? {
+        return Ok(());
+    }
+    let row = store.worktree(repo, name)?.ok_or_else(|| {
+        anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`")
+    })?;
+    if store.release_lease(row.id, &lease.holder(), "released", "named lease released")? {
         println!("session {session} released {repo}/{name}");
     } else {
         bail!("session {session} holds no lease on {repo}/{name} (see `worktreefs leases`)");
@@ -1051,17 +1245,24 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What `run` asks of its lease.
+struct RunAsk<'a> {
+    session: Option<&'a str>,
+    exclusive: bool,
+    wait: Option<u64>,
+    json: bool,
+}
+
 fn cmd_run(
     state: &StateDir,
     target: &str,
-    session: Option<&str>,
+    ask: &RunAsk<'_>,
     command: &[String],
 ) -> anyhow::Result<()> {
     let (repo, name) = split_target(target)?;
     let mut store = open_store(state)?;
-    let row = store.worktree(repo, name)?.ok_or_else(|| {
-        anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`")
-    })?;
+    let json_to = ask.json.then_some(report::JsonTo::Stderr);
+    let row = leasable_worktree(&store, repo, name, json_to)?;
     let daemon = daemon::running_daemon(state).ok_or_else(|| {
         anyhow!(
             "nothing is mounted for state dir {}; start it with `worktreefs mount`",
@@ -1069,17 +1270,29 @@ fn cmd_run(
         )
     })?;
     let dir = daemon.mountpoint.join(repo).join(name);
-    let named = match session {
+    let reason = if ask.exclusive {
+        "worktreefs run, exclusive"
+    } else {
+        "worktreefs run"
+    };
+    let named = match ask.session {
         Some(id) => {
             worktreefs::lease::validate_session(id).map_err(|e| anyhow!(e))?;
             let lease = worktreefs::store::NewLease::Session { id: id.to_string() };
-            match store.acquire_lease(row.id, &lease, "worktreefs run") {
-                Ok(_) => Some(lease),
-                Err(worktreefs::store::LeaseError::Conflict(_, st)) => bail!(
-                    "worktree '{repo}/{name}' is {st} and cannot be leased; create a new worktree with `worktreefs new`"
-                ),
-                Err(worktreefs::store::LeaseError::Db(e)) => return Err(e.into()),
-            }
+            let inserted = acquire_named(
+                state,
+                &mut store,
+                (repo, name, &row),
+                &lease,
+                reason,
+                &Want {
+                    exclusive: ask.exclusive,
+                    wait: ask.wait,
+                    json_to,
+                },
+            )?;
+            // Released at the end only if this run took it.
+            inserted.then_some(lease)
         }
         None => None,
     };
@@ -1088,6 +1301,31 @@ fn cmd_run(
     std::env::set_current_dir(&dir)
         .with_context(|| format!("entering {} (state {})", dir.display(), row.state))?;
     let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
+    if ask.session.is_none() && ask.exclusive {
+        // This process's own lease (the daemon took it at the read above, or holds it in
+        // memory while the database is busy), made exclusive: refused while somebody
+        // other than it and its ancestors holds the worktree.
+        let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
+            .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
+        let lease = worktreefs::store::NewLease::Process {
+            pid: me.pid,
+            start: me.start,
+            command: worktreefs::lifecycle::holders::command_line(me.pid).unwrap_or(me.command),
+        };
+        acquire_named(
+            state,
+            &mut store,
+            (repo, name, &row),
+            &lease,
+            reason,
+            &Want {
+                exclusive: true,
+                wait: ask.wait,
+                json_to,
+            },
+        )?;
+        daemon::poke(state);
+    }
     let status = std::process::Command::new(&command[0])
         .args(&command[1..])
         .status()

@@ -39,6 +39,65 @@ pub fn age(secs: i64) -> String {
     }
 }
 
+/// Unix seconds as RFC 3339 in local time with its offset (`2026-12-03T14:02:11+01:00`):
+/// the JSON `*_at` fields and the times people read.
+pub fn rfc3339(secs: i64) -> String {
+    // SAFETY: localtime_r writes only the `tm` it is given.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let t = secs as libc::time_t;
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        tm = utc_tm(secs);
+    }
+    let off = tm.tm_gmtoff;
+    let (sign, off) = if off < 0 { ('-', -off) } else { ('+', off) };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{sign}{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        off / 3600,
+        off / 60 % 60
+    )
+}
+
+/// The broken-down UTC time of `secs` (days to civil date, Howard Hinnant's algorithm).
+fn utc_tm(secs: i64) -> libc::tm {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    // SAFETY: a plain C struct; every field used is set below.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    tm.tm_year = (year - 1900) as i32;
+    tm.tm_mon = (month - 1) as i32;
+    tm.tm_mday = day as i32;
+    tm.tm_hour = (rem / 3600) as i32;
+    tm.tm_min = (rem / 60 % 60) as i32;
+    tm.tm_sec = (rem % 60) as i32;
+    tm
+}
+
+/// A past moment for people: `14:02:11 (3 min ago)`, with the date when not today.
+pub fn when(secs: i64, now: i64) -> String {
+    let full = rfc3339(secs);
+    let today = rfc3339(now);
+    let shown = if full[..10] == today[..10] {
+        full[11..19].to_string()
+    } else {
+        format!("{} {}", &full[..10], &full[11..19])
+    };
+    format!("{shown} ({} ago)", age(now - secs))
+}
+
 /// The table `worktreefs removed` prints: each kept removal, its size, when it was
 /// removed and when it goes.
 pub fn kept_table(rows: &[crate::store::KeptRow], keep_secs: i64, now: i64) -> String {
@@ -80,5 +139,165 @@ pub fn human_bytes(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.1} {}", units[u])
+    }
+}
+
+/// The exit code of a typed conflict: the worktree cannot be had now (somebody else holds
+/// it, or it is deleting, removed or unknown). `1` stays for a request that failed.
+pub const EXIT_CONFLICT: u8 = 3;
+
+/// Where a refusal's JSON goes: stdout for a command whose output is ours, stderr for one
+/// whose stdout is its command's (`run`, `turn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonTo {
+    Stdout,
+    Stderr,
+}
+
+/// A typed refusal: its message (for people, on stderr), its JSON (when asked for), and
+/// the exit code.
+#[derive(Debug)]
+pub struct Refusal {
+    pub message: String,
+    pub json: serde_json::Value,
+    pub json_to: Option<JsonTo>,
+    pub code: u8,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// How a holder is named: `session s1`, or `pid 4242 (make -j8)` with its command now.
+fn holder_name(l: &LeaseRow, command_now: Option<&str>) -> String {
+    match (&l.session, l.pid) {
+        (Some(s), _) => format!("session {s}"),
+        (None, Some(pid)) => format!(
+            "pid {pid} ({})",
+            command_now.or(l.command.as_deref()).unwrap_or("?")
+        ),
+        _ => l.holder.clone(),
+    }
+}
+
+/// The refusal of a named acquisition of `repo/name` for the holders `occupants`:
+/// each named, since when and its last activity, and the ways out. `exclusive`: what was
+/// asked; `waited`: seconds waited (`--wait`). `command_now` gives a process's current
+/// command line.
+pub fn occupied(
+    repo: &str,
+    name: &str,
+    occupants: &[crate::store::Occupant],
+    exclusive: bool,
+    waited: Option<u64>,
+    now: i64,
+    command_now: &dyn Fn(i64) -> Option<String>,
+) -> Refusal {
+    let target = format!("{repo}/{name}");
+    let why = if exclusive {
+        "an exclusive lease is granted only while nobody else holds it"
+    } else {
+        "they hold it exclusively"
+    };
+    let mut message = format!(
+        "worktree '{target}' is held by {} other holder{}, and {why}:",
+        occupants.len(),
+        if occupants.len() == 1 { "" } else { "s" }
+    );
+    let mut holders = Vec::new();
+    let mut releases = Vec::new();
+    for o in occupants {
+        let l = &o.lease;
+        let cmd = l.pid.and_then(command_now);
+        message.push_str(&format!(
+            "\n  {}{}, since {}, last active {}",
+            holder_name(l, cmd.as_deref()),
+            if l.exclusive { ", exclusive" } else { "" },
+            when(l.acquired_at, now),
+            when(l.last_active(), now)
+        ));
+        if let Some(why) = &o.unchecked {
+            message.push_str(&format!(
+                " (whether it is still running cannot be checked: {why}; counted as holding it)"
+            ));
+        }
+        match &l.session {
+            Some(s) => releases.push(format!("worktreefs lease release {target} --session {s}")),
+            None => releases.push(format!(
+                "end pid {} or let it leave the worktree",
+                l.pid.unwrap_or(0)
+            )),
+        }
+        holders.push(serde_json::json!({
+            "holder": l.holder,
+            "kind": l.holder_kind,
+            "session": l.session,
+            "pid": l.pid,
+            "command": cmd.or_else(|| l.command.clone()),
+            "exclusive": l.exclusive,
+            "acquired_at": rfc3339(l.acquired_at),
+            "last_active_at": rfc3339(l.last_active()),
+            "unchecked": o.unchecked,
+        }));
+    }
+    if let Some(w) = waited {
+        message.push_str(&format!("\n(waited {w} s for them to go)"));
+    }
+    message.push_str(&format!(
+        "\nways out: work in another worktree (`worktreefs new {repo}/<name>`), release the holder ({}), or wait for it (`--wait SECS`)",
+        releases.join("; ")
+    ));
+    Refusal {
+        json: serde_json::json!({
+            "error": "occupied",
+            "worktree": target,
+            "repo": repo,
+            "name": name,
+            "exclusive": exclusive,
+            "holders": holders,
+            "waited_secs": waited,
+            "ways_out": {
+                "new": format!("worktreefs new {repo}/<name>"),
+                "release": releases,
+                "wait": "--wait SECS",
+            },
+        }),
+        message,
+        json_to: None,
+        code: EXIT_CONFLICT,
+    }
+}
+
+/// The refusal of a lease on `repo/name`, which is `state` (deleting, removed) or does not
+/// exist (`state` None): the worktree cannot be leased; the way out is a new one.
+pub fn unleasable(repo: &str, name: &str, state: Option<crate::lease::State>) -> Refusal {
+    let target = format!("{repo}/{name}");
+    let (kind, message) = match state {
+        None => ("not-found", format!(
+            "worktree '{target}' does not exist; see `worktreefs list`, or create it with `worktreefs new {target}`"
+        )),
+        Some(crate::lease::State::Removed) => ("removed", format!(
+            "worktree '{target}' is removed (cleaned up after its last lease), so it cannot be leased; create a new one with `worktreefs new {target}` (or bring it back with `worktreefs restore {target}`)"
+        )),
+        Some(st) => ("deleting", format!(
+            "worktree '{target}' is {}: it had no lease and its cleanup has begun, so it cannot be leased; create a new worktree with `worktreefs new {repo}/<name>`",
+            st.as_str()
+        )),
+    };
+    Refusal {
+        json: serde_json::json!({
+            "error": kind,
+            "worktree": target,
+            "repo": repo,
+            "name": name,
+            "state": state.map(|s| s.as_str()),
+        }),
+        message,
+        json_to: None,
+        code: EXIT_CONFLICT,
     }
 }

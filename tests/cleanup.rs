@@ -385,7 +385,7 @@ fn a_deleting_worktree_answers_ebusy_until_its_cleanup_ends() {
         &env.state(),
         &["lease", "acquire", "repo/w", "--session", "s"],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "the typed conflict");
     assert!(String::from_utf8_lossy(&out.stderr).contains("is deleting"));
     drop(lock);
     // The daemon's sweeper finishes it once the lock is free.

@@ -88,7 +88,7 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
         &env.state(),
         &["lease", "acquire", "repo/w", "--session", "s3"],
     );
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let msg = String::from_utf8_lossy(&out.stderr);
     assert!(
         msg.contains("is removed") || msg.contains("does not exist"),
@@ -166,6 +166,18 @@ fn lease_commands_refuse_bad_input() {
             "worktree 'repo/nope' does not exist",
         ),
         (
+            &[
+                "lease",
+                "acquire",
+                "repo/w",
+                "--session",
+                "s",
+                "--wait",
+                "x",
+            ],
+            "invalid value 'x'",
+        ),
+        (
             &["lease", "acquire", "repo/w", "--session", "bad id"],
             "session id 'bad id' contains",
         ),
@@ -180,7 +192,15 @@ fn lease_commands_refuse_bad_input() {
     ];
     for (args, want) in cases {
         let out = wtfs(&env.state(), args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        // An unknown worktree is the typed conflict (3), a bad value a usage error (2).
+        let code = if want.contains("does not exist") {
+            3
+        } else if want.contains("invalid value") {
+            2
+        } else {
+            1
+        };
+        assert_eq!(out.status.code(), Some(code), "{args:?}");
         let msg = String::from_utf8_lossy(&out.stderr);
         assert!(msg.contains(want), "{args:?}: {msg}");
     }
@@ -548,4 +568,260 @@ print(pid, flush=True)
     let retained = wtfs_ok(&env.state(), &["retained"]);
     assert!(retained.contains("modified README.md"), "{retained}");
     m.unmount();
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Sessions racing for one exclusive lease: exactly one wins, each loser is refused
+/// (exit 3) naming the winner, since when and the ways out; while it is held every other
+/// session is refused, exclusive or not; `--wait` waits for the holder to go, and says
+/// how long it waited when it does not.
+#[test]
+fn sessions_racing_for_an_exclusive_lease_exactly_one_wins_and_losers_name_it() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/x"]);
+    let _m = env.mount_with(&["--linger", "30"]);
+    let racers: Vec<_> = (0..4)
+        .map(|i| {
+            let state = env.state();
+            std::thread::spawn(move || {
+                let s = format!("racer-{i}");
+                let o = wtfs(
+                    &state,
+                    &[
+                        "lease",
+                        "acquire",
+                        "repo/x",
+                        "--session",
+                        &s,
+                        "--exclusive",
+                        "--json",
+                    ],
+                );
+                (s, o)
+            })
+        })
+        .collect();
+    let outs: Vec<_> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+    let winners: Vec<&String> = outs
+        .iter()
+        .filter(|(_, o)| o.status.success())
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(winners.len(), 1, "{outs:?}");
+    let winner = winners[0].clone();
+    for (s, o) in outs.iter().filter(|(s, _)| *s != winner) {
+        assert_eq!(o.status.code(), Some(3), "{s}: {}", stderr(o));
+        let msg = stderr(o);
+        assert!(msg.contains(&format!("session {winner}")), "{msg}");
+        assert!(
+            msg.contains("since ") && msg.contains("last active "),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("worktreefs new repo/<name>")
+                && msg.contains(&format!(
+                    "worktreefs lease release repo/x --session {winner}"
+                ))
+                && msg.contains("--wait SECS"),
+            "{msg}"
+        );
+        let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(json["error"], "occupied");
+        assert_eq!(json["holders"][0]["session"], winner.as_str());
+        assert!(json["holders"][0]["acquired_at"]
+            .as_str()
+            .unwrap()
+            .contains('T'));
+    }
+    let leases: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["leases", "--json"])).unwrap();
+    assert_eq!(leases.as_array().unwrap().len(), 1, "{leases}");
+    assert_eq!(leases[0]["exclusive"], true);
+    // Held exclusively: a plain acquisition is refused too.
+    let o = wtfs(
+        &env.state(),
+        &["lease", "acquire", "repo/x", "--session", "late"],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("exclusively"), "{}", stderr(&o));
+    // --wait: the holder goes after a second, and the waiter gets it.
+    let state = env.state();
+    let w = winner.clone();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1000));
+        wtfs_ok(&state, &["lease", "release", "repo/x", "--session", &w]);
+    });
+    let t = Instant::now();
+    let o = wtfs(
+        &env.state(),
+        &[
+            "lease",
+            "acquire",
+            "repo/x",
+            "--session",
+            "late",
+            "--wait",
+            "20",
+        ],
+    );
+    release.join().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    // Not exclusive: an exclusive ask waits a second and is refused, saying so.
+    let o = wtfs(
+        &env.state(),
+        &[
+            "lease",
+            "acquire",
+            "repo/x",
+            "--session",
+            "y",
+            "--exclusive",
+            "--wait",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        stderr(&o).contains("session late") && stderr(&o).contains("waited 1 s"),
+        "{}",
+        stderr(&o)
+    );
+    // A removed or deleting worktree, or an unknown one: the typed conflict.
+    let o = wtfs(
+        &env.state(),
+        &[
+            "lease",
+            "acquire",
+            "repo/none",
+            "--session",
+            "y",
+            "--exclusive",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["error"], "not-found");
+}
+
+/// A process inside refuses an exclusive lease (named by pid and command), unless it is
+/// the asker's own ancestor (`cd wt && worktreefs … --exclusive`). `run --exclusive`
+/// holds the worktree exclusively for its command's lifetime: its own children may still
+/// take leases, others are refused, and the lease ends with the run.
+#[test]
+fn an_exclusive_lease_is_refused_for_a_process_inside_but_not_for_the_askers_own_shell() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/e"]);
+    let m = env.mount_with(&["--linger", "30"]);
+    let wt = m.wt("repo", "e");
+    // A shell inside, active again two seconds after it came in.
+    let mut inside = sh(&format!(
+        "cd '{}' && cat README.md && sleep 2 && cat README.md && exec sleep 30",
+        wt.display()
+    ));
+    let pid = inside.id() as i64;
+    wait_until("the shell's lease", Duration::from_secs(5), || {
+        process_leases(&env, "e").iter().any(|(p, _)| *p == pid)
+    });
+    wait_until("its command now", Duration::from_secs(10), || {
+        fs::read_to_string(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.starts_with("sleep\u{0}30"))
+    });
+    let o = wtfs(
+        &env.state(),
+        &[
+            "lease",
+            "acquire",
+            "repo/e",
+            "--session",
+            "s",
+            "--exclusive",
+            "--json",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("pid {pid} (sleep 30)")),
+        "named with its command now: {}",
+        stderr(&o)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let h = &json["holders"][0];
+    assert_eq!(h["pid"], pid, "{json}");
+    assert!(
+        h["last_active_at"].as_str().unwrap() > h["acquired_at"].as_str().unwrap(),
+        "the second read is its last activity: {json}"
+    );
+    let _ = inside.kill();
+    inside.wait().unwrap();
+    wait_until(
+        "the sleeper's lease released",
+        Duration::from_secs(3),
+        || process_leases(&env, "e").is_empty(),
+    );
+    // The asker's own shell inside is not somebody else.
+    let script = format!(
+        "cd '{}' && cat README.md >/dev/null && {BIN} --state-dir '{}' lease acquire repo/e --session own --exclusive",
+        wt.display(),
+        env.state().display()
+    );
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    wtfs_ok(
+        &env.state(),
+        &["lease", "release", "repo/e", "--session", "own"],
+    );
+    // run --exclusive from a shell inside: its child takes a lease, an outsider cannot,
+    // and once it ends the outsider can.
+    let marker = env.state().join("inside-run");
+    let script = format!(
+        "cd '{wt}' && cat README.md >/dev/null && {BIN} --state-dir '{st}' run repo/e --exclusive -- sh -c '{BIN} --state-dir {st} lease acquire repo/e --session child && {BIN} --state-dir {st} lease release repo/e --session child && touch {mk} && sleep 2'",
+        wt = wt.display(),
+        st = env.state().display(),
+        mk = marker.display()
+    );
+    let mut run = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "the run's child took its lease",
+        Duration::from_secs(10),
+        || marker.exists(),
+    );
+    let o = wtfs(
+        &env.state(),
+        &["lease", "acquire", "repo/e", "--session", "out"],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("exclusive"), "{}", stderr(&o));
+    let status = run.wait().unwrap();
+    assert!(status.success(), "the run failed");
+    wait_until(
+        "the run's exclusive lease ended",
+        Duration::from_secs(3),
+        || {
+            wtfs(
+                &env.state(),
+                &["lease", "acquire", "repo/e", "--session", "out"],
+            )
+            .status
+            .success()
+        },
+    );
 }

@@ -195,6 +195,10 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let tracker = tracker.clone();
         view.set_pending_leases(Box::new(move || tracker.pending_leases()));
     }
+    {
+        let tracker = tracker.clone();
+        view.set_lease_activity(Box::new(move || tracker.activity()));
+    }
     // Boot reconcile: leases of processes that are gone are swept before anyone enters.
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();

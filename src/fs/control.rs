@@ -165,7 +165,19 @@ impl View {
                 command: c.command,
                 session: c.session,
                 acquired_at: since,
+                exclusive: false,
+                active_at: None,
             });
+        }
+        if let Some(activity) = self.lease_activity.get().map(|f| f()) {
+            for (worktree_id, holder, at) in activity {
+                if let Some(r) = rows
+                    .iter_mut()
+                    .find(|r| r.worktree_id == worktree_id && r.holder == holder)
+                {
+                    r.active_at = Some(r.active_at.unwrap_or(0).max(at));
+                }
+            }
         }
         Ok(rows)
     }

@@ -295,6 +295,10 @@ impl FsError {
             LeaseError::Conflict(c, state) => {
                 FsError::conflict(format!("{context}: the worktree is {state}"), c)
             }
+            LeaseError::Occupied(o) => FsError::new(
+                ErrorKind::Busy,
+                format!("{context}: {} other holder(s) refuse it", o.len()),
+            ),
             LeaseError::Db(e) => FsError::store(format!("{context}: recording the lease"), e),
         }
     }

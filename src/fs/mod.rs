@@ -35,7 +35,7 @@ mod view;
 pub use control::{CONTROL_NAME, REFRESH_NAME};
 pub use nodes::ROOT_INO;
 pub use types::{
-    Attr, Backing, Caller, DirEntry, Entry, FType, Inval, Invalidator, PendingLeases, SetAttr,
-    Statfs,
+    Attr, Backing, Caller, DirEntry, Entry, FType, Inval, Invalidator, LeaseActivity,
+    PendingLeases, SetAttr, Statfs,
 };
 pub use view::{Stats, View};

@@ -121,6 +121,10 @@ pub type Invalidator = Box<dyn Fn(Inval) + Send + Sync>;
 /// The leases kept in memory, (worktree id, lease, since), as the tracker lists them.
 pub type PendingLeases = Box<dyn Fn() -> Vec<(i64, crate::store::NewLease, i64)> + Send + Sync>;
 
+/// The last activity of process holders, (worktree id, holder key, unix seconds), as the
+/// tracker keeps it in memory.
+pub type LeaseActivity = Box<dyn Fn() -> Vec<(i64, String, i64)> + Send + Sync>;
+
 pub(super) fn systime(secs: i64, nsecs: i64) -> SystemTime {
     if secs >= 0 {
         UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)

@@ -38,7 +38,7 @@ use super::handles::{opened, HandleKind, Handles};
 use super::listing::Listings;
 use super::nodes::{NodeKind, NodeTable, Nodes, ROOT_INO};
 use super::place::{held, is_changing, Place};
-use super::types::{Attr, Entry, FType, Invalidator, PendingLeases, Statfs};
+use super::types::{Attr, Entry, FType, Invalidator, LeaseActivity, PendingLeases, Statfs};
 
 /// Worktree entries (the worktree's own directory included) change only through this
 /// daemon, and every such change is a request the kernel makes and so accounts for: the
@@ -114,6 +114,8 @@ pub struct View {
     pub(super) invalidator: std::sync::OnceLock<Invalidator>,
     /// The process leases the daemon keeps in memory until SQLite takes them.
     pub(super) pending_leases: std::sync::OnceLock<PendingLeases>,
+    /// The process holders' last activity, kept in memory by the tracker.
+    pub(super) lease_activity: std::sync::OnceLock<LeaseActivity>,
     /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
     pub(super) instance: String,
     pub stats: Stats,
@@ -181,6 +183,7 @@ impl View {
             listings: Listings::new(),
             invalidator: std::sync::OnceLock::new(),
             pending_leases: std::sync::OnceLock::new(),
+            lease_activity: std::sync::OnceLock::new(),
             instance: format!(
                 "{}.{}",
                 std::process::id(),
@@ -234,6 +237,11 @@ impl View {
     /// Where `.control/leases` learns of the leases kept in memory (the tracker's).
     pub fn set_pending_leases(&self, f: PendingLeases) {
         let _ = self.pending_leases.set(f);
+    }
+
+    /// Where `.control/leases` learns each process holder's last activity.
+    pub fn set_lease_activity(&self, f: LeaseActivity) {
+        let _ = self.lease_activity.set(f);
     }
 
     pub fn set_invalidator(&self, f: Invalidator) {

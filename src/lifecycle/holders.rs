@@ -33,6 +33,43 @@ pub struct ProcInfo {
 /// counted from the last ')'.
 pub fn proc_info(pid: i32) -> Option<ProcInfo> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &stat)
+}
+
+/// How the holder of a process lease `(pid, start)` stands for the process `me` asking
+/// for a lease: [`Liveness::Ours`] when it is `me` or one of its ancestors (`cd wt &&
+/// worktreefs run --exclusive …` is not refused for its own shell).
+pub fn liveness_for(me: i32) -> impl Fn(i64, i64) -> crate::store::Liveness {
+    use crate::store::Liveness;
+    let mut ours = Vec::new();
+    let mut cur = proc_info(me);
+    while let Some(p) = cur.filter(|_| ours.len() < 64) {
+        ours.push((p.pid as i64, p.start as i64));
+        cur = if p.ppid > 0 { proc_info(p.ppid) } else { None };
+    }
+    move |pid, start| {
+        if ours.contains(&(pid, start)) {
+            return Liveness::Ours;
+        }
+        let path = format!("/proc/{pid}/stat");
+        match fs::read_to_string(&path) {
+            Ok(stat) => match parse_stat(pid as i32, &stat) {
+                Some(p) if p.start as i64 == start => Liveness::Alive,
+                Some(_) => Liveness::Gone,
+                None => Liveness::Unknown(format!("{path} cannot be parsed")),
+            },
+            Err(e)
+                if e.raw_os_error() == Some(libc::ENOENT)
+                    || e.raw_os_error() == Some(libc::ESRCH) =>
+            {
+                Liveness::Gone
+            }
+            Err(e) => Liveness::Unknown(format!("reading {path}: {e}")),
+        }
+    }
+}
+
+fn parse_stat(pid: i32, stat: &str) -> Option<ProcInfo> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;
     let command = stat[open + 1..close].to_string();
@@ -62,7 +99,8 @@ pub fn tgid_of(tid: i32) -> Option<i32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-fn command_line(pid: i32) -> Option<String> {
+/// The command line process `pid` runs now.
+pub fn command_line(pid: i32) -> Option<String> {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let s: Vec<String> = raw
         .split(|b| *b == 0)
@@ -151,6 +189,20 @@ struct Watched {
     worktree_path: PathBuf,
     info: ProcInfo,
     pidfd: OwnedFd,
+    /// The time (unix seconds) of the last request seen from a process it covers; 0: none
+    /// since it was watched.
+    active: Active,
+}
+
+/// A holder's last activity, shared by every process it covers (set on each request).
+type Active = Arc<std::sync::atomic::AtomicI64>;
+
+fn active_now() -> Active {
+    Arc::new(std::sync::atomic::AtomicI64::new(crate::store::now_secs()))
+}
+
+fn active_none() -> Active {
+    Arc::new(std::sync::atomic::AtomicI64::new(0))
 }
 
 /// A lease change the tracker could not write to SQLite at once, written by its writer in
@@ -209,13 +261,17 @@ pub struct Tracker {
     draining: Mutex<()>,
     /// Unmounted: nothing more is written.
     stopped: std::sync::atomic::AtomicBool,
-    /// Processes known covered, per worktree: the fast path of every request.
-    covered: RwLock<HashMap<i64, HashSet<i32>>>,
+    /// Processes known covered, per worktree, each with the activity of the holder that
+    /// covers it: the fast path of every request.
+    covered: RwLock<HashMap<i64, HashMap<i32, Active>>>,
     /// How many times a worktree's covered set was dropped (a holder exited); bumped
     /// under `covered`'s write lock, so a request that began its walk before a drop
     /// cannot put back what the drop removed.
     drops: AtomicU64,
     watched: Mutex<Vec<Watched>>,
+    /// Holders whose exit is being handled (no longer watched, lease not yet passed on or
+    /// released): (worktree, pid, start).
+    exiting: Mutex<HashSet<(i64, i32, u64)>>,
     /// Written to wake the watcher when a holder is added.
     wake: (OwnedFd, OwnedFd),
     /// Called when the store changed (so the view re-reads states).
@@ -242,6 +298,7 @@ impl Tracker {
             covered: RwLock::new(HashMap::new()),
             drops: AtomicU64::new(0),
             watched: Mutex::new(Vec::new()),
+            exiting: Mutex::new(HashSet::new()),
             wake: (r, w),
             on_change,
         });
@@ -251,37 +308,64 @@ impl Tracker {
     /// Boot reconcile: process leases whose process is gone (or whose pid now names
     /// another process) are swept; live ones are watched again.
     pub fn reconcile(&self, mountpoint: &Path) -> anyhow::Result<()> {
+        self.watch_recorded(mountpoint, "process gone at boot")?;
+        (self.on_change)();
+        Ok(())
+    }
+
+    /// Process leases recorded by someone else (`run --exclusive` records its own, which
+    /// the daemon never took when an ancestor inside covered it): watched from now on, or
+    /// swept (`reason`) when their process is gone. Run by the sweeper every second, so
+    /// such a lease ends within about a second of its process, however it ends. Returns
+    /// how many were swept.
+    pub fn watch_recorded(&self, mountpoint: &Path, reason: &str) -> anyhow::Result<usize> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Ok(0);
+        }
         let leases = self.store.lock().leases()?;
+        let mut swept = 0;
         for l in leases.into_iter().filter(|l| l.holder_kind == "process") {
             let pid = l.pid.unwrap_or(0) as i32;
+            let start = l.pid_start.unwrap_or(-1);
+            let known = self.watched.lock().iter().any(|w| {
+                w.worktree_id == l.worktree_id && w.info.pid == pid && w.info.start as i64 == start
+            }) || self
+                .exiting
+                .lock()
+                .contains(&(l.worktree_id, pid, start as u64));
+            if known {
+                continue;
+            }
             let alive = proc_info(pid).filter(|p| Some(p.start as i64) == l.pid_start);
             let path = mountpoint.join(&l.repo).join(&l.worktree);
             match alive.and_then(|info| Some((pidfd_open(pid)?, info))) {
                 Some((pidfd, info)) => {
-                    self.covered
-                        .write()
-                        .entry(l.worktree_id)
-                        .or_default()
-                        .insert(pid);
-                    self.watch(Watched {
+                    let active = self.watch(Watched {
                         worktree_id: l.worktree_id,
                         worktree_path: path,
                         info,
                         pidfd,
+                        active: active_none(),
                     });
+                    self.covered
+                        .write()
+                        .entry(l.worktree_id)
+                        .or_default()
+                        .insert(pid, active);
+                    let _ = nix::unistd::write(&self.wake.1, b"w");
                 }
                 None => {
-                    self.store.lock().release_lease(
-                        l.worktree_id,
-                        &l.holder,
-                        "swept",
-                        "process gone at boot",
-                    )?;
+                    if self
+                        .store
+                        .lock()
+                        .release_lease(l.worktree_id, &l.holder, "swept", reason)?
+                    {
+                        swept += 1;
+                    }
                 }
             }
         }
-        (self.on_change)();
-        Ok(())
+        Ok(swept)
     }
 
     /// Called on every request inside a worktree. Cheap when the process is covered.
@@ -297,7 +381,8 @@ impl Tracker {
             return Ok(());
         }
         if let Some(set) = self.covered.read().get(&worktree_id) {
-            if set.contains(&tid) {
+            if let Some(active) = set.get(&tid) {
+                active.store(crate::store::now_secs(), Ordering::Relaxed);
                 return Ok(());
             }
         }
@@ -314,12 +399,12 @@ impl Tracker {
             return Ok(());
         }
         // Covered by itself or an ancestor?
-        let holders: HashSet<i32> = self
+        let holders: HashMap<i32, Active> = self
             .watched
             .lock()
             .iter()
             .filter(|w| w.worktree_id == worktree_id)
-            .map(|w| w.info.pid)
+            .map(|w| (w.info.pid, w.active.clone()))
             .collect();
         // A process already known covered covers its descendants too: the set is
         // emptied whenever a holder of this worktree exits.
@@ -327,13 +412,17 @@ impl Tracker {
             self.covered
                 .read()
                 .get(&worktree_id)
-                .is_some_and(|set| set.contains(&p))
+                .and_then(|set| set.get(&p).cloned())
+        };
+        let covered_by = |active: Active| {
+            active.store(crate::store::now_secs(), Ordering::Relaxed);
+            self.mark_covered(worktree_id, seen, &[pid, tid], &active);
         };
         let mut cur = pid;
         let mut depth = 0;
         while cur > 1 && depth < 64 {
-            if holders.contains(&cur) || known(cur) {
-                self.mark_covered(worktree_id, seen, &[pid, tid]);
+            if let Some(active) = holders.get(&cur).cloned().or_else(|| known(cur)) {
+                covered_by(active);
                 return Ok(());
             }
             cur = match proc_info(cur) {
@@ -357,33 +446,58 @@ impl Tracker {
             }
             depth += 1;
         }
-        if holders.contains(&info.pid) {
-            self.mark_covered(worktree_id, seen, &[pid, tid]);
+        if let Some(active) = holders.get(&info.pid) {
+            covered_by(active.clone());
             return Ok(());
         }
         // No store re-read here: this runs inside a FUSE request, and the state it moved
         // (ready or lingering to active) is re-read by the next lookup anyway.
-        self.take(
+        if let Some(active) = self.take(
             worktree_id,
             worktree_path,
             info,
             "first request inside",
             false,
-        )?;
-        self.mark_covered(worktree_id, seen, &[pid, tid]);
+        )? {
+            self.mark_covered(worktree_id, seen, &[pid, tid], &active);
+        }
         Ok(())
+    }
+
+    /// Each watched holder's last activity: (worktree, holder key, unix seconds), for those
+    /// a request was seen from since it was watched.
+    pub fn activity(&self) -> Vec<(i64, String, i64)> {
+        self.watched
+            .lock()
+            .iter()
+            .filter_map(|w| {
+                let at = w.active.load(Ordering::Relaxed);
+                (at > 0).then(|| {
+                    let holder = NewLease::Process {
+                        pid: w.info.pid,
+                        start: w.info.start,
+                        command: String::new(),
+                    }
+                    .holder();
+                    (w.worktree_id, holder, at)
+                })
+            })
+            .collect()
     }
 
     /// Remembers `pids` as covered in a worktree, unless a covered set was dropped since
     /// `seen` (read before the walk that found them covered): that walk may have seen a
     /// holder that has exited since, and a covered process also covers its descendants.
     /// Not remembered, the next request walks again.
-    fn mark_covered(&self, worktree_id: i64, seen: u64, pids: &[i32]) {
+    fn mark_covered(&self, worktree_id: i64, seen: u64, pids: &[i32], active: &Active) {
         let mut covered = self.covered.write();
         if self.drops.load(Ordering::Acquire) != seen {
             return;
         }
-        covered.entry(worktree_id).or_default().extend(pids);
+        covered
+            .entry(worktree_id)
+            .or_default()
+            .extend(pids.iter().map(|p| (*p, active.clone())));
     }
 
     /// A holder of `worktree_id` exited: nobody is known covered there any more.
@@ -400,9 +514,9 @@ impl Tracker {
         info: ProcInfo,
         reason: &str,
         notify: bool,
-    ) -> Result<(), LeaseError> {
+    ) -> Result<Option<Active>, LeaseError> {
         let Some(pidfd) = pidfd_open(info.pid) else {
-            return Ok(()); // exited meanwhile
+            return Ok(None); // exited meanwhile
         };
         let command = command_line(info.pid).unwrap_or_else(|| info.command.clone());
         let lease = NewLease::Process {
@@ -411,17 +525,18 @@ impl Tracker {
             command,
         };
         self.record(worktree_id, lease, reason)?;
-        self.watch(Watched {
+        let active = self.watch(Watched {
             worktree_id,
             worktree_path: worktree_path.to_path_buf(),
             info,
             pidfd,
+            active: if notify { active_none() } else { active_now() },
         });
         let _ = nix::unistd::write(&self.wake.1, b"w");
         if notify {
             (self.on_change)();
         }
-        Ok(())
+        Ok(Some(active))
     }
 
     /// Records a new process lease: in SQLite when it answers within the request's busy
@@ -459,7 +574,7 @@ impl Tracker {
                     self.gate.recorded(worktree_id);
                     return Ok(());
                 }
-                Err(e @ LeaseError::Conflict(..)) => {
+                Err(e @ (LeaseError::Conflict(..) | LeaseError::Occupied(_))) => {
                     self.gate.recorded(worktree_id);
                     return Err(e);
                 }
@@ -537,6 +652,8 @@ impl Tracker {
                         );
                         Ok(())
                     }
+                    // A process lease is never refused for occupancy.
+                    Err(LeaseError::Occupied(_)) => Ok(()),
                     Err(LeaseError::Db(e)) => Err(e),
                 },
                 Op::Release {
@@ -593,19 +710,33 @@ impl Tracker {
         }
     }
 
-    /// Watches a holder's exit, once per (worktree, process).
-    fn watch(&self, w: Watched) {
+    /// Watches a holder's exit, once per (worktree, process); its activity cell (the one
+    /// already watched, if it was).
+    fn watch(&self, w: Watched) -> Active {
         let mut watched = self.watched.lock();
-        if !watched
+        match watched
             .iter()
-            .any(|x| x.worktree_id == w.worktree_id && x.info == w.info)
+            .find(|x| x.worktree_id == w.worktree_id && x.info == w.info)
         {
-            watched.push(w);
+            Some(x) => x.active.clone(),
+            None => {
+                let active = w.active.clone();
+                watched.push(w);
+                active
+            }
         }
     }
 
     /// A holder exited: pass its lease to a process still inside, else release it.
+    /// Its key is in `exiting` from the moment it left `watched` (the watcher puts it
+    /// there under the same lock) until its lease is passed on or released.
     fn holder_exited(&self, w: Watched) {
+        let key = (w.worktree_id, w.info.pid, w.info.start);
+        self.pass_on_or_release(w);
+        self.exiting.lock().remove(&key);
+    }
+
+    fn pass_on_or_release(&self, w: Watched) {
         let holder = NewLease::Process {
             pid: w.info.pid,
             start: w.info.start,
@@ -672,6 +803,7 @@ impl Tracker {
                         worktree_path: w.worktree_path.clone(),
                         info,
                         pidfd,
+                        active: active_none(),
                     });
                     // The watcher polls the heir's pidfd from now on, not a second later.
                     let _ = nix::unistd::write(&self.wake.1, b"w");
@@ -750,6 +882,10 @@ impl Tracker {
                         .drain(..)
                         .partition(|w| exited.contains(&w.pidfd.as_raw_fd()));
                     *watched = keep;
+                    me.exiting.lock().extend(
+                        gone.iter()
+                            .map(|w| (w.worktree_id, w.info.pid, w.info.start)),
+                    );
                     gone
                 };
                 // Each on its own thread: one exit's rescans must not delay another's.
@@ -800,19 +936,25 @@ mod tests {
             Box::new(|| {}),
         )
         .unwrap();
-        let covered = |pid| t.covered.read().get(&7).is_some_and(|s| s.contains(&pid));
+        let covered = |pid| {
+            t.covered
+                .read()
+                .get(&7)
+                .is_some_and(|s| s.contains_key(&pid))
+        };
+        let a = active_none();
         let seen = t.drops.load(Ordering::Acquire);
-        t.mark_covered(7, seen, &[100, 101]);
+        t.mark_covered(7, seen, &[100, 101], &a);
         assert!(covered(100) && covered(101));
         // A walk starts, then a holder of the worktree exits: what the walk found must not
         // come back after the drop (a covered process covers its descendants too).
         let seen = t.drops.load(Ordering::Acquire);
         t.drop_covered(7);
         assert!(!covered(100));
-        t.mark_covered(7, seen, &[200]);
+        t.mark_covered(7, seen, &[200], &a);
         assert!(!covered(200));
         // A walk that starts after the drop is remembered again.
-        t.mark_covered(7, t.drops.load(Ordering::Acquire), &[200]);
+        t.mark_covered(7, t.drops.load(Ordering::Acquire), &[200], &a);
         assert!(covered(200));
     }
 

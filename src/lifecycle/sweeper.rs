@@ -103,6 +103,15 @@ pub fn spawn(
                     // resident size then shows what the daemon holds).
                     crate::heap::trim_beyond(HEAP_SLACK);
                 }
+                // Every second: process leases recorded by someone else (`run --exclusive`)
+                // are watched, or swept when their process is gone.
+                if tick.is_multiple_of(4) {
+                    match tracker.watch_recorded(view.mountpoint(), "process gone") {
+                        Ok(0) => {}
+                        Ok(_) => view.catalog_changed(),
+                        Err(e) => tracing::warn!("watching recorded process leases: {e:#}"),
+                    }
+                }
                 // Memory: idle worktrees' inodes go when the table is over its budget.
                 view.shed_idle(cache_nodes, &mut shed, Duration::from_secs(10));
                 // A process inside (working directory, open file) that the kernel's caches

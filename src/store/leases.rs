@@ -1,7 +1,7 @@
 //! Leases and the lifecycle transitions they drive, each in one transaction, and the
 //! event log.
 
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
 use super::*;
@@ -74,9 +74,22 @@ pub struct LeaseRow {
     pub command: Option<String>,
     pub session: Option<String>,
     pub acquired_at: i64,
+    /// Granted only while nobody else held the worktree; refuses other named leases.
+    pub exclusive: bool,
+    /// The last request the daemon saw from a process it covers (None: none seen since
+    /// it was acquired).
+    pub active_at: Option<i64>,
 }
 
 impl LeaseRow {
+    /// Its last activity: the last request seen from a process it covers, else when it
+    /// was acquired.
+    pub fn last_active(&self) -> i64 {
+        self.active_at
+            .unwrap_or(self.acquired_at)
+            .max(self.acquired_at)
+    }
+
     /// The entry name under `.control/leases`.
     pub fn entry_name(&self) -> String {
         format!("{}:{}@{}", self.repo, self.worktree, self.holder)
@@ -106,7 +119,39 @@ pub struct EventRow {
 pub enum LeaseError {
     /// The worktree is deleting or removed; `state` names it.
     Conflict(crate::lease::Conflict, crate::lease::State),
+    /// Somebody else holds it: an exclusive lease was asked while they do, or they hold
+    /// one. Never for a process entering (the filesystem refuses no one).
+    Occupied(Vec<Occupant>),
     Db(rusqlite::Error),
+}
+
+/// A holder that keeps a lease from being granted.
+#[derive(Debug, Clone, Serialize)]
+pub struct Occupant {
+    #[serde(flatten)]
+    pub lease: LeaseRow,
+    /// Why its process could not be checked (then it counts: refusals fail closed).
+    pub unchecked: Option<String>,
+}
+
+/// A process holder, as the one asking for a lease sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// The one asking, or one of its ancestors: not somebody else.
+    Ours,
+    Alive,
+    /// Exited (or its pid names another process now): it holds nothing.
+    Gone,
+    /// Cannot be told; why.
+    Unknown(String),
+}
+
+/// What a named acquisition asks, besides the lease.
+pub struct Ask<'a> {
+    /// Only while nobody else holds the worktree.
+    pub exclusive: bool,
+    /// How a process holder `(pid, start)` stands.
+    pub liveness: &'a dyn Fn(i64, i64) -> Liveness,
 }
 
 impl From<rusqlite::Error> for LeaseError {
@@ -117,7 +162,7 @@ impl From<rusqlite::Error> for LeaseError {
 
 pub(super) const LEASE_COLUMNS: &str =
     "r.name, w.name, l.worktree_id, l.holder_kind, l.holder, l.pid, \
-     l.pid_start, l.command, l.session, l.acquired_at";
+     l.pid_start, l.command, l.session, l.acquired_at, l.exclusive, l.active_at";
 
 pub(super) fn lease_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseRow> {
     Ok(LeaseRow {
@@ -131,6 +176,8 @@ pub(super) fn lease_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseR
         command: row.get(7)?,
         session: row.get(8)?,
         acquired_at: row.get(9)?,
+        exclusive: row.get(10)?,
+        active_at: row.get(11)?,
     })
 }
 
@@ -187,12 +234,73 @@ pub(super) fn set_state(
 impl Store {
     /// Takes a lease on a worktree: refused while it is deleting or removed; a retained
     /// worktree leaves the retained store. One transaction. Returns false when the holder
-    /// already had it.
+    /// already had it. Occupancy is not looked at: a process entering is never refused.
     pub fn acquire_lease(
         &mut self,
         worktree_id: i64,
         lease: &NewLease,
         reason: &str,
+    ) -> Result<bool, LeaseError> {
+        self.acquire(worktree_id, lease, reason, None)
+    }
+
+    /// A named acquisition (`lease acquire`, `run`): as [`Store::acquire_lease`], and
+    /// refused ([`LeaseError::Occupied`], naming them) while somebody else holds the
+    /// worktree exclusively, or, when `ask` is exclusive, while somebody else holds it at
+    /// all. A holder that already has it and asks exclusive has it so from now on.
+    pub fn acquire_named(
+        &mut self,
+        worktree_id: i64,
+        lease: &NewLease,
+        reason: &str,
+        ask: &Ask<'_>,
+    ) -> Result<bool, LeaseError> {
+        self.acquire(worktree_id, lease, reason, Some(ask))
+    }
+
+    /// The holders other than `holder` that refuse what `ask` asks.
+    fn occupants(
+        tx: &rusqlite::Transaction<'_>,
+        worktree_id: i64,
+        holder: &str,
+        ask: &Ask<'_>,
+    ) -> rusqlite::Result<Vec<Occupant>> {
+        let mut stmt = tx.prepare(&format!(
+            "SELECT {LEASE_COLUMNS} FROM leases l JOIN worktrees w ON w.id = l.worktree_id
+             JOIN repos r ON r.id = w.repo_id WHERE l.worktree_id = ?1 AND l.holder != ?2
+             ORDER BY l.acquired_at, l.holder"
+        ))?;
+        let rows = stmt.query_map(params![worktree_id, holder], lease_from_row)?;
+        let mut out = Vec::new();
+        for l in rows {
+            let l = l?;
+            if !ask.exclusive && !l.exclusive {
+                continue;
+            }
+            let unchecked = match (&l.pid, &l.pid_start) {
+                (Some(pid), Some(start)) if l.holder_kind == "process" => {
+                    match (ask.liveness)(*pid, *start) {
+                        Liveness::Ours | Liveness::Gone => continue,
+                        Liveness::Alive => None,
+                        Liveness::Unknown(why) => Some(why),
+                    }
+                }
+                _ => None,
+            };
+            out.push(Occupant {
+                lease: l,
+                unchecked,
+            });
+        }
+        Ok(out)
+    }
+
+    fn acquire(
+        &mut self,
+        worktree_id: i64,
+        lease: &NewLease,
+        reason: &str,
+        ask: Option<&Ask<'_>>,
     ) -> Result<bool, LeaseError> {
         use crate::lease::{on_acquire, State};
         let tx = self
@@ -201,6 +309,23 @@ impl Store {
         let state = state_of(&tx, worktree_id)?;
         let next = on_acquire(state).map_err(|c| LeaseError::Conflict(c, state))?;
         let holder = lease.holder();
+        // A holder that has it exclusively already asks nothing new (processes may have
+        // entered since: they do not take it away).
+        let held_exclusive: bool = tx
+            .query_row(
+                "SELECT exclusive FROM leases WHERE worktree_id = ?1 AND holder = ?2",
+                params![worktree_id, holder],
+                |r| r.get(0),
+            )
+            .optional()?
+            .unwrap_or(false);
+        if let Some(ask) = ask.filter(|_| !held_exclusive) {
+            let occupants = Self::occupants(&tx, worktree_id, &holder, ask)?;
+            if !occupants.is_empty() {
+                return Err(LeaseError::Occupied(occupants));
+            }
+        }
+        let exclusive = ask.is_some_and(|a| a.exclusive);
         let LeaseColumns {
             kind,
             pid,
@@ -209,10 +334,19 @@ impl Store {
             session,
         } = lease.columns();
         let inserted = tx.execute(
-            "INSERT OR IGNORE INTO leases(worktree_id, holder_kind, holder, pid, pid_start, command, session, acquired_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![worktree_id, kind, holder, pid, start, command, session, now_secs()],
+            "INSERT OR IGNORE INTO leases(worktree_id, holder_kind, holder, pid, pid_start, command, session, acquired_at, exclusive)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![worktree_id, kind, holder, pid, start, command, session, now_secs(), exclusive],
         )? == 1;
+        if !inserted && exclusive {
+            let upgraded = tx.execute(
+                "UPDATE leases SET exclusive = 1 WHERE worktree_id = ?1 AND holder = ?2 AND exclusive = 0",
+                params![worktree_id, holder],
+            )? == 1;
+            if upgraded {
+                event(&tx, worktree_id, "exclusive", Some(&holder), reason)?;
+            }
+        }
         if state != next {
             set_state(&tx, worktree_id, next)?;
         }
@@ -220,7 +354,12 @@ impl Store {
             tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
         }
         if inserted {
-            event(&tx, worktree_id, "acquired", Some(&holder), reason)?;
+            let reason = if exclusive {
+                format!("{reason} (exclusive)")
+            } else {
+                reason.to_string()
+            };
+            event(&tx, worktree_id, "acquired", Some(&holder), &reason)?;
         }
         tx.commit()?;
         Ok(inserted)

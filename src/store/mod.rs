@@ -30,7 +30,7 @@ pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
 pub use cleanup::{BeginError, RetainedRow};
 pub use creations::{BeginCreation, CreationRow};
 pub use kept::{KeptRow, NewKept, PURGED, RESTORED};
-pub use leases::{EventRow, LeaseColumns, LeaseError, LeaseRow, NewLease};
+pub use leases::{Ask, EventRow, LeaseColumns, LeaseError, LeaseRow, Liveness, NewLease, Occupant};
 use schema::MIGRATIONS;
 pub use warm::{NewWarm, WarmRow};
 
@@ -358,6 +358,132 @@ mod tests {
         store.acquire_lease(id, &a, "t").unwrap();
         assert_eq!(state(&store), "active");
         assert!(store.mark_deleting_after_grace(0).unwrap().is_empty());
+    }
+
+    /// The holders an Occupied refusal names.
+    fn refused(r: Result<bool, LeaseError>) -> Vec<(String, Option<String>)> {
+        match r {
+            Err(LeaseError::Occupied(o)) => o
+                .into_iter()
+                .map(|o| (o.lease.holder, o.unchecked))
+                .collect(),
+            other => panic!("not refused for occupancy: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_exclusive_lease_is_granted_only_while_nobody_else_holds_the_worktree() {
+        let (_d, mut store, id) = store_with_worktree();
+        let alive = |_: i64, _: i64| Liveness::Alive;
+        let ask = |exclusive| Ask {
+            exclusive,
+            liveness: &alive,
+        };
+        let s = |n: &str| NewLease::Session { id: n.into() };
+        let p = |pid: i32| NewLease::Process {
+            pid,
+            start: 7,
+            command: format!("cmd {pid}"),
+        };
+        // A process lease (never refused) and a session's: an exclusive ask is refused,
+        // naming both, oldest first.
+        store.acquire_lease(id, &p(100), "t").unwrap();
+        store.acquire_named(id, &s("a"), "t", &ask(false)).unwrap();
+        assert_eq!(
+            refused(store.acquire_named(id, &s("x"), "t", &ask(true))),
+            vec![("pid:100:7".into(), None), ("session:a".into(), None)]
+        );
+        // The process gone (its lease not yet swept), or the asker's own ancestor: not
+        // somebody else; `a` still is.
+        let gone = |pid: i64, _: i64| {
+            if pid == 100 {
+                Liveness::Gone
+            } else {
+                Liveness::Alive
+            }
+        };
+        let ours = |_: i64, _: i64| Liveness::Ours;
+        for liveness in [&gone as &dyn Fn(i64, i64) -> Liveness, &ours] {
+            let r = store.acquire_named(
+                id,
+                &s("x"),
+                "t",
+                &Ask {
+                    exclusive: true,
+                    liveness,
+                },
+            );
+            assert_eq!(refused(r), vec![("session:a".into(), None)]);
+        }
+        // Liveness that cannot be told fails closed, saying why.
+        let unknown = |_: i64, _: i64| Liveness::Unknown("EACCES".into());
+        store
+            .release_lease(id, &s("a").holder(), "released", "t")
+            .unwrap();
+        let r = store.acquire_named(
+            id,
+            &s("x"),
+            "t",
+            &Ask {
+                exclusive: true,
+                liveness: &unknown,
+            },
+        );
+        assert_eq!(
+            refused(r),
+            vec![("pid:100:7".into(), Some("EACCES".into()))]
+        );
+        assert_eq!(store.leases().unwrap().len(), 1, "nothing recorded");
+        // Granted once only the asker's own process holds it; then every other named
+        // ask is refused, exclusive or not, and a process still enters.
+        let r = store.acquire_named(
+            id,
+            &s("x"),
+            "t",
+            &Ask {
+                exclusive: true,
+                liveness: &ours,
+            },
+        );
+        assert!(r.unwrap());
+        assert_eq!(
+            refused(store.acquire_named(id, &s("b"), "t", &ask(false))),
+            vec![("session:x".into(), None)]
+        );
+        assert!(store.acquire_lease(id, &p(200), "t").unwrap());
+        // Asking again is no change; the holder's own plain ask keeps it exclusive.
+        assert!(!store.acquire_named(id, &s("x"), "t", &ask(true)).unwrap());
+        assert!(!store.acquire_named(id, &s("x"), "t", &ask(false)).unwrap());
+        let x = store
+            .leases()
+            .unwrap()
+            .into_iter()
+            .find(|l| l.holder == "session:x")
+            .unwrap();
+        assert!(x.exclusive);
+        assert_eq!(x.last_active(), x.acquired_at);
+        // Released, others may come again; a plain holder asking exclusive upgrades only
+        // when alone.
+        store
+            .release_lease(id, &s("x").holder(), "released", "t")
+            .unwrap();
+        assert!(store.acquire_named(id, &s("b"), "t", &ask(false)).unwrap());
+        let only_b = |_: i64, _: i64| Liveness::Gone;
+        let r = store.acquire_named(
+            id,
+            &s("b"),
+            "t",
+            &Ask {
+                exclusive: true,
+                liveness: &only_b,
+            },
+        );
+        assert!(!r.unwrap());
+        assert!(store
+            .leases()
+            .unwrap()
+            .into_iter()
+            .any(|l| l.holder == "session:b" && l.exclusive));
     }
 
     #[test]

@@ -141,4 +141,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE repos ADD COLUMN warm_default INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE worktrees ADD COLUMN warm INTEGER;
     "#,
+    // 6: exclusive leases (issue 18): granted only while nobody else holds the worktree,
+    // and refusing every other named lease while held; and each lease's last activity
+    // (the last request the daemon saw from a process it covers).
+    r#"
+    ALTER TABLE leases ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE leases ADD COLUMN active_at INTEGER;
+    "#,
 ];
