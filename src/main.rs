@@ -383,8 +383,12 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("worktreefs: {e:#}");
-            match e.downcast_ref::<report::Refusal>() {
+            let refusal = e.downcast_ref::<report::Refusal>();
+            // A refusal as JSON on stderr (`run --json`) is all stderr says: parseable.
+            if refusal.is_none_or(|r| r.json_to != Some(report::JsonTo::Stderr)) {
+                eprintln!("worktreefs: {e:#}");
+            }
+            match refusal {
                 Some(r) => {
                     match r.json_to {
                         Some(report::JsonTo::Stdout) => println!("{:#}", r.json),
@@ -1275,10 +1279,16 @@ fn cmd_run(
     } else {
         "worktreefs run"
     };
+    // A session's plain lease this run makes exclusive is made plain again at the end.
+    let mut unexclusive = None;
     let named = match ask.session {
         Some(id) => {
             worktreefs::lease::validate_session(id).map_err(|e| anyhow!(e))?;
             let lease = worktreefs::store::NewLease::Session { id: id.to_string() };
+            let was_plain = store
+                .leases()?
+                .iter()
+                .any(|l| l.worktree_id == row.id && l.holder == lease.holder() && !l.exclusive);
             let inserted = acquire_named(
                 state,
                 &mut store,
@@ -1291,20 +1301,20 @@ fn cmd_run(
                     json_to,
                 },
             )?;
+            if ask.exclusive && was_plain {
+                unexclusive = Some(lease.holder());
+            }
             // Released at the end only if this run took it.
             inserted.then_some(lease)
         }
         None => None,
     };
-    // Entering the worktree and reading its .git file makes this process a lease holder
-    // (the daemon notices when it exits, however it exits); the command runs below it.
-    std::env::set_current_dir(&dir)
-        .with_context(|| format!("entering {} (state {})", dir.display(), row.state))?;
-    let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
     if ask.session.is_none() && ask.exclusive {
-        // This process's own lease (the daemon took it at the read above, or holds it in
-        // memory while the database is busy), made exclusive: refused while somebody
-        // other than it and its ancestors holds the worktree.
+        // This process's own lease, recorded exclusive before it enters (so two such runs
+        // waiting for each other hold nothing meanwhile): refused while somebody other
+        // than it and its ancestors holds the worktree. The daemon's first request from
+        // it finds the row and watches it; the sweeper watches it if a shell inside covers
+        // it, or sweeps it if this process dies before entering.
         let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
             .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
         let lease = worktreefs::store::NewLease::Process {
@@ -1326,12 +1336,38 @@ fn cmd_run(
         )?;
         daemon::poke(state);
     }
-    let status = std::process::Command::new(&command[0])
-        .args(&command[1..])
+    // Entering the worktree and reading its .git file makes this process a lease holder
+    // (the daemon notices when it exits, however it exits); the command runs below it.
+    std::env::set_current_dir(&dir)
+        .with_context(|| format!("entering {} (state {})", dir.display(), row.state))?;
+    let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
+    // A Ctrl-C at the terminal reaches the command, and this process lives to release
+    // what it took (as system(3) does); the command gets the signals back as they were.
+    // SAFETY: setting a signal's disposition; the pre_exec closure only calls signal(2),
+    // which is async-signal-safe.
+    let old = unsafe {
+        (
+            libc::signal(libc::SIGINT, libc::SIG_IGN),
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+        )
+    };
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            libc::signal(libc::SIGINT, old.0);
+            libc::signal(libc::SIGQUIT, old.1);
+            Ok(())
+        });
+    }
+    let status = cmd
         .status()
         .with_context(|| format!("running {}", command[0]));
     if let Some(lease) = named {
         let _ = store.release_lease(row.id, &lease.holder(), "released", "worktreefs run ended");
+    }
+    if let Some(holder) = unexclusive {
+        let _ = store.set_exclusive(row.id, &holder, false);
     }
     let status = status?;
     match status.code() {

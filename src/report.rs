@@ -228,7 +228,7 @@ pub fn occupied(
         match &l.session {
             Some(s) => releases.push(format!("worktreefs lease release {target} --session {s}")),
             None => releases.push(format!(
-                "end pid {} or let it leave the worktree",
+                "end pid {} (its lease ends when it exits)",
                 l.pid.unwrap_or(0)
             )),
         }

@@ -825,3 +825,74 @@ fn an_exclusive_lease_is_refused_for_a_process_inside_but_not_for_the_askers_own
         },
     );
 }
+
+/// Two `run --exclusive` at once, neither inside: one runs, the other waits for it
+/// (`--wait`) and runs after; neither holds anything while it waits, so they never lock
+/// each other out. A plain lease a run made exclusive is plain again after it.
+#[test]
+fn two_exclusive_runs_at_once_take_turns() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let _m = env.mount_with(&["--linger", "30"]);
+    let log = env.state().join("turns.log");
+    let script = format!(
+        "echo start >> '{l}'; sleep 1; echo end >> '{l}'",
+        l = log.display()
+    );
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let (state, script) = (env.state(), script.clone());
+            std::thread::spawn(move || {
+                wtfs(
+                    &state,
+                    &[
+                        "run",
+                        "repo/t",
+                        "--exclusive",
+                        "--wait",
+                        "20",
+                        "--",
+                        "sh",
+                        "-c",
+                        &script,
+                    ],
+                )
+            })
+        })
+        .collect();
+    for r in runs {
+        let o = r.join().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    assert_eq!(
+        fs::read_to_string(&log).unwrap(),
+        "start\nend\nstart\nend\n",
+        "one after the other"
+    );
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/t", "--session", "s"],
+    );
+    let o = wtfs(
+        &env.state(),
+        &[
+            "run",
+            "repo/t",
+            "--session",
+            "s",
+            "--exclusive",
+            "--",
+            "true",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let leases: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["leases", "--json"])).unwrap();
+    let s = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["session"] == "s")
+        .expect("the session keeps its lease");
+    assert_eq!(s["exclusive"], false, "{leases}");
+}

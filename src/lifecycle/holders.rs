@@ -62,7 +62,15 @@ pub fn liveness_for(me: i32) -> impl Fn(i64, i64) -> crate::store::Liveness {
                 if e.raw_os_error() == Some(libc::ENOENT)
                     || e.raw_os_error() == Some(libc::ESRCH) =>
             {
-                Liveness::Gone
+                // /proc may hide it (hidepid, another pid namespace): the kernel says.
+                // SAFETY: signal 0 only checks that the process exists.
+                if unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+                    || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+                {
+                    Liveness::Unknown(format!("pid {pid} exists but {path} cannot be read"))
+                } else {
+                    Liveness::Gone
+                }
             }
             Err(e) => Liveness::Unknown(format!("reading {path}: {e}")),
         }
@@ -338,20 +346,31 @@ impl Tracker {
             }
             let alive = proc_info(pid).filter(|p| Some(p.start as i64) == l.pid_start);
             let path = mountpoint.join(&l.repo).join(&l.worktree);
-            match alive.and_then(|info| Some((pidfd_open(pid)?, info))) {
-                Some((pidfd, info)) => {
-                    let active = self.watch(Watched {
-                        worktree_id: l.worktree_id,
-                        worktree_path: path,
-                        info,
-                        pidfd,
-                        active: active_none(),
-                    });
+            match alive {
+                Some(info) => {
+                    // Alive but no pidfd (out of descriptors): left as it is, looked at
+                    // again next time; never released under a live process.
+                    let Some(pidfd) = pidfd_open(pid) else {
+                        tracing::warn!(
+                            "cannot watch process {pid} (pidfd_open failed): its lease stays"
+                        );
+                        continue;
+                    };
+                    // Covered before it is watched: an exit handled in between then drops
+                    // the mark with the rest.
+                    let active = active_none();
                     self.covered
                         .write()
                         .entry(l.worktree_id)
                         .or_default()
-                        .insert(pid, active);
+                        .insert(pid, active.clone());
+                    self.watch(Watched {
+                        worktree_id: l.worktree_id,
+                        worktree_path: path,
+                        info,
+                        pidfd,
+                        active,
+                    });
                     let _ = nix::unistd::write(&self.wake.1, b"w");
                 }
                 None => {
@@ -382,7 +401,12 @@ impl Tracker {
         }
         if let Some(set) = self.covered.read().get(&worktree_id) {
             if let Some(active) = set.get(&tid) {
-                active.store(crate::store::now_secs(), Ordering::Relaxed);
+                // Stored only when the second changed: the cell is shared by every process
+                // the holder covers.
+                let now = crate::store::now_secs();
+                if active.load(Ordering::Relaxed) != now {
+                    active.store(now, Ordering::Relaxed);
+                }
                 return Ok(());
             }
         }

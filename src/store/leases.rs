@@ -365,6 +365,20 @@ impl Store {
         Ok(inserted)
     }
 
+    /// Sets whether `holder`'s lease on the worktree is exclusive (a run that made a plain
+    /// lease exclusive gives it back as it was). True when its row changed.
+    pub fn set_exclusive(
+        &mut self,
+        worktree_id: i64,
+        holder: &str,
+        exclusive: bool,
+    ) -> rusqlite::Result<bool> {
+        Ok(self.conn.execute(
+            "UPDATE leases SET exclusive = ?3 WHERE worktree_id = ?1 AND holder = ?2 AND exclusive != ?3",
+            params![worktree_id, holder, exclusive],
+        )? == 1)
+    }
+
     /// Releases one holder's lease; the last release moves the worktree to `lingering`, in
     /// the same transaction. Returns false when there was no such lease.
     pub fn release_lease(
