@@ -212,6 +212,36 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Run a command as the session's turn in REPO/WT: at most one turn runs per worktree
+    /// among all its holders; another is refused (exit code 3, naming the running turn) or
+    /// waits (`--wait`). Takes the session's named lease if it holds none (released at the
+    /// end). The turn ends when the command exits, when the session's lease is released,
+    /// or when this process is gone; the command's exit status is passed through.
+    Turn {
+        target: String,
+        /// The orchestrator's session id the turn is for.
+        #[arg(long)]
+        session: String,
+        /// The filesystem refuses (EBUSY) every change inside the worktree by a process
+        /// outside the turn's process tree while it runs; reads stay open. Does not start
+        /// while processes outside it have files there open for writing.
+        #[arg(long)]
+        guard: bool,
+        /// When another turn runs (or, with --guard, processes outside write files there),
+        /// wait up to SECS for it to end.
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
+        /// A refusal as JSON on stderr (the command's stdout stays its own).
+        #[arg(long)]
+        json: bool,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// List the running turns.
+    Turns {
+        #[arg(long)]
+        json: bool,
+    },
     /// List every lease.
     Leases {
         #[arg(long)]
@@ -397,7 +427,11 @@ fn main() -> ExitCode {
                     }
                     ExitCode::from(r.code)
                 }
-                None => ExitCode::from(1),
+                None => ExitCode::from(
+                    e.downcast_ref::<SpawnFailed>()
+                        .or_else(|| e.root_cause().downcast_ref::<SpawnFailed>())
+                        .map_or(1, |f| f.code),
+                ),
             }
         }
     }
@@ -745,6 +779,61 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
             &command,
         ),
+        Command::Turn {
+            target,
+            session,
+            guard,
+            wait,
+            json,
+            command,
+        } => cmd_turn(
+            &state,
+            &target,
+            &TurnAsk {
+                session: &session,
+                guard,
+                wait,
+                json,
+            },
+            &command,
+        ),
+        Command::Turns { json } => {
+            let store = open_store(&state)?;
+            let rows = store.turns()?;
+            let mountpoint = daemon::running_daemon(&state).map(|d| d.mountpoint);
+            if json {
+                let v: Vec<serde_json::Value> = rows
+                    .iter()
+                    .map(|t| {
+                        let mut v =
+                            report::turn_json(t, mountpoint.as_deref().unwrap_or(Path::new("")));
+                        if mountpoint.is_none() {
+                            v["path"] = serde_json::Value::Null;
+                        }
+                        v
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let now = worktreefs::store::now_secs();
+                println!(
+                    "{:<32} {:<16} {:<8} {:<6} {:<28} COMMAND",
+                    "WORKTREE", "SESSION", "PID", "GUARD", "SINCE"
+                );
+                for t in rows {
+                    println!(
+                        "{:<32} {:<16} {:<8} {:<6} {:<28} {}",
+                        format!("{}/{}", t.repo, t.worktree),
+                        t.session,
+                        t.pid,
+                        if t.guard { "yes" } else { "no" },
+                        report::when(t.started_at, now),
+                        t.command
+                    );
+                }
+            }
+            Ok(())
+        }
         Command::Leases { json } => {
             let store = open_store(&state)?;
             let rows = store.leases()?;
@@ -1338,38 +1427,341 @@ fn cmd_run(
     }
     // Entering the worktree and reading its .git file makes this process a lease holder
     // (the daemon notices when it exits, however it exits); the command runs below it.
-    std::env::set_current_dir(&dir)
-        .with_context(|| format!("entering {} (state {})", dir.display(), row.state))?;
-    let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
-    // A Ctrl-C at the terminal reaches the command, and this process lives to release
-    // what it took (as system(3) does); the command gets the signals back as they were.
-    // SAFETY: setting a signal's disposition; the pre_exec closure only calls signal(2),
-    // which is async-signal-safe.
-    let old = unsafe {
-        (
-            libc::signal(libc::SIGINT, libc::SIG_IGN),
-            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-        )
-    };
-    let mut cmd = std::process::Command::new(&command[0]);
-    cmd.args(&command[1..]);
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-            libc::signal(libc::SIGINT, old.0);
-            libc::signal(libc::SIGQUIT, old.1);
-            Ok(())
-        });
-    }
-    let status = cmd
-        .status()
-        .with_context(|| format!("running {}", command[0]));
+    let status = run_below(&dir, command, false)
+        .with_context(|| format!("in {} (state {})", dir.display(), row.state));
     if let Some(lease) = named {
         let _ = store.release_lease(row.id, &lease.holder(), "released", "worktreefs run ended");
     }
     if let Some(holder) = unexclusive {
         let _ = store.set_exclusive(row.id, &holder, false);
     }
-    let status = status?;
+    exit_as(status?)
+}
+
+/// What `turn` asks.
+struct TurnAsk<'a> {
+    session: &'a str,
+    guard: bool,
+    wait: Option<u64>,
+    json: bool,
+}
+
+/// Ends this process's turn on worktree `id` and gives back the lease it took, telling
+/// the daemon. Ok(false): the turn had ended already (its session's lease released).
+fn end_own_turn(
+    state: &StateDir,
+    store: &mut Store,
+    id: i64,
+    me: &worktreefs::lifecycle::holders::ProcInfo,
+    reason: &str,
+) -> anyhow::Result<bool> {
+    // The lease it took goes with the turn, in the same transaction.
+    let ended = store.end_turn(id, (me.pid as i64, me.start as i64), reason)?;
+    daemon::poke(state);
+    Ok(ended)
+}
+
+/// The running turn on `repo/name` the daemon shows in `.control/turns`, if it is the one
+/// of process `pid`: the daemon has read it, so its gate is in place.
+fn daemon_shows_turn(mountpoint: &Path, repo: &str, name: &str, pid: i32) -> bool {
+    fs::read_to_string(
+        mountpoint
+            .join(worktreefs::fs::CONTROL_NAME)
+            .join("turns")
+            .join(format!("{repo}:{name}")),
+    )
+    .ok()
+    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+    .is_some_and(|v| v["pid"].as_i64() == Some(pid as i64))
+}
+
+fn cmd_turn(
+    state: &StateDir,
+    target: &str,
+    ask: &TurnAsk<'_>,
+    command: &[String],
+) -> anyhow::Result<()> {
+    use worktreefs::store::{NewLease, NewTurn, TurnError};
+    let (repo, name) = split_target(target)?;
+    worktreefs::lease::validate_session(ask.session).map_err(|e| anyhow!(e))?;
+    let mut store = open_store(state)?;
+    let json_to = ask.json.then_some(report::JsonTo::Stderr);
+    let row = leasable_worktree(&store, repo, name, json_to)?;
+    let daemon = daemon::running_daemon(state).ok_or_else(|| {
+        anyhow!(
+            "nothing is mounted for state dir {}; start it with `worktreefs mount`",
+            state.root.display()
+        )
+    })?;
+    let dir = daemon.mountpoint.join(repo).join(name);
+    let started = std::time::Instant::now();
+    let deadline = ask.wait.map(|s| started + Duration::from_secs(s));
+    let waiting = || deadline.is_some_and(|d| std::time::Instant::now() < d);
+    let waited = || ask.wait.map(|_| started.elapsed().as_secs());
+    let lease = NewLease::Session {
+        id: ask.session.to_string(),
+    };
+    let reason = format!(
+        "worktreefs turn{}",
+        if ask.guard { ", guarded" } else { "" }
+    );
+    let took = acquire_named(
+        state,
+        &mut store,
+        (repo, name, &row),
+        &lease,
+        &reason,
+        &Want {
+            exclusive: false,
+            wait: ask.wait,
+            json_to,
+        },
+    )?
+    .then_some(&lease);
+    let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
+        .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
+    let turn = NewTurn {
+        session: ask.session.to_string(),
+        pid: me.pid,
+        start: me.start,
+        command: command.join(" "),
+        guard: ask.guard,
+        took_lease: took.is_some(),
+    };
+    let liveness = worktreefs::lifecycle::holders::liveness_for(me.pid);
+    let give_back = |store: &mut Store| {
+        if let Some(lease) = took {
+            let _ = store.release_lease(
+                row.id,
+                &lease.holder(),
+                "released",
+                "its turn did not start",
+            );
+            daemon::poke(state);
+        }
+    };
+    loop {
+        match store.begin_turn(row.id, &turn, &liveness) {
+            Ok(_) => break,
+            Err(TurnError::Busy {
+                turn: running,
+                unchecked,
+            }) => {
+                if waiting() {
+                    std::thread::sleep(WAIT_POLL);
+                    continue;
+                }
+                give_back(&mut store);
+                let mut r = report::busy(
+                    &running,
+                    unchecked.as_deref(),
+                    waited(),
+                    worktreefs::store::now_secs(),
+                    Some(&daemon.mountpoint),
+                );
+                r.json_to = json_to;
+                return Err(r.into());
+            }
+            Err(TurnError::NotHeld) => {
+                give_back(&mut store);
+                bail!("session {} lost its lease on {repo}/{name} while its turn was starting (released by someone else); nothing was started — take it again with `worktreefs lease acquire {repo}/{name} --session {}`", ask.session, ask.session);
+            }
+            Err(TurnError::State(st)) => {
+                give_back(&mut store);
+                let mut r = report::unleasable(repo, name, Some(st));
+                r.json_to = json_to;
+                return Err(r.into());
+            }
+            Err(TurnError::Db(e)) => {
+                give_back(&mut store);
+                return Err(e.into());
+            }
+        }
+    }
+    daemon::poke(state);
+    if ask.guard {
+        // The gate must be in place before anything is looked at or started: the daemon
+        // shows the turn once it has read it.
+        if !daemon_shows_turn(&daemon.mountpoint, repo, name, me.pid) {
+            end_own_turn(
+                state,
+                &mut store,
+                row.id,
+                &me,
+                "the daemon did not take its guard",
+            )?;
+            bail!(
+                "the daemon at {} did not take the guard of this turn on {repo}/{name} (it does not list it in .control/turns); nothing was started — see its log, or run the turn without --guard",
+                daemon.mountpoint.display()
+            );
+        }
+        // Writers from before the gate: their writes never reach it. (A request already in
+        // flight when the gate came is done within moments: looked at once more.)
+        let mut writers = worktreefs::lifecycle::turns::writers_inside(&dir, me.pid);
+        loop {
+            if writers.is_empty() {
+                std::thread::sleep(Duration::from_millis(20));
+                writers = worktreefs::lifecycle::turns::writers_inside(&dir, me.pid);
+                if writers.is_empty() {
+                    break;
+                }
+            }
+            if !waiting() {
+                end_own_turn(
+                    state,
+                    &mut store,
+                    row.id,
+                    &me,
+                    "processes outside it write there",
+                )?;
+                let mut r = report::writers_inside(repo, name, &writers);
+                if let Some(w) = waited() {
+                    r.message
+                        .push_str(&format!("\n(waited {w} s for them to close those files)"));
+                    r.json["waited_secs"] = w.into();
+                }
+                r.json_to = json_to;
+                return Err(r.into());
+            }
+            std::thread::sleep(WAIT_POLL);
+            writers = worktreefs::lifecycle::turns::writers_inside(&dir, me.pid);
+        }
+    }
+    let status = run_below(&dir, command, true);
+    let why = match &status {
+        Ok(s) => format!("its command ended ({s})"),
+        Err(e) => format!("its command could not start: {e:#}"),
+    };
+    let ended = end_own_turn(state, &mut store, row.id, &me, &why)?;
+    if !ended && status.is_ok() {
+        eprintln!(
+            "worktreefs: the turn of session {} on {repo}/{name} had ended before its command did (its session's lease was released)",
+            ask.session
+        );
+    }
+    exit_as(status?)
+}
+
+/// Runs `command` in `dir` and waits for it, as system(3) does: a Ctrl-C at the terminal
+/// reaches the command and this process lives to release what it took; a SIGTERM or
+/// SIGHUP sent to this process is passed on to the command. `die_with_us`: the command is
+/// killed if this process dies first (a turn's command never outlives its turn). A command
+/// that cannot be started is an error naming it.
+fn run_below(
+    dir: &Path,
+    command: &[String],
+    die_with_us: bool,
+) -> anyhow::Result<std::process::ExitStatus> {
+    std::env::set_current_dir(dir).with_context(|| format!("entering {}", dir.display()))?;
+    let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
+    // SAFETY: setting signal dispositions; the handler only calls kill(2) with a pid read
+    // from an atomic, both async-signal-safe; the pre_exec closure only calls signal(2),
+    // prctl(2) and getppid(2), all async-signal-safe.
+    let old = unsafe {
+        (
+            libc::signal(libc::SIGINT, libc::SIG_IGN),
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+        )
+    };
+    let parent = std::process::id() as libc::pid_t;
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            libc::signal(libc::SIGINT, old.0);
+            libc::signal(libc::SIGQUIT, old.1);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            if die_with_us {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+            }
+            Ok(())
+        });
+    }
+    if die_with_us {
+        // What the command leaves running when it exits (a build server it daemonized)
+        // stays in the turn's process tree: orphans are reparented here, not to init.
+        // SAFETY: plain prctl on this process.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        anyhow::Error::new(SpawnFailed { code }).context(format!("starting {}: {e}", command[0]))
+    })?;
+    FORWARD_TO.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
+    unsafe {
+        libc::signal(
+            libc::SIGTERM,
+            forward_signal as *const () as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGHUP,
+            forward_signal as *const () as libc::sighandler_t,
+        );
+    }
+    let status = if die_with_us {
+        reap_until(child.id() as libc::pid_t)
+    } else {
+        child.wait()
+    };
+    FORWARD_TO.store(0, std::sync::atomic::Ordering::SeqCst);
+    status.with_context(|| format!("waiting for {}", command[0]))
+}
+
+/// Waits for `pid`, reaping every other child that ends meanwhile (a subreaper adopts
+/// orphans: they must not pile up as zombies).
+fn reap_until(pid: libc::pid_t) -> std::io::Result<std::process::ExitStatus> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes only `status`.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r == pid {
+            return Ok(std::os::unix::process::ExitStatusExt::from_raw(status));
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// A command that could not be started: exit 127 (not found) or 126 (not executable), as
+/// shells do.
+#[derive(Debug)]
+struct SpawnFailed {
+    code: u8,
+}
+
+impl std::fmt::Display for SpawnFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}", self.code)
+    }
+}
+
+impl std::error::Error for SpawnFailed {}
+
+/// The command a SIGTERM or SIGHUP to this process is passed on to (0: none).
+static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = FORWARD_TO.load(std::sync::atomic::Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Exits with the command's status: its code, or 128 + the signal that ended it.
+fn exit_as(status: std::process::ExitStatus) -> anyhow::Result<()> {
     match status.code() {
         Some(0) => Ok(()),
         Some(code) => std::process::exit(code),

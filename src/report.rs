@@ -301,3 +301,121 @@ pub fn unleasable(repo: &str, name: &str, state: Option<crate::lease::State>) ->
         code: EXIT_CONFLICT,
     }
 }
+
+/// A running turn as JSON (`.control/turns`, `turns --json`, a busy refusal).
+pub fn turn_json(t: &crate::store::TurnRow, mountpoint: &std::path::Path) -> serde_json::Value {
+    serde_json::json!({
+        "worktree": format!("{}/{}", t.repo, t.worktree),
+        "repo": t.repo,
+        "name": t.worktree,
+        "path": mountpoint.join(&t.repo).join(&t.worktree),
+        "session": t.session,
+        "pid": t.pid,
+        "command": t.command,
+        "guard": t.guard,
+        "started_at": rfc3339(t.started_at),
+    })
+}
+
+/// The refusal of a turn on `repo/name` while `turn` runs there: its session, command and
+/// since when, and the ways out. `unchecked`: why its process could not be checked (then
+/// it counts as running); `waited`: seconds waited (`--wait`).
+pub fn busy(
+    turn: &crate::store::TurnRow,
+    unchecked: Option<&str>,
+    waited: Option<u64>,
+    now: i64,
+    mountpoint: Option<&std::path::Path>,
+) -> Refusal {
+    let target = format!("{}/{}", turn.repo, turn.worktree);
+    let mut message = format!(
+        "worktree '{target}' is busy: the turn of session {} runs there (pid {}: {}{}), since {}",
+        turn.session,
+        turn.pid,
+        turn.command,
+        if turn.guard { ", guarded" } else { "" },
+        when(turn.started_at, now)
+    );
+    if let Some(why) = unchecked {
+        message.push_str(&format!(
+            "\n(whether it is still running cannot be checked: {why}; counted as running)"
+        ));
+    }
+    if let Some(w) = waited {
+        message.push_str(&format!(
+            "\n(waited {w} s for the turn of session {} to end)",
+            turn.session
+        ));
+    }
+    message.push_str(&format!(
+        "\nways out: wait for it (`--wait SECS`), end it by releasing its session (`worktreefs lease release {target} --session {}`), or work in another worktree (`worktreefs new {}/<name>`)",
+        turn.session, turn.repo
+    ));
+    let mut t = turn_json(turn, mountpoint.unwrap_or(std::path::Path::new("")));
+    if mountpoint.is_none() {
+        t["path"] = serde_json::Value::Null;
+    }
+    Refusal {
+        json: serde_json::json!({
+            "error": "busy",
+            "worktree": target,
+            "repo": turn.repo,
+            "name": turn.worktree,
+            "turn": t,
+            "unchecked": unchecked,
+            "waited_secs": waited,
+            "ways_out": {
+                "wait": "--wait SECS",
+                "release": format!("worktreefs lease release {target} --session {}", turn.session),
+                "new": format!("worktreefs new {}/<name>", turn.repo),
+            },
+        }),
+        message,
+        json_to: None,
+        code: EXIT_CONFLICT,
+    }
+}
+
+/// The refusal of a guarded turn on `repo/name` while processes outside it write files
+/// there through descriptors or mappings (writes that never reach the gate).
+pub fn writers_inside(
+    repo: &str,
+    name: &str,
+    writers: &[crate::lifecycle::turns::Writer],
+) -> Refusal {
+    let target = format!("{repo}/{name}");
+    let mut message = format!(
+        "a guarded turn on '{target}' cannot start: {} outside it write{} there (writes through descriptors opened before the turn never reach the gate):",
+        if writers.len() == 1 { "a process" } else { "processes" },
+        if writers.len() == 1 { "s" } else { "" }
+    );
+    for w in writers {
+        message.push_str(&format!(
+            "\n  pid {} ({}) has {} {}",
+            w.pid,
+            w.command,
+            w.path.display(),
+            w.how
+        ));
+    }
+    message.push_str(
+        "\nways out: close those files or end those processes, wait for them (`--wait SECS`), or run the turn without `--guard`",
+    );
+    Refusal {
+        json: serde_json::json!({
+            "error": "writers-inside",
+            "worktree": target,
+            "repo": repo,
+            "name": name,
+            "writers": writers.iter().map(|w| serde_json::json!({
+                "pid": w.pid,
+                "command": w.command,
+                "path": w.path,
+                "how": w.how,
+            })).collect::<Vec<_>>(),
+        }),
+        message,
+        json_to: None,
+        code: EXIT_CONFLICT,
+    }
+}

@@ -174,6 +174,17 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             Ok(n) => tracing::info!("boot reconcile: {n} creation(s) killed half-way rolled back"),
             Err(e) => tracing::error!("boot reconcile: rolling back creations failed: {e:#}"),
         }
+        // Turns whose process died while no daemon watched: their gates open.
+        match store.end_dead_turns(&crate::lifecycle::holders::liveness) {
+            Ok(ended) if !ended.is_empty() => {
+                tracing::info!(
+                    "boot reconcile: {} turn(s) of dead processes ended",
+                    ended.len()
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!("boot reconcile: ending turns of dead processes failed: {e}"),
+        }
         enable_fsmonitor(&store);
     }
     // Boot reconcile: creations killed half-way are rolled back (a creation recorded by a

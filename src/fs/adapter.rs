@@ -250,6 +250,17 @@ impl WorktreeFs {
     }
 }
 
+/// A request that would change what `$ino` is in: refused (EBUSY) while a guarded turn
+/// runs in its worktree and the caller is outside the turn's process tree.
+macro_rules! guard_or_reply {
+    ($self:ident, $req:expr, $ino:expr, $op:expr, $reply:ident) => {
+        if let Err(e) = $self.view.may_change($ino.0, $req.pid()) {
+            $reply.error(errno($op, e));
+            return;
+        }
+    };
+}
+
 macro_rules! enter_or_reply {
     ($self:ident, $req:expr, $ino:expr, $own:expr, $reply:ident) => {
         if let Err(e) = $self.enter($req, $ino, $own) {
@@ -461,6 +472,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("setattr", req, ino.0);
         enter_or_reply!(self, req, ino, true, reply);
+        guard_or_reply!(self, req, ino, "setattr", reply);
         let set = SetAttr {
             mode,
             uid,
@@ -497,6 +509,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("mknod", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
+        guard_or_reply!(self, req, parent, "mknod", reply);
         match self
             .view
             .mknod(parent.0, name, mode, umask, rdev, caller(req))
@@ -517,6 +530,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("mkdir", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
+        guard_or_reply!(self, req, parent, "mkdir", reply);
         match self.view.mkdir(parent.0, name, mode, umask, caller(req)) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("mkdir", e)),
@@ -526,6 +540,7 @@ impl Filesystem for WorktreeFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         span!("unlink", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
+        guard_or_reply!(self, req, parent, "unlink", reply);
         match self.view.unlink(parent.0, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("unlink", e)),
@@ -535,6 +550,7 @@ impl Filesystem for WorktreeFs {
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         span!("rmdir", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
+        guard_or_reply!(self, req, parent, "rmdir", reply);
         match self.view.rmdir(parent.0, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("rmdir", e)),
@@ -551,6 +567,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("symlink", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
+        guard_or_reply!(self, req, parent, "symlink", reply);
         match self.view.symlink(parent.0, link_name, target, caller(req)) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("symlink", e)),
@@ -570,6 +587,8 @@ impl Filesystem for WorktreeFs {
         span!("rename", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
         enter_or_reply!(self, req, newparent, true, reply);
+        guard_or_reply!(self, req, parent, "rename", reply);
+        guard_or_reply!(self, req, newparent, "rename", reply);
         match self
             .view
             .rename(parent.0, name, newparent.0, newname, flags.bits())
@@ -589,6 +608,8 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("link", req, ino.0);
         enter_or_reply!(self, req, newparent, true, reply);
+        guard_or_reply!(self, req, newparent, "link", reply);
+        guard_or_reply!(self, req, ino, "link", reply);
         match self.view.link(ino.0, newparent.0, newname) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("link", e)),
@@ -598,6 +619,9 @@ impl Filesystem for WorktreeFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         span!("open", req, ino.0);
         enter_or_reply!(self, req, ino, true, reply);
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+            guard_or_reply!(self, req, ino, "open", reply);
+        }
         match self.view.open(ino.0, flags.0) {
             Ok((fh, generated)) => {
                 match self.open_mode(fh, generated, &|f| reply.open_backing(f)) {
@@ -851,6 +875,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("create", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
+        guard_or_reply!(self, req, parent, "create", reply);
         match self
             .view
             .create(parent.0, name, mode, umask, flags, caller(req))

@@ -28,6 +28,8 @@ pub(super) enum ControlDir {
     Retained,
     /// `<repo>:<worktree>#<id>`: removed worktrees still restorable.
     Removed,
+    /// `<repo>:<worktree>`: running turns.
+    Turns,
     /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see
     /// `git/fsmonitor.rs`, `fs/journal.rs`).
     FsMonitor,
@@ -41,11 +43,12 @@ const STATS: &str = "stats";
 /// What `.control` itself holds, stated once: inode, name, and the directory it is (None:
 /// a generated file of `.control` itself). The view's fixed nodes, the listing of
 /// `.control` and its names all come from here.
-const LAYOUT: [(u64, &str, Option<ControlDir>); 7] = [
+const LAYOUT: [(u64, &str, Option<ControlDir>); 8] = [
     (3, "leases", Some(ControlDir::Leases)),
     (4, "worktrees", Some(ControlDir::Worktrees)),
     (5, "retained", Some(ControlDir::Retained)),
     (9, "removed", Some(ControlDir::Removed)),
+    (10, "turns", Some(ControlDir::Turns)),
     (6, STATUS, None),
     (7, STATS, None),
     (
@@ -213,6 +216,15 @@ impl View {
                 .iter()
                 .map(|r| r.entry_name())
                 .collect()),
+            ControlDir::Turns => {
+                self.refresh()?;
+                Ok(self
+                    .turns
+                    .running()
+                    .iter()
+                    .map(|t| t.entry_name())
+                    .collect())
+            }
             // Entries exist for any name asked (the name carries the query).
             ControlDir::FsMonitor => Ok(Vec::new()),
         }
@@ -256,6 +268,16 @@ impl View {
                     .ok_or_else(|| FsError::not_found(format!(".control/leases/{entry}")))?;
                 let v = serde_json::to_value(&lease)
                     .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
+                Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Turns, entry) => {
+                let turn = self
+                    .turns
+                    .running()
+                    .into_iter()
+                    .find(|t| t.entry_name() == entry)
+                    .ok_or_else(|| FsError::not_found(format!(".control/turns/{entry}")))?;
+                let v = crate::report::turn_json(&turn, &self.mountpoint);
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Retained, entry) => {

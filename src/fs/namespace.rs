@@ -128,6 +128,7 @@ impl View {
         let read = self.gate.begin_read();
         let repos = store.repos()?;
         let rows = store.worktrees()?;
+        self.turns.set(store.turns()?);
         self.gate.set_deleting(
             read,
             rows.iter()
@@ -467,6 +468,10 @@ impl crate::lifecycle::Mounted for View {
         again: Duration,
     ) -> usize {
         View::shed_idle(self, budget, recently, again)
+    }
+
+    fn running_turns(&self) -> Vec<crate::store::TurnRow> {
+        self.turns.running()
     }
 }
 

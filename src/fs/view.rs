@@ -116,6 +116,8 @@ pub struct View {
     pub(super) pending_leases: std::sync::OnceLock<PendingLeases>,
     /// The process holders' last activity, kept in memory by the tracker.
     pub(super) lease_activity: std::sync::OnceLock<LeaseActivity>,
+    /// The running turns, and the gate of guarded ones (`lifecycle::turns`).
+    pub(super) turns: crate::lifecycle::turns::Turns,
     /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
     pub(super) instance: String,
     pub stats: Stats,
@@ -184,6 +186,7 @@ impl View {
             invalidator: std::sync::OnceLock::new(),
             pending_leases: std::sync::OnceLock::new(),
             lease_activity: std::sync::OnceLock::new(),
+            turns: Default::default(),
             instance: format!(
                 "{}.{}",
                 std::process::id(),
@@ -240,6 +243,33 @@ impl View {
     }
 
     /// Where `.control/leases` learns each process holder's last activity.
+    /// Whether the process asking (`tid`, as FUSE names the calling thread) may change
+    /// what `ino` is in: EBUSY when a guarded turn runs in its worktree and the process is
+    /// outside the turn's tree. The first refusal of each process is an event naming the
+    /// turn.
+    pub fn may_change(&self, ino: u64, tid: u32) -> FsResult<()> {
+        if !self.turns.any_guarded() {
+            return Ok(());
+        }
+        let Some((worktree, _)) = self.worktree_of(ino) else {
+            return Ok(());
+        };
+        self.turns.may_change(worktree, tid).map_err(|r| {
+            if r.first {
+                let holder = r.turn.holder();
+                if let Err(e) = self.store.lock().note_event(
+                    worktree,
+                    "turn-refused",
+                    Some(&holder),
+                    &r.message,
+                ) {
+                    tracing::warn!("recording a refusal of the guarded turn: {e}");
+                }
+            }
+            FsError::busy(r.message)
+        })
+    }
+
     pub fn set_lease_activity(&self, f: LeaseActivity) {
         let _ = self.lease_activity.set(f);
     }

@@ -51,30 +51,64 @@ pub fn liveness_for(me: i32) -> impl Fn(i64, i64) -> crate::store::Liveness {
         if ours.contains(&(pid, start)) {
             return Liveness::Ours;
         }
-        let path = format!("/proc/{pid}/stat");
-        match fs::read_to_string(&path) {
-            Ok(stat) => match parse_stat(pid as i32, &stat) {
-                Some(p) if p.start as i64 == start => Liveness::Alive,
-                Some(_) => Liveness::Gone,
-                None => Liveness::Unknown(format!("{path} cannot be parsed")),
-            },
-            Err(e)
-                if e.raw_os_error() == Some(libc::ENOENT)
-                    || e.raw_os_error() == Some(libc::ESRCH) =>
-            {
-                // /proc may hide it (hidepid, another pid namespace): the kernel says.
-                // SAFETY: signal 0 only checks that the process exists.
-                if unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
-                    || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-                {
-                    Liveness::Unknown(format!("pid {pid} exists but {path} cannot be read"))
-                } else {
-                    Liveness::Gone
-                }
-            }
-            Err(e) => Liveness::Unknown(format!("reading {path}: {e}")),
-        }
+        liveness(pid, start)
     }
+}
+
+/// How the process `(pid, start)` stands: alive, gone (exited, or its pid names another
+/// process now), or unknown (why), for anyone asking.
+pub fn liveness(pid: i64, start: i64) -> crate::store::Liveness {
+    use crate::store::Liveness;
+    let path = format!("/proc/{pid}/stat");
+    match fs::read_to_string(&path) {
+        Ok(stat) => match parse_stat(pid as i32, &stat) {
+            // A zombie has exited: it holds nothing, whether or not it was reaped yet.
+            Some(p) if p.start as i64 == start && is_zombie(&stat) => Liveness::Gone,
+            Some(p) if p.start as i64 == start => Liveness::Alive,
+            Some(_) => Liveness::Gone,
+            None => Liveness::Unknown(format!("{path} cannot be parsed")),
+        },
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            // /proc may hide it (hidepid, another pid namespace): the kernel says.
+            // SAFETY: signal 0 only checks that the process exists.
+            if unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+            {
+                Liveness::Unknown(format!("pid {pid} exists but {path} cannot be read"))
+            } else {
+                Liveness::Gone
+            }
+        }
+        Err(e) => Liveness::Unknown(format!("reading {path}: {e}")),
+    }
+}
+
+/// Whether the thread `tid` belongs to the process `root` `(pid, start)` or one of its
+/// descendants, walking parents up from it. Err: a process on the way cannot be read
+/// (exited meanwhile, hidden), so it cannot be told.
+pub fn descends_from(tid: i32, root: (i64, i64)) -> Result<bool, String> {
+    let mut cur = tgid_of(tid).unwrap_or(tid);
+    for _ in 0..1024 {
+        let p = proc_info(cur).ok_or_else(|| format!("/proc/{cur}/stat cannot be read"))?;
+        if (p.pid as i64, p.start as i64) == root {
+            return Ok(true);
+        }
+        if p.ppid <= 0 {
+            return Ok(false);
+        }
+        cur = p.ppid;
+    }
+    Ok(false)
+}
+
+/// Whether a `/proc/<pid>/stat` text's state (the field after the command) says the
+/// process has exited: zombie or dead.
+fn is_zombie(stat: &str) -> bool {
+    stat.rfind(')')
+        .and_then(|c| stat[c + 1..].split_whitespace().next())
+        .is_some_and(|st| st == "Z" || st == "X")
 }
 
 fn parse_stat(pid: i32, stat: &str) -> Option<ProcInfo> {
@@ -144,6 +178,11 @@ pub fn is_inside(pid: i32, dir: &Path) -> bool {
 /// Whether the `/proc/<pid>/maps` line `line` is a shared writable mapping of a file
 /// below `dir` (`address perms offset dev inode path`, the path padded with spaces).
 fn writes_below(line: &[u8], dir: &Path) -> bool {
+    shared_writable_below(line, dir).is_some()
+}
+
+/// The file a `/proc/<pid>/maps` line maps shared and writable, when it is below `dir`.
+pub fn shared_writable_below(line: &[u8], dir: &Path) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let mut rest = line;
     let mut fields = [&b""[..]; 5];
@@ -156,11 +195,12 @@ fn writes_below(line: &[u8], dir: &Path) -> bool {
     }
     let perms = fields[1];
     if perms.len() < 4 || perms[1] != b'w' || perms[3] != b's' {
-        return false;
+        return None;
     }
     let path = rest.trim_ascii_start();
     let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
-    path.starts_with(b"/") && Path::new(std::ffi::OsStr::from_bytes(path)).starts_with(dir)
+    let path = Path::new(std::ffi::OsStr::from_bytes(path));
+    (path.is_absolute() && path.starts_with(dir)).then(|| path.to_path_buf())
 }
 
 /// Every live process inside `dir`, lowest pid first, except `skip`.

@@ -14,6 +14,7 @@ pub mod holders;
 pub mod restore;
 pub mod submodules;
 pub mod sweeper;
+pub mod turns;
 pub mod warm;
 
 pub use sweeper::Mounted;

@@ -31,6 +31,8 @@ pub trait Mounted: Send + Sync {
         recently: &mut HashMap<i64, Instant>,
         again: Duration,
     ) -> usize;
+    /// The running turns the filesystem knows (its gate's table).
+    fn running_turns(&self) -> Vec<crate::store::TurnRow>;
 }
 
 /// How long the transaction that decides a move to `deleting` may wait for another
@@ -110,6 +112,29 @@ pub fn spawn(
                         Ok(0) => {}
                         Ok(_) => view.catalog_changed(),
                         Err(e) => tracing::warn!("watching recorded process leases: {e:#}"),
+                    }
+                }
+                // Every tick: a turn whose process is gone ends (its gate opens within a
+                // second of the death, however it died).
+                let running = view.running_turns();
+                if running.iter().any(|t| {
+                    crate::lifecycle::holders::liveness(t.pid, t.pid_start)
+                        == crate::store::Liveness::Gone
+                }) {
+                    match store.end_dead_turns(&crate::lifecycle::holders::liveness) {
+                        Ok(ended) => {
+                            for t in &ended {
+                                tracing::info!(
+                                    "the turn of session {} on {}/{} ended: its process {} is gone",
+                                    t.session,
+                                    t.repo,
+                                    t.worktree,
+                                    t.pid
+                                );
+                            }
+                            view.catalog_changed();
+                        }
+                        Err(e) => tracing::warn!("ending turns of dead processes: {e}"),
                     }
                 }
                 // Memory: idle worktrees' inodes go when the table is over its budget.

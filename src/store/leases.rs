@@ -231,6 +231,31 @@ pub(super) fn set_state(
     Ok(())
 }
 
+/// Releases one holder's lease in the caller's transaction; the last release moves the
+/// worktree to `lingering`. False when there was no such lease.
+pub(super) fn release_in(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: i64,
+    holder: &str,
+    kind: &str,
+    reason: &str,
+) -> rusqlite::Result<bool> {
+    let removed = tx.execute(
+        "DELETE FROM leases WHERE worktree_id = ?1 AND holder = ?2",
+        params![worktree_id, holder],
+    )? == 1;
+    if removed {
+        event(tx, worktree_id, kind, Some(holder), reason)?;
+        let state = state_of(tx, worktree_id)?;
+        let next = crate::lease::on_release(state, lease_count(tx, worktree_id)?);
+        if next != state {
+            set_state(tx, worktree_id, next)?;
+            event(tx, worktree_id, next.as_str(), None, "last lease released")?;
+        }
+    }
+    Ok(removed)
+}
+
 impl Store {
     /// Takes a lease on a worktree: refused while it is deleting or removed; a retained
     /// worktree leaves the retained store. One transaction. Returns false when the holder
@@ -388,22 +413,17 @@ impl Store {
         kind: &str,
         reason: &str,
     ) -> rusqlite::Result<bool> {
-        use crate::lease::on_release;
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let removed = tx.execute(
-            "DELETE FROM leases WHERE worktree_id = ?1 AND holder = ?2",
-            params![worktree_id, holder],
-        )? == 1;
+        let removed = release_in(&tx, worktree_id, holder, kind, reason)?;
         if removed {
-            event(&tx, worktree_id, kind, Some(holder), reason)?;
-            let state = state_of(&tx, worktree_id)?;
-            let next = on_release(state, lease_count(&tx, worktree_id)?);
-            if next != state {
-                set_state(&tx, worktree_id, next)?;
-                event(&tx, worktree_id, next.as_str(), None, "last lease released")?;
-            }
+            super::turns::end_turn_of_session(
+                &tx,
+                worktree_id,
+                holder,
+                "its session's lease was released",
+            )?;
         }
         tx.commit()?;
         Ok(removed)

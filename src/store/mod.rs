@@ -24,6 +24,7 @@ mod creations;
 mod kept;
 mod leases;
 mod schema;
+mod turns;
 mod warm;
 
 pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
@@ -32,6 +33,7 @@ pub use creations::{BeginCreation, CreationRow};
 pub use kept::{KeptRow, NewKept, PURGED, RESTORED};
 pub use leases::{Ask, EventRow, LeaseColumns, LeaseError, LeaseRow, Liveness, NewLease, Occupant};
 use schema::MIGRATIONS;
+pub use turns::{NewTurn, TurnError, TurnRow};
 pub use warm::{NewWarm, WarmRow};
 
 pub const DB_FILE: &str = "worktreefs.db";
@@ -265,7 +267,7 @@ mod tests {
         assert!(store.worktree("r", "b").unwrap().is_none());
     }
 
-    fn store_with_worktree() -> (tempfile::TempDir, Store, i64) {
+    pub(super) fn store_with_worktree() -> (tempfile::TempDir, Store, i64) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path()).unwrap();
         let repo = store

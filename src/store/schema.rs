@@ -148,4 +148,20 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE leases ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE leases ADD COLUMN active_at INTEGER;
     "#,
+    // 7: turns (issue 18): at most one running turn per worktree among all its holders,
+    // the session it is for, its process (pid and start time), its command, and whether
+    // the filesystem refuses writes from outside its process tree, and whether it took its
+    // session's lease (given back when it ends, however it ends).
+    r#"
+    CREATE TABLE turns (
+        worktree_id INTEGER PRIMARY KEY REFERENCES worktrees(id),
+        session     TEXT NOT NULL,
+        pid         INTEGER NOT NULL,
+        pid_start   INTEGER NOT NULL,
+        command     TEXT NOT NULL,
+        guard       INTEGER NOT NULL,
+        started_at  INTEGER NOT NULL,
+        took_lease  INTEGER NOT NULL
+    );
+    "#,
 ];

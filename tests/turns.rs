@@ -1,0 +1,554 @@
+//! Turns (issue 18, item 2): at most one running turn per worktree among all its holders,
+//! ended by its command's exit, its session's release or its process's death; `--guard`
+//! makes the filesystem refuse writes from outside the turn's process tree. Mounted, real
+//! processes, real git.
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A `turn` running in the background, killed (SIGKILL, by pid) if the test ends first.
+struct Background(Option<Child>);
+
+impl Background {
+    fn start(state: &Path, args: &[&str]) -> Background {
+        let child = Command::new(BIN)
+            .arg("--state-dir")
+            .arg(state)
+            .args(args)
+            .current_dir("/")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "Test")
+            .env("GIT_AUTHOR_EMAIL", "test@example.com")
+            .env("GIT_COMMITTER_NAME", "Test")
+            .env("GIT_COMMITTER_EMAIL", "test@example.com")
+            .env("HOME", std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn worktreefs turn");
+        Background(Some(child))
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    /// Waits (bounded) for it to exit.
+    fn finish(mut self, limit: Duration) -> std::process::Output {
+        let mut child = self.0.take().unwrap();
+        let end = Instant::now() + limit;
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return child.wait_with_output().unwrap();
+            }
+            if Instant::now() > end {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "the turn did not end within {limit:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn turns_listed(m: &Mounted) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(m.mountpoint.join(".control/turns"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+fn wait_for_turn(m: &Mounted) {
+    wait_until("the turn is listed", Duration::from_secs(10), || {
+        !turns_listed(m).is_empty()
+    });
+}
+
+fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+/// Two sessions sharing one worktree start turns at the same moment: exactly one runs,
+/// the other is refused at once (exit 3) with a busy naming the running turn's session
+/// and command. `.control/turns` lists the running one.
+#[test]
+fn two_sessions_starting_turns_at_once_one_runs_and_the_other_is_busy() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/t", "--session", "a"],
+    );
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+    let runs: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|s| {
+            let (state, barrier) = (env.state(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let script = format!("echo {s} >> turns.log; sleep 2");
+                (
+                    s,
+                    wtfs(
+                        &state,
+                        &["turn", "repo/t", "--session", s, "--", "sh", "-c", &script],
+                    ),
+                )
+            })
+        })
+        .collect();
+    // While one runs, it is listed.
+    wait_for_turn(&m);
+    let listed = turns_listed(&m);
+    assert_eq!(listed, vec!["repo:t".to_string()]);
+    let entry: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(m.mountpoint.join(".control/turns/repo:t")).unwrap(),
+    )
+    .unwrap();
+    let outcomes: Vec<_> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    let won: Vec<_> = outcomes
+        .iter()
+        .filter(|(_, o)| o.status.success())
+        .collect();
+    let lost: Vec<_> = outcomes
+        .iter()
+        .filter(|(_, o)| !o.status.success())
+        .collect();
+    assert_eq!(won.len(), 1, "exactly one turn runs: {outcomes:?}");
+    assert_eq!(lost.len(), 1, "{outcomes:?}");
+    let (winner, _) = won[0];
+    let (_, lost) = lost[0];
+    assert_eq!(
+        lost.status.code(),
+        Some(3),
+        "a typed busy: {}",
+        stderr(lost)
+    );
+    let msg = stderr(lost);
+    assert!(msg.contains("busy"), "{msg}");
+    assert!(msg.contains(&format!("session {winner}")), "{msg}");
+    assert!(msg.contains("sleep 2") || msg.contains("sh -c"), "{msg}");
+    assert_eq!(entry["session"], *winner, "{entry}");
+    let log = fs::read_to_string(m.wt("repo", "t").join("turns.log")).unwrap();
+    assert_eq!(log, format!("{winner}\n"), "only the winner ran");
+    // Session a held its lease before: it still does. Session b's lease (if it won, the
+    // turn took it) is gone with its turn.
+    let leases = wtfs_ok(&env.state(), &["leases"]);
+    assert!(leases.contains("session:a"), "{leases}");
+    assert!(!leases.contains("session:b"), "{leases}");
+    assert!(turns_listed(&m).is_empty());
+    // --json: the busy as JSON on stderr, the command's stdout its own.
+    let bg = Background::start(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "sleep", "3"],
+    );
+    wait_for_turn(&m);
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "b",
+            "--json",
+            "--",
+            "echo",
+            "hi",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stderr).expect("JSON on stderr");
+    assert_eq!(j["error"], "busy", "{j}");
+    assert_eq!(j["turn"]["session"], "a", "{j}");
+    assert_eq!(j["turn"]["pid"], bg.pid(), "{j}");
+    assert!(
+        j["turn"]["started_at"].as_str().unwrap().contains('T'),
+        "{j}"
+    );
+    // --wait: waits for the running turn, then runs.
+    let t = Instant::now();
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "b",
+            "--wait",
+            "20",
+            "--",
+            "echo",
+            "hi",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "hi\n");
+    assert!(t.elapsed() >= Duration::from_millis(500), "it waited");
+    assert!(bg.finish(Duration::from_secs(10)).status.success());
+    drop(m);
+}
+
+/// A turn whose process is killed with SIGKILL leaves no gate: the daemon notices within
+/// a second, and a daemon that was down meanwhile clears it at boot.
+#[test]
+fn a_turn_killed_with_sigkill_opens_the_gate_within_a_second_and_after_a_restart() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    {
+        let m = env.mount();
+        let bg = Background::start(
+            &env.state(),
+            &["turn", "repo/t", "--session", "a", "--", "sleep", "60"],
+        );
+        wait_for_turn(&m);
+        // SAFETY: a pid this test started.
+        unsafe { libc::kill(bg.pid() as i32, libc::SIGKILL) };
+        let killed = Instant::now();
+        wait_until(
+            "the daemon ends the dead turn",
+            Duration::from_millis(2500),
+            || turns_listed(&m).is_empty(),
+        );
+        eprintln!("gate open after {:?}", killed.elapsed());
+        let events = wtfs_ok(&env.state(), &["events"]);
+        assert!(events.contains("turn-ended"), "{events}");
+        let o = wtfs(
+            &env.state(),
+            &["turn", "repo/t", "--session", "b", "--", "true"],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        // The killed turn's command went with it (it dies with its parent).
+        drop(bg);
+    }
+    // The turn took session a's lease: it went with the killed turn.
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(
+        events.contains("its turn, which took it, ended"),
+        "{events}"
+    );
+    // A daemon that dies with a turn running; the turn dies while it is down.
+    wtfs_ok(&env.state(), &["new", "repo/t2"]);
+    let m = env.mount();
+    let bg = Background::start(
+        &env.state(),
+        &["turn", "repo/t2", "--session", "a", "--", "sleep", "60"],
+    );
+    wait_for_turn(&m);
+    m.kill9();
+    drop(bg);
+    let m = env.mount();
+    assert!(turns_listed(&m).is_empty(), "boot reconcile cleared it");
+    let turns = wtfs_ok(&env.state(), &["turns", "--json"]);
+    let turns: serde_json::Value = serde_json::from_str(&turns).unwrap();
+    assert_eq!(turns, serde_json::json!([]));
+    drop(m);
+}
+
+/// `--guard`: while the turn runs, a write, create, namespace change or setattr inside
+/// the worktree from a process outside its tree answers EBUSY (with an event naming the
+/// turn); reads stay open; the turn's own children (git among them, and what they leave
+/// running) are never refused.
+#[test]
+fn a_guarded_turn_refuses_writes_from_outside_and_allows_reads_and_its_own_children() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "t");
+    fs::write(wt.join("shared.txt"), "before\n").unwrap();
+    let go = env.state().join("go");
+    let script = format!(
+        "(sh -c 'sleep 0.3; echo orphan > orphan.txt' &); \
+         echo mine > own.txt && git add own.txt && git commit -q -m 'in the turn' && \
+         while [ ! -e '{go}' ]; do sleep 0.05; done; echo later >> own.txt; mkdir made; \
+         mv made made2; chmod 600 own.txt; \
+         while [ ! -e orphan.txt ]; do sleep 0.05; done",
+        go = go.display()
+    );
+    let bg = Background::start(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--guard",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    wait_for_turn(&m);
+    wait_until("the turn committed", Duration::from_secs(20), || {
+        git(&wt, &["log", "-1", "--format=%s"]).trim() == "in the turn"
+    });
+    // Reads are open to all.
+    assert_eq!(
+        fs::read_to_string(wt.join("shared.txt")).unwrap(),
+        "before\n"
+    );
+    assert!(fs::read_dir(&wt).unwrap().count() > 0);
+    git(&wt, &["status", "--porcelain"]);
+    // Writes from outside are refused with EBUSY.
+    let busy = Some(libc::EBUSY);
+    assert_eq!(
+        errno_of(
+            fs::OpenOptions::new()
+                .append(true)
+                .open(wt.join("shared.txt"))
+        ),
+        busy,
+        "open for writing"
+    );
+    assert_eq!(errno_of(fs::write(wt.join("new.txt"), "x")), busy, "create");
+    assert_eq!(errno_of(fs::create_dir(wt.join("dir"))), busy, "mkdir");
+    assert_eq!(
+        errno_of(fs::remove_file(wt.join("shared.txt"))),
+        busy,
+        "unlink"
+    );
+    assert_eq!(
+        errno_of(fs::rename(wt.join("shared.txt"), wt.join("moved.txt"))),
+        busy,
+        "rename"
+    );
+    assert_eq!(
+        errno_of(fs::hard_link(wt.join("shared.txt"), wt.join("linked.txt"))),
+        busy,
+        "link"
+    );
+    assert_eq!(
+        errno_of(std::os::unix::fs::symlink("shared.txt", wt.join("sym"))),
+        busy,
+        "symlink"
+    );
+    assert_eq!(
+        errno_of(fs::set_permissions(
+            wt.join("shared.txt"),
+            fs::Permissions::from_mode(0o600)
+        )),
+        busy,
+        "setattr"
+    );
+    // An outsider's process that is a child of the test: also outside.
+    let o = run("sh", &["-c", "echo x > shared.txt"], &wt);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("busy"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        fs::read_to_string(wt.join("shared.txt")).unwrap(),
+        "before\n"
+    );
+    // Another worktree is not gated.
+    wtfs_ok(&env.state(), &["new", "repo/other"]);
+    fs::write(m.wt("repo", "other").join("free.txt"), "free").unwrap();
+    // The refusal is an event naming the turn.
+    let events = wtfs_ok(&env.state(), &["events", "--json"]);
+    let refused: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["kind"] == "turn-refused")
+        .collect();
+    assert!(!refused.is_empty(), "{events}");
+    let reason = refused[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("session a"), "{reason}");
+    assert!(reason.contains(&std::process::id().to_string()), "{reason}");
+    // The turn's own tree goes on writing.
+    fs::write(&go, "").unwrap();
+    let out = bg.finish(Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::read_to_string(wt.join("own.txt")).unwrap(),
+        "mine\nlater\n"
+    );
+    assert!(wt.join("made2").is_dir());
+    // What the command left running (orphaned, double-forked) stayed inside the turn.
+    assert_eq!(
+        fs::read_to_string(wt.join("orphan.txt")).unwrap(),
+        "orphan\n"
+    );
+    // The turn over, the gate is open.
+    fs::write(wt.join("shared.txt"), "after\n").unwrap();
+    assert!(turns_listed(&m).is_empty());
+    drop(m);
+}
+
+/// A guarded turn does not start while a process outside it holds a file in the
+/// worktree open for writing (its writes would never reach the gate): refused, naming
+/// the process; it starts once the file is closed.
+#[test]
+fn a_guarded_turn_does_not_start_while_an_outsider_holds_a_file_open_for_writing() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "t");
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(wt.join("log.txt"))
+        .unwrap();
+    f.write_all(b"open\n").unwrap();
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--guard", "--", "true"],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let msg = stderr(&o);
+    assert!(msg.contains(&std::process::id().to_string()), "{msg}");
+    assert!(msg.contains("log.txt"), "{msg}");
+    assert!(msg.contains("open for writing"), "{msg}");
+    assert!(turns_listed(&m).is_empty(), "nothing half-done");
+    let leases = wtfs_ok(&env.state(), &["leases"]);
+    assert!(
+        !leases.contains("session:a"),
+        "the lease it took went: {leases}"
+    );
+    // Without --guard the open file is no obstacle.
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "true"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    drop(f);
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--guard", "--", "true"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    drop(m);
+}
+
+/// Releasing the session's lease ends its turn: the gate opens for the next.
+#[test]
+fn releasing_the_sessions_lease_ends_its_turn() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let bg = Background::start(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--guard",
+            "--",
+            "sleep",
+            "60",
+        ],
+    );
+    wait_for_turn(&m);
+    wtfs_ok(
+        &env.state(),
+        &["lease", "release", "repo/t", "--session", "a"],
+    );
+    assert!(turns_listed(&m).is_empty(), "{:?}", turns_listed(&m));
+    // Unguarded now.
+    fs::write(m.wt("repo", "t").join("x"), "x").unwrap();
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "b", "--", "true"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(events.contains("turn-ended"), "{events}");
+    drop(bg);
+    drop(m);
+}
+
+/// Bad input: a turn on a worktree that is unknown or removed is the usual typed
+/// conflict; `--wait` is bounded and says what it waited for; a command that does not
+/// exist leaves no turn.
+#[test]
+fn turns_refuse_bad_input_clearly_and_leave_nothing_behind() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/nope", "--session", "a", "--", "true"],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("repo/nope"), "{}", stderr(&o));
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "bad id!", "--", "true"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("session"), "{}", stderr(&o));
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "/nonexistent/cmd"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("/nonexistent/cmd"), "{}", stderr(&o));
+    assert!(turns_listed(&m).is_empty());
+    let bg = Background::start(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "sleep", "30"],
+    );
+    wait_for_turn(&m);
+    let t = Instant::now();
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "b",
+            "--wait",
+            "1",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(t.elapsed() >= Duration::from_secs(1));
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert!(stderr(&o).contains("waited 1 s"), "{}", stderr(&o));
+    drop(bg);
+    wait_until("the killed turn is gone", Duration::from_secs(3), || {
+        turns_listed(&m).is_empty()
+    });
+    drop(m);
+}
