@@ -109,9 +109,35 @@ pub fn validate_session(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A holder's reason for a release (`lease release --reason`): one line of at most 200
+/// characters, no control characters (it is shown in tables and kept in events).
+pub fn validate_reason(reason: &str) -> Result<(), String> {
+    if reason.trim().is_empty() || reason.chars().count() > 200 {
+        return Err(format!(
+            "release reason {reason:?} must be 1 to 200 characters of text"
+        ));
+    }
+    if let Some(c) = reason.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "release reason {reason:?} contains the control character {c:?}: give one line of text, e.g. force-killed"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_release_reason_is_one_line_of_text() {
+        assert!(validate_reason("force-killed").is_ok());
+        assert!(validate_reason("exited with unsaved work").is_ok());
+        assert!(validate_reason(" ").is_err());
+        assert!(validate_reason("a\nb").is_err());
+        assert!(validate_reason("\u{1b}[31m").is_err());
+        assert!(validate_reason(&"x".repeat(201)).is_err());
+    }
 
     /// A state formats like its name, padding included (the status table aligns on it).
     #[test]

@@ -286,6 +286,11 @@ enum LeaseCmd {
         target: String,
         #[arg(long)]
         session: String,
+        /// Why the session let go (e.g. `force-killed`, `exited-with-unsaved-work`): kept
+        /// with the release event, and shown with the retained entry if the worktree is
+        /// retained.
+        #[arg(long, value_name = "TEXT", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+        reason: Option<String>,
     },
 }
 
@@ -504,11 +509,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{:<32} {:<20} {:<12} REASON", "WORKTREE", "BRANCH", "SINCE");
                 for r in rows {
                     println!(
-                        "{:<32} {:<20} {:<12} {}",
+                        "{:<32} {:<20} {:<12} {}{}",
                         format!("{}/{}", r.repo, r.worktree),
                         r.branch.as_deref().unwrap_or("(detached)"),
                         r.entered_at,
-                        r.reason
+                        r.reason,
+                        r.holder_reason
+                            .as_deref()
+                            .map(|h| format!(" (holder: {h})"))
+                            .unwrap_or_default()
                     );
                 }
             }
@@ -1259,7 +1268,9 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
         LeaseCmd::Acquire {
             target, session, ..
         } => (target, session),
-        LeaseCmd::Release { target, session } => (target, session),
+        LeaseCmd::Release {
+            target, session, ..
+        } => (target, session),
     };
     worktreefs::lease::validate_session(session).map_err(|e| anyhow!(e))?;
     let (repo, name) = split_target(target)?;
@@ -1329,10 +1340,33 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
     let row = store.worktree(repo, name)?.ok_or_else(|| {
         anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`")
     })?;
-    if store.release_lease(row.id, &lease.holder(), "released", "named lease released")? {
+    let LeaseCmd::Release { reason, .. } = &cmd else {
+        unreachable!("acquire returned above")
+    };
+    if let Some(r) = reason {
+        worktreefs::lease::validate_reason(r).map_err(|e| anyhow!(e))?;
+    }
+    let turn = store
+        .turns()?
+        .into_iter()
+        .find(|t| t.worktree_id == row.id && t.session == *session);
+    let released = match reason {
+        Some(r) => store.release_with_reason(row.id, &lease.holder(), r)?,
+        None => store.release_lease(row.id, &lease.holder(), "released", "named lease released")?,
+    };
+    if released {
         println!("session {session} released {repo}/{name}");
+        if let Some(t) = turn {
+            println!(
+                "its turn (pid {}: {}) ended; the command was not stopped",
+                t.pid, t.command
+            );
+        }
     } else {
-        bail!("session {session} holds no lease on {repo}/{name} (see `worktreefs leases`)");
+        bail!(
+            "session {session} holds no lease on {repo}/{name} (state {}); nothing changed (see `worktreefs leases`)",
+            row.state
+        );
     }
     daemon::poke(state);
     Ok(())

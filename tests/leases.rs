@@ -896,3 +896,109 @@ fn two_exclusive_runs_at_once_take_turns() {
         .expect("the session keeps its lease");
     assert_eq!(s["exclusive"], false, "{leases}");
 }
+
+/// The holder's reason (`lease release --reason`): kept with the release event and shown
+/// with the retained entry next to the inspection's reason, in `retained` and
+/// `.control/retained`. A release by a session that holds nothing says so and changes
+/// nothing; a bad reason is refused before anything changes.
+#[test]
+fn a_release_reason_is_shown_with_the_retained_entry() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    let m = env.mount_with(&["--linger", "1"]);
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/w", "--session", "s1"],
+    );
+    // Written by a process that then exits (this one would keep a lease).
+    run_ok("sh", &["-c", "echo work > unsaved.txt"], &m.wt("repo", "w"));
+    // Bad input first: nothing changes.
+    let o = wtfs(
+        &env.state(),
+        &[
+            "lease",
+            "release",
+            "repo/w",
+            "--session",
+            "s1",
+            "--reason",
+            "",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = wtfs(
+        &env.state(),
+        &[
+            "lease",
+            "release",
+            "repo/w",
+            "--session",
+            "s1",
+            "--reason",
+            "a\nb",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("reason"), "{}", stderr(&o));
+    let o = wtfs(
+        &env.state(),
+        &[
+            "lease",
+            "release",
+            "repo/w",
+            "--session",
+            "nobody",
+            "--reason",
+            "x",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("holds no lease"), "{}", stderr(&o));
+    assert_eq!(state_of(&env, "w"), "active");
+    wtfs_ok(
+        &env.state(),
+        &[
+            "lease",
+            "release",
+            "repo/w",
+            "--session",
+            "s1",
+            "--reason",
+            "force-killed",
+        ],
+    );
+    wait_for_state(&env, "w", "retained", Duration::from_secs(15));
+    let table = wtfs_ok(&env.state(), &["retained"]);
+    assert!(table.contains("force-killed"), "{table}");
+    assert!(table.contains("unsaved.txt"), "{table}");
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["retained", "--json"])).unwrap();
+    assert_eq!(
+        json[0]["holder_reason"], "session s1: force-killed",
+        "{json}"
+    );
+    let entry: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(m.mountpoint.join(".control/retained/repo:w")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        entry["holder_reason"], "session s1: force-killed",
+        "{entry}"
+    );
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(events.contains("force-killed"), "{events}");
+    // A new session's lease starts afresh: its plain release leaves no old reason.
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/w", "--session", "s2"],
+    );
+    wtfs_ok(
+        &env.state(),
+        &["lease", "release", "repo/w", "--session", "s2"],
+    );
+    wait_for_state(&env, "w", "retained", Duration::from_secs(15));
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["retained", "--json"])).unwrap();
+    assert_eq!(json[0]["holder_reason"], serde_json::Value::Null, "{json}");
+    drop(m);
+}

@@ -18,6 +18,9 @@ pub struct RetainedRow {
     pub base_commit: String,
     pub reason: String,
     pub entered_at: i64,
+    /// What the last session said when it released its lease (`lease release --reason`):
+    /// `session <id>: <reason>`.
+    pub holder_reason: Option<String>,
 }
 
 impl RetainedRow {
@@ -153,7 +156,7 @@ impl Store {
     pub fn retained(&self) -> rusqlite::Result<Vec<RetainedRow>> {
         let mut stmt = self.conn.prepare(
             "SELECT t.worktree_id, t.repo, w.name, t.path, t.branch, t.base_commit, t.reason,
-                    t.entered_at
+                    t.entered_at, w.holder_reason
              FROM retained t JOIN worktrees w ON w.id = t.worktree_id
              ORDER BY t.repo, w.name",
         )?;
@@ -167,6 +170,7 @@ impl Store {
                 base_commit: r.get(5)?,
                 reason: r.get(6)?,
                 entered_at: r.get(7)?,
+                holder_reason: r.get(8)?,
             })
         })?;
         rows.collect()

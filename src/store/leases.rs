@@ -378,6 +378,13 @@ impl Store {
         if state == State::Retained {
             tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
         }
+        if inserted && kind == "session" {
+            // A session's lease starts afresh: an earlier holder's reason is not its own.
+            tx.execute(
+                "UPDATE worktrees SET holder_reason = NULL WHERE id = ?1",
+                [worktree_id],
+            )?;
+        }
         if inserted {
             let reason = if exclusive {
                 format!("{reason} (exclusive)")
@@ -423,6 +430,42 @@ impl Store {
                 worktree_id,
                 holder,
                 "its session's lease was released",
+            )?;
+        }
+        tx.commit()?;
+        Ok(removed)
+    }
+
+    /// Releases session lease `holder` (`session:<id>`) giving the holder's `reason` (e.g.
+    /// `force-killed`): kept with the release event and on the worktree, shown with the
+    /// retained entry if it is retained. As [`Store::release_lease`] otherwise.
+    pub fn release_with_reason(
+        &mut self,
+        worktree_id: i64,
+        holder: &str,
+        reason: &str,
+    ) -> rusqlite::Result<bool> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let said = format!("{}: {reason}", holder.replacen(':', " ", 1));
+        let removed = release_in(
+            &tx,
+            worktree_id,
+            holder,
+            "released",
+            &format!("named lease released: {reason}"),
+        )?;
+        if removed {
+            super::turns::end_turn_of_session(
+                &tx,
+                worktree_id,
+                holder,
+                "its session's lease was released",
+            )?;
+            tx.execute(
+                "UPDATE worktrees SET holder_reason = ?1 WHERE id = ?2",
+                params![said, worktree_id],
             )?;
         }
         tx.commit()?;
