@@ -676,3 +676,95 @@ fn a_split_index_is_named_with_the_way_out() {
     assert!(out.contains("removed repo/split"), "{out}");
     m.unmount();
 }
+
+/// Integration-aware cleanup (issue 18): a worktree whose commits reached the remote's
+/// main by a squash merge (so none of them is on a remote-tracking ref) is removed, the
+/// removal says so, and its branch goes as a pushed one would (restorable as every
+/// removal). One with a whitespace-only fix on top of what was squashed is retained.
+#[test]
+fn a_squash_merged_worktree_is_removed_and_says_it_was_integrated() {
+    let env = Env::new();
+    let remote = add_remote(&env);
+    for n in ["squashed", "fixed-after"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+        wtfs_ok(
+            &env.state(),
+            &["lease", "acquire", &format!("repo/{n}"), "--session", "s"],
+        );
+    }
+    let m = env.mount_with(&["--linger", "0"]);
+    let wt = |n: &str| m.wt("repo", n);
+    agent(
+        &wt("squashed"),
+        "echo one > a.txt && git add a.txt && git commit -q -m one && \
+         echo two > b.txt && git add b.txt && git commit -q -m two",
+    );
+    agent(
+        &wt("fixed-after"),
+        "printf 'x\\n' > c.txt && git add c.txt && git commit -q -m c",
+    );
+    // The remote's main takes both branches' work by squash merges, from another clone.
+    let land = env.dir.path().join("land");
+    run_ok(
+        "git",
+        &[
+            "clone",
+            "-q",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+            land.to_str().unwrap(),
+        ],
+        Path::new("/"),
+    );
+    for n in ["squashed", "fixed-after"] {
+        let repo = env.repo.path();
+        git(
+            &land,
+            &["fetch", "-q", repo.to_str().unwrap(), &format!("{n}:{n}")],
+        );
+        git(&land, &["merge", "-q", "--squash", n]);
+        git(&land, &["commit", "-q", "-m", &format!("{n} (squashed)")]);
+    }
+    git(&land, &["push", "-q", "origin", "main"]);
+    git(&env.repo.path(), &["fetch", "-q", "origin"]);
+    // A whitespace-only fix on top: that is work the remote does not have.
+    agent(
+        &wt("fixed-after"),
+        "printf 'x \\n' > c.txt && git commit -q -am 'whitespace'",
+    );
+    // None of the commits is on a remote-tracking ref.
+    let on_remote = git(
+        &env.repo.path(),
+        &["branch", "-r", "--contains", "squashed"],
+    );
+    assert!(on_remote.trim().is_empty(), "{on_remote}");
+    for n in ["squashed", "fixed-after"] {
+        wtfs_ok(
+            &env.state(),
+            &["lease", "release", &format!("repo/{n}"), "--session", "s"],
+        );
+    }
+    wait_for_state(&env, "squashed", "removed", Duration::from_secs(20));
+    wait_for_state(&env, "fixed-after", "retained", Duration::from_secs(20));
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(
+        events.contains("integrated: squash-merged into origin/main"),
+        "{events}"
+    );
+    assert!(
+        reason_of(&env, "fixed-after").starts_with("unpushed-commits"),
+        "{}",
+        reason_of(&env, "fixed-after")
+    );
+    // Its branch went as a pushed one's does; the removal is restorable.
+    assert!(
+        !branches(&env).lines().any(|b| b == "squashed"),
+        "{}",
+        branches(&env)
+    );
+    assert!(branches(&env).lines().any(|b| b == "fixed-after"));
+    let removed = wtfs_ok(&env.state(), &["removed"]);
+    assert!(removed.contains("repo/squashed"), "{removed}");
+    drop(m);
+}

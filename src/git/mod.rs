@@ -17,6 +17,7 @@ pub mod convert;
 pub mod filters;
 pub mod fsmonitor;
 pub mod index;
+pub mod integrated;
 pub mod objects;
 pub mod owner;
 pub mod untracked;

@@ -50,6 +50,10 @@ pub struct Findings {
     /// HEAD's commit is reachable from a ref other than the worktree's branch (merged or
     /// pushed): deleting the branch loses nothing.
     pub tip_elsewhere: bool,
+    /// When there are `unpushed` commits: their content is upstream all the same (merging
+    /// HEAD into that remote-tracking ref would leave its tree unchanged, as after a
+    /// squash or rebase merge), and how (`integrated: squash-merged into origin/main`).
+    pub integrated: Option<String>,
     /// What each submodule view (`new --submodules`) holds, by path.
     pub submodules: Vec<(String, Findings)>,
 }
@@ -58,7 +62,12 @@ pub struct Findings {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Remove { delete_branch: bool },
+    /// `integrated`: HEAD's commits are on no remote-tracking ref but their content is
+    /// upstream (the removal says so).
+    Remove {
+        delete_branch: bool,
+        integrated: Option<String>,
+    },
     Retain(String),
 }
 
@@ -125,7 +134,8 @@ pub fn decide(
         };
         reasons.push(format!("branch-moved ({now}; it was created on {was})"));
     }
-    if !f.unpushed.is_empty() {
+    // Upstream by content (a squash or rebase merge) is pushed.
+    if !f.unpushed.is_empty() && f.integrated.is_none() {
         reasons.push(unpushed_reason("", &f.unpushed));
     }
     // A submodule's own changes and commits are the worktree's work too (its HEAD is
@@ -135,15 +145,19 @@ pub fn decide(
         if !s.changes.is_empty() {
             reasons.push(changes_reason(&place, &s.changes));
         }
-        if !s.unpushed.is_empty() {
+        if !s.unpushed.is_empty() && s.integrated.is_none() {
             reasons.push(unpushed_reason(&place, &s.unpushed));
         }
     }
     if !reasons.is_empty() {
         return Verdict::Retain(reasons.join("; "));
     }
+    let integrated = f.integrated.clone().filter(|_| !f.unpushed.is_empty());
     Verdict::Remove {
-        delete_branch: branch_created && recorded_branch.is_some() && f.tip_elsewhere,
+        delete_branch: branch_created
+            && recorded_branch.is_some()
+            && (f.tip_elsewhere || integrated.is_some()),
+        integrated,
     }
 }
 
@@ -175,7 +189,15 @@ mod tests {
             head,
             unpushed: (0..unpushed as u8).map(|i| oid(i + 1)).collect(),
             tip_elsewhere: elsewhere,
+            integrated: None,
             submodules: Vec::new(),
+        }
+    }
+
+    fn integrated(f: Findings) -> Findings {
+        Findings {
+            integrated: Some("integrated: squash-merged into origin/main".into()),
+            ..f
         }
     }
 
@@ -193,7 +215,18 @@ mod tests {
     fn decision_table() {
         use ChangeKind::*;
         let on = || Head::Branch("task".into());
-        let remove = |b: bool| Ok::<Verdict, &str>(Verdict::Remove { delete_branch: b });
+        let remove = |b: bool| {
+            Ok::<Verdict, &str>(Verdict::Remove {
+                delete_branch: b,
+                integrated: None,
+            })
+        };
+        let remove_integrated = |b: bool| {
+            Ok::<Verdict, &str>(Verdict::Remove {
+                delete_branch: b,
+                integrated: Some("integrated: squash-merged into origin/main".into()),
+            })
+        };
         let rows: Vec<Row> = vec![
             (
                 "clean, nothing new, branch reachable from main",
@@ -264,6 +297,46 @@ mod tests {
                 true,
                 Ok(findings(&[], on(), 2, false)),
                 Err("unpushed-commits (2 commits"),
+            ),
+            (
+                "unpushed, but squash-merged upstream: removed, its branch deleted",
+                Some("task"),
+                true,
+                Ok(integrated(findings(&[], on(), 2, false))),
+                remove_integrated(true),
+            ),
+            (
+                "squash-merged upstream, branch existed before: kept",
+                Some("task"),
+                false,
+                Ok(integrated(findings(&[], on(), 2, false))),
+                remove_integrated(false),
+            ),
+            (
+                "squash-merged upstream, but dirty",
+                Some("task"),
+                true,
+                Ok(integrated(findings(&[(Modified, "x")], on(), 1, false))),
+                Err("uncommitted-changes (1 path: modified x)"),
+            ),
+            (
+                "squash-merged upstream, but HEAD moved to another branch",
+                Some("task"),
+                true,
+                Ok(integrated(findings(
+                    &[],
+                    Head::Branch("other".into()),
+                    1,
+                    false,
+                ))),
+                Err("branch-moved"),
+            ),
+            (
+                "nothing unpushed: an integration found says nothing",
+                Some("task"),
+                true,
+                Ok(integrated(findings(&[], on(), 0, true))),
+                remove(true),
             ),
             (
                 "unpushed and dirty",

@@ -300,6 +300,23 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     let unpushed: Vec<Oid> = walk
         .collect::<Result<_, _>>()
         .map_err(|e| format!("walking commits: {}", e.message()))?;
+    // Commits on no remote-tracking ref whose content is upstream all the same (a squash
+    // or rebase merge). A check that fails counts as not integrated: the worktree is kept.
+    let integrated = if unpushed.is_empty() {
+        None
+    } else {
+        match crate::git::integrated::integrated(&t.gitdir, head_commit.id(), &unpushed) {
+            Ok(i) => i.map(|i| i.to_string()),
+            Err(e) => {
+                tracing::warn!(
+                    worktree = %t.path.display(),
+                    "checking whether its commits are upstream by content: {}",
+                    e.message()
+                );
+                None
+            }
+        }
+    };
     let except = match &head {
         Head::Branch(b) => Some(format!("refs/heads/{b}")),
         Head::Detached(_) => None,
@@ -403,6 +420,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         head,
         unpushed,
         tip_elsewhere,
+        integrated,
         submodules,
     })
 }

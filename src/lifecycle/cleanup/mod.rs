@@ -29,9 +29,18 @@ pub use remove::{execute, plan, try_lock, try_lock_shared, CleanupLock, Remover,
 use remove::{gone_by_hand, run_removal, Removal};
 
 impl Removal {
-    /// The removal of a worktree found clean and pushed, kept by the policy.
-    fn clean(state: &StateDir, store: &Store, delete_branch: bool) -> Removal {
-        let mut what = String::from("clean and pushed");
+    /// The removal of a worktree found clean and pushed (or `integrated` upstream by
+    /// content), kept by the policy.
+    fn clean(
+        state: &StateDir,
+        store: &Store,
+        delete_branch: bool,
+        integrated: Option<&str>,
+    ) -> Removal {
+        let mut what = match integrated {
+            Some(how) => format!("clean; {how}"),
+            None => String::from("clean and pushed"),
+        };
         Removal {
             keep: keeps_now(state, store, &mut what),
             delete_branch,
@@ -251,11 +260,14 @@ pub fn finish(
     }
     let inspected = inspect_bounded(&t);
     match decide(t.branch.as_deref(), t.branch_created, &inspected) {
-        Verdict::Remove { delete_branch } => run_removal(
+        Verdict::Remove {
+            delete_branch,
+            integrated,
+        } => run_removal(
             state,
             store,
             &t,
-            &Removal::clean(state, store, delete_branch),
+            &Removal::clean(state, store, delete_branch, integrated.as_deref()),
         ),
         Verdict::Retain(reason) => {
             store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
@@ -465,11 +477,14 @@ fn request_removal_then(
     let inspected = inspect_bounded(&t);
     let verdict = decide(t.branch.as_deref(), t.branch_created, &inspected);
     match verdict {
-        Verdict::Remove { delete_branch } => Ok(run_removal(
+        Verdict::Remove {
+            delete_branch,
+            integrated,
+        } => Ok(run_removal(
             state,
             store,
             &t,
-            &Removal::clean(state, store, delete_branch),
+            &Removal::clean(state, store, delete_branch, integrated.as_deref()),
         )?),
         Verdict::Retain(reason) if !discard => {
             store.end_deleting(row.id, prev, &format!("removal refused: {reason}"))?;

@@ -93,8 +93,10 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
             continue; // handled below
         }
         let inspected = super::inspect_bounded(&t);
-        if let Verdict::Remove { delete_branch } =
-            decide(t.branch.as_deref(), t.branch_created, &inspected)
+        if let Verdict::Remove {
+            delete_branch,
+            integrated,
+        } = decide(t.branch.as_deref(), t.branch_created, &inspected)
         {
             if store
                 .begin_deleting(
@@ -104,7 +106,7 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
                 )
                 .is_ok()
             {
-                let how = Removal::clean(state, &store, delete_branch);
+                let how = Removal::clean(state, &store, delete_branch, integrated.as_deref());
                 let o = super::run_removal(state, &mut store, &t, &how)?;
                 tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
             }

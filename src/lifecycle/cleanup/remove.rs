@@ -339,10 +339,15 @@ impl Remover for FsRemover<'_> {
                 let tip = r
                     .target()
                     .ok_or_else(|| format!("{name} is not a direct reference"))?;
-                // Checked again now: the branch may have moved since inspection.
-                if !reachable_elsewhere(&repo, tip, Some(&name)).map_err(|e| e.to_string())? {
+                // Checked again now: the branch may have moved since inspection. Its tip is
+                // on another ref, or its content is upstream (a squash or rebase merge).
+                if !reachable_elsewhere(&repo, tip, Some(&name)).map_err(|e| e.to_string())?
+                    && crate::git::integrated::integrated(&self.t.gitdir, tip, &[])
+                        .map_err(|e| e.message().to_string())?
+                        .is_none()
+                {
                     return Err(format!(
-                        "{name} now points at {tip}, which no other ref reaches"
+                        "{name} now points at {tip}, which no other ref reaches and whose content is on no remote-tracking ref"
                     ));
                 }
                 r.delete().map_err(|e| e.to_string())?;
@@ -474,7 +479,7 @@ pub(super) fn run_removal(
     match execute(&plan(how.keep, how.delete_branch), &mut r) {
         Ok(()) => {
             let branch = match (&t.branch, how.delete_branch) {
-                (Some(b), true) => format!("; branch {b} deleted (merged or pushed)"),
+                (Some(b), true) => format!("; branch {b} deleted (merged, pushed or integrated)"),
                 (Some(b), false) => format!("; branch {b} kept"),
                 (None, _) => String::new(),
             };
