@@ -1495,27 +1495,14 @@ fn end_own_turn(
     Ok(ended)
 }
 
-/// The running turn on `repo/name` the daemon shows in `.control/turns`, if it is the one
-/// of process `pid`: the daemon has read it, so its gate is in place.
-fn daemon_shows_turn(mountpoint: &Path, repo: &str, name: &str, pid: i32) -> bool {
-    fs::read_to_string(
-        mountpoint
-            .join(worktreefs::fs::CONTROL_NAME)
-            .join("turns")
-            .join(format!("{repo}:{name}")),
-    )
-    .ok()
-    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-    .is_some_and(|v| v["pid"].as_i64() == Some(pid as i64))
-}
-
 fn cmd_turn(
     state: &StateDir,
     target: &str,
     ask: &TurnAsk<'_>,
     command: &[String],
 ) -> anyhow::Result<()> {
-    use worktreefs::store::{NewLease, NewTurn, TurnError};
+    use worktreefs::lifecycle::turns::writers_inside;
+    use worktreefs::store::{Liveness, NewLease, NewTurn, TurnError};
     let (repo, name) = split_target(target)?;
     worktreefs::lease::validate_session(ask.session).map_err(|e| anyhow!(e))?;
     let mut store = open_store(state)?;
@@ -1527,11 +1514,28 @@ fn cmd_turn(
             state.root.display()
         )
     })?;
+    same_pid_namespace(daemon.pid)?;
     let dir = daemon.mountpoint.join(repo).join(name);
+    let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
+        .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
+    let liveness = worktreefs::lifecycle::holders::liveness_for(me.pid);
     let started = std::time::Instant::now();
     let deadline = ask.wait.map(|s| started + Duration::from_secs(s));
     let waiting = || deadline.is_some_and(|d| std::time::Instant::now() < d);
     let waited = || ask.wait.map(|_| started.elapsed().as_secs());
+    let refuse = |mut r: report::Refusal| -> anyhow::Error {
+        r.json_to = json_to;
+        r.into()
+    };
+    let busy = |t: &worktreefs::store::TurnRow, unchecked: Option<&str>| {
+        refuse(report::busy(
+            t,
+            unchecked,
+            waited(),
+            worktreefs::store::now_secs(),
+            Some(&daemon.mountpoint),
+        ))
+    };
     let lease = NewLease::Session {
         id: ask.session.to_string(),
     };
@@ -1539,62 +1543,84 @@ fn cmd_turn(
         "worktreefs turn{}",
         if ask.guard { ", guarded" } else { "" }
     );
-    let took = acquire_named(
-        state,
-        &mut store,
-        (repo, name, &row),
-        &lease,
-        &reason,
-        &Want {
-            exclusive: false,
-            wait: ask.wait,
-            json_to,
-        },
-    )?
-    .then_some(&lease);
-    let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
-        .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
-    let turn = NewTurn {
-        session: ask.session.to_string(),
-        pid: me.pid,
-        start: me.start,
-        command: command.join(" "),
-        guard: ask.guard,
-        took_lease: took.is_some(),
-    };
-    let liveness = worktreefs::lifecycle::holders::liveness_for(me.pid);
-    let give_back = |store: &mut Store| {
-        if let Some(lease) = took {
-            let _ = store.release_lease(
-                row.id,
-                &lease.holder(),
-                "released",
-                "its turn did not start",
-            );
-            daemon::poke(state);
+    // Waiting holds nothing: no lease taken, no turn begun, so a turn killed while it
+    // waits leaves nothing behind, and a wait for another turn of the same session sees
+    // that turn give back the lease it took.
+    let took = loop {
+        let running = store.turns()?.into_iter().find(|t| t.worktree_id == row.id);
+        if let Some(t) = running {
+            match liveness(t.pid, t.pid_start) {
+                Liveness::Gone => {} // begin_turn ends it
+                l => {
+                    if waiting() {
+                        std::thread::sleep(WAIT_POLL);
+                        continue;
+                    }
+                    let why = match &l {
+                        Liveness::Unknown(why) => Some(why.as_str()),
+                        _ => None,
+                    };
+                    return Err(busy(&t, why));
+                }
+            }
         }
-    };
-    loop {
-        match store.begin_turn(row.id, &turn, &liveness) {
-            Ok(_) => break,
-            Err(TurnError::Busy {
-                turn: running,
-                unchecked,
-            }) => {
+        if ask.guard {
+            let writers = writers_inside(&dir, me.pid);
+            if !writers.is_empty() {
                 if waiting() {
                     std::thread::sleep(WAIT_POLL);
                     continue;
                 }
-                give_back(&mut store);
-                let mut r = report::busy(
-                    &running,
-                    unchecked.as_deref(),
-                    waited(),
-                    worktreefs::store::now_secs(),
-                    Some(&daemon.mountpoint),
+                return Err(refuse(writers_refusal(repo, name, &writers, 0, waited())));
+            }
+        }
+        let left = deadline.map(|d| {
+            d.saturating_duration_since(std::time::Instant::now())
+                .as_secs()
+        });
+        let took = acquire_named(
+            state,
+            &mut store,
+            (repo, name, &row),
+            &lease,
+            &reason,
+            &Want {
+                exclusive: false,
+                wait: left,
+                json_to,
+            },
+        )?;
+        let turn = NewTurn {
+            session: ask.session.to_string(),
+            pid: me.pid,
+            start: me.start,
+            command: command.join(" "),
+            guard: ask.guard,
+            took_lease: took,
+        };
+        let give_back = |store: &mut Store| {
+            if took {
+                let _ = store.release_lease(
+                    row.id,
+                    &lease.holder(),
+                    "released",
+                    "its turn did not start",
                 );
-                r.json_to = json_to;
-                return Err(r.into());
+                daemon::poke(state);
+            }
+        };
+        match store.begin_turn(row.id, &turn, &liveness) {
+            Ok(_) => break took,
+            Err(TurnError::Busy {
+                turn: running,
+                unchecked,
+            }) => {
+                give_back(&mut store);
+                if waiting() {
+                    std::thread::sleep(WAIT_POLL);
+                    continue;
+                }
+                return Err(busy(&running, unchecked.as_deref()));
             }
             Err(TurnError::NotHeld) => {
                 give_back(&mut store);
@@ -1602,95 +1628,181 @@ fn cmd_turn(
             }
             Err(TurnError::State(st)) => {
                 give_back(&mut store);
-                let mut r = report::unleasable(repo, name, Some(st));
-                r.json_to = json_to;
-                return Err(r.into());
+                return Err(refuse(report::unleasable(repo, name, Some(st))));
             }
             Err(TurnError::Db(e)) => {
                 give_back(&mut store);
                 return Err(e.into());
             }
         }
-    }
-    daemon::poke(state);
-    if ask.guard {
-        // The gate must be in place before anything is looked at or started: the daemon
-        // shows the turn once it has read it.
-        if !daemon_shows_turn(&daemon.mountpoint, repo, name, me.pid) {
-            end_own_turn(
-                state,
-                &mut store,
-                row.id,
-                &me,
-                "the daemon did not take its guard",
-            )?;
-            bail!(
-                "the daemon at {} did not take the guard of this turn on {repo}/{name} (it does not list it in .control/turns); nothing was started — see its log, or run the turn without --guard",
-                daemon.mountpoint.display()
-            );
-        }
-        // Writers from before the gate: their writes never reach it. (A request already in
-        // flight when the gate came is done within moments: looked at once more.)
-        let mut writers = worktreefs::lifecycle::turns::writers_inside(&dir, me.pid);
-        loop {
-            if writers.is_empty() {
-                std::thread::sleep(Duration::from_millis(20));
-                writers = worktreefs::lifecycle::turns::writers_inside(&dir, me.pid);
-                if writers.is_empty() {
-                    break;
-                }
-            }
-            if !waiting() {
-                end_own_turn(
-                    state,
-                    &mut store,
-                    row.id,
-                    &me,
-                    "processes outside it write there",
-                )?;
-                let mut r = report::writers_inside(repo, name, &writers);
-                if let Some(w) = waited() {
-                    r.message
-                        .push_str(&format!("\n(waited {w} s for them to close those files)"));
-                    r.json["waited_secs"] = w.into();
-                }
-                r.json_to = json_to;
-                return Err(r.into());
-            }
-            std::thread::sleep(WAIT_POLL);
-            writers = worktreefs::lifecycle::turns::writers_inside(&dir, me.pid);
-        }
+    };
+    let _ = took;
+    if !ask.guard {
+        daemon::poke(state);
+    } else if let Err(e) = guard_in_place(&daemon.mountpoint, (repo, name), &dir, me.pid) {
+        // Nothing was started: the turn ends (and gives back the lease it took).
+        end_own_turn(
+            state,
+            &mut store,
+            row.id,
+            &me,
+            "its guard could not be put in place",
+        )?;
+        return Err(match e {
+            GuardNotReady::Writers(writers, through_mount) => refuse(writers_refusal(
+                repo,
+                name,
+                &writers,
+                through_mount,
+                waited(),
+            )),
+            GuardNotReady::Other(msg) => anyhow!(
+                "the guard of this turn on {repo}/{name} could not be put in place: {msg}; nothing was started — see the daemon's log ({}), or run the turn without --guard",
+                state.root.join("daemon.log").display()
+            ),
+        });
     }
     let status = run_below(&dir, command, true);
     let why = match &status {
         Ok(s) => format!("its command ended ({s})"),
         Err(e) => format!("its command could not start: {e:#}"),
     };
-    let ended = end_own_turn(state, &mut store, row.id, &me, &why)?;
-    if !ended && status.is_ok() {
-        eprintln!(
+    // The command's status is what this exits with, whatever the bookkeeping meets.
+    match end_own_turn(state, &mut store, row.id, &me, &why) {
+        Ok(true) => {}
+        Ok(false) if status.is_ok() => eprintln!(
             "worktreefs: the turn of session {} on {repo}/{name} had ended before its command did (its session's lease was released)",
             ask.session
-        );
+        ),
+        Ok(false) => {}
+        Err(e) => eprintln!(
+            "worktreefs: ending the turn of session {} on {repo}/{name} failed ({e:#}); the daemon ends it within a second of this process's exit",
+            ask.session
+        ),
     }
     exit_as(status?)
 }
 
+/// Why a guarded turn's gate is not in place.
+enum GuardNotReady {
+    /// Processes outside write there (named), and how many files are open for writing
+    /// through the mount (the daemon's count, which sees other users' and namespaces').
+    Writers(Vec<report::Writer>, usize),
+    Other(String),
+}
+
+/// Puts a guarded turn's gate in place before its command starts: the daemon re-reads
+/// the store and waits for every change request that began before the guard to end (its
+/// refresh answers ENOENT once they have, EBUSY if they do not), shows the turn as this
+/// process's, and nothing outside has a file there open for writing or mapped (their
+/// writes would never reach the gate): by the daemon's handle table and by `/proc`.
+fn guard_in_place(
+    mountpoint: &Path,
+    (repo, name): (&str, &str),
+    dir: &Path,
+    pid: i32,
+) -> Result<(), GuardNotReady> {
+    let control = mountpoint.join(worktreefs::fs::CONTROL_NAME);
+    match fs::symlink_metadata(control.join(worktreefs::fs::REFRESH_NAME)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(GuardNotReady::Other(format!(
+                "the daemon did not confirm that changes begun before it ended ({e})"
+            )))
+        }
+        Ok(_) => {
+            return Err(GuardNotReady::Other(
+                "the daemon answered its refresh unexpectedly".into(),
+            ))
+        }
+    }
+    let entry = control.join("turns").join(format!("{repo}:{name}"));
+    let shown = fs::read_to_string(&entry)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    let Some(shown) = shown.filter(|v| v["pid"].as_i64() == Some(pid as i64)) else {
+        return Err(GuardNotReady::Other(format!(
+            "the daemon does not show it in {}",
+            entry.display()
+        )));
+    };
+    let through_mount = shown["open_for_writing"].as_u64().unwrap_or(0) as usize;
+    let writers = worktreefs::lifecycle::turns::writers_inside(dir, pid);
+    if through_mount > 0 || !writers.is_empty() {
+        return Err(GuardNotReady::Writers(writers, through_mount));
+    }
+    Ok(())
+}
+
+/// The refusal of a guarded turn while `writers` (and `through_mount` files the daemon
+/// counts open for writing) write there.
+fn writers_refusal(
+    repo: &str,
+    name: &str,
+    writers: &[report::Writer],
+    through_mount: usize,
+    waited: Option<u64>,
+) -> report::Refusal {
+    let mut r = report::writers_inside(repo, name, writers);
+    if through_mount > 0 {
+        r.message.push_str(&format!(
+            "\n({through_mount} file(s) there are open for writing through the mount, by the daemon's count{})",
+            if writers.is_empty() {
+                ", by processes this command cannot see (another user, another namespace)"
+            } else {
+                ""
+            }
+        ));
+        r.json["open_for_writing"] = through_mount.into();
+    }
+    if let Some(w) = waited {
+        r.message
+            .push_str(&format!("\n(waited {w} s for them to close those files)"));
+        r.json["waited_secs"] = w.into();
+    }
+    r
+}
+
+/// A turn's process must be one the daemon can see as it does (same pid namespace): its
+/// guard compares the pids FUSE gives with the turn's, and its sweeper checks the turn's
+/// process by pid.
+fn same_pid_namespace(daemon_pid: i32) -> anyhow::Result<()> {
+    let ns = |pid: &str| fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let daemon_cmd = fs::read(format!("/proc/{daemon_pid}/cmdline")).unwrap_or_default();
+    let is_daemon = String::from_utf8_lossy(&daemon_cmd).contains("worktreefs");
+    match (ns("self"), ns(&daemon_pid.to_string())) {
+        (Some(a), Some(b)) if a == b && is_daemon => Ok(()),
+        _ => bail!(
+            "this command does not run in the pid namespace of the daemon (pid {daemon_pid}), so the daemon could not tell the turn's processes; run `worktreefs turn` where the daemon runs (not inside a container of its own)"
+        ),
+    }
+}
+
 /// Runs `command` in `dir` and waits for it, as system(3) does: a Ctrl-C at the terminal
 /// reaches the command and this process lives to release what it took; a SIGTERM or
-/// SIGHUP sent to this process is passed on to the command. `die_with_us`: the command is
-/// killed if this process dies first (a turn's command never outlives its turn). A command
-/// that cannot be started is an error naming it.
+/// SIGHUP sent to this process is passed on to the command (unless this process was
+/// started ignoring it, as under `nohup`: then the command ignores it too). `turn`: the
+/// command is killed if this process dies first (a turn's command never outlives its
+/// turn), and what it leaves running stays in this process's tree (a subreaper) while it
+/// runs. A command that cannot be started is an error naming it (exit 127 or 126).
 fn run_below(
     dir: &Path,
     command: &[String],
-    die_with_us: bool,
+    turn: bool,
 ) -> anyhow::Result<std::process::ExitStatus> {
     std::env::set_current_dir(dir).with_context(|| format!("entering {}", dir.display()))?;
     let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
-    // SAFETY: setting signal dispositions; the handler only calls kill(2) with a pid read
-    // from an atomic, both async-signal-safe; the pre_exec closure only calls signal(2),
-    // prctl(2) and getppid(2), all async-signal-safe.
+    // SAFETY: signal(2) and sigaction queries; the handler only loads an atomic and calls
+    // kill(2), and the pre_exec closure only calls signal(2), prctl(2) and getppid(2), all
+    // async-signal-safe.
+    let ignored = |sig| unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    };
+    let forward: Vec<libc::c_int> = [libc::SIGTERM, libc::SIGHUP]
+        .into_iter()
+        .filter(|s| !ignored(*s))
+        .collect();
     let old = unsafe {
         (
             libc::signal(libc::SIGINT, libc::SIG_IGN),
@@ -1700,13 +1812,15 @@ fn run_below(
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]);
+    let restore = forward.clone();
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
             libc::signal(libc::SIGINT, old.0);
             libc::signal(libc::SIGQUIT, old.1);
-            libc::signal(libc::SIGTERM, libc::SIG_DFL);
-            libc::signal(libc::SIGHUP, libc::SIG_DFL);
-            if die_with_us {
+            for s in &restore {
+                libc::signal(*s, libc::SIG_DFL);
+            }
+            if turn {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 if libc::getppid() != parent {
                     return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
@@ -1715,55 +1829,76 @@ fn run_below(
             Ok(())
         });
     }
-    if die_with_us {
-        // What the command leaves running when it exits (a build server it daemonized)
-        // stays in the turn's process tree: orphans are reparented here, not to init.
+    if turn {
         // SAFETY: plain prctl on this process.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
     }
-    let mut child = cmd.spawn().map_err(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound {
-            127
-        } else {
-            126
-        };
-        anyhow::Error::new(SpawnFailed { code }).context(format!("starting {}: {e}", command[0]))
-    })?;
-    FORWARD_TO.store(child.id() as i32, std::sync::atomic::Ordering::SeqCst);
-    unsafe {
-        libc::signal(
-            libc::SIGTERM,
-            forward_signal as *const () as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGHUP,
-            forward_signal as *const () as libc::sighandler_t,
-        );
-    }
-    let status = if die_with_us {
-        reap_until(child.id() as libc::pid_t)
-    } else {
-        child.wait()
+    let restore_all = || unsafe {
+        libc::signal(libc::SIGINT, old.0);
+        libc::signal(libc::SIGQUIT, old.1);
     };
-    FORWARD_TO.store(0, std::sync::atomic::Ordering::SeqCst);
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            restore_all();
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return Err(anyhow::Error::new(SpawnFailed { code })
+                .context(format!("starting {}: {e}", command[0])));
+        }
+    };
+    let pid = child.id() as libc::pid_t;
+    FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
+    let mut before = Vec::new();
+    for s in &forward {
+        // SAFETY: installing a handler that is async-signal-safe (see above).
+        before.push((*s, unsafe {
+            libc::signal(*s, forward_signal as *const () as libc::sighandler_t)
+        }));
+    }
+    let status = wait_for(pid, turn);
+    for (s, h) in before {
+        // SAFETY: putting back the disposition found.
+        unsafe { libc::signal(s, h) };
+    }
+    restore_all();
+    drop(child);
     status.with_context(|| format!("waiting for {}", command[0]))
 }
 
-/// Waits for `pid`, reaping every other child that ends meanwhile (a subreaper adopts
-/// orphans: they must not pile up as zombies).
-fn reap_until(pid: libc::pid_t) -> std::io::Result<std::process::ExitStatus> {
+/// Waits for child `pid` to exit; stops passing signals on to it before it is reaped (so
+/// none reaches a process that reused its pid); with `reap_others`, reaps every other
+/// child that ends meanwhile (a subreaper adopts orphans: they must not pile up as
+/// zombies).
+fn wait_for(pid: libc::pid_t, reap_others: bool) -> std::io::Result<std::process::ExitStatus> {
     loop {
-        let mut status = 0;
-        // SAFETY: waitpid writes only `status`.
-        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if r == pid {
-            return Ok(std::os::unix::process::ExitStatusExt::from_raw(status));
-        }
+        // SAFETY: waitid writes only `info`.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let (idtype, id) = match reap_others {
+            true => (libc::P_ALL, 0),
+            false => (libc::P_PID, pid as libc::id_t),
+        };
+        let r = unsafe { libc::waitid(idtype, id, &mut info, libc::WEXITED | libc::WNOWAIT) };
         if r < 0 {
             let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
             }
+            return Err(e);
+        }
+        // SAFETY: waitid filled in a child's siginfo.
+        let who = unsafe { info.si_pid() };
+        if who == pid {
+            FORWARD_TO.store(0, std::sync::atomic::Ordering::SeqCst);
+        }
+        let mut status = 0;
+        // SAFETY: waitpid writes only `status`; `who` has exited (not yet reaped).
+        let r = unsafe { libc::waitpid(who, &mut status, 0) };
+        if who == pid && r == pid {
+            return Ok(std::os::unix::process::ExitStatusExt::from_raw(status));
         }
     }
 }

@@ -376,13 +376,20 @@ pub fn busy(
     }
 }
 
+/// A process outside a turn that holds a file in the worktree open for writing, or mapped
+/// shared and writable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writer {
+    pub pid: i32,
+    pub command: String,
+    pub path: std::path::PathBuf,
+    /// "open for writing" or "mapped writable".
+    pub how: &'static str,
+}
+
 /// The refusal of a guarded turn on `repo/name` while processes outside it write files
 /// there through descriptors or mappings (writes that never reach the gate).
-pub fn writers_inside(
-    repo: &str,
-    name: &str,
-    writers: &[crate::lifecycle::turns::Writer],
-) -> Refusal {
+pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
     let target = format!("{repo}/{name}");
     let mut message = format!(
         "a guarded turn on '{target}' cannot start: {} outside it write{} there (writes through descriptors opened before the turn never reach the gate):",

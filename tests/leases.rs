@@ -1002,3 +1002,76 @@ fn a_release_reason_is_shown_with_the_retained_entry() {
     assert_eq!(json[0]["holder_reason"], serde_json::Value::Null, "{json}");
     drop(m);
 }
+
+/// Last close (issue 18): a long-lived shell that `cd`s into a worktree holds a lease
+/// while it is there, also while idle, and loses it within two seconds of `cd`ing out
+/// (it does not exit); the worktree is then cleaned up after its grace period. A child
+/// it left inside keeps the lease while it lives.
+#[test]
+fn a_shell_that_leaves_a_worktree_lets_go_within_two_seconds() {
+    use std::io::Write as _;
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    wtfs_ok(&env.state(), &["new", "repo/v"]);
+    let m = env.mount_with(&["--linger", "1"]);
+    let mut sh = std::process::Command::new("sh")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = sh.id();
+    let mut input = sh.stdin.take().unwrap();
+    let holds = |name: &str| {
+        wtfs_ok(&env.state(), &["leases"])
+            .lines()
+            .any(|l| l.contains(&format!("repo:{name}@pid:{pid}:")))
+    };
+    let wt = m.wt("repo", "w");
+    writeln!(input, "cd '{}' && ls > /dev/null", wt.display()).unwrap();
+    wait_until("the shell holds a lease", Duration::from_secs(10), || {
+        holds("w")
+    });
+    // Idle inside: kept.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(holds("w"), "an idle shell inside keeps its lease");
+    assert_eq!(state_of(&env, "w"), "active");
+    // A child left running inside, the shell gone out: kept while the child lives.
+    writeln!(input, "sleep 4 & cd /").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(holds("w"), "its child is still inside");
+    // The child ends: let go within two seconds (the shell lives on).
+    let gone = Instant::now();
+    wait_until("the lease goes", Duration::from_secs(6), || !holds("w"));
+    eprintln!("let go {:?} after the child's end was due", gone.elapsed());
+    assert!(
+        sh.try_wait().unwrap().is_none(),
+        "the shell is still running"
+    );
+    wait_for_state(&env, "w", "removed", Duration::from_secs(15));
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(
+        events.contains("left (nothing of its process tree is inside)"),
+        "{events}"
+    );
+    // And straight out, no child: within two seconds.
+    writeln!(
+        input,
+        "cd '{}' && ls > /dev/null",
+        m.wt("repo", "v").display()
+    )
+    .unwrap();
+    wait_until("the shell holds v", Duration::from_secs(10), || holds("v"));
+    writeln!(input, "cd /").unwrap();
+    let t = Instant::now();
+    wait_until("the lease on v goes", Duration::from_secs(5), || {
+        !holds("v")
+    });
+    assert!(
+        t.elapsed() < Duration::from_millis(2600),
+        "{:?}",
+        t.elapsed()
+    );
+    drop(input);
+    let _ = sh.wait();
+    drop(m);
+}

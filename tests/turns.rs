@@ -91,6 +91,16 @@ fn wait_for_turn(m: &Mounted) {
     });
 }
 
+/// Whether process `pid` has exited (gone, or a zombie).
+fn holders_gone(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
 fn errno_of(r: std::io::Result<impl Sized>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
 }
@@ -234,6 +244,14 @@ fn a_turn_killed_with_sigkill_opens_the_gate_within_a_second_and_after_a_restart
             &["turn", "repo/t", "--session", "a", "--", "sleep", "60"],
         );
         wait_for_turn(&m);
+        let children = fs::read_to_string(format!("/proc/{0}/task/{0}/children", bg.pid()))
+            .unwrap_or_default();
+        let command: i32 = children
+            .split_whitespace()
+            .next()
+            .expect("the turn's command runs")
+            .parse()
+            .unwrap();
         // SAFETY: a pid this test started.
         unsafe { libc::kill(bg.pid() as i32, libc::SIGKILL) };
         let killed = Instant::now();
@@ -245,20 +263,26 @@ fn a_turn_killed_with_sigkill_opens_the_gate_within_a_second_and_after_a_restart
         eprintln!("gate open after {:?}", killed.elapsed());
         let events = wtfs_ok(&env.state(), &["events"]);
         assert!(events.contains("turn-ended"), "{events}");
+        // The turn took session a's lease: it went with the killed turn.
+        let leases = wtfs_ok(&env.state(), &["leases"]);
+        assert!(!leases.contains("session:a"), "{leases}");
+        assert!(
+            events.contains("its turn, which took it, ended"),
+            "{events}"
+        );
+        // The killed turn's command went with it (it dies with its parent).
+        wait_until(
+            "the command dies with its turn",
+            Duration::from_secs(2),
+            || holders_gone(command),
+        );
         let o = wtfs(
             &env.state(),
             &["turn", "repo/t", "--session", "b", "--", "true"],
         );
         assert!(o.status.success(), "{}", stderr(&o));
-        // The killed turn's command went with it (it dies with its parent).
         drop(bg);
     }
-    // The turn took session a's lease: it went with the killed turn.
-    let events = wtfs_ok(&env.state(), &["events"]);
-    assert!(
-        events.contains("its turn, which took it, ended"),
-        "{events}"
-    );
     // A daemon that dies with a turn running; the turn dies while it is down.
     wtfs_ok(&env.state(), &["new", "repo/t2"]);
     let m = env.mount();
@@ -443,6 +467,22 @@ fn a_guarded_turn_does_not_start_while_an_outsider_holds_a_file_open_for_writing
         !leases.contains("session:a"),
         "the lease it took went: {leases}"
     );
+    // The daemon counts it too (its handle table sees descriptors of every user and
+    // namespace, which /proc may not show this command).
+    let bg = Background::start(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "sleep", "30"],
+    );
+    wait_for_turn(&m);
+    let entry: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(m.mountpoint.join(".control/turns/repo:t")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(entry["open_for_writing"], 1, "{entry}");
+    drop(bg);
+    wait_until("the killed turn is gone", Duration::from_secs(3), || {
+        turns_listed(&m).is_empty()
+    });
     // Without --guard the open file is no obstacle.
     let o = wtfs(
         &env.state(),
@@ -520,9 +560,14 @@ fn turns_refuse_bad_input_clearly_and_leave_nothing_behind() {
         &env.state(),
         &["turn", "repo/t", "--session", "a", "--", "/nonexistent/cmd"],
     );
-    assert!(!o.status.success());
+    assert_eq!(o.status.code(), Some(127), "not found, as a shell says");
     assert!(stderr(&o).contains("/nonexistent/cmd"), "{}", stderr(&o));
     assert!(turns_listed(&m).is_empty());
+    let leases = wtfs_ok(&env.state(), &["leases"]);
+    assert!(
+        !leases.contains("session:a"),
+        "the lease it took went: {leases}"
+    );
     let bg = Background::start(
         &env.state(),
         &["turn", "repo/t", "--session", "a", "--", "sleep", "30"],
@@ -550,5 +595,67 @@ fn turns_refuse_bad_input_clearly_and_leave_nothing_behind() {
     wait_until("the killed turn is gone", Duration::from_secs(3), || {
         turns_listed(&m).is_empty()
     });
+    drop(m);
+}
+
+/// Two turns of the same session, the second waiting: when the first ends (giving back
+/// the lease it took), the second takes the lease itself and runs. A SIGTERM to `turn`
+/// reaches its command, whose status `turn` exits with.
+#[test]
+fn a_second_turn_of_the_session_waits_and_a_sigterm_reaches_the_command() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let first = Background::start(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "sleep", "1"],
+    );
+    wait_for_turn(&m);
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--wait",
+            "20",
+            "--",
+            "echo",
+            "second",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "second\n");
+    assert!(first.finish(Duration::from_secs(10)).status.success());
+    let bg = Background::start(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got > term.txt; exit 7' TERM; echo ready > ready.txt; \
+             while :; do sleep 0.05; done",
+        ],
+    );
+    let wt = m.wt("repo", "t");
+    wait_until("the command is ready", Duration::from_secs(10), || {
+        wt.join("ready.txt").exists()
+    });
+    // SAFETY: a pid this test started.
+    unsafe { libc::kill(bg.pid() as i32, libc::SIGTERM) };
+    let out = bg.finish(Duration::from_secs(10));
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::read_to_string(wt.join("term.txt")).unwrap(), "got\n");
+    assert!(turns_listed(&m).is_empty());
     drop(m);
 }

@@ -252,12 +252,17 @@ impl WorktreeFs {
 
 /// A request that would change what `$ino` is in: refused (EBUSY) while a guarded turn
 /// runs in its worktree and the caller is outside the turn's process tree.
+/// The token it gives is bound to `$token` and counts the request as a change in
+/// progress until it is dropped, after the answer.
 macro_rules! guard_or_reply {
-    ($self:ident, $req:expr, $ino:expr, $op:expr, $reply:ident) => {
-        if let Err(e) = $self.view.may_change($ino.0, $req.pid()) {
-            $reply.error(errno($op, e));
-            return;
-        }
+    ($self:ident, $req:expr, $ino:expr, $op:expr, $reply:ident, $token:ident) => {
+        let $token = match $self.view.may_change($ino.0, $req.pid()) {
+            Ok(t) => t,
+            Err(e) => {
+                $reply.error(errno($op, e));
+                return;
+            }
+        };
     };
 }
 
@@ -472,7 +477,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("setattr", req, ino.0);
         enter_or_reply!(self, req, ino, true, reply);
-        guard_or_reply!(self, req, ino, "setattr", reply);
+        guard_or_reply!(self, req, ino, "setattr", reply, _change);
         let set = SetAttr {
             mode,
             uid,
@@ -509,7 +514,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("mknod", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "mknod", reply);
+        guard_or_reply!(self, req, parent, "mknod", reply, _change);
         match self
             .view
             .mknod(parent.0, name, mode, umask, rdev, caller(req))
@@ -530,7 +535,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("mkdir", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "mkdir", reply);
+        guard_or_reply!(self, req, parent, "mkdir", reply, _change);
         match self.view.mkdir(parent.0, name, mode, umask, caller(req)) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("mkdir", e)),
@@ -540,7 +545,7 @@ impl Filesystem for WorktreeFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         span!("unlink", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "unlink", reply);
+        guard_or_reply!(self, req, parent, "unlink", reply, _change);
         match self.view.unlink(parent.0, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("unlink", e)),
@@ -550,7 +555,7 @@ impl Filesystem for WorktreeFs {
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         span!("rmdir", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "rmdir", reply);
+        guard_or_reply!(self, req, parent, "rmdir", reply, _change);
         match self.view.rmdir(parent.0, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno("rmdir", e)),
@@ -567,7 +572,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("symlink", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "symlink", reply);
+        guard_or_reply!(self, req, parent, "symlink", reply, _change);
         match self.view.symlink(parent.0, link_name, target, caller(req)) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("symlink", e)),
@@ -587,8 +592,8 @@ impl Filesystem for WorktreeFs {
         span!("rename", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
         enter_or_reply!(self, req, newparent, true, reply);
-        guard_or_reply!(self, req, parent, "rename", reply);
-        guard_or_reply!(self, req, newparent, "rename", reply);
+        guard_or_reply!(self, req, parent, "rename", reply, _from);
+        guard_or_reply!(self, req, newparent, "rename", reply, _to);
         match self
             .view
             .rename(parent.0, name, newparent.0, newname, flags.bits())
@@ -608,8 +613,8 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("link", req, ino.0);
         enter_or_reply!(self, req, newparent, true, reply);
-        guard_or_reply!(self, req, newparent, "link", reply);
-        guard_or_reply!(self, req, ino, "link", reply);
+        guard_or_reply!(self, req, newparent, "link", reply, _into);
+        guard_or_reply!(self, req, ino, "link", reply, _linked);
         match self.view.link(ino.0, newparent.0, newname) {
             Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
             Err(e) => reply.error(errno("link", e)),
@@ -619,9 +624,17 @@ impl Filesystem for WorktreeFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         span!("open", req, ino.0);
         enter_or_reply!(self, req, ino, true, reply);
-        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
-            guard_or_reply!(self, req, ino, "open", reply);
-        }
+        let writes = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
+        let _change = match writes {
+            true => match self.view.may_change(ino.0, req.pid()) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    reply.error(errno("open", e));
+                    return;
+                }
+            },
+            false => None,
+        };
         match self.view.open(ino.0, flags.0) {
             Ok((fh, generated)) => {
                 match self.open_mode(fh, generated, &|f| reply.open_backing(f)) {
@@ -875,7 +888,7 @@ impl Filesystem for WorktreeFs {
     ) {
         span!("create", req, parent.0);
         enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "create", reply);
+        guard_or_reply!(self, req, parent, "create", reply, _change);
         match self
             .view
             .create(parent.0, name, mode, umask, flags, caller(req))

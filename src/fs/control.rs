@@ -19,6 +19,8 @@ pub(super) const CONTROL_INO: u64 = 2;
 pub const CONTROL_NAME: &str = ".control";
 /// Looking up `.control/refresh` makes the daemon re-read the store at once.
 pub const REFRESH_NAME: &str = "refresh";
+/// How long a refresh waits for the change requests that began before a guard to end.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ControlDir {
@@ -277,7 +279,11 @@ impl View {
                     .into_iter()
                     .find(|t| t.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/turns/{entry}")))?;
-                let v = crate::report::turn_json(&turn, &self.mountpoint);
+                let mut v = crate::report::turn_json(&turn, &self.mountpoint);
+                // Files there open for writing through the mount (descriptors, mappings):
+                // their writes never reach a guard. (Generated under the node table's lock:
+                // the handles' lock comes after it.)
+                v["open_for_writing"] = self.handles.writable_in(turn.worktree_id).len().into();
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Retained, entry) => {
@@ -341,6 +347,15 @@ impl View {
             // kernel cached are dropped before the command returns.
             self.refresh_catalog(true)
                 .map_err(|e| FsError::store("reading the store", e))?;
+            // A guard just read is in place for every request once those that began
+            // before it have ended: the answer waits for them (no lock held here), and is
+            // EBUSY, not ENOENT, when they do not end (a guarded `turn` then refuses).
+            if self.turns.any_guarded() && !self.turns.settle(SETTLE_LIMIT) {
+                return Err(FsError::busy(format!(
+                    "requests that change files began before a turn's guard and did not end within {} s",
+                    SETTLE_LIMIT.as_secs()
+                )));
+            }
             return Err(FsError::new(ErrorKind::NotFound, "catalog refreshed"));
         }
         // A generated file named in a listing is sent with size 0 instead of having its

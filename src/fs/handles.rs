@@ -127,6 +127,22 @@ impl Handles {
         self.open.lock().remove(&fh)
     }
 
+    /// The inodes of the handles open for writing in worktree `worktree` (a submodule's
+    /// view counts as its worktree's).
+    pub(super) fn writable_in(&self, worktree: i64) -> Vec<u64> {
+        self.open
+            .lock()
+            .values()
+            .filter_map(|h| match &**h {
+                HandleKind::File {
+                    ino, wt: Some(w), ..
+                } if w.lease_id == worktree => Some(*ino),
+                HandleKind::GitFileWrite(w) if w.lease_id == worktree => Some(0),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A copy-up is done: handles reading the base look again.
     pub(super) fn copied_up(&self) {
         self.copy_ups.fetch_add(1, Ordering::AcqRel);

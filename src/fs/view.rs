@@ -247,27 +247,35 @@ impl View {
     /// what `ino` is in: EBUSY when a guarded turn runs in its worktree and the process is
     /// outside the turn's tree. The first refusal of each process is an event naming the
     /// turn.
-    pub fn may_change(&self, ino: u64, tid: u32) -> FsResult<()> {
+    ///
+    /// The request is counted from before the gate is looked at until the token returned
+    /// is dropped (after its answer): a guarded turn's command starts only once every
+    /// change that began before its gate has ended (`Turns::settle`).
+    pub fn may_change(&self, ino: u64, tid: u32) -> FsResult<crate::lifecycle::turns::Change<'_>> {
+        let change = self.turns.begin_change();
         if !self.turns.any_guarded() {
-            return Ok(());
+            return Ok(change);
         }
         let Some((worktree, _)) = self.worktree_of(ino) else {
-            return Ok(());
+            return Ok(change);
         };
-        self.turns.may_change(worktree, tid).map_err(|r| {
-            if r.first {
-                let holder = r.turn.holder();
-                if let Err(e) = self.store.lock().note_event(
-                    worktree,
-                    "turn-refused",
-                    Some(&holder),
-                    &r.message,
-                ) {
-                    tracing::warn!("recording a refusal of the guarded turn: {e}");
+        self.turns
+            .may_change(worktree, tid)
+            .map(|()| change)
+            .map_err(|r| {
+                if r.first {
+                    let holder = r.turn.holder();
+                    if let Err(e) = self.store.lock().note_event(
+                        worktree,
+                        "turn-refused",
+                        Some(&holder),
+                        &r.message,
+                    ) {
+                        tracing::warn!("recording a refusal of the guarded turn: {e}");
+                    }
                 }
-            }
-            FsError::busy(r.message)
-        })
+                FsError::busy(r.message)
+            })
     }
 
     pub fn set_lease_activity(&self, f: LeaseActivity) {

@@ -158,10 +158,12 @@ pub fn command_line(pid: i32) -> Option<String> {
 /// path in the mount, with passthrough too).
 pub fn is_inside(pid: i32, dir: &Path) -> bool {
     let below = |p: PathBuf| p.starts_with(dir);
-    if fs::read_link(format!("/proc/{pid}/cwd"))
-        .map(below)
-        .unwrap_or(false)
-    {
+    // Its working directory, its root (chroot), the program it runs.
+    if ["cwd", "root", "exe"].iter().any(|l| {
+        fs::read_link(format!("/proc/{pid}/{l}"))
+            .map(below)
+            .unwrap_or(false)
+    }) {
         return true;
     }
     let open_below = match fs::read_dir(format!("/proc/{pid}/fd")) {
@@ -172,16 +174,60 @@ pub fn is_inside(pid: i32, dir: &Path) -> bool {
     };
     open_below
         || fs::read(format!("/proc/{pid}/maps"))
-            .is_ok_and(|maps| maps.split(|b| *b == b'\n').any(|l| writes_below(l, dir)))
+            .is_ok_and(|maps| maps.split(|b| *b == b'\n').any(|l| maps_below(l, dir)))
 }
 
-/// Whether the `/proc/<pid>/maps` line `line` is a shared writable mapping of a file
-/// below `dir` (`address perms offset dev inode path`, the path padded with spaces).
-fn writes_below(line: &[u8], dir: &Path) -> bool {
-    shared_writable_below(line, dir).is_some()
+/// Whether the `/proc/<pid>/maps` line `line` maps a file below `dir` (a shared library
+/// or program built there, a file mapped for reading or writing).
+fn maps_below(line: &[u8], dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    // `address perms offset dev inode path`: the path is what follows the fifth field.
+    let mut rest = line;
+    for _ in 0..5 {
+        let start = rest.iter().position(|b| *b != b' ').unwrap_or(rest.len());
+        rest = &rest[start..];
+        let end = rest.iter().position(|b| *b == b' ').unwrap_or(rest.len());
+        rest = &rest[end..];
+    }
+    let path = rest.trim_ascii_start();
+    let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
+    let path = Path::new(std::ffi::OsStr::from_bytes(path));
+    path.is_absolute() && path.starts_with(dir)
 }
 
-/// The file a `/proc/<pid>/maps` line maps shared and writable, when it is below `dir`.
+/// Whether process `pid` or any of its descendants is inside `dir` (as [`is_inside`]:
+/// working directory, root, program, open file, mapping). The tree is read from
+/// `/proc/<pid>/task/*/children`; None where that file does not exist (a kernel without
+/// `CONFIG_PROC_CHILDREN`): the tree cannot be told, and the caller keeps what it has.
+pub fn tree_inside(pid: i32, dir: &Path) -> Option<bool> {
+    let mut stack = vec![pid];
+    let mut seen = HashSet::new();
+    while let Some(p) = stack.pop() {
+        if !seen.insert(p) || seen.len() > 65536 {
+            continue;
+        }
+        if is_inside(p, dir) {
+            return Some(true);
+        }
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
+            // Exited meanwhile: its children (if any) were reparented, out of this tree.
+            continue;
+        };
+        for t in tasks.flatten() {
+            match fs::read_to_string(t.path().join("children")) {
+                Ok(c) => stack.extend(c.split_whitespace().filter_map(|x| x.parse::<i32>().ok())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && t.path().exists() => {
+                    return None;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    Some(false)
+}
+
+/// The file a `/proc/<pid>/maps` line (`address perms offset dev inode path`, the path
+/// padded with spaces) maps shared and writable, when it is below `dir`.
 pub fn shared_writable_below(line: &[u8], dir: &Path) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let mut rest = line;
@@ -796,11 +842,64 @@ impl Tracker {
     /// there under the same lock) until its lease is passed on or released.
     fn holder_exited(&self, w: Watched) {
         let key = (w.worktree_id, w.info.pid, w.info.start);
-        self.pass_on_or_release(w);
+        self.pass_on_or_release(w, "exited");
         self.exiting.lock().remove(&key);
     }
 
-    fn pass_on_or_release(&self, w: Watched) {
+    /// Last close: a watched holder neither of whose process tree is inside its worktree
+    /// any more (working directory, root, program, open file, mapping) lets go as if it had
+    /// exited (its lease passed to a process still inside, else released). Run by the
+    /// sweeper every second; it reads only the holders' own trees. A holder whose tree
+    /// cannot be read (no `/proc/<pid>/task/*/children`) keeps its lease until it exits.
+    /// Returns how many let go.
+    pub fn release_departed(&self) -> usize {
+        if self.stopped.load(Ordering::Acquire) {
+            return 0;
+        }
+        let holders: Vec<(i64, ProcInfo, PathBuf)> = self
+            .watched
+            .lock()
+            .iter()
+            .map(|w| (w.worktree_id, w.info.clone(), w.worktree_path.clone()))
+            .collect();
+        let mut n = 0;
+        for (worktree_id, info, path) in holders {
+            if tree_inside(info.pid, &path) != Some(false) {
+                continue;
+            }
+            // Still the same process (not exited and reused meanwhile), still watched.
+            if proc_info(info.pid).is_none_or(|p| p.start != info.start) {
+                continue;
+            }
+            let w = {
+                let mut watched = self.watched.lock();
+                let Some(i) = watched
+                    .iter()
+                    .position(|w| w.worktree_id == worktree_id && w.info == info)
+                else {
+                    continue;
+                };
+                let w = watched.remove(i);
+                self.exiting
+                    .lock()
+                    .insert((worktree_id, info.pid, info.start));
+                w
+            };
+            let key = (w.worktree_id, w.info.pid, w.info.start);
+            tracing::info!(
+                "process {} ({}) left {}: nothing of its process tree is inside",
+                info.pid,
+                info.command,
+                path.display()
+            );
+            self.pass_on_or_release(w, "left (nothing of its process tree is inside)");
+            self.exiting.lock().remove(&key);
+            n += 1;
+        }
+        n
+    }
+
+    fn pass_on_or_release(&self, w: Watched, how: &str) {
         let holder = NewLease::Process {
             pid: w.info.pid,
             start: w.info.start,
@@ -854,7 +953,7 @@ impl Tracker {
                     start: info.start,
                     command: command_line(info.pid).unwrap_or_else(|| info.command.clone()),
                 };
-                let reason = format!("holder {} exited; {} is still inside", w.info.pid, info.pid);
+                let reason = format!("holder {} {how}; {} is still inside", w.info.pid, info.pid);
                 if self.gate.enter_continuing(w.worktree_id).is_ok() {
                     self.enqueue(Op::Acquire {
                         worktree_id: w.worktree_id,
@@ -883,13 +982,13 @@ impl Tracker {
                 worktree_id: w.worktree_id,
                 holder,
                 kind: "released",
-                reason: "holder exited".into(),
+                reason: format!("holder {how}"),
             }),
         }
         let left = self.drain();
         if left > 0 {
             tracing::warn!(
-                "the lease of exited process {} is released once the database can be written ({left} change(s) waiting)",
+                "the lease of process {} ({how}) is released once the database can be written ({left} change(s) waiting)",
                 w.info.pid
             );
         }
@@ -1023,19 +1122,17 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_writable_mapping_below_is_inside() {
+    fn mappings_below_are_inside_and_shared_writable_ones_are_writers() {
         let dir = Path::new("/mnt/repo/wt");
         let line = |perms: &str, path: &str| {
             format!("7ff543199000-7ff54319a000 {perms} 00000000 00:28 8115940858                 {path}")
         };
-        assert!(writes_below(
-            line("rw-s", "/mnt/repo/wt/a b.txt").as_bytes(),
-            dir
-        ));
-        assert!(writes_below(
-            line("rw-s", "/mnt/repo/wt/x (deleted)").as_bytes(),
-            dir
-        ));
+        let writes = |l: String| shared_writable_below(l.as_bytes(), dir).is_some();
+        assert!(writes(line("rw-s", "/mnt/repo/wt/a b.txt")));
+        assert_eq!(
+            shared_writable_below(line("rw-s", "/mnt/repo/wt/x (deleted)").as_bytes(), dir),
+            Some(PathBuf::from("/mnt/repo/wt/x"))
+        );
         for (perms, path) in [
             ("r--s", "/mnt/repo/wt/a"),
             ("rw-p", "/mnt/repo/wt/a"),
@@ -1043,12 +1140,55 @@ mod tests {
             ("rw-s", "/mnt/repo/other"),
             ("rw-s", ""),
         ] {
-            assert!(
-                !writes_below(line(perms, path).as_bytes(), dir),
-                "{perms} {path}"
+            assert!(!writes(line(perms, path)), "{perms} {path}");
+        }
+        assert!(shared_writable_below(b"", dir).is_none());
+        // Any mapping of a file below is inside (a program or library built there).
+        for (perms, path, inside) in [
+            ("r-xp", "/mnt/repo/wt/target/debug/app", true),
+            ("r--p", "/mnt/repo/wt/lib.so (deleted)", true),
+            ("rw-s", "/mnt/repo/wt/a b.txt", true),
+            ("r-xp", "/usr/lib/libc.so.6", false),
+            ("rw-p", "", false),
+            ("rw-p", "[heap]", false),
+            ("r-xp", "/mnt/repo/wt2/app", false),
+        ] {
+            assert_eq!(
+                maps_below(line(perms, path).as_bytes(), dir),
+                inside,
+                "{path}"
             );
         }
-        assert!(!writes_below(b"", dir));
+    }
+
+    #[test]
+    fn a_process_tree_is_inside_while_a_descendant_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let inside = dir.path().join("in");
+        std::fs::create_dir(&inside).unwrap();
+        // sh (outside) -> sh -> sleep, the grandchild's working directory inside.
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "(cd '{}' && exec sleep 5) & wait",
+                inside.display()
+            ))
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while tree_inside(pid, &inside) != Some(true) {
+            assert!(
+                std::time::Instant::now() < end,
+                "the grandchild is never seen inside"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!is_inside(pid, &inside), "the shell itself is outside");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let me = std::process::id() as i32;
+        assert_eq!(tree_inside(me, Path::new("/nonexistent/dir")), Some(false));
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub fn spawn(
                         Ok(_) => view.catalog_changed(),
                         Err(e) => tracing::warn!("watching recorded process leases: {e:#}"),
                     }
+                    // Last close: a holder none of whose process tree is inside lets go
+                    // (a shell that left with `cd`), within two seconds.
+                    tracker.release_departed();
                 }
                 // Every tick: a turn whose process is gone ends (its gate opens within a
                 // second of the death, however it died).

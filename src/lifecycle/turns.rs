@@ -9,7 +9,7 @@
 //! begins or ends a turn, so the gate is in place before the turn's command starts).
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
@@ -23,13 +23,47 @@ pub struct Turns {
     running: RwLock<HashMap<i64, Running>>,
     /// How many of them are guarded: while none is, no request pays anything.
     guarded: AtomicUsize,
+    /// Requests that change something, in progress, counted by the epoch they began in
+    /// (`begin_change`): a guard is in place for every request once those that began
+    /// before it was set have ended (`settle` begins a new epoch and waits for the older
+    /// ones to empty).
+    in_flight: Mutex<Epochs>,
 }
+
+#[derive(Default)]
+struct Epochs {
+    now: u64,
+    /// Requests in progress, by the epoch they began in (no entry: none).
+    by_epoch: std::collections::BTreeMap<u64, usize>,
+}
+
+/// The most refusals of one turn recorded as events (each process's first); past that,
+/// refusals are only logged (a fork loop outside must not fill the database).
+const REFUSAL_EVENTS: usize = 32;
 
 struct Running {
     turn: TurnRow,
     /// The processes refused so far (each refusal is logged; the first of each process
-    /// is an event too).
+    /// is an event too, up to `REFUSAL_EVENTS`).
     refused: Mutex<HashSet<i32>>,
+}
+
+/// A request that changes something, in progress (counted until it is dropped).
+pub struct Change<'a> {
+    turns: &'a Turns,
+    epoch: u64,
+}
+
+impl Drop for Change<'_> {
+    fn drop(&mut self) {
+        let mut e = self.turns.in_flight.lock();
+        if let Some(n) = e.by_epoch.get_mut(&self.epoch) {
+            *n -= 1;
+            if *n == 0 {
+                e.by_epoch.remove(&self.epoch);
+            }
+        }
+    }
 }
 
 /// A request the gate refuses.
@@ -81,17 +115,57 @@ impl Turns {
         v
     }
 
+    /// A request that changes something begins: counted until the token is dropped (after
+    /// the request is answered), so `settle` can wait for those that began before a guard.
+    /// Counted before the guard is looked at.
+    pub fn begin_change(&self) -> Change<'_> {
+        let mut e = self.in_flight.lock();
+        let epoch = e.now;
+        *e.by_epoch.entry(epoch).or_default() += 1;
+        Change { turns: self, epoch }
+    }
+
+    /// Waits (up to `limit`) until every change request that began before now has ended:
+    /// those still in progress when a guard was set may have been let through before it.
+    /// True when they all ended.
+    pub fn settle(&self, limit: std::time::Duration) -> bool {
+        let old = {
+            let mut e = self.in_flight.lock();
+            e.now += 1;
+            e.now - 1
+        };
+        let end = std::time::Instant::now() + limit;
+        loop {
+            let older = self
+                .in_flight
+                .lock()
+                .by_epoch
+                .range(..=old)
+                .next()
+                .is_some();
+            if !older {
+                return true;
+            }
+            if std::time::Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Whether the thread `tid` may change worktree `worktree_id` now: always, unless a
     /// guarded turn runs there and `tid` is outside its process tree (or cannot be told).
     pub fn may_change(&self, worktree_id: i64, tid: u32) -> Result<(), Box<Refusal>> {
         if !self.any_guarded() {
             return Ok(());
         }
-        let map = self.running.read();
-        let Some(r) = map.get(&worktree_id).filter(|r| r.turn.guard) else {
-            return Ok(());
+        // The row copied and the lock let go before /proc is read (a read of a process
+        // that is stuck must not hold up a refresh of the table).
+        let turn = match self.running.read().get(&worktree_id) {
+            Some(r) if r.turn.guard => r.turn.clone(),
+            _ => return Ok(()),
         };
-        let root = (r.turn.pid, r.turn.pid_start);
+        let root = (turn.pid, turn.pid_start);
         let tid = tid as i32;
         let why = match holders::descends_from(tid, root) {
             Ok(true) => return Ok(()),
@@ -99,31 +173,31 @@ impl Turns {
             Err(e) => format!("which cannot be told to be inside its process tree ({e})"),
         };
         let pid = holders::tgid_of(tid).unwrap_or(tid);
-        let command = holders::command_line(pid).unwrap_or_default();
-        let first = r.refused.lock().insert(pid);
+        // Its name from `stat` (`cmdline` would wait for the process's memory map).
+        let command = holders::proc_info(pid)
+            .map(|p| p.command)
+            .unwrap_or_default();
+        let first = match self.running.read().get(&worktree_id) {
+            Some(r) if r.turn == turn => {
+                let mut refused = r.refused.lock();
+                refused.len() < REFUSAL_EVENTS && refused.insert(pid)
+            }
+            _ => false,
+        };
         Err(Box::new(Refusal {
             message: format!(
                 "pid {pid} ({command}) {why} may not change {}/{} during the guarded turn of \
                  session {} (pid {}: {})",
-                r.turn.repo, r.turn.worktree, r.turn.session, r.turn.pid, r.turn.command
+                turn.repo, turn.worktree, turn.session, turn.pid, turn.command
             ),
-            turn: r.turn.clone(),
+            turn,
             pid,
             first,
         }))
     }
 }
 
-/// A process outside a turn that holds a file in the worktree open for writing, or mapped
-/// shared and writable.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Writer {
-    pub pid: i32,
-    pub command: String,
-    pub path: PathBuf,
-    /// "open for writing" or "mapped writable".
-    pub how: &'static str,
-}
+pub use crate::report::Writer;
 
 /// Every process but `skip` (and this one) writing a file below `dir` through a
 /// descriptor or a shared writable mapping: writes the daemon never sees through the
@@ -259,6 +333,27 @@ mod tests {
         assert!(turns.may_change(1, me.pid as u32).is_err());
         turns.set(Vec::new());
         assert!(turns.may_change(1, parent.pid as u32).is_ok());
+    }
+
+    #[test]
+    fn settle_waits_for_the_changes_that_began_before_it_and_only_those() {
+        let turns = std::sync::Arc::new(Turns::default());
+        assert!(turns.settle(std::time::Duration::from_millis(10)));
+        let before = turns.begin_change();
+        assert!(
+            !turns.settle(std::time::Duration::from_millis(20)),
+            "one in flight"
+        );
+        let t = turns.clone();
+        let waiter = std::thread::spawn(move || t.settle(std::time::Duration::from_secs(5)));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // One that begins now does not hold the settle up.
+        let after = turns.begin_change();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(before);
+        assert!(waiter.join().unwrap());
+        drop(after);
+        assert!(turns.settle(std::time::Duration::from_millis(10)));
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub(super) fn removed_in(
 ) -> rusqlite::Result<()> {
     tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
     tx.execute("DELETE FROM leases WHERE worktree_id = ?1", [worktree_id])?;
+    tx.execute("DELETE FROM turns WHERE worktree_id = ?1", [worktree_id])?;
     set_state(tx, worktree_id, crate::lease::State::Removed)?;
     tx.execute(
         "UPDATE worktrees SET removal = NULL WHERE id = ?1",
