@@ -121,6 +121,9 @@ enum Command {
         /// Throw away what it holds (listed first): the one way to lose work on purpose.
         #[arg(long)]
         discard: bool,
+        /// The outcome (removed, with what it says; or why not) as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Removed worktrees still restorable (every removal keeps what it removed for
     /// `mount --keep-removed` hours), with their size and when they go.
@@ -172,6 +175,10 @@ enum Command {
         /// Without the warm snapshot, where the repository is warm by default.
         #[arg(long)]
         cold: bool,
+        /// The new worktree as JSON on stdout (its path, state, branch, base; for --from
+        /// what was copied; for a warm one the snapshot, and whether it was taken now).
+        #[arg(long)]
+        json: bool,
     },
     /// Take a new warm snapshot of REPO's source checkout: the ignored and untracked files
     /// its patterns match, read with your permissions. Worktrees made before keep theirs.
@@ -291,6 +298,9 @@ enum LeaseCmd {
         /// retained.
         #[arg(long, value_name = "TEXT", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         reason: Option<String>,
+        /// The outcome (or the refusal) as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -523,7 +533,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Reclaim { target, discard } => cmd_reclaim(&state, &target, discard),
+        Command::Reclaim {
+            target,
+            discard,
+            json,
+        } => cmd_reclaim(&state, &target, discard, json),
         Command::Removed { json } => cmd_removed(&state, json),
         Command::Restore {
             target,
@@ -684,12 +698,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             from,
             warm,
             cold,
+            json,
         } => {
             let (repo, name) = target.split_once('/').ok_or_else(|| {
                 anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
             })?;
             if let Some(from) = from {
-                return cmd_fork(&state, repo, name, &from, branch.as_deref());
+                return cmd_fork(&state, repo, name, &from, branch.as_deref(), json);
             }
             let mut store = open_store(&state)?;
             let (uid, gid) = (
@@ -697,12 +712,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 nix::unistd::getegid().as_raw(),
             );
             let repo_row = store.repo_by_name(repo)?;
+            let mut took_snapshot = None;
             let snapshot = match repo_row {
                 Some(r) if warm || (r.warm_default && !cold) => {
                     let (snap, taken) = warm::ensure(&state, &mut store, &r, uid, gid)?;
-                    if let Some(t) = &taken {
+                    if let Some(t) = taken.as_ref().filter(|_| !json) {
                         print_taken(repo, t);
                     }
+                    took_snapshot = taken.map(|t| t.took);
                     Some(snap)
                 }
                 _ => None,
@@ -723,6 +740,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             )?;
             daemon::poke(&state);
             let mountpoint = create::mountpoint_of(&state, &store);
+            if json {
+                let mut v = report::worktree_json(&row, &mountpoint);
+                if let Some(s) = &snapshot {
+                    v["warm_snapshot_files"] = s.files.into();
+                    v["warm_snapshot_bytes"] = s.bytes.into();
+                    v["warm_snapshot_taken_ms"] =
+                        took_snapshot.map(|d| d.as_millis() as u64).into();
+                }
+                println!("{v:#}");
+                return Ok(());
+            }
             println!(
                 "created {}/{} on branch {} at {}{}",
                 row.repo,
@@ -957,40 +985,79 @@ fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn cmd_reclaim(state: &StateDir, target: &str, discard: bool) -> anyhow::Result<()> {
+fn cmd_reclaim(state: &StateDir, target: &str, discard: bool, json: bool) -> anyhow::Result<()> {
     use worktreefs::daemon::socket::Answer;
     let (repo, name) = split_target(target)?;
-    let mountpoint = create::mountpoint_of(state, &open_store(state)?);
+    let store = open_store(state)?;
+    let mountpoint = create::mountpoint_of(state, &store);
     // Through the live daemon when one serves this state dir (it alone sees the leases
     // it keeps in memory), else here.
     let mut result = None;
+    let mut discarded = Vec::new();
     daemon::socket::reclaim(state, repo, name, discard, &mut |a| match a {
         Answer::Discarding { lines } => {
-            println!("discarding from {repo}/{name}:");
-            for l in lines {
-                println!("  {l}");
+            if json {
+                discarded.extend(lines.iter().cloned());
+            } else {
+                println!("discarding from {repo}/{name}:");
+                for l in lines {
+                    println!("  {l}");
+                }
             }
         }
         other => result = Some(other.clone()),
     })?;
     daemon::poke(state);
-    match result {
+    // The outcome as JSON: the worktree as it is now, what happened, and why.
+    let outcome = |what: &str, detail: Option<&str>| {
+        let mut v = match store.worktree(repo, name).ok().flatten() {
+            Some(w) => report::worktree_json(&w, &mountpoint),
+            None => serde_json::json!({
+                "worktree": format!("{repo}/{name}"),
+                "repo": repo,
+                "name": name,
+                "path": null,
+                "state": null,
+            }),
+        };
+        v["outcome"] = what.into();
+        v["detail"] = detail.into();
+        if discard {
+            v["discarded"] = discarded.clone().into();
+        }
+        v
+    };
+    let refusal = |what: &str, detail: &str, message: String| -> anyhow::Error {
+        report::Refusal {
+            message,
+            json: outcome(what, Some(detail)),
+            json_to: json.then_some(report::JsonTo::Stdout),
+            code: 1,
+        }
+        .into()
+    };
+    match &result {
         Some(Answer::Removed { detail }) => {
-            println!("removed {repo}/{name}: {detail}");
+            if json {
+                println!("{:#}", outcome("removed", Some(detail)));
+            } else {
+                println!("removed {repo}/{name}: {detail}");
+            }
             Ok(())
         }
-        Some(Answer::Retained { reason }) => bail!(
+        Some(Answer::Retained { reason }) => Err(refusal("retained", reason, format!(
             "worktree '{repo}/{name}' could not be removed and is retained with its files: {reason}; see {}",
             state.log_file().display()
-        ),
-        Some(Answer::HoldsWork { reason }) => bail!(
+        ))),
+        Some(Answer::HoldsWork { reason }) => Err(refusal("holds-work", reason, format!(
             "worktree '{repo}/{name}' holds work and stays: {reason}; commit and push it (cd {}), or throw it away with `worktreefs reclaim {repo}/{name} --discard`",
             mountpoint.join(repo).join(name).display()
-        ),
-        Some(Answer::Gone { message }) => bail!(
+        ))),
+        Some(Answer::Gone { message }) => Err(refusal("gone", message, format!(
             "{message}; see `worktreefs list` and `worktreefs retained`"
-        ),
-        Some(Answer::Busy { message }) | Some(Answer::Error { message }) => bail!("{message}"),
+        ))),
+        Some(Answer::Busy { message }) => Err(refusal("busy", message, message.clone())),
+        Some(Answer::Error { message }) => Err(refusal("error", message, message.clone())),
         Some(Answer::Discarding { .. }) | None => {
             bail!("reclaim of {repo}/{name} ended without an answer")
         }
@@ -1101,6 +1168,7 @@ fn cmd_fork(
     name: &str,
     from: &str,
     branch: Option<&str>,
+    json: bool,
 ) -> anyhow::Result<()> {
     let parent = match from.split_once('/') {
         Some((r, p)) if r == repo => p,
@@ -1124,6 +1192,22 @@ fn cmd_fork(
     )?;
     daemon::poke(state);
     let c = &forked.copied;
+    if json {
+        let mountpoint = create::mountpoint_of(state, &store);
+        let mut v = report::worktree_json(&forked.row, &mountpoint);
+        v["forked_from"] = format!("{repo}/{parent}").into();
+        v["head"] = forked.head.to_string().into();
+        v["copied"] = serde_json::json!({
+            "files": c.files,
+            "bytes": c.bytes,
+            "dirs": c.dirs,
+            "other": c.other,
+            "took_ms": c.took.as_millis() as u64,
+        });
+        v["notes"] = forked.notes.clone().into();
+        println!("{v:#}");
+        return Ok(());
+    }
     println!(
         "forked {repo}/{parent} as {}/{} on branch {} at {} (copied {} file(s), {}, {} dir(s), {} other entries, in {} ms)",
         forked.row.repo,
@@ -1340,9 +1424,10 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
     let row = store.worktree(repo, name)?.ok_or_else(|| {
         anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`")
     })?;
-    let LeaseCmd::Release { reason, .. } = &cmd else {
+    let LeaseCmd::Release { reason, json, .. } = &cmd else {
         unreachable!("acquire returned above")
     };
+    let json = *json;
     if let Some(r) = reason {
         worktreefs::lease::validate_reason(r).map_err(|e| anyhow!(e))?;
     }
@@ -1354,18 +1439,37 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
         Some(r) => store.release_with_reason(row.id, &lease.holder(), r)?,
         None => store.release_lease(row.id, &lease.holder(), "released", "named lease released")?,
     };
-    if released {
-        println!("session {session} released {repo}/{name}");
-        if let Some(t) = turn {
-            println!(
-                "its turn (pid {}: {}) ended; the command was not stopped",
-                t.pid, t.command
-            );
-        }
-    } else {
-        bail!(
+    if !released {
+        let message = format!(
             "session {session} holds no lease on {repo}/{name} (state {}); nothing changed (see `worktreefs leases`)",
             row.state
+        );
+        let mut j = report::worktree_json(&row, &create::mountpoint_of(state, &store));
+        j["error"] = "not-held".into();
+        j["session"] = session.as_str().into();
+        return Err(report::Refusal {
+            message,
+            json: j,
+            json_to: json.then_some(report::JsonTo::Stdout),
+            code: 1,
+        }
+        .into());
+    }
+    if json {
+        daemon::poke(state);
+        let now = store.worktree(repo, name)?.unwrap_or(row);
+        let mut v = report::worktree_json(&now, &create::mountpoint_of(state, &store));
+        v["session"] = session.as_str().into();
+        v["reason"] = reason.clone().into();
+        v["turn_ended"] = turn.is_some().into();
+        println!("{v:#}");
+        return Ok(());
+    }
+    println!("session {session} released {repo}/{name}");
+    if let Some(t) = turn {
+        println!(
+            "its turn (pid {}: {}) ended; the command was not stopped",
+            t.pid, t.command
         );
     }
     daemon::poke(state);

@@ -426,3 +426,24 @@ pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
         code: EXIT_CONFLICT,
     }
 }
+
+/// A worktree as an outcome's JSON names it (`new`, `lease release`, `reclaim` with
+/// `--json`): the worktree, its path under the mount, its state, its branch and base, and
+/// when it was made and last changed state (RFC 3339).
+pub fn worktree_json(
+    w: &crate::store::WorktreeRow,
+    mountpoint: &std::path::Path,
+) -> serde_json::Value {
+    serde_json::json!({
+        "worktree": format!("{}/{}", w.repo, w.name),
+        "repo": w.repo,
+        "name": w.name,
+        "path": mountpoint.join(&w.repo).join(&w.name),
+        "state": w.state.as_str(),
+        "branch": w.branch,
+        "base_commit": w.base_commit,
+        "warm_snapshot": w.warm,
+        "created_at": rfc3339(w.created_at),
+        "state_changed_at": rfc3339(w.state_changed_at),
+    })
+}

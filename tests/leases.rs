@@ -1075,3 +1075,69 @@ fn a_shell_that_leaves_a_worktree_lets_go_within_two_seconds() {
     let _ = sh.wait();
     drop(m);
 }
+
+/// `--json` outcomes (issue 18, item 6): `new`, `new --from`, `lease release`, `reclaim`
+/// print the worktree, its path and state, and what happened or why not, with RFC 3339
+/// times; a refusal is JSON too, with the same exit code as without.
+#[test]
+fn new_release_and_reclaim_say_what_happened_as_json() {
+    let env = Env::new();
+    let m = env.mount();
+    let parse = |o: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&o.stdout))
+        })
+    };
+    let o = wtfs(&env.state(), &["new", "repo/j", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = parse(&o);
+    assert_eq!(v["worktree"], "repo/j");
+    assert_eq!(v["state"], "ready");
+    assert_eq!(v["branch"], "j");
+    assert_eq!(
+        v["path"].as_str().unwrap(),
+        m.wt("repo", "j").to_str().unwrap()
+    );
+    let at = v["created_at"].as_str().unwrap();
+    assert!(
+        at.len() == 25 && at.as_bytes()[10] == b'T' && (at.contains('+') || at.contains('-')),
+        "RFC 3339 with an offset: {at}"
+    );
+    run_ok("sh", &["-c", "echo work > w.txt"], &m.wt("repo", "j"));
+    let o = wtfs(&env.state(), &["new", "repo/k", "--from", "j", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = parse(&o);
+    assert_eq!(v["forked_from"], "repo/j");
+    assert!(v["copied"]["files"].as_u64().unwrap() >= 1, "{v}");
+    wtfs_ok(&env.state(), &["lease", "acquire", "repo/j", "--session", "s"]);
+    let o = wtfs(
+        &env.state(),
+        &["lease", "release", "repo/j", "--session", "s", "--json"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = parse(&o);
+    assert_eq!(v["session"], "s");
+    assert_eq!(v["turn_ended"], false);
+    let o = wtfs(
+        &env.state(),
+        &["lease", "release", "repo/j", "--session", "s", "--json"],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(parse(&o)["error"], "not-held");
+    // Reclaim: one holding work stays (and says why), a clean one goes.
+    let o = wtfs(&env.state(), &["reclaim", "repo/k", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v = parse(&o);
+    assert_eq!(v["outcome"], "holds-work", "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("w.txt"), "{v}");
+    wtfs_ok(&env.state(), &["new", "repo/clean"]);
+    let o = wtfs(&env.state(), &["reclaim", "repo/clean", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = parse(&o);
+    assert_eq!(v["outcome"], "removed", "{v}");
+    assert_eq!(v["state"], "removed", "{v}");
+    let o = wtfs(&env.state(), &["reclaim", "repo/clean", "--json"]);
+    assert!(!o.status.success());
+    assert_eq!(parse(&o)["outcome"], "gone");
+    drop(m);
+}
