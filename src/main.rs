@@ -244,10 +244,12 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
-    /// List the running turns.
+    /// List the running turns (`turns end` ends one).
     Turns {
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        action: Option<TurnsCmd>,
     },
     /// List every lease.
     Leases {
@@ -264,6 +266,25 @@ enum Command {
         /// How many past events to show.
         #[arg(long, default_value_t = 100)]
         last: i64,
+    },
+}
+
+#[derive(Subcommand)]
+enum TurnsCmd {
+    /// End the turn running on REPO/WT: its `turn` process gets SIGTERM (passed on to its
+    /// command) and this waits for the turn to end. Says so, changing nothing, when no turn
+    /// runs there or (with --session) it is another session's.
+    End {
+        target: String,
+        /// Only if the running turn is this session's.
+        #[arg(long)]
+        session: Option<String>,
+        /// How long to wait for the turn to end.
+        #[arg(long, value_name = "SECS", default_value_t = 10)]
+        wait: u64,
+        /// The outcome (or why not) as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -834,7 +855,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
             &command,
         ),
-        Command::Turns { json } => {
+        Command::Turns {
+            action:
+                Some(TurnsCmd::End {
+                    target,
+                    session,
+                    wait,
+                    json,
+                }),
+            ..
+        } => cmd_turn_end(&state, &target, session.as_deref(), wait, json),
+        Command::Turns { json, action: None } => {
             let store = open_store(&state)?;
             let rows = store.turns()?;
             let mountpoint = daemon::running_daemon(&state).map(|d| d.mountpoint);
@@ -1785,6 +1816,106 @@ fn cmd_turn(
         ),
     }
     exit_as(status?)
+}
+
+/// `turns end`: SIGTERM to the running turn's process, then waits for its turn to end.
+fn cmd_turn_end(
+    state: &StateDir,
+    target: &str,
+    session: Option<&str>,
+    wait: u64,
+    json: bool,
+) -> anyhow::Result<()> {
+    let (repo, name) = split_target(target)?;
+    if let Some(s) = session {
+        worktreefs::lease::validate_session(s).map_err(|e| anyhow!(e))?;
+    }
+    let mut store = open_store(state)?;
+    let json_to = json.then_some(report::JsonTo::Stdout);
+    let row = leasable_worktree(&store, repo, name, json_to)?;
+    let not = |error: &str, message: String| -> anyhow::Error {
+        report::Refusal {
+            json: serde_json::json!({
+                "error": error,
+                "worktree": format!("{repo}/{name}"),
+                "repo": repo,
+                "name": name,
+            }),
+            message,
+            json_to,
+            code: 1,
+        }
+        .into()
+    };
+    let Some(turn) = store.turns()?.into_iter().find(|t| t.worktree_id == row.id) else {
+        return Err(not(
+            "not-running",
+            format!("no turn runs on {repo}/{name}; nothing changed (see `worktreefs turns`)"),
+        ));
+    };
+    if session.is_some_and(|s| s != turn.session) {
+        return Err(not(
+            "other-session",
+            format!(
+                "the turn running on {repo}/{name} is session {}'s, not {}'s; nothing changed",
+                turn.session,
+                session.unwrap_or_default()
+            ),
+        ));
+    }
+    let key = (turn.pid, turn.pid_start);
+    let same = |store: &Store| {
+        store
+            .turns()
+            .ok()
+            .and_then(|v| v.into_iter().find(|t| t.worktree_id == row.id))
+            .is_some_and(|t| (t.pid, t.pid_start) == key)
+    };
+    if worktreefs::lifecycle::holders::liveness(turn.pid, turn.pid_start)
+        == worktreefs::store::Liveness::Gone
+    {
+        // Its process is gone already: the gate opens now.
+        store.end_turn(
+            row.id,
+            key,
+            "ended by `worktreefs turns end` (its process was gone)",
+        )?;
+    } else {
+        // SAFETY: kill(2) on the turn's recorded process, whose start time was just checked.
+        if unsafe { libc::kill(turn.pid as libc::pid_t, libc::SIGTERM) } != 0 {
+            let e = std::io::Error::last_os_error();
+            bail!(
+                "cannot signal the turn's process {} ({e}); end it as its owner, or release its session (`worktreefs lease release {repo}/{name} --session {}`)",
+                turn.pid,
+                turn.session
+            );
+        }
+        let end = std::time::Instant::now() + Duration::from_secs(wait);
+        while same(&store) && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    daemon::poke(state);
+    if same(&store) {
+        return Err(not(
+            "still-running",
+            format!(
+                "the turn of session {} on {repo}/{name} is still running {wait} s after its process {} got SIGTERM (its command may ignore it); wait longer (`--wait SECS`), `kill -9 {}` (the gate opens within a second), or release its session",
+                turn.session, turn.pid, turn.pid
+            ),
+        ));
+    }
+    if json {
+        let mut v = report::turn_json(&turn, &create::mountpoint_of(state, &store));
+        v["ended"] = true.into();
+        println!("{v:#}");
+    } else {
+        println!(
+            "ended the turn of session {} on {repo}/{name} (pid {}: {})",
+            turn.session, turn.pid, turn.command
+        );
+    }
+    Ok(())
 }
 
 /// Why a guarded turn's gate is not in place.

@@ -1084,9 +1084,8 @@ fn new_release_and_reclaim_say_what_happened_as_json() {
     let env = Env::new();
     let m = env.mount();
     let parse = |o: &std::process::Output| -> serde_json::Value {
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-            panic!("{e}: {}", String::from_utf8_lossy(&o.stdout))
-        })
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
     };
     let o = wtfs(&env.state(), &["new", "repo/j", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -1109,7 +1108,10 @@ fn new_release_and_reclaim_say_what_happened_as_json() {
     let v = parse(&o);
     assert_eq!(v["forked_from"], "repo/j");
     assert!(v["copied"]["files"].as_u64().unwrap() >= 1, "{v}");
-    wtfs_ok(&env.state(), &["lease", "acquire", "repo/j", "--session", "s"]);
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/j", "--session", "s"],
+    );
     let o = wtfs(
         &env.state(),
         &["lease", "release", "repo/j", "--session", "s", "--json"],

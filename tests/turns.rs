@@ -399,6 +399,23 @@ fn a_guarded_turn_refuses_writes_from_outside_and_allows_reads_and_its_own_child
         fs::read_to_string(wt.join("shared.txt")).unwrap(),
         "before\n"
     );
+    // Another holder's process (session b's `run`) is outside too.
+    let o = wtfs(
+        &env.state(),
+        &[
+            "run",
+            "repo/t",
+            "--session",
+            "b",
+            "--",
+            "sh",
+            "-c",
+            "echo b > by-b.txt",
+        ],
+    );
+    assert!(!o.status.success(), "session b's write went through");
+    assert!(stderr(&o).contains("busy"), "{}", stderr(&o));
+    assert!(!wt.join("by-b.txt").exists());
     // Another worktree is not gated.
     wtfs_ok(&env.state(), &["new", "repo/other"]);
     fs::write(m.wt("repo", "other").join("free.txt"), "free").unwrap();
@@ -591,10 +608,54 @@ fn turns_refuse_bad_input_clearly_and_leave_nothing_behind() {
     assert!(t.elapsed() >= Duration::from_secs(1));
     assert!(t.elapsed() < Duration::from_secs(10));
     assert!(stderr(&o).contains("waited 1 s"), "{}", stderr(&o));
-    drop(bg);
-    wait_until("the killed turn is gone", Duration::from_secs(3), || {
-        turns_listed(&m).is_empty()
-    });
+    // `turns end`: another session's turn is not ended; this session's is.
+    let o = wtfs(&env.state(), &["turns", "end", "repo/t", "--session", "b"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("session a's, not b's"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        turns_listed(&m),
+        vec!["repo:t".to_string()],
+        "nothing changed"
+    );
+    let o = wtfs(
+        &env.state(),
+        &["turns", "end", "repo/t", "--session", "a", "--json"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ended"], true);
+    let out = bg.finish(Duration::from_secs(10));
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "its command got SIGTERM"
+    );
+    assert!(turns_listed(&m).is_empty());
+    let o = wtfs(&env.state(), &["turns", "end", "repo/t"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no turn runs"), "{}", stderr(&o));
+    // A removed worktree: the usual typed conflict.
+    wtfs_ok(&env.state(), &["new", "repo/gone"]);
+    wtfs_ok(&env.state(), &["reclaim", "repo/gone"]);
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turn",
+            "repo/gone",
+            "--session",
+            "a",
+            "--json",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+    assert_eq!(j["error"], "removed", "{j}");
     drop(m);
 }
 
