@@ -1059,9 +1059,11 @@ fn cmd_reclaim(state: &StateDir, target: &str, discard: bool, json: bool) -> any
         v
     };
     let refusal = |what: &str, detail: &str, message: String| -> anyhow::Error {
+        let mut v = outcome(what, Some(detail));
+        v["error"] = what.into();
         report::Refusal {
             message,
-            json: outcome(what, Some(detail)),
+            json: v,
             json_to: json.then_some(report::JsonTo::Stdout),
             code: 1,
         }
@@ -2095,6 +2097,10 @@ fn run_below(
         }));
     }
     let status = wait_for(pid, turn);
+    if turn {
+        // What the command left running (adopted here) ends with the turn.
+        end_leftovers();
+    }
     for (s, h) in before {
         // SAFETY: putting back the disposition found.
         unsafe { libc::signal(s, h) };
@@ -2136,6 +2142,58 @@ fn wait_for(pid: libc::pid_t, reap_others: bool) -> std::io::Result<std::process
             return Ok(std::os::unix::process::ExitStatusExt::from_raw(status));
         }
     }
+}
+
+/// Ends what a turn's command left running, adopted by this subreaper: SIGTERM, then
+/// SIGKILL to those still there after two seconds, each reaped (a turn's effects end with
+/// it: nothing it started goes on writing once its gate is open).
+fn end_leftovers() {
+    let children = || -> Vec<libc::pid_t> {
+        fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let reap = || loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes only `status`.
+        if unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } <= 0 {
+            break;
+        }
+    };
+    let left = children();
+    if left.is_empty() {
+        return;
+    }
+    for p in &left {
+        // SAFETY: children of this process (not reaped, so their pids are theirs).
+        unsafe { libc::kill(*p, libc::SIGTERM) };
+    }
+    let end = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < end {
+        reap();
+        if children().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for p in children() {
+        // SAFETY: as above.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    let end = std::time::Instant::now() + Duration::from_secs(2);
+    while !children().is_empty() && std::time::Instant::now() < end {
+        reap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reap();
 }
 
 /// A command that could not be started: exit 127 (not found) or 126 (not executable), as

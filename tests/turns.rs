@@ -689,6 +689,31 @@ fn a_second_turn_of_the_session_waits_and_a_sigterm_reaches_the_command() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "second\n");
     assert!(first.finish(Duration::from_secs(10)).status.success());
+    // What a turn's command leaves running ends with the turn.
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60 & echo $! > left.pid",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let left: i32 = fs::read_to_string(m.wt("repo", "t").join("left.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until(
+        "what it left running is ended",
+        Duration::from_secs(5),
+        || holders_gone(left),
+    );
     let bg = Background::start(
         &env.state(),
         &[

@@ -348,9 +348,10 @@ impl View {
             self.refresh_catalog(true)
                 .map_err(|e| FsError::store("reading the store", e))?;
             // A guard just read is in place for every request once those that began
-            // before it have ended: the answer waits for them (no lock held here), and is
-            // EBUSY, not ENOENT, when they do not end (a guarded `turn` then refuses).
-            if self.turns.any_guarded() && !self.turns.settle(SETTLE_LIMIT) {
+            // before it have ended: the first refresh after it waits for them (no lock
+            // held here; later ones do not), and answers EBUSY, not ENOENT, when they do
+            // not end (a guarded `turn` then refuses).
+            if self.turns.any_guarded() && !self.turns.settle_new(SETTLE_LIMIT) {
                 return Err(FsError::busy(format!(
                     "requests that change files began before a turn's guard and did not end within {} s",
                     SETTLE_LIMIT.as_secs()

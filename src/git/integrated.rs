@@ -42,6 +42,26 @@ impl std::fmt::Display for Integration {
 /// patch-ids (only to name the kind of merge).
 const PATCH_ID_WINDOW: usize = 2000;
 
+/// How many remote-tracking refs are merged into at most (the rest count as not
+/// integrated: a worktree found so is kept, never removed).
+const MAX_REFS: usize = 64;
+
+/// [`integrated`] on a thread whose file-system identity is the repository's owner (the
+/// merge's writes go to memory, but libgit2 first "freshens" an object that exists by
+/// setting its times, through whatever link the owner put in its place), bounded in
+/// time: a check that fails or takes too long says not integrated.
+pub fn integrated_as_owner(
+    gitdir: &Path,
+    head: Oid,
+    commits: &[Oid],
+) -> Result<Option<Integration>, String> {
+    let (dir, commits) = (gitdir.to_path_buf(), commits.to_vec());
+    super::owner::as_owner_of(gitdir, move || {
+        integrated(&dir, head, &commits).map_err(|e| anyhow::anyhow!(e.message().to_string()))
+    })
+    .map_err(|e| format!("{e:#}"))
+}
+
 /// The first remote-tracking ref (by name) that HEAD `head`'s work `commits` (HEAD's
 /// commits on no remote-tracking ref) is integrated into: the merge of `head` into it
 /// has no conflict and its tree is the ref's own. None when there is none.
@@ -53,7 +73,7 @@ pub fn integrated(
     let repo = Repository::open(gitdir)?;
     let odb = repo.odb()?;
     // Everything the merge writes goes here, in memory, and goes with it.
-    let _mempack = odb.add_new_mempack_backend(1000)?;
+    let mempack = odb.add_new_mempack_backend(1000)?;
     let head_commit = repo.find_commit(head)?;
     let mut refs: Vec<(String, Oid)> = Vec::new();
     for r in repo.references_glob("refs/remotes/*")? {
@@ -68,7 +88,14 @@ pub fn integrated(
         refs.push((name, c.id()));
     }
     refs.sort();
-    for (name, tip) in refs {
+    for (name, tip) in refs.into_iter().take(MAX_REFS) {
+        // Histories that share nothing are no merge (libgit2 would merge against an empty
+        // base, and HEAD's deletions would look upstream).
+        if repo.merge_base(tip, head).is_err() {
+            continue;
+        }
+        // What the last merge wrote goes (memory stays bounded).
+        mempack.reset()?;
         let upstream = repo.find_commit(tip)?;
         let mut index = match repo.merge_commits(&upstream, &head_commit, None) {
             Ok(i) => i,
@@ -278,6 +305,25 @@ mod tests {
                     land(remote, work, "rebase");
                 },
                 Some(true),
+            ),
+            (
+                "a remote branch of unrelated history that holds the same files",
+                |remote, work| {
+                    commit(work, "c.txt", "new\n", "t1");
+                    // An orphan branch whose tree is the task's without one file.
+                    let other = remote.parent().unwrap().join("orphan");
+                    git(
+                        remote.parent().unwrap(),
+                        &["clone", "-q", "remote.git", other.to_str().unwrap()],
+                    );
+                    git(&other, &["checkout", "-q", "--orphan", "lone"]);
+                    write(&other, "c.txt", "new\n");
+                    git(&other, &["add", "."]);
+                    git(&other, &["commit", "-q", "-m", "lone"]);
+                    git(&other, &["push", "-q", "origin", "lone"]);
+                    git(work, &["fetch", "-q", "origin"]);
+                },
+                None,
             ),
             (
                 "not landed at all",

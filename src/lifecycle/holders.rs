@@ -103,6 +103,11 @@ pub fn descends_from(tid: i32, root: (i64, i64)) -> Result<bool, String> {
     Ok(false)
 }
 
+/// Whether process `pid` has exited but is not reaped yet.
+fn is_zombie_pid(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| is_zombie(&s))
+}
+
 /// Whether a `/proc/<pid>/stat` text's state (the field after the command) says the
 /// process has exited: zombie or dead.
 fn is_zombie(stat: &str) -> bool {
@@ -195,10 +200,50 @@ fn maps_below(line: &[u8], dir: &Path) -> bool {
     path.is_absolute() && path.starts_with(dir)
 }
 
+/// Whether process `pid` is inside `dir`, as [`is_inside`], when that can be told: None
+/// when it cannot — its `/proc` entries are not readable to this process (another user's
+/// without root, hidepid, an LSM), or it lives in another mount namespace (its paths are
+/// not the daemon's: a container with the worktree bind-mounted). Gone: not inside.
+fn inside_or_unknown(pid: i32, dir: &Path) -> Option<bool> {
+    let ns = |p: &str| fs::read_link(format!("/proc/{p}/ns/mnt"));
+    match (ns("self"), ns(&pid.to_string())) {
+        (Ok(a), Ok(b)) if a == b => {}
+        (_, Err(e)) if e.raw_os_error() == Some(libc::ENOENT) => return Some(false),
+        _ => return None,
+    }
+    let denied =
+        |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM));
+    for l in ["cwd", "root", "exe"] {
+        match fs::read_link(format!("/proc/{pid}/{l}")) {
+            Ok(p) if p.starts_with(dir) => return Some(true),
+            Ok(_) => {}
+            Err(e) if denied(&e) => return None,
+            Err(_) => {}
+        }
+    }
+    match fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(rd) => {
+            for e in rd.flatten() {
+                if fs::read_link(e.path()).is_ok_and(|p| p.starts_with(dir)) {
+                    return Some(true);
+                }
+            }
+        }
+        Err(e) if denied(&e) => return None,
+        Err(_) => return Some(false),
+    }
+    match fs::read(format!("/proc/{pid}/maps")) {
+        Ok(maps) => Some(maps.split(|b| *b == b'\n').any(|l| maps_below(l, dir))),
+        Err(e) if denied(&e) => None,
+        Err(_) => Some(false),
+    }
+}
+
 /// Whether process `pid` or any of its descendants is inside `dir` (as [`is_inside`]:
 /// working directory, root, program, open file, mapping). The tree is read from
-/// `/proc/<pid>/task/*/children`; None where that file does not exist (a kernel without
-/// `CONFIG_PROC_CHILDREN`): the tree cannot be told, and the caller keeps what it has.
+/// `/proc/<pid>/task/*/children`. None when it cannot be told: that file does not exist
+/// (a kernel without `CONFIG_PROC_CHILDREN`), or a process of the tree cannot be read or
+/// lives in another mount namespace; the caller then keeps what it has.
 pub fn tree_inside(pid: i32, dir: &Path) -> Option<bool> {
     let mut stack = vec![pid];
     let mut seen = HashSet::new();
@@ -206,20 +251,27 @@ pub fn tree_inside(pid: i32, dir: &Path) -> Option<bool> {
         if !seen.insert(p) || seen.len() > 65536 {
             continue;
         }
-        if is_inside(p, dir) {
+        if inside_or_unknown(p, dir)? {
             return Some(true);
         }
-        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
-            // Exited meanwhile: its children (if any) were reparented, out of this tree.
-            continue;
+        let tasks = match fs::read_dir(format!("/proc/{p}/task")) {
+            Ok(t) => t,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                // Exited meanwhile: its children (if any) were reparented, out of this
+                // tree.
+                continue;
+            }
+            Err(_) => return None,
         };
         for t in tasks.flatten() {
             match fs::read_to_string(t.path().join("children")) {
                 Ok(c) => stack.extend(c.split_whitespace().filter_map(|x| x.parse::<i32>().ok())),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && t.path().exists() => {
-                    return None;
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if t.path().exists() {
+                        return None; // no such file on this kernel
+                    }
                 }
-                Err(_) => {}
+                Err(_) => return None,
             }
         }
     }
@@ -427,7 +479,14 @@ impl Tracker {
                 .exiting
                 .lock()
                 .contains(&(l.worktree_id, pid, start as u64));
-            if known {
+            // A holder that let go whose release is still queued (the database busy) is
+            // not watched again: once written, its requests would find it covered with
+            // no lease.
+            let releasing = self.queue.lock().iter().any(|op| {
+                matches!(op, Op::Release { worktree_id, holder, .. }
+                    if *worktree_id == l.worktree_id && *holder == l.holder)
+            });
+            if known || releasing {
                 continue;
             }
             let alive = proc_info(pid).filter(|p| Some(p.start as i64) == l.pid_start);
@@ -852,7 +911,7 @@ impl Tracker {
     /// sweeper every second; it reads only the holders' own trees. A holder whose tree
     /// cannot be read (no `/proc/<pid>/task/*/children`) keeps its lease until it exits.
     /// Returns how many let go.
-    pub fn release_departed(&self) -> usize {
+    pub fn release_departed(self: &Arc<Self>) -> usize {
         if self.stopped.load(Ordering::Acquire) {
             return 0;
         }
@@ -885,15 +944,22 @@ impl Tracker {
                     .insert((worktree_id, info.pid, info.start));
                 w
             };
-            let key = (w.worktree_id, w.info.pid, w.info.start);
             tracing::info!(
                 "process {} ({}) left {}: nothing of its process tree is inside",
                 info.pid,
                 info.command,
                 path.display()
             );
-            self.pass_on_or_release(w, "left (nothing of its process tree is inside)");
-            self.exiting.lock().remove(&key);
+            // On a thread of its own, as an exit is (its scans for an heir take a
+            // while): the sweeper goes on.
+            let me = self.clone();
+            let _ = std::thread::Builder::new()
+                .name("lease-left".into())
+                .spawn(move || {
+                    let key = (w.worktree_id, w.info.pid, w.info.start);
+                    me.pass_on_or_release(w, "left (nothing of its process tree is inside)");
+                    me.exiting.lock().remove(&key);
+                });
             n += 1;
         }
         n
@@ -1017,11 +1083,21 @@ impl Tracker {
                     events: libc::POLLIN,
                     revents: 0,
                 }];
-                fds.extend(me.watched.lock().iter().map(|w| libc::pollfd {
-                    fd: w.pidfd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                }));
+                // Who each descriptor polled is: another thread (a holder that left) may
+                // close one meanwhile and a new holder get its number, so what fired is
+                // told by who was polled, not by the number.
+                let polled: Vec<(i64, ProcInfo)> = {
+                    let watched = me.watched.lock();
+                    fds.extend(watched.iter().map(|w| libc::pollfd {
+                        fd: w.pidfd.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }));
+                    watched
+                        .iter()
+                        .map(|w| (w.worktree_id, w.info.clone()))
+                        .collect()
+                };
                 // SAFETY: fds is a valid array of pollfd for its length.
                 let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
                 if n <= 0 {
@@ -1031,19 +1107,27 @@ impl Tracker {
                     let mut buf = [0u8; 64];
                     let _ = nix::unistd::read(me.wake.0.as_raw_fd(), &mut buf);
                 }
-                let exited: Vec<i32> = fds[1..]
+                let fired: Vec<&(i64, ProcInfo)> = fds[1..]
                     .iter()
-                    .filter(|p| p.revents != 0)
-                    .map(|p| p.fd)
+                    .zip(&polled)
+                    .filter(|(p, _)| p.revents != 0)
+                    .map(|(_, who)| who)
                     .collect();
-                if exited.is_empty() {
+                if fired.is_empty() {
                     continue;
                 }
                 let gone: Vec<Watched> = {
                     let mut watched = me.watched.lock();
-                    let (gone, keep): (Vec<Watched>, Vec<Watched>) = watched
-                        .drain(..)
-                        .partition(|w| exited.contains(&w.pidfd.as_raw_fd()));
+                    // Exited for sure (a descriptor closed under the poll fires too): its
+                    // process no longer runs with that start time.
+                    let (gone, keep): (Vec<Watched>, Vec<Watched>) =
+                        watched.drain(..).partition(|w| {
+                            fired
+                                .iter()
+                                .any(|(id, info)| *id == w.worktree_id && *info == w.info)
+                                && proc_info(w.info.pid)
+                                    .is_none_or(|p| p.start != w.info.start || is_zombie_pid(p.pid))
+                        });
                     *watched = keep;
                     me.exiting.lock().extend(
                         gone.iter()

@@ -28,6 +28,8 @@ pub struct Turns {
     /// before it was set have ended (`settle` begins a new epoch and waits for the older
     /// ones to empty).
     in_flight: Mutex<Epochs>,
+    /// One `settle_new` at a time.
+    settling: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -46,6 +48,8 @@ struct Running {
     /// The processes refused so far (each refusal is logged; the first of each process
     /// is an event too, up to `REFUSAL_EVENTS`).
     refused: Mutex<HashSet<i32>>,
+    /// Its guard is in place for every request: those that began before it have ended.
+    settled: std::sync::atomic::AtomicBool,
 }
 
 /// A request that changes something, in progress (counted until it is dropped).
@@ -84,12 +88,19 @@ impl Turns {
         let mut map = self.running.write();
         let mut old = std::mem::take(&mut *map);
         for turn in rows {
-            let refused = old
+            let (refused, settled) = old
                 .remove(&turn.worktree_id)
                 .filter(|r| r.turn == turn)
-                .map(|r| r.refused)
+                .map(|r| (r.refused, r.settled))
                 .unwrap_or_default();
-            map.insert(turn.worktree_id, Running { turn, refused });
+            map.insert(
+                turn.worktree_id,
+                Running {
+                    turn,
+                    refused,
+                    settled,
+                },
+            );
         }
         self.guarded.store(
             map.values().filter(|r| r.turn.guard).count(),
@@ -151,6 +162,34 @@ impl Turns {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+    }
+
+    /// Settles (as [`Turns::settle`]) once for the guarded turns not settled yet, so a
+    /// guard costs one wait when it comes and none after; those settled are marked so.
+    /// True when every guarded turn is settled. Serialized: a second caller waits for the
+    /// first's settle and sees its turns marked.
+    pub fn settle_new(&self, limit: std::time::Duration) -> bool {
+        let _one = self.settling.lock();
+        let unsettled = |map: &HashMap<i64, Running>| {
+            map.values()
+                .filter(|r| r.turn.guard && !r.settled.load(Ordering::Acquire))
+                .map(|r| r.turn.clone())
+                .collect::<Vec<_>>()
+        };
+        let due = unsettled(&self.running.read());
+        if due.is_empty() {
+            return true;
+        }
+        if !self.settle(limit) {
+            return false;
+        }
+        let map = self.running.read();
+        for t in due {
+            if let Some(r) = map.get(&t.worktree_id).filter(|r| r.turn == t) {
+                r.settled.store(true, Ordering::Release);
+            }
+        }
+        true
     }
 
     /// Whether the thread `tid` may change worktree `worktree_id` now: always, unless a

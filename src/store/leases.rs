@@ -378,8 +378,9 @@ impl Store {
         if state == State::Retained {
             tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
         }
-        if inserted && kind == "session" {
-            // A session's lease starts afresh: an earlier holder's reason is not its own.
+        if inserted && state != State::Active {
+            // A worktree taken up again after its last release (by a session or a
+            // process) starts afresh: an earlier holder's reason is not this episode's.
             tx.execute(
                 "UPDATE worktrees SET holder_reason = NULL WHERE id = ?1",
                 [worktree_id],

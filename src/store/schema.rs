@@ -151,9 +151,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 7: turns (issue 18): at most one running turn per worktree among all its holders,
     // the session it is for, its process (pid and start time), its command, and whether
     // the filesystem refuses writes from outside its process tree, and whether it took its
-    // session's lease (given back when it ends, however it ends). And the reason the last
-    // session gave when it released its lease (`lease release --reason`), shown with the
-    // retained entry.
+    // session's lease (given back when it ends, however it ends).
     r#"
     CREATE TABLE turns (
         worktree_id INTEGER PRIMARY KEY REFERENCES worktrees(id),
@@ -165,6 +163,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         started_at  INTEGER NOT NULL,
         took_lease  INTEGER NOT NULL
     );
+    "#,
+    // 8: the reason the last session gave when it released its lease (`lease release
+    // --reason`), shown with the retained entry.
+    r#"
     ALTER TABLE worktrees ADD COLUMN holder_reason TEXT;
     "#,
 ];

@@ -302,16 +302,18 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         .map_err(|e| format!("walking commits: {}", e.message()))?;
     // Commits on no remote-tracking ref whose content is upstream all the same (a squash
     // or rebase merge). A check that fails counts as not integrated: the worktree is kept.
-    let integrated = if unpushed.is_empty() {
+    // Looked at only when it can decide (nothing uncommitted), and never for a
+    // submodule's view: the superproject's upstream records a gitlink, which names the
+    // submodule's commit itself.
+    let integrated = if unpushed.is_empty() || !changes.is_empty() || t.submodule.is_some() {
         None
     } else {
-        match crate::git::integrated::integrated(&t.gitdir, head_commit.id(), &unpushed) {
+        match crate::git::integrated::integrated_as_owner(&t.gitdir, head_commit.id(), &unpushed) {
             Ok(i) => i.map(|i| i.to_string()),
             Err(e) => {
                 tracing::warn!(
                     worktree = %t.path.display(),
-                    "checking whether its commits are upstream by content: {}",
-                    e.message()
+                    "checking whether its commits are upstream by content: {e}"
                 );
                 None
             }

@@ -41,8 +41,16 @@ impl Removal {
             Some(how) => format!("clean; {how}"),
             None => String::from("clean and pushed"),
         };
+        let keep = keeps_now(state, store, &mut what);
+        // Commits whose content is upstream but which no other ref reaches stay on their
+        // branch unless the removal keeps its tip (restorable): deleting it then would be
+        // the only step nothing can undo.
+        let delete_branch = delete_branch && (keep || integrated.is_none());
+        if integrated.is_some() && !keep {
+            what.push_str(" (its branch is kept: the removal keeps nothing)");
+        }
         Removal {
-            keep: keeps_now(state, store, &mut what),
+            keep,
             delete_branch,
             what,
             index_clean: true,

@@ -342,8 +342,7 @@ impl Remover for FsRemover<'_> {
                 // Checked again now: the branch may have moved since inspection. Its tip is
                 // on another ref, or its content is upstream (a squash or rebase merge).
                 if !reachable_elsewhere(&repo, tip, Some(&name)).map_err(|e| e.to_string())?
-                    && crate::git::integrated::integrated(&self.t.gitdir, tip, &[])
-                        .map_err(|e| e.message().to_string())?
+                    && crate::git::integrated::integrated_as_owner(&self.t.gitdir, tip, &[])?
                         .is_none()
                 {
                     return Err(format!(
