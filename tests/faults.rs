@@ -339,8 +339,9 @@ fn reclaim_racing_a_process_entering_never_removes_the_worktree_under_it() {
         let name = format!("race-{i}");
         let wt = m.wt("repo", &name);
         fs::create_dir(&wt).unwrap();
-        // A shell reads a file of it itself and stays (its lease lasts as long as it does,
-        // though nothing of it is inside once the read is done). Every other round with
+        // A shell enters, reads a file of it and stays inside (its working directory: a
+        // process with nothing inside lets go within two seconds, issue 18's last close).
+        // Every other round with
         // the database held by another process: that lease is then kept in memory, where
         // only the daemon sees it.
         let holder = (i % 2 == 0).then(|| hold_database(&env.state(), 2));
@@ -348,7 +349,7 @@ fn reclaim_racing_a_process_entering_never_removes_the_worktree_under_it() {
         let mut enter = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "read line < '{}/README.md' && echo entered && exec sleep 5",
+                "cd '{}' && read line < README.md && echo entered && exec sleep 5",
                 wt.display()
             ))
             .stdout(Stdio::piped())
