@@ -1143,3 +1143,26 @@ fn new_release_and_reclaim_say_what_happened_as_json() {
     assert_eq!(parse(&o)["outcome"], "gone");
     drop(m);
 }
+
+/// Last close lets go only of an idle holder: a shell outside the worktree that writes
+/// into it through absolute paths, a request every 100 ms, keeps its one lease throughout.
+#[test]
+fn a_holder_at_work_through_absolute_paths_keeps_its_lease() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    let m = env.mount_with(&["--linger", "30"]);
+    let wt = m.wt("repo", "w");
+    let script = format!(
+        "for i in $(seq 1 35); do echo $i > '{}/f'$i; sleep 0.1; done",
+        wt.display()
+    );
+    run_ok("sh", &["-c", &script], Path::new("/"));
+    let events = wtfs_ok(&env.state(), &["events"]);
+    let acquired = events
+        .lines()
+        .filter(|l| l.contains(" acquired ") && l.contains("repo/w pid:"))
+        .count();
+    assert_eq!(acquired, 1, "one lease for the whole loop: {events}");
+    assert!(!events.contains("left (nothing"), "{events}");
+    drop(m);
+}

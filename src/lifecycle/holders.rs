@@ -338,13 +338,25 @@ struct Watched {
     /// The time (unix seconds) of the last request seen from a process it covers; 0: none
     /// since it was watched.
     active: Active,
+    /// When it was watched (a holder is never let go in its first second: `run` records
+    /// its lease just before it enters).
+    since: std::time::Instant,
 }
 
-/// A holder's last activity, shared by every process it covers (set on each request).
+/// A holder's last activity (unix milliseconds), shared by every process it covers (set
+/// on each request).
 type Active = Arc<std::sync::atomic::AtomicI64>;
 
+/// Unix time in milliseconds.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 fn active_now() -> Active {
-    Arc::new(std::sync::atomic::AtomicI64::new(crate::store::now_secs()))
+    Arc::new(std::sync::atomic::AtomicI64::new(now_ms()))
 }
 
 fn active_none() -> Active {
@@ -515,6 +527,7 @@ impl Tracker {
                         info,
                         pidfd,
                         active,
+                        since: std::time::Instant::now(),
                     });
                     let _ = nix::unistd::write(&self.wake.1, b"w");
                 }
@@ -546,10 +559,10 @@ impl Tracker {
         }
         if let Some(set) = self.covered.read().get(&worktree_id) {
             if let Some(active) = set.get(&tid) {
-                // Stored only when the second changed: the cell is shared by every process
-                // the holder covers.
-                let now = crate::store::now_secs();
-                if active.load(Ordering::Relaxed) != now {
+                // Stored only when 100 ms went by: the cell is shared by every process the
+                // holder covers.
+                let now = now_ms();
+                if now - active.load(Ordering::Relaxed) >= 100 {
                     active.store(now, Ordering::Relaxed);
                 }
                 return Ok(());
@@ -584,7 +597,7 @@ impl Tracker {
                 .and_then(|set| set.get(&p).cloned())
         };
         let covered_by = |active: Active| {
-            active.store(crate::store::now_secs(), Ordering::Relaxed);
+            active.store(now_ms(), Ordering::Relaxed);
             self.mark_covered(worktree_id, seen, &[pid, tid], &active);
         };
         let mut cur = pid;
@@ -640,7 +653,7 @@ impl Tracker {
             .lock()
             .iter()
             .filter_map(|w| {
-                let at = w.active.load(Ordering::Relaxed);
+                let at = w.active.load(Ordering::Relaxed) / 1000;
                 (at > 0).then(|| {
                     let holder = NewLease::Process {
                         pid: w.info.pid,
@@ -700,6 +713,7 @@ impl Tracker {
             info,
             pidfd,
             active: if notify { active_none() } else { active_now() },
+            since: std::time::Instant::now(),
         });
         let _ = nix::unistd::write(&self.wake.1, b"w");
         if notify {
@@ -915,10 +929,18 @@ impl Tracker {
         if self.stopped.load(Ordering::Acquire) {
             return 0;
         }
+        // Only a holder idle for a second (no request from a process it covers), watched
+        // for a second: one at work, whatever its working directory (a program writing
+        // through absolute paths), is not let go between its requests.
+        let now = now_ms();
         let holders: Vec<(i64, ProcInfo, PathBuf)> = self
             .watched
             .lock()
             .iter()
+            .filter(|w| {
+                w.since.elapsed() >= std::time::Duration::from_secs(1)
+                    && now - w.active.load(Ordering::Relaxed) >= 1000
+            })
             .map(|w| (w.worktree_id, w.info.clone(), w.worktree_path.clone()))
             .collect();
         let mut n = 0;
@@ -1033,6 +1055,7 @@ impl Tracker {
                         info,
                         pidfd,
                         active: active_none(),
+                        since: std::time::Instant::now(),
                     });
                     // The watcher polls the heir's pidfd from now on, not a second later.
                     let _ = nix::unistd::write(&self.wake.1, b"w");
