@@ -1454,13 +1454,19 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let row = store.worktree(repo, name)?.ok_or_else(|| {
-        anyhow!("worktree '{repo}/{name}' does not exist; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`")
-    })?;
     let LeaseCmd::Release { reason, json, .. } = &cmd else {
         unreachable!("acquire returned above")
     };
     let json = *json;
+    let Some(row) = store.worktree(repo, name)? else {
+        // Nothing to release: said as `not-found`, with exit 1 (nothing was asked that
+        // somebody else has; see the README's exit codes).
+        let mut r = report::unleasable(repo, name, None);
+        r.json["session"] = session.as_str().into();
+        r.json_to = json.then_some(report::JsonTo::Stdout);
+        r.code = 1;
+        return Err(r.into());
+    };
     if let Some(r) = reason {
         worktreefs::lease::validate_reason(r).map_err(|e| anyhow!(e))?;
     }
@@ -1645,13 +1651,29 @@ fn cmd_turn(
     let mut store = open_store(state)?;
     let json_to = ask.json.then_some(report::JsonTo::Stderr);
     let row = leasable_worktree(&store, repo, name, json_to)?;
-    let daemon = daemon::running_daemon(state).ok_or_else(|| {
-        anyhow!(
-            "nothing is mounted for state dir {}; start it with `worktreefs mount`",
-            state.root.display()
-        )
-    })?;
-    same_pid_namespace(daemon.pid)?;
+    let at = create::mountpoint_of(state, &store);
+    let plain = |error: &str, message: String| -> anyhow::Error {
+        let mut j = report::worktree_json(&row, &at);
+        j["error"] = error.into();
+        j["session"] = ask.session.into();
+        report::Refusal {
+            message,
+            json: j,
+            json_to,
+            code: 1,
+        }
+        .into()
+    };
+    let Some(daemon) = daemon::running_daemon(state) else {
+        return Err(plain(
+            "not-mounted",
+            format!(
+                "nothing is mounted for state dir {}, so no turn can run on {repo}/{name}; start it with `worktreefs mount`",
+                state.root.display()
+            ),
+        ));
+    };
+    same_pid_namespace(daemon.pid).map_err(|e| plain("other-namespace", e.to_string()))?;
     let dir = daemon.mountpoint.join(repo).join(name);
     let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
         .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
@@ -1683,7 +1705,7 @@ fn cmd_turn(
     // Waiting holds nothing: no lease taken, no turn begun, so a turn killed while it
     // waits leaves nothing behind, and a wait for another turn of the same session sees
     // that turn give back the lease it took.
-    let took = loop {
+    loop {
         let running = store.turns()?.into_iter().find(|t| t.worktree_id == row.id);
         if let Some(t) = running {
             match liveness(t.pid, t.pid_start) {
@@ -1747,7 +1769,7 @@ fn cmd_turn(
             }
         };
         match store.begin_turn(row.id, &turn, &liveness) {
-            Ok(_) => break took,
+            Ok(_) => break,
             Err(TurnError::Busy {
                 turn: running,
                 unchecked,
@@ -1761,7 +1783,7 @@ fn cmd_turn(
             }
             Err(TurnError::NotHeld) => {
                 give_back(&mut store);
-                bail!("session {} lost its lease on {repo}/{name} while its turn was starting (released by someone else); nothing was started — take it again with `worktreefs lease acquire {repo}/{name} --session {}`", ask.session, ask.session);
+                return Err(plain("not-held", format!("session {} lost its lease on {repo}/{name} while its turn was starting (released by someone else); nothing was started — take it again with `worktreefs lease acquire {repo}/{name} --session {}`", ask.session, ask.session)));
             }
             Err(TurnError::State(st)) => {
                 give_back(&mut store);
@@ -1772,8 +1794,7 @@ fn cmd_turn(
                 return Err(e.into());
             }
         }
-    };
-    let _ = took;
+    }
     if !ask.guard {
         daemon::poke(state);
     } else if let Err(e) = guard_in_place(&daemon.mountpoint, (repo, name), &dir, me.pid) {
@@ -1883,14 +1904,19 @@ fn cmd_turn_end(
             "ended by `worktreefs turns end` (its process was gone)",
         )?;
     } else {
-        // SAFETY: kill(2) on the turn's recorded process, whose start time was just checked.
-        if unsafe { libc::kill(turn.pid as libc::pid_t, libc::SIGTERM) } != 0 {
-            let e = std::io::Error::last_os_error();
-            bail!(
-                "cannot signal the turn's process {} ({e}); end it as its owner, or release its session (`worktreefs lease release {repo}/{name} --session {}`)",
-                turn.pid,
-                turn.session
-            );
+        // Through a pidfd of the recorded process (its start time checked after the pidfd
+        // is open), so a pid reused meanwhile is never signalled.
+        match worktreefs::lifecycle::holders::signal(turn.pid, turn.pid_start, libc::SIGTERM) {
+            Ok(_) => {} // gone meanwhile: the turn ends below
+            Err(e) => {
+                return Err(not(
+                    "cannot-signal",
+                    format!(
+                        "cannot signal the turn's process {} ({e}); nothing changed — end it as its owner, or release its session (`worktreefs lease release {repo}/{name} --session {}`)",
+                        turn.pid, turn.session
+                    ),
+                ));
+            }
         }
         let end = std::time::Instant::now() + Duration::from_secs(wait);
         while same(&store) && std::time::Instant::now() < end {

@@ -204,6 +204,19 @@ fn lease_commands_refuse_bad_input() {
         let msg = String::from_utf8_lossy(&out.stderr);
         assert!(msg.contains(want), "{args:?}: {msg}");
     }
+    // Releasing on a worktree that does not exist: exit 1 (nothing to release), and with
+    // --json the refusal on stdout.
+    let out = wtfs(
+        &env.state(),
+        &["lease", "release", "repo/nope", "--session", "s", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(v["error"], "not-found");
+    assert_eq!(v["worktree"], "repo/nope");
+    assert_eq!(v["session"], "s");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     assert_eq!(state_of(&env, "w"), "ready");
     assert!(wtfs_ok(&env.state(), &["leases", "--json"]).trim() == "[]");
 }

@@ -242,7 +242,6 @@ impl View {
         let _ = self.pending_leases.set(f);
     }
 
-    /// Where `.control/leases` learns each process holder's last activity.
     /// Whether the process asking (`tid`, as FUSE names the calling thread) may change
     /// what `ino` is in: EBUSY when a guarded turn runs in its worktree and the process is
     /// outside the turn's tree. The first refusal of each process is an event naming the
@@ -252,11 +251,14 @@ impl View {
     /// is dropped (after its answer): a guarded turn's command starts only once every
     /// change that began before its gate has ended (`Turns::settle`).
     pub fn may_change(&self, ino: u64, tid: u32) -> FsResult<crate::lifecycle::turns::Change<'_>> {
-        let change = self.turns.begin_change();
+        // Its worktree first (an inode's worktree never changes), so the count is by
+        // worktree and a guard waits only for the changes in its own.
+        let worktree = self.worktree_of(ino).map(|(w, _)| w);
+        let change = self.turns.begin_change(worktree);
         if !self.turns.any_guarded() {
             return Ok(change);
         }
-        let Some((worktree, _)) = self.worktree_of(ino) else {
+        let Some(worktree) = worktree else {
             return Ok(change);
         };
         self.turns
@@ -278,6 +280,7 @@ impl View {
             })
     }
 
+    /// Where `.control/leases` learns each process holder's last activity.
     pub fn set_lease_activity(&self, f: LeaseActivity) {
         let _ = self.lease_activity.set(f);
     }

@@ -323,6 +323,45 @@ pub fn describe_processes_inside(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Sends `sig` to the process `(pid, start)` through a pidfd opened before its start time
+/// is checked, so a pid reused by another process is never signalled. Ok(false): the
+/// process is gone (or its pid names another one now); Err: it could not be signalled
+/// (EPERM: another user's).
+pub fn signal(pid: i64, start: i64, sig: libc::c_int) -> std::io::Result<bool> {
+    let Ok(pid) = i32::try_from(pid) else {
+        return Ok(false);
+    };
+    let Some(fd) = pidfd_open(pid) else {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ESRCH) => Ok(false),
+            _ => Err(e),
+        };
+    };
+    match proc_info(pid) {
+        Some(p) if p.start as i64 == start => {}
+        _ => return Ok(false),
+    }
+    // SAFETY: pidfd_send_signal on a descriptor we own, no siginfo.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ESRCH) => Ok(false),
+        _ => Err(e),
+    }
+}
+
 fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     // SAFETY: plain syscall; on success the return value is a new descriptor we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -1195,6 +1234,28 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signal_reaches_only_the_process_of_that_start_time() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i64;
+        let start = proc_info(pid as i32).unwrap().start as i64;
+        // Another start time: the pid names another process, which is left alone.
+        assert!(!signal(pid, start + 1, libc::SIGTERM).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "signalled the wrong process"
+        );
+        assert!(signal(pid, start, libc::SIGTERM).unwrap());
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+        // Reaped: gone.
+        assert!(!signal(pid, start, libc::SIGTERM).unwrap());
+    }
 
     #[test]
     fn a_walk_that_began_before_a_holder_exited_marks_nobody_covered() {

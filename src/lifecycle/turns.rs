@@ -23,10 +23,11 @@ pub struct Turns {
     running: RwLock<HashMap<i64, Running>>,
     /// How many of them are guarded: while none is, no request pays anything.
     guarded: AtomicUsize,
-    /// Requests that change something, in progress, counted by the epoch they began in
-    /// (`begin_change`): a guard is in place for every request once those that began
-    /// before it was set have ended (`settle` begins a new epoch and waits for the older
-    /// ones to empty).
+    /// Requests that change something in a worktree, in progress, counted by the epoch
+    /// they began in and their worktree (`begin_change`): a guard is in place for every
+    /// request once those in its worktree that began before it was set have ended
+    /// (`settle` begins a new epoch and waits for the older ones there to end; a slow
+    /// change in another worktree does not hold it up).
     in_flight: Mutex<Epochs>,
     /// One `settle_new` at a time.
     settling: Mutex<()>,
@@ -35,8 +36,9 @@ pub struct Turns {
 #[derive(Default)]
 struct Epochs {
     now: u64,
-    /// Requests in progress, by the epoch they began in (no entry: none).
-    by_epoch: std::collections::BTreeMap<u64, usize>,
+    /// Requests in progress, by the epoch they began in and their worktree (no entry:
+    /// none).
+    by_epoch: std::collections::BTreeMap<(u64, i64), usize>,
 }
 
 /// The most refusals of one turn recorded as events (each process's first); past that,
@@ -53,18 +55,23 @@ struct Running {
 }
 
 /// A request that changes something, in progress (counted until it is dropped).
+/// One outside every worktree is not counted (no guard covers it).
 pub struct Change<'a> {
     turns: &'a Turns,
-    epoch: u64,
+    /// (epoch, worktree), when counted.
+    key: Option<(u64, i64)>,
 }
 
 impl Drop for Change<'_> {
     fn drop(&mut self) {
+        let Some(key) = self.key else {
+            return;
+        };
         let mut e = self.turns.in_flight.lock();
-        if let Some(n) = e.by_epoch.get_mut(&self.epoch) {
+        if let Some(n) = e.by_epoch.get_mut(&key) {
             *n -= 1;
             if *n == 0 {
-                e.by_epoch.remove(&self.epoch);
+                e.by_epoch.remove(&key);
             }
         }
     }
@@ -126,20 +133,29 @@ impl Turns {
         v
     }
 
-    /// A request that changes something begins: counted until the token is dropped (after
-    /// the request is answered), so `settle` can wait for those that began before a guard.
-    /// Counted before the guard is looked at.
-    pub fn begin_change(&self) -> Change<'_> {
+    /// A request that changes something in `worktree` (None: in none) begins: counted
+    /// until the token is dropped (after the request is answered), so `settle` can wait
+    /// for those that began before a guard. Counted before the guard is looked at.
+    pub fn begin_change(&self, worktree: Option<i64>) -> Change<'_> {
+        let Some(w) = worktree else {
+            return Change {
+                turns: self,
+                key: None,
+            };
+        };
         let mut e = self.in_flight.lock();
-        let epoch = e.now;
-        *e.by_epoch.entry(epoch).or_default() += 1;
-        Change { turns: self, epoch }
+        let key = (e.now, w);
+        *e.by_epoch.entry(key).or_default() += 1;
+        Change {
+            turns: self,
+            key: Some(key),
+        }
     }
 
-    /// Waits (up to `limit`) until every change request that began before now has ended:
-    /// those still in progress when a guard was set may have been let through before it.
-    /// True when they all ended.
-    pub fn settle(&self, limit: std::time::Duration) -> bool {
+    /// Waits (up to `limit`) until every change request in one of `worktrees` that began
+    /// before now has ended: those still in progress when a guard was set may have been
+    /// let through before it. True when they all ended.
+    pub fn settle(&self, worktrees: &HashSet<i64>, limit: std::time::Duration) -> bool {
         let old = {
             let mut e = self.in_flight.lock();
             e.now += 1;
@@ -151,9 +167,8 @@ impl Turns {
                 .in_flight
                 .lock()
                 .by_epoch
-                .range(..=old)
-                .next()
-                .is_some();
+                .range(..=(old, i64::MAX))
+                .any(|((_, w), _)| worktrees.contains(w));
             if !older {
                 return true;
             }
@@ -180,7 +195,8 @@ impl Turns {
         if due.is_empty() {
             return true;
         }
-        if !self.settle(limit) {
+        let worktrees: HashSet<i64> = due.iter().map(|t| t.worktree_id).collect();
+        if !self.settle(&worktrees, limit) {
             return false;
         }
         let map = self.running.read();
@@ -375,24 +391,34 @@ mod tests {
     }
 
     #[test]
-    fn settle_waits_for_the_changes_that_began_before_it_and_only_those() {
+    fn settle_waits_for_the_changes_that_began_before_it_in_its_worktree_and_only_those() {
         let turns = std::sync::Arc::new(Turns::default());
-        assert!(turns.settle(std::time::Duration::from_millis(10)));
-        let before = turns.begin_change();
-        assert!(
-            !turns.settle(std::time::Duration::from_millis(20)),
-            "one in flight"
-        );
+        let one: HashSet<i64> = [1].into();
+        let limit = std::time::Duration::from_millis(20);
+        assert!(turns.settle(&one, limit));
+        let before = turns.begin_change(Some(1));
+        assert!(!turns.settle(&one, limit), "one in flight");
+        // A change in another worktree, or in none, does not hold it up.
+        let elsewhere = turns.begin_change(Some(2));
+        let nowhere = turns.begin_change(None);
         let t = turns.clone();
-        let waiter = std::thread::spawn(move || t.settle(std::time::Duration::from_secs(5)));
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let waiter =
+            std::thread::spawn(move || t.settle(&[1].into(), std::time::Duration::from_secs(5)));
+        std::thread::sleep(limit);
         // One that begins now does not hold the settle up.
-        let after = turns.begin_change();
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let after = turns.begin_change(Some(1));
+        std::thread::sleep(limit);
         drop(before);
         assert!(waiter.join().unwrap());
+        assert!(
+            !turns.settle(&[2].into(), limit),
+            "worktree 2's is in flight"
+        );
         drop(after);
-        assert!(turns.settle(std::time::Duration::from_millis(10)));
+        assert!(turns.settle(&one, limit));
+        drop(elsewhere);
+        drop(nowhere);
+        assert!(turns.settle(&[1, 2].into(), limit));
     }
 
     #[test]
