@@ -1483,16 +1483,9 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
             "session {session} holds no lease on {repo}/{name} (state {}); nothing changed (see `worktreefs leases`)",
             row.state
         );
-        let mut j = report::worktree_json(&row, &create::mountpoint_of(state, &store));
-        j["error"] = "not-held".into();
-        j["session"] = session.as_str().into();
-        return Err(report::Refusal {
-            message,
-            json: j,
-            json_to: json.then_some(report::JsonTo::Stdout),
-            code: 1,
-        }
-        .into());
+        let at = create::mountpoint_of(state, &store);
+        let json_to = json.then_some(report::JsonTo::Stdout);
+        return Err(report::refused(&row, &at, "not-held", Some(session), message, json_to).into());
     }
     if json {
         daemon::poke(state);
@@ -1653,16 +1646,7 @@ fn cmd_turn(
     let row = leasable_worktree(&store, repo, name, json_to)?;
     let at = create::mountpoint_of(state, &store);
     let plain = |error: &str, message: String| -> anyhow::Error {
-        let mut j = report::worktree_json(&row, &at);
-        j["error"] = error.into();
-        j["session"] = ask.session.into();
-        report::Refusal {
-            message,
-            json: j,
-            json_to,
-            code: 1,
-        }
-        .into()
+        report::refused(&row, &at, error, Some(ask.session), message, json_to).into()
     };
     let Some(daemon) = daemon::running_daemon(state) else {
         return Err(plain(
@@ -1856,19 +1840,9 @@ fn cmd_turn_end(
     let mut store = open_store(state)?;
     let json_to = json.then_some(report::JsonTo::Stdout);
     let row = leasable_worktree(&store, repo, name, json_to)?;
+    let at = create::mountpoint_of(state, &store);
     let not = |error: &str, message: String| -> anyhow::Error {
-        report::Refusal {
-            json: serde_json::json!({
-                "error": error,
-                "worktree": format!("{repo}/{name}"),
-                "repo": repo,
-                "name": name,
-            }),
-            message,
-            json_to,
-            code: 1,
-        }
-        .into()
+        report::refused(&row, &at, error, session, message, json_to).into()
     };
     let Some(turn) = store.turns()?.into_iter().find(|t| t.worktree_id == row.id) else {
         return Err(not(
@@ -1934,7 +1908,7 @@ fn cmd_turn_end(
         ));
     }
     if json {
-        let mut v = report::turn_json(&turn, &create::mountpoint_of(state, &store));
+        let mut v = report::turn_json(&turn, &at);
         v["ended"] = true.into();
         println!("{v:#}");
     } else {

@@ -427,6 +427,29 @@ pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
     }
 }
 
+/// A refusal about one worktree that asks nothing somebody else has (exit 1): the
+/// worktree's JSON (as [`worktree_json`]) with `error` and, when given, the `session`.
+pub fn refused(
+    w: &crate::store::WorktreeRow,
+    mountpoint: &std::path::Path,
+    error: &str,
+    session: Option<&str>,
+    message: String,
+    json_to: Option<JsonTo>,
+) -> Refusal {
+    let mut json = worktree_json(w, mountpoint);
+    json["error"] = error.into();
+    if let Some(s) = session {
+        json["session"] = s.into();
+    }
+    Refusal {
+        message,
+        json,
+        json_to,
+        code: 1,
+    }
+}
+
 /// A worktree as an outcome's JSON names it (`new`, `lease release`, `reclaim` with
 /// `--json`): the worktree, its path under the mount, its state, its branch and base, and
 /// when it was made and last changed state (RFC 3339).

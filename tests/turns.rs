@@ -638,6 +638,17 @@ fn turns_refuse_bad_input_clearly_and_leave_nothing_behind() {
     let o = wtfs(&env.state(), &["turns", "end", "repo/t"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no turn runs"), "{}", stderr(&o));
+    let o = wtfs(&env.state(), &["turns", "end", "repo/t", "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["error"], "not-running", "{j}");
+    assert_eq!(j["worktree"], "repo/t", "{j}");
+    assert!(j["state"].is_string(), "{j}");
+    assert_eq!(
+        j["path"].as_str(),
+        Some(env.mountpoint().join("repo/t").to_str().unwrap()),
+        "{j}"
+    );
     // A removed worktree: the usual typed conflict.
     wtfs_ok(&env.state(), &["new", "repo/gone"]);
     wtfs_ok(&env.state(), &["reclaim", "repo/gone"]);
