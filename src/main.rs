@@ -267,6 +267,20 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         last: i64,
     },
+    /// Print a completion script for SHELL on stdout: `source <(worktreefs completions
+    /// bash)`, or save it where the shell looks (bash: /etc/bash_completion.d/worktreefs;
+    /// zsh: a directory on $fpath as _worktreefs; fish:
+    /// ~/.config/fish/completions/worktreefs.fish).
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (worktreefs.1 and one per command, worktreefs-mount.1…) into
+    /// DIR, made if missing: `worktreefs man /usr/local/share/man/man1`.
+    Man {
+        /// Where the pages go.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -493,6 +507,17 @@ fn open_store(state: &StateDir) -> anyhow::Result<Store> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // Neither needs (nor makes) a state directory.
+    match &cli.command {
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(*shell, &mut cmd, "worktreefs", &mut std::io::stdout());
+            return Ok(());
+        }
+        Command::Man { dir } => return write_man_pages(dir),
+        _ => {}
+    }
     let state = open_state(&cli.global)?;
     match cli.command {
         Command::Mount {
@@ -922,6 +947,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Completions { .. } | Command::Man { .. } => unreachable!("answered above"),
         Command::Events { json, follow, last } => {
             let store = open_store(&state)?;
             let mut after = 0;
@@ -2444,4 +2470,47 @@ fn print_taken(repo: &str, t: &warm::Taken) {
             t.skipped.len() - 20
         );
     }
+}
+
+/// The manual pages, generated from the command definitions: `worktreefs.1`, and one per
+/// command and subcommand (`worktreefs-lease-acquire.1`), as `git` names its pages.
+fn write_man_pages(dir: &Path) -> anyhow::Result<()> {
+    use clap::CommandFactory;
+    fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+    let cmd = Cli::command().name("worktreefs");
+    let mut written = Vec::new();
+    fn walk(
+        cmd: clap::Command,
+        prefix: &str,
+        dir: &Path,
+        written: &mut Vec<PathBuf>,
+    ) -> anyhow::Result<()> {
+        let name = if prefix.is_empty() {
+            cmd.get_name().to_string()
+        } else {
+            format!("{prefix}-{}", cmd.get_name())
+        };
+        let page = cmd
+            .clone()
+            .name(name.clone())
+            .bin_name(name.replace('-', " "));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page).render(&mut out)?;
+        let path = dir.join(format!("{name}.1"));
+        fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
+        written.push(path);
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            walk(sub.clone(), &name, dir, written)?;
+        }
+        Ok(())
+    }
+    let mut cmd = cmd;
+    cmd.build();
+    walk(cmd, "", dir, &mut written)?;
+    println!(
+        "wrote {} manual pages to {} (`man worktreefs`, once it is on MANPATH)",
+        written.len(),
+        dir.display()
+    );
+    Ok(())
 }

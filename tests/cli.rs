@@ -324,3 +324,79 @@ fn index_sizes_are_the_blob_sizes_also_when_learnt_from_an_earlier_index() {
         }
     }
 }
+
+/// Completions and manual pages come from the command definitions, and neither needs
+/// (nor makes) a state directory: the bash script completes subcommands and their
+/// options; there is a page per command and subcommand, each naming its options.
+#[test]
+fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("no-state");
+    let out = wtfs(&state, &["completions", "bash"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let script = dir.path().join("worktreefs.bash");
+    fs::write(&script, &out.stdout).unwrap();
+    // Complete `worktreefs lea` and `worktreefs lease acquire --ex` as bash would.
+    let complete = |words: &str| -> String {
+        let probe = format!(
+            "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1)); _worktreefs worktreefs \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        );
+        let o = std::process::Command::new("bash")
+            .args(["-c", &probe])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let subs = complete("worktreefs lea");
+    assert!(subs.lines().any(|l| l == "lease"), "{subs}");
+    assert!(subs.lines().any(|l| l == "leases"), "{subs}");
+    let opts = complete("worktreefs lease acquire --ex");
+    assert!(opts.lines().any(|l| l == "--exclusive"), "{opts}");
+    for shell in ["zsh", "fish"] {
+        let out = wtfs(&state, &["completions", shell]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("turn"));
+    }
+    let out = wtfs(&state, &["completions", "tcsh"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a shell it cannot write for is bad usage"
+    );
+
+    let man = dir.path().join("man1");
+    let out = wtfs(&state, &["man", man.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for page in [
+        "worktreefs.1",
+        "worktreefs-mount.1",
+        "worktreefs-lease-acquire.1",
+        "worktreefs-turns-end.1",
+        "worktreefs-repo-add.1",
+    ] {
+        let text = fs::read_to_string(man.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
+    }
+    let page = fs::read_to_string(man.join("worktreefs-lease-acquire.1")).unwrap();
+    assert!(page.contains("exclusive"), "{page}");
+    assert!(
+        !man.join("worktreefs-help.1").exists(),
+        "no page for clap's help"
+    );
+    // Rendered by man where it is installed: the synopsis names the command's words.
+    if Path::new("/usr/bin/man").exists() {
+        let o = std::process::Command::new("man")
+            .args(["-l", "-P", "cat"])
+            .arg(man.join("worktreefs-lease-acquire.1"))
+            .env("MANWIDTH", "100")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words.contains("worktreefs lease acquire ["), "{text}");
+    }
+    assert!(!state.exists(), "no state directory was made");
+}
