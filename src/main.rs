@@ -19,11 +19,15 @@ use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
+/// The exit codes, as `--help` ends with them (and the README gives them).
+const EXIT_CODES: &str = "Exit codes: 0 success; 1 the request could not be carried out (the message names the thing, its state and the way out); 2 bad usage; 3 a typed conflict: the worktree cannot be had now (lease acquire, run, turn: somebody else holds it, another turn runs there, processes outside a guarded turn write there, or it is deleting, removed or unknown). run and turn otherwise exit with their command's status (127 not found, 126 not executable, 128+N ended by signal N).";
+
 #[derive(Parser)]
 #[command(
     name = "worktreefs",
     version,
-    about = "Copy-on-write git worktrees for every agent, over FUSE"
+    about = "Copy-on-write git worktrees for every agent, over FUSE",
+    after_help = EXIT_CODES
 )]
 struct Cli {
     #[command(flatten)]
@@ -47,7 +51,10 @@ enum Command {
     /// Mount the filesystem (in the background once ready, unless --foreground). Inside a
     /// git repository with no arguments: registers that repository and uses the defaults.
     Mount {
+        /// Where to mount (default: `<state dir>-mnt`, ~/.local/state/worktreefs-mnt).
         mountpoint: Option<PathBuf>,
+        /// Stay in the foreground and log to stderr (for systemd or a terminal); else the
+        /// daemon backgrounds once the mount is ready and logs to <state>/daemon.log.
         #[arg(short, long)]
         foreground: bool,
         /// FUSE worker threads.
@@ -111,12 +118,14 @@ enum Command {
     },
     /// Worktrees kept by cleanup because removing them would lose work, with the reason.
     Retained {
+        /// As a JSON array on stdout (see docs/cli.md).
         #[arg(long)]
         json: bool,
     },
     /// Remove REPO/WT (retained, or never leased) when cleanup's checks pass: nothing
     /// uncommitted, HEAD where it was created, every commit pushed or in the base.
     Reclaim {
+        /// The worktree: REPO/WT.
         target: String,
         /// Throw away what it holds (listed first): the one way to lose work on purpose.
         #[arg(long)]
@@ -128,12 +137,14 @@ enum Command {
     /// Removed worktrees still restorable (every removal keeps what it removed for
     /// `mount --keep-removed` hours), with their size and when they go.
     Removed {
+        /// As a JSON array on stdout (see docs/cli.md).
         #[arg(long)]
         json: bool,
     },
     /// Bring back a removed worktree REPO/WT as it was: its files, its index, HEAD on its
     /// branch (made again at the kept commit if it was deleted).
     Restore {
+        /// The removed worktree: REPO/WT (see `worktreefs removed`).
         target: String,
         /// Restore under this name (when REPO/WT's name is in use again).
         #[arg(long = "as", value_name = "NAME")]
@@ -141,6 +152,7 @@ enum Command {
         /// Which removal of that name (its id in `worktreefs removed`; default the newest).
         #[arg(long)]
         id: Option<i64>,
+        /// The restored worktree (or the refusal) as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -149,6 +161,7 @@ enum Command {
     Repo(RepoCmd),
     /// Create a worktree: REPO/NAME.
     New {
+        /// REPO/NAME: the registered repository and the new worktree's name.
         target: String,
         /// Base revision (default: HEAD of the repository, or the branch's tip with --branch).
         #[arg(long)]
@@ -183,17 +196,22 @@ enum Command {
     /// Take a new warm snapshot of REPO's source checkout: the ignored and untracked files
     /// its patterns match, read with your permissions. Worktrees made before keep theirs.
     Warm {
+        /// The registered repository (see `worktreefs repo list`).
         repo: String,
+        /// The snapshot (its size, what was skipped, patterns that matched nothing) as JSON on
+        /// stdout.
         #[arg(long)]
         json: bool,
     },
     /// List worktrees.
     List {
+        /// As a JSON array on stdout (see docs/cli.md).
         #[arg(long)]
         json: bool,
     },
     /// Show the state of every worktree as a table.
     Status {
+        /// As JSON on stdout (see docs/cli.md).
         #[arg(long)]
         json: bool,
     },
@@ -203,6 +221,7 @@ enum Command {
     /// Run a command inside REPO/WT, holding a lease for exactly its lifetime; its exit
     /// status is passed through.
     Run {
+        /// The worktree: REPO/WT.
         target: String,
         /// Hold the lease as this named session (else as the run process).
         #[arg(long)]
@@ -216,6 +235,7 @@ enum Command {
         /// A refusal as JSON on stderr (the command's stdout stays its own).
         #[arg(long)]
         json: bool,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -225,6 +245,7 @@ enum Command {
     /// end). The turn ends when the command exits, when the session's lease is released,
     /// or when this process is gone; the command's exit status is passed through.
     Turn {
+        /// The worktree: REPO/WT.
         target: String,
         /// The orchestrator's session id the turn is for.
         #[arg(long)]
@@ -241,11 +262,13 @@ enum Command {
         /// A refusal as JSON on stderr (the command's stdout stays its own).
         #[arg(long)]
         json: bool,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
     /// List the running turns (`turns end` ends one).
     Turns {
+        /// As a JSON array on stdout (see docs/cli.md).
         #[arg(long)]
         json: bool,
         #[command(subcommand)]
@@ -253,11 +276,13 @@ enum Command {
     },
     /// List every lease.
     Leases {
+        /// As a JSON array on stdout (see docs/cli.md).
         #[arg(long)]
         json: bool,
     },
     /// Lease and lifecycle events, oldest first.
     Events {
+        /// One JSON object per line (NDJSON) on stdout, also with --follow (see docs/cli.md).
         #[arg(long)]
         json: bool,
         /// Keep printing new events as they happen.
@@ -289,6 +314,7 @@ enum TurnsCmd {
     /// command) and this waits for the turn to end. Says so, changing nothing, when no turn
     /// runs there or (with --session) it is another session's.
     End {
+        /// The worktree: REPO/WT.
         target: String,
         /// Only if the running turn is this session's.
         #[arg(long)]
@@ -307,6 +333,7 @@ enum LeaseCmd {
     /// Take a named lease on REPO/WT for a session (kept across daemon restarts). Refused
     /// (exit code 3, naming each holder) while another holds it exclusively.
     Acquire {
+        /// The worktree: REPO/WT.
         target: String,
         /// The orchestrator's session id.
         #[arg(long)]
@@ -325,7 +352,9 @@ enum LeaseCmd {
     },
     /// Release a session's named lease on REPO/WT.
     Release {
+        /// The worktree: REPO/WT.
         target: String,
+        /// The session whose lease goes.
         #[arg(long)]
         session: String,
         /// Why the session let go (e.g. `force-killed`, `exited-with-unsaved-work`): kept
@@ -343,7 +372,9 @@ enum LeaseCmd {
 enum RepoCmd {
     /// Register a repository.
     Add {
+        /// The repository: its checkout, or any directory inside it.
         path: PathBuf,
+        /// The name its worktrees go under (default: the checkout directory's name).
         #[arg(long)]
         name: Option<String>,
         /// What warm worktrees inherit from the checkout (gitignore patterns, besides its
@@ -356,6 +387,7 @@ enum RepoCmd {
     },
     /// Change a registered repository's warm settings.
     Set {
+        /// The registered repository (see `worktreefs repo list`).
         name: String,
         /// Replace the include patterns (gitignore syntax).
         #[arg(long, num_args = 1.., value_name = "PATTERN", conflicts_with = "no_include")]
@@ -369,11 +401,15 @@ enum RepoCmd {
     },
     /// List registered repositories.
     List {
+        /// As a JSON array on stdout (see docs/cli.md).
         #[arg(long)]
         json: bool,
     },
     /// Unregister a repository that has no worktrees.
-    Remove { name: String },
+    Remove {
+        /// The registered repository (see `worktreefs repo list`).
+        name: String,
+    },
 }
 
 fn init_logging(level: Option<&str>) {
@@ -2513,4 +2549,38 @@ fn write_man_pages(dir: &Path) -> anyhow::Result<()> {
         dir.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every option and argument of every command says what it is in `--help`.
+    #[test]
+    fn every_option_and_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let here = format!("{path} {}", cmd.get_name());
+            if cmd.get_about().is_none() && !cmd.is_hide_set() {
+                missing.push(format!("{here} (the command)"));
+            }
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" || a.is_hide_set() {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{here} {id}"));
+                }
+            }
+            for s in cmd.get_subcommands() {
+                walk(s, &here, missing);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "", &mut missing);
+        assert!(missing.is_empty(), "without help text: {missing:#?}");
+    }
 }
