@@ -1016,10 +1016,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let store = open_store(&state)?;
             let rows = store.worktrees()?;
             let daemon = daemon::running_daemon(&state);
+            let detached = daemon.as_ref().is_some_and(|d| daemon::detached(&state, d));
             if json {
                 let v = serde_json::json!({
                     "state_dir": state.root,
-                    "mounted": daemon.as_ref().map(|d| d.mountpoint.clone()),
+                    "mounted": daemon.as_ref().filter(|_| !detached).map(|d| d.mountpoint.clone()),
+                    "detached": detached,
                     "daemon_pid": daemon.as_ref().map(|d| d.pid),
                     "worktrees": rows,
                     "leases": store.leases()?,
@@ -1027,6 +1029,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 match daemon {
+                    Some(d) if detached => println!("{}", daemon::detached_message(&d)),
                     Some(d) => println!(
                         "mounted at {} (daemon pid {})",
                         d.mountpoint.display(),

@@ -499,6 +499,26 @@ fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
     );
     assert!(!is_mounted(&m.mountpoint));
     assert_eq!(state_of(&env, "late"), "active");
+    // Meanwhile nothing is served: status and a new mount say what the daemon is doing.
+    let status = wtfs_ok(&env.state(), &["status"]);
+    assert!(
+        !status.contains("mounted at") && status.contains("was unmounted (lazily"),
+        "{status}"
+    );
+    let j: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["status", "--json"])).unwrap();
+    assert_eq!(j["mounted"], serde_json::Value::Null, "{j}");
+    assert_eq!(j["detached"], true, "{j}");
+    let again = wtfs(&env.state(), &["mount", m.mountpoint.to_str().unwrap()]);
+    if again.status.success() {
+        let _ = wtfs(&env.state(), &["unmount", "--lazy"]);
+        panic!("a second daemon was started for the state dir");
+    }
+    let msg = String::from_utf8_lossy(&again.stderr).into_owned();
+    assert!(
+        msg.contains("was unmounted (lazily") && !msg.contains("unmount it first"),
+        "{msg}"
+    );
     p.end();
     let end = Instant::now() + Duration::from_secs(15);
     while !wtfs_ok(&env.state(), &["status"]).contains("not mounted") {

@@ -41,6 +41,41 @@ pub fn running_daemon(state: &StateDir) -> Option<Holder> {
     }))
 }
 
+/// Whether the running daemon `h` serves nothing any more: its mount was detached (a
+/// lazy unmount, whose cleanup waits for the processes still inside; or an unmount
+/// whose cleanup is running) while the daemon lives on. Told from the mount table of the
+/// daemon's own mount namespace (this process's when that cannot be read), and only
+/// once the daemon has mounted (its socket is there), so a daemon starting is not taken
+/// for one ending.
+pub fn detached(state: &StateDir, h: &Holder) -> bool {
+    if h.pid <= 0 || h.mountpoint.as_os_str().is_empty() {
+        return false;
+    }
+    if fs::symlink_metadata(super::socket::socket_path(state)).is_err() {
+        return false;
+    }
+    let Ok(mounts) = fs::read_to_string(format!("/proc/{}/mounts", h.pid))
+        .or_else(|_| fs::read_to_string("/proc/self/mounts"))
+    else {
+        return false;
+    };
+    let want = h.mountpoint.to_string_lossy();
+    !mounts.lines().any(|l| {
+        l.split_whitespace()
+            .nth(1)
+            .is_some_and(|t| super::mountpoint::unescape_mount_path(t) == want)
+    })
+}
+
+/// What a daemon whose mount was detached is doing, for `status` and a refused `mount`.
+pub fn detached_message(h: &Holder) -> String {
+    format!(
+        "{} was unmounted (lazily, or its cleanup is running): nothing is served there; the daemon (pid {}) finishes the cleanup once the processes still inside have left, then exits",
+        h.mountpoint.display(),
+        h.pid
+    )
+}
+
 /// Takes the state directory's exclusive lock, or says who has it.
 pub(super) fn acquire_lock(state: &StateDir) -> anyhow::Result<File> {
     let file = OpenOptions::new()

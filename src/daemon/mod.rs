@@ -24,7 +24,7 @@ mod unmount;
 pub use background::spawn_background;
 use background::{block_signals, spawn_signal_thread};
 use instance::acquire_lock;
-pub use instance::{poke, running_daemon, Holder};
+pub use instance::{detached, detached_message, poke, running_daemon, Holder};
 use mountpoint::check_mountpoint;
 pub use mountpoint::{is_mountpoint, mount_type};
 pub use unmount::{unmount, Unmounted};
@@ -58,6 +58,13 @@ pub struct MountRequest {
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
 pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
     if let Some(h) = running_daemon(&req.state) {
+        if detached(&req.state, &h) {
+            bail!(
+                "state dir {} is still in use: {}; mount again once it has (`worktreefs status` says when), or end those processes",
+                req.state.root.display(),
+                detached_message(&h)
+            );
+        }
         bail!(
             "another worktreefs daemon (pid {}) is already serving state dir {} at {}; unmount it first with `worktreefs unmount --state-dir {}`, or use another --state-dir",
             h.pid,
