@@ -42,7 +42,7 @@ struct Global {
     #[arg(long, global = true, env = "WORKTREEFS_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Log level (error, warn, info, debug, trace); RUST_LOG takes precedence.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = log_level, value_name = "LEVEL")]
     log_level: Option<String>,
 }
 
@@ -412,6 +412,32 @@ enum RepoCmd {
     },
 }
 
+/// A `--log-level`: a level (error, warn, info, debug, trace, off), or directives as
+/// RUST_LOG takes them whose levels are levels (`worktreefs=debug,warn`).
+fn log_level(s: &str) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let ok = !s.is_empty()
+        && s.split(',').all(|d| {
+            let level = d.rsplit_once('=').map_or(d, |(target, l)| {
+                if target.is_empty() {
+                    ""
+                } else {
+                    l
+                }
+            });
+            LEVELS.contains(&level.to_ascii_lowercase().as_str())
+                && d.parse::<tracing_subscriber::filter::Directive>().is_ok()
+        });
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "'{s}' is not a log level: use one of {} (or TARGET=LEVEL directives, comma-separated)",
+            LEVELS.join(", ")
+        ))
+    }
+}
+
 fn init_logging(level: Option<&str>) {
     let filter = std::env::var("RUST_LOG")
         .ok()
@@ -502,7 +528,8 @@ fn main() -> ExitCode {
             let refusal = e.downcast_ref::<report::Refusal>();
             // A refusal as JSON on stderr (`run --json`) is all stderr says: parseable.
             if refusal.is_none_or(|r| r.json_to != Some(report::JsonTo::Stderr)) {
-                eprintln!("worktreefs: {e:#}");
+                tracing::debug!("{e:#}");
+                eprintln!("worktreefs: {}", report::for_people(&format!("{e:#}")));
             }
             match refusal {
                 Some(r) => {
@@ -553,6 +580,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Man { dir } => return write_man_pages(dir),
         _ => {}
+    }
+    // Only these make a state directory; the rest say there is none, and leave it so.
+    let makes_state = matches!(
+        cli.command,
+        Command::Mount { .. } | Command::Repo(RepoCmd::Add { .. })
+    );
+    if !makes_state {
+        let root = StateDir::resolve(cli.global.state_dir.clone());
+        if let Err(e) = fs::symlink_metadata(&root) {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                bail!(
+                    "state dir {} does not exist: nothing is registered or mounted there yet; start with `worktreefs mount` inside a repository (or `worktreefs repo add PATH`), or pass the state dir you use with --state-dir",
+                    root.display()
+                );
+            }
+        }
     }
     let state = open_state(&cli.global)?;
     match cli.command {
@@ -739,7 +782,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             })?;
             let n = store.worktree_count(repo.id)?;
             if n > 0 {
-                bail!("repository '{name}' still has {n} worktree(s); they must be removed first (see `worktreefs list`)");
+                let left: Vec<String> = store
+                    .worktrees()?
+                    .into_iter()
+                    .filter(|w| w.repo_id == repo.id && w.state != State::Removed)
+                    .map(|w| format!("{}/{} ({})", w.repo, w.name, w.state))
+                    .collect();
+                bail!(
+                    "repository '{name}' still has {n} worktree{}: {}; remove {} first (`worktreefs reclaim REPO/WT`, `--discard` to throw away what one holds), then `worktreefs repo remove {name}` again",
+                    if n == 1 { "" } else { "s" },
+                    left.join(", "),
+                    if n == 1 { "it" } else { "them" }
+                );
             }
             let purged =
                 worktreefs::lifecycle::cleanup::keep::purge_repo(&state, &mut store, &name)?;
@@ -1152,7 +1206,8 @@ fn cmd_reclaim(state: &StateDir, target: &str, discard: bool, json: bool) -> any
             mountpoint.join(repo).join(name).display()
         ))),
         Some(Answer::Gone { message }) => Err(refusal("gone", message, format!(
-            "{message}; see `worktreefs list` and `worktreefs retained`"
+            "{message}{}; see `worktreefs list` and `worktreefs retained`",
+            open_store(state).map(|s| did_you_mean(&s, repo, name)).unwrap_or_default()
         ))),
         Some(Answer::Busy { message }) => Err(refusal("busy", message, message.clone())),
         Some(Answer::Error { message }) => Err(refusal("error", message, message.clone())),
@@ -1428,6 +1483,34 @@ fn acquire_named(
     }
 }
 
+/// " (did you mean REPO/W?)" when a worktree of `repo` that is not removed has a name
+/// close to `name`, else "".
+fn did_you_mean(store: &Store, repo: &str, name: &str) -> String {
+    let rows = store.worktrees().unwrap_or_default();
+    let names = rows
+        .iter()
+        .filter(|w| w.repo == repo && w.state != State::Removed)
+        .map(|w| w.name.as_str());
+    match worktreefs::names::closest(name, names) {
+        Some(c) => format!(" (did you mean {repo}/{c}?)"),
+        None => String::new(),
+    }
+}
+
+/// The refusal of `repo/name`, which does not exist: `not-found`, with the closest name.
+fn not_found(store: &Store, repo: &str, name: &str) -> report::Refusal {
+    let mut r = report::unleasable(repo, name, None);
+    let hint = did_you_mean(store, repo, name);
+    if !hint.is_empty() {
+        r.message = format!("worktree '{repo}/{name}' does not exist{hint}; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`");
+        r.json["did_you_mean"] = hint
+            .trim_start_matches(" (did you mean ")
+            .trim_end_matches("?)")
+            .into();
+    }
+    r
+}
+
 /// The worktree `repo/name`, or a typed refusal naming the way out.
 fn leasable_worktree(
     store: &Store,
@@ -1438,7 +1521,7 @@ fn leasable_worktree(
     match store.worktree(repo, name)? {
         Some(row) => Ok(row),
         None => {
-            let mut r = report::unleasable(repo, name, None);
+            let mut r = not_found(store, repo, name);
             r.json_to = json_to;
             Err(r.into())
         }
@@ -1526,7 +1609,7 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
     let Some(row) = store.worktree(repo, name)? else {
         // Nothing to release: said as `not-found`, with exit 1 (nothing was asked that
         // somebody else has; see the README's exit codes).
-        let mut r = report::unleasable(repo, name, None);
+        let mut r = not_found(&store, repo, name);
         r.json["session"] = session.as_str().into();
         r.json_to = json.then_some(report::JsonTo::Stdout);
         r.code = 1;

@@ -52,6 +52,36 @@ pub fn sanitize_name(raw: &str) -> String {
     out
 }
 
+/// The candidate closest to `want` by edit distance, when it is close enough to be what
+/// was meant (at most 2 edits, or a third of the name's length for long names): for a
+/// "did you mean" after a name that does not exist.
+pub fn closest<'a>(want: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (want.chars().count() / 3).max(2);
+    candidates
+        .into_iter()
+        .filter(|c| *c != want)
+        .map(|c| (edit_distance(want, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let up = row[j + 1];
+            row[j + 1] = (up + 1).min(row[j] + 1).min(diag + usize::from(ca != *cb));
+            diag = up;
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +120,18 @@ mod tests {
             let s = sanitize_name(raw);
             assert!(validate_name("repo", &s).is_ok(), "{raw:?} -> {s:?}");
         }
+    }
+
+    #[test]
+    fn the_closest_name_is_offered_only_when_close() {
+        let names = ["exists", "task-1", "task-2", "feature-login"];
+        assert_eq!(super::closest("exist", names), Some("exists"));
+        assert_eq!(super::closest("exits", names), Some("exists"));
+        assert_eq!(super::closest("task-3", names), Some("task-1"));
+        assert_eq!(super::closest("feature-logn", names), Some("feature-login"));
+        assert_eq!(super::closest("other", names), None);
+        assert_eq!(super::closest("exists", ["exists"]), None, "not itself");
+        assert_eq!(super::edit_distance("", "abc"), 3);
+        assert_eq!(super::edit_distance("kitten", "sitting"), 3);
     }
 }

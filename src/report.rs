@@ -470,3 +470,57 @@ pub fn worktree_json(
         "state_changed_at": rfc3339(w.state_changed_at),
     })
 }
+
+/// A message as people read it: without libgit2's internals, the `; class=Os (2)` and
+/// `; code=NotFound (-3)` its errors end with (they stay in debug logs).
+pub fn for_people(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = ["; class=", "; code="]
+        .iter()
+        .filter_map(|p| rest.find(p))
+        .min()
+    {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + 2..];
+        // `class=Name (n)` or `code=Name (-n)`: a word, a space, a parenthesised number.
+        let end = tail.find(')').filter(|&e| {
+            let inner = &tail[..e];
+            inner.split_once(" (").is_some_and(|(word, n)| {
+                word.split_once('=')
+                    .is_some_and(|(_, w)| w.chars().all(|c| c.is_ascii_alphanumeric()))
+                    && n.trim_start_matches('-')
+                        .chars()
+                        .all(|c| c.is_ascii_digit())
+            })
+        });
+        match end {
+            Some(e) => rest = &tail[e + 1..],
+            None => {
+                out.push_str("; ");
+                rest = tail;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod people_tests {
+    #[test]
+    fn libgit2_internals_are_taken_out_and_nothing_else() {
+        let t = [
+            (
+                "failed to resolve path '/x': No such file or directory; class=Os (2); code=NotFound (-3)",
+                "failed to resolve path '/x': No such file or directory",
+            ),
+            ("revspec 'x' not found; class=Reference (4); code=NotFound (-3); then more", "revspec 'x' not found; then more"),
+            ("a; class=broken", "a; class=broken"),
+            ("no internals here", "no internals here"),
+        ];
+        for (i, o) in t {
+            assert_eq!(super::for_people(i), o, "{i}");
+        }
+    }
+}

@@ -135,19 +135,34 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
             "repository name",
         ),
         (&["repo", "remove", "nosuch"], "is not registered"),
-        (&["repo", "remove", "repo"], "still has 1 worktree"),
+        (
+            &["repo", "remove", "repo"],
+            "still has 1 worktree: repo/exists (ready)",
+        ),
         (&["unmount"], "nothing is mounted"),
+        (&["reclaim", "repo/exist"], "did you mean repo/exists?"),
+        (
+            &["lease", "acquire", "repo/exits", "--session", "s"],
+            "did you mean repo/exists?",
+        ),
     ];
     for (args, want) in cases {
         let out = wtfs(&env.state(), args);
+        let code = if args[0] == "lease" { 3 } else { 1 };
         assert_eq!(
             out.status.code(),
-            Some(1),
-            "{args:?} should fail with exit 1"
+            Some(code),
+            "{args:?} should fail with exit {code}"
         );
         assert!(
             stderr(&out).contains(want),
             "{args:?}: expected {want:?} in {:?}",
+            stderr(&out)
+        );
+        // libgit2's internals (`class=Os (2); code=NotFound (-3)`) are not for people.
+        assert!(
+            !stderr(&out).contains("class=") && !stderr(&out).contains("code="),
+            "{args:?}: {}",
             stderr(&out)
         );
     }
@@ -171,6 +186,35 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
     // Bad usage is exit 2.
     let out = wtfs(&env.state(), &["new"]);
     assert_eq!(out.status.code(), Some(2));
+    let out = wtfs(&env.state(), &["--log-level", "bogus", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bogus"), "{}", stderr(&out));
+    wtfs_ok(&env.state(), &["--log-level", "debug", "list"]);
+    wtfs_ok(
+        &env.state(),
+        &["--log-level", "worktreefs=trace,warn", "list"],
+    );
+    // A state directory that does not exist is said so, and not made, by commands that
+    // only look.
+    let none = env.state().with_file_name("no-such-state");
+    for args in [
+        &["list"][..],
+        &["status"],
+        &["unmount"],
+        &["retained"],
+        &["leases"],
+        &["events"],
+        &["reclaim", "repo/x"],
+    ] {
+        let out = wtfs(&none, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&out).contains("no-such-state") && stderr(&out).contains("does not exist"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(!none.exists(), "{args:?} made the state directory");
+    }
 }
 
 #[test]
