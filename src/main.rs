@@ -418,13 +418,9 @@ fn log_level(s: &str) -> Result<String, String> {
     const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
     let ok = !s.is_empty()
         && s.split(',').all(|d| {
-            let level = d.rsplit_once('=').map_or(d, |(target, l)| {
-                if target.is_empty() {
-                    ""
-                } else {
-                    l
-                }
-            });
+            let level = d
+                .rsplit_once('=')
+                .map_or(d, |(target, l)| if target.is_empty() { "" } else { l });
             LEVELS.contains(&level.to_ascii_lowercase().as_str())
                 && d.parse::<tracing_subscriber::filter::Directive>().is_ok()
         });

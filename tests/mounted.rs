@@ -53,6 +53,18 @@ fn fresh_view_is_clean_and_git_status_reads_no_content() {
     let env = Env::new();
     wtfs_ok(&env.state(), &["new", "repo/fresh"]);
     let m = env.mount();
+    // The kernel names the mount as fstab and fusermount3 do: type fuse.worktreefs.
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == m.mountpoint.to_str())
+        .unwrap_or_else(|| panic!("no mount at {}: {mounts}", m.mountpoint.display()));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!((f[0], f[2]), ("worktreefs", "fuse.worktreefs"), "{line}");
+    assert!(
+        f[3].contains("nosuid") && f[3].contains("nodev") && f[3].contains("default_permissions"),
+        "{line}"
+    );
     let wt = m.wt("repo", "fresh");
     // Without the untracked scan, git compares every tracked file by stat data alone.
     assert_eq!(
