@@ -1801,7 +1801,7 @@ fn cmd_turn(
             ),
         ));
     };
-    same_pid_namespace(daemon.pid).map_err(|e| plain("other-namespace", e.to_string()))?;
+    same_pid_namespace(&daemon).map_err(|e| plain("other-namespace", e.to_string()))?;
     let dir = daemon.mountpoint.join(repo).join(name);
     let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
         .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
@@ -2147,16 +2147,31 @@ fn writers_refusal(
 /// A turn's process must be one the daemon can see as it does (same pid namespace): its
 /// guard compares the pids FUSE gives with the turn's, and its sweeper checks the turn's
 /// process by pid.
-fn same_pid_namespace(daemon_pid: i32) -> anyhow::Result<()> {
-    let ns = |pid: &str| fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
-    let daemon_cmd = fs::read(format!("/proc/{daemon_pid}/cmdline")).unwrap_or_default();
-    let is_daemon = String::from_utf8_lossy(&daemon_cmd).contains("worktreefs");
-    match (ns("self"), ns(&daemon_pid.to_string())) {
-        (Some(a), Some(b)) if a == b && is_daemon => Ok(()),
-        _ => bail!(
-            "this command does not run in the pid namespace of the daemon (pid {daemon_pid}), so the daemon could not tell the turn's processes; run `worktreefs turn` where the daemon runs (not inside a container of its own)"
-        ),
+fn same_pid_namespace(daemon: &daemon::Holder) -> anyhow::Result<()> {
+    let daemon_pid = daemon.pid;
+    let ns = |pid: &str| {
+        fs::read_link(format!("/proc/{pid}/ns/pid"))
+            .ok()
+            .map(|l| l.to_string_lossy().into_owned())
+    };
+    let same = match &daemon.pid_ns {
+        // The namespace the daemon wrote down: whatever its program is called (installed
+        // as `mount.fuse.worktreefs`, copied elsewhere).
+        Some(theirs) => ns("self").is_some_and(|mine| mine == *theirs),
+        // A daemon of a version that did not write it: the pid must be a worktreefs
+        // process in this namespace.
+        None => {
+            let cmd = fs::read(format!("/proc/{daemon_pid}/cmdline")).unwrap_or_default();
+            let ours = String::from_utf8_lossy(&cmd).contains("worktreefs");
+            ours && ns("self").is_some() && ns("self") == ns(&daemon_pid.to_string())
+        }
+    };
+    if same {
+        return Ok(());
     }
+    bail!(
+        "this command does not run in the pid namespace of the daemon (pid {daemon_pid}), so the daemon could not tell the turn's processes; run `worktreefs turn` where the daemon runs (not inside a container of its own)"
+    )
 }
 
 /// Runs `command` in `dir` and waits for it, as system(3) does: a Ctrl-C at the terminal

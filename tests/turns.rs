@@ -756,3 +756,28 @@ fn a_second_turn_of_the_session_waits_and_a_sigterm_reaches_the_command() {
     assert!(turns_listed(&m).is_empty());
     drop(m);
 }
+
+/// A daemon run from a binary of another name (installed as `mount.fuse.worktreefs`, or
+/// copied) still serves turns: the pid namespace is compared with the one the daemon
+/// wrote down, not guessed from its command line.
+#[test]
+fn a_turn_runs_under_a_daemon_whose_program_has_another_name() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let bin = env.dir.path().join("wtfsd");
+    fs::copy(BIN, &bin).unwrap();
+    let m = Mounted::start_program(
+        &bin,
+        &env.state(),
+        &env.mountpoint(),
+        Duration::from_secs(120),
+        &["--linger", "600"],
+        "worktreefs=debug",
+    );
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "true"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    drop(m);
+}

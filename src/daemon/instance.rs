@@ -15,6 +15,8 @@ use crate::state::StateDir;
 pub struct Holder {
     pub pid: i32,
     pub mountpoint: PathBuf,
+    /// The daemon's pid namespace (`pid:[N]`, from /proc/self/ns/pid), when it wrote one.
+    pub pid_ns: Option<String>,
 }
 
 pub(super) fn read_holder(path: &Path) -> Option<Holder> {
@@ -22,7 +24,15 @@ pub(super) fn read_holder(path: &Path) -> Option<Holder> {
     let mut lines = text.lines();
     let pid = lines.next()?.trim().parse().ok()?;
     let mountpoint = PathBuf::from(lines.next()?.trim());
-    Some(Holder { pid, mountpoint })
+    let pid_ns = lines
+        .next()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty());
+    Some(Holder {
+        pid,
+        mountpoint,
+        pid_ns,
+    })
 }
 
 /// The daemon serving `state`, if one is running (its lock is held).
@@ -38,6 +48,7 @@ pub fn running_daemon(state: &StateDir) -> Option<Holder> {
     Some(read_holder(&state.lock_file()).unwrap_or(Holder {
         pid: 0,
         mountpoint: PathBuf::new(),
+        pid_ns: None,
     }))
 }
 

@@ -165,7 +165,16 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     tracing::debug!(limit, "open-file limit");
     let mut lock = acquire_lock(&req.state)?;
     lock.set_len(0)?;
-    writeln!(lock, "{}\n{}", std::process::id(), mountpoint.display())?;
+    // Its pid namespace too: a command elsewhere must not take the pid for one of its own.
+    let pid_ns = fs::read_link("/proc/self/ns/pid")
+        .map(|l| l.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    writeln!(
+        lock,
+        "{}\n{}\n{pid_ns}",
+        std::process::id(),
+        mountpoint.display()
+    )?;
 
     // Before anything runs a filter or an inspection (boot reconcile does both).
     crate::git::filters::set_timeout(req.filter_timeout);

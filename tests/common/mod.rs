@@ -246,6 +246,19 @@ impl Mounted {
         extra: &[&str],
         rust_log: &str,
     ) -> Mounted {
+        Self::start_program(Path::new(BIN), state, mountpoint, limit, extra, rust_log)
+    }
+
+    /// As `start_env`, the daemon run from the binary `program` (a copy of worktreefs
+    /// under another name).
+    pub fn start_program(
+        program: &Path,
+        state: &Path,
+        mountpoint: &Path,
+        limit: Duration,
+        extra: &[&str],
+        rust_log: &str,
+    ) -> Mounted {
         // Exists already, or is a dead mount (which cannot be stat'ed): both fine.
         let _ = fs::create_dir(mountpoint);
         let log = fs::OpenOptions::new()
@@ -253,7 +266,7 @@ impl Mounted {
             .append(true)
             .open(state.join("test-daemon.log"))
             .unwrap();
-        let child = Command::new(BIN)
+        let child = Command::new(program)
             .arg("mount")
             .arg(mountpoint)
             .arg("--state-dir")
