@@ -4,7 +4,7 @@
 mod common;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::*;
 
@@ -443,4 +443,109 @@ fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
         assert!(words.contains("worktreefs lease acquire ["), "{text}");
     }
     assert!(!state.exists(), "no state directory was made");
+}
+
+/// The helper mount(8) runs for `-t fuse.worktreefs` (and so for an fstab line): a link
+/// named mount.fuse.worktreefs to the binary, given `STATE_DIR MOUNTPOINT -o OPTIONS`.
+/// The mount comes up as type fuse.worktreefs with the options' settings, and `umount`
+/// ends it (the daemon's cleanup runs as for `worktreefs unmount`).
+#[test]
+fn an_fstab_line_mounts_through_the_mount_fuse_worktreefs_helper() {
+    let helper = Path::new("/sbin/mount.fuse.worktreefs");
+    if !Path::new("/usr/bin/mount").exists() && !Path::new("/bin/mount").exists() {
+        eprintln!("skipped: no mount(8)");
+        return;
+    }
+    /// The link, removed again however the test ends (only if this test made it).
+    struct Link(Option<&'static Path>);
+    impl Drop for Link {
+        fn drop(&mut self) {
+            if let Some(p) = self.0 {
+                let _ = fs::remove_file(p);
+            }
+        }
+    }
+    let _link = if fs::symlink_metadata(helper).is_err() {
+        std::os::unix::fs::symlink(BIN, helper).unwrap();
+        Link(Some(helper))
+    } else {
+        Link(None)
+    };
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let mnt = env.mountpoint();
+    fs::create_dir_all(&mnt).unwrap();
+    let fstab = env.dir.path().join("fstab");
+    fs::write(
+        &fstab,
+        format!(
+            "{} {} fuse.worktreefs rw,noauto,nofail,linger=7,threads=3 0 0\n",
+            env.state().display(),
+            mnt.display()
+        ),
+    )
+    .unwrap();
+    let o = std::process::Command::new("timeout")
+        .args(["60", "mount", "-T"])
+        .arg(&fstab)
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    /// Unmounted however the test ends.
+    struct Umount(PathBuf, PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            if is_mounted(&self.0) {
+                let _ = wtfs(&self.1, &["unmount"]);
+            }
+            if is_mounted(&self.0) {
+                detach(&self.0);
+            }
+        }
+    }
+    let mnt = fs::canonicalize(&mnt).unwrap();
+    let _umount = Umount(mnt.clone(), env.state());
+    assert!(o.status.success(), "mount -T: {}", stderr(&o));
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == mnt.to_str())
+        .unwrap_or_else(|| panic!("nothing mounted at {}: {mounts}", mnt.display()));
+    assert!(
+        line.starts_with("worktreefs ") && line.contains(" fuse.worktreefs "),
+        "{line}"
+    );
+    // The options reached the daemon: its command line has them as flags.
+    let status = wtfs_ok(&env.state(), &["status", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let pid = j["daemon_pid"].as_i64().unwrap();
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let after = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .map(|i| args[i + 1].clone())
+    };
+    assert_eq!(after("--linger").as_deref(), Some("7"), "{args:?}");
+    assert_eq!(after("--threads").as_deref(), Some("3"), "{args:?}");
+    assert!(fs::read_dir(mnt.join("repo/t")).is_ok());
+    // umount(8) ends it, and the daemon with it.
+    let o = std::process::Command::new("timeout")
+        .args(["60", "umount"])
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "umount: {}", stderr(&o));
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            std::time::Instant::now() < end,
+            "the daemon did not exit after umount"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!is_mounted(&mnt));
 }

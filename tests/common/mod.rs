@@ -216,7 +216,7 @@ fn abort_connection(dev: u64) {
     let _ = fs::write(dir.join(minor.to_string()).join("abort"), "1");
 }
 
-fn detach(path: &Path) {
+pub fn detach(path: &Path) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: valid path.
     unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
