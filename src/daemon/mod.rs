@@ -246,6 +246,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     if let Some(mut f) = ready.take() {
         let _ = writeln!(f, "ready");
     }
+    notify_ready();
     spawn_signal_thread(mountpoint.clone());
     let sweeper = crate::lifecycle::sweeper::spawn(
         req.state.clone(),
@@ -287,4 +288,37 @@ pub fn ready_fd_from_env() -> Option<OwnedFd> {
     std::env::remove_var(READY_FD_ENV);
     // SAFETY: the parent passed us this descriptor for our exclusive use.
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Tells systemd the mount is ready (a `Type=notify` unit, `mount --foreground`): READY=1
+/// and this pid on `$NOTIFY_SOCKET`, as sd_notify(3) does. Nothing when it is not set. (The
+/// variable stays in the environment, as other threads may read it: what the daemon
+/// starts never writes there, and systemd's default `NotifyAccess=main` would not listen.)
+fn notify_ready() {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let msg = format!("READY=1\nMAINPID={}\n", std::process::id());
+    let sent = (|| -> std::io::Result<()> {
+        use std::os::unix::net::{SocketAddr, UnixDatagram};
+        let sock = UnixDatagram::unbound()?;
+        let bytes = path.as_encoded_bytes();
+        let addr = match bytes.strip_prefix(b"@") {
+            // An abstract socket.
+            Some(name) => {
+                use std::os::linux::net::SocketAddrExt;
+                SocketAddr::from_abstract_name(name)?
+            }
+            None => SocketAddr::from_pathname(std::path::Path::new(&path))?,
+        };
+        sock.send_to_addr(msg.as_bytes(), &addr)?;
+        Ok(())
+    })();
+    match sent {
+        Ok(()) => tracing::info!("told systemd the mount is ready"),
+        Err(e) => tracing::warn!(
+            "NOTIFY_SOCKET is set ({}) but the readiness message could not be sent: {e}",
+            path.to_string_lossy()
+        ),
+    }
 }
