@@ -2689,19 +2689,6 @@ fn cmd_mount(
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
-    // Embedded defaults: inside a git repository, register it if it is not yet.
-    let mut registered = None;
-    if mountpoint.is_none() {
-        if let Ok(cwd) = std::env::current_dir() {
-            if let Ok((gitdir, _)) = git::discover(&cwd) {
-                let store = open_store(state)?;
-                registered = Some(match store.repo_by_gitdir(&gitdir)? {
-                    Some(r) => r,
-                    None => add_repo(&store, &cwd, None)?,
-                });
-            }
-        }
-    }
     let req = MountRequest {
         state: state.clone(),
         mountpoint: mountpoint.clone(),
@@ -2717,7 +2704,36 @@ fn cmd_mount(
         keep,
     };
     daemon::prepare(&req)?;
-    let pid = daemon::spawn_background(&req, log_level)?;
+    // Embedded defaults: inside a git repository, register it if it is not yet — once the
+    // mount can be made, and undone if the daemon does not start, so a failed mount
+    // leaves no registration behind.
+    let mut registered = None;
+    let mut added = None;
+    if mountpoint.is_none() {
+        if let Ok(cwd) = std::env::current_dir() {
+            if let Ok((gitdir, _)) = git::discover(&cwd) {
+                let store = open_store(state)?;
+                registered = Some(match store.repo_by_gitdir(&gitdir)? {
+                    Some(r) => r,
+                    None => {
+                        let r = add_repo(&store, &cwd, None)?;
+                        added = Some(r.id);
+                        r
+                    }
+                });
+            }
+        }
+    }
+    let pid = match daemon::spawn_background(&req, log_level) {
+        Ok(pid) => pid,
+        Err(e) => {
+            if let Some(id) = added {
+                let mut store = open_store(state)?;
+                store.remove_repo(id)?;
+            }
+            return Err(e);
+        }
+    };
     let store = open_store(state)?;
     let mp = create::mountpoint_of(state, &store);
     let mp = fs::canonicalize(&mp).unwrap_or(mp);

@@ -73,16 +73,8 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
             req.state.root.display()
         );
     }
-    let mountpoint = match &req.mountpoint {
-        Some(m) => m.clone(),
-        None => {
-            let d = req.state.default_mountpoint();
-            default_mountpoint_dir(&d)?;
-            d
-        }
-    };
-    check_mountpoint(&mountpoint)?;
-    let mountpoint = fs::canonicalize(&mountpoint)?;
+    // Before anything is made (the default mountpoint): a mount that cannot be leaves
+    // nothing behind.
     // The device can be named for tests of the refusal; the kernel's is /dev/fuse.
     let device = std::env::var_os("WORKTREEFS_FUSE_DEVICE")
         .map(PathBuf::from)
@@ -93,12 +85,30 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
             device.display()
         );
     }
-    if let Err(e) = OpenOptions::new().read(true).write(true).open(&device) {
-        bail!(
-            "cannot open {}: {e}; worktreefs needs permission to use FUSE (run as root or add the user to the fuse group)",
-            device.display()
-        );
+    match OpenOptions::new().read(true).write(true).open(&device) {
+        Ok(_) => {}
+        // Not this user's to open: fusermount3 (setuid) opens it and mounts.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            if crate::fs::mount::fusermount_bin().is_none() {
+                bail!(
+                    "cannot open {}: {e}; {}",
+                    device.display(),
+                    crate::fs::mount::cannot_mount_message()
+                );
+            }
+        }
+        Err(e) => bail!("cannot open {}: {e}", device.display()),
     }
+    let mountpoint = match &req.mountpoint {
+        Some(m) => m.clone(),
+        None => {
+            let d = req.state.default_mountpoint();
+            default_mountpoint_dir(&d)?;
+            d
+        }
+    };
+    check_mountpoint(&mountpoint)?;
+    let mountpoint = fs::canonicalize(&mountpoint)?;
     Ok(mountpoint)
 }
 

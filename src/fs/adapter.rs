@@ -400,6 +400,8 @@ impl Filesystem for WorktreeFs {
             tracing::info!(
                 "FUSE passthrough: off (--no-passthrough); file I/O goes through the daemon"
             );
+        } else if !has_cap_sys_admin() {
+            tracing::info!("FUSE passthrough: off (the daemon lacks CAP_SYS_ADMIN, which the kernel asks of passthrough: not root); file I/O goes through the daemon");
         } else if !config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
             tracing::info!("FUSE passthrough: off (this kernel does not offer it); file I/O goes through the daemon");
         } else {
@@ -913,4 +915,18 @@ impl Filesystem for WorktreeFs {
             Err(e) => reply.error(errno("create", e)),
         }
     }
+}
+
+/// Whether this process has CAP_SYS_ADMIN (effective), which the kernel requires of a
+/// FUSE daemon that registers passthrough backing files (`/proc/self/status` CapEff).
+pub fn has_cap_sys_admin() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        // CAP_SYS_ADMIN is capability 21 (linux/capability.h).
+        .is_some_and(|caps| caps & (1 << 21) != 0)
 }

@@ -26,9 +26,10 @@ pub struct MountOptions {
 /// A mounted filesystem; `run` serves it until it is unmounted.
 pub struct Mount {
     session: Option<Session<WorktreeFs>>,
-    /// Mounted here by [`mount_direct`] (fuser's own mounts undo themselves): detached
-    /// when this is dropped before `run` saw the mount go (a failure after mounting).
-    ours: Option<std::path::PathBuf>,
+    /// Mounted here by [`mount_direct`] or [`mount_fusermount`] (fuser's own mounts undo
+    /// themselves): detached when this is dropped before `run` saw the mount go (a
+    /// failure after mounting).
+    ours: Option<Ours>,
 }
 
 impl Mount {
@@ -48,13 +49,146 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         drop(self.session.take());
-        if let Some(path) = self.ours.take() {
-            if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
-                // SAFETY: umount2 on a path string we own.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
+        match self.ours.take() {
+            Some(Ours::Direct(path)) => {
+                if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
+                    // SAFETY: umount2 on a path string we own.
+                    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
+                }
             }
+            Some(Ours::Fusermount(path, bin)) => {
+                let _ = std::process::Command::new(bin)
+                    .args(["-u", "-z", "--"])
+                    .arg(path)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status();
+            }
+            None => {}
         }
     }
+}
+
+/// How a mount this module made is undone.
+enum Ours {
+    /// mount(2) as root: umount2.
+    Direct(std::path::PathBuf),
+    /// Through fusermount3 (this user may not mount): `fusermount3 -u`.
+    Fusermount(std::path::PathBuf, std::path::PathBuf),
+}
+
+/// What a user who may not mount FUSE filesystems itself, and has no fusermount3, is told.
+pub fn cannot_mount_message() -> String {
+    format!(
+        "this user (uid {}) may not mount FUSE filesystems itself (that needs root, or /dev/fuse open to it) and fusermount3 is not installed to do it on its behalf: install it (`apt-get install fuse3` on Debian and Ubuntu, `dnf install fuse3` on Fedora), or mount as root. Without root the daemon has no FUSE passthrough and cannot give files to other users (see `worktreefs doctor`)",
+        nix::unistd::getuid()
+    )
+}
+
+/// The fusermount3 a user who may not mount FUSE filesystems mounts through (the
+/// setuid helper of the fuse3 package), if installed: `$WORKTREEFS_FUSERMOUNT` (for
+/// tests), else the first on PATH, /usr/bin, /bin.
+pub fn fusermount_bin() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("WORKTREEFS_FUSERMOUNT") {
+        let p = std::path::PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin".into(), "/bin".into()])
+        .map(|d| d.join("fusermount3"))
+        .find(|p| p.is_file())
+}
+
+/// Mounts through fusermount3, as libfuse does for a user who may not mount: it opens
+/// /dev/fuse, mounts (type fuse.worktreefs) and hands the descriptor back over a socket
+/// named in `_FUSE_COMMFD`.
+fn mount_fusermount(
+    bin: &Path,
+    mountpoint: &Path,
+    allow_other: bool,
+) -> anyhow::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::net::UnixStream;
+    let (ours, theirs) = UnixStream::pair()?;
+    // The helper's end is inherited (the pair is made close-on-exec).
+    // SAFETY: fcntl on a descriptor we own.
+    if unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    let mut opts =
+        String::from("default_permissions,fsname=worktreefs,subtype=worktreefs,nosuid,nodev");
+    if allow_other {
+        opts.push_str(",allow_other");
+    }
+    let out = std::process::Command::new(bin)
+        .arg("-o")
+        .arg(&opts)
+        .arg("--")
+        .arg(mountpoint)
+        .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| anyhow!("running {}: {e}", bin.display()))?;
+    drop(theirs);
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let hint = if why.contains("/dev/fuse") {
+            "; fusermount3 opens /dev/fuse as the user, so it must be open to users (mode 0666, as distributions make it: `chmod 0666 /dev/fuse`, or a udev rule), or mount as root"
+        } else {
+            ""
+        };
+        return Err(anyhow!(
+            "{} could not mount at {} ({}): {why}{hint}",
+            bin.display(),
+            mountpoint.display(),
+            out.status
+        ));
+    }
+    // One byte and the descriptor, in an SCM_RIGHTS message.
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    let mut cbuf = vec![0u8; space];
+    // SAFETY: a zeroed msghdr is valid; its buffers are set below and outlive recvmsg.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: recvmsg into the buffers above.
+    let n = unsafe { libc::recvmsg(ours.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(anyhow!(
+            "receiving the FUSE descriptor from {}: {}",
+            bin.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: the control buffer was filled by recvmsg; CMSG_FIRSTHDR checks its length.
+    let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    // SAFETY: cmsg, when not null, points into cbuf.
+    if cmsg.is_null()
+        || unsafe {
+            (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+        }
+    {
+        return Err(anyhow!(
+            "{} mounted but sent no FUSE descriptor",
+            bin.display()
+        ));
+    }
+    // SAFETY: an SCM_RIGHTS message's data is a descriptor now ours.
+    let fd = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::c_int) };
+    // SAFETY: as above: it is open and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The filesystem type the kernel shows for a mount (`/proc/mounts`, `mount -t`):
@@ -74,8 +208,13 @@ fn mount_direct(
         .read(true)
         .write(true)
         .custom_flags(libc::O_CLOEXEC)
-        .open("/dev/fuse")
-        .map_err(|e| anyhow!("opening /dev/fuse: {e}"))?;
+        .open("/dev/fuse");
+    let device = match device {
+        Ok(d) => d,
+        // Not this user's to open: mounts go through fusermount3.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
+        Err(e) => return Err(anyhow!("opening /dev/fuse: {e}")),
+    };
     // The root's mode as the kernel wants it (S_IFDIR and the permission bits); the
     // directory is opened without following a symlink put there.
     let dir = std::fs::OpenOptions::new()
@@ -160,23 +299,33 @@ pub fn mount(
             None
         }
     };
-    let (session, ours) = match direct {
-        Some(fd) => {
-            let ours = Some(mountpoint.to_path_buf());
-            match Session::from_fd(fs, fd, acl, config) {
-                Ok(s) => (s, ours),
-                Err(e) => {
-                    drop(Mount {
-                        session: None,
-                        ours,
-                    });
-                    return Err(anyhow!(
-                        "starting the FUSE session at {} failed: {e}",
-                        mountpoint.display()
-                    ));
-                }
+    let (fd, ours) = match direct {
+        Some(fd) => (Some(fd), Some(Ours::Direct(mountpoint.to_path_buf()))),
+        None => match fusermount_bin() {
+            Some(bin) => {
+                let fd = mount_fusermount(&bin, mountpoint, opts.allow_other)?;
+                (
+                    Some(fd),
+                    Some(Ours::Fusermount(mountpoint.to_path_buf(), bin)),
+                )
             }
-        }
+            None => anyhow::bail!("{}", cannot_mount_message()),
+        },
+    };
+    let (session, ours) = match fd {
+        Some(fd) => match Session::from_fd(fs, fd, acl, config) {
+            Ok(s) => (s, ours),
+            Err(e) => {
+                drop(Mount {
+                    session: None,
+                    ours,
+                });
+                return Err(anyhow!(
+                    "starting the FUSE session at {} failed: {e}",
+                    mountpoint.display()
+                ));
+            }
+        },
         None => (fuser_mount(fs, mountpoint, &config)?, None),
     };
     // Invalidations are sent from their own thread, never from the thread answering a
