@@ -2519,12 +2519,18 @@ fn end_leftovers() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    for p in children() {
-        // SAFETY: as above.
-        unsafe { libc::kill(p, libc::SIGKILL) };
-    }
+    // SIGKILL to every child, again for those adopted meanwhile (a killed leftover's own
+    // children come to this subreaper): none goes on writing once the gate is open.
     let end = std::time::Instant::now() + Duration::from_secs(2);
-    while !children().is_empty() && std::time::Instant::now() < end {
+    loop {
+        let left = children();
+        if left.is_empty() || std::time::Instant::now() >= end {
+            break;
+        }
+        for p in left {
+            // SAFETY: as above.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
         reap();
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -781,3 +781,69 @@ fn a_turn_runs_under_a_daemon_whose_program_has_another_name() {
     assert!(o.status.success(), "{}", stderr(&o));
     drop(m);
 }
+
+/// What a turn's command leaves running is ended with the turn, down to the last
+/// descendant: a leftover that ignores SIGTERM is killed, and so is the child it leaves
+/// to the turn when it dies (adopted by the turn's process, a subreaper).
+#[test]
+fn a_turn_ends_every_leftover_even_those_adopted_after_the_first_kill() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let dir = env.dir.path().join("pids");
+    fs::create_dir(&dir).unwrap();
+    let script = dir.join("leftover.sh");
+    fs::write(
+        &script,
+        format!(
+            "exec >/dev/null 2>&1 </dev/null\ntrap '' TERM\nsh -c 'trap \"\" TERM; echo $$ > {d}/c.pid; while :; do sleep 1; done' &\necho $$ > {d}/d.pid\nwhile :; do sleep 1; done\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let cmd = format!(
+        "sh {} & while [ ! -s {d}/c.pid ] || [ ! -s {d}/d.pid ]; do sleep 0.05; done; exit 0",
+        script.display(),
+        d = dir.display()
+    );
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "sh", "-c", &cmd],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let pid = |f: &str| -> i32 {
+        fs::read_to_string(dir.join(f))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (d, c) = (pid("d.pid"), pid("c.pid"));
+    let alive = |p: i32| {
+        fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    let end = Instant::now() + Duration::from_secs(2);
+    while (alive(d) || alive(c)) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (d_alive, c_alive) = (alive(d), alive(c));
+    for p in [d, c] {
+        // SAFETY: plain kill of a leftover this test started (if the turn did not).
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    assert!(
+        !d_alive,
+        "the leftover that ignores SIGTERM outlived its turn"
+    );
+    assert!(
+        !c_alive,
+        "its child, adopted by the turn after the kill, outlived the turn"
+    );
+    drop(m);
+}

@@ -162,19 +162,20 @@ pub fn command_line(pid: i32) -> Option<String> {
 /// descriptor open and no request the daemon sees; the kernel names the file by its
 /// path in the mount, with passthrough too).
 pub fn is_inside(pid: i32, dir: &Path) -> bool {
-    let below = |p: PathBuf| p.starts_with(dir);
+    // A link too long to read back that leads into the same filesystem counts: better
+    // named among the processes inside than taken for gone.
+    let counts = |l: Link| matches!(l, Link::Below | Link::Unnamed);
     // Its working directory, its root (chroot), the program it runs.
-    if ["cwd", "root", "exe"].iter().any(|l| {
-        fs::read_link(format!("/proc/{pid}/{l}"))
-            .map(below)
-            .unwrap_or(false)
-    }) {
+    if ["cwd", "root", "exe"]
+        .iter()
+        .any(|l| counts(link(&format!("/proc/{pid}/{l}"), dir)))
+    {
         return true;
     }
     let open_below = match fs::read_dir(format!("/proc/{pid}/fd")) {
         Ok(rd) => rd
             .flatten()
-            .any(|e| fs::read_link(e.path()).map(below).unwrap_or(false)),
+            .any(|e| counts(link(&e.path().to_string_lossy(), dir))),
         Err(_) => false,
     };
     open_below
@@ -182,6 +183,36 @@ pub fn is_inside(pid: i32, dir: &Path) -> bool {
             .is_ok_and(|maps| maps.split(|b| *b == b'\n').any(|l| maps_below(l, dir)))
 }
 
+/// Where a `/proc` link (`cwd`, `root`, `exe`, `fd/N`) leads, as far as `dir` goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Below,
+    /// Elsewhere, or gone (the process exited, the descriptor was closed).
+    Elsewhere,
+    /// Not readable to this process (another user's, hidepid, an LSM).
+    Denied,
+    /// It leads into `dir`'s filesystem but cannot be named: a path longer than PATH_MAX
+    /// (ENAMETOOLONG), which a process reaches by `cd`-ing deeper and deeper.
+    Unnamed,
+}
+
+fn link(path: &str, dir: &Path) -> Link {
+    use std::os::unix::fs::MetadataExt;
+    match fs::read_link(path) {
+        Ok(p) if p.starts_with(dir) => Link::Below,
+        Ok(_) => Link::Elsewhere,
+        Err(e) => match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ESRCH) => Link::Elsewhere,
+            Some(libc::EACCES) | Some(libc::EPERM) => Link::Denied,
+            // Followed rather than read (stat needs no name): the same filesystem as
+            // `dir` may be inside it.
+            _ => match (fs::metadata(path), fs::metadata(dir)) {
+                (Ok(a), Ok(b)) if a.dev() != b.dev() => Link::Elsewhere,
+                _ => Link::Unnamed,
+            },
+        },
+    }
+}
 /// Whether the `/proc/<pid>/maps` line `line` maps a file below `dir` (a shared library
 /// or program built there, a file mapped for reading or writing).
 fn maps_below(line: &[u8], dir: &Path) -> bool {
@@ -213,28 +244,36 @@ fn inside_or_unknown(pid: i32, dir: &Path) -> Option<bool> {
     }
     let denied =
         |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM));
+    // A link that cannot be told (unreadable, or too long to name) makes the answer
+    // unknown unless another one is inside.
+    let mut unknown = false;
     for l in ["cwd", "root", "exe"] {
-        match fs::read_link(format!("/proc/{pid}/{l}")) {
-            Ok(p) if p.starts_with(dir) => return Some(true),
-            Ok(_) => {}
-            Err(e) if denied(&e) => return None,
-            Err(_) => {}
+        match link(&format!("/proc/{pid}/{l}"), dir) {
+            Link::Below => return Some(true),
+            Link::Elsewhere => {}
+            Link::Denied | Link::Unnamed => unknown = true,
         }
     }
     match fs::read_dir(format!("/proc/{pid}/fd")) {
         Ok(rd) => {
             for e in rd.flatten() {
-                if fs::read_link(e.path()).is_ok_and(|p| p.starts_with(dir)) {
-                    return Some(true);
+                match link(&e.path().to_string_lossy(), dir) {
+                    Link::Below => return Some(true),
+                    Link::Elsewhere => {}
+                    Link::Denied | Link::Unnamed => unknown = true,
                 }
             }
         }
         Err(e) if denied(&e) => return None,
+        Err(_) if unknown => return None,
         Err(_) => return Some(false),
     }
     match fs::read(format!("/proc/{pid}/maps")) {
-        Ok(maps) => Some(maps.split(|b| *b == b'\n').any(|l| maps_below(l, dir))),
+        Ok(maps) if maps.split(|b| *b == b'\n').any(|l| maps_below(l, dir)) => Some(true),
+        Ok(_) if unknown => None,
+        Ok(_) => Some(false),
         Err(e) if denied(&e) => None,
+        Err(_) if unknown => None,
         Err(_) => Some(false),
     }
 }
@@ -1405,5 +1444,67 @@ mod tests {
         let _ = child.wait();
         assert!(seen);
         assert!(listed.contains(&pid));
+    }
+
+    /// A working directory deeper than PATH_MAX cannot be read back from /proc (ENAMETOOLONG):
+    /// such a process is not taken for one outside (last close would end its lease and
+    /// cleanup remove the worktree under it).
+    #[test]
+    fn a_working_directory_too_deep_to_name_is_not_taken_for_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let inside = dir.path().join("in");
+        std::fs::create_dir(&inside).unwrap();
+        // 60 levels of 100-byte names, made and opened one below the other (relative to
+        // a descriptor: no path that long is ever spelled), then the child's cwd.
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+        let name = "d".repeat(100);
+        let open = |at: libc::c_int, n: &str| -> OwnedFd {
+            let c = std::ffi::CString::new(n).unwrap();
+            // SAFETY: openat on a NUL-terminated name.
+            let fd = unsafe { libc::openat(at, c.as_ptr(), libc::O_DIRECTORY | libc::O_CLOEXEC) };
+            assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+            // SAFETY: just opened, ours.
+            unsafe { OwnedFd::from_raw_fd(fd) }
+        };
+        let mut fd = open(libc::AT_FDCWD, inside.to_str().unwrap());
+        let c = std::ffi::CString::new(name.as_str()).unwrap();
+        for _ in 0..60 {
+            // SAFETY: mkdirat on a NUL-terminated name.
+            assert_eq!(
+                unsafe { libc::mkdirat(fd.as_raw_fd(), c.as_ptr(), 0o755) },
+                0
+            );
+            fd = open(fd.as_raw_fd(), &name);
+        }
+        let deep = fd.as_raw_fd();
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("10");
+        // SAFETY: fchdir is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fchdir(deep) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        drop(fd);
+        let pid = child.id() as i32;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let named = std::fs::read_link(format!("/proc/{pid}/cwd"));
+        let inside_now = inside_or_unknown(pid, &inside);
+        let tree = tree_inside(pid, &inside);
+        let listed = is_inside(pid, &inside);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            named.is_err(),
+            "the kernel named a path deeper than PATH_MAX"
+        );
+        assert_ne!(inside_now, Some(false));
+        assert_ne!(tree, Some(false));
+        assert!(listed, "listed among the processes inside");
     }
 }
