@@ -2159,7 +2159,17 @@ fn cmd_turn_end(
     }
     let mut store = open_store(state)?;
     let json_to = json.then_some(report::JsonTo::Stdout);
-    let row = leasable_worktree(&store, repo, name, json_to)?;
+    // Nothing to end is exit 1, as for a release (not a conflict: nothing was asked that
+    // somebody else has).
+    let row = leasable_worktree(&store, repo, name, json_to).map_err(|e| match e
+        .downcast::<report::Refusal>()
+    {
+        Ok(mut r) => {
+            r.code = 1;
+            anyhow::Error::from(r)
+        }
+        Err(e) => e,
+    })?;
     let at = create::mountpoint_of(state, &store);
     let not = |error: &str, message: String| -> anyhow::Error {
         report::refused(&row, &at, error, session, message, json_to).into()

@@ -638,6 +638,10 @@ fn turns_refuse_bad_input_clearly_and_leave_nothing_behind() {
     let o = wtfs(&env.state(), &["turns", "end", "repo/t"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no turn runs"), "{}", stderr(&o));
+    let o = wtfs(&env.state(), &["turns", "end", "repo/nope", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "nothing to end is not a conflict");
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["error"], "not-found", "{j}");
     let o = wtfs(&env.state(), &["turns", "end", "repo/t", "--json"]);
     assert_eq!(o.status.code(), Some(1));
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
