@@ -97,7 +97,10 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
                 );
             }
         }
-        Err(e) => bail!("cannot open {}: {e}", device.display()),
+        Err(e) => bail!(
+            "cannot open {}: {e}; worktreefs needs permission to use FUSE through it (the FUSE character device, 10:229)",
+            device.display()
+        ),
     }
     let mountpoint = match &req.mountpoint {
         Some(m) => m.clone(),
