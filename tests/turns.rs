@@ -851,3 +851,59 @@ fn a_turn_ends_every_leftover_even_those_adopted_after_the_first_kill() {
     );
     drop(m);
 }
+
+/// A guarded turn's refusal is recorded as an event, but never on the request's path:
+/// while another connection holds SQLite's write lock, a write from outside the turn is
+/// still refused with EBUSY at once (not after the store's busy timeout), and the event
+/// is written once the lock is released.
+#[test]
+fn a_guarded_refusal_answers_at_once_while_the_database_is_locked() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "t");
+    fs::write(wt.join("shared.txt"), "before\n").unwrap();
+    let go = env.state().join("go");
+    let script = format!(
+        "while [ ! -e '{go}' ]; do sleep 0.05; done",
+        go = go.display()
+    );
+    let bg = Background::start(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--guard",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    wait_for_turn(&m);
+    // Another writer takes the database's write lock and keeps it.
+    let db = rusqlite::Connection::open(env.state().join("worktreefs.db")).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    let r = fs::write(wt.join("outsider.txt"), "x");
+    let took = started.elapsed();
+    assert_eq!(errno_of(r), Some(libc::EBUSY));
+    assert!(
+        took < Duration::from_secs(3),
+        "the refusal waited {took:?} for the database"
+    );
+    db.execute_batch("ROLLBACK").unwrap();
+    drop(db);
+    wait_until("the refusal is an event", Duration::from_secs(20), || {
+        wtfs_ok(&env.state(), &["events", "--json"])
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|e| e["kind"] == "turn-refused")
+    });
+    fs::write(&go, "").unwrap();
+    let out = bg.finish(Duration::from_secs(20));
+    assert!(out.status.success(), "{}", stderr(&out));
+    drop(m);
+}

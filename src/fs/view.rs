@@ -90,6 +90,8 @@ pub struct View {
     pub(super) state: StateDir,
     pub(super) mountpoint: PathBuf,
     pub(super) store: Mutex<Store>,
+    /// Events a request records without waiting for the database (a guarded refusal).
+    pub(super) events: crate::store::EventQueue,
     /// The leases and removals the daemon knows in memory (`lifecycle::gate`): rmdir of a
     /// worktree goes through it, as the sweeper and the tracker do.
     pub(super) gate: Arc<crate::lifecycle::gate::Gate>,
@@ -164,6 +166,7 @@ impl View {
 
     pub fn new(state: StateDir, mountpoint: PathBuf) -> anyhow::Result<View> {
         let store = Store::open(&state.root)?;
+        let events = crate::store::EventQueue::new(state.root.clone());
         let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
         let root = (ROOT_INO, NodeKind::Root, ROOT_INO, "");
         let nodes = Nodes::new(std::iter::once(root).chain(fixed_nodes()));
@@ -171,6 +174,7 @@ impl View {
             state,
             mountpoint,
             store: Mutex::new(store),
+            events,
             gate: Arc::new(crate::lifecycle::gate::Gate::new()),
             catalog: Catalog::new(),
             objects: ObjectCache::default(),
@@ -267,14 +271,9 @@ impl View {
             .map_err(|r| {
                 if r.first {
                     let holder = r.turn.holder();
-                    if let Err(e) = self.store.lock().note_event(
-                        worktree,
-                        "turn-refused",
-                        Some(&holder),
-                        &r.message,
-                    ) {
-                        tracing::warn!("recording a refusal of the guarded turn: {e}");
-                    }
+                    // Queued: this request answers now, whatever holds the database.
+                    self.events
+                        .note(worktree, "turn-refused", Some(&holder), &r.message);
                 }
                 FsError::busy(r.message)
             })
