@@ -1747,20 +1747,16 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
                 .leases()?
                 .into_iter()
                 .find(|l| l.worktree_id == row.id && l.holder == lease.holder());
-            println!(
-                "{:#}",
-                serde_json::json!({
-                    "worktree": format!("{repo}/{name}"),
-                    "repo": repo,
-                    "name": name,
-                    "path": daemon::running_daemon(state).map(|d| d.mountpoint.join(repo).join(name)),
-                    "state": store.worktree(repo, name)?.map(|w| w.state.as_str()),
-                    "session": session,
-                    "exclusive": held.as_ref().is_some_and(|l| l.exclusive),
-                    "new": inserted,
-                    "acquired_at": held.as_ref().map(|l| report::rfc3339(l.acquired_at)),
-                })
-            );
+            let now = store.worktree(repo, name)?.unwrap_or(row);
+            let mut v = report::worktree_json(&now, &create::mountpoint_of(state, &store));
+            v["session"] = session.as_str().into();
+            v["exclusive"] = held.as_ref().is_some_and(|l| l.exclusive).into();
+            v["new"] = inserted.into();
+            v["acquired_at"] = held
+                .as_ref()
+                .map(|l| report::rfc3339(l.acquired_at))
+                .into();
+            println!("{v:#}");
         } else if inserted {
             println!(
                 "session {session} holds {repo}/{name}{}",

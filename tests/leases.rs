@@ -625,6 +625,23 @@ fn sessions_racing_for_an_exclusive_lease_exactly_one_wins_and_losers_name_it() 
         .collect();
     assert_eq!(winners.len(), 1, "{outs:?}");
     let winner = winners[0].clone();
+    // The winner's outcome is the worktree object every command gives, plus the lease.
+    let won = &outs.iter().find(|(s, _)| *s == winner).unwrap().1;
+    let json: serde_json::Value = serde_json::from_slice(&won.stdout).unwrap();
+    let listed: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
+    let row = &listed[0];
+    assert_eq!(json["worktree"], "repo/x");
+    for key in ["repo", "name", "path", "state", "branch", "base_commit"] {
+        assert_eq!(json[key], row[key], "{key}: {json:#} vs {row:#}");
+    }
+    assert!(json.get("warm_snapshot").is_some(), "{json:#}");
+    for key in ["created_at", "state_changed_at", "acquired_at"] {
+        assert!(json[key].as_str().unwrap().contains('T'), "{key}: {json:#}");
+    }
+    assert_eq!(json["session"], winner.as_str());
+    assert_eq!(json["exclusive"], true);
+    assert_eq!(json["new"], true);
     for (s, o) in outs.iter().filter(|(s, _)| *s != winner) {
         assert_eq!(o.status.code(), Some(3), "{s}: {}", stderr(o));
         let msg = stderr(o);
