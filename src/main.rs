@@ -809,17 +809,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let store = open_store(&state)?;
             let rows = store.retained()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                let v: Vec<_> = rows.iter().map(report::retained_json).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else if rows.is_empty() {
                 println!("no retained worktrees");
             } else {
-                println!("{:<32} {:<20} {:<12} REASON", "WORKTREE", "BRANCH", "SINCE");
+                let now = worktreefs::store::now_secs();
+                println!("{:<32} {:<20} {:<28} REASON", "WORKTREE", "BRANCH", "SINCE");
                 for r in rows {
                     println!(
-                        "{:<32} {:<20} {:<12} {}{}",
+                        "{:<32} {:<20} {:<28} {}{}",
                         format!("{}/{}", r.repo, r.worktree),
                         r.branch.as_deref().unwrap_or("(detached)"),
-                        r.entered_at,
+                        report::when(r.entered_at, now),
                         r.reason,
                         r.holder_reason
                             .as_deref()
@@ -911,11 +913,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&serde_json::json!({
-                        "snapshot": taken.row,
+                        "snapshot": report::snapshot_json(&taken.row),
                         "links": taken.links,
                         "patterns": taken.patterns,
                         "unmatched": taken.unmatched,
-                        "skipped": taken.skipped,
+                        "skipped": taken.skipped.iter().map(|(path, reason)| serde_json::json!({"path": path, "reason": reason})).collect::<Vec<_>>(),
                         "deleted": pruned.as_ref().map(|p| p.snapshots.iter().map(|w| w.id).collect::<Vec<_>>()).unwrap_or_default(),
                     }))?
                 );
@@ -939,7 +941,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let store = open_store(&state)?;
             let repos = store.repos()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&repos)?);
+                let v: Vec<_> = repos.iter().map(report::repo_json).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 for r in repos {
                     println!("{:<24} {}", r.name, r.path.display());
@@ -1053,8 +1056,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 if let Some(s) = &snapshot {
                     v["warm_snapshot_files"] = s.files.into();
                     v["warm_snapshot_bytes"] = s.bytes.into();
-                    v["warm_snapshot_taken_ms"] =
-                        took_snapshot.map(|d| d.as_millis() as u64).into();
+                    v["warm_snapshot_took_ms"] = took_snapshot.map(|d| d.as_millis() as u64).into();
                 }
                 println!("{v:#}");
                 return Ok(());
@@ -1085,16 +1087,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 let out: Vec<_> = rows
                     .iter()
-                    .map(|w| {
-                        let mut v = serde_json::to_value(w).unwrap_or_default();
-                        v["path"] = mountpoint
-                            .join(&w.repo)
-                            .join(&w.name)
-                            .display()
-                            .to_string()
-                            .into();
-                        v
-                    })
+                    .map(|w| report::worktree_json(w, &mountpoint))
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
@@ -1155,18 +1148,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Turns { json, action: None } => {
             let store = open_store(&state)?;
             let rows = store.turns()?;
-            let mountpoint = daemon::running_daemon(&state).map(|d| d.mountpoint);
+            let mountpoint = create::mountpoint_of(&state, &store);
             if json {
                 let v: Vec<serde_json::Value> = rows
                     .iter()
-                    .map(|t| {
-                        let mut v =
-                            report::turn_json(t, mountpoint.as_deref().unwrap_or(Path::new("")));
-                        if mountpoint.is_none() {
-                            v["path"] = serde_json::Value::Null;
-                        }
-                        v
-                    })
+                    .map(|t| report::turn_json(t, &mountpoint))
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
@@ -1193,8 +1179,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let store = open_store(&state)?;
             let rows = store.leases()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                let v: Vec<_> = rows.iter().map(report::lease_json).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
+                let now = worktreefs::store::now_secs();
                 println!("{:<40} {:<8} {:<24} SINCE", "LEASE", "KIND", "HOLDER");
                 for l in rows {
                     let who = l.holder_label();
@@ -1203,7 +1191,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         l.entry_name(),
                         l.holder_kind,
                         who,
-                        l.acquired_at
+                        report::when(l.acquired_at, now)
                     );
                 }
             }
@@ -1218,11 +1206,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 for e in &batch {
                     after = e.id;
                     if json {
-                        println!("{}", serde_json::to_string(e)?);
+                        println!("{}", report::event_json(e));
                     } else {
                         println!(
                             "{} {:<10} {}/{} {} {}",
-                            e.at,
+                            report::rfc3339(e.at),
                             e.kind,
                             e.repo.as_deref().unwrap_or("-"),
                             e.worktree.as_deref().unwrap_or("-"),
@@ -1244,13 +1232,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let daemon = daemon::running_daemon(&state);
             let detached = daemon.as_ref().is_some_and(|d| daemon::detached(&state, d));
             if json {
+                let at = create::mountpoint_of(&state, &store);
                 let v = serde_json::json!({
                     "state_dir": state.root,
-                    "mounted": daemon.as_ref().filter(|_| !detached).map(|d| d.mountpoint.clone()),
+                    "mountpoint": daemon.as_ref().filter(|_| !detached).map(|d| d.mountpoint.clone()),
                     "detached": detached,
                     "daemon_pid": daemon.as_ref().map(|d| d.pid),
-                    "worktrees": rows,
-                    "leases": store.leases()?,
+                    "worktrees": rows.iter().map(|w| report::worktree_json(w, &at)).collect::<Vec<_>>(),
+                    "leases": store.leases()?.iter().map(report::lease_json).collect::<Vec<_>>(),
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
@@ -1396,16 +1385,7 @@ fn kept_json(
     keep_secs: i64,
 ) -> Vec<serde_json::Value> {
     rows.iter()
-        .map(|k| {
-            let mut v = serde_json::to_value(k).unwrap_or_default();
-            v["expires_at"] = (k.kept_at + keep_secs).into();
-            v["kept_dir"] = state
-                .removed_dir(k.worktree_id)
-                .display()
-                .to_string()
-                .into();
-            v
-        })
+        .map(|k| report::kept_json(k, keep_secs, Some(&state.removed_dir(k.worktree_id))))
         .collect()
 }
 
@@ -1460,8 +1440,7 @@ fn cmd_restore(
     let mountpoint = create::mountpoint_of(state, &store);
     let path = mountpoint.join(&done.row.repo).join(&done.row.name);
     if json {
-        let mut v = serde_json::to_value(&done.row)?;
-        v["path"] = path.display().to_string().into();
+        let mut v = report::worktree_json(&done.row, &mountpoint);
         v["restored_from"] = done.from.worktree_id.into();
         v["notes"] = done.notes.clone().into();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -1625,7 +1604,9 @@ fn acquire_named(
                         let at = fs::read_to_string(dir.join(x.lease.entry_name()))
                             .ok()
                             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                            .and_then(|v| v["active_at"].as_i64());
+                            .and_then(|v| {
+                                v["last_active_at"].as_str().and_then(report::parse_rfc3339)
+                            });
                         if at.is_some() {
                             x.lease.active_at = at;
                         }
@@ -1752,10 +1733,7 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
             v["session"] = session.as_str().into();
             v["exclusive"] = held.as_ref().is_some_and(|l| l.exclusive).into();
             v["new"] = inserted.into();
-            v["acquired_at"] = held
-                .as_ref()
-                .map(|l| report::rfc3339(l.acquired_at))
-                .into();
+            v["acquired_at"] = held.as_ref().map(|l| report::rfc3339(l.acquired_at)).into();
             println!("{v:#}");
         } else if inserted {
             println!(

@@ -64,6 +64,56 @@ pub fn rfc3339(secs: i64) -> String {
 }
 
 /// The broken-down UTC time of `secs` (days to civil date, Howard Hinnant's algorithm).
+/// The Unix seconds of an RFC 3339 time as `rfc3339` writes it
+/// (`2026-12-03T14:02:11+01:00`, or `Z`); None for anything else.
+pub fn parse_rfc3339(t: &str) -> Option<i64> {
+    let b = t.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = t.get(r)?;
+        s.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| s.parse().ok())?
+    };
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let off = match &t[19..] {
+        "Z" => 0,
+        z if z.len() == 6 && (z.starts_with('+') || z.starts_with('-')) && &z[3..4] == ":" => {
+            let v = num(20..22)? * 3600 + num(23..25)? * 60;
+            if z.starts_with('-') {
+                -v
+            } else {
+                v
+            }
+        }
+        _ => return None,
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + mi * 60 + s - off)
+}
+
 fn utc_tm(secs: i64) -> libc::tm {
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let z = days + 719_468;
@@ -458,16 +508,123 @@ pub fn worktree_json(
     mountpoint: &std::path::Path,
 ) -> serde_json::Value {
     serde_json::json!({
+        "id": w.id,
         "worktree": format!("{}/{}", w.repo, w.name),
         "repo": w.repo,
         "name": w.name,
         "path": mountpoint.join(&w.repo).join(&w.name),
         "state": w.state.as_str(),
         "branch": w.branch,
+        "branch_created": w.branch_created,
         "base_commit": w.base_commit,
         "warm_snapshot": w.warm,
         "created_at": rfc3339(w.created_at),
         "state_changed_at": rfc3339(w.state_changed_at),
+    })
+}
+
+/// A lease (`leases --json`, `.control/leases`, `status --json`), with the names the
+/// occupancy refusal gives its holders.
+pub fn lease_json(l: &LeaseRow) -> serde_json::Value {
+    serde_json::json!({
+        "worktree": format!("{}/{}", l.repo, l.worktree),
+        "repo": l.repo,
+        "name": l.worktree,
+        "holder": l.holder,
+        "kind": l.holder_kind,
+        "session": l.session,
+        "pid": l.pid,
+        "command": l.command,
+        "exclusive": l.exclusive,
+        "acquired_at": rfc3339(l.acquired_at),
+        "last_active_at": rfc3339(l.last_active()),
+    })
+}
+
+/// An event (`events --json`, one per line).
+pub fn event_json(e: &crate::store::EventRow) -> serde_json::Value {
+    serde_json::json!({
+        "id": e.id,
+        "at": rfc3339(e.at),
+        "worktree": match (&e.repo, &e.worktree) {
+            (Some(r), Some(w)) => Some(format!("{r}/{w}")),
+            _ => None,
+        },
+        "repo": e.repo,
+        "name": e.worktree,
+        "kind": e.kind,
+        "holder": e.holder,
+        "reason": e.reason,
+    })
+}
+
+/// A retained worktree (`retained --json`, `.control/retained`).
+pub fn retained_json(r: &crate::store::RetainedRow) -> serde_json::Value {
+    serde_json::json!({
+        "id": r.worktree_id,
+        "worktree": format!("{}/{}", r.repo, r.worktree),
+        "repo": r.repo,
+        "name": r.worktree,
+        "path": r.path,
+        "branch": r.branch,
+        "base_commit": r.base_commit,
+        "reason": r.reason,
+        "holder_reason": r.holder_reason,
+        "retained_at": rfc3339(r.entered_at),
+    })
+}
+
+/// A kept removal (`removed --json`, `.control/removed`): when it goes, and where its
+/// copy is when `kept_dir` is given.
+pub fn kept_json(
+    k: &crate::store::KeptRow,
+    keep_secs: i64,
+    kept_dir: Option<&std::path::Path>,
+) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "id": k.worktree_id,
+        "worktree": format!("{}/{}", k.repo, k.worktree),
+        "repo": k.repo,
+        "name": k.worktree,
+        "branch": k.branch,
+        "base_commit": k.base_commit,
+        "head": k.head,
+        "tip": k.tip,
+        "tip_ref": k.tip_ref,
+        "bytes": k.bytes,
+        "how": k.how,
+        "removed_at": rfc3339(k.kept_at),
+        "expires_at": rfc3339(k.kept_at + keep_secs),
+    });
+    if let Some(d) = kept_dir {
+        v["kept_dir"] = d.display().to_string().into();
+    }
+    v
+}
+
+/// A registered repository (`repo list --json`).
+pub fn repo_json(r: &crate::store::RepoRow) -> serde_json::Value {
+    serde_json::json!({
+        "id": r.id,
+        "repo": r.name,
+        "path": r.path,
+        "gitdir": r.gitdir,
+        "include": r.include,
+        "warm_default": r.warm_default,
+        "added_at": rfc3339(r.added_at),
+    })
+}
+
+/// A warm snapshot (`warm --json`, `new --json`).
+pub fn snapshot_json(w: &crate::store::WarmRow) -> serde_json::Value {
+    serde_json::json!({
+        "id": w.id,
+        "uid": w.uid,
+        "files": w.files,
+        "bytes": w.bytes,
+        "took_ms": w.took_ms,
+        "skipped_count": w.skipped,
+        "taken_at": rfc3339(w.taken_at),
     })
 }
 
@@ -508,6 +665,34 @@ pub fn for_people(message: &str) -> String {
 
 #[cfg(test)]
 mod people_tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_times_read_back_as_the_seconds_they_were() {
+        for secs in [0, 1, 951_782_400, 1_796_389_816, 4_102_444_800] {
+            assert_eq!(
+                parse_rfc3339(&rfc3339(secs)),
+                Some(secs),
+                "{}",
+                rfc3339(secs)
+            );
+        }
+        assert_eq!(parse_rfc3339("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(parse_rfc3339("2000-03-01T00:00:00Z"), Some(951_868_800));
+        assert_eq!(parse_rfc3339("1969-12-31T19:00:00-05:00"), Some(0));
+        for bad in [
+            "",
+            "yesterday",
+            "2026-13-01T00:00:00Z",
+            "2026-12-01 00:00:00Z",
+            "2026-12-01T00:00:00",
+            "2026-12-01T00:00:00+0100",
+            "+026-12-01T00:00:00Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
     #[test]
     fn libgit2_internals_are_taken_out_and_nothing_else() {
         let t = [

@@ -35,7 +35,7 @@ fn retained(env: &Env) -> Vec<serde_json::Value> {
 fn reason_of(env: &Env, name: &str) -> String {
     retained(env)
         .iter()
-        .find(|r| r["worktree"] == name)
+        .find(|r| r["name"] == name)
         .map(|r| r["reason"].as_str().unwrap().to_string())
         .unwrap_or_default()
 }
@@ -175,12 +175,13 @@ fn clean_and_pushed_work_is_removed_and_everything_else_is_retained_with_the_rea
     // The retained store: in the CLI and under .control, with what it promises.
     let listed = retained(&env);
     assert_eq!(listed.len(), 3, "{listed:?}");
-    let u = listed.iter().find(|r| r["worktree"] == "unpushed").unwrap();
+    let u = listed.iter().find(|r| r["name"] == "unpushed").unwrap();
+    assert_eq!(u["worktree"], "repo/unpushed");
     assert_eq!(u["repo"], "repo");
     assert_eq!(u["branch"], "unpushed");
     assert_eq!(u["path"], wt("unpushed").to_str().unwrap());
     assert_eq!(u["base_commit"].as_str().unwrap(), env.repo.head());
-    assert!(u["entered_at"].as_i64().unwrap() > 0);
+    assert!(u["retained_at"].as_str().unwrap().contains('T'), "{u}");
     let mut names: Vec<String> = fs::read_dir(m.mountpoint.join(".control/retained"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -324,7 +325,7 @@ fn a_cleanup_a_dead_daemon_left_is_finished_at_the_next_mount() {
     assert_eq!(
         retained(&env)
             .iter()
-            .map(|r| r["worktree"].clone())
+            .map(|r| r["name"].clone())
             .collect::<Vec<_>>(),
         ["dirty"]
     );
@@ -507,7 +508,7 @@ fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
     );
     let j: serde_json::Value =
         serde_json::from_str(&wtfs_ok(&env.state(), &["status", "--json"])).unwrap();
-    assert_eq!(j["mounted"], serde_json::Value::Null, "{j}");
+    assert_eq!(j["mountpoint"], serde_json::Value::Null, "{j}");
     assert_eq!(j["detached"], true, "{j}");
     let again = wtfs(&env.state(), &["mount", m.mountpoint.to_str().unwrap()]);
     if again.status.success() {

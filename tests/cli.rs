@@ -62,7 +62,11 @@ fn new_creates_branch_admin_entry_index_and_row() {
     assert_eq!(json[0]["base_commit"], env.repo.head());
     let repos: serde_json::Value =
         serde_json::from_str(&wtfs_ok(&env.state(), &["repo", "list", "--json"])).unwrap();
-    assert_eq!(repos[0]["name"], "repo");
+    assert_eq!(repos[0]["repo"], "repo");
+    assert!(
+        repos[0]["added_at"].as_str().unwrap().contains('T'),
+        "{repos}"
+    );
 }
 
 #[test]

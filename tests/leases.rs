@@ -35,9 +35,13 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
         let json: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(leases.join("repo:w@session:s1")).unwrap())
                 .unwrap();
-        assert_eq!(json["holder_kind"], "session");
+        assert_eq!(json["kind"], "session");
+        assert_eq!(json["worktree"], "repo/w");
         assert_eq!(json["session"], "s1");
-        assert!(json["acquired_at"].as_i64().unwrap() > 0);
+        assert!(
+            json["acquired_at"].as_str().unwrap().contains('T'),
+            "{json}"
+        );
         // The daemon dies (an unmount would release them: that is tested with cleanup).
         m.kill9();
     }
@@ -228,7 +232,7 @@ fn process_leases(env: &Env, name: &str) -> Vec<(i64, String)> {
     json.as_array()
         .unwrap()
         .iter()
-        .filter(|l| l["worktree"] == name && l["holder_kind"] == "process")
+        .filter(|l| l["name"] == name && l["kind"] == "process")
         .map(|l| {
             (
                 l["pid"].as_i64().unwrap(),

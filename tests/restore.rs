@@ -18,7 +18,7 @@ fn removed(env: &Env) -> Vec<serde_json::Value> {
 }
 
 fn kept_of(env: &Env, name: &str) -> Option<serde_json::Value> {
-    removed(env).into_iter().find(|k| k["worktree"] == name)
+    removed(env).into_iter().find(|k| k["name"] == name)
 }
 
 /// An agent: a shell that works inside the worktree and exits.
@@ -92,7 +92,7 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
     let tip_ref = k["tip_ref"].as_str().unwrap().to_string();
     assert!(tip_ref.starts_with("refs/worktreefs/removed/"), "{k}");
     // Listed in .control/removed, with its details.
-    let entry = format!("repo:discarded#{}", k["worktree_id"]);
+    let entry = format!("repo:discarded#{}", k["id"]);
     let listed = run_ok(
         "ls",
         &[m.mountpoint.join(".control/removed").to_str().unwrap()],
@@ -281,7 +281,7 @@ fn kept_copies_go_after_their_time_and_when_the_disk_is_low() {
     let wt = m.wt("repo", "short");
     fs::remove_dir(&wt).unwrap();
     let k = kept_of(&env, "short").expect("kept");
-    let id = k["worktree_id"].as_i64().unwrap();
+    let id = k["id"].as_i64().unwrap();
     let dir = env.state().join("removed").join(id.to_string());
     assert!(dir.is_dir());
     assert_ne!(git(&repo, &["for-each-ref", "refs/worktreefs"]), "");

@@ -309,7 +309,7 @@ fn inherited_files_are_never_work_and_changed_ones_are() {
     let rows: Vec<serde_json::Value> = serde_json::from_str(&retained).unwrap();
     let mut reasons: Vec<(String, String)> = rows
         .iter()
-        .map(|r| (r["worktree"].to_string(), r["reason"].to_string()))
+        .map(|r| (r["name"].to_string(), r["reason"].to_string()))
         .collect();
     reasons.sort();
     assert_eq!(reasons.len(), 2, "{retained}");
@@ -642,7 +642,7 @@ fn a_file_rewritten_while_the_snapshot_is_taken_is_held_whole_or_reported() {
             "one instant's content, not two writes mixed"
         );
     } else {
-        assert_eq!(skipped[0][0], "target/hot", "{skipped:?}");
+        assert_eq!(skipped[0]["path"], "target/hot", "{skipped:?}");
         assert!(
             skipped[0][1].as_str().unwrap().contains("changed each"),
             "{skipped:?}"
@@ -708,7 +708,7 @@ fn an_inherited_gitignore_rules_cleanup_as_it_rules_git() {
     assert_eq!(rows.len(), 2, "{retained}");
     let reason_of = |name: &str| {
         rows.iter()
-            .find(|r| r["worktree"] == name)
+            .find(|r| r["name"] == name)
             .map(|r| r["reason"].to_string())
             .unwrap_or_else(|| panic!("{name} not retained: {retained}"))
     };

@@ -268,8 +268,7 @@ impl View {
                     .into_iter()
                     .find(|l| l.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/leases/{entry}")))?;
-                let v = serde_json::to_value(&lease)
-                    .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
+                let v = crate::report::lease_json(&lease);
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Turns, entry) => {
@@ -295,8 +294,7 @@ impl View {
                     .into_iter()
                     .find(|r| r.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/retained/{entry}")))?;
-                let v = serde_json::to_value(&row)
-                    .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
+                let v = crate::report::retained_json(&row);
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Removed, entry) => {
@@ -308,9 +306,7 @@ impl View {
                     .find(|r| r.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/removed/{entry}")))?;
                 let keep_secs = crate::lifecycle::cleanup::keep::KeepPolicy::of(&store).keep_secs;
-                let mut v = serde_json::to_value(&row)
-                    .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
-                v["expires_at"] = (row.kept_at + keep_secs).into();
+                let v = crate::report::kept_json(&row, keep_secs, None);
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Worktrees, entry) => {
@@ -323,11 +319,7 @@ impl View {
                     .worktree(repo, wt)
                     .map_err(store_err)?
                     .ok_or_else(|| FsError::not_found(entry.to_string()))?;
-                let mut v = serde_json::to_value(&row)
-                    .map_err(|e| FsError::internal_from("encoding a .control entry", e))?;
-                v["path"] = serde_json::Value::String(
-                    self.mountpoint.join(repo).join(wt).display().to_string(),
-                );
+                let v = crate::report::worktree_json(&row, &self.mountpoint);
                 Ok(format!("{v}\n").into_bytes())
             }
             _ => Err(FsError::not_found(format!(".control entry {name}"))),
