@@ -694,10 +694,27 @@ fn main() -> ExitCode {
             let _ = git2::opts::set_mwindow_mapped_limit(32 << 20);
         }
     }
+    let json_to = json_wanted(&cli.command);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let refusal = e.downcast_ref::<report::Refusal>();
+            // Any other failure of a command asked for JSON is JSON too: `failed`, with
+            // the message people get (a typed refusal says more, with its own `error`).
+            let failed;
+            let mut refusal = e.downcast_ref::<report::Refusal>();
+            if refusal.is_none() && json_to.is_some() {
+                let message = report::for_people(&format!("{e:#}"));
+                failed = report::Refusal {
+                    json: serde_json::json!({"error": "failed", "message": message}),
+                    message,
+                    json_to,
+                    code: e
+                        .downcast_ref::<SpawnFailed>()
+                        .or_else(|| e.root_cause().downcast_ref::<SpawnFailed>())
+                        .map_or(1, |f| f.code),
+                };
+                refusal = Some(&failed);
+            }
             // A refusal as JSON on stderr (`run --json`) is all stderr says: parseable.
             if refusal.is_none_or(|r| r.json_to != Some(report::JsonTo::Stderr)) {
                 tracing::debug!("{e:#}");
@@ -720,6 +737,23 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Where a failure's JSON goes: `--json` was given (before any `--`, after which the
+/// arguments are the command's), on stderr for `run` and `turn` (their stdout is the
+/// command's), else on stdout.
+fn json_wanted(command: &Command) -> Option<report::JsonTo> {
+    let asked = std::env::args()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json");
+    if !asked {
+        return None;
+    }
+    Some(match command {
+        Command::Run { .. } | Command::Turn { .. } => report::JsonTo::Stderr,
+        _ => report::JsonTo::Stdout,
+    })
 }
 
 fn open_state(global: &Global) -> anyhow::Result<StateDir> {

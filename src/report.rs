@@ -416,7 +416,7 @@ pub fn busy(
             "waited_secs": waited,
             "ways_out": {
                 "wait": "--wait SECS",
-                "release": format!("worktreefs lease release {target} --session {}", turn.session),
+                "release": [format!("worktreefs lease release {target} --session {}", turn.session)],
                 "new": format!("worktreefs new {}/<name>", turn.repo),
             },
         }),

@@ -553,3 +553,45 @@ fn an_fstab_line_mounts_through_the_mount_fuse_worktreefs_helper() {
     }
     assert!(!is_mounted(&mnt));
 }
+
+/// Every command asked for `--json` answers a failure in JSON too: a typed refusal says
+/// its `error`, anything else is `failed` with the message people get (also on stderr,
+/// or only there, as JSON, for `run`, whose stdout is its command's). A `--json` after
+/// `--` is the command's, not ours.
+#[test]
+fn failures_of_json_commands_are_json_too() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/exists"]);
+    let cases: &[(&[&str], &str)] = &[
+        (&["new", "repo/exists", "--json"], "already exists"),
+        (&["new", "nosuch/x", "--json"], "is not registered"),
+        (&["warm", "nosuch", "--json"], "is not registered"),
+        (&["restore", "repo/never", "--json"], "repo/never"),
+    ];
+    for (args, says) in cases {
+        let o = wtfs(&env.state(), args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: no JSON on stdout ({e}): {}", stderr(&o)));
+        assert_eq!(j["error"], "failed", "{args:?}: {j}");
+        assert!(
+            j["message"].as_str().unwrap().contains(says),
+            "{args:?}: {j}"
+        );
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    // Without --json, nothing on stdout.
+    let o = wtfs(&env.state(), &["new", "repo/exists"]);
+    assert!(o.stdout.is_empty());
+    // `run`: the JSON is all stderr says.
+    let o = wtfs(&env.state(), &["run", "nosuch/x", "--json", "--", "true"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty());
+    let j: serde_json::Value = serde_json::from_slice(&o.stderr)
+        .unwrap_or_else(|e| panic!("not JSON on stderr ({e}): {}", stderr(&o)));
+    assert!(j["error"].is_string(), "{j}");
+    // After `--`, `--json` is the command's argument: the failure is for people.
+    let o = wtfs(&env.state(), &["run", "nosuch/x", "--", "echo", "--json"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).starts_with("worktreefs: "), "{}", stderr(&o));
+}

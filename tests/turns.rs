@@ -204,6 +204,11 @@ fn two_sessions_starting_turns_at_once_one_runs_and_the_other_is_busy() {
     assert_eq!(j["error"], "busy", "{j}");
     assert_eq!(j["turn"]["session"], "a", "{j}");
     assert_eq!(j["turn"]["pid"], bg.pid(), "{j}");
+    // The ways out as the occupancy refusal gives them: one release per holder.
+    assert_eq!(
+        j["ways_out"]["release"][0], "worktreefs lease release repo/t --session a",
+        "{j}"
+    );
     assert!(
         j["turn"]["started_at"].as_str().unwrap().contains('T'),
         "{j}"
