@@ -128,7 +128,8 @@ enum Command {
     /// Remove REPO/WT (retained, or never leased) when cleanup's checks pass: nothing
     /// uncommitted, HEAD where it was created, every commit pushed or in the base.
     Reclaim {
-        /// The worktree: REPO/WT.
+        /// The worktree: REPO/WT, or a path inside it under the mount; always given (your
+        /// own shell may be inside the one you are in).
         target: String,
         /// Throw away what it holds (listed first): the one way to lose work on purpose.
         #[arg(long)]
@@ -147,7 +148,8 @@ enum Command {
     /// Bring back a removed worktree REPO/WT as it was: its files, its index, HEAD on its
     /// branch (made again at the kept commit if it was deleted).
     Restore {
-        /// The removed worktree: REPO/WT (see `worktreefs removed`).
+        /// The removed worktree: REPO/WT, or its path under the mount (see `worktreefs
+        /// removed`).
         target: String,
         /// Restore under this name (when REPO/WT's name is in use again).
         #[arg(long = "as", value_name = "NAME")]
@@ -164,7 +166,8 @@ enum Command {
     Repo(RepoCmd),
     /// Create a worktree: REPO/NAME.
     New {
-        /// REPO/NAME: the registered repository and the new worktree's name.
+        /// REPO/NAME: the registered repository and the new worktree's name (or the path
+        /// it will have under the mount).
         target: String,
         /// Base revision (default: HEAD of the repository, or the branch's tip with --branch).
         #[arg(long)]
@@ -224,8 +227,9 @@ enum Command {
     /// Run a command inside REPO/WT, holding a lease for exactly its lifetime; its exit
     /// status is passed through.
     Run {
-        /// The worktree: REPO/WT.
-        target: String,
+        /// The worktree: REPO/WT, or a path inside it under the mount (default: the
+        /// worktree the current directory is in).
+        target: Option<String>,
         /// Hold the lease as this named session (else as the run process).
         #[arg(long)]
         session: Option<String>,
@@ -248,8 +252,9 @@ enum Command {
     /// end). The turn ends when the command exits, when the session's lease is released,
     /// or when this process is gone; the command's exit status is passed through.
     Turn {
-        /// The worktree: REPO/WT.
-        target: String,
+        /// The worktree: REPO/WT, or a path inside it under the mount (default: the
+        /// worktree the current directory is in).
+        target: Option<String>,
         /// The orchestrator's session id the turn is for.
         #[arg(long)]
         session: String,
@@ -317,8 +322,9 @@ enum TurnsCmd {
     /// command) and this waits for the turn to end. Says so, changing nothing, when no turn
     /// runs there or (with --session) it is another session's.
     End {
-        /// The worktree: REPO/WT.
-        target: String,
+        /// The worktree: REPO/WT, or a path inside it under the mount (default: the
+        /// worktree the current directory is in).
+        target: Option<String>,
         /// Only if the running turn is this session's.
         #[arg(long)]
         session: Option<String>,
@@ -336,8 +342,9 @@ enum LeaseCmd {
     /// Take a named lease on REPO/WT for a session (kept across daemon restarts). Refused
     /// (exit code 3, naming each holder) while another holds it exclusively.
     Acquire {
-        /// The worktree: REPO/WT.
-        target: String,
+        /// The worktree: REPO/WT, or a path inside it under the mount (default: the
+        /// worktree the current directory is in).
+        target: Option<String>,
         /// The orchestrator's session id.
         #[arg(long)]
         session: String,
@@ -355,8 +362,9 @@ enum LeaseCmd {
     },
     /// Release a session's named lease on REPO/WT.
     Release {
-        /// The worktree: REPO/WT.
-        target: String,
+        /// The worktree: REPO/WT, or a path inside it under the mount (default: the
+        /// worktree the current directory is in).
+        target: Option<String>,
         /// The session whose lease goes.
         #[arg(long)]
         session: String,
@@ -870,14 +878,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             target,
             discard,
             json,
-        } => cmd_reclaim(&state, &target, discard, json),
+        } => cmd_reclaim(&state, &which(&state, Some(&target), true)?, discard, json),
         Command::Removed { json } => cmd_removed(&state, json),
         Command::Restore {
             target,
             as_name,
             id,
             json,
-        } => cmd_restore(&state, &target, as_name.as_deref(), id, json),
+        } => cmd_restore(
+            &state,
+            &which(&state, Some(&target), true)?,
+            as_name.as_deref(),
+            id,
+            json,
+        ),
         Command::Repo(RepoCmd::Add {
             path,
             name,
@@ -1045,6 +1059,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             cold,
             json,
         } => {
+            let target = which(&state, Some(&target), true)?;
             let (repo, name) = target.split_once('/').ok_or_else(|| {
                 anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
             })?;
@@ -1142,7 +1157,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             command,
         } => cmd_run(
             &state,
-            &target,
+            &which(&state, target.as_deref(), false)?,
             &RunAsk {
                 session: session.as_deref(),
                 exclusive,
@@ -1160,7 +1175,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             command,
         } => cmd_turn(
             &state,
-            &target,
+            &which(&state, target.as_deref(), false)?,
             &TurnAsk {
                 session: &session,
                 guard,
@@ -1178,7 +1193,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     json,
                 }),
             ..
-        } => cmd_turn_end(&state, &target, session.as_deref(), wait, json),
+        } => cmd_turn_end(
+            &state,
+            &which(&state, target.as_deref(), false)?,
+            session.as_deref(),
+            wait,
+            json,
+        ),
         Command::Turns { json, action: None } => {
             let store = open_store(&state)?;
             let rows = store.turns()?;
@@ -1580,6 +1601,28 @@ fn print_cd(state: &StateDir, path: &Path) {
     }
 }
 
+/// The worktree a command means, as REPO/WT: `given` as such, or a path inside the mount
+/// (read as text, never looked at there), or with nothing given the worktree the current
+/// directory is in (`worktreefs::target`). `names_first`: one `/` is always REPO/WT (for
+/// `new`, `reclaim` and `restore`, where a path must say it is one).
+fn which(state: &StateDir, given: Option<&str>, names_first: bool) -> anyhow::Result<String> {
+    use worktreefs::target;
+    let store = open_store(state)?;
+    let recorded = create::mountpoint_of(state, &store);
+    let mut mounts = vec![target::physical(&recorded), recorded];
+    if let Some(d) = daemon::running_daemon(state) {
+        mounts.push(target::physical(&d.mountpoint));
+        mounts.push(d.mountpoint);
+    }
+    mounts.dedup();
+    let repos: Vec<String> = store.repos()?.into_iter().map(|r| r.name).collect();
+    let cwd = std::env::current_dir().ok();
+    target::resolve(given, cwd.as_deref(), &mounts, &|r| {
+        names_first || repos.iter().any(|x| x == r)
+    })
+    .map_err(|e| anyhow!(e))
+}
+
 fn split_target(target: &str) -> anyhow::Result<(&str, &str)> {
     target
         .split_once('/')
@@ -1725,7 +1768,8 @@ fn cmd_lease(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
         } => (target, session),
     };
     worktreefs::lease::validate_session(session).map_err(|e| anyhow!(e))?;
-    let (repo, name) = split_target(target)?;
+    let target = which(state, target.as_deref(), false)?;
+    let (repo, name) = split_target(&target)?;
     let mut store = open_store(state)?;
     let lease = worktreefs::store::NewLease::Session {
         id: session.clone(),
