@@ -1084,6 +1084,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 _ => None,
             };
+            let slow = Slow::start(format!("creating {repo}/{name}"));
+            let note = |phase: &str| slow.note(phase);
             let row = create::create_worktree(
                 &state,
                 &mut store,
@@ -1096,8 +1098,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     gid: nix::unistd::getegid().as_raw(),
                     submodules,
                     warm: snapshot.as_ref(),
+                    progress: Some(&note),
                 },
-            )?;
+            );
+            slow.finish(row.is_ok());
+            let row = row?;
             daemon::poke(&state);
             let mountpoint = create::mountpoint_of(&state, &store);
             if json {
@@ -1321,8 +1326,58 @@ fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
     let store = open_store(state)?;
     let since = store.last_event_id()?;
     drop(store);
-    let outcome = daemon::unmount(state, lazy, Duration::from_secs(300))?;
-    match outcome {
+    // What cleanup does, a line per worktree as it goes (read from the events the daemon
+    // writes meanwhile), numbered when there are many.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let progress = {
+        let stop = stop.clone();
+        let root = state.root.clone();
+        std::thread::spawn(move || {
+            let Ok(store) = Store::open(&root) else {
+                return;
+            };
+            let (mut after, mut to_clean, mut done) = (since, 0usize, 0usize);
+            loop {
+                let last = stop.load(std::sync::atomic::Ordering::SeqCst);
+                for e in store.events(after, 10_000).unwrap_or_default() {
+                    after = e.id;
+                    let target = format!(
+                        "{}/{}",
+                        e.repo.as_deref().unwrap_or("-"),
+                        e.worktree.as_deref().unwrap_or("-")
+                    );
+                    if e.kind == State::Deleting.as_str() {
+                        to_clean += 1;
+                    } else if e.kind == State::Removed.as_str()
+                        || e.kind == State::Retained.as_str()
+                    {
+                        if done == 0 && to_clean >= PROGRESS_FROM {
+                            println!("cleaning up {to_clean} worktrees left without a lease");
+                        }
+                        done += 1;
+                        let count = if to_clean >= PROGRESS_FROM {
+                            format!("[{done}/{}] ", to_clean.max(done))
+                        } else {
+                            String::new()
+                        };
+                        println!(
+                            "  {count}{target}: {} ({})",
+                            e.kind,
+                            e.reason.as_deref().unwrap_or("")
+                        );
+                    }
+                }
+                if last {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let outcome = daemon::unmount(state, lazy, Duration::from_secs(300));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = progress.join();
+    match outcome? {
         daemon::Unmounted::Done(m) => println!("unmounted {}", m.display()),
         daemon::Unmounted::Detached(m, inside) => {
             println!(
@@ -1332,24 +1387,92 @@ fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
                 inside.join(", ")
             );
             println!("  cleanup runs in the background once they leave (see `worktreefs events`)");
-            return Ok(());
-        }
-    }
-    // What cleanup did.
-    let store = open_store(state)?;
-    for e in store.events(since, 10_000)? {
-        if e.kind == State::Removed.as_str() || e.kind == State::Retained.as_str() {
-            println!(
-                "  {}/{}: {} ({})",
-                e.repo.as_deref().unwrap_or("-"),
-                e.worktree.as_deref().unwrap_or("-"),
-                e.kind,
-                e.reason.as_deref().unwrap_or("")
-            );
         }
     }
     Ok(())
 }
+
+/// Says on stderr what a step that has taken over a second (`WORKTREEFS_PROGRESS_AFTER_MS`)
+/// is doing, and each next thing it does, so long work is not silent; nothing when it is
+/// quick.
+struct Slow {
+    what: String,
+    started: std::time::Instant,
+    after: Duration,
+    shared: std::sync::Arc<parking_lot::Mutex<SlowState>>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct SlowState {
+    phase: Option<String>,
+    said: Option<String>,
+    done: bool,
+}
+
+impl Slow {
+    fn start(what: String) -> Slow {
+        let after = std::env::var("WORKTREEFS_PROGRESS_AFTER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_secs(1), Duration::from_millis);
+        let started = std::time::Instant::now();
+        let shared = std::sync::Arc::new(parking_lot::Mutex::new(SlowState::default()));
+        let watcher = {
+            let shared = shared.clone();
+            let what = what.clone();
+            std::thread::spawn(move || loop {
+                {
+                    let mut s = shared.lock();
+                    if s.done {
+                        return;
+                    }
+                    if started.elapsed() >= after && s.phase.is_some() && s.phase != s.said {
+                        eprintln!("worktreefs: {what}: {}…", s.phase.as_deref().unwrap_or(""));
+                        s.said = s.phase.clone();
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            })
+        };
+        Slow {
+            what,
+            started,
+            after,
+            shared,
+            watcher: Some(watcher),
+        }
+    }
+
+    /// What it does now: said at once when past the threshold, else by the watcher if
+    /// it is still doing it then.
+    fn note(&self, phase: &str) {
+        let mut s = self.shared.lock();
+        s.phase = Some(phase.to_string());
+        if self.started.elapsed() >= self.after {
+            eprintln!("worktreefs: {}: {phase}…", self.what);
+            s.said = s.phase.clone();
+        }
+    }
+
+    /// Ends the watcher; says how long it took if it said anything.
+    fn finish(mut self, ok: bool) {
+        self.shared.lock().done = true;
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+        if ok && self.shared.lock().said.is_some() {
+            eprintln!(
+                "worktreefs: {}: done in {:.1} s",
+                self.what,
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// From how many worktrees to clean up unmount numbers its lines (`[3/14] …`).
+const PROGRESS_FROM: usize = 4;
 
 fn cmd_reclaim(state: &StateDir, target: &str, discard: bool, json: bool) -> anyhow::Result<()> {
     use worktreefs::daemon::socket::Answer;

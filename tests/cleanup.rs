@@ -789,3 +789,49 @@ fn a_squash_merged_worktree_is_removed_and_says_it_was_integrated() {
     assert!(removed.contains("repo/squashed"), "{removed}");
     drop(m);
 }
+
+/// Unmount says what cleanup does, a line per worktree; with many to clean, it says how
+/// many first and numbers each line (`[3/5] repo/w3: removed (…)`), each worktree once.
+#[test]
+fn unmount_numbers_its_cleanup_lines_when_there_are_many() {
+    let env = Env::new();
+    let names = ["w1", "w2", "w3", "w4", "w5"];
+    for n in names {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    for n in names {
+        wtfs_ok(
+            &env.state(),
+            &["lease", "acquire", &format!("repo/{n}"), "--session", "s"],
+        );
+    }
+    agent(&m.wt("repo", "w3"), "echo notes > notes.txt");
+    let out = wtfs_ok(&env.state(), &["unmount"]);
+    assert!(
+        out.contains("cleaning up 5 worktrees left without a lease"),
+        "{out}"
+    );
+    let mut numbers = Vec::new();
+    for n in names {
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains(&format!("] repo/{n}: ")))
+            .collect();
+        assert_eq!(lines.len(), 1, "repo/{n} once: {out}");
+        let l = lines[0].trim_start();
+        let k: usize = l[1..l.find('/').unwrap()].parse().unwrap();
+        assert!(l[..l.find(']').unwrap()].ends_with("/5"), "{l}");
+        numbers.push(k);
+        let want = if n == "w3" { "retained" } else { "removed" };
+        assert!(l.contains(&format!("repo/{n}: {want} (")), "{l}");
+    }
+    numbers.sort();
+    assert_eq!(numbers, [1, 2, 3, 4, 5], "{out}");
+    assert!(
+        out.trim_end()
+            .ends_with(&format!("unmounted {}", m.mountpoint.display())),
+        "{out}"
+    );
+    drop(m);
+}

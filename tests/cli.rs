@@ -595,3 +595,49 @@ fn failures_of_json_commands_are_json_too() {
     assert_ne!(o.status.code(), Some(0));
     assert!(stderr(&o).starts_with("worktreefs: "), "{}", stderr(&o));
 }
+
+/// A creation that takes long says what it is doing (on stderr: stdout stays the
+/// result's), from the threshold on: the first worktree at a commit builds the tree's
+/// index, a later one reads it back. A quick one says nothing.
+#[test]
+fn a_slow_creation_says_what_it_is_doing() {
+    let env = Env::new();
+    let new = |name: &str, after_ms: &str| {
+        std::process::Command::new(BIN)
+            .arg("--state-dir")
+            .arg(env.state())
+            .args(["new", &format!("repo/{name}"), "--json"])
+            .env("WORKTREEFS_PROGRESS_AFTER_MS", after_ms)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .current_dir("/")
+            .output()
+            .unwrap()
+    };
+    let head = env.repo.head();
+    let o = new("first", "0");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = stderr(&o);
+    assert!(
+        said.contains(&format!(
+            "worktreefs: creating repo/first: building the index of the tree at {}",
+            &head[..12]
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("worktreefs: creating repo/first: done in "),
+        "{said}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["worktree"], "repo/first");
+    let o = new("second", "0");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("creating repo/second: reading the cached index of the tree at"),
+        "{}",
+        stderr(&o)
+    );
+    let o = new("third", "60000");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "a quick creation is silent");
+}

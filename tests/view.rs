@@ -449,6 +449,7 @@ fn rename_and_link_across_worktrees_answer_exdev() {
             gid: 0,
             submodules: false,
             warm: None,
+            progress: None,
         },
     )
     .unwrap();

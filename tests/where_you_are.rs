@@ -163,6 +163,9 @@ fn a_path_inside_the_mount_or_the_current_directory_names_the_worktree() {
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["worktree"], "repo/u", "{j}");
     assert_eq!(j["outcome"], "removed", "{j}");
-    assert!(!fs::exists(m.wt("repo", "u")).unwrap(), "repo/u is still there");
+    assert!(
+        !fs::exists(m.wt("repo", "u")).unwrap(),
+        "repo/u is still there"
+    );
     drop(m);
 }

@@ -406,6 +406,7 @@ impl View {
                     gid: caller.gid,
                     submodules: false,
                     warm: warm.as_ref(),
+                    progress: None,
                 },
             )
             .map_err(|e| FsError::creation(format!("mkdir {repo}/{name_s}"), e))?;

@@ -74,6 +74,9 @@ pub struct CreateRequest<'a> {
     pub submodules: bool,
     /// The warm snapshot it shows (`new --warm`), taken before.
     pub warm: Option<&'a crate::store::WarmRow>,
+    /// Told what the creation is doing at each step that can take a while (the CLI says
+    /// it when the creation takes over a second).
+    pub progress: Option<&'a (dyn Fn(&str) + Sync)>,
 }
 
 /// The mountpoint git's admin entries point at: the one recorded by the last mount, else
@@ -253,6 +256,16 @@ pub fn create_worktree(
     let base_mtime = base.commit_time.clamp(1, now_secs() - 1);
     // What a checkout would convert is decided with the index (once per tree and setting).
     let setting = crate::git::checkout::Setting::of(req.uid, req.gid, &git::common_dir(&repo));
+    if let Some(p) = req.progress {
+        let short = &base.commit.to_string()[..12];
+        if index_is_cached(state, base.tree, base_mtime, req.uid, req.gid, &setting) {
+            p(&format!("reading the cached index of the tree at {short}"));
+        } else {
+            p(&format!(
+                "building the index of the tree at {short}: the first worktree at a commit reads its whole tree (once; later ones reuse it)"
+            ));
+        }
+    }
     let index = cached_index(
         state, &repo, base.tree, base_mtime, req.uid, req.gid, &setting,
     )?;
@@ -275,6 +288,9 @@ pub fn create_worktree(
         restored_from: None,
     };
     record.worktree_id = record_creation(store, &gitdir, &mut record, req.repo)?;
+    if let Some(p) = req.progress {
+        p("writing the worktree's index, branch and git's entry for it");
+    }
     let mut progress = Made::default();
     let made = make_recorded(
         state,
@@ -1008,6 +1024,37 @@ fn same_content(file: &fs::File, index: &[u8]) -> bool {
 /// Returns the index for `tree` with the given stat data, building and caching it on first
 /// use. The cache makes creation cost independent of the repository's size after the first
 /// worktree at a commit.
+/// Where `cached_index` keeps the index of `tree` (with this stat data and setting).
+fn index_cache_key(
+    state: &StateDir,
+    tree: git2::Oid,
+    mtime: i64,
+    uid: u32,
+    gid: u32,
+    setting: &crate::git::checkout::Setting,
+) -> PathBuf {
+    // Each setting has keys of its own (and indexes cached before conversions were
+    // decided are not used: they have no list beside them).
+    let setting_part = format!("-c{}", setting.fingerprint());
+    state.index_cache().join(format!(
+        "{tree}-{mtime}-{uid}-{gid}{setting_part}.fsmn.index"
+    ))
+}
+
+/// Whether `cached_index` would find the index made already (else it reads the tree).
+fn index_is_cached(
+    state: &StateDir,
+    tree: git2::Oid,
+    mtime: i64,
+    uid: u32,
+    gid: u32,
+    setting: &crate::git::checkout::Setting,
+) -> bool {
+    index_cache_key(state, tree, mtime, uid, gid, setting)
+        .with_extension("untr")
+        .exists()
+}
+
 pub(super) fn cached_index(
     state: &StateDir,
     repo: &Repository,
@@ -1017,12 +1064,7 @@ pub(super) fn cached_index(
     gid: u32,
     setting: &crate::git::checkout::Setting,
 ) -> Result<CachedIndex, CreateError> {
-    // Each setting has keys of its own (and indexes cached before conversions were
-    // decided are not used: they have no list beside them).
-    let setting_part = format!("-c{}", setting.fingerprint());
-    let key = state.index_cache().join(format!(
-        "{tree}-{mtime}-{uid}-{gid}{setting_part}.fsmn.index"
-    ));
+    let key = index_cache_key(state, tree, mtime, uid, gid, setting);
     let untr_key = key.with_extension("untr");
     let state_key = key.with_extension("sha1");
     let conv_key = key.with_extension("conv");

@@ -515,6 +515,7 @@ pub fn create_in(
             gid: 0,
             submodules: false,
             warm: None,
+            progress: None,
         },
     )
     .unwrap()
@@ -702,6 +703,7 @@ pub fn create_owned_by(env: &Env, name: &str, uid: u32, submodules: bool) {
             gid: uid,
             submodules,
             warm: None,
+            progress: None,
         },
     )
     .unwrap();
