@@ -300,6 +300,26 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         last: i64,
     },
+    /// Is this machine set up? Checks /dev/fuse, fusermount3, the kernel's FUSE features
+    /// (passthrough, FUSE over io_uring), the state directory's permissions and free
+    /// space, stale mounts and creations, the daemon's health and each repository's
+    /// config; one line per check, with what to do when it fails. Exit code 1 when one
+    /// fails.
+    Doctor {
+        /// The checks as a JSON array on stdout (check, status ok|warn|fail, detail, fix).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Disk used in the state directory: each worktree's upper layer, the kept removals,
+    /// the shared caches, the database, and the total (the mount is never walked).
+    Du {
+        /// Only this worktree: REPO/WT, or a path inside it under the mount (default:
+        /// the worktree the current directory is in, else everything).
+        target: Option<String>,
+        /// As JSON on stdout (see docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a completion script for SHELL on stdout: `source <(worktreefs completions
     /// bash)`, or save it where the shell looks (bash: /etc/bash_completion.d/worktreefs;
     /// zsh: a directory on $fpath as _worktreefs; fish:
@@ -793,6 +813,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             return Ok(());
         }
         Command::Man { dir } => return write_man_pages(dir),
+        Command::Doctor { json } => {
+            return cmd_doctor(&StateDir::resolve(cli.global.state_dir.clone()), *json)
+        }
         _ => {}
     }
     // Only these make a state directory; the rest say there is none, and leave it so.
@@ -1257,7 +1280,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Completions { .. } | Command::Man { .. } => unreachable!("answered above"),
+        Command::Completions { .. } | Command::Man { .. } | Command::Doctor { .. } => {
+            unreachable!("answered above")
+        }
+        Command::Du { target, json } => cmd_du(&state, target.as_deref(), json),
         Command::Events { json, follow, last } => {
             let store = open_store(&state)?;
             let mut after = 0;
@@ -1320,6 +1346,89 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn cmd_doctor(root: &Path, json: bool) -> anyhow::Result<()> {
+    use worktreefs::daemon::doctor::{self, Status};
+    let checks = doctor::run(root);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&checks)?);
+    } else {
+        for c in &checks {
+            println!("{:<4} {:<16} {}", c.status.as_str(), c.check, c.detail);
+            if let Some(f) = &c.fix {
+                println!("{:<21} fix: {f}", "");
+            }
+        }
+    }
+    let failed: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.status == Status::Fail)
+        .map(|c| c.check.as_str())
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    // Said already, check by check: the exit code is what is left to say.
+    Err(report::Refusal {
+        message: format!("{} check(s) failed: {}", failed.len(), failed.join(", ")),
+        json: serde_json::Value::Null,
+        json_to: None,
+        code: 1,
+    }
+    .into())
+}
+
+fn cmd_du(state: &StateDir, target: Option<&str>, json: bool) -> anyhow::Result<()> {
+    use worktreefs::report::human_bytes;
+    let given = match target {
+        Some(t) => Some(which(state, Some(t), false)?),
+        // Inside a worktree: that one; elsewhere: everything.
+        None => which(state, None, false).ok(),
+    };
+    let only = given.as_deref().and_then(|t| t.split_once('/'));
+    let store = open_store(state)?;
+    let r = worktreefs::daemon::du::report(state, &store, only)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    println!(
+        "{:<40} {:<10} {:>10} {:>10}",
+        "WORKTREE", "STATE", "DISK", "ENTRIES"
+    );
+    for w in &r.worktrees {
+        println!(
+            "{:<40} {:<10} {:>10} {:>10}",
+            w.worktree,
+            w.state,
+            human_bytes(w.usage.bytes),
+            w.usage.entries
+        );
+    }
+    if only.is_some() {
+        return Ok(());
+    }
+    let sum = |it: &mut dyn Iterator<Item = u64>| it.sum::<u64>();
+    println!(
+        "kept removals: {} in {} (`worktreefs removed`)",
+        human_bytes(sum(&mut r.removed.iter().map(|k| k.usage.bytes))),
+        r.removed.len()
+    );
+    println!(
+        "shared: content store {}, warm snapshots {}, index cache {}; database {}; being deleted {}",
+        human_bytes(r.blobs.bytes),
+        human_bytes(r.warm.bytes),
+        human_bytes(r.index_cache.bytes),
+        human_bytes(r.database.bytes),
+        human_bytes(r.trash.bytes)
+    );
+    println!(
+        "total {} in {} (each file once; the mount is not counted)",
+        human_bytes(r.total.bytes),
+        r.state_dir.display()
+    );
+    Ok(())
 }
 
 fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
@@ -1730,6 +1839,10 @@ fn print_cd(state: &StateDir, path: &Path) {
 /// `new`, `reclaim` and `restore`, where a path must say it is one).
 fn which(state: &StateDir, given: Option<&str>, names_first: bool) -> anyhow::Result<String> {
     use worktreefs::target;
+    // Not a path, nor REPO/WT: the command's own check says what it takes.
+    if names_first && given.is_some_and(|g| !g.contains('/')) {
+        return Ok(given.unwrap_or_default().to_string());
+    }
     let store = open_store(state)?;
     let recorded = create::mountpoint_of(state, &store);
     let mut mounts = vec![target::physical(&recorded), recorded];

@@ -16,6 +16,8 @@ use crate::state::StateDir;
 use crate::store::Store;
 
 mod background;
+pub mod doctor;
+pub mod du;
 mod instance;
 mod mountpoint;
 pub mod socket;

@@ -417,6 +417,7 @@ impl Filesystem for WorktreeFs {
             {
                 Ok(_) => {
                     self.passthrough.store(true, Ordering::Relaxed);
+                    self.view.stats.passthrough_on.store(true, Ordering::Relaxed);
                     tracing::info!("FUSE passthrough: on (stack depth {depth}); the kernel does file I/O on the backing files");
                 }
                 Err(()) => tracing::info!("FUSE passthrough: off (the kernel declined it); file I/O goes through the daemon"),

@@ -254,6 +254,7 @@ impl View {
                     "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
                     "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
                     "passthrough_opens": self.stats.passthrough_opens.load(Ordering::Relaxed),
+                    "passthrough": self.stats.passthrough_on.load(Ordering::Relaxed),
                     "xattr_requests": self.stats.xattr_requests.load(Ordering::Relaxed),
                     "nodes": self.node_count(),
                     "removed_files_kept_open": self.nodes.kept_open(),

@@ -79,6 +79,9 @@ pub struct Stats {
     /// Opens answered with FUSE passthrough (the kernel then reads and writes the backing
     /// file itself; such an open counts as one content read).
     pub passthrough_opens: AtomicU64,
+    /// Whether the kernel took FUSE passthrough for this session (`.control/stats`, for
+    /// `worktreefs doctor`).
+    pub passthrough_on: std::sync::atomic::AtomicBool,
     /// getxattr, setxattr, listxattr and removexattr requests (each kind is declined with
     /// ENOSYS, which the kernel remembers, so at most one of each per mount).
     pub xattr_requests: AtomicU64,

@@ -1,0 +1,221 @@
+//! `worktreefs doctor` and `worktreefs du` (issue 19, item 3): checks that name what to
+//! do, a hung daemon that fails its check within the time limit, a dead mount found, and
+//! disk use counted per worktree without ever walking the mount. Mounted, real git.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn doctor(state: &Path) -> (Option<i32>, Vec<serde_json::Value>) {
+    let o = wtfs(state, &["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor --json is not JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    (o.status.code(), v.as_array().unwrap().clone())
+}
+
+fn find<'a>(checks: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
+    checks
+        .iter()
+        .find(|c| c["check"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {checks:?}"))
+}
+
+#[test]
+fn doctor_checks_the_machine_the_daemon_and_each_repository() {
+    // No state dir yet: fine, and doctor makes none.
+    let empty = tempfile::tempdir().unwrap();
+    let none = empty.path().join("state");
+    let (code, checks) = doctor(&none);
+    assert_eq!(code, Some(0), "{checks:?}");
+    assert!(find(&checks, "state-dir")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("does not exist yet"));
+    assert!(!none.exists(), "doctor made the state dir");
+    assert_eq!(find(&checks, "fuse-device")["status"], "ok", "{checks:?}");
+    assert!(find(&checks, "kernel")["detail"]
+        .as_str()
+        .unwrap()
+        .contains("FUSE over io_uring"));
+
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let (code, checks) = doctor(&env.state());
+    assert_eq!(code, Some(0), "{checks:?}");
+    let d = find(&checks, "daemon");
+    assert_eq!(d["status"], "ok", "{d}");
+    assert!(d["detail"].as_str().unwrap().contains("answers"), "{d}");
+    assert!(
+        d["detail"].as_str().unwrap().contains(&m.pid().to_string()),
+        "{d}"
+    );
+    assert_eq!(find(&checks, "repo repo")["status"], "ok", "{checks:?}");
+    assert_eq!(find(&checks, "state-dir")["status"], "ok", "{checks:?}");
+    // The table: one line per check, what to do under a failing one.
+    let text = wtfs_ok(&env.state(), &["doctor"]);
+    assert!(text.lines().any(|l| l.starts_with("ok   daemon")), "{text}");
+
+    // Bad settings are named with the way out.
+    fs::set_permissions(env.state(), fs::Permissions::from_mode(0o755)).unwrap();
+    let gitdir = env.repo.path().join(".git");
+    git(
+        &env.repo.path(),
+        &[
+            "config",
+            "--remove-section",
+            &format!("includeIf.gitdir:{}/worktrees/wtfs-*", gitdir.display()),
+        ],
+    );
+    let (code, checks) = doctor(&env.state());
+    assert_eq!(code, Some(0), "warnings are not failures: {checks:?}");
+    let s = find(&checks, "state-dir");
+    assert_eq!(s["status"], "warn", "{s}");
+    assert!(s["fix"].as_str().unwrap().contains("chmod 700"), "{s}");
+    let r = find(&checks, "repo repo");
+    assert_eq!(r["status"], "warn", "{r}");
+    assert!(r["fix"].as_str().unwrap().contains("mount again"), "{r}");
+    fs::set_permissions(env.state(), fs::Permissions::from_mode(0o700)).unwrap();
+
+    // A daemon that hangs fails its check within the limit; doctor does not hang.
+    let pid = nix::unistd::Pid::from_raw(m.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let started = Instant::now();
+    let (code, checks) = doctor(&env.state());
+    let took = started.elapsed();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_eq!(code, Some(1), "{checks:?}");
+    let d = find(&checks, "daemon");
+    assert_eq!(d["status"], "fail", "{d}");
+    assert!(
+        d["detail"].as_str().unwrap().contains("has not answered"),
+        "{d}"
+    );
+    assert!(took < Duration::from_secs(30), "doctor took {took:?}");
+
+    // A daemon killed: its mount is found dead, with the way out.
+    let mountpoint = m.mountpoint.clone();
+    m.kill9();
+    let (code, checks) = doctor(&env.state());
+    assert_eq!(code, Some(1), "{checks:?}");
+    let s = find(&checks, "stale-mounts");
+    assert_eq!(s["status"], "fail", "{s}");
+    assert!(
+        s["detail"]
+            .as_str()
+            .unwrap()
+            .contains(mountpoint.to_str().unwrap()),
+        "{s}"
+    );
+    assert!(
+        s["fix"].as_str().unwrap().contains("worktreefs unmount"),
+        "{s}"
+    );
+    let o = wtfs(&env.state(), &["unmount"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn du_counts_each_worktree_and_never_walks_the_mount() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/big"]);
+    wtfs_ok(&env.state(), &["new", "repo/small"]);
+    // The mountpoint inside the state directory, as the default one is.
+    let m = Mounted::start(&env.state(), &env.state().join("mnt"));
+    fs::write(m.wt("repo", "big").join("data.bin"), vec![7u8; 3 << 20]).unwrap();
+    fs::write(m.wt("repo", "small").join("note.txt"), "x").unwrap();
+    // Reading the counters costs requests of its own: measured first, then du's.
+    let first = m.stats();
+    let before = m.stats();
+    let v: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["du", "--json"])).unwrap();
+    let after = m.stats();
+    let delta = |k: &str, a: &serde_json::Value, b: &serde_json::Value| {
+        b[k].as_u64().unwrap() - a[k].as_u64().unwrap()
+    };
+    let of = |name: &str| {
+        v["worktrees"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["worktree"] == name)
+            .unwrap_or_else(|| panic!("{name}: {v:#}"))
+            .clone()
+    };
+    let big = of("repo/big");
+    assert!(big["apparent_bytes"].as_u64().unwrap() >= 3 << 20, "{big}");
+    assert!(big["bytes"].as_u64().unwrap() >= 3 << 20, "{big}");
+    let small = of("repo/small");
+    assert!(small["bytes"].as_u64().unwrap() < 1 << 20, "{small}");
+    // The total counts the upper layer once, and not the mount (which shows every
+    // worktree's base files on top): the base tree's contents were never read.
+    let total = v["total"]["apparent_bytes"].as_u64().unwrap();
+    assert!((3 << 20..(3 << 20) + (64 << 20)).contains(&total), "{v:#}");
+    for k in ["lookups", "getattrs", "opendirs", "readdirs"] {
+        assert_eq!(
+            delta(k, &before, &after),
+            delta(k, &first, &before),
+            "du looked into the mount ({k})"
+        );
+    }
+    // One worktree: by name, by a path inside it, or from inside it.
+    let one: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["du", "repo/big", "--json"])).unwrap();
+    assert_eq!(one["worktrees"].as_array().unwrap().len(), 1, "{one:#}");
+    let o = run(
+        BIN,
+        &["--state-dir", env.state().to_str().unwrap(), "du"],
+        &m.wt("repo", "small"),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("repo/small") && !text.contains("repo/big"),
+        "{text}"
+    );
+    let o = wtfs(&env.state(), &["du", "repo/nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("'repo/nope' is not in use"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The table for people.
+    let text = wtfs_ok(&env.state(), &["du"]);
+    assert!(
+        text.contains("repo/big") && text.contains("3.0 MiB"),
+        "{text}"
+    );
+    assert!(text.contains("the mount is not counted"), "{text}");
+    // Its daemon stopped: du still answers (it never asks the mount anything).
+    let pid = nix::unistd::Pid::from_raw(m.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let o = std::process::Command::new("timeout")
+        .args([
+            "20",
+            BIN,
+            "--state-dir",
+            env.state().to_str().unwrap(),
+            "du",
+        ])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert!(
+        o.status.success(),
+        "du with the daemon stopped: {:?} {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    drop(m);
+}
