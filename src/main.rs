@@ -1,6 +1,8 @@
 //! The `worktreefs` command line. Exit codes: 0 success, 1 the request could not be carried
 //! out (the message names the thing, its state and the way out), 2 bad usage.
 
+mod mcp;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -320,6 +322,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the Model Context Protocol on stdin/stdout for agent frameworks: tools to
+    /// create, list and show worktrees, acquire and release named leases, run a turn,
+    /// list retained and removed worktrees, reclaim and restore (each runs the command
+    /// of that name with --json; a refusal is a tool error with the CLI's message).
+    Mcp,
     /// Print a completion script for SHELL on stdout: `source <(worktreefs completions
     /// bash)`, or save it where the shell looks (bash: /etc/bash_completion.d/worktreefs;
     /// zsh: a directory on $fpath as _worktreefs; fish:
@@ -1283,6 +1290,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Completions { .. } | Command::Man { .. } | Command::Doctor { .. } => {
             unreachable!("answered above")
         }
+        Command::Mcp => mcp::serve(state.root.clone()),
         Command::Du { target, json } => cmd_du(&state, target.as_deref(), json),
         Command::Events { json, follow, last } => {
             let store = open_store(&state)?;

@@ -191,7 +191,7 @@ fn lease_commands_refuse_bad_input() {
         ),
         (
             &["lease", "acquire", "nowhere", "--session", "s"],
-            "is not REPO/NAME",
+            "'nowhere' is not REPO/WT",
         ),
     ];
     for (args, want) in cases {

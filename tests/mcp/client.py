@@ -1,0 +1,94 @@
+"""A real MCP client (the Python `mcp` package) against `worktreefs mcp`: initialize,
+list the tools, create a worktree, lease it, run a turn, release it, and a refused call.
+Prints one JSON object with what it saw; tests/mcp.rs checks it.
+
+usage: client.py WORKTREEFS STATE_DIR
+"""
+import asyncio
+import json
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def result(r):
+    return {
+        "is_error": bool(r.is_error),
+        "structured": r.structured_content,
+        "text": " ".join(getattr(c, "text", "") for c in r.content),
+    }
+
+
+async def main(exe, state):
+    params = StdioServerParameters(command=exe, args=["--state-dir", state, "mcp"])
+    seen = {}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            seen["server"] = init.server_info.name
+            tools = await session.list_tools()
+            seen["tools"] = {
+                t.name: {
+                    "input": t.input_schema,
+                    "output": t.output_schema,
+                }
+                for t in tools.tools
+            }
+            seen["create"] = result(
+                await session.call_tool("create_worktree", {"worktree": "repo/agent"})
+            )
+            seen["create_again"] = result(
+                await session.call_tool("create_worktree", {"worktree": "repo/agent"})
+            )
+            seen["acquire"] = result(
+                await session.call_tool(
+                    "acquire_lease",
+                    {"worktree": "repo/agent", "session": "s1", "exclusive": True},
+                )
+            )
+            seen["acquire_other"] = result(
+                await session.call_tool(
+                    "acquire_lease",
+                    {"worktree": "repo/agent", "session": "s2", "exclusive": True},
+                )
+            )
+            seen["turn"] = result(
+                await session.call_tool(
+                    "run_turn",
+                    {
+                        "worktree": "repo/agent",
+                        "session": "s1",
+                        "command": ["sh", "-c", "git rev-parse --abbrev-ref HEAD; exit 7"],
+                    },
+                )
+            )
+            seen["turn_timeout"] = result(
+                await session.call_tool(
+                    "run_turn",
+                    {
+                        "worktree": "repo/agent",
+                        "session": "s1",
+                        "command": ["sleep", "30"],
+                        "timeout_secs": 1,
+                    },
+                )
+            )
+            seen["show"] = result(
+                await session.call_tool("show_worktree", {"worktree": "repo/agent"})
+            )
+            seen["release"] = result(
+                await session.call_tool(
+                    "release_lease", {"worktree": "repo/agent", "session": "s1"}
+                )
+            )
+            seen["release_again"] = result(
+                await session.call_tool(
+                    "release_lease", {"worktree": "repo/agent", "session": "s1"}
+                )
+            )
+            seen["list"] = result(await session.call_tool("list_worktrees", {}))
+    print(json.dumps(seen))
+
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
