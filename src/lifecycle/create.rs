@@ -258,7 +258,8 @@ pub fn create_worktree(
     let setting = crate::git::checkout::Setting::of(req.uid, req.gid, &git::common_dir(&repo));
     if let Some(p) = req.progress {
         let short = &base.commit.to_string()[..12];
-        if index_is_cached(state, base.tree, base_mtime, req.uid, req.gid, &setting) {
+        let key = index_cache_key(state, base.tree, base_mtime, req.uid, req.gid, &setting);
+        if key.with_extension("untr").exists() {
             p(&format!("reading the cached index of the tree at {short}"));
         } else {
             p(&format!(
@@ -1021,10 +1022,8 @@ fn same_content(file: &fs::File, index: &[u8]) -> bool {
         && checksum[..] == index[index.len() - 20..]
 }
 
-/// Returns the index for `tree` with the given stat data, building and caching it on first
-/// use. The cache makes creation cost independent of the repository's size after the first
-/// worktree at a commit.
-/// Where `cached_index` keeps the index of `tree` (with this stat data and setting).
+/// Where `cached_index` keeps the index of `tree` (with this stat data and setting); it
+/// was made already when the `untr` file beside it is there.
 fn index_cache_key(
     state: &StateDir,
     tree: git2::Oid,
@@ -1041,20 +1040,9 @@ fn index_cache_key(
     ))
 }
 
-/// Whether `cached_index` would find the index made already (else it reads the tree).
-fn index_is_cached(
-    state: &StateDir,
-    tree: git2::Oid,
-    mtime: i64,
-    uid: u32,
-    gid: u32,
-    setting: &crate::git::checkout::Setting,
-) -> bool {
-    index_cache_key(state, tree, mtime, uid, gid, setting)
-        .with_extension("untr")
-        .exists()
-}
-
+/// Returns the index for `tree` with the given stat data, building and caching it on first
+/// use. The cache makes creation cost independent of the repository's size after the first
+/// worktree at a commit.
 pub(super) fn cached_index(
     state: &StateDir,
     repo: &Repository,
