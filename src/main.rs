@@ -22,7 +22,7 @@ use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
 /// The exit codes, as `--help` ends with them (and the README gives them).
-const EXIT_CODES: &str = "Exit codes: 0 success; 1 the request could not be carried out (the message names the thing, its state and the way out); 2 bad usage; 3 a typed conflict: the worktree cannot be had now (lease acquire, run, turn: somebody else holds it, another turn runs there, processes outside a guarded turn write there, or it is deleting, removed or unknown). run and turn otherwise exit with their command's status (127 not found, 126 not executable, 128+N ended by signal N).";
+const EXIT_CODES: &str = "Exit codes: 0 success; 1 the request could not be carried out (the message names the thing, its state and the way out); 2 bad usage; 3 a typed conflict: the worktree cannot be had now (lease acquire, run, turn: somebody else holds it, another turn runs there, processes outside a guarded turn write there, or it is deleting, removed or unknown). run and turn otherwise exit with their command's status (127 not found, 126 not executable, 128+N ended by signal N); 124 a turn's command ran past turn --timeout and was ended.";
 
 #[derive(Parser)]
 #[command(
@@ -120,6 +120,10 @@ enum Command {
         /// background once they have left.
         #[arg(long)]
         lazy: bool,
+        /// The outcome as one JSON object on stdout, with each worktree's cleanup (see
+        /// docs/cli.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Worktrees kept by cleanup because removing them would lose work, with the reason.
     Retained {
@@ -269,7 +273,12 @@ enum Command {
         /// wait up to SECS for it to end.
         #[arg(long, value_name = "SECS")]
         wait: Option<u64>,
-        /// A refusal as JSON on stderr (the command's stdout stays its own).
+        /// End the command when it runs longer than SECS: SIGTERM, then SIGKILL 5 s later
+        /// if it is still there (and what it left running ends with the turn); the turn
+        /// then exits 124, as timeout(1) does.
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+        timeout: Option<u64>,
+        /// A refusal (and a timeout) as JSON on stderr (the command's stdout stays its own).
         #[arg(long)]
         json: bool,
         /// The command and its arguments, after `--`.
@@ -422,6 +431,9 @@ enum RepoCmd {
         /// Make every new worktree warm (`new --cold` for one that is not).
         #[arg(long)]
         warm_default: bool,
+        /// The repository as one JSON object on stdout, as `repo list --json` gives it.
+        #[arg(long)]
+        json: bool,
     },
     /// Change a registered repository's warm settings.
     Set {
@@ -436,6 +448,9 @@ enum RepoCmd {
         /// Whether new worktrees are warm without `--warm`.
         #[arg(long, value_name = "BOOL")]
         warm_default: Option<bool>,
+        /// The repository as one JSON object on stdout, as `repo list --json` gives it.
+        #[arg(long)]
+        json: bool,
     },
     /// List registered repositories.
     List {
@@ -447,6 +462,10 @@ enum RepoCmd {
     Remove {
         /// The registered repository (see `worktreefs repo list`).
         name: String,
+        /// The repository removed as one JSON object on stdout (with `purged`, the kept
+        /// removals that went with it).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -876,7 +895,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             },
             cli.global.log_level.as_deref(),
         ),
-        Command::Unmount { lazy } => cmd_unmount(&state, lazy),
+        Command::Unmount { lazy, json } => cmd_unmount(&state, lazy, json),
         Command::Retained { json } => {
             let store = open_store(&state)?;
             let rows = store.retained()?;
@@ -927,6 +946,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             name,
             include,
             warm_default,
+            json,
         }) => {
             let store = open_store(&state)?;
             let row = add_repo(&store, &path, name.as_deref())?;
@@ -939,6 +959,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             daemon::enable_fsmonitor(&store);
             daemon::poke(&state);
+            if json {
+                let row = store.repo_by_id(row.id)?.unwrap_or(row);
+                println!("{:#}", report::repo_json(&row));
+                return Ok(());
+            }
             println!(
                 "registered repository '{}' -> {}",
                 row.name,
@@ -951,6 +976,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             include,
             no_include,
             warm_default,
+            json,
         }) => {
             let store = open_store(&state)?;
             let repo = store.repo_by_name(&name)?.ok_or_else(|| {
@@ -962,6 +988,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let patterns = (!include.is_empty() || no_include).then_some(&include[..]);
             store.set_repo_warm(repo.id, patterns, warm_default)?;
             let repo = store.repo_by_id(repo.id)?.expect("just set");
+            if json {
+                println!("{:#}", report::repo_json(&repo));
+                return Ok(());
+            }
             println!(
                 "repository '{name}': include {}; new worktrees are {} by default (a new snapshot: `worktreefs warm {name}`)",
                 if repo.include.is_empty() {
@@ -1028,7 +1058,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Repo(RepoCmd::Remove { name }) => {
+        Command::Repo(RepoCmd::Remove { name, json }) => {
             let mut store = open_store(&state)?;
             let repo = store.repo_by_name(&name)?.ok_or_else(|| {
                 anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
@@ -1041,16 +1071,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .filter(|w| w.repo_id == repo.id && w.state != State::Removed)
                     .map(|w| format!("{}/{} ({})", w.repo, w.name, w.state))
                     .collect();
-                bail!(
-                    "repository '{name}' still has {n} worktree{}: {}; remove {} first (`worktreefs reclaim REPO/WT`, `--discard` to throw away what one holds), then `worktreefs repo remove {name}` again",
-                    if n == 1 { "" } else { "s" },
-                    left.join(", "),
-                    if n == 1 { "it" } else { "them" }
-                );
+                let mut v = report::repo_json(&repo);
+                v["error"] = "has-worktrees".into();
+                v["worktrees"] = left.clone().into();
+                return Err(report::Refusal {
+                    message: format!(
+                        "repository '{name}' still has {n} worktree{}: {}; remove {} first (`worktreefs reclaim REPO/WT`, `--discard` to throw away what one holds), then `worktreefs repo remove {name}` again",
+                        if n == 1 { "" } else { "s" },
+                        left.join(", "),
+                        if n == 1 { "it" } else { "them" }
+                    ),
+                    json: v,
+                    json_to: json.then_some(report::JsonTo::Stdout),
+                    code: 1,
+                }
+                .into());
             }
             let purged =
                 worktreefs::lifecycle::cleanup::keep::purge_repo(&state, &mut store, &name)?;
-            if purged > 0 {
+            if purged > 0 && !json {
                 println!("purged {purged} kept removal(s) of '{name}'");
             }
             store.remove_repo(repo.id)?;
@@ -1076,6 +1115,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
             daemon::poke(&state);
+            if json {
+                let mut v = report::repo_json(&repo);
+                v["removed"] = true.into();
+                v["purged"] = purged.into();
+                println!("{v:#}");
+                return Ok(());
+            }
             println!("unregistered repository '{name}'");
             Ok(())
         }
@@ -1206,6 +1252,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             session,
             guard,
             wait,
+            timeout,
             json,
             command,
         } => cmd_turn(
@@ -1215,6 +1262,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 session: &session,
                 guard,
                 wait,
+                timeout,
                 json,
             },
             &command,
@@ -1439,19 +1487,20 @@ fn cmd_du(state: &StateDir, target: Option<&str>, json: bool) -> anyhow::Result<
     Ok(())
 }
 
-fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
+fn cmd_unmount(state: &StateDir, lazy: bool, json: bool) -> anyhow::Result<()> {
     let store = open_store(state)?;
     let since = store.last_event_id()?;
     drop(store);
     // What cleanup does, a line per worktree as it goes (read from the events the daemon
-    // writes meanwhile), numbered when there are many.
+    // writes meanwhile), numbered when there are many; with --json, kept for the outcome.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress = {
         let stop = stop.clone();
         let root = state.root.clone();
         std::thread::spawn(move || {
+            let mut cleaned = Vec::new();
             let Ok(store) = Store::open(&root) else {
-                return;
+                return cleaned;
             };
             let (mut after, mut to_clean, mut done) = (since, 0usize, 0usize);
             loop {
@@ -1465,6 +1514,17 @@ fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
                     );
                     if e.kind == State::Deleting.as_str() {
                         to_clean += 1;
+                    } else if json
+                        && (e.kind == State::Removed.as_str() || e.kind == State::Retained.as_str())
+                    {
+                        cleaned.push(serde_json::json!({
+                            "worktree": target,
+                            "repo": e.repo,
+                            "name": e.worktree,
+                            "state": e.kind,
+                            "reason": e.reason,
+                            "at": report::rfc3339(e.at),
+                        }));
                     } else if e.kind == State::Removed.as_str()
                         || e.kind == State::Retained.as_str()
                     {
@@ -1485,15 +1545,42 @@ fn cmd_unmount(state: &StateDir, lazy: bool) -> anyhow::Result<()> {
                     }
                 }
                 if last {
-                    return;
+                    return cleaned;
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
         })
     };
-    let outcome = daemon::unmount(state, lazy, Duration::from_secs(300));
+    // Its refusals (`not-mounted`, `in-use`) are typed: JSON on stdout with --json.
+    let outcome = daemon::unmount(state, lazy, Duration::from_secs(300)).map_err(|e| {
+        match e.downcast::<report::Refusal>() {
+            Ok(mut r) => {
+                r.json_to = json.then_some(report::JsonTo::Stdout);
+                r.into()
+            }
+            Err(e) => e,
+        }
+    });
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let _ = progress.join();
+    let cleaned = progress.join().unwrap_or_default();
+    if json {
+        let v = match outcome? {
+            daemon::Unmounted::Done(m) => serde_json::json!({
+                "outcome": "unmounted",
+                "mountpoint": m,
+                "inside": [],
+                "cleaned": cleaned,
+            }),
+            daemon::Unmounted::Detached(m, inside) => serde_json::json!({
+                "outcome": "detached",
+                "mountpoint": m,
+                "inside": inside,
+                "cleaned": cleaned,
+            }),
+        };
+        println!("{v:#}");
+        return Ok(());
+    }
     match outcome? {
         daemon::Unmounted::Done(m) => println!("unmounted {}", m.display()),
         daemon::Unmounted::Detached(m, inside) => {
@@ -1661,10 +1748,34 @@ fn cmd_reclaim(state: &StateDir, target: &str, discard: bool, json: bool) -> any
             "worktree '{repo}/{name}' holds work and stays: {reason}; commit and push it (cd {}), or throw it away with `worktreefs reclaim {repo}/{name} --discard`",
             mountpoint.join(repo).join(name).display()
         ))),
-        Some(Answer::Gone { message }) => Err(refusal("gone", message, format!(
-            "{message}{}; see `worktreefs list` and `worktreefs retained`",
-            open_store(state).map(|s| did_you_mean(&s, repo, name)).unwrap_or_default()
-        ))),
+        // Named as every other command names them: `not-found` (with the close name in
+        // `did_you_mean`) or `removed`; nothing to reclaim is not a conflict (exit 1).
+        Some(Answer::Gone { message }) => {
+            let now = open_store(state)?;
+            let removed = now
+                .worktree(repo, name)?
+                .is_some_and(|w| w.state == State::Removed);
+            if removed {
+                let e = refusal("removed", message, format!(
+                    "worktree '{repo}/{name}' is already removed, so there is nothing to reclaim; bring it back with `worktreefs restore {repo}/{name}` (see `worktreefs removed`)"
+                ));
+                // `error` as every command names a removed worktree; `outcome` never
+                // reads as this call's removal.
+                let mut r = e.downcast::<report::Refusal>().expect("a refusal");
+                r.json["outcome"] = "already-removed".into();
+                return Err(r.into());
+            }
+            let hint = did_you_mean(&now, repo, name);
+            let e = refusal("not-found", message, format!(
+                "worktree '{repo}/{name}' does not exist{hint}; see `worktreefs list` and `worktreefs retained`"
+            ));
+            if hint.is_empty() {
+                return Err(e);
+            }
+            let mut r = e.downcast::<report::Refusal>().expect("a refusal");
+            r.json["did_you_mean"] = did_you_mean_field(&hint).into();
+            Err(r.into())
+        }
         Some(Answer::Busy { message }) => Err(refusal("busy", message, message.clone())),
         Some(Answer::Error { message }) => Err(refusal("error", message, message.clone())),
         Some(Answer::Discarding { .. }) | None => {
@@ -1977,12 +2088,15 @@ fn not_found(store: &Store, repo: &str, name: &str) -> report::Refusal {
     let hint = did_you_mean(store, repo, name);
     if !hint.is_empty() {
         r.message = format!("worktree '{repo}/{name}' does not exist{hint}; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`");
-        r.json["did_you_mean"] = hint
-            .trim_start_matches(" (did you mean ")
-            .trim_end_matches("?)")
-            .into();
+        r.json["did_you_mean"] = did_you_mean_field(&hint).into();
     }
     r
+}
+
+/// The REPO/W of a [`did_you_mean`] hint, for JSON's `did_you_mean`.
+fn did_you_mean_field(hint: &str) -> &str {
+    hint.trim_start_matches(" (did you mean ")
+        .trim_end_matches("?)")
 }
 
 /// The worktree `repo/name`, or a typed refusal naming the way out.
@@ -2142,12 +2256,9 @@ fn cmd_run(
     let mut store = open_store(state)?;
     let json_to = ask.json.then_some(report::JsonTo::Stderr);
     let row = leasable_worktree(&store, repo, name, json_to)?;
-    let daemon = daemon::running_daemon(state).ok_or_else(|| {
-        anyhow!(
-            "nothing is mounted for state dir {}; start it with `worktreefs mount`",
-            state.root.display()
-        )
-    })?;
+    let Some(daemon) = daemon::running_daemon(state) else {
+        return Err(not_mounted(state, &store, &row, ask.session, json_to).into());
+    };
     let dir = daemon.mountpoint.join(repo).join(name);
     let reason = if ask.exclusive {
         "worktreefs run, exclusive"
@@ -2213,7 +2324,8 @@ fn cmd_run(
     }
     // Entering the worktree and reading its .git file makes this process a lease holder
     // (the daemon notices when it exits, however it exits); the command runs below it.
-    let status = run_below(&dir, command, false)
+    let status = run_below(&dir, command, None)
+        .map(|ended| ended.status)
         .with_context(|| format!("in {} (state {})", dir.display(), row.state));
     if let Some(lease) = named {
         let _ = store.release_lease(row.id, &lease.holder(), "released", "worktreefs run ended");
@@ -2224,11 +2336,38 @@ fn cmd_run(
     exit_as(status?)
 }
 
+/// The refusal of `run` or `turn` when no daemon serves the state dir: `not-mounted`, the
+/// worktree object with the session asked for.
+fn not_mounted(
+    state: &StateDir,
+    store: &Store,
+    row: &worktreefs::store::WorktreeRow,
+    session: Option<&str>,
+    json_to: Option<report::JsonTo>,
+) -> report::Refusal {
+    let at = create::mountpoint_of(state, store);
+    report::refused(
+        row,
+        &at,
+        "not-mounted",
+        session,
+        format!(
+            "nothing is mounted for state dir {}, so nothing can run in {}/{}; start it with `worktreefs mount`",
+            state.root.display(),
+            row.repo,
+            row.name
+        ),
+        json_to,
+    )
+}
+
 /// What `turn` asks.
 struct TurnAsk<'a> {
     session: &'a str,
     guard: bool,
     wait: Option<u64>,
+    /// Seconds the command may run (`--timeout`).
+    timeout: Option<u64>,
     json: bool,
 }
 
@@ -2265,13 +2404,7 @@ fn cmd_turn(
         report::refused(&row, &at, error, Some(ask.session), message, json_to).into()
     };
     let Some(daemon) = daemon::running_daemon(state) else {
-        return Err(plain(
-            "not-mounted",
-            format!(
-                "nothing is mounted for state dir {}, so no turn can run on {repo}/{name}; start it with `worktreefs mount`",
-                state.root.display()
-            ),
-        ));
+        return Err(not_mounted(state, &store, &row, Some(ask.session), json_to).into());
     };
     same_pid_namespace(&daemon).map_err(|e| plain("other-namespace", e.to_string()))?;
     let dir = daemon.mountpoint.join(repo).join(name);
@@ -2420,15 +2553,24 @@ fn cmd_turn(
             ),
         });
     }
-    let status = run_below(&dir, command, true);
-    let why = match &status {
-        Ok(s) => format!("its command ended ({s})"),
+    let limit = ask.timeout.map(Duration::from_secs);
+    let ended = run_below(&dir, command, Some(limit));
+    let why = match &ended {
+        Ok(Ended {
+            ended_with: Some(sig),
+            ..
+        }) => format!(
+            "its command ran past its timeout of {} s and was ended with {}",
+            ask.timeout.unwrap_or(0),
+            signal_name(*sig)
+        ),
+        Ok(e) => format!("its command ended ({})", e.status),
         Err(e) => format!("its command could not start: {e:#}"),
     };
     // The command's status is what this exits with, whatever the bookkeeping meets.
     match end_own_turn(state, &mut store, row.id, &me, &why) {
         Ok(true) => {}
-        Ok(false) if status.is_ok() => eprintln!(
+        Ok(false) if ended.is_ok() => eprintln!(
             "worktreefs: the turn of session {} on {repo}/{name} had ended before its command did (its session's lease was released)",
             ask.session
         ),
@@ -2438,7 +2580,48 @@ fn cmd_turn(
             ask.session
         ),
     }
-    exit_as(status?)
+    let ended = ended?;
+    if let Some(sig) = ended.ended_with {
+        // Past its timeout: said on stderr (the JSON last, on a line of its own), exit 124.
+        let secs = ask.timeout.unwrap_or(0);
+        let how = match sig {
+            libc::SIGKILL => format!(
+                "SIGKILL, {} s after a SIGTERM it ignored",
+                KILL_AFTER.as_secs()
+            ),
+            _ => signal_name(sig).to_string(),
+        };
+        let message = format!(
+            "the turn of session {} on {repo}/{name} ran past its timeout of {secs} s: its command was ended with {how}, and what it left running with it",
+            ask.session,
+        );
+        if ask.json {
+            let row = store.worktree(repo, name).ok().flatten().unwrap_or(row);
+            let mut v = report::worktree_json(&row, &at);
+            v["error"] = "timed-out".into();
+            v["session"] = ask.session.into();
+            v["timeout_secs"] = secs.into();
+            v["signal"] = signal_name(sig).into();
+            v["message"] = message.into();
+            eprintln!("{v}");
+        } else {
+            eprintln!("worktreefs: {message}");
+        }
+        std::process::exit(EXIT_TIMED_OUT);
+    }
+    exit_as(ended.status)
+}
+
+/// What `turn` exits with when its command ran past `--timeout` (timeout(1)'s code).
+const EXIT_TIMED_OUT: i32 = 124;
+
+/// SIGTERM, SIGKILL: the names `turn --timeout` reports.
+fn signal_name(sig: libc::c_int) -> &'static str {
+    match sig {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGKILL => "SIGKILL",
+        _ => "a signal",
+    }
 }
 
 /// `turns end`: SIGTERM to the running turn's process, then waits for its turn to end.
@@ -2662,12 +2845,18 @@ fn same_pid_namespace(daemon: &daemon::Holder) -> anyhow::Result<()> {
 /// started ignoring it, as under `nohup`: then the command ignores it too). `turn`: the
 /// command is killed if this process dies first (a turn's command never outlives its
 /// turn), and what it leaves running stays in this process's tree (a subreaper) while it
-/// runs. A command that cannot be started is an error naming it (exit 127 or 126).
+/// runs; with a limit, the command gets SIGTERM once it has run that long and SIGKILL
+/// [`KILL_AFTER`] later if it is still there. A command that cannot be started is an
+/// error naming it (exit 127 or 126).
+///
+/// `turn`: None for `run`; Some(limit) for a turn.
 fn run_below(
     dir: &Path,
     command: &[String],
-    turn: bool,
-) -> anyhow::Result<std::process::ExitStatus> {
+    turn: Option<Option<Duration>>,
+) -> anyhow::Result<Ended> {
+    let limit = turn.flatten();
+    let turn = turn.is_some();
     std::env::set_current_dir(dir).with_context(|| format!("entering {}", dir.display()))?;
     let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
     // SAFETY: signal(2) and sigaction queries; the handler only loads an atomic and calls
@@ -2730,6 +2919,7 @@ fn run_below(
     };
     let pid = child.id() as libc::pid_t;
     FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
+    let timer = limit.map(|l| Timer::start(pid, l));
     let mut before = Vec::new();
     for s in &forward {
         // SAFETY: installing a handler that is async-signal-safe (see above).
@@ -2738,6 +2928,7 @@ fn run_below(
         }));
     }
     let status = wait_for(pid, turn);
+    let ended_with = timer.and_then(Timer::stop);
     if turn {
         // What the command left running (adopted here) ends with the turn.
         end_leftovers();
@@ -2748,7 +2939,65 @@ fn run_below(
     }
     restore_all();
     drop(child);
-    status.with_context(|| format!("waiting for {}", command[0]))
+    let status = status.with_context(|| format!("waiting for {}", command[0]))?;
+    Ok(Ended { status, ended_with })
+}
+
+/// How a command run by [`run_below`] ended.
+struct Ended {
+    status: std::process::ExitStatus,
+    /// The signal its timeout sent last (SIGTERM, or SIGKILL after it), if it ran past it.
+    ended_with: Option<libc::c_int>,
+}
+
+/// How long a command past its timeout has, after SIGTERM, before SIGKILL.
+const KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// A command's timeout: a thread that sends SIGTERM once the limit has passed and SIGKILL
+/// [`KILL_AFTER`] later, through a pidfd opened while the command is an unwaited child of
+/// this process (so a pid reused after it is reaped is never signalled).
+struct Timer {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Option<libc::c_int>>,
+}
+
+impl Timer {
+    fn start(pid: libc::pid_t, limit: Duration) -> Timer {
+        use std::sync::mpsc::RecvTimeoutError::Timeout;
+        let pidfd = worktreefs::lifecycle::holders::pidfd_open(pid);
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let send = |sig| match &pidfd {
+                Some(fd) => {
+                    let _ = worktreefs::lifecycle::holders::pidfd_signal(fd, sig);
+                }
+                // No pidfd (an old kernel): only while the command is not yet reaped,
+                // which is what FORWARD_TO says, as for a forwarded signal.
+                None => {
+                    if FORWARD_TO.load(std::sync::atomic::Ordering::SeqCst) == pid {
+                        // SAFETY: plain kill(2) of this process's own child.
+                        unsafe { libc::kill(pid, sig) };
+                    }
+                }
+            };
+            if stopped.recv_timeout(limit) != Err(Timeout) {
+                return None;
+            }
+            send(libc::SIGTERM);
+            if stopped.recv_timeout(KILL_AFTER) != Err(Timeout) {
+                return Some(libc::SIGTERM);
+            }
+            send(libc::SIGKILL);
+            Some(libc::SIGKILL)
+        });
+        Timer { stop, thread }
+    }
+
+    /// Stops it (the command has exited): the signal it sent last, if any.
+    fn stop(self) -> Option<libc::c_int> {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap_or(None)
+    }
 }
 
 /// Waits for child `pid` to exit; stops passing signals on to it before it is reaped (so

@@ -4,10 +4,14 @@
 //! is the tool's structured result; a refusal or failure is a tool result with `isError`
 //! carrying the message the CLI prints. JSON-RPC errors are left for protocol faults.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -45,13 +49,101 @@ fn tail(s: &str, n: usize) -> String {
 /// How much of a turn's output its result carries.
 const TAIL_BYTES: usize = 4096;
 
+/// How long a command past its limit has, after SIGTERM, before SIGKILL.
+const KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// How much of one stream is kept: past it, the oldest half goes (a turn's result carries
+/// only the tail; a JSON outcome is far smaller).
+const KEEP_BYTES: usize = 16 << 20;
+
+/// How long the pipes may stay quiet, once the command has exited, before reading stops.
+const QUIET_AFTER_EXIT: Duration = Duration::from_millis(200);
+
+/// How long reading may go on at all once the command has exited.
+const READ_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// Reads `out` and `err` until both close, or once `exited` is set, until nothing has come
+/// for [`QUIET_AFTER_EXIT`] or [`READ_AFTER_EXIT`] has passed: what the command left
+/// running may hold them open, and write to them, forever.
+fn drain(
+    out: Option<std::process::ChildStdout>,
+    err: Option<std::process::ChildStderr>,
+    exited: &AtomicBool,
+) -> (Vec<u8>, Vec<u8>) {
+    let mut fds: Vec<(Option<OwnedFd>, Vec<u8>)> = vec![
+        (out.map(OwnedFd::from), Vec::new()),
+        (err.map(OwnedFd::from), Vec::new()),
+    ];
+    let (mut quiet_since, mut exited_at) = (None, None);
+    loop {
+        let mut polled: Vec<libc::pollfd> = fds
+            .iter()
+            .filter_map(|(fd, _)| fd.as_ref())
+            .map(|fd| libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        if polled.is_empty() {
+            break;
+        }
+        // SAFETY: poll(2) on descriptors this function owns, `polled.len()` entries.
+        let n = unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, 50) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+        let mut got = false;
+        for p in &polled {
+            if p.revents == 0 {
+                continue;
+            }
+            let Some((fd, buf)) = fds
+                .iter_mut()
+                .find(|(fd, _)| fd.as_ref().is_some_and(|f| f.as_raw_fd() == p.fd))
+            else {
+                continue;
+            };
+            let mut chunk = [0u8; 65536];
+            // SAFETY: read(2) into a buffer of that size; poll said it will not block.
+            let r = unsafe { libc::read(p.fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+            if r > 0 {
+                got = true;
+                buf.extend_from_slice(&chunk[..r as usize]);
+                if buf.len() > KEEP_BYTES {
+                    buf.drain(..buf.len() - KEEP_BYTES / 2);
+                }
+            } else if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)
+            {
+                *fd = None;
+            }
+        }
+        if exited.load(Ordering::SeqCst) {
+            let at = *exited_at.get_or_insert_with(Instant::now);
+            if at.elapsed() >= READ_AFTER_EXIT {
+                break;
+            }
+            if got {
+                quiet_since = None;
+            } else if quiet_since.get_or_insert_with(Instant::now).elapsed() >= QUIET_AFTER_EXIT {
+                break;
+            }
+        }
+    }
+    let err = std::mem::take(&mut fds[1].1);
+    (std::mem::take(&mut fds[0].1), err)
+}
+
 impl Server {
-    /// Runs `worktreefs --state-dir S ARGS` (bounded by `limit`: killed past it).
+    /// Runs `worktreefs --state-dir S ARGS`, bounded by `limit`: past it the command gets
+    /// SIGTERM, and SIGKILL [`KILL_AFTER`] later. Its output is read until the command
+    /// has exited and its pipes are quiet, never longer: something it left running that
+    /// still holds them does not keep the tool call waiting.
     async fn cli(&self, args: Vec<String>, limit: Duration) -> Result<Ran, ErrorData> {
         let exe = self.exe.clone();
         let state = self.state_dir.clone();
         tokio::task::spawn_blocking(move || {
-            let child = std::process::Command::new(&exe)
+            let mut child = std::process::Command::new(&exe)
                 .arg("--state-dir")
                 .arg(&state)
                 .args(&args)
@@ -60,29 +152,41 @@ impl Server {
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("running {}: {e}", exe.display()))?;
-            let pid = child.id();
-            let (tx, rx) = std::sync::mpsc::channel();
-            let waiter = std::thread::spawn(move || {
-                if rx.recv_timeout(limit).is_ok() {
-                    return false;
+            let (out, err) = (child.stdout.take(), child.stderr.take());
+            let exited = Arc::new(AtomicBool::new(false));
+            let reader = {
+                let exited = exited.clone();
+                std::thread::spawn(move || drain(out, err, &exited))
+            };
+            let started = Instant::now();
+            let mut sent = None;
+            let status = loop {
+                match child.try_wait() {
+                    Ok(Some(s)) => break Ok(s),
+                    Ok(None) => {}
+                    Err(e) => break Err(e),
                 }
-                // Past the limit: ended, by its pid (the process this started, not yet
-                // waited for, so the pid is still its).
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-                true
-            });
-            let out = child.wait_with_output();
-            let _ = tx.send(());
-            let timed_out = waiter.join().unwrap_or(false);
-            let out = out.map_err(|e| format!("waiting for {}: {e}", exe.display()))?;
+                let now = started.elapsed();
+                // By its pid: the process this started, not yet waited for, so the pid
+                // is still its.
+                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                if now >= limit + KILL_AFTER && sent != Some(Signal::SIGKILL) {
+                    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                    sent = Some(Signal::SIGKILL);
+                } else if now >= limit && sent.is_none() {
+                    let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+                    sent = Some(Signal::SIGTERM);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            exited.store(true, Ordering::SeqCst);
+            let (stdout, stderr) = reader.join().unwrap_or_default();
+            let status = status.map_err(|e| format!("waiting for {}: {e}", exe.display()))?;
             Ok::<_, String>(Ran {
-                code: out.status.code(),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-                timed_out,
+                code: status.code(),
+                stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&stderr).into_owned(),
+                timed_out: sent.is_some(),
             })
         })
         .await
@@ -190,7 +294,8 @@ pub struct TurnArgs {
     /// Refuse writes from outside the turn's process tree while it runs.
     #[serde(default)]
     pub guard: bool,
-    /// End the turn (SIGTERM) after this many seconds (default 600).
+    /// End the turn after this many seconds (default 600, at least 1): SIGTERM to its
+    /// command, SIGKILL 5 s later if it is still there, and what it left running with it.
     pub timeout_secs: Option<u64>,
 }
 
@@ -342,11 +447,19 @@ impl Server {
                 "command is empty: give the program and its arguments",
             )]));
         }
+        let timeout = a.timeout_secs.unwrap_or(600);
+        if timeout == 0 {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "timeout_secs is 0: give at least 1 second (or leave it out for 600)",
+            )]));
+        }
         let mut args = vec![
             "turn".to_string(),
             a.worktree.clone(),
             "--session".into(),
             a.session,
+            "--timeout".into(),
+            timeout.to_string(),
             "--json".into(),
         ];
         if a.guard {
@@ -354,18 +467,39 @@ impl Server {
         }
         args.push("--".into());
         args.extend(a.command);
-        let limit = Duration::from_secs(a.timeout_secs.unwrap_or(600));
-        let ran = self.cli(args, limit).await?;
+        // The turn ends its command at the timeout itself (and what that left running);
+        // this limit only stops a turn process that does not end after it.
+        let limit = Duration::from_secs(timeout) + 2 * KILL_AFTER + Duration::from_secs(30);
+        let mut ran = self.cli(args, limit).await?;
         // A refusal of the turn itself is JSON on stderr, and all that is there.
         if let Ok(v) = serde_json::from_str::<serde_json::Value>(ran.stderr.trim()) {
-            if v.get("error").is_some() {
+            if v.get("error").is_some_and(|e| e != "timed-out") {
                 return Ok(refused(&ran, Some(v)));
+            }
+        }
+        // Past its timeout the turn exits 124 with its `timed-out` JSON as stderr's last
+        // line, after whatever the command wrote there.
+        let mut signal = None;
+        if ran.code == Some(124) {
+            let body = ran.stderr.trim_end();
+            let (before, last) = body.rsplit_once('\n').unwrap_or(("", body));
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(last) {
+                if v["error"] == "timed-out" {
+                    signal = v["signal"].as_str().map(str::to_string);
+                    ran.timed_out = true;
+                    ran.stderr = if before.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{before}\n")
+                    };
+                }
             }
         }
         let v = serde_json::json!({
             "worktree": a.worktree,
             "exit_status": ran.code,
             "timed_out": ran.timed_out,
+            "signal": signal,
             "stdout_tail": tail(&ran.stdout, TAIL_BYTES),
             "stderr_tail": tail(&ran.stderr, TAIL_BYTES),
         });
@@ -466,8 +600,9 @@ fn turn_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
         "type": "object",
         "properties": {
             "worktree": {"type": "string"},
-            "exit_status": {"type": ["integer", "null"], "description": "the command's exit status (null when a signal ended it)"},
-            "timed_out": {"type": "boolean", "description": "ended at timeout_secs"},
+            "exit_status": {"type": ["integer", "null"], "description": "the turn's exit status: its command's (128+N when signal N ended it), 124 when it ran past timeout_secs"},
+            "timed_out": {"type": "boolean", "description": "it ran past timeout_secs and was ended"},
+            "signal": {"type": ["string", "null"], "description": "with timed_out: what ended it, SIGTERM or SIGKILL (sent 5 s after a SIGTERM it ignored)"},
             "stdout_tail": {"type": "string"},
             "stderr_tail": {"type": "string"},
         },
@@ -501,4 +636,51 @@ pub fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("the MCP session: {e}"))?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command that exits while what it started keeps its stdout open, writing all the
+    /// time: its output is read up to a bound after the exit, never until that ends.
+    #[test]
+    fn reading_stops_soon_after_the_exit_whatever_holds_the_pipes() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .process_group(0)
+            .args([
+                "-c",
+                "(while :; do echo more; sleep 0.01; done) & echo \"first $!\"; echo said >&2",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let exited = Arc::new(AtomicBool::new(false));
+        let (out, err) = (child.stdout.take(), child.stderr.take());
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let exited = exited.clone();
+            std::thread::spawn(move || tx.send(drain(out, err, &exited)));
+        }
+        let group = child.id() as i32;
+        child.wait().unwrap();
+        exited.store(true, Ordering::SeqCst);
+        let started = Instant::now();
+        let read = rx.recv_timeout(Duration::from_secs(10));
+        let took = started.elapsed();
+        // SAFETY: plain kill of the process group this test started (the loop left behind).
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        let (out, err) = read.expect("reading did not stop within 10 s of the exit");
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.lines().any(|l| l.starts_with("first ")), "{out}");
+        assert!(out.contains("more"), "{out}");
+        assert_eq!(String::from_utf8(err).unwrap(), "said\n");
+        assert!(
+            took < READ_AFTER_EXIT + Duration::from_secs(1),
+            "reading went on for {took:?} after the exit"
+        );
+    }
 }

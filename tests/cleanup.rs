@@ -835,3 +835,77 @@ fn unmount_numbers_its_cleanup_lines_when_there_are_many() {
     );
     drop(m);
 }
+
+/// `unmount --json`: refused as `in-use` naming the processes inside, then the outcome
+/// with each worktree's cleanup (removed or retained, with the reason).
+#[test]
+fn unmount_answers_json_with_each_worktrees_cleanup() {
+    let env = Env::new();
+    for n in ["keep", "drop"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    for n in ["keep", "drop"] {
+        wtfs_ok(
+            &env.state(),
+            &["lease", "acquire", &format!("repo/{n}"), "--session", "s"],
+        );
+    }
+    agent(&m.wt("repo", "keep"), "echo notes > notes.txt");
+    let mut inside = std::process::Command::new("sleep")
+        .arg("30")
+        .current_dir(m.wt("repo", "drop"))
+        .spawn()
+        .unwrap();
+    let o = wtfs(&env.state(), &["unmount", "--json"]);
+    let _ = inside.kill();
+    let _ = inside.wait();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"], "in-use", "{v}");
+    assert!(
+        v["inside"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap().contains(&inside.id().to_string())),
+        "{v}"
+    );
+    let mut v: serde_json::Value = serde_json::Value::Null;
+    wait_until(
+        "unmount goes through",
+        std::time::Duration::from_secs(20),
+        || {
+            let o = wtfs(&env.state(), &["unmount", "--json"]);
+            if !o.status.success() {
+                return false;
+            }
+            v = serde_json::from_slice(&o.stdout).unwrap();
+            true
+        },
+    );
+    assert_eq!(v["outcome"], "unmounted", "{v}");
+    assert_eq!(v["mountpoint"], m.mountpoint.to_str().unwrap(), "{v}");
+    let cleaned = v["cleaned"].as_array().unwrap();
+    let state_of = |name: &str| {
+        cleaned
+            .iter()
+            .find(|c| c["worktree"] == format!("repo/{name}"))
+            .unwrap_or_else(|| panic!("repo/{name} in {v}"))["state"]
+            .clone()
+    };
+    assert_eq!(state_of("keep"), "retained", "{v}");
+    assert_eq!(state_of("drop"), "removed", "{v}");
+    assert!(
+        cleaned
+            .iter()
+            .all(|c| c["reason"].is_string() && c["at"].is_string()),
+        "{v}"
+    );
+    drop(m);
+}

@@ -641,3 +641,117 @@ fn a_slow_creation_says_what_it_is_doing() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stderr(&o), "", "a quick creation is silent");
 }
+
+/// Every command that changes something answers `--json` (`repo add|set|remove`,
+/// `unmount`), and every command names an unknown, removed or unmounted worktree with the
+/// same typed refusal: `reclaim` says `not-found` with `did_you_mean` (or `removed`), and
+/// `run` says `not-mounted` as `turn` does.
+#[test]
+fn commands_that_change_something_answer_json_and_refusals_are_typed_alike() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/exists"]);
+    let json = |args: &[&str], code: i32| -> serde_json::Value {
+        let o = wtfs(&env.state(), args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: no JSON on stdout ({e}): {}", stderr(&o)))
+    };
+    // reclaim of a worktree that does not exist: not-found, the close name as a field.
+    let v = json(&["reclaim", "repo/exist", "--json"], 1);
+    assert_eq!(v["error"], "not-found", "{v}");
+    assert_eq!(v["did_you_mean"], "repo/exists", "{v}");
+    assert_eq!(v["worktree"], "repo/exist", "{v}");
+    let v = json(&["reclaim", "repo/zzzzzz", "--json"], 1);
+    assert_eq!(v["error"], "not-found", "{v}");
+    assert!(v.get("did_you_mean").is_none(), "{v}");
+    // ... and of one that is removed: removed, with the way back.
+    wtfs_ok(&env.state(), &["new", "repo/gone"]);
+    wtfs_ok(&env.state(), &["reclaim", "repo/gone", "--discard"]);
+    let o = wtfs(&env.state(), &["reclaim", "repo/gone", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"], "removed", "{v}");
+    assert_eq!(v["outcome"], "already-removed", "{v}");
+    assert_eq!(v["state"], "removed", "{v}");
+    assert!(
+        stderr(&o).contains("worktreefs restore repo/gone"),
+        "{}",
+        stderr(&o)
+    );
+    // run with nothing mounted: not-mounted, the worktree object, on stderr.
+    let o = wtfs(
+        &env.state(),
+        &[
+            "run",
+            "repo/exists",
+            "--session",
+            "s",
+            "--json",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    let v: serde_json::Value = serde_json::from_slice(&o.stderr)
+        .unwrap_or_else(|e| panic!("not JSON on stderr ({e}): {}", stderr(&o)));
+    assert_eq!(v["error"], "not-mounted", "{v}");
+    assert_eq!(v["worktree"], "repo/exists", "{v}");
+    assert_eq!(v["state"], "ready", "{v}");
+    assert_eq!(v["session"], "s", "{v}");
+    assert!(v["path"].as_str().unwrap().ends_with("/repo/exists"), "{v}");
+    // unmount with nothing mounted: not-mounted too.
+    let v = json(&["unmount", "--json"], 1);
+    assert_eq!(v["error"], "not-mounted", "{v}");
+    // repo add, set and remove give the repository as `repo list --json` does.
+    let other = TestRepo::new();
+    let v = json(
+        &[
+            "repo",
+            "add",
+            other.path().to_str().unwrap(),
+            "--name",
+            "other",
+            "--include",
+            "node_modules/",
+            "--json",
+        ],
+        0,
+    );
+    let listed = json(&["repo", "list", "--json"], 0);
+    let row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["repo"] == "other")
+        .unwrap_or_else(|| panic!("{listed}"))
+        .clone();
+    assert_eq!(v, row);
+    assert_eq!(v["include"], serde_json::json!(["node_modules/"]), "{v}");
+    let v = json(
+        &["repo", "set", "other", "--warm-default", "true", "--json"],
+        0,
+    );
+    assert_eq!(v["warm_default"], true, "{v}");
+    assert_eq!(v["repo"], "other", "{v}");
+    let v = json(&["repo", "remove", "repo", "--json"], 1);
+    assert_eq!(v["error"], "has-worktrees", "{v}");
+    assert_eq!(
+        v["worktrees"],
+        serde_json::json!(["repo/exists (ready)"]),
+        "{v}"
+    );
+    let v = json(&["repo", "remove", "other", "--json"], 0);
+    assert_eq!(v["repo"], "other", "{v}");
+    assert_eq!(v["removed"], true, "{v}");
+    assert_eq!(v["purged"], 0, "{v}");
+    let v = json(&["repo", "remove", "other", "--json"], 1);
+    assert_eq!(v["error"], "failed", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("'other' is not registered"),
+        "{v}"
+    );
+}

@@ -1173,8 +1173,9 @@ fn new_release_and_reclaim_say_what_happened_as_json() {
     assert_eq!(v["outcome"], "removed", "{v}");
     assert_eq!(v["state"], "removed", "{v}");
     let o = wtfs(&env.state(), &["reclaim", "repo/clean", "--json"]);
-    assert!(!o.status.success());
-    assert_eq!(parse(&o)["outcome"], "gone");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(parse(&o)["error"], "removed");
+    assert_eq!(parse(&o)["outcome"], "already-removed");
     drop(m);
 }
 

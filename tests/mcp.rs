@@ -76,6 +76,24 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
     assert_eq!(t["structured"]["exit_status"], 7, "{t}");
     assert_eq!(t["structured"]["timed_out"], false, "{t}");
     assert_eq!(t["structured"]["stdout_tail"], "agent\n", "{t}");
+    // Past its timeout a turn is ended: SIGTERM, and SIGKILL when its command ignores
+    // that; its output up to then comes back, without the turn's own JSON line.
+    let t = &seen["turn_timeout"];
+    assert_eq!(t["is_error"], false, "{t}");
+    assert_eq!(t["structured"]["timed_out"], true, "{t}");
+    assert_eq!(t["structured"]["exit_status"], 124, "{t}");
+    assert_eq!(t["structured"]["signal"], "SIGTERM", "{t}");
+    let t = &seen["turn_stubborn"];
+    assert_eq!(t["is_error"], false, "{t}");
+    assert_eq!(t["structured"]["timed_out"], true, "{t}");
+    assert_eq!(t["structured"]["signal"], "SIGKILL", "{t}");
+    assert_eq!(t["structured"]["stdout_tail"], "begun\n", "{t}");
+    assert_eq!(t["structured"]["stderr_tail"], "said\n", "{t}");
+    let secs = t["secs"].as_f64().unwrap();
+    assert!(
+        secs < 20.0,
+        "a 1 s timeout took {secs:.1} s to end a turn that ignores SIGTERM"
+    );
     assert_eq!(
         seen["show"]["structured"]["state"], "active",
         "{}",

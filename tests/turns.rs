@@ -912,3 +912,131 @@ fn a_guarded_refusal_answers_at_once_while_the_database_is_locked() {
     assert!(out.status.success(), "{}", stderr(&out));
     drop(m);
 }
+
+/// `turn --timeout SECS` ends a command that runs past it: SIGTERM, then SIGKILL when it
+/// ignores that, and everything it left running (one that made a session of its own too)
+/// ends with the turn. The turn exits 124, as timeout(1) does, its refusal-style JSON on
+/// stderr says `timed-out` and with which signal, and the lease it took is given back.
+#[test]
+fn a_turn_past_its_timeout_is_ended_even_when_its_command_ignores_sigterm() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let dir = env.dir.path().join("pids");
+    fs::create_dir(&dir).unwrap();
+    // Every process of the command writes nowhere the test reads from, so the test's pipes
+    // close with the turn whatever is left running.
+    let cmd = format!(
+        "exec >/dev/null 2>&1 </dev/null; trap '' TERM; echo $$ > {d}/c.pid; \
+         setsid sh -c 'trap \"\" TERM; echo $$ > {d}/g.pid; while :; do sleep 1; done' & \
+         while :; do sleep 1; done",
+        d = dir.display()
+    );
+    let started = Instant::now();
+    let bg = Background::start(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--timeout",
+            "1",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            &cmd,
+        ],
+    );
+    let out = bg.finish(Duration::from_secs(30));
+    let took = started.elapsed();
+    let pid = |f: &str| -> i32 {
+        fs::read_to_string(dir.join(f))
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let (c, g) = (pid("c.pid"), pid("g.pid"));
+    let alive = |p: i32| p > 0 && !holders_gone(p);
+    let (c_alive, g_alive) = (alive(c), alive(g));
+    for p in [c, g] {
+        if p > 0 {
+            // SAFETY: plain kill of a process this test's turn started (if it did not end it).
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+    }
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(c > 0 && g > 0, "the command ran: {}", stderr(&out));
+    assert!(
+        !c_alive,
+        "the command that ignores SIGTERM outlived its timeout"
+    );
+    assert!(
+        !g_alive,
+        "what it started in a session of its own outlived the turn"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "the turn took {took:?} to end after a 1 s timeout"
+    );
+    let last = stderr(&out).lines().last().unwrap_or_default().to_string();
+    let v: serde_json::Value = serde_json::from_str(&last).unwrap_or_else(|e| {
+        panic!(
+            "the last line of stderr is not JSON ({e}): {}",
+            stderr(&out)
+        )
+    });
+    assert_eq!(v["error"], "timed-out", "{v}");
+    assert_eq!(v["worktree"], "repo/t", "{v}");
+    assert_eq!(v["session"], "a", "{v}");
+    assert_eq!(v["timeout_secs"], 1, "{v}");
+    assert_eq!(v["signal"], "SIGKILL", "{v}");
+    assert!(turns_listed(&m).is_empty());
+    let leases = wtfs_ok(&env.state(), &["leases"]);
+    assert!(
+        !leases.contains("session:a"),
+        "the lease it took went: {leases}"
+    );
+    // A command that ends at SIGTERM is ended by it, and says so; without --json the
+    // message is for people.
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--timeout",
+            "1",
+            "--",
+            "sleep",
+            "30",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(124), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("ran past its timeout of 1 s") && stderr(&o).contains("SIGTERM"),
+        "{}",
+        stderr(&o)
+    );
+    // One that finishes in time is not touched.
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--timeout",
+            "30",
+            "--",
+            "sh",
+            "-c",
+            "exit 5",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    drop(m);
+}

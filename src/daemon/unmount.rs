@@ -1,7 +1,7 @@
 //! `worktreefs unmount`: leases released, cleanup, then the mount goes (or is refused
 //! while a process is inside).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,22 @@ pub enum Unmounted {
     Detached(PathBuf, Vec<String>),
 }
 
+/// Unmount's typed refusal (exit 1): `not-mounted`, or `in-use` naming the processes
+/// inside (`--json` gives them as `inside`).
+fn refused(error: &str, mountpoint: &Path, inside: &[String], message: String) -> anyhow::Error {
+    crate::report::Refusal {
+        message,
+        json: serde_json::json!({
+            "error": error,
+            "mountpoint": mountpoint,
+            "inside": inside,
+        }),
+        json_to: None,
+        code: 1,
+    }
+    .into()
+}
+
 /// Unmounts the filesystem served for `state` and waits for its daemon to finish (it
 /// releases every lease and runs the cleanup first). With processes inside: refused,
 /// naming them, or with `lazy`, detached and left to finish in the background.
@@ -35,21 +51,31 @@ pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Resul
             if mountpoint::detach_if_stale(&m)? {
                 return Ok(Unmounted::Done(m));
             }
-            bail!(
-                "nothing is mounted for state dir {}: no worktreefs daemon is running; start one with `worktreefs mount`",
-                state.root.display()
-            );
+            return Err(refused(
+                "not-mounted",
+                &m,
+                &[],
+                format!(
+                    "nothing is mounted for state dir {}: no worktreefs daemon is running; start one with `worktreefs mount`",
+                    state.root.display()
+                ),
+            ));
         }
     };
     let inside = crate::lifecycle::holders::describe_processes_inside(&mountpoint);
     if !inside.is_empty() {
         if !lazy {
-            bail!(
-                "{} is in use by {} process(es): {}; they must leave it (cd out, close files, or end them) before `worktreefs unmount`, or detach now with `worktreefs unmount --lazy` and cleanup runs once they have left",
-                mountpoint.display(),
-                inside.len(),
-                inside.join(", ")
-            );
+            return Err(refused(
+                "in-use",
+                &mountpoint,
+                &inside,
+                format!(
+                    "{} is in use by {} process(es): {}; they must leave it (cd out, close files, or end them) before `worktreefs unmount`, or detach now with `worktreefs unmount --lazy` and cleanup runs once they have left",
+                    mountpoint.display(),
+                    inside.len(),
+                    inside.join(", ")
+                ),
+            ));
         }
         nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
             .with_context(|| format!("detaching {}", mountpoint.display()))?;

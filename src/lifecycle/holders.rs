@@ -381,11 +381,17 @@ pub fn signal(pid: i64, start: i64, sig: libc::c_int) -> std::io::Result<bool> {
         Some(p) if p.start as i64 == start => {}
         _ => return Ok(false),
     }
+    pidfd_signal(&fd, sig)
+}
+
+/// Sends `sig` through `pidfd` (the process it was opened for, never one that reused its
+/// pid). Ok(false): that process is gone.
+pub fn pidfd_signal(pidfd: &OwnedFd, sig: libc::c_int) -> std::io::Result<bool> {
     // SAFETY: pidfd_send_signal on a descriptor we own, no siginfo.
     let r = unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
+            pidfd.as_raw_fd(),
             sig,
             std::ptr::null::<libc::siginfo_t>(),
             0,
@@ -401,7 +407,9 @@ pub fn signal(pid: i64, start: i64, sig: libc::c_int) -> std::io::Result<bool> {
     }
 }
 
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+/// A pidfd of process `pid` (None where the kernel has no pidfd_open, or out of
+/// descriptors). Of a child not yet waited for, it is that child's for sure.
+pub fn pidfd_open(pid: i32) -> Option<OwnedFd> {
     // SAFETY: plain syscall; on success the return value is a new descriptor we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })

@@ -7,6 +7,7 @@ usage: client.py WORKTREEFS STATE_DIR
 import asyncio
 import json
 import sys
+import time
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -74,6 +75,24 @@ async def main(exe, state):
                     },
                 )
             )
+            # One that ignores SIGTERM (and what it starts, too) is killed 5 s later.
+            started = time.monotonic()
+            seen["turn_stubborn"] = result(
+                await session.call_tool(
+                    "run_turn",
+                    {
+                        "worktree": "repo/agent",
+                        "session": "s1",
+                        "command": [
+                            "sh",
+                            "-c",
+                            "trap '' TERM; echo begun; echo said >&2; sleep 60 & wait",
+                        ],
+                        "timeout_secs": 1,
+                    },
+                )
+            )
+            seen["turn_stubborn"]["secs"] = time.monotonic() - started
             seen["show"] = result(
                 await session.call_tool("show_worktree", {"worktree": "repo/agent"})
             )
