@@ -62,6 +62,11 @@ enum Command {
         /// daemon backgrounds once the mount is ready and logs to <state>/daemon.log.
         #[arg(short, long)]
         foreground: bool,
+        /// Once the mount is ready, one JSON object on stdout: the mountpoint, the daemon's
+        /// pid, the state dir and the repositories (see docs/cli.md). Not with
+        /// --foreground, which tells systemd instead (sd_notify).
+        #[arg(long, conflicts_with = "foreground")]
+        json: bool,
         /// FUSE worker threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
@@ -865,6 +870,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mount {
             mountpoint,
             foreground,
+            json,
             threads,
             linger,
             no_lease_tracking,
@@ -880,7 +886,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => cmd_mount(
             &state,
             mountpoint,
-            foreground,
+            (foreground, json),
             MountTuning {
                 threads,
                 linger,
@@ -3202,10 +3208,11 @@ fn keep_policy((hours, percent, gib): (f64, f64, f64)) -> anyhow::Result<KeepPol
     })
 }
 
+/// `(foreground, json)`: how `mount` was asked to run and to answer.
 fn cmd_mount(
     state: &StateDir,
     mountpoint: Option<PathBuf>,
-    foreground: bool,
+    (foreground, json): (bool, bool),
     tuning: MountTuning,
     log_level: Option<&str>,
 ) -> anyhow::Result<()> {
@@ -3298,6 +3305,20 @@ fn cmd_mount(
     let store = open_store(state)?;
     let mp = create::mountpoint_of(state, &store);
     let mp = fs::canonicalize(&mp).unwrap_or(mp);
+    if json {
+        let repos: Vec<_> = store.repos()?.iter().map(report::repo_json).collect();
+        println!(
+            "{:#}",
+            serde_json::json!({
+                "mountpoint": mp,
+                "pid": pid,
+                "state_dir": state.root,
+                "repos": repos,
+                "registered": added.and(registered.map(|r| r.name)),
+            })
+        );
+        return Ok(());
+    }
     println!(
         "worktreefs: mounted at {} (daemon pid {pid}, state dir {})",
         mp.display(),

@@ -1277,3 +1277,55 @@ fn a_write_through_a_hard_link_is_a_change_at_every_name_git_watches() {
     );
     drop(m);
 }
+
+/// `mount --json` (a background mount) says where it mounted, which daemon serves it and
+/// the repositories registered, as one JSON object on stdout; a refused mount is JSON too.
+#[test]
+fn mount_answers_json_with_where_and_which_daemon() {
+    let env = Env::new();
+    let mp = env.mountpoint();
+    fs::create_dir_all(&mp).unwrap();
+    let o = wtfs(&env.state(), &["mount", mp.to_str().unwrap(), "--json"]);
+    let _g = UnmountOnDrop {
+        state: env.state(),
+        mountpoint: mp.clone(),
+    };
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)));
+    let canonical = fs::canonicalize(&mp).unwrap();
+    assert_eq!(v["mountpoint"], canonical.to_str().unwrap(), "{v}");
+    assert_eq!(v["state_dir"], env.state().to_str().unwrap(), "{v}");
+    let pid = v["pid"].as_u64().unwrap_or_else(|| panic!("{v}"));
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains("mount"),
+        "pid {pid} is not the daemon: {}",
+        String::from_utf8_lossy(&cmdline)
+    );
+    assert_eq!(v["repos"][0]["repo"], "repo", "{v}");
+    assert!(v.get("registered").is_some(), "{v}");
+    // A second mount of the same state dir is refused, as JSON.
+    let other = env.dir.path().join("mnt2");
+    fs::create_dir_all(&other).unwrap();
+    let o = wtfs(&env.state(), &["mount", other.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["error"], "failed", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("already serving state dir"),
+        "{v}"
+    );
+    // A foreground daemon reports readiness to systemd, not as JSON.
+    let o = wtfs(&env.state(), &["mount", "--foreground", "--json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!is_mounted(&other));
+}
