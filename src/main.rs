@@ -15,6 +15,7 @@ use worktreefs::git;
 use worktreefs::lease::State;
 use worktreefs::lifecycle::cleanup::keep::KeepPolicy;
 use worktreefs::lifecycle::create::{self, CreateRequest};
+use worktreefs::lifecycle::leftovers;
 use worktreefs::lifecycle::warm;
 use worktreefs::names::{sanitize_name, validate_name};
 use worktreefs::report;
@@ -286,6 +287,11 @@ enum Command {
         /// A refusal (and a timeout) as JSON on stderr (the command's stdout stays its own).
         #[arg(long)]
         json: bool,
+        /// Also write the turn's outcome as one JSON object into FILE, apart from the
+        /// command's output: the refusal or failure, `timed-out`, or `ended` with the exit
+        /// status (for `worktreefs mcp`).
+        #[arg(long, value_name = "FILE", hide = true)]
+        report: Option<PathBuf>,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -754,6 +760,10 @@ fn main() -> ExitCode {
         }
     }
     let json_to = json_wanted(&cli.command);
+    let report_to = match &cli.command {
+        Command::Turn { report, .. } => report.clone(),
+        _ => None,
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -778,6 +788,16 @@ fn main() -> ExitCode {
             if refusal.is_none_or(|r| r.json_to != Some(report::JsonTo::Stderr)) {
                 tracing::debug!("{e:#}");
                 eprintln!("worktreefs: {}", report::for_people(&format!("{e:#}")));
+            }
+            if let Some(path) = &report_to {
+                let v = match refusal {
+                    Some(r) if !r.json.is_null() => r.json.clone(),
+                    _ => serde_json::json!({
+                        "error": "failed",
+                        "message": report::for_people(&format!("{e:#}")),
+                    }),
+                };
+                write_report(path, &v);
             }
             match refusal {
                 Some(r) => {
@@ -1260,6 +1280,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             wait,
             timeout,
             json,
+            report,
             command,
         } => cmd_turn(
             &state,
@@ -1270,6 +1291,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 wait,
                 timeout,
                 json,
+                report: report.as_deref(),
             },
             &command,
         ),
@@ -1769,6 +1791,7 @@ fn cmd_reclaim(state: &StateDir, target: &str, discard: bool, json: bool) -> any
                 // reads as this call's removal.
                 let mut r = e.downcast::<report::Refusal>().expect("a refusal");
                 r.json["outcome"] = "already-removed".into();
+                r.json["detail"] = format!("worktree {repo}/{name} is already removed").into();
                 return Err(r.into());
             }
             let hint = did_you_mean(&now, repo, name);
@@ -2105,6 +2128,24 @@ fn did_you_mean_field(hint: &str) -> &str {
         .trim_end_matches("?)")
 }
 
+/// The worktree `repo/name` for `run` or `turn`: refused as `lease acquire` refuses it
+/// when it does not exist, is removed or is being deleted, before anything else is asked
+/// (a mount would not help).
+fn runnable_worktree(
+    store: &Store,
+    repo: &str,
+    name: &str,
+    json_to: Option<report::JsonTo>,
+) -> anyhow::Result<worktreefs::store::WorktreeRow> {
+    let row = leasable_worktree(store, repo, name, json_to)?;
+    if matches!(row.state, State::Removed | State::Deleting) {
+        let mut r = report::unleasable(repo, name, Some(row.state));
+        r.json_to = json_to;
+        return Err(r.into());
+    }
+    Ok(row)
+}
+
 /// The worktree `repo/name`, or a typed refusal naming the way out.
 fn leasable_worktree(
     store: &Store,
@@ -2261,7 +2302,7 @@ fn cmd_run(
     let (repo, name) = split_target(target)?;
     let mut store = open_store(state)?;
     let json_to = ask.json.then_some(report::JsonTo::Stderr);
-    let row = leasable_worktree(&store, repo, name, json_to)?;
+    let row = runnable_worktree(&store, repo, name, json_to)?;
     let Some(daemon) = daemon::running_daemon(state) else {
         return Err(not_mounted(state, &store, &row, ask.session, json_to).into());
     };
@@ -2375,6 +2416,8 @@ struct TurnAsk<'a> {
     /// Seconds the command may run (`--timeout`).
     timeout: Option<u64>,
     json: bool,
+    /// Where the outcome goes as JSON too (`--report`).
+    report: Option<&'a Path>,
 }
 
 /// Ends this process's turn on worktree `id` and gives back the lease it took, telling
@@ -2404,7 +2447,7 @@ fn cmd_turn(
     worktreefs::lease::validate_session(ask.session).map_err(|e| anyhow!(e))?;
     let mut store = open_store(state)?;
     let json_to = ask.json.then_some(report::JsonTo::Stderr);
-    let row = leasable_worktree(&store, repo, name, json_to)?;
+    let row = runnable_worktree(&store, repo, name, json_to)?;
     let at = create::mountpoint_of(state, &store);
     let plain = |error: &str, message: String| -> anyhow::Error {
         report::refused(&row, &at, error, Some(ask.session), message, json_to).into()
@@ -2593,7 +2636,7 @@ fn cmd_turn(
         let how = match sig {
             libc::SIGKILL => format!(
                 "SIGKILL, {} s after a SIGTERM it ignored",
-                KILL_AFTER.as_secs()
+                leftovers::KILL_AFTER.as_secs()
             ),
             _ => signal_name(sig).to_string(),
         };
@@ -2601,21 +2644,45 @@ fn cmd_turn(
             "the turn of session {} on {repo}/{name} ran past its timeout of {secs} s: its command was ended with {how}, and what it left running with it",
             ask.session,
         );
+        let row = store.worktree(repo, name).ok().flatten().unwrap_or(row);
+        let mut v = report::worktree_json(&row, &at);
+        v["error"] = "timed-out".into();
+        v["session"] = ask.session.into();
+        v["timeout_secs"] = secs.into();
+        v["signal"] = signal_name(sig).into();
+        v["exit_status"] = EXIT_TIMED_OUT.into();
+        v["message"] = message.clone().into();
+        if let Some(path) = ask.report {
+            write_report(path, &v);
+        }
         if ask.json {
-            let row = store.worktree(repo, name).ok().flatten().unwrap_or(row);
-            let mut v = report::worktree_json(&row, &at);
-            v["error"] = "timed-out".into();
-            v["session"] = ask.session.into();
-            v["timeout_secs"] = secs.into();
-            v["signal"] = signal_name(sig).into();
-            v["message"] = message.into();
-            eprintln!("{v}");
+            // On a line of its own whatever the command's last output was (a line it
+            // did not end, a progress bar's `\r`).
+            eprintln!("\n{v}");
         } else {
             eprintln!("worktreefs: {message}");
         }
         std::process::exit(EXIT_TIMED_OUT);
     }
+    if let Some(path) = ask.report {
+        let code = exit_code(ended.status);
+        write_report(
+            path,
+            &serde_json::json!({"outcome": "ended", "exit_status": code}),
+        );
+    }
     exit_as(ended.status)
+}
+
+/// Writes a turn's outcome into its `--report` file (a failure to is said, not fatal: the
+/// exit status still tells).
+fn write_report(path: &Path, v: &serde_json::Value) {
+    if let Err(e) = fs::write(path, format!("{v}\n")) {
+        eprintln!(
+            "worktreefs: writing the turn's outcome to {}: {e}",
+            path.display()
+        );
+    }
 }
 
 /// What `turn` exits with when its command ran past `--timeout` (timeout(1)'s code).
@@ -2851,8 +2918,8 @@ fn same_pid_namespace(daemon: &daemon::Holder) -> anyhow::Result<()> {
 /// started ignoring it, as under `nohup`: then the command ignores it too). `turn`: the
 /// command is killed if this process dies first (a turn's command never outlives its
 /// turn), and what it leaves running stays in this process's tree (a subreaper) while it
-/// runs; with a limit, the command gets SIGTERM once it has run that long and SIGKILL
-/// [`KILL_AFTER`] later if it is still there. A command that cannot be started is an
+/// runs; with a limit, the command and what runs below it get SIGTERM once it has run
+/// that long and SIGKILL [`leftovers::KILL_AFTER`] later if it is still there. A command that cannot be started is an
 /// error naming it (exit 127 or 126).
 ///
 /// `turn`: None for `run`; Some(limit) for a turn.
@@ -2925,7 +2992,7 @@ fn run_below(
     };
     let pid = child.id() as libc::pid_t;
     FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
-    let timer = limit.map(|l| Timer::start(pid, l));
+    let timer = limit.map(|l| leftovers::Timer::start(pid, l));
     let mut before = Vec::new();
     for s in &forward {
         // SAFETY: installing a handler that is async-signal-safe (see above).
@@ -2934,10 +3001,19 @@ fn run_below(
         }));
     }
     let status = wait_for(pid, turn);
-    let ended_with = timer.and_then(Timer::stop);
+    let ended_with = timer.and_then(leftovers::Timer::stop);
     if turn {
         // What the command left running (adopted here) ends with the turn.
-        end_leftovers();
+        let left = leftovers::end_all(Duration::from_secs(2), Duration::from_secs(5));
+        if !left.is_empty() {
+            eprintln!(
+                "worktreefs: processes the turn's command left running could not all be ended: {}",
+                left.iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
     for (s, h) in before {
         // SAFETY: putting back the disposition found.
@@ -2954,56 +3030,6 @@ struct Ended {
     status: std::process::ExitStatus,
     /// The signal its timeout sent last (SIGTERM, or SIGKILL after it), if it ran past it.
     ended_with: Option<libc::c_int>,
-}
-
-/// How long a command past its timeout has, after SIGTERM, before SIGKILL.
-const KILL_AFTER: Duration = Duration::from_secs(5);
-
-/// A command's timeout: a thread that sends SIGTERM once the limit has passed and SIGKILL
-/// [`KILL_AFTER`] later, through a pidfd opened while the command is an unwaited child of
-/// this process (so a pid reused after it is reaped is never signalled).
-struct Timer {
-    stop: std::sync::mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<Option<libc::c_int>>,
-}
-
-impl Timer {
-    fn start(pid: libc::pid_t, limit: Duration) -> Timer {
-        use std::sync::mpsc::RecvTimeoutError::Timeout;
-        let pidfd = worktreefs::lifecycle::holders::pidfd_open(pid);
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let send = |sig| match &pidfd {
-                Some(fd) => {
-                    let _ = worktreefs::lifecycle::holders::pidfd_signal(fd, sig);
-                }
-                // No pidfd (an old kernel): only while the command is not yet reaped,
-                // which is what FORWARD_TO says, as for a forwarded signal.
-                None => {
-                    if FORWARD_TO.load(std::sync::atomic::Ordering::SeqCst) == pid {
-                        // SAFETY: plain kill(2) of this process's own child.
-                        unsafe { libc::kill(pid, sig) };
-                    }
-                }
-            };
-            if stopped.recv_timeout(limit) != Err(Timeout) {
-                return None;
-            }
-            send(libc::SIGTERM);
-            if stopped.recv_timeout(KILL_AFTER) != Err(Timeout) {
-                return Some(libc::SIGTERM);
-            }
-            send(libc::SIGKILL);
-            Some(libc::SIGKILL)
-        });
-        Timer { stop, thread }
-    }
-
-    /// Stops it (the command has exited): the signal it sent last, if any.
-    fn stop(self) -> Option<libc::c_int> {
-        let _ = self.stop.send(());
-        self.thread.join().unwrap_or(None)
-    }
 }
 
 /// Waits for child `pid` to exit; stops passing signals on to it before it is reaped (so
@@ -3040,64 +3066,6 @@ fn wait_for(pid: libc::pid_t, reap_others: bool) -> std::io::Result<std::process
     }
 }
 
-/// Ends what a turn's command left running, adopted by this subreaper: SIGTERM, then
-/// SIGKILL to those still there after two seconds, each reaped (a turn's effects end with
-/// it: nothing it started goes on writing once its gate is open).
-fn end_leftovers() {
-    let children = || -> Vec<libc::pid_t> {
-        fs::read_dir("/proc/self/task")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
-            .flat_map(|c| {
-                c.split_whitespace()
-                    .filter_map(|x| x.parse().ok())
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    };
-    let reap = || loop {
-        let mut status = 0;
-        // SAFETY: waitpid writes only `status`.
-        if unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } <= 0 {
-            break;
-        }
-    };
-    let left = children();
-    if left.is_empty() {
-        return;
-    }
-    for p in &left {
-        // SAFETY: children of this process (not reaped, so their pids are theirs).
-        unsafe { libc::kill(*p, libc::SIGTERM) };
-    }
-    let end = std::time::Instant::now() + Duration::from_secs(2);
-    while std::time::Instant::now() < end {
-        reap();
-        if children().is_empty() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SIGKILL to every child, again for those adopted meanwhile (a killed leftover's own
-    // children come to this subreaper): none goes on writing once the gate is open.
-    let end = std::time::Instant::now() + Duration::from_secs(2);
-    loop {
-        let left = children();
-        if left.is_empty() || std::time::Instant::now() >= end {
-            break;
-        }
-        for p in left {
-            // SAFETY: as above.
-            unsafe { libc::kill(p, libc::SIGKILL) };
-        }
-        reap();
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    reap();
-}
-
 /// A command that could not be started: exit 127 (not found) or 126 (not executable), as
 /// shells do.
 #[derive(Debug)]
@@ -3126,13 +3094,17 @@ extern "C" fn forward_signal(sig: libc::c_int) {
 
 /// Exits with the command's status: its code, or 128 + the signal that ended it.
 fn exit_as(status: std::process::ExitStatus) -> anyhow::Result<()> {
-    match status.code() {
-        Some(0) => Ok(()),
-        Some(code) => std::process::exit(code),
-        None => std::process::exit(
-            128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0),
-        ),
+    match exit_code(status) {
+        0 => Ok(()),
+        code => std::process::exit(code),
     }
+}
+
+/// A command's status as a shell gives it: its code, or 128 + the signal that ended it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    status.code().unwrap_or_else(|| {
+        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+    })
 }
 
 fn add_repo(

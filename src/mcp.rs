@@ -34,6 +34,39 @@ pub struct Server {
     tool_router: ToolRouter<Self>,
 }
 
+/// A file only this server made, for one turn's outcome (`turn --report`): created new
+/// (never one that was there, nor through a link) with mode 0600, removed when dropped.
+struct ReportFile {
+    path: PathBuf,
+}
+
+impl ReportFile {
+    fn new() -> std::io::Result<ReportFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "worktreefs-mcp-{}-{n}-{nanos}.json",
+            std::process::id()
+        ));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        Ok(ReportFile { path })
+    }
+}
+
+impl Drop for ReportFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// The tail of `s`: its last `n` bytes, cut at a character boundary.
 fn tail(s: &str, n: usize) -> String {
     if s.len() <= n {
@@ -52,8 +85,8 @@ const TAIL_BYTES: usize = 4096;
 /// How long a command past its limit has, after SIGTERM, before SIGKILL.
 const KILL_AFTER: Duration = Duration::from_secs(5);
 
-/// How much of one stream is kept: past it, the oldest half goes (a turn's result carries
-/// only the tail; a JSON outcome is far smaller).
+/// How much of a turn's stream is kept: past it, the oldest half goes (its result carries
+/// only the tail). A command's JSON outcome is kept whole.
 const KEEP_BYTES: usize = 16 << 20;
 
 /// How long the pipes may stay quiet, once the command has exited, before reading stops.
@@ -69,6 +102,7 @@ fn drain(
     out: Option<std::process::ChildStdout>,
     err: Option<std::process::ChildStderr>,
     exited: &AtomicBool,
+    keep: usize,
 ) -> (Vec<u8>, Vec<u8>) {
     let mut fds: Vec<(Option<OwnedFd>, Vec<u8>)> = vec![
         (out.map(OwnedFd::from), Vec::new()),
@@ -110,8 +144,8 @@ fn drain(
             if r > 0 {
                 got = true;
                 buf.extend_from_slice(&chunk[..r as usize]);
-                if buf.len() > KEEP_BYTES {
-                    buf.drain(..buf.len() - KEEP_BYTES / 2);
+                if buf.len() > keep {
+                    buf.drain(..buf.len() - keep / 2);
                 }
             } else if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)
             {
@@ -139,7 +173,8 @@ impl Server {
     /// SIGTERM, and SIGKILL [`KILL_AFTER`] later. Its output is read until the command
     /// has exited and its pipes are quiet, never longer: something it left running that
     /// still holds them does not keep the tool call waiting.
-    async fn cli(&self, args: Vec<String>, limit: Duration) -> Result<Ran, ErrorData> {
+    /// `keep`: how much of each stream is kept (its tail).
+    async fn cli(&self, args: Vec<String>, limit: Duration, keep: usize) -> Result<Ran, ErrorData> {
         let exe = self.exe.clone();
         let state = self.state_dir.clone();
         tokio::task::spawn_blocking(move || {
@@ -156,7 +191,7 @@ impl Server {
             let exited = Arc::new(AtomicBool::new(false));
             let reader = {
                 let exited = exited.clone();
-                std::thread::spawn(move || drain(out, err, &exited))
+                std::thread::spawn(move || drain(out, err, &exited, keep))
             };
             let started = Instant::now();
             let mut sent = None;
@@ -170,7 +205,7 @@ impl Server {
                 // By its pid: the process this started, not yet waited for, so the pid
                 // is still its.
                 let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-                if now >= limit + KILL_AFTER && sent != Some(Signal::SIGKILL) {
+                if now >= limit.saturating_add(KILL_AFTER) && sent != Some(Signal::SIGKILL) {
                     let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
                     sent = Some(Signal::SIGKILL);
                 } else if now >= limit && sent.is_none() {
@@ -197,7 +232,7 @@ impl Server {
     /// A command whose stdout is its JSON outcome: the structured result, or the error.
     async fn json(&self, mut args: Vec<String>) -> Result<CallToolResult, ErrorData> {
         args.push("--json".into());
-        let ran = self.cli(args, Duration::from_secs(600)).await?;
+        let ran = self.cli(args, Duration::from_secs(600), usize::MAX).await?;
         let value: Option<serde_json::Value> = serde_json::from_str(ran.stdout.trim()).ok();
         if ran.code == Some(0) {
             let Some(v) = value else {
@@ -453,6 +488,11 @@ impl Server {
                 "timeout_secs is 0: give at least 1 second (or leave it out for 600)",
             )]));
         }
+        // The turn's outcome comes apart from the command's output, in a file of this
+        // server's own (made here, 0600, never one that was there).
+        let report = ReportFile::new().map_err(|e| {
+            ErrorData::internal_error(format!("making the turn's report file: {e}"), None)
+        })?;
         let mut args = vec![
             "turn".to_string(),
             a.worktree.clone(),
@@ -460,7 +500,8 @@ impl Server {
             a.session,
             "--timeout".into(),
             timeout.to_string(),
-            "--json".into(),
+            "--report".into(),
+            report.path.to_string_lossy().into_owned(),
         ];
         if a.guard {
             args.push("--guard".into());
@@ -468,32 +509,33 @@ impl Server {
         args.push("--".into());
         args.extend(a.command);
         // The turn ends its command at the timeout itself (and what that left running);
-        // this limit only stops a turn process that does not end after it.
-        let limit = Duration::from_secs(timeout) + 2 * KILL_AFTER + Duration::from_secs(30);
-        let mut ran = self.cli(args, limit).await?;
-        // A refusal of the turn itself is JSON on stderr, and all that is there.
-        if let Ok(v) = serde_json::from_str::<serde_json::Value>(ran.stderr.trim()) {
-            if v.get("error").is_some_and(|e| e != "timed-out") {
-                return Ok(refused(&ran, Some(v)));
-            }
-        }
-        // Past its timeout the turn exits 124 with its `timed-out` JSON as stderr's last
-        // line, after whatever the command wrote there.
+        // this limit only stops a turn process that does not end after it, counted from
+        // its start (it may wait for a guard to settle first).
+        let limit = Duration::from_secs(timeout)
+            .saturating_add(2 * KILL_AFTER)
+            .saturating_add(Duration::from_secs(120));
+        let mut ran = self.cli(args, limit, KEEP_BYTES).await?;
+        let outcome: Option<serde_json::Value> = std::fs::read_to_string(&report.path)
+            .ok()
+            .and_then(|t| serde_json::from_str(t.trim()).ok());
+        drop(report);
         let mut signal = None;
-        if ran.code == Some(124) {
-            let body = ran.stderr.trim_end();
-            let (before, last) = body.rsplit_once('\n').unwrap_or(("", body));
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(last) {
-                if v["error"] == "timed-out" {
-                    signal = v["signal"].as_str().map(str::to_string);
-                    ran.timed_out = true;
-                    ran.stderr = if before.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{before}\n")
-                    };
+        match outcome.as_ref().and_then(|o| o["error"].as_str()) {
+            // Past its timeout: the turn's own line for people is not the command's.
+            Some("timed-out") => {
+                let o = outcome.as_ref().expect("matched");
+                signal = o["signal"].as_str().map(str::to_string);
+                ran.timed_out = true;
+                if let Some(m) = o["message"].as_str() {
+                    let said = format!("worktreefs: {m}\n");
+                    if let Some(before) = ran.stderr.strip_suffix(&said) {
+                        ran.stderr = before.to_string();
+                    }
                 }
             }
+            // The turn refused (or could not start) its command.
+            Some(_) => return Ok(refused(&ran, outcome)),
+            None => {}
         }
         let v = serde_json::json!({
             "worktree": a.worktree,
@@ -663,7 +705,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         {
             let exited = exited.clone();
-            std::thread::spawn(move || tx.send(drain(out, err, &exited)));
+            std::thread::spawn(move || tx.send(drain(out, err, &exited, usize::MAX)));
         }
         let group = child.id() as i32;
         child.wait().unwrap();

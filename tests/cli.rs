@@ -700,6 +700,26 @@ fn commands_that_change_something_answer_json_and_refusals_are_typed_alike() {
     assert_eq!(v["state"], "ready", "{v}");
     assert_eq!(v["session"], "s", "{v}");
     assert!(v["path"].as_str().unwrap().ends_with("/repo/exists"), "{v}");
+    // A removed worktree is refused as removed by run and turn, mounted or not (a mount
+    // would not help).
+    for args in [
+        &["run", "repo/gone", "--json", "--", "true"][..],
+        &[
+            "turn",
+            "repo/gone",
+            "--session",
+            "s",
+            "--json",
+            "--",
+            "true",
+        ],
+    ] {
+        let o = wtfs(&env.state(), args);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stderr)
+            .unwrap_or_else(|e| panic!("{args:?}: not JSON on stderr ({e}): {}", stderr(&o)));
+        assert_eq!(v["error"], "removed", "{args:?}: {v}");
+    }
     // unmount with nothing mounted: not-mounted too.
     let v = json(&["unmount", "--json"], 1);
     assert_eq!(v["error"], "not-mounted", "{v}");

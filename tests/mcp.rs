@@ -94,6 +94,19 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
         secs < 20.0,
         "a 1 s timeout took {secs:.1} s to end a turn that ignores SIGTERM"
     );
+    let t = &seen["turn_progress"];
+    assert_eq!(t["structured"]["timed_out"], true, "{t}");
+    assert_eq!(t["structured"]["signal"], "SIGTERM", "{t}");
+    assert_eq!(t["structured"]["stdout_tail"], "out\n", "{t}");
+    assert_eq!(t["structured"]["stderr_tail"], "compiling 3/10\r", "{t}");
+    let t = &seen["turn_json_stderr"];
+    assert_eq!(t["is_error"], false, "{t}");
+    assert_eq!(t["structured"]["exit_status"], 2, "{t}");
+    assert_eq!(t["structured"]["timed_out"], false, "{t}");
+    assert_eq!(t["structured"]["stdout_tail"], "important\n", "{t}");
+    let t = &seen["turn_huge_timeout"];
+    assert_eq!(t["is_error"], false, "{t}");
+    assert_eq!(t["structured"]["exit_status"], 0, "{t}");
     assert_eq!(
         seen["show"]["structured"]["state"], "active",
         "{}",

@@ -1040,3 +1040,123 @@ fn a_turn_past_its_timeout_is_ended_even_when_its_command_ignores_sigterm() {
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     drop(m);
 }
+
+/// Past its timeout a command that stopped itself still gets to act on SIGTERM (a SIGCONT
+/// goes with it, as timeout(1) sends), instead of SIGKILL 5 s later.
+#[test]
+fn a_stopped_command_past_its_timeout_still_handles_sigterm() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let started = Instant::now();
+    let bg = Background::start(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--timeout",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo cleanup > cleanup.txt; exit 3' TERM; kill -STOP $$",
+        ],
+    );
+    let out = bg.finish(Duration::from_secs(30));
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("ended with SIGTERM"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(m.wt("repo", "t").join("cleanup.txt")).unwrap_or_default(),
+        "cleanup\n",
+        "its SIGTERM trap did not run"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    drop(m);
+}
+
+/// What a turn's command leaves running ends with the turn however it tries to outlive
+/// it: a leftover's child adopted after its parent ended still gets SIGTERM first, and a
+/// chain of processes each forking the next and exiting (faster than one kill round)
+/// is ended all the same.
+#[test]
+fn leftovers_adopted_late_get_sigterm_and_a_forking_chain_cannot_outrun_the_end() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let dir = env.dir.path().join("left");
+    fs::create_dir(&dir).unwrap();
+    // A grandchild that handles SIGTERM: it is adopted only once its parent is gone.
+    fs::write(
+        dir.join("l2.sh"),
+        format!(
+            "exec >/dev/null 2>&1 </dev/null\ntrap 'echo term > {d}/l2.term; exit 0' TERM\necho $$ > {d}/l2.pid\nwhile :; do sleep 0.05; done\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let cmd = format!(
+        "sh -c 'sh {d}/l2.sh & wait' & while [ ! -s {d}/l2.pid ]; do sleep 0.02; done; exit 0",
+        d = dir.display()
+    );
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "sh", "-c", &cmd],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let l2: i32 = fs::read_to_string(dir.join("l2.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let l2_alive = !holders_gone(l2);
+    if l2_alive {
+        // SAFETY: plain kill of a leftover this test started (if the turn did not end it).
+        unsafe { libc::kill(l2, libc::SIGKILL) };
+    }
+    assert!(!l2_alive, "the grandchild outlived the turn");
+    assert!(
+        dir.join("l2.term").exists(),
+        "the grandchild, adopted after its parent ended, never got SIGTERM"
+    );
+    // The chain: each process ignores SIGTERM, forks the next and exits at once. A stop
+    // file ends it in any case when the test is over.
+    fs::write(
+        dir.join("hop.sh"),
+        format!(
+            "exec >/dev/null 2>&1 </dev/null\ntrap '' TERM\n[ -e {d}/stop ] && exit 0\necho $$ >> {d}/hops\nsh {d}/hop.sh &\nsleep 0.01\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let cmd = format!("sh {d}/hop.sh & sleep 0.3; exit 0", d = dir.display());
+    let started = Instant::now();
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/t", "--session", "a", "--", "sh", "-c", &cmd],
+    );
+    let took = started.elapsed();
+    let hops = || {
+        fs::read_to_string(dir.join("hops"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let at_end = hops();
+    std::thread::sleep(Duration::from_secs(1));
+    let later = hops();
+    fs::write(dir.join("stop"), "").unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(at_end > 1, "the chain did not run: {at_end} hops");
+    assert_eq!(
+        later, at_end,
+        "the chain went on after the turn ended ({took:?}): {at_end} hops then {later}"
+    );
+    drop(m);
+}

@@ -11,6 +11,7 @@ pub mod create;
 pub mod fork;
 pub mod gate;
 pub mod holders;
+pub mod leftovers;
 pub mod restore;
 pub mod submodules;
 pub mod sweeper;

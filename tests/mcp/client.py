@@ -93,6 +93,51 @@ async def main(exe, state):
                 )
             )
             seen["turn_stubborn"]["secs"] = time.monotonic() - started
+            # A timeout reported whatever the command's last output was: a progress bar's
+            # carriage return, no newline at the end.
+            seen["turn_progress"] = result(
+                await session.call_tool(
+                    "run_turn",
+                    {
+                        "worktree": "repo/agent",
+                        "session": "s1",
+                        "command": [
+                            "sh",
+                            "-c",
+                            "echo out; printf 'compiling 3/10\\r' >&2; sleep 30",
+                        ],
+                        "timeout_secs": 1,
+                    },
+                )
+            )
+            # A command whose whole stderr is JSON with an "error" is the command's
+            # output, not a refusal of the turn.
+            seen["turn_json_stderr"] = result(
+                await session.call_tool(
+                    "run_turn",
+                    {
+                        "worktree": "repo/agent",
+                        "session": "s1",
+                        "command": [
+                            "sh",
+                            "-c",
+                            "echo important; echo '{\"error\": \"boom\"}' >&2; exit 2",
+                        ],
+                    },
+                )
+            )
+            # A timeout too large for any clock is no timeout, and no fault.
+            seen["turn_huge_timeout"] = result(
+                await session.call_tool(
+                    "run_turn",
+                    {
+                        "worktree": "repo/agent",
+                        "session": "s1",
+                        "command": ["true"],
+                        "timeout_secs": 18446744073709551615,
+                    },
+                )
+            )
             seen["show"] = result(
                 await session.call_tool("show_worktree", {"worktree": "repo/agent"})
             )

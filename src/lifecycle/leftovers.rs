@@ -1,0 +1,274 @@
+//! The process tree below a `turn` (a subreaper): its command's timeout, and the end of
+//! everything the command left running, so nothing a turn started goes on writing once
+//! its gate is open.
+//!
+//! Every process is signalled through a pidfd opened before it is checked to be the one
+//! the walk found (its parent then is this process or one found before it): a pid reused
+//! by another process meanwhile is never signalled. A SIGTERM goes with a SIGCONT, so a
+//! stopped process acts on it (as timeout(1) does). The end is a freeze: every process
+//! of the tree is stopped (a stopped process cannot fork) until a walk finds none it had
+//! not stopped, then all are killed, so a chain of processes that each fork the next and
+//! exit cannot outrun it.
+
+use std::collections::HashSet;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use super::holders::{pidfd_open, pidfd_signal, proc_info};
+
+/// One process below this one.
+pub struct Proc {
+    pub pid: libc::pid_t,
+    /// None only where the kernel has no pidfd_open (before 5.3).
+    fd: Option<OwnedFd>,
+}
+
+impl Proc {
+    /// Sends `sig`; false when the process is gone (or could not be signalled).
+    pub fn signal(&self, sig: libc::c_int) -> bool {
+        match &self.fd {
+            Some(fd) => pidfd_signal(fd, sig).unwrap_or(false),
+            // SAFETY: plain kill(2) of a process found below this one a moment ago.
+            None => unsafe { libc::kill(self.pid, sig) == 0 },
+        }
+    }
+
+    /// Whether it has exited (a zombie, or reaped).
+    pub fn exited(&self) -> bool {
+        match &self.fd {
+            Some(fd) => exited(fd),
+            None => is_zombie_or_gone(self.pid),
+        }
+    }
+}
+
+/// Whether the process of `pidfd` has exited: its pidfd reads ready.
+fn exited(pidfd: &OwnedFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) of one descriptor we own, without waiting.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+fn is_zombie_or_gone(pid: libc::pid_t) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+/// The children of `pid`, from `/proc/<pid>/task/*/children` (every thread's).
+fn children_of(pid: libc::pid_t) -> Vec<libc::pid_t> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every process below `root` (children, theirs, …), each checked as the module says.
+pub fn below(root: libc::pid_t) -> Vec<Proc> {
+    let mut found = Vec::new();
+    let mut seen = HashSet::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for pid in children_of(parent) {
+            if !seen.insert(pid) {
+                continue;
+            }
+            let fd = pidfd_open(pid);
+            if fd.is_none() && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+            {
+                continue; // gone since the listing
+            }
+            // Opened first, checked after: the pidfd is of the process that has `parent`
+            // as its parent now, not of one that took the pid since.
+            if proc_info(pid).is_none_or(|p| p.ppid != parent) {
+                continue;
+            }
+            found.push(Proc { pid, fd });
+            parents.push(pid);
+        }
+    }
+    found
+}
+
+/// Every process below this one.
+pub fn descendants() -> Vec<Proc> {
+    below(std::process::id() as libc::pid_t)
+}
+
+/// Reaps every child of this process that has exited (a subreaper adopts orphans: they
+/// must not pile up as zombies).
+fn reap() {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes only `status`.
+        if unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } <= 0 {
+            break;
+        }
+    }
+}
+
+/// Live processes among `procs`.
+fn live(procs: &[Proc]) -> impl Iterator<Item = &Proc> {
+    procs.iter().filter(|p| !p.exited())
+}
+
+/// SIGTERM and SIGCONT to `p`.
+fn terminate(p: &Proc) {
+    p.signal(libc::SIGTERM);
+    p.signal(libc::SIGCONT);
+}
+
+/// Ends everything below this process (a subreaper, once its command has exited): SIGTERM
+/// (with SIGCONT) to every process of the tree, and to each that joins it within `grace`
+/// (a leftover's child adopted after its parent ended); then the freeze and SIGKILL for
+/// what is still there, for at most `limit`. Returns the pids still alive after that
+/// (none unless processes keep escaping the freeze or cannot be signalled).
+///
+/// The tree is gone only when a walk right after reaping finds no process at all: one
+/// that finds only processes that exited proves nothing, since the children of a process
+/// that exited after this process's children were listed come to this subreaper unseen.
+pub fn end_all(grace: Duration, limit: Duration) -> Vec<libc::pid_t> {
+    reap();
+    if descendants().is_empty() {
+        return Vec::new();
+    }
+    let mut termed: HashSet<libc::pid_t> = HashSet::new();
+    let end = Instant::now() + grace;
+    loop {
+        reap();
+        let now = descendants();
+        if now.is_empty() {
+            return Vec::new();
+        }
+        for p in live(&now) {
+            if termed.insert(p.pid) {
+                terminate(p);
+            }
+        }
+        if Instant::now() >= end {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let end = Instant::now() + limit;
+    loop {
+        reap();
+        let mut tree = descendants();
+        if tree.is_empty() {
+            return Vec::new();
+        }
+        // Stop every process, again for those a walk finds that were not stopped (forked
+        // before their parent stopped), until none is new.
+        let mut stopped: HashSet<libc::pid_t> = HashSet::new();
+        loop {
+            let mut new = false;
+            for p in &tree {
+                if stopped.insert(p.pid) {
+                    p.signal(libc::SIGSTOP);
+                    new = true;
+                }
+            }
+            if !new || Instant::now() >= end {
+                break;
+            }
+            let again = descendants();
+            tree.extend(again.into_iter().filter(|p| !stopped.contains(&p.pid)));
+        }
+        for p in &tree {
+            p.signal(libc::SIGKILL);
+        }
+        reap();
+        if Instant::now() >= end {
+            reap();
+            return live(&descendants()).map(|p| p.pid).collect();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How long a command past its timeout has, after SIGTERM, before SIGKILL.
+pub const KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// A command's timeout: a thread that, once the limit has passed, sends SIGTERM (with
+/// SIGCONT) to the command and every process below it, and SIGKILL to those still there
+/// [`KILL_AFTER`] later. Nothing is sent once the command has exited (its pidfd reads
+/// ready), so a command that ends at the limit is not reported as timed out. The thread
+/// blocks every signal, so signals sent to the process (a SIGTERM it passes on to the
+/// command) are taken on the thread that waits for the command.
+pub struct Timer {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Option<libc::c_int>>,
+}
+
+impl Timer {
+    /// `pid`: a child of this process, not yet waited for.
+    pub fn start(pid: libc::pid_t, limit: Duration) -> Timer {
+        use std::sync::mpsc::RecvTimeoutError::Timeout;
+        let command = Proc {
+            pid,
+            fd: pidfd_open(pid),
+        };
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        // The thread starts with every signal blocked (it inherits this thread's mask).
+        // SAFETY: sigfillset and pthread_sigmask on local sets.
+        let old = unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            old
+        };
+        let thread = std::thread::spawn(move || {
+            // The command, and every other process below this one: the command's own
+            // and those it left to this subreaper already. Each once.
+            let send = |sig: libc::c_int| {
+                if command.exited() {
+                    return false;
+                }
+                let others: Vec<Proc> = descendants()
+                    .into_iter()
+                    .filter(|p| p.pid != command.pid)
+                    .collect();
+                for p in std::iter::once(&command).chain(&others) {
+                    p.signal(sig);
+                    if sig == libc::SIGTERM {
+                        p.signal(libc::SIGCONT);
+                    }
+                }
+                true
+            };
+            // The limit is counted on the monotonic clock; one that cannot be
+            // represented is no limit.
+            if stopped.recv_timeout(limit) != Err(Timeout) || !send(libc::SIGTERM) {
+                return None;
+            }
+            if stopped.recv_timeout(KILL_AFTER) != Err(Timeout) || !send(libc::SIGKILL) {
+                return Some(libc::SIGTERM);
+            }
+            Some(libc::SIGKILL)
+        });
+        // SAFETY: putting back the mask found.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        Timer { stop, thread }
+    }
+
+    /// Stops it (the command has exited): the signal it sent last, if any.
+    pub fn stop(self) -> Option<libc::c_int> {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap_or(None)
+    }
+}
