@@ -760,10 +760,23 @@ fn main() -> ExitCode {
         }
     }
     let json_to = json_wanted(&cli.command);
-    let report_to = match &cli.command {
-        Command::Turn { report, .. } => report.clone(),
-        _ => None,
-    };
+    // `turn --report FILE` is opened before anything else happens (before the turn enters
+    // the worktree, so a relative path is the caller's), and written through that one
+    // descriptor at the end, whatever becomes of the name meanwhile.
+    if let Command::Turn {
+        report: Some(path), ..
+    } = &cli.command
+    {
+        match open_report(path) {
+            Ok(f) => {
+                let _ = REPORT.set(f);
+            }
+            Err(e) => {
+                eprintln!("worktreefs: {e:#}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -789,7 +802,7 @@ fn main() -> ExitCode {
                 tracing::debug!("{e:#}");
                 eprintln!("worktreefs: {}", report::for_people(&format!("{e:#}")));
             }
-            if let Some(path) = &report_to {
+            if REPORT.get().is_some() {
                 let v = match refusal {
                     Some(r) if !r.json.is_null() => r.json.clone(),
                     _ => serde_json::json!({
@@ -797,7 +810,7 @@ fn main() -> ExitCode {
                         "message": report::for_people(&format!("{e:#}")),
                     }),
                 };
-                write_report(path, &v);
+                write_report(&v);
             }
             match refusal {
                 Some(r) => {
@@ -1280,8 +1293,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             wait,
             timeout,
             json,
-            report,
             command,
+            ..
         } => cmd_turn(
             &state,
             &which(&state, target.as_deref(), false)?,
@@ -1291,7 +1304,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 wait,
                 timeout,
                 json,
-                report: report.as_deref(),
             },
             &command,
         ),
@@ -2416,8 +2428,6 @@ struct TurnAsk<'a> {
     /// Seconds the command may run (`--timeout`).
     timeout: Option<u64>,
     json: bool,
-    /// Where the outcome goes as JSON too (`--report`).
-    report: Option<&'a Path>,
 }
 
 /// Ends this process's turn on worktree `id` and gives back the lease it took, telling
@@ -2652,9 +2662,7 @@ fn cmd_turn(
         v["signal"] = signal_name(sig).into();
         v["exit_status"] = EXIT_TIMED_OUT.into();
         v["message"] = message.clone().into();
-        if let Some(path) = ask.report {
-            write_report(path, &v);
-        }
+        write_report(&v);
         if ask.json {
             // On a line of its own whatever the command's last output was (a line it
             // did not end, a progress bar's `\r`).
@@ -2664,24 +2672,51 @@ fn cmd_turn(
         }
         std::process::exit(EXIT_TIMED_OUT);
     }
-    if let Some(path) = ask.report {
-        let code = exit_code(ended.status);
-        write_report(
-            path,
-            &serde_json::json!({"outcome": "ended", "exit_status": code}),
-        );
-    }
+    write_report(&serde_json::json!({"outcome": "ended", "exit_status": exit_code(ended.status)}));
     exit_as(ended.status)
 }
 
-/// Writes a turn's outcome into its `--report` file (a failure to is said, not fatal: the
-/// exit status still tells).
-fn write_report(path: &Path, v: &serde_json::Value) {
-    if let Err(e) = fs::write(path, format!("{v}\n")) {
-        eprintln!(
-            "worktreefs: writing the turn's outcome to {}: {e}",
-            path.display()
+/// `turn --report FILE`, opened at the start (see `main`).
+static REPORT: std::sync::OnceLock<fs::File> = std::sync::OnceLock::new();
+
+/// Opens a `--report` file: one that exists, a regular file of this user's, opened
+/// without following a link and without waiting on a FIFO.
+fn open_report(path: &Path) -> anyhow::Result<fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .with_context(|| {
+            format!(
+                "--report {}: not an existing file of yours that can be written; make it first (it is not created, nor followed through a link)",
+                path.display()
+            )
+        })?;
+    let m = f.metadata()?;
+    if !m.file_type().is_file() || m.uid() != nix::unistd::geteuid().as_raw() {
+        bail!(
+            "--report {}: not a regular file of this user's (uid {}); nothing was started",
+            path.display(),
+            nix::unistd::geteuid()
         );
+    }
+    Ok(f)
+}
+
+/// Writes a turn's outcome into its `--report` file, if it has one (a failure to is said,
+/// not fatal: the exit status still tells).
+fn write_report(v: &serde_json::Value) {
+    use std::os::unix::fs::FileExt;
+    let Some(f) = REPORT.get() else {
+        return;
+    };
+    let text = format!("{v}\n");
+    if let Err(e) = f
+        .set_len(0)
+        .and_then(|()| f.write_all_at(text.as_bytes(), 0))
+    {
+        eprintln!("worktreefs: writing the turn's outcome to its --report file: {e}");
     }
 }
 
@@ -2977,9 +3012,21 @@ fn run_below(
         libc::signal(libc::SIGINT, old.0);
         libc::signal(libc::SIGQUIT, old.1);
     };
+    // The timeout's thread before the command: a timeout that could not be kept (no
+    // thread to be had) starts nothing.
+    let timer = match limit.map(leftovers::Timer::new).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            restore_all();
+            bail!("starting the timeout's thread: {e}; nothing was started");
+        }
+    };
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
+            if let Some(t) = timer {
+                t.stop();
+            }
             restore_all();
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
@@ -2992,7 +3039,9 @@ fn run_below(
     };
     let pid = child.id() as libc::pid_t;
     FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
-    let timer = limit.map(|l| leftovers::Timer::start(pid, l));
+    if let Some(t) = &timer {
+        t.started(pid, &FORWARD_TO);
+    }
     let mut before = Vec::new();
     for s in &forward {
         // SAFETY: installing a handler that is async-signal-safe (see above).

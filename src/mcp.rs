@@ -35,29 +35,57 @@ pub struct Server {
 }
 
 /// A file only this server made, for one turn's outcome (`turn --report`): created new
-/// (never one that was there, nor through a link) with mode 0600, removed when dropped.
+/// under a name no one can guess (never one that was there, nor through a link) with mode
+/// 0600, read back through the descriptor it was made with (whatever is put at its name
+/// meanwhile), removed when dropped.
 struct ReportFile {
     path: PathBuf,
+    file: std::fs::File,
 }
+
+/// How much of a turn's outcome is read: it is one JSON object of a few hundred bytes.
+const REPORT_BYTES: u64 = 64 << 10;
 
 impl ReportFile {
     fn new() -> std::io::Result<ReportFile> {
         use std::os::unix::fs::OpenOptionsExt;
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "worktreefs-mcp-{}-{n}-{nanos}.json",
-            std::process::id()
-        ));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
-        Ok(ReportFile { path })
+        let dir = std::env::temp_dir();
+        let mut tries = 0;
+        loop {
+            let mut bytes = [0u8; 12];
+            // SAFETY: getrandom(2) into a buffer of that length.
+            let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+            if n != bytes.len() as isize {
+                return Err(std::io::Error::last_os_error());
+            }
+            let name: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            let path = dir.join(format!("worktreefs-mcp-{name}.json"));
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+            {
+                Ok(file) => return Ok(ReportFile { path, file }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => {
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// What the turn wrote: one JSON object, or None.
+    fn read(&self) -> Option<serde_json::Value> {
+        use std::io::Read;
+        std::io::Seek::rewind(&mut &self.file).ok()?;
+        let mut text = String::new();
+        (&self.file)
+            .take(REPORT_BYTES)
+            .read_to_string(&mut text)
+            .ok()?;
+        serde_json::from_str(text.trim()).ok()
     }
 }
 
@@ -178,15 +206,31 @@ impl Server {
         let exe = self.exe.clone();
         let state = self.state_dir.clone();
         tokio::task::spawn_blocking(move || {
-            let mut child = std::process::Command::new(&exe)
-                .arg("--state-dir")
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.arg("--state-dir")
                 .arg(&state)
                 .args(&args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
+                .stderr(Stdio::piped());
+            // A server that dies (killed by its client) ends what it runs as `turns end`
+            // would: SIGTERM when this thread, which waits for the child until it exits,
+            // is gone.
+            let parent = std::process::id() as libc::pid_t;
+            // SAFETY: the closure only calls prctl(2) and getppid(2), async-signal-safe.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    if libc::getppid() != parent {
+                        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                    }
+                    Ok(())
+                });
+            }
+            let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("running {}: {e}", exe.display()))?;
+            let running = Running::add(child.id());
             let (out, err) = (child.stdout.take(), child.stderr.take());
             let exited = Arc::new(AtomicBool::new(false));
             let reader = {
@@ -214,6 +258,7 @@ impl Server {
                 }
                 std::thread::sleep(Duration::from_millis(20));
             };
+            drop(running);
             exited.store(true, Ordering::SeqCst);
             let (stdout, stderr) = reader.join().unwrap_or_default();
             let status = status.map_err(|e| format!("waiting for {}: {e}", exe.display()))?;
@@ -269,6 +314,14 @@ fn refused(ran: &Ran, value: Option<serde_json::Value>) -> CallToolResult {
         .and_then(|v| v["message"].as_str().map(str::to_string))
         .filter(|_| said.is_empty())
         .unwrap_or(said);
+    let message = if message.is_empty() {
+        match ran.code {
+            Some(c) => format!("worktreefs ended with exit status {c} and said nothing"),
+            None => "worktreefs was ended by a signal and said nothing".to_string(),
+        }
+    } else {
+        message
+    };
     let mut r = CallToolResult::error(vec![ContentBlock::text(message)]);
     r.structured_content = value;
     r
@@ -493,15 +546,21 @@ impl Server {
         let report = ReportFile::new().map_err(|e| {
             ErrorData::internal_error(format!("making the turn's report file: {e}"), None)
         })?;
+        let Some(report_path) = report.path.to_str().map(str::to_string) else {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "the temporary directory {} is not a UTF-8 path; set TMPDIR to one that is",
+                    std::env::temp_dir().display()
+                ),
+                None,
+            ));
+        };
         let mut args = vec![
             "turn".to_string(),
             a.worktree.clone(),
-            "--session".into(),
-            a.session,
-            "--timeout".into(),
-            timeout.to_string(),
-            "--report".into(),
-            report.path.to_string_lossy().into_owned(),
+            format!("--session={}", a.session),
+            format!("--timeout={timeout}"),
+            format!("--report={report_path}"),
         ];
         if a.guard {
             args.push("--guard".into());
@@ -515,10 +574,10 @@ impl Server {
             .saturating_add(2 * KILL_AFTER)
             .saturating_add(Duration::from_secs(120));
         let mut ran = self.cli(args, limit, KEEP_BYTES).await?;
-        let outcome: Option<serde_json::Value> = std::fs::read_to_string(&report.path)
+        let outcome = tokio::task::spawn_blocking(move || report.read())
+            .await
             .ok()
-            .and_then(|t| serde_json::from_str(t.trim()).ok());
-        drop(report);
+            .flatten();
         let mut signal = None;
         match outcome.as_ref().and_then(|o| o["error"].as_str()) {
             // Past its timeout: the turn's own line for people is not the command's.
@@ -535,6 +594,20 @@ impl Server {
             }
             // The turn refused (or could not start) its command.
             Some(_) => return Ok(refused(&ran, outcome)),
+            // It ended as it says.
+            None if outcome.is_some() => {}
+            // No outcome: the turn was ended by this server's own limit, or failed
+            // before it could say (bad arguments, a fault): an error, with what it said.
+            None if !ran.timed_out => {
+                let mut r = refused(&ran, None);
+                r.structured_content = Some(serde_json::json!({
+                    "error": "failed",
+                    "exit_status": ran.code,
+                    "stdout_tail": tail(&ran.stdout, TAIL_BYTES),
+                    "stderr_tail": tail(&ran.stderr, TAIL_BYTES),
+                }));
+                return Ok(r);
+            }
             None => {}
         }
         let v = serde_json::json!({
@@ -667,7 +740,7 @@ pub fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let service = Server::new(exe, state_dir)
             .serve(rmcp::transport::stdio())
             .await
@@ -677,7 +750,64 @@ pub fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("the MCP session: {e}"))?;
         Ok(())
-    })
+    });
+    // The client is gone: what it asked that still runs (a turn) is ended as `turns end`
+    // would, SIGTERM, then SIGKILL; the server does not outlive its client by more.
+    Running::end_all(KILL_AFTER);
+    rt.shutdown_timeout(Duration::from_secs(2));
+    served
+}
+
+/// The commands this server runs now (their pidfds), to end when its client goes.
+struct Running {
+    pid: u32,
+}
+
+static RUNNING: std::sync::Mutex<Vec<(u32, OwnedFd)>> = std::sync::Mutex::new(Vec::new());
+
+impl Running {
+    /// `pid`: a child just spawned, not yet waited for (its pidfd is surely its own).
+    fn add(pid: u32) -> Running {
+        if let Some(fd) = worktreefs::lifecycle::holders::pidfd_open(pid as i32) {
+            RUNNING
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((pid, fd));
+        }
+        Running { pid }
+    }
+
+    /// SIGTERM to every command still running, SIGKILL to those left after `grace`.
+    fn end_all(grace: Duration) {
+        let send = |sig| {
+            let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+            for (_, fd) in running.iter() {
+                let _ = worktreefs::lifecycle::holders::pidfd_signal(fd, sig);
+            }
+            running.len()
+        };
+        if send(libc::SIGTERM) == 0 {
+            return;
+        }
+        let end = Instant::now() + grace;
+        while Instant::now() < end {
+            if RUNNING.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        send(libc::SIGKILL);
+    }
+}
+
+impl Drop for Running {
+    /// The command has exited (and been waited for).
+    fn drop(&mut self) {
+        RUNNING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(pid, _)| *pid != self.pid);
+    }
 }
 
 #[cfg(test)]

@@ -7,15 +7,58 @@ mod common;
 
 use common::*;
 
+/// The `worktreefs mcp` processes serving `state` (by their command lines).
+fn servers_of(state: &std::path::Path) -> Vec<i32> {
+    let want = format!("--state-dir\0{}\0mcp", state.display());
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&want))
+        })
+        .collect()
+}
+
 #[test]
 fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
     let env = Env::new();
     let m = env.mount();
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py");
+    // Bounded: timeout(1) ends the client; a server that hangs even so (the client
+    // starts it in a session of its own) is ended by pid after that, by a watchdog.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let done = done.clone();
+        let state = env.state();
+        std::thread::spawn(move || {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(310);
+            while std::time::Instant::now() < end {
+                if done.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            for pid in servers_of(&state) {
+                // SAFETY: plain kill of a server this test's client started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        })
+    };
     let out = run(
-        "python3",
-        &[client, BIN, env.state().to_str().unwrap()],
+        "timeout",
+        &["300", "python3", client, BIN, env.state().to_str().unwrap()],
         std::path::Path::new("/"),
+    );
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let _ = watchdog.join();
+    // The server ends with its client.
+    wait_until(
+        "the server has exited",
+        std::time::Duration::from_secs(15),
+        || servers_of(&env.state()).is_empty(),
     );
     assert!(
         out.status.success(),
@@ -104,6 +147,13 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
     assert_eq!(t["structured"]["exit_status"], 2, "{t}");
     assert_eq!(t["structured"]["timed_out"], false, "{t}");
     assert_eq!(t["structured"]["stdout_tail"], "important\n", "{t}");
+    let t = &seen["turn_swaps_report"];
+    assert_eq!(t["is_error"], false, "{t}");
+    assert_eq!(t["structured"]["exit_status"], 3, "{t}");
+    assert_eq!(t["structured"]["stdout_tail"], "swapped\n", "{t}");
+    let t = &seen["turn_bad_worktree"];
+    assert_eq!(t["is_error"], true, "{t}");
+    assert!(t["text"].as_str().unwrap().contains("--bogus"), "{t}");
     let t = &seen["turn_huge_timeout"];
     assert_eq!(t["is_error"], false, "{t}");
     assert_eq!(t["structured"]["exit_status"], 0, "{t}");
@@ -132,6 +182,83 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
         "every lease gone",
         std::time::Duration::from_secs(10),
         || wtfs_ok(&env.state(), &["leases", "--json"]).trim() == "[]",
+    );
+    drop(m);
+}
+
+/// A server killed mid-turn (its client gone, SIGKILL) does not leave the turn running:
+/// the turn gets SIGTERM, passes it on to its command, and its lease goes. Driven here by
+/// hand over newline-delimited JSON-RPC, so the test holds the server's pid.
+#[test]
+fn a_server_killed_mid_turn_ends_the_turn() {
+    use std::io::{BufRead, Write};
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/agent"]);
+    let m = env.mount();
+    let mut server = std::process::Command::new(BIN)
+        .arg("--state-dir")
+        .arg(env.state())
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut to = server.stdin.take().unwrap();
+    let mut from = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut send = |v: serde_json::Value| writeln!(to, "{v}").unwrap();
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}}),
+    );
+    let mut line = String::new();
+    from.read_line(&mut line).unwrap();
+    assert!(line.contains("\"id\":1"), "{line}");
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let pid_file = env.dir.path().join("cmd.pid");
+    let script = format!(
+        "echo $$ > {}; trap 'exit 0' TERM; while :; do sleep 0.1; done",
+        pid_file.display()
+    );
+    send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "run_turn",
+        "arguments": {"worktree": "repo/agent", "session": "s1",
+                      "command": ["sh", "-c", script]}}}),
+    );
+    wait_until(
+        "the turn's command runs",
+        std::time::Duration::from_secs(20),
+        || std::fs::read_to_string(&pid_file).is_ok_and(|p| !p.trim().is_empty()),
+    );
+    let cmd: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let gone = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+    };
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gone(cmd) && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let still = !gone(cmd);
+    if still {
+        // SAFETY: plain kill of the command this test's turn started.
+        unsafe { libc::kill(cmd, libc::SIGKILL) };
+    }
+    assert!(!still, "the turn's command outlived its server by 10 s");
+    wait_until(
+        "the turn's lease goes",
+        std::time::Duration::from_secs(10),
+        || !wtfs_ok(&env.state(), &["leases"]).contains("session:s1"),
     );
     drop(m);
 }

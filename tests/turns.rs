@@ -1160,3 +1160,82 @@ fn leftovers_adopted_late_get_sigterm_and_a_forking_chain_cannot_outrun_the_end(
     );
     drop(m);
 }
+
+/// `turn --report FILE` (for `worktreefs mcp`): the outcome as JSON through the file
+/// opened at the start, even for a relative path once the turn is in the worktree; a
+/// report that is not an existing regular file of the user's (missing, a link, a FIFO) is
+/// refused at once and nothing is started.
+#[test]
+fn a_turns_report_is_written_through_the_file_opened_at_the_start_and_never_a_link() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let dir = env.dir.path().join("rep");
+    fs::create_dir(&dir).unwrap();
+    let turn = |report: &str, cmd: &str| {
+        std::process::Command::new(BIN)
+            .arg("--state-dir")
+            .arg(env.state())
+            .args(["turn", "repo/t", "--session", "a", "--report", report])
+            .args(["--", "sh", "-c", cmd])
+            .current_dir(&dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap()
+    };
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(fs::read_to_string(dir.join(name)).unwrap().trim()).unwrap()
+    };
+    fs::write(dir.join("out.json"), "").unwrap();
+    let o = turn("out.json", "touch ran; exit 5");
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert_eq!(
+        read("out.json"),
+        serde_json::json!({"outcome": "ended", "exit_status": 5})
+    );
+    assert!(m.wt("repo", "t").join("ran").exists());
+    assert!(
+        !m.wt("repo", "t").join("out.json").exists(),
+        "written in the worktree"
+    );
+    // A refusal goes there too, as the --json object.
+    let o = std::process::Command::new(BIN)
+        .arg("--state-dir")
+        .arg(env.state())
+        .args([
+            "turn",
+            "repo/nope",
+            "--session",
+            "a",
+            "--report",
+            "out.json",
+        ])
+        .args(["--", "true"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(read("out.json")["error"], "not-found");
+    // Not a file of the user's: refused before anything runs.
+    std::os::unix::fs::symlink(dir.join("target.txt"), dir.join("link.json")).unwrap();
+    fs::write(dir.join("target.txt"), "untouched").unwrap();
+    nix::unistd::mkfifo(&dir.join("fifo.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for (report, says) in [
+        ("missing.json", "not an existing file"),
+        ("link.json", "not an existing file"),
+        ("fifo.json", "not an existing file"),
+    ] {
+        let started = Instant::now();
+        let o = turn(report, "touch started-anyway");
+        assert_eq!(o.status.code(), Some(1), "{report}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{report}: {}", stderr(&o));
+        assert!(started.elapsed() < Duration::from_secs(10), "{report}");
+    }
+    assert!(!m.wt("repo", "t").join("started-anyway").exists());
+    assert!(!dir.join("missing.json").exists());
+    assert_eq!(
+        fs::read_to_string(dir.join("target.txt")).unwrap(),
+        "untouched"
+    );
+    drop(m);
+}

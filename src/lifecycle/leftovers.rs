@@ -87,9 +87,11 @@ pub fn below(root: libc::pid_t) -> Vec<Proc> {
             if !seen.insert(pid) {
                 continue;
             }
+            // Without a pidfd for another reason than the process being gone (no
+            // pidfd_open in this kernel, a seccomp filter, out of descriptors), it is
+            // still walked and signalled, by pid.
             let fd = pidfd_open(pid);
-            if fd.is_none() && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
-            {
+            if fd.is_none() && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
                 continue; // gone since the listing
             }
             // Opened first, checked after: the pidfd is of the process that has `parent`
@@ -204,24 +206,30 @@ pub fn end_all(grace: Duration, limit: Duration) -> Vec<libc::pid_t> {
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
 
 /// A command's timeout: a thread that, once the limit has passed, sends SIGTERM (with
-/// SIGCONT) to the command and every process below it, and SIGKILL to those still there
-/// [`KILL_AFTER`] later. Nothing is sent once the command has exited (its pidfd reads
-/// ready), so a command that ends at the limit is not reported as timed out. The thread
-/// blocks every signal, so signals sent to the process (a SIGTERM it passes on to the
-/// command) are taken on the thread that waits for the command.
+/// SIGCONT) to the command and every process below this one, and SIGKILL to those still
+/// there [`KILL_AFTER`] later. Nothing is sent once the command has exited (its pidfd
+/// reads ready), so a command that ends at the limit is not reported as timed out. The
+/// thread is made before the command starts (a timeout that could not be kept refuses to
+/// start it) and blocks every signal, so signals sent to the process (a SIGTERM it
+/// passes on to the command) are taken on the thread that waits for the command.
 pub struct Timer {
+    start: std::sync::mpsc::Sender<Started>,
     stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<Option<libc::c_int>>,
 }
 
+/// The command the timer counts for, and whether it is still an unreaped child (for a
+/// kernel without pidfds: the waiting thread clears it before it reaps the command).
+struct Started {
+    command: Proc,
+    unreaped: &'static std::sync::atomic::AtomicI32,
+}
+
 impl Timer {
-    /// `pid`: a child of this process, not yet waited for.
-    pub fn start(pid: libc::pid_t, limit: Duration) -> Timer {
+    /// A timer of `limit`, counting from [`Timer::started`].
+    pub fn new(limit: Duration) -> std::io::Result<Timer> {
         use std::sync::mpsc::RecvTimeoutError::Timeout;
-        let command = Proc {
-            pid,
-            fd: pidfd_open(pid),
-        };
+        let (start, starts) = std::sync::mpsc::channel::<Started>();
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         // The thread starts with every signal blocked (it inherits this thread's mask).
         // SAFETY: sigfillset and pthread_sigmask on local sets.
@@ -232,43 +240,72 @@ impl Timer {
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
             old
         };
-        let thread = std::thread::spawn(move || {
-            // The command, and every other process below this one: the command's own
-            // and those it left to this subreaper already. Each once.
-            let send = |sig: libc::c_int| {
-                if command.exited() {
-                    return false;
-                }
-                let others: Vec<Proc> = descendants()
-                    .into_iter()
-                    .filter(|p| p.pid != command.pid)
-                    .collect();
-                for p in std::iter::once(&command).chain(&others) {
-                    p.signal(sig);
-                    if sig == libc::SIGTERM {
-                        p.signal(libc::SIGCONT);
+        let thread = std::thread::Builder::new()
+            .name("turn-timeout".into())
+            .spawn(move || {
+                let Ok(Started { command, unreaped }) = starts.recv() else {
+                    return None;
+                };
+                // The command, and every other process below this one (the command's own
+                // and those it left to this subreaper already), each once. Without a
+                // pidfd of the command only the command, and only while unreaped.
+                let send = |sig: libc::c_int| {
+                    if command.fd.is_none() {
+                        use std::sync::atomic::Ordering::SeqCst;
+                        if unreaped.load(SeqCst) != command.pid {
+                            return false;
+                        }
+                        command.signal(sig);
+                        return true;
                     }
+                    if command.exited() {
+                        return false;
+                    }
+                    let others: Vec<Proc> = descendants()
+                        .into_iter()
+                        .filter(|p| p.pid != command.pid && p.fd.is_some())
+                        .collect();
+                    for p in std::iter::once(&command).chain(&others) {
+                        p.signal(sig);
+                        if sig == libc::SIGTERM {
+                            p.signal(libc::SIGCONT);
+                        }
+                    }
+                    true
+                };
+                // A limit no clock can reach is no limit (recv_timeout then waits).
+                if stopped.recv_timeout(limit) != Err(Timeout) || !send(libc::SIGTERM) {
+                    return None;
                 }
-                true
-            };
-            // The limit is counted on the monotonic clock; one that cannot be
-            // represented is no limit.
-            if stopped.recv_timeout(limit) != Err(Timeout) || !send(libc::SIGTERM) {
-                return None;
-            }
-            if stopped.recv_timeout(KILL_AFTER) != Err(Timeout) || !send(libc::SIGKILL) {
-                return Some(libc::SIGTERM);
-            }
-            Some(libc::SIGKILL)
-        });
+                if stopped.recv_timeout(KILL_AFTER) != Err(Timeout) || !send(libc::SIGKILL) {
+                    return Some(libc::SIGTERM);
+                }
+                Some(libc::SIGKILL)
+            });
         // SAFETY: putting back the mask found.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-        Timer { stop, thread }
+        Ok(Timer {
+            start,
+            stop,
+            thread: thread?,
+        })
     }
 
-    /// Stops it (the command has exited): the signal it sent last, if any.
+    /// The command started: `pid`, a child of this process not yet waited for, whose pid
+    /// `unreaped` holds until it is about to be reaped. The clock runs from now.
+    pub fn started(&self, pid: libc::pid_t, unreaped: &'static std::sync::atomic::AtomicI32) {
+        let command = Proc {
+            pid,
+            fd: pidfd_open(pid),
+        };
+        let _ = self.start.send(Started { command, unreaped });
+    }
+
+    /// Stops it (the command has exited, or never started): the signal it sent last, if
+    /// any.
     pub fn stop(self) -> Option<libc::c_int> {
         let _ = self.stop.send(());
+        drop(self.start);
         self.thread.join().unwrap_or(None)
     }
 }

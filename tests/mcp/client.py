@@ -138,6 +138,30 @@ async def main(exe, state):
                     },
                 )
             )
+            # The command swaps the report file's name for a FIFO: the server reads the
+            # file it made, through its own descriptor, and does not hang.
+            seen["turn_swaps_report"] = result(
+                await session.call_tool(
+                    "run_turn",
+                    {
+                        "worktree": "repo/agent",
+                        "session": "s1",
+                        "command": [
+                            "sh",
+                            "-c",
+                            "R=$(tr '\\0' '\\n' < /proc/$PPID/cmdline | sed -n -e 's/^--report=//p' -e '/^--report$/{n;p;}'); "
+                            "rm -f \"$R\" && mkfifo \"$R\" && echo swapped; exit 3",
+                        ],
+                    },
+                )
+            )
+            # A turn that could not say how it ended (its arguments refused) is an error.
+            seen["turn_bad_worktree"] = result(
+                await session.call_tool(
+                    "run_turn",
+                    {"worktree": "--bogus", "session": "s1", "command": ["true"]},
+                )
+            )
             seen["show"] = result(
                 await session.call_tool("show_worktree", {"worktree": "repo/agent"})
             )
