@@ -772,7 +772,16 @@ fn main() -> ExitCode {
                 let _ = REPORT.set(f);
             }
             Err(e) => {
-                eprintln!("worktreefs: {e:#}");
+                // As any failure of `turn`: with --json, the JSON is all stderr says.
+                let message = report::for_people(&format!("{e:#}"));
+                if json_to.is_some() {
+                    eprintln!(
+                        "{:#}",
+                        serde_json::json!({"error": "failed", "message": message})
+                    );
+                } else {
+                    eprintln!("worktreefs: {message}");
+                }
                 return ExitCode::from(1);
             }
         }
@@ -2679,29 +2688,46 @@ fn cmd_turn(
 /// `turn --report FILE`, opened at the start (see `main`).
 static REPORT: std::sync::OnceLock<fs::File> = std::sync::OnceLock::new();
 
-/// Opens a `--report` file: one that exists, a regular file of this user's, opened
-/// without following a link and without waiting on a FIFO.
+/// Opens a `--report` file: one that exists, a regular file of this user's that it may
+/// write, found without following a link and without opening it for writing (so no FIFO
+/// is waited on, and a file inside the turn's own worktree is no writer there that a
+/// `--guard` would wait for): an `O_PATH` descriptor, reopened for writing at the end.
 fn open_report(path: &Path) -> anyhow::Result<fs::File> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let f = fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
         .open(path)
         .with_context(|| {
             format!(
-                "--report {}: not an existing file of yours that can be written; make it first (it is not created, nor followed through a link)",
+                "--report {}: not an existing file; make it first (it is not created); nothing was started",
                 path.display()
             )
         })?;
     let m = f.metadata()?;
     if !m.file_type().is_file() || m.uid() != nix::unistd::geteuid().as_raw() {
         bail!(
-            "--report {}: not a regular file of this user's (uid {}); nothing was started",
+            "--report {}: not a regular file of this user's (uid {}; a link is not followed); nothing was started",
             path.display(),
             nix::unistd::geteuid()
         );
     }
+    // Writable: tried now, through the descriptor (the same file), and closed at once.
+    reopen_report(&f).with_context(|| {
+        format!(
+            "--report {}: cannot be written; nothing was started",
+            path.display()
+        )
+    })?;
     Ok(f)
+}
+
+/// The `--report` file opened for writing, through its `O_PATH` descriptor.
+fn reopen_report(f: &fs::File) -> std::io::Result<fs::File> {
+    use std::os::fd::AsRawFd;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))
 }
 
 /// Writes a turn's outcome into its `--report` file, if it has one (a failure to is said,
@@ -2712,10 +2738,11 @@ fn write_report(v: &serde_json::Value) {
         return;
     };
     let text = format!("{v}\n");
-    if let Err(e) = f
-        .set_len(0)
-        .and_then(|()| f.write_all_at(text.as_bytes(), 0))
-    {
+    let written = reopen_report(f).and_then(|w| {
+        w.set_len(0)
+            .and_then(|()| w.write_all_at(text.as_bytes(), 0))
+    });
+    if let Err(e) = written {
         eprintln!("worktreefs: writing the turn's outcome to its --report file: {e}");
     }
 }
@@ -3014,7 +3041,7 @@ fn run_below(
     };
     // The timeout's thread before the command: a timeout that could not be kept (no
     // thread to be had) starts nothing.
-    let timer = match limit.map(leftovers::Timer::new).transpose() {
+    let timer = match turn.then(|| leftovers::Timer::new(limit)).transpose() {
         Ok(t) => t,
         Err(e) => {
             restore_all();
@@ -3039,6 +3066,16 @@ fn run_below(
     };
     let pid = child.id() as libc::pid_t;
     FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
+    if turn {
+        // A pidfd for each process of a large tree at its end: this process's own
+        // descriptor limit raised to its hard one (the command kept the limit it had).
+        use nix::sys::resource::{getrlimit, setrlimit, Resource};
+        if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+            if soft < hard {
+                let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+            }
+        }
+    }
     if let Some(t) = &timer {
         t.started(pid, &FORWARD_TO);
     }
@@ -3138,6 +3175,8 @@ extern "C" fn forward_signal(sig: libc::c_int) {
     if pid > 0 {
         // SAFETY: kill(2) is async-signal-safe.
         unsafe { libc::kill(pid, sig) };
+        // A turn's command that ignores it is killed a little later (`turn` only).
+        leftovers::on_signal();
     }
 }
 

@@ -110,6 +110,21 @@ fn tail(s: &str, n: usize) -> String {
 /// How much of a turn's output its result carries.
 const TAIL_BYTES: usize = 4096;
 
+/// How [`Server::cli`] runs a command.
+struct How {
+    /// SIGTERM past it, SIGKILL [`KILL_AFTER`] later.
+    limit: Duration,
+    /// How much of each stream is kept (its tail).
+    keep: usize,
+    /// A turn: ended with the server, and its tree with it.
+    turn: bool,
+}
+
+/// How long a turn has to end after the server's SIGTERM before the server kills what
+/// runs below it: the turn's own SIGKILL comes [`KILL_AFTER`] after the SIGTERM it passes
+/// on, and its end of what was left running takes at most 7 s more.
+const TURN_END_GRACE: Duration = Duration::from_secs(15);
+
 /// How long a command past its limit has, after SIGTERM, before SIGKILL.
 const KILL_AFTER: Duration = Duration::from_secs(5);
 
@@ -197,12 +212,13 @@ fn drain(
 }
 
 impl Server {
-    /// Runs `worktreefs --state-dir S ARGS`, bounded by `limit`: past it the command gets
-    /// SIGTERM, and SIGKILL [`KILL_AFTER`] later. Its output is read until the command
-    /// has exited and its pipes are quiet, never longer: something it left running that
-    /// still holds them does not keep the tool call waiting.
-    /// `keep`: how much of each stream is kept (its tail).
-    async fn cli(&self, args: Vec<String>, limit: Duration, keep: usize) -> Result<Ran, ErrorData> {
+    /// Runs `worktreefs --state-dir S ARGS`, bounded by `how.limit`: past it the command
+    /// gets SIGTERM, and SIGKILL [`KILL_AFTER`] later (a turn: SIGKILL to every process
+    /// below it too). Its output is read until the command has exited and its pipes are
+    /// quiet, never longer: something it left running that still holds them does not
+    /// keep the tool call waiting.
+    async fn cli(&self, args: Vec<String>, how: How) -> Result<Ran, ErrorData> {
+        let How { limit, keep, turn } = how;
         let exe = self.exe.clone();
         let state = self.state_dir.clone();
         tokio::task::spawn_blocking(move || {
@@ -213,29 +229,43 @@ impl Server {
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            // A server that dies (killed by its client) ends what it runs as `turns end`
-            // would: SIGTERM when this thread, which waits for the child until it exits,
-            // is gone.
+            // A server that dies (killed by its client) ends the turn it runs as `turns
+            // end` would: SIGTERM when this thread, which waits for the child until it
+            // exits, is gone. Other commands (a creation) are left to finish.
             let parent = std::process::id() as libc::pid_t;
-            // SAFETY: the closure only calls prctl(2) and getppid(2), async-signal-safe.
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                    if libc::getppid() != parent {
-                        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                    }
-                    Ok(())
-                });
+            if turn {
+                // SAFETY: the closure only calls prctl(2) and getppid(2),
+                // async-signal-safe.
+                unsafe {
+                    std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                        if libc::getppid() != parent {
+                            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                        }
+                        Ok(())
+                    });
+                }
             }
             let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("running {}: {e}", exe.display()))?;
-            let running = Running::add(child.id());
+            let running = turn.then(|| Running::add(child.id()));
             let (out, err) = (child.stdout.take(), child.stderr.take());
             let exited = Arc::new(AtomicBool::new(false));
             let reader = {
                 let exited = exited.clone();
-                std::thread::spawn(move || drain(out, err, &exited, keep))
+                std::thread::Builder::new()
+                    .name("mcp-output".into())
+                    .spawn(move || drain(out, err, &exited, keep))
+            };
+            let reader = match reader {
+                Ok(r) => r,
+                Err(e) => {
+                    // Nothing would read its output: it is ended, and waited for.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("reading the output of {}: {e}", exe.display()));
+                }
             };
             let started = Instant::now();
             let mut sent = None;
@@ -250,6 +280,13 @@ impl Server {
                 // is still its.
                 let pid = nix::unistd::Pid::from_raw(child.id() as i32);
                 if now >= limit.saturating_add(KILL_AFTER) && sent != Some(Signal::SIGKILL) {
+                    if turn {
+                        // What runs below the turn, before the turn (whose end would
+                        // hand it to init).
+                        for p in worktreefs::lifecycle::leftovers::below(pid.as_raw()) {
+                            p.signal(libc::SIGKILL);
+                        }
+                    }
                     let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
                     sent = Some(Signal::SIGKILL);
                 } else if now >= limit && sent.is_none() {
@@ -277,7 +314,16 @@ impl Server {
     /// A command whose stdout is its JSON outcome: the structured result, or the error.
     async fn json(&self, mut args: Vec<String>) -> Result<CallToolResult, ErrorData> {
         args.push("--json".into());
-        let ran = self.cli(args, Duration::from_secs(600), usize::MAX).await?;
+        let ran = self
+            .cli(
+                args,
+                How {
+                    limit: Duration::from_secs(600),
+                    keep: usize::MAX,
+                    turn: false,
+                },
+            )
+            .await?;
         let value: Option<serde_json::Value> = serde_json::from_str(ran.stdout.trim()).ok();
         if ran.code == Some(0) {
             let Some(v) = value else {
@@ -571,9 +617,18 @@ impl Server {
         // this limit only stops a turn process that does not end after it, counted from
         // its start (it may wait for a guard to settle first).
         let limit = Duration::from_secs(timeout)
-            .saturating_add(2 * KILL_AFTER)
+            .saturating_add(TURN_END_GRACE)
             .saturating_add(Duration::from_secs(120));
-        let mut ran = self.cli(args, limit, KEEP_BYTES).await?;
+        let mut ran = self
+            .cli(
+                args,
+                How {
+                    limit,
+                    keep: KEEP_BYTES,
+                    turn: true,
+                },
+            )
+            .await?;
         let outcome = tokio::task::spawn_blocking(move || report.read())
             .await
             .ok()
@@ -596,19 +651,34 @@ impl Server {
             Some(_) => return Ok(refused(&ran, outcome)),
             // It ended as it says.
             None if outcome.is_some() => {}
-            // No outcome: the turn was ended by this server's own limit, or failed
-            // before it could say (bad arguments, a fault): an error, with what it said.
-            None if !ran.timed_out => {
-                let mut r = refused(&ran, None);
+            // No outcome: the turn failed before it could say (bad arguments, a fault),
+            // was killed, or did not end past its timeout and this server's margin, so
+            // this server ended it: an error, with the tails of what it said.
+            None => {
+                let how = match (ran.timed_out, ran.code) {
+                    (true, _) => format!(
+                        "the turn did not end within its timeout of {timeout} s and {} s more, so this server ended it (SIGTERM, then SIGKILL to it and what ran below it)",
+                        (limit - Duration::from_secs(timeout)).as_secs()
+                    ),
+                    (false, Some(c)) => format!("the turn ended with exit status {c} without saying how its command ended"),
+                    (false, None) => "the turn was ended by a signal before it said how its command ended".to_string(),
+                };
+                let said = tail(ran.stderr.trim(), 1024);
+                let text = if said.is_empty() {
+                    how
+                } else {
+                    format!("{how}; it said: {said}")
+                };
+                let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
                 r.structured_content = Some(serde_json::json!({
                     "error": "failed",
                     "exit_status": ran.code,
+                    "server_ended_it": ran.timed_out,
                     "stdout_tail": tail(&ran.stdout, TAIL_BYTES),
                     "stderr_tail": tail(&ran.stderr, TAIL_BYTES),
                 }));
                 return Ok(r);
             }
-            None => {}
         }
         let v = serde_json::json!({
             "worktree": a.worktree,
@@ -751,9 +821,10 @@ pub fn serve(state_dir: PathBuf) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("the MCP session: {e}"))?;
         Ok(())
     });
-    // The client is gone: what it asked that still runs (a turn) is ended as `turns end`
-    // would, SIGTERM, then SIGKILL; the server does not outlive its client by more.
-    Running::end_all(KILL_AFTER);
+    // The client is gone: the turns it asked for that still run are ended as `turns end`
+    // would (SIGTERM; the turn kills its command 5 s later if it ignores it, and what it
+    // left running), then, past the grace, SIGKILL to each and what runs below it.
+    Running::end_all(TURN_END_GRACE);
     rt.shutdown_timeout(Duration::from_secs(2));
     served
 }
@@ -777,7 +848,8 @@ impl Running {
         Running { pid }
     }
 
-    /// SIGTERM to every command still running, SIGKILL to those left after `grace`.
+    /// SIGTERM to every turn still running, SIGKILL to those left after `grace` and to
+    /// what runs below them.
     fn end_all(grace: Duration) {
         let send = |sig| {
             let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
@@ -795,6 +867,14 @@ impl Running {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        for (pid, fd) in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            // Only below a turn still there (its pid is its own, not yet reaped).
+            if !worktreefs::lifecycle::leftovers::has_exited(fd) {
+                for p in worktreefs::lifecycle::leftovers::below(*pid as libc::pid_t) {
+                    p.signal(libc::SIGKILL);
+                }
+            }
         }
         send(libc::SIGKILL);
     }

@@ -186,11 +186,23 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
     drop(m);
 }
 
-/// A server killed mid-turn (its client gone, SIGKILL) does not leave the turn running:
-/// the turn gets SIGTERM, passes it on to its command, and its lease goes. Driven here by
-/// hand over newline-delimited JSON-RPC, so the test holds the server's pid.
+/// A server whose client goes mid-turn does not leave the turn running, even when its
+/// command ignores SIGTERM and has a child: killed outright (SIGKILL), the turn gets
+/// SIGTERM from its parent's death and kills its command 5 s later; with its stdin
+/// closed, the server ends the turn itself and exits. Either way every process of the
+/// turn is gone and its lease goes. Driven by hand over newline-delimited JSON-RPC, so
+/// the test holds the server's pid.
 #[test]
 fn a_server_killed_mid_turn_ends_the_turn() {
+    server_gone_mid_turn(true);
+}
+
+#[test]
+fn a_server_whose_client_closes_ends_the_turn_and_exits() {
+    server_gone_mid_turn(false);
+}
+
+fn server_gone_mid_turn(kill: bool) {
     use std::io::{BufRead, Write};
     let env = Env::new();
     wtfs_ok(&env.state(), &["new", "repo/agent"]);
@@ -216,10 +228,10 @@ fn a_server_killed_mid_turn_ends_the_turn() {
     from.read_line(&mut line).unwrap();
     assert!(line.contains("\"id\":1"), "{line}");
     send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let pid_file = env.dir.path().join("cmd.pid");
+    let pids = env.dir.path().join("pids");
     let script = format!(
-        "echo $$ > {}; trap 'exit 0' TERM; while :; do sleep 0.1; done",
-        pid_file.display()
+        "trap '' TERM; sleep 600 & echo $$ $! > {}; wait",
+        pids.display()
     );
     send(
         serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
@@ -230,31 +242,49 @@ fn a_server_killed_mid_turn_ends_the_turn() {
     wait_until(
         "the turn's command runs",
         std::time::Duration::from_secs(20),
-        || std::fs::read_to_string(&pid_file).is_ok_and(|p| !p.trim().is_empty()),
+        || std::fs::read_to_string(&pids).is_ok_and(|p| p.split_whitespace().count() == 2),
     );
-    let cmd: i32 = std::fs::read_to_string(&pid_file)
+    let procs: Vec<i32> = std::fs::read_to_string(&pids)
         .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let started = std::time::Instant::now();
+    if kill {
+        let _ = server.kill();
+    } else {
+        drop(to);
+    }
     let gone = |pid: i32| {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
             s.rsplit_once(')')
                 .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
         })
     };
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !gone(cmd) && std::time::Instant::now() < end {
+    let end = started + std::time::Duration::from_secs(30);
+    while procs.iter().any(|p| !gone(*p)) && std::time::Instant::now() < end {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let still = !gone(cmd);
-    if still {
-        // SAFETY: plain kill of the command this test's turn started.
-        unsafe { libc::kill(cmd, libc::SIGKILL) };
+    let left: Vec<i32> = procs.iter().copied().filter(|p| !gone(*p)).collect();
+    for p in &left {
+        // SAFETY: plain kill of a process this test's turn started.
+        unsafe { libc::kill(*p, libc::SIGKILL) };
     }
-    assert!(!still, "the turn's command outlived its server by 10 s");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut exited = false;
+    while !exited && std::time::Instant::now() < end {
+        exited = server.try_wait().unwrap().is_some();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if !exited {
+        let _ = server.kill();
+    }
+    let _ = server.wait();
+    assert!(
+        left.is_empty(),
+        "the turn's processes {left:?} outlived their server by 30 s"
+    );
+    assert!(exited, "the server did not exit once its client was gone");
     wait_until(
         "the turn's lease goes",
         std::time::Duration::from_secs(10),

@@ -1222,8 +1222,8 @@ fn a_turns_report_is_written_through_the_file_opened_at_the_start_and_never_a_li
     nix::unistd::mkfifo(&dir.join("fifo.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
     for (report, says) in [
         ("missing.json", "not an existing file"),
-        ("link.json", "not an existing file"),
-        ("fifo.json", "not an existing file"),
+        ("link.json", "not a regular file"),
+        ("fifo.json", "not a regular file"),
     ] {
         let started = Instant::now();
         let o = turn(report, "touch started-anyway");
@@ -1232,10 +1232,116 @@ fn a_turns_report_is_written_through_the_file_opened_at_the_start_and_never_a_li
         assert!(started.elapsed() < Duration::from_secs(10), "{report}");
     }
     assert!(!m.wt("repo", "t").join("started-anyway").exists());
+    // With --json the refusal of a bad report is JSON, all stderr says.
+    let o = std::process::Command::new(BIN)
+        .arg("--state-dir")
+        .arg(env.state())
+        .args([
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--report",
+            "missing.json",
+            "--json",
+        ])
+        .args(["--", "true"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stderr)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", stderr(&o)));
+    assert_eq!(v["error"], "failed", "{v}");
+    // A report inside the turn's own worktree is no writer there: a guarded turn starts.
+    let inside = m.wt("repo", "t").join("report.json");
+    fs::write(&inside, "").unwrap();
+    let o = std::process::Command::new(BIN)
+        .arg("--state-dir")
+        .arg(env.state())
+        .args(["turn", "repo/t", "--session", "a", "--guard", "--report"])
+        .arg(&inside)
+        .args(["--", "true"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        fs::read_to_string(&inside).unwrap().trim(),
+        r#"{"exit_status":0,"outcome":"ended"}"#
+    );
     assert!(!dir.join("missing.json").exists());
     assert_eq!(
         fs::read_to_string(dir.join("target.txt")).unwrap(),
         "untouched"
     );
+    drop(m);
+}
+
+/// `turns end` of a turn whose command ignores SIGTERM: the turn kills it 5 s after
+/// passing SIGTERM on, with what it runs, so the turn ends within the wait.
+#[test]
+fn turns_end_of_a_command_ignoring_sigterm_kills_it_five_seconds_later() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let pids = env.dir.path().join("pids");
+    let script = format!(
+        "exec >/dev/null 2>&1; trap '' TERM; sleep 600 & echo $$ $! > {}; wait",
+        pids.display()
+    );
+    let bg = Background::start(
+        &env.state(),
+        &[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    wait_until("the command runs", Duration::from_secs(20), || {
+        fs::read_to_string(&pids).is_ok_and(|p| p.split_whitespace().count() == 2)
+    });
+    let started = Instant::now();
+    let o = wtfs(
+        &env.state(),
+        &[
+            "turns",
+            "end",
+            "repo/t",
+            "--session",
+            "a",
+            "--wait",
+            "20",
+            "--json",
+        ],
+    );
+    let took = started.elapsed();
+    let out = bg.finish(Duration::from_secs(30));
+    let procs: Vec<i32> = fs::read_to_string(&pids)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let left: Vec<i32> = procs
+        .iter()
+        .copied()
+        .filter(|p| !holders_gone(*p))
+        .collect();
+    for p in &left {
+        // SAFETY: plain kill of a process this test's turn started.
+        unsafe { libc::kill(*p, libc::SIGKILL) };
+    }
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        (Duration::from_secs(4)..Duration::from_secs(15)).contains(&took),
+        "turns end took {took:?}"
+    );
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    assert!(left.is_empty(), "{left:?} outlived the turn");
     drop(m);
 }

@@ -4,7 +4,9 @@
 //!
 //! Every process is signalled through a pidfd opened before it is checked to be the one
 //! the walk found (its parent then is this process or one found before it): a pid reused
-//! by another process meanwhile is never signalled. A SIGTERM goes with a SIGCONT, so a
+//! by another process meanwhile is never signalled. (Where no pidfd can be had, by pid:
+//! the turn raises its descriptor limit first, so only a kernel or filter without
+//! pidfd_open leaves it so.) A SIGTERM goes with a SIGCONT, so a
 //! stopped process acts on it (as timeout(1) does). The end is a freeze: every process
 //! of the tree is stopped (a stopped process cannot fork) until a walk finds none it had
 //! not stopped, then all are killed, so a chain of processes that each fork the next and
@@ -19,7 +21,8 @@ use super::holders::{pidfd_open, pidfd_signal, proc_info};
 /// One process below this one.
 pub struct Proc {
     pub pid: libc::pid_t,
-    /// None only where the kernel has no pidfd_open (before 5.3).
+    /// None where no pidfd could be had for it (a kernel before 5.3, a seccomp filter,
+    /// out of descriptors): it is then signalled by pid.
     fd: Option<OwnedFd>,
 }
 
@@ -43,6 +46,10 @@ impl Proc {
 }
 
 /// Whether the process of `pidfd` has exited: its pidfd reads ready.
+pub fn has_exited(pidfd: &OwnedFd) -> bool {
+    exited(pidfd)
+}
+
 fn exited(pidfd: &OwnedFd) -> bool {
     let mut p = libc::pollfd {
         fd: pidfd.as_raw_fd(),
@@ -205,16 +212,18 @@ pub fn end_all(grace: Duration, limit: Duration) -> Vec<libc::pid_t> {
 /// How long a command past its timeout has, after SIGTERM, before SIGKILL.
 pub const KILL_AFTER: Duration = Duration::from_secs(5);
 
-/// A command's timeout: a thread that, once the limit has passed, sends SIGTERM (with
-/// SIGCONT) to the command and every process below this one, and SIGKILL to those still
-/// there [`KILL_AFTER`] later. Nothing is sent once the command has exited (its pidfd
-/// reads ready), so a command that ends at the limit is not reported as timed out. The
-/// thread is made before the command starts (a timeout that could not be kept refuses to
-/// start it) and blocks every signal, so signals sent to the process (a SIGTERM it
-/// passes on to the command) are taken on the thread that waits for the command.
+/// A turn's clock: a thread that sends SIGTERM (with SIGCONT) to the command and every
+/// process below this one once the limit has passed, and SIGKILL to what is still there
+/// [`KILL_AFTER`] later; and, whatever the limit, SIGKILL [`KILL_AFTER`] after a SIGTERM
+/// or SIGHUP this process passed on to the command (`turns end`, a server that went:
+/// [`on_signal`] wakes it), so a command that ignores it does not keep the turn. Nothing
+/// is sent once the command has exited (its pidfd reads ready), so a command that ends
+/// at the limit is not reported as timed out. The thread is made before the command
+/// starts (a clock that could not be kept refuses to start it) and blocks every signal,
+/// so signals sent to the process are taken on the thread that waits for the command.
 pub struct Timer {
     start: std::sync::mpsc::Sender<Started>,
-    stop: std::sync::mpsc::Sender<()>,
+    wake: OwnedFd,
     thread: std::thread::JoinHandle<Option<libc::c_int>>,
 }
 
@@ -225,12 +234,33 @@ struct Started {
     unreaped: &'static std::sync::atomic::AtomicI32,
 }
 
+/// The write end of the running timer's pipe, for [`on_signal`] (-1: none).
+static WAKE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Tells the running timer, if any, that a SIGTERM or SIGHUP was passed on to the
+/// command: it sends SIGKILL [`KILL_AFTER`] later if the command is still there.
+/// Async-signal-safe (an atomic load and a write(2)), for a signal handler.
+pub fn on_signal() {
+    let fd = WAKE.load(std::sync::atomic::Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: write(2) of one byte to a pipe this process made (non-blocking).
+        unsafe { libc::write(fd, b"T".as_ptr().cast(), 1) };
+    }
+}
+
 impl Timer {
-    /// A timer of `limit`, counting from [`Timer::started`].
-    pub fn new(limit: Duration) -> std::io::Result<Timer> {
-        use std::sync::mpsc::RecvTimeoutError::Timeout;
+    /// A timer of `limit` (None: none, only the end after a signal passed on), counting
+    /// from [`Timer::started`].
+    pub fn new(limit: Option<Duration>) -> std::io::Result<Timer> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2(2) into an array of two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just made and are owned here.
+        let (read, wake) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let (start, starts) = std::sync::mpsc::channel::<Started>();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
         // The thread starts with every signal blocked (it inherits this thread's mask).
         // SAFETY: sigfillset and pthread_sigmask on local sets.
         let old = unsafe {
@@ -241,53 +271,21 @@ impl Timer {
             old
         };
         let thread = std::thread::Builder::new()
-            .name("turn-timeout".into())
+            .name("turn-clock".into())
             .spawn(move || {
                 let Ok(Started { command, unreaped }) = starts.recv() else {
                     return None;
                 };
-                // The command, and every other process below this one (the command's own
-                // and those it left to this subreaper already), each once. Without a
-                // pidfd of the command only the command, and only while unreaped.
-                let send = |sig: libc::c_int| {
-                    if command.fd.is_none() {
-                        use std::sync::atomic::Ordering::SeqCst;
-                        if unreaped.load(SeqCst) != command.pid {
-                            return false;
-                        }
-                        command.signal(sig);
-                        return true;
-                    }
-                    if command.exited() {
-                        return false;
-                    }
-                    let others: Vec<Proc> = descendants()
-                        .into_iter()
-                        .filter(|p| p.pid != command.pid && p.fd.is_some())
-                        .collect();
-                    for p in std::iter::once(&command).chain(&others) {
-                        p.signal(sig);
-                        if sig == libc::SIGTERM {
-                            p.signal(libc::SIGCONT);
-                        }
-                    }
-                    true
-                };
-                // A limit no clock can reach is no limit (recv_timeout then waits).
-                if stopped.recv_timeout(limit) != Err(Timeout) || !send(libc::SIGTERM) {
-                    return None;
-                }
-                if stopped.recv_timeout(KILL_AFTER) != Err(Timeout) || !send(libc::SIGKILL) {
-                    return Some(libc::SIGTERM);
-                }
-                Some(libc::SIGKILL)
+                clock(&read, &command, unreaped, limit)
             });
         // SAFETY: putting back the mask found.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        let thread = thread?;
+        WAKE.store(wake.as_raw_fd(), std::sync::atomic::Ordering::SeqCst);
         Ok(Timer {
             start,
-            stop,
-            thread: thread?,
+            wake,
+            thread,
         })
     }
 
@@ -301,11 +299,101 @@ impl Timer {
         let _ = self.start.send(Started { command, unreaped });
     }
 
-    /// Stops it (the command has exited, or never started): the signal it sent last, if
-    /// any.
+    /// Stops it (the command has exited, or never started): the signal its limit made it
+    /// send last, if the command ran past the limit.
     pub fn stop(self) -> Option<libc::c_int> {
-        let _ = self.stop.send(());
+        WAKE.store(-1, std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: write(2) of one byte to the pipe this timer owns.
+        unsafe { libc::write(self.wake.as_raw_fd(), b"S".as_ptr().cast(), 1) };
         drop(self.start);
         self.thread.join().unwrap_or(None)
+    }
+}
+
+/// The timer's thread: waits on its pipe (`S`: stop, `T`: a signal was passed on) and
+/// its deadlines. Returns the signal the limit made it send last, if it fired.
+fn clock(
+    read: &OwnedFd,
+    command: &Proc,
+    unreaped: &'static std::sync::atomic::AtomicI32,
+    limit: Option<Duration>,
+) -> Option<libc::c_int> {
+    // The command, and every other process below this one (the command's own and those
+    // it left to this subreaper already), each once. Without a pidfd of the command
+    // only the command, and only while it is unreaped.
+    let send = |sig: libc::c_int| {
+        if command.fd.is_none() {
+            if unreaped.load(std::sync::atomic::Ordering::SeqCst) != command.pid {
+                return false;
+            }
+            command.signal(sig);
+            return true;
+        }
+        if command.exited() {
+            return false;
+        }
+        let others: Vec<Proc> = descendants()
+            .into_iter()
+            .filter(|p| p.pid != command.pid && p.fd.is_some())
+            .collect();
+        for p in std::iter::once(command).chain(&others) {
+            p.signal(sig);
+            if sig == libc::SIGTERM {
+                p.signal(libc::SIGCONT);
+            }
+        }
+        true
+    };
+    let started = Instant::now();
+    // A limit no clock can reach is no limit.
+    let mut term_at = limit.and_then(|l| started.checked_add(l));
+    let mut kill_at: Option<Instant> = None;
+    let mut timed_out = None;
+    loop {
+        let next = match (term_at, kill_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let wait_ms = next.map_or(-1, |n| {
+            n.saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as i32
+        });
+        let mut p = libc::pollfd {
+            fd: read.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) of one descriptor we own.
+        let n = unsafe { libc::poll(&mut p, 1, wait_ms) };
+        if n > 0 {
+            let mut buf = [0u8; 64];
+            // SAFETY: read(2) into a buffer of that size (the pipe is non-blocking).
+            let r = unsafe { libc::read(read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            for b in buf.iter().take(r.max(0) as usize) {
+                match b {
+                    b'S' => return timed_out,
+                    _ => {
+                        if kill_at.is_none() {
+                            kill_at = Some(Instant::now() + KILL_AFTER);
+                        }
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        if term_at.is_some_and(|t| now >= t) {
+            term_at = None;
+            if send(libc::SIGTERM) {
+                timed_out = Some(libc::SIGTERM);
+                kill_at = Some(kill_at.map_or(now + KILL_AFTER, |k| k.min(now + KILL_AFTER)));
+            }
+        }
+        if kill_at.is_some_and(|k| now >= k) {
+            kill_at = None;
+            if send(libc::SIGKILL) && timed_out.is_some() {
+                timed_out = Some(libc::SIGKILL);
+            }
+        }
     }
 }
