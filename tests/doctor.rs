@@ -131,11 +131,17 @@ fn du_counts_each_worktree_and_never_walks_the_mount() {
     wtfs_ok(&env.state(), &["new", "repo/small"]);
     // The mountpoint inside the state directory, as the default one is.
     let m = Mounted::start(&env.state(), &env.state().join("mnt"));
-    fs::write(m.wt("repo", "big").join("data.bin"), vec![7u8; 3 << 20]).unwrap();
-    fs::write(m.wt("repo", "small").join("note.txt"), "x").unwrap();
+    // Written and synced, so no write-back reaches the daemon while it is measured.
+    for (wt, name, len) in [("big", "data.bin", 3usize << 20), ("small", "note.txt", 1)] {
+        let mut f = fs::File::create(m.wt("repo", wt).join(name)).unwrap();
+        std::io::Write::write_all(&mut f, &vec![7u8; len]).unwrap();
+        f.sync_all().unwrap();
+    }
     // Reading the counters costs requests of its own, more when the kernel's cached
     // entries for them expired meanwhile: du's interval is compared with an idle one at
-    // least as long, read the same way.
+    // least as long, read the same way, with a slack of two requests of a kind (the
+    // kernel's own revalidations, seen once under load: 4 getattrs against 3). A walk of
+    // the mount costs tens (a `find` during du: 44 getattrs against 3).
     let before = m.stats();
     let started = Instant::now();
     let v: serde_json::Value =
@@ -167,7 +173,7 @@ fn du_counts_each_worktree_and_never_walks_the_mount() {
     assert!((3 << 20..(3 << 20) + (64 << 20)).contains(&total), "{v:#}");
     for k in ["lookups", "getattrs", "opendirs", "readdirs"] {
         assert!(
-            delta(k, &before, &after) <= delta(k, &after, &idle),
+            delta(k, &before, &after) <= delta(k, &after, &idle) + 2,
             "du looked into the mount ({k}: {} while du ran {took:?}, {} idle as long)",
             delta(k, &before, &after),
             delta(k, &after, &idle)
