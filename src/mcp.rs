@@ -649,8 +649,12 @@ impl Server {
             }
             // The turn refused (or could not start) its command.
             Some(_) => return Ok(refused(&ran, outcome)),
-            // It ended as it says.
-            None if outcome.is_some() => {}
+            // It ended as it says (after this server's SIGTERM, when its limit passed).
+            None if outcome.is_some() => {
+                if ran.timed_out {
+                    signal = Some("SIGTERM".to_string());
+                }
+            }
             // No outcome: the turn failed before it could say (bad arguments, a fault),
             // was killed, or did not end past its timeout and this server's margin, so
             // this server ended it: an error, with the tails of what it said.
