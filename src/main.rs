@@ -1685,7 +1685,8 @@ impl Slow {
                         s.said = s.phase.clone();
                     }
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                // Woken at once by `finish` (a creation must not wait out the tick).
+                std::thread::park_timeout(Duration::from_millis(20));
             })
         };
         Slow {
@@ -1712,6 +1713,7 @@ impl Slow {
     fn finish(mut self, ok: bool) {
         self.shared.lock().done = true;
         if let Some(w) = self.watcher.take() {
+            w.thread().unpark();
             let _ = w.join();
         }
         if ok && self.shared.lock().said.is_some() {
