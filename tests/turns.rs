@@ -1172,16 +1172,30 @@ fn a_turns_report_is_written_through_the_file_opened_at_the_start_and_never_a_li
     let m = env.mount();
     let dir = env.dir.path().join("rep");
     fs::create_dir(&dir).unwrap();
-    let turn = |report: &str, cmd: &str| {
+    // worktreefs ARGS, run from `dir` (where relative report paths are).
+    let here = |args: &[&str]| {
         std::process::Command::new(BIN)
             .arg("--state-dir")
             .arg(env.state())
-            .args(["turn", "repo/t", "--session", "a", "--report", report])
-            .args(["--", "sh", "-c", cmd])
+            .args(args)
             .current_dir(&dir)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .output()
             .unwrap()
+    };
+    let turn = |report: &str, cmd: &str| {
+        here(&[
+            "turn",
+            "repo/t",
+            "--session",
+            "a",
+            "--report",
+            report,
+            "--",
+            "sh",
+            "-c",
+            cmd,
+        ])
     };
     let read = |name: &str| -> serde_json::Value {
         serde_json::from_str(fs::read_to_string(dir.join(name)).unwrap().trim()).unwrap()
@@ -1199,21 +1213,16 @@ fn a_turns_report_is_written_through_the_file_opened_at_the_start_and_never_a_li
         "written in the worktree"
     );
     // A refusal goes there too, as the --json object.
-    let o = std::process::Command::new(BIN)
-        .arg("--state-dir")
-        .arg(env.state())
-        .args([
-            "turn",
-            "repo/nope",
-            "--session",
-            "a",
-            "--report",
-            "out.json",
-        ])
-        .args(["--", "true"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let o = here(&[
+        "turn",
+        "repo/nope",
+        "--session",
+        "a",
+        "--report",
+        "out.json",
+        "--",
+        "true",
+    ]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert_eq!(read("out.json")["error"], "not-found");
     // Not a file of the user's: refused before anything runs.
@@ -1233,22 +1242,17 @@ fn a_turns_report_is_written_through_the_file_opened_at_the_start_and_never_a_li
     }
     assert!(!m.wt("repo", "t").join("started-anyway").exists());
     // With --json the refusal of a bad report is JSON, all stderr says.
-    let o = std::process::Command::new(BIN)
-        .arg("--state-dir")
-        .arg(env.state())
-        .args([
-            "turn",
-            "repo/t",
-            "--session",
-            "a",
-            "--report",
-            "missing.json",
-            "--json",
-        ])
-        .args(["--", "true"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let o = here(&[
+        "turn",
+        "repo/t",
+        "--session",
+        "a",
+        "--report",
+        "missing.json",
+        "--json",
+        "--",
+        "true",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&o.stderr)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", stderr(&o)));
@@ -1256,15 +1260,18 @@ fn a_turns_report_is_written_through_the_file_opened_at_the_start_and_never_a_li
     // A report inside the turn's own worktree is no writer there: a guarded turn starts.
     let inside = m.wt("repo", "t").join("report.json");
     fs::write(&inside, "").unwrap();
-    let o = std::process::Command::new(BIN)
-        .arg("--state-dir")
-        .arg(env.state())
-        .args(["turn", "repo/t", "--session", "a", "--guard", "--report"])
-        .arg(&inside)
-        .args(["--", "true"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let inside_s = inside.to_str().unwrap();
+    let o = here(&[
+        "turn",
+        "repo/t",
+        "--session",
+        "a",
+        "--guard",
+        "--report",
+        inside_s,
+        "--",
+        "true",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         fs::read_to_string(&inside).unwrap().trim(),
