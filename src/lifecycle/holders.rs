@@ -110,7 +110,7 @@ fn is_zombie_pid(pid: i32) -> bool {
 
 /// Whether a `/proc/<pid>/stat` text's state (the field after the command) says the
 /// process has exited: zombie or dead.
-fn is_zombie(stat: &str) -> bool {
+pub(crate) fn is_zombie(stat: &str) -> bool {
     stat.rfind(')')
         .and_then(|c| stat[c + 1..].split_whitespace().next())
         .is_some_and(|st| st == "Z" || st == "X")

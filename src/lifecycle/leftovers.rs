@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use super::holders::{pidfd_open, pidfd_signal, proc_info};
+use super::holders::{is_zombie, pidfd_open, pidfd_signal, proc_info};
 
 /// One process below this one.
 pub struct Proc {
@@ -61,12 +61,7 @@ fn exited(pidfd: &OwnedFd) -> bool {
 }
 
 fn is_zombie_or_gone(pid: libc::pid_t) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => s
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| is_zombie(&s))
 }
 
 /// The children of `pid`, from `/proc/<pid>/task/*/children` (every thread's).
