@@ -1402,8 +1402,17 @@ mod tests {
         assert!(!is_inside(pid, &inside), "the shell itself is outside");
         child.kill().unwrap();
         child.wait().unwrap();
-        let me = std::process::id() as i32;
-        assert_eq!(tree_inside(me, Path::new("/nonexistent/dir")), Some(false));
+        // A tree of this test's own (not this process's, whose children include other
+        // tests' short-lived processes, one of which may exit mid-walk: None).
+        let mut outside = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let outside_pid = outside.id() as i32;
+        let found = tree_inside(outside_pid, Path::new("/nonexistent/dir"));
+        outside.kill().unwrap();
+        outside.wait().unwrap();
+        assert_eq!(found, Some(false));
     }
 
     #[test]
