@@ -644,7 +644,10 @@ fn a_file_rewritten_while_the_snapshot_is_taken_is_held_whole_or_reported() {
     } else {
         assert_eq!(skipped[0]["path"], "target/hot", "{skipped:?}");
         assert!(
-            skipped[0][1].as_str().unwrap().contains("changed each"),
+            skipped[0]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("changed each"),
             "{skipped:?}"
         );
         assert!(!w.join("target/hot").exists());
