@@ -630,6 +630,9 @@ fn a_slow_creation_says_what_it_is_doing() {
     );
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(j["worktree"], "repo/first");
+    // The commit was made a moment ago: a later creation, a second or more after it (as on
+    // a loaded machine), still finds the index the first one built.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let o = new("second", "0");
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(

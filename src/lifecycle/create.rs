@@ -253,7 +253,7 @@ pub fn create_worktree(
     }
 
     // Index, built once per (tree, stat data) and kept in the state dir's cache.
-    let base_mtime = base.commit_time.clamp(1, now_secs() - 1);
+    let base_mtime = view_mtime(base.commit_time, now_secs());
     // What a checkout would convert is decided with the index (once per tree and setting).
     let setting = crate::git::checkout::Setting::of(req.uid, req.gid, &git::common_dir(&repo));
     if let Some(p) = req.progress {
@@ -1022,6 +1022,17 @@ fn same_content(file: &fs::File, index: &[u8]) -> bool {
         && checksum[..] == index[index.len() - 20..]
 }
 
+/// The mtime and ctime an untouched view reports for every file of a commit made at
+/// `commit_time`, seen at `now`: one second before the commit. That is older than any index
+/// written once the commit exists (git reads the content of a file whose mtime is not older
+/// than its index, taking it as racily clean), and it depends on the commit alone, so the
+/// index cache finds the index of a commit made a moment ago on every later creation too.
+/// A commit dated ahead of this machine's clock gets one second before `now` instead: its
+/// index is then built afresh for each creation, never wrong.
+pub(crate) fn view_mtime(commit_time: i64, now: i64) -> i64 {
+    (commit_time - 1).min(now - 1).max(1)
+}
+
 /// Where `cached_index` keeps the index of `tree` (with this stat data and setting); it
 /// was made already when the `untr` file beside it is there.
 fn index_cache_key(
@@ -1299,5 +1310,25 @@ fn retarget_index(entry: &git::Entry, admin: &Path, worktree_path: &Path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {} // git holds it
         Err(e) => tracing::warn!("could not update {}: {e}", index_path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::view_mtime;
+
+    #[test]
+    fn a_commits_view_mtime_does_not_move_with_the_clock() {
+        // A commit made this very second, created from now and again two seconds later:
+        // the same stat data, so the second creation finds the first one's cached index.
+        let made = 1_700_000_000;
+        assert_eq!(view_mtime(made, made), view_mtime(made, made + 2));
+        assert_eq!(view_mtime(made, made + 1), view_mtime(made, made + 3600));
+        // Always older than an index written at `now` or later.
+        assert!(view_mtime(made, made) < made);
+        // A commit dated ahead of the clock still gets a time in the past.
+        assert_eq!(view_mtime(made + 60, made), made - 1);
+        // An epoch-dated commit keeps a positive time.
+        assert_eq!(view_mtime(0, made), 1);
     }
 }

@@ -371,11 +371,10 @@ pub fn ensure(
                 admin_name: format!("{}-{}-{}", p.admin_name, p.id, &key[..8]),
                 commit: commit.to_string(),
                 tree: c.tree_id().to_string(),
-                base_mtime: c
-                    .committer()
-                    .when()
-                    .seconds()
-                    .clamp(1, crate::store::now_secs() - 1),
+                base_mtime: super::create::view_mtime(
+                    c.committer().when().seconds(),
+                    crate::store::now_secs(),
+                ),
                 removed: false,
                 moving_from: None,
             };
