@@ -2,7 +2,11 @@
 //! Protocol on stdio (`rmcp`). Each tool runs this same program's command with `--json`
 //! (one code path, one set of checks and messages for people and for agents): its JSON
 //! is the tool's structured result; a refusal or failure is a tool result with `isError`
-//! carrying the message the CLI prints. JSON-RPC errors are left for protocol faults.
+//! carrying the message the CLI prints, then the refusal's JSON as a second text block.
+//! A refusal has no structured content: clients check structured content against the
+//! tool's output schema, which describes what a success gives. JSON-RPC errors are left
+//! for protocol faults. A client's `notifications/cancelled` ends a turn as its timeout
+//! would.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -18,6 +22,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 
 /// What one run of the CLI gave.
 struct Ran {
@@ -25,6 +30,8 @@ struct Ran {
     stdout: String,
     stderr: String,
     timed_out: bool,
+    /// The client cancelled the call, and the command was ended for it.
+    cancelled: bool,
 }
 
 #[derive(Clone)]
@@ -118,6 +125,8 @@ struct How {
     keep: usize,
     /// A turn: ended with the server, and its tree with it.
     turn: bool,
+    /// The call's cancellation: once it fires, the command is ended as past its limit.
+    cancel: Option<CancellationToken>,
 }
 
 /// How long a turn has to end after the server's SIGTERM before the server kills what
@@ -218,10 +227,25 @@ impl Server {
     /// quiet, never longer: something it left running that still holds them does not
     /// keep the tool call waiting.
     async fn cli(&self, args: Vec<String>, how: How) -> Result<Ran, ErrorData> {
-        let How { limit, keep, turn } = how;
+        let How {
+            limit,
+            keep,
+            turn,
+            cancel,
+        } = how;
         let exe = self.exe.clone();
         let state = self.state_dir.clone();
-        tokio::task::spawn_blocking(move || {
+        // The waiting thread below polls this; a task of the runtime's sets it when the
+        // client cancels the call.
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let watcher = cancel.map(|ct| {
+            let cancelled = cancelled.clone();
+            tokio::spawn(async move {
+                ct.cancelled().await;
+                cancelled.store(true, Ordering::SeqCst);
+            })
+        });
+        let ran = tokio::task::spawn_blocking(move || {
             let mut cmd = std::process::Command::new(&exe);
             cmd.arg("--state-dir")
                 .arg(&state)
@@ -269,6 +293,7 @@ impl Server {
             };
             let started = Instant::now();
             let mut sent = None;
+            let mut cancelled_at = None;
             let status = loop {
                 match child.try_wait() {
                     Ok(Some(s)) => break Ok(s),
@@ -276,6 +301,11 @@ impl Server {
                     Err(e) => break Err(e),
                 }
                 let now = started.elapsed();
+                // A cancelled call's command is past its limit from that moment on.
+                if cancelled_at.is_none() && cancelled.load(Ordering::SeqCst) {
+                    cancelled_at = Some(now);
+                }
+                let limit = cancelled_at.map_or(limit, |at| at.min(limit));
                 // By its pid: the process this started, not yet waited for, so the pid
                 // is still its.
                 let pid = nix::unistd::Pid::from_raw(child.id() as i32);
@@ -304,11 +334,15 @@ impl Server {
                 stdout: String::from_utf8_lossy(&stdout).into_owned(),
                 stderr: String::from_utf8_lossy(&stderr).into_owned(),
                 timed_out: sent.is_some(),
+                cancelled: cancelled_at.is_some() && sent.is_some(),
             })
         })
-        .await
-        .map_err(|e| ErrorData::internal_error(format!("the command's thread: {e}"), None))?
-        .map_err(|e| ErrorData::internal_error(e, None))
+        .await;
+        if let Some(w) = watcher {
+            w.abort();
+        }
+        ran.map_err(|e| ErrorData::internal_error(format!("the command's thread: {e}"), None))?
+            .map_err(|e| ErrorData::internal_error(e, None))
     }
 
     /// A command whose stdout is its JSON outcome: the structured result, or the error.
@@ -321,16 +355,17 @@ impl Server {
                     limit: Duration::from_secs(600),
                     keep: usize::MAX,
                     turn: false,
+                    cancel: None,
                 },
             )
             .await?;
         let value: Option<serde_json::Value> = serde_json::from_str(ran.stdout.trim()).ok();
         if ran.code == Some(0) {
             let Some(v) = value else {
-                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                    "worktreefs printed no JSON: {}",
-                    ran.stderr.trim()
-                ))]));
+                return Ok(error_result(
+                    format!("worktreefs printed no JSON: {}", ran.stderr.trim()),
+                    serde_json::json!({"error": "failed", "exit_status": ran.code}),
+                ));
             };
             // A structured result is an object: a listing comes as `items`.
             let v = if v.is_array() {
@@ -344,6 +379,16 @@ impl Server {
         }
         Ok(refused(&ran, value))
     }
+}
+
+/// A tool's error result: `message` for people (and the model), then `refusal`, the
+/// typed JSON (`error` says which), as a second text block. No structured content: that
+/// is checked against the tool's output schema, which is a success's.
+fn error_result(message: String, refusal: serde_json::Value) -> CallToolResult {
+    CallToolResult::error(vec![
+        ContentBlock::text(message),
+        ContentBlock::text(refusal.to_string()),
+    ])
 }
 
 /// A refusal or failure as the tool's error result: the message the CLI prints (its
@@ -368,9 +413,11 @@ fn refused(ran: &Ran, value: Option<serde_json::Value>) -> CallToolResult {
     } else {
         message
     };
-    let mut r = CallToolResult::error(vec![ContentBlock::text(message)]);
-    r.structured_content = value;
-    r
+    let refusal = match value {
+        Some(v) if v.is_object() => v,
+        _ => serde_json::json!({"error": "failed", "message": message, "exit_status": ran.code}),
+    };
+    error_result(message, refusal)
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -430,6 +477,8 @@ pub struct TurnArgs {
     pub guard: bool,
     /// End the turn after this many seconds (default 600, at least 1): SIGTERM to its
     /// command, SIGKILL 5 s later if it is still there, and what it left running with it.
+    /// Cancelling the call ends it the same way at once.
+    #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
 }
 
@@ -466,7 +515,11 @@ impl Server {
     }
 
     /// Create a worktree (plain, warm, or a fork of another): the worktree object.
-    #[tool(name = "create_worktree", output_schema = worktree_schema())]
+    #[tool(
+        name = "create_worktree",
+        output_schema = worktree_schema(),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
     async fn create_worktree(
         &self,
         Parameters(a): Parameters<CreateArgs>,
@@ -489,7 +542,11 @@ impl Server {
     }
 
     /// List every worktree (`items`: worktree objects).
-    #[tool(name = "list_worktrees", output_schema = items_schema())]
+    #[tool(
+        name = "list_worktrees",
+        output_schema = items_schema(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn list_worktrees(
         &self,
         Parameters(_): Parameters<NoArgs>,
@@ -498,7 +555,11 @@ impl Server {
     }
 
     /// One worktree: its object (path, state, branch, base, times).
-    #[tool(name = "show_worktree", output_schema = worktree_schema())]
+    #[tool(
+        name = "show_worktree",
+        output_schema = worktree_schema(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn show_worktree(
         &self,
         Parameters(a): Parameters<WorktreeArg>,
@@ -519,15 +580,19 @@ impl Server {
                 r.is_error = Some(false);
                 r
             }
-            None => CallToolResult::error(vec![ContentBlock::text(format!(
-                "worktree {} does not exist; see list_worktrees",
-                a.worktree
-            ))]),
+            None => error_result(
+                format!("worktree {} does not exist; see list_worktrees", a.worktree),
+                serde_json::json!({"error": "not-found", "worktree": a.worktree}),
+            ),
         })
     }
 
     /// Take a session's named lease (exclusive too): the worktree object and the lease.
-    #[tool(name = "acquire_lease", output_schema = worktree_schema())]
+    #[tool(
+        name = "acquire_lease",
+        output_schema = worktree_schema(),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
     async fn acquire_lease(
         &self,
         Parameters(a): Parameters<AcquireArgs>,
@@ -550,7 +615,11 @@ impl Server {
     }
 
     /// Release a session's named lease: the worktree object as it is now.
-    #[tool(name = "release_lease", output_schema = worktree_schema())]
+    #[tool(
+        name = "release_lease",
+        output_schema = worktree_schema(),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
     async fn release_lease(
         &self,
         Parameters(a): Parameters<ReleaseArgs>,
@@ -571,21 +640,28 @@ impl Server {
 
     /// Run a command as the session's turn (at most one turn per worktree): its exit
     /// status and the tail of its output.
-    #[tool(name = "run_turn", output_schema = turn_schema())]
+    #[tool(
+        name = "run_turn",
+        output_schema = turn_schema(),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
+    )]
     async fn run_turn(
         &self,
         Parameters(a): Parameters<TurnArgs>,
+        cancel: CancellationToken,
     ) -> Result<CallToolResult, ErrorData> {
         if a.command.is_empty() {
-            return Ok(CallToolResult::error(vec![ContentBlock::text(
-                "command is empty: give the program and its arguments",
-            )]));
+            return Ok(error_result(
+                "command is empty: give the program and its arguments".into(),
+                serde_json::json!({"error": "bad-arguments", "argument": "command"}),
+            ));
         }
         let timeout = a.timeout_secs.unwrap_or(600);
         if timeout == 0 {
-            return Ok(CallToolResult::error(vec![ContentBlock::text(
-                "timeout_secs is 0: give at least 1 second (or leave it out for 600)",
-            )]));
+            return Ok(error_result(
+                "timeout_secs is 0: give at least 1 second (or leave it out for 600)".into(),
+                serde_json::json!({"error": "bad-arguments", "argument": "timeout_secs"}),
+            ));
         }
         // The turn's outcome comes apart from the command's output, in a file of this
         // server's own (made here, 0600, never one that was there).
@@ -626,6 +702,7 @@ impl Server {
                     limit,
                     keep: KEEP_BYTES,
                     turn: true,
+                    cancel: Some(cancel),
                 },
             )
             .await?;
@@ -673,21 +750,23 @@ impl Server {
                 } else {
                     format!("{how}; it said: {said}")
                 };
-                let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
-                r.structured_content = Some(serde_json::json!({
-                    "error": "failed",
-                    "exit_status": ran.code,
-                    "server_ended_it": ran.timed_out,
-                    "stdout_tail": tail(&ran.stdout, TAIL_BYTES),
-                    "stderr_tail": tail(&ran.stderr, TAIL_BYTES),
-                }));
-                return Ok(r);
+                return Ok(error_result(
+                    text,
+                    serde_json::json!({
+                        "error": "failed",
+                        "exit_status": ran.code,
+                        "server_ended_it": ran.timed_out,
+                        "stdout_tail": tail(&ran.stdout, TAIL_BYTES),
+                        "stderr_tail": tail(&ran.stderr, TAIL_BYTES),
+                    }),
+                ));
             }
         }
         let v = serde_json::json!({
             "worktree": a.worktree,
             "exit_status": ran.code,
             "timed_out": ran.timed_out,
+            "cancelled": ran.cancelled,
             "signal": signal,
             "stdout_tail": tail(&ran.stdout, TAIL_BYTES),
             "stderr_tail": tail(&ran.stderr, TAIL_BYTES),
@@ -698,7 +777,11 @@ impl Server {
     }
 
     /// Worktrees kept by cleanup because removing them would lose work (`items`).
-    #[tool(name = "list_retained", output_schema = items_schema())]
+    #[tool(
+        name = "list_retained",
+        output_schema = items_schema(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn list_retained(
         &self,
         Parameters(_): Parameters<NoArgs>,
@@ -707,7 +790,11 @@ impl Server {
     }
 
     /// Removed worktrees still restorable (`items`).
-    #[tool(name = "list_removed", output_schema = items_schema())]
+    #[tool(
+        name = "list_removed",
+        output_schema = items_schema(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn list_removed(
         &self,
         Parameters(_): Parameters<NoArgs>,
@@ -717,7 +804,11 @@ impl Server {
 
     /// Remove a retained or unused worktree when nothing would be lost (or, with discard,
     /// throwing its work away): the outcome.
-    #[tool(name = "reclaim", output_schema = worktree_schema())]
+    #[tool(
+        name = "reclaim",
+        output_schema = worktree_schema(),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
     async fn reclaim(
         &self,
         Parameters(a): Parameters<ReclaimArgs>,
@@ -730,7 +821,11 @@ impl Server {
     }
 
     /// Bring a removed worktree back as it was: the worktree object.
-    #[tool(name = "restore", output_schema = worktree_schema())]
+    #[tool(
+        name = "restore",
+        output_schema = worktree_schema(),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
     async fn restore(
         &self,
         Parameters(a): Parameters<RestoreArgs>,
@@ -790,7 +885,8 @@ fn turn_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
         "properties": {
             "worktree": {"type": "string"},
             "exit_status": {"type": ["integer", "null"], "description": "the turn's exit status: its command's (128+N when signal N ended it), 124 when it ran past timeout_secs"},
-            "timed_out": {"type": "boolean", "description": "it ran past timeout_secs and was ended"},
+            "timed_out": {"type": "boolean", "description": "it ran past timeout_secs, or its call was cancelled, and was ended"},
+            "cancelled": {"type": "boolean", "description": "the client cancelled the call, and the turn was ended as at its timeout"},
             "signal": {"type": ["string", "null"], "description": "with timed_out: what ended it, SIGTERM or SIGKILL (sent 5 s after a SIGTERM it ignored)"},
             "stdout_tail": {"type": "string"},
             "stderr_tail": {"type": "string"},

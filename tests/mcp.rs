@@ -84,6 +84,41 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
         assert_eq!(tool["output"]["type"], "object", "{t}: {tool}");
     }
     assert!(seen["tools"]["acquire_lease"]["input"]["properties"]["exclusive"].is_object());
+    // The schema says what the description says: at least one second.
+    assert_eq!(
+        seen["tools"]["run_turn"]["input"]["properties"]["timeout_secs"]["minimum"], 1,
+        "{}",
+        seen["tools"]["run_turn"]
+    );
+    // Annotations that tell the truth: listings only read; reclaim (discard) and a turn
+    // (any command) may destroy; nothing but a turn reaches beyond this machine's state.
+    let hint = |t: &str, h: &str| seen["tools"][t]["annotations"][h].clone();
+    for t in [
+        "list_worktrees",
+        "show_worktree",
+        "list_retained",
+        "list_removed",
+    ] {
+        assert_eq!(hint(t, "readOnlyHint"), true, "{t}");
+    }
+    for t in [
+        "create_worktree",
+        "acquire_lease",
+        "release_lease",
+        "run_turn",
+        "reclaim",
+        "restore",
+    ] {
+        assert_eq!(hint(t, "readOnlyHint"), false, "{t}");
+    }
+    for t in ["reclaim", "run_turn", "release_lease"] {
+        assert_eq!(hint(t, "destructiveHint"), true, "{t}");
+    }
+    for t in ["create_worktree", "acquire_lease", "restore"] {
+        assert_eq!(hint(t, "destructiveHint"), false, "{t}");
+    }
+    assert_eq!(hint("run_turn", "openWorldHint"), true);
+    assert_eq!(hint("reclaim", "openWorldHint"), false);
     let c = &seen["create"];
     assert_eq!(c["is_error"], false, "{c}");
     assert_eq!(c["structured"]["worktree"], "repo/agent", "{c}");
@@ -95,6 +130,10 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
     // A refusal is a tool result marked as an error, with the CLI's message.
     let again = &seen["create_again"];
     assert_eq!(again["is_error"], true, "{again}");
+    // No structured content on an error: clients check it against the output schema,
+    // which is a success's; the typed refusal comes as the second text block.
+    assert!(again["structured"].is_null(), "{again}");
+    assert_eq!(again["refusal"]["error"], "failed", "{again}");
     assert!(
         again["text"]
             .as_str()
@@ -112,7 +151,8 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
         other["text"].as_str().unwrap().contains("session s1"),
         "{other}"
     );
-    assert_eq!(other["structured"]["error"], "occupied", "{other}");
+    assert!(other["structured"].is_null(), "{other}");
+    assert_eq!(other["refusal"]["error"], "occupied", "{other}");
     // The turn ran in the worktree, on its branch; its status and output come back.
     let t = &seen["turn"];
     assert_eq!(t["is_error"], false, "{t}");
@@ -202,84 +242,168 @@ fn a_server_whose_client_closes_ends_the_turn_and_exits() {
     server_gone_mid_turn(false);
 }
 
-fn server_gone_mid_turn(kill: bool) {
-    use std::io::{BufRead, Write};
+/// A server driven by hand over newline-delimited JSON-RPC (so the test holds its pid),
+/// initialized, with a turn started through `run_turn` (request id 2) whose command
+/// ignores SIGTERM and has a child: their pids once they run.
+struct HandServer {
+    server: std::process::Child,
+    to: Option<std::process::ChildStdin>,
+    from: std::io::BufReader<std::process::ChildStdout>,
+    procs: Vec<i32>,
+}
+
+impl HandServer {
+    fn with_a_stubborn_turn(env: &Env) -> HandServer {
+        use std::io::BufRead;
+        let mut server = std::process::Command::new(BIN)
+            .arg("--state-dir")
+            .arg(env.state())
+            .arg("mcp")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let to = server.stdin.take();
+        let from = std::io::BufReader::new(server.stdout.take().unwrap());
+        let mut h = HandServer {
+            server,
+            to,
+            from,
+            procs: Vec::new(),
+        };
+        h.send(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}),
+        );
+        let mut line = String::new();
+        h.from.read_line(&mut line).unwrap();
+        assert!(line.contains("\"id\":1"), "{line}");
+        h.send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let pids = env.dir.path().join("pids");
+        let script = format!(
+            "trap '' TERM; sleep 600 & echo $$ $! > {}; wait",
+            pids.display()
+        );
+        h.send(
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "run_turn",
+            "arguments": {"worktree": "repo/agent", "session": "s1",
+                          "command": ["sh", "-c", script]}}}),
+        );
+        wait_until(
+            "the turn's command runs",
+            std::time::Duration::from_secs(20),
+            || std::fs::read_to_string(&pids).is_ok_and(|p| p.split_whitespace().count() == 2),
+        );
+        h.procs = std::fs::read_to_string(&pids)
+            .unwrap()
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        h
+    }
+
+    fn send(&mut self, v: serde_json::Value) {
+        use std::io::Write;
+        writeln!(self.to.as_mut().expect("stdin open"), "{v}").unwrap();
+    }
+
+    /// The turn's processes still there `within` from now (SIGKILLed by the test then).
+    fn left_after(&self, within: std::time::Duration) -> Vec<i32> {
+        let gone = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+        };
+        let end = std::time::Instant::now() + within;
+        while self.procs.iter().any(|p| !gone(*p)) && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let left: Vec<i32> = self.procs.iter().copied().filter(|p| !gone(*p)).collect();
+        for p in &left {
+            // SAFETY: plain kill of a process this test's turn started.
+            unsafe { libc::kill(*p, libc::SIGKILL) };
+        }
+        left
+    }
+
+    /// Whether the server exits within `within` (killed by the test otherwise).
+    fn exits_within(&mut self, within: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + within;
+        let mut exited = false;
+        while !exited && std::time::Instant::now() < end {
+            exited = self.server.try_wait().unwrap().is_some();
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        exited
+    }
+}
+
+impl Drop for HandServer {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// A client's `notifications/cancelled` for a running `run_turn` ends the turn as its
+/// timeout would: SIGTERM to the command, SIGKILL 5 s later when it ignores that, what
+/// it left running with it, and the turn's lease goes; the server itself goes on.
+#[test]
+fn a_cancelled_turn_is_ended_as_at_its_timeout() {
+    use std::io::BufRead;
     let env = Env::new();
     wtfs_ok(&env.state(), &["new", "repo/agent"]);
     let m = env.mount();
-    let mut server = std::process::Command::new(BIN)
-        .arg("--state-dir")
-        .arg(env.state())
-        .arg("mcp")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut to = server.stdin.take().unwrap();
-    let mut from = std::io::BufReader::new(server.stdout.take().unwrap());
-    let mut send = |v: serde_json::Value| writeln!(to, "{v}").unwrap();
-    send(
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}}),
+    let mut h = HandServer::with_a_stubborn_turn(&env);
+    h.send(
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 2, "reason": "the user stopped it"}}),
     );
-    let mut line = String::new();
-    from.read_line(&mut line).unwrap();
-    assert!(line.contains("\"id\":1"), "{line}");
-    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let pids = env.dir.path().join("pids");
-    let script = format!(
-        "trap '' TERM; sleep 600 & echo $$ $! > {}; wait",
-        pids.display()
-    );
-    send(
-        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "name": "run_turn",
-        "arguments": {"worktree": "repo/agent", "session": "s1",
-                      "command": ["sh", "-c", script]}}}),
+    let left = h.left_after(std::time::Duration::from_secs(20));
+    assert!(
+        left.is_empty(),
+        "the cancelled turn's processes {left:?} still ran 20 s later"
     );
     wait_until(
-        "the turn's command runs",
-        std::time::Duration::from_secs(20),
-        || std::fs::read_to_string(&pids).is_ok_and(|p| p.split_whitespace().count() == 2),
+        "the turn's lease goes",
+        std::time::Duration::from_secs(10),
+        || !wtfs_ok(&env.state(), &["leases"]).contains("session:s1"),
     );
-    let procs: Vec<i32> = std::fs::read_to_string(&pids)
-        .unwrap()
-        .split_whitespace()
-        .map(|p| p.parse().unwrap())
-        .collect();
-    let started = std::time::Instant::now();
+    // Still serving: another call is answered.
+    h.send(
+        serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "list_worktrees", "arguments": {}}}),
+    );
+    let mut answered = false;
+    let mut line = String::new();
+    while !answered && h.from.read_line(&mut line).unwrap() > 0 {
+        answered = line.contains("\"id\":3");
+        line.clear();
+    }
+    assert!(
+        answered,
+        "the server stopped answering after a cancellation"
+    );
+    drop(h);
+    drop(m);
+}
+
+fn server_gone_mid_turn(kill: bool) {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/agent"]);
+    let m = env.mount();
+    let mut h = HandServer::with_a_stubborn_turn(&env);
     if kill {
-        let _ = server.kill();
+        let _ = h.server.kill();
     } else {
-        drop(to);
+        h.to = None;
     }
-    let gone = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-        })
-    };
-    let end = started + std::time::Duration::from_secs(30);
-    while procs.iter().any(|p| !gone(*p)) && std::time::Instant::now() < end {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let left: Vec<i32> = procs.iter().copied().filter(|p| !gone(*p)).collect();
-    for p in &left {
-        // SAFETY: plain kill of a process this test's turn started.
-        unsafe { libc::kill(*p, libc::SIGKILL) };
-    }
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut exited = false;
-    while !exited && std::time::Instant::now() < end {
-        exited = server.try_wait().unwrap().is_some();
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    if !exited {
-        let _ = server.kill();
-    }
-    let _ = server.wait();
+    let left = h.left_after(std::time::Duration::from_secs(30));
+    let exited = h.exits_within(std::time::Duration::from_secs(20));
     assert!(
         left.is_empty(),
         "the turn's processes {left:?} outlived their server by 30 s"
@@ -290,5 +414,6 @@ fn server_gone_mid_turn(kill: bool) {
         std::time::Duration::from_secs(10),
         || !wtfs_ok(&env.state(), &["leases"]).contains("session:s1"),
     );
+    drop(h);
     drop(m);
 }

@@ -14,10 +14,19 @@ from mcp.client.stdio import stdio_client
 
 
 def result(r):
+    texts = [getattr(c, "text", "") for c in r.content]
+    # A refusal: the message for people first, then its typed JSON.
+    refusal = None
+    if r.is_error and len(texts) > 1:
+        try:
+            refusal = json.loads(texts[-1])
+        except ValueError:
+            pass
     return {
         "is_error": bool(r.is_error),
         "structured": r.structured_content,
-        "text": " ".join(getattr(c, "text", "") for c in r.content),
+        "text": texts[0] if texts else "",
+        "refusal": refusal,
     }
 
 
@@ -33,6 +42,11 @@ async def main(exe, state):
                 t.name: {
                     "input": t.input_schema,
                     "output": t.output_schema,
+                    "annotations": (
+                        t.annotations.model_dump(by_alias=True, exclude_none=True)
+                        if t.annotations
+                        else None
+                    ),
                 }
                 for t in tools.tools
             }
