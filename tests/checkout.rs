@@ -670,6 +670,54 @@ fn a_users_core_fsmonitor_true_leaves_git_status_right() {
     drop(m);
 }
 
+/// git in a view uses worktreefs's fsmonitor hook: the included config allows it on a
+/// FUSE mount (git 2.55 and later take FUSE for a remote filesystem and otherwise turn
+/// fsmonitor off, warning on every command), and `git status` asks the hook, with no
+/// warning. Run with a newer git first on `PATH` to check that git.
+#[test]
+fn git_in_a_view_consults_the_fsmonitor_hook_without_a_warning() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/fsm"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "fsm");
+    let origin = git(
+        &wt,
+        &["config", "--show-origin", "--get", "fsmonitor.allowRemote"],
+    );
+    assert!(
+        origin.contains("worktreefs/config") && origin.trim_end().ends_with("true"),
+        "{origin}"
+    );
+    // Not in the repository's own worktree.
+    let own = run(
+        "git",
+        &["config", "--get", "fsmonitor.allowRemote"],
+        &env.repo.path(),
+    );
+    assert!(own.stdout.is_empty(), "{own:?}");
+    run_ok("sh", &["-c", "echo change >> README.md"], &wt);
+    let out = std::process::Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(&wt)
+        .env("GIT_TRACE_FSMONITOR", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        " M README.md\n",
+        "{err}"
+    );
+    assert!(!err.contains("warning"), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("fsmonitor-hook") && l.contains("returned success")),
+        "git did not consult the hook:\n{err}"
+    );
+    drop(m);
+}
+
 /// A repository that belongs to someone else (here nobody) gets none of its own filters
 /// run for a worktree of root's: git's `safe.directory` rule, which `--git-dir` skips.
 /// Its in-tree end-of-line rules still apply (they run nothing).

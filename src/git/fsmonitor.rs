@@ -295,7 +295,7 @@ fn install_files(gitdir: &Path) -> anyhow::Result<()> {
         put("fsmonitor-hook", HOOK, 0o755)?;
     }
     let config = format!(
-        "# Written by worktreefs for its managed worktrees (admin entries wtfs-*): git asks the\n# daemon what changed instead of scanning, and keeps its untracked-file cache, which\n# the same answers keep current.\n[core]\n\tfsmonitor = {}\n\tfsmonitorHookVersion = 2\n\tuntrackedCache = true\n",
+        "# Written by worktreefs for its managed worktrees (admin entries wtfs-*): git asks the\n# daemon what changed instead of scanning, and keeps its untracked-file cache, which\n# the same answers keep current. git 2.55 and later take a FUSE mount for a remote\n# filesystem and turn fsmonitor off there (with a warning on every command) unless\n# fsmonitor.allowRemote says otherwise: the hook reads the daemon, not a remote.\n[core]\n\tfsmonitor = {}\n\tfsmonitorHookVersion = 2\n\tuntrackedCache = true\n[fsmonitor]\n\tallowRemote = true\n",
         hook.display()
     );
     if !holds("config", &config, 0o644) {
