@@ -417,3 +417,187 @@ fn server_gone_mid_turn(kill: bool) {
     drop(h);
     drop(m);
 }
+
+/// The official MCP Inspector's CLI (npm `@modelcontextprotocol/inspector-cli`, on the
+/// TypeScript SDK, which checks every structured result against its tool's output schema)
+/// calls each tool once with success and once refused: every call is one it can read.
+/// `.ci/run` installs it and names its `build/index.js` in `WORKTREEFS_MCP_INSPECTOR`;
+/// elsewhere the test says it is skipped (and fails under CI, where it must run).
+#[test]
+fn the_mcp_inspector_reads_every_tools_success_and_refusal() {
+    let Ok(inspector) = std::env::var("WORKTREEFS_MCP_INSPECTOR") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "WORKTREEFS_MCP_INSPECTOR is not set under CI: .ci/run installs the Inspector CLI"
+        );
+        eprintln!("skipped: WORKTREEFS_MCP_INSPECTOR names no Inspector CLI (see .ci/run)");
+        return;
+    };
+    let inspector = std::path::PathBuf::from(inspector);
+    // The CLI looks for `../package.json` from its working directory: its install's
+    // node_modules, whose parent has one.
+    let cwd = inspector
+        .ancestors()
+        .find(|p| p.ends_with("node_modules"))
+        .expect("the Inspector's index.js lies under a node_modules")
+        .to_path_buf();
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/spare"]);
+    let m = env.mount();
+    // The server's stderr goes to a file: the CLI pipes it and never reads it.
+    let server = |state: &std::path::Path, name: &str| {
+        let path = env.dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\nexec '{BIN}' --state-dir '{}' mcp 2>>'{}'\n",
+                state.display(),
+                env.dir.path().join("server.log").display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        path
+    };
+    let good = server(&env.state(), "server.sh");
+    // A state directory whose database is not one: every command refuses, listings too.
+    let bad = env.dir.path().join("bad-state");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(bad.join("worktreefs.db"), vec![b'x'; 4096]).unwrap();
+    let broken = server(&bad, "broken.sh");
+    let call = |server: &std::path::Path, tool: &str, args: &[&str]| -> serde_json::Value {
+        let mut argv = vec![
+            inspector.to_str().unwrap(),
+            server.to_str().unwrap(),
+            "--method",
+            "tools/call",
+            "--tool-name",
+            tool,
+        ];
+        for a in args {
+            argv.extend(["--tool-arg", a]);
+        }
+        let mut full = vec!["120", "node"];
+        full.extend(argv);
+        let out = run("timeout", &full, &cwd);
+        assert!(
+            out.status.success(),
+            "the Inspector could not read {tool} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{tool}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let ok = |v: serde_json::Value, what: &str| -> serde_json::Value {
+        assert_ne!(v["isError"], true, "{what}: {v}");
+        assert!(v["structuredContent"].is_object(), "{what}: {v}");
+        v["structuredContent"].clone()
+    };
+    let refused = |v: serde_json::Value, what: &str, says: &str| -> serde_json::Value {
+        assert_eq!(v["isError"], true, "{what}: {v}");
+        assert!(v.get("structuredContent").is_none(), "{what}: {v}");
+        let text = v["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains(says), "{what}: {text}");
+        serde_json::from_str(v["content"][1]["text"].as_str().unwrap_or("null")).unwrap()
+    };
+    let w = "worktree=repo/insp";
+    let c = ok(call(&good, "create_worktree", &[w]), "create");
+    assert_eq!(c["worktree"], "repo/insp");
+    refused(
+        call(&good, "create_worktree", &[w]),
+        "create again",
+        "already exists",
+    );
+    let l = ok(call(&good, "list_worktrees", &[]), "list");
+    assert_eq!(l["items"].as_array().unwrap().len(), 2, "{l}");
+    refused(
+        call(&broken, "list_worktrees", &[]),
+        "list, broken",
+        "database",
+    );
+    assert_eq!(
+        ok(call(&good, "show_worktree", &[w]), "show")["name"],
+        "insp"
+    );
+    let r = refused(
+        call(&good, "show_worktree", &["worktree=repo/none"]),
+        "show unknown",
+        "does not exist",
+    );
+    assert_eq!(r["error"], "not-found");
+    let a = ok(
+        call(&good, "acquire_lease", &[w, "session=s1", "exclusive=true"]),
+        "acquire",
+    );
+    assert_eq!(a["exclusive"], true, "{a}");
+    let r = refused(
+        call(&good, "acquire_lease", &[w, "session=s2", "exclusive=true"]),
+        "acquire by another",
+        "s1",
+    );
+    assert_eq!(r["error"], "occupied", "{r}");
+    let t = ok(
+        call(
+            &good,
+            "run_turn",
+            &[
+                w,
+                "session=s1",
+                r#"command=["git","rev-parse","--abbrev-ref","HEAD"]"#,
+            ],
+        ),
+        "turn",
+    );
+    assert_eq!(t["stdout_tail"], "insp\n", "{t}");
+    assert_eq!(t["exit_status"], 0, "{t}");
+    refused(
+        call(&good, "run_turn", &[w, "session=s1", "command=[]"]),
+        "turn with no command",
+        "command is empty",
+    );
+    ok(call(&good, "release_lease", &[w, "session=s1"]), "release");
+    refused(
+        call(&good, "release_lease", &[w, "session=s1"]),
+        "release again",
+        "holds no lease",
+    );
+    ok(call(&good, "list_retained", &[]), "retained");
+    refused(
+        call(&broken, "list_retained", &[]),
+        "retained, broken",
+        "database",
+    );
+    let r = ok(call(&good, "reclaim", &["worktree=repo/spare"]), "reclaim");
+    assert_eq!(r["outcome"], "removed", "{r}");
+    let r = refused(
+        call(&good, "reclaim", &["worktree=repo/spar"]),
+        "reclaim unknown",
+        "repo/spar",
+    );
+    assert_eq!(r["error"], "not-found", "{r}");
+    let k = ok(call(&good, "list_removed", &[]), "removed");
+    assert!(
+        k["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["worktree"] == "repo/spare"),
+        "{k}"
+    );
+    refused(
+        call(&broken, "list_removed", &[]),
+        "removed, broken",
+        "database",
+    );
+    let r = ok(call(&good, "restore", &["worktree=repo/spare"]), "restore");
+    assert_eq!(r["worktree"], "repo/spare", "{r}");
+    refused(
+        call(&good, "restore", &["worktree=repo/never"]),
+        "restore unknown",
+        "repo/never",
+    );
+    drop(m);
+}
