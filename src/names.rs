@@ -30,6 +30,57 @@ pub fn validate_name(kind: &str, name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether git takes `name` as a branch name, by the rules of `git check-ref-format
+/// --branch` (refs/heads/NAME must be a valid ref): not `HEAD` nor starting with `-`; no
+/// empty component (a leading, trailing or doubled `/`); no component starting with `.`
+/// or ending with `.lock`; no `..`, `@{`, lone `@`, control character, space, `~ ^ : ? * [
+/// \`, and no `.` at the end. The error says which rule `name` breaks.
+pub fn validate_branch_name(name: &str) -> Result<(), String> {
+    let refused = |why: &str| {
+        Err(format!(
+            "'{name}' is not a name git allows for a branch: {why}"
+        ))
+    };
+    if name.is_empty() {
+        return refused("it is empty");
+    }
+    if name == "HEAD" {
+        return refused("HEAD names the checked-out commit");
+    }
+    if name.starts_with('-') {
+        return refused("it starts with '-'");
+    }
+    if name == "@" {
+        return refused("'@' alone stands for HEAD");
+    }
+    if name.contains("..") {
+        return refused("it contains '..'");
+    }
+    if name.contains("@{") {
+        return refused("it contains '@{'");
+    }
+    if name.ends_with('.') {
+        return refused("it ends with '.'");
+    }
+    if let Some(c) = name.chars().find(|c| {
+        c.is_ascii_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\')
+    }) {
+        return refused(&format!("it contains {c:?}"));
+    }
+    for part in name.split('/') {
+        if part.is_empty() {
+            return refused("it has an empty part between '/'s (or one at its start or end)");
+        }
+        if part.starts_with('.') {
+            return refused(&format!("its part '{part}' starts with '.'"));
+        }
+        if part.ends_with(".lock") {
+            return refused(&format!("its part '{part}' ends with '.lock'"));
+        }
+    }
+    Ok(())
+}
+
 /// Turns a directory name into a valid repository name (for `mount` on embedded defaults).
 pub fn sanitize_name(raw: &str) -> String {
     let mut out: String = raw
@@ -106,6 +157,62 @@ mod tests {
         for (name, ok) in cases {
             assert_eq!(validate_name("worktree", name).is_ok(), *ok, "{name:?}");
         }
+    }
+
+    /// The rules agree with git's own `check-ref-format --branch` on every case.
+    #[test]
+    fn branch_names_are_checked_as_git_checks_them() {
+        let cases = [
+            "main",
+            "HEAD",
+            "head",
+            "x.lock",
+            "x.lock.y",
+            "a..b",
+            "a.",
+            ".a",
+            "a/.b",
+            "a/b",
+            "a//b",
+            "/a",
+            "a/",
+            "-a",
+            "a-",
+            "a@b",
+            "a@{b",
+            "a b",
+            "a~1",
+            "a^",
+            "a:b",
+            "a?",
+            "a*",
+            "a[b",
+            "a\\b",
+            "feature/x.lock/y",
+            "a/b.lock",
+            "dot..ok",
+            "v1.2",
+            "\u{7f}x",
+            "",
+        ];
+        for name in cases {
+            let by_git = std::process::Command::new("git")
+                .args(["check-ref-format", "--branch", name])
+                .output()
+                .expect("git runs");
+            assert_eq!(
+                validate_branch_name(name).is_ok(),
+                by_git.status.success(),
+                "{name:?}: ours {:?}, git's {}",
+                validate_branch_name(name),
+                String::from_utf8_lossy(&by_git.stderr)
+            );
+        }
+        // A lone '@' git's --branch reads as the current branch, so it never makes a
+        // branch of that name: refused here.
+        assert!(validate_branch_name("@").is_err());
+        let e = validate_branch_name("HEAD").unwrap_err();
+        assert!(e.contains("'HEAD'") && e.contains("checked-out"), "{e}");
     }
 
     #[test]

@@ -116,7 +116,29 @@ pub fn resolve(
         ));
     }
     let path = lexical(cwd.unwrap_or(Path::new("/")), Path::new(given));
-    match worktree_at(&path, mountpoints) {
+    let found = worktree_at(&path, mountpoints);
+    // Text that starts with a repository's name and is not a path inside the mount:
+    // REPO/WT with a slash too many or none after it.
+    if !matches!(found, Ok(Some(_))) && !given.starts_with('/') && !given.starts_with('.') {
+        if let Some((repo, rest)) = given.split_once('/') {
+            if is_repo(repo) {
+                let rest = rest.trim_end_matches('/');
+                if rest.is_empty() {
+                    return Err(format!(
+                        "'{given}' names repository {repo} but no worktree; give {repo}/NAME, for example {repo}/task-1"
+                    ));
+                }
+                if !rest.contains('/') {
+                    return Ok(format!("{repo}/{rest}"));
+                }
+                return Err(format!(
+                    "'{given}' is not REPO/WT: a worktree's name is one part, with no '/' (here '{rest}'); for example {repo}/{}",
+                    rest.replace('/', "-")
+                ));
+            }
+        }
+    }
+    match found {
         Ok(Some(t)) => Ok(t),
         Ok(None) if one_slash => Ok(given.to_string()),
         Ok(None) => Err(format!(
@@ -201,6 +223,15 @@ mod tests {
         assert!(e.contains("not inside the mount /m/wtfs"), "{e}");
         let e = r(Some("../.."), "/m/wtfs/repo/t").unwrap_err();
         assert!(e.contains("top"), "{e}");
+        // A known repository's name with a slash too many, or nothing after it.
+        let e = r(Some("repo/a/b"), "/home/u").unwrap_err();
+        assert!(
+            e.contains("'repo/a/b' is not REPO/WT") && e.contains("repo/a-b"),
+            "{e}"
+        );
+        let e = r(Some("repo/"), "/home/u").unwrap_err();
+        assert!(e.contains("names repository repo but no worktree"), "{e}");
+        assert_eq!(r(Some("repo/t/"), "/home/u").unwrap(), "repo/t");
         // A mountpoint's sibling with the same prefix is not inside it.
         let e = r(Some("/m/wtfs2/repo/t"), "/").unwrap_err();
         assert!(e.contains("not inside"), "{e}");

@@ -126,10 +126,25 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
             "worktree 'repo/exists' already exists",
         ),
         (&["new", "repo/main"], "branch 'main' already exists"),
+        // Checked out in the repository's own worktree: --branch is no way out there.
+        (&["new", "repo/main"], "is checked out in"),
         (
             &["new", "repo/y", "--branch", "bad..branch"],
-            "not a valid git branch name",
+            "'bad..branch' is not a name git allows for a branch: it contains '..'",
         ),
+        // Names that would become branches git refuses.
+        (
+            &["new", "repo/HEAD"],
+            "worktree name 'HEAD' would be its new branch's name",
+        ),
+        (&["new", "repo/HEAD"], "--branch"),
+        (&["new", "repo/x.lock"], "ends with '.lock'"),
+        (&["new", "repo/bad..name"], "contains '..'"),
+        (&["new", "repo/dot."], "ends with '.'"),
+        (&["new", "repo/y", "--branch", "HEAD"], "HEAD names"),
+        (&["new", "rpeo/x"], "did you mean 'repo'?"),
+        (&["new", "repo/a/b"], "'repo/a/b' is not REPO/WT"),
+        (&["new", "repo/"], "names repository repo but no worktree"),
         (
             &["repo", "add", "/nonexistent/path"],
             "is not a git repository",
@@ -219,6 +234,34 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
         );
         assert!(!none.exists(), "{args:?} made the state directory");
     }
+}
+
+/// `mkdir` of a worktree whose name git refuses as a branch answers EINVAL (not EEXIST:
+/// nothing is there), makes nothing, and the daemon's log says why.
+#[test]
+fn mkdir_of_a_name_git_refuses_as_a_branch_is_einval_with_the_reason_logged() {
+    let env = Env::new();
+    let before = footprint(&env);
+    let m = env.mount();
+    for name in ["HEAD", "bad..name", "x.lock", "dot."] {
+        let err = fs::create_dir(m.wt("repo", name)).unwrap_err();
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::EINVAL),
+            "mkdir {name}: {err}"
+        );
+        assert!(!m.wt("repo", name).exists(), "{name}");
+    }
+    let log = m.log();
+    assert!(
+        log.contains("worktree name 'HEAD' would be its new branch's name"),
+        "{log}"
+    );
+    assert!(log.contains("'x.lock'"), "{log}");
+    drop(m);
+    assert_eq!(footprint(&env), before, "a refused mkdir changed state");
+    let head = git(&env.repo.path(), &["rev-parse", "--abbrev-ref", "HEAD"]);
+    assert_eq!(head.trim(), "main");
 }
 
 #[test]

@@ -159,12 +159,7 @@ pub fn create_worktree(
     let repo_row = store
         .repo_by_name(req.repo)
         .map_err(|e| internal("reading repositories")(e.to_string()))?
-        .ok_or_else(|| {
-            CreateError::UnknownRepo(format!(
-                "repository '{}' is not registered; add it with `worktreefs repo add PATH --name {}` (see `worktreefs repo list`)",
-                req.repo, req.repo
-            ))
-        })?;
+        .ok_or_else(|| unknown_repo(store, req.repo))?;
     // A snapshot holds what its taker could read: it is shown to that user alone (in
     // worktrees they own), never to another who could not read the files.
     if let Some(w) = req.warm {
@@ -199,13 +194,7 @@ pub fn create_worktree(
             req.repo, req.name, existing.state
         )));
     }
-    if let Some(b) = req.branch {
-        if git2::Branch::name_is_valid(b).ok() != Some(true) {
-            return Err(CreateError::InvalidName(format!(
-                "branch name '{b}' is not a valid git branch name"
-            )));
-        }
-    }
+    check_branch_name(req.name, req.branch)?;
 
     let repo = Repository::open(&repo_row.gitdir).map_err(|e| {
         CreateError::Internal(format!(
@@ -232,10 +221,19 @@ pub fn create_worktree(
     })?;
     if let Some(br) = &existing_branch {
         if req.branch.is_none() {
-            return Err(CreateError::BranchConflict(format!(
-                "branch '{branch_name}' already exists in repository '{}'; pass --branch {branch_name} to work on it, or choose another worktree name",
-                req.repo
-            )));
+            // --branch is a way out only while no other worktree has the branch.
+            return Err(CreateError::BranchConflict(
+                match git::checked_out_in(&repo, &branch_name) {
+                    Some(holder) => format!(
+                        "branch '{branch_name}' already exists in repository '{}' and is checked out in {holder}; a worktree needs a branch of its own: pick another name (`worktreefs new {}/{branch_name}-2` starts a branch from HEAD, add --base {branch_name} to start from it)",
+                        req.repo, req.repo
+                    ),
+                    None => format!(
+                        "branch '{branch_name}' already exists in repository '{}'; pass --branch {branch_name} to work on it, or choose another worktree name",
+                        req.repo
+                    ),
+                },
+            ));
         }
         let tip = br.get().target();
         if tip != Some(base.commit) {
@@ -318,6 +316,52 @@ pub fn create_worktree(
         .worktree(req.repo, req.name)
         .map_err(|e| internal("reading back the worktree")(e.to_string()))?
         .ok_or_else(|| CreateError::Internal("worktree row vanished".into()))
+}
+
+/// The refusal of a repository name nobody registered: the registered name closest to it,
+/// if one is, else how to register it.
+pub(super) fn unknown_repo(store: &Store, repo: &str) -> CreateError {
+    let names: Vec<String> = store
+        .repos()
+        .map(|rows| rows.into_iter().map(|r| r.name).collect())
+        .unwrap_or_default();
+    let way_out = match crate::names::closest(repo, names.iter().map(String::as_str)) {
+        Some(close) => format!("did you mean '{close}'? (see `worktreefs repo list`)"),
+        None => format!(
+            "add it with `worktreefs repo add PATH --name {repo}` (see `worktreefs repo list`)"
+        ),
+    };
+    CreateError::UnknownRepo(format!("repository '{repo}' is not registered; {way_out}"))
+}
+
+/// Refuses, before anything is made, a branch name git would not allow: `branch` when
+/// given, else the worktree's `name`, which becomes its branch's.
+pub(super) fn check_branch_name(name: &str, branch: Option<&str>) -> Result<(), CreateError> {
+    let refused =
+        |why: String, way_out: String| Err(CreateError::InvalidName(format!("{why}; {way_out}")));
+    match branch {
+        Some(b) => crate::names::validate_branch_name(b).or_else(|why| {
+            refused(why, "pass another --branch".into())
+        }),
+        None => crate::names::validate_branch_name(name).or_else(|why| {
+            refused(
+                format!("worktree name '{name}' would be its new branch's name, and {why}"),
+                format!("pick another worktree name, or keep it with --branch OTHER (`worktreefs new REPO/{name} --branch {}`)", suggested_branch(name)),
+            )
+        }),
+    }
+}
+
+/// A branch name git allows that is close to `name` (for a way out to print).
+fn suggested_branch(name: &str) -> String {
+    let mut s = name.replace("..", "-").trim_end_matches('.').to_string();
+    while let Some(stem) = s.strip_suffix(".lock") {
+        s = format!("{stem}-lock");
+    }
+    if s == "HEAD" || crate::names::validate_branch_name(&s).is_err() {
+        s = format!("wt-{s}");
+    }
+    s
 }
 
 /// Records creation `record` (its admin entry name picked here, one no other entry or

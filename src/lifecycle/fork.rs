@@ -94,21 +94,12 @@ pub fn fork_worktree(
     let started = Instant::now();
     let label = format!("{}/{}", req.repo, req.from);
     validate_name("worktree", req.name).map_err(CreateError::InvalidName)?;
+    super::create::check_branch_name(req.name, req.branch)?;
     let branch_name = req.branch.unwrap_or(req.name).to_string();
-    if git2::Branch::name_is_valid(&branch_name).ok() != Some(true) {
-        return Err(CreateError::InvalidName(format!(
-            "branch name '{branch_name}' is not a valid git branch name"
-        )));
-    }
     let repo_row = store
         .repo_by_name(req.repo)
         .map_err(|e| internal("reading repositories")(e.to_string()))?
-        .ok_or_else(|| {
-            CreateError::UnknownRepo(format!(
-                "repository '{}' is not registered (see `worktreefs repo list`)",
-                req.repo
-            ))
-        })?;
+        .ok_or_else(|| super::create::unknown_repo(store, req.repo))?;
     let parent_of = |store: &Store| -> Result<WorktreeRow, CreateError> {
         let row = store
             .worktree(req.repo, req.from)

@@ -48,12 +48,7 @@ pub fn restore_worktree(
     let repo_row = store
         .repo_by_name(req.repo)
         .map_err(|e| internal("reading repositories")(e.to_string()))?
-        .ok_or_else(|| {
-            CreateError::UnknownRepo(format!(
-                "repository '{}' is not registered (see `worktreefs repo list`)",
-                req.repo
-            ))
-        })?;
+        .ok_or_else(|| super::create::unknown_repo(store, req.repo))?;
     let kept = store
         .kept()
         .map_err(|e| internal("reading kept removals")(e.to_string()))?
