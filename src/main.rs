@@ -146,6 +146,9 @@ enum Command {
         /// Throw away what it holds (listed first): the one way to lose work on purpose.
         #[arg(long)]
         discard: bool,
+        /// Wait up to SECS for its holders to go (sessions to release, processes to leave).
+        #[arg(long, value_name = "SECS")]
+        wait: Option<u64>,
         /// The outcome (removed, with what it says; or why not) as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -974,8 +977,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Reclaim {
             target,
             discard,
+            wait,
             json,
-        } => cmd_reclaim(&state, &which(&state, Some(&target), true)?, discard, json),
+        } => cmd_reclaim(
+            &state,
+            &which(&state, Some(&target), true)?,
+            discard,
+            wait,
+            json,
+        ),
         Command::Removed { json } => cmd_removed(&state, json),
         Command::Restore {
             target,
@@ -1729,11 +1739,51 @@ impl Slow {
 /// From how many worktrees to clean up unmount numbers its lines (`[3/14] …`).
 const PROGRESS_FROM: usize = 4;
 
-fn cmd_reclaim(state: &StateDir, target: &str, discard: bool, json: bool) -> anyhow::Result<()> {
+fn cmd_reclaim(
+    state: &StateDir,
+    target: &str,
+    discard: bool,
+    wait: Option<u64>,
+    json: bool,
+) -> anyhow::Result<()> {
     use worktreefs::daemon::socket::Answer;
     let (repo, name) = split_target(target)?;
-    let store = open_store(state)?;
+    let mut store = open_store(state)?;
     let mountpoint = create::mountpoint_of(state, &store);
+    // Nobody may hold it: refused as an exclusive lease is, naming each holder, once the
+    // leases of holders that have exited or left are released (and after `--wait`).
+    if let Some(row) = store
+        .worktree(repo, name)?
+        .filter(|w| w.state != State::Removed)
+    {
+        use worktreefs::lifecycle::occupancy;
+        let path = worktreefs::target::physical(&mountpoint)
+            .join(repo)
+            .join(name);
+        let no_daemon = daemon::running_daemon(state).is_none();
+        let me = std::process::id() as i32;
+        let started = std::time::Instant::now();
+        let deadline = started + Duration::from_secs(wait.unwrap_or(0));
+        loop {
+            let held = occupancy::holders_now(&mut store, &row, &path, me, no_daemon)?;
+            if held.is_empty() {
+                break;
+            }
+            if std::time::Instant::now() < deadline {
+                std::thread::sleep(WAIT_POLL);
+                continue;
+            }
+            let mut r = occupancy::refusal(
+                repo,
+                name,
+                &held,
+                wait.map(|_| started.elapsed().as_secs()),
+                worktreefs::store::now_secs(),
+            );
+            r.json_to = json.then_some(report::JsonTo::Stdout);
+            return Err(r.into());
+        }
+    }
     // Through the live daemon when one serves this state dir (it alone sees the leases
     // it keeps in memory), else here.
     let mut result = None;

@@ -223,7 +223,7 @@ impl std::fmt::Display for Refusal {
 impl std::error::Error for Refusal {}
 
 /// How a holder is named: `session s1`, or `pid 4242 (make -j8)` with its command now.
-fn holder_name(l: &LeaseRow, command_now: Option<&str>) -> String {
+pub fn holder_name(l: &LeaseRow, command_now: Option<&str>) -> String {
     match (&l.session, l.pid) {
         (Some(s), _) => format!("session {s}"),
         (None, Some(pid)) => format!(

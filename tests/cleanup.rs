@@ -425,6 +425,116 @@ impl Drop for Inside {
     }
 }
 
+/// A holder that has exited, or left, holds nothing by the time reclaim asks: a writer
+/// that is gone, or the caller's own shell that wrote there from outside, does not make
+/// reclaim refuse. One still inside is named (the caller's own shell said to be yours), a
+/// session's lease with the command that releases it, and `--wait` waits for them to go.
+#[test]
+fn reclaim_settles_liveness_names_each_holder_and_waits() {
+    let env = Env::new();
+    for n in ["gone", "mine", "inside", "held"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    let bin = BIN;
+    let state = env.state();
+    let state = state.to_str().unwrap();
+    // The writer has exited when reclaim runs.
+    let wt = m.wt("repo", "gone");
+    agent(Path::new("/"), &format!("echo x > '{}/f'", wt.display()));
+    let out = wtfs(&env.state(), &["reclaim", "repo/gone", "--discard"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(state_of(&env, "gone"), "removed");
+    // The caller's own shell wrote there, from outside, and asks.
+    let wt = m.wt("repo", "mine");
+    let out = run(
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "echo x > '{}/f' && '{bin}' --state-dir '{state}' reclaim repo/mine --discard",
+                wt.display()
+            ),
+        ],
+        Path::new("/"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(state_of(&env, "mine"), "removed");
+    // The caller's shell is inside: refused as occupied, naming it as the caller's own.
+    let wt = m.wt("repo", "inside");
+    let out = run(
+        "sh",
+        &[
+            "-c",
+            &format!("cat README.md > /dev/null && '{bin}' --state-dir '{state}' reclaim repo/inside --json"),
+        ],
+        &wt,
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"], "occupied", "{v}");
+    let holders = v["holders"].as_array().unwrap();
+    assert!(holders.iter().any(|h| h["yours"] == true), "{v}");
+    let out = run(
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "cat README.md > /dev/null && '{bin}' --state-dir '{state}' reclaim repo/inside"
+            ),
+        ],
+        &wt,
+    );
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(msg.contains("yours: this command's own shell"), "{msg}");
+    assert!(msg.contains("ends by itself within two seconds"), "{msg}");
+    assert!(msg.contains("cd out of the worktree"), "{msg}");
+    assert_ne!(state_of(&env, "inside"), "removed");
+    // A session's lease: named with the command that releases it; exit 3 as an exclusive
+    // lease's refusal.
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/held", "--session", "orch"],
+    );
+    let out = wtfs(&env.state(), &["reclaim", "repo/held"]);
+    assert_eq!(out.status.code(), Some(3));
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains("session orch")
+            && msg.contains("worktreefs lease release repo/held --session orch"),
+        "{msg}"
+    );
+    // --wait: a process inside for two seconds more; reclaim waits for it, then removes.
+    let mut p = Inside::start(
+        &m.wt("repo", "inside"),
+        "cat README.md > /dev/null; sleep 2",
+    );
+    wait_until(
+        "the process inside holds a lease",
+        Duration::from_secs(10),
+        || wtfs_ok(&env.state(), &["leases"]).contains(&format!("{}", p.pid())),
+    );
+    let started = Instant::now();
+    let out = wtfs(&env.state(), &["reclaim", "repo/inside", "--wait", "30"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(state_of(&env, "inside"), "removed");
+    p.end();
+    drop(m);
+}
+
 #[test]
 fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
     let env = Env::new();
@@ -554,8 +664,8 @@ fn rmdir_and_reclaim_remove_only_what_holds_no_work_and_discard_says_what_it_thr
     assert_eq!(err.raw_os_error(), Some(libc::EBUSY), "{err}");
     assert_eq!(state_of(&env, "leased"), "active");
     let out = wtfs(&env.state(), &["reclaim", "repo/leased"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("1 lease"));
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("held by 1 holder"));
 
     // Holding work (lingering, grace not over): refused, files stay.
     agent(

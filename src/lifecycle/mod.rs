@@ -12,6 +12,7 @@ pub mod fork;
 pub mod gate;
 pub mod holders;
 pub mod leftovers;
+pub mod occupancy;
 pub mod restore;
 pub mod submodules;
 pub mod sweeper;
