@@ -321,8 +321,8 @@ enum Command {
         /// Keep printing new events as they happen.
         #[arg(long)]
         follow: bool,
-        /// How many past events to show.
-        #[arg(long, default_value_t = 100)]
+        /// How many past events to show (0: none, so --follow shows only new ones).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(0..))]
         last: i64,
     },
     /// Is this machine set up? Checks /dev/fuse, fusermount3, the kernel's FUSE features
@@ -1401,8 +1401,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Du { target, json } => cmd_du(&state, target.as_deref(), json),
         Command::Events { json, follow, last } => {
             let store = open_store(&state)?;
-            let mut after = 0;
-            let mut batch = store.events(0, last.max(1))?;
+            // `--last 0`: no past event (with --follow, only those from now on).
+            let mut after = store.last_event_id()?;
+            let mut batch = if last > 0 {
+                store.events(0, last)?
+            } else {
+                Vec::new()
+            };
             loop {
                 for e in &batch {
                     after = e.id;

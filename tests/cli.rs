@@ -236,6 +236,48 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
     }
 }
 
+/// `events --last 0` prints no past event, and with `--follow` only those from then on.
+#[test]
+fn events_last_zero_prints_none_and_follows_only_new_ones() {
+    use std::io::BufRead;
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/before"]);
+    assert!(wtfs_ok(&env.state(), &["events"]).contains("repo/before"));
+    assert_eq!(wtfs_ok(&env.state(), &["events", "--last", "0"]), "");
+    assert_eq!(
+        wtfs_ok(&env.state(), &["events", "--last", "0", "--json"]),
+        ""
+    );
+    let one = wtfs_ok(&env.state(), &["events", "--last", "1", "--json"]);
+    assert_eq!(one.lines().count(), 1, "{one}");
+    let mut follow = std::process::Command::new(BIN)
+        .arg("--state-dir")
+        .arg(env.state())
+        .args(["events", "--follow", "--last", "0", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its first look is done once it has slept a round; then a new event comes.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    wtfs_ok(&env.state(), &["new", "repo/after"]);
+    let mut line = String::new();
+    let mut lines = std::io::BufReader::new(follow.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = lines.read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let first = rx.recv_timeout(std::time::Duration::from_secs(20));
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let first = first.expect("no event followed within 20 s");
+    assert!(
+        first.contains("repo/after") || first.contains("\"after\""),
+        "{first}"
+    );
+    assert!(!first.contains("before"), "{first}");
+}
+
 /// `mkdir` of a worktree whose name git refuses as a branch answers EINVAL (not EEXIST:
 /// nothing is there), makes nothing, and the daemon's log says why.
 #[test]
