@@ -117,6 +117,11 @@ enum Command {
         /// … or less than this many GiB free.
         #[arg(long, default_value_t = 2.0)]
         keep_min_free_gib: f64,
+        /// What an unmount by `umount` or `fusermount3 -u` (an fstab mount at shutdown)
+        /// does: keep named leases and their worktrees for the next mount, as
+        /// `worktreefs unmount --keep-sessions` does, instead of releasing every lease.
+        #[arg(long)]
+        umount_keeps_sessions: bool,
     },
     /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
     /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
@@ -126,6 +131,11 @@ enum Command {
         /// background once they have left.
         #[arg(long)]
         lazy: bool,
+        /// A planned restart, not a reclaim: named leases and their worktrees are kept for
+        /// the next mount; only process leases are released (and what nobody then holds
+        /// is cleaned up). The systemd units stop this way.
+        #[arg(long)]
+        keep_sessions: bool,
         /// The outcome as one JSON object on stdout, with each worktree's cleanup (see
         /// docs/cli.md).
         #[arg(long)]
@@ -553,6 +563,7 @@ const MOUNT_OPTIONS: &[(&str, &str)] = &[
     ("keep_min_free_gib=", "--keep-min-free-gib"),
     ("state_dir=", "--state-dir"),
     ("log_level=", "--log-level"),
+    ("umount_keeps_sessions", "--umount-keeps-sessions"),
 ];
 
 /// Options mount(8) and fstab pass that mean nothing here (or what worktreefs always
@@ -928,6 +939,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             keep_removed,
             keep_min_free_percent,
             keep_min_free_gib,
+            umount_keeps_sessions,
         } => cmd_mount(
             &state,
             mountpoint,
@@ -943,10 +955,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 filter_timeout,
                 inspect_timeout,
                 keep: (keep_removed, keep_min_free_percent, keep_min_free_gib),
+                umount_keeps_sessions,
             },
             cli.global.log_level.as_deref(),
         ),
-        Command::Unmount { lazy, json } => cmd_unmount(&state, lazy, json),
+        Command::Unmount {
+            lazy,
+            keep_sessions,
+            json,
+        } => cmd_unmount(&state, lazy, keep_sessions, json),
         Command::Retained { json } => {
             let store = open_store(&state)?;
             let rows = store.retained()?;
@@ -1551,7 +1568,12 @@ fn cmd_du(state: &StateDir, target: Option<&str>, json: bool) -> anyhow::Result<
     Ok(())
 }
 
-fn cmd_unmount(state: &StateDir, lazy: bool, json: bool) -> anyhow::Result<()> {
+fn cmd_unmount(
+    state: &StateDir,
+    lazy: bool,
+    keep_sessions: bool,
+    json: bool,
+) -> anyhow::Result<()> {
     let store = open_store(state)?;
     let since = store.last_event_id()?;
     drop(store);
@@ -1616,14 +1638,18 @@ fn cmd_unmount(state: &StateDir, lazy: bool, json: bool) -> anyhow::Result<()> {
         })
     };
     // Its refusals (`not-mounted`, `in-use`) are typed: JSON on stdout with --json.
-    let outcome = daemon::unmount(state, lazy, Duration::from_secs(300)).map_err(|e| {
-        match e.downcast::<report::Refusal>() {
-            Ok(mut r) => {
-                r.json_to = json.then_some(report::JsonTo::Stdout);
-                r.into()
-            }
-            Err(e) => e,
+    let outcome = daemon::unmount(
+        state,
+        lazy,
+        daemon::AtUnmount::from_keep_sessions(keep_sessions),
+        Duration::from_secs(300),
+    )
+    .map_err(|e| match e.downcast::<report::Refusal>() {
+        Ok(mut r) => {
+            r.json_to = json.then_some(report::JsonTo::Stdout);
+            r.into()
         }
+        Err(e) => e,
     });
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let cleaned = progress.join().unwrap_or_default();
@@ -3300,6 +3326,7 @@ struct MountTuning {
     inspect_timeout: f64,
     /// `--keep-removed` hours, `--keep-min-free-percent`, `--keep-min-free-gib`.
     keep: (f64, f64, f64),
+    umount_keeps_sessions: bool,
 }
 
 /// The keep policy from `mount`'s options, each checked.
@@ -3344,6 +3371,7 @@ fn cmd_mount(
         filter_timeout,
         inspect_timeout,
         keep,
+        umount_keeps_sessions,
     } = tuning;
     let seconds = |flag: &str, v: f64, e: &str| {
         if v.is_finite() && v > 0.0 && v < 1e9 {
@@ -3371,6 +3399,7 @@ fn cmd_mount(
             filter_timeout,
             inspect_timeout,
             keep,
+            on_umount: daemon::AtUnmount::from_keep_sessions(umount_keeps_sessions),
         };
         return daemon::serve(req, daemon::ready_fd_from_env());
     }
@@ -3387,6 +3416,7 @@ fn cmd_mount(
         filter_timeout,
         inspect_timeout,
         keep,
+        on_umount: daemon::AtUnmount::from_keep_sessions(umount_keeps_sessions),
     };
     daemon::prepare(&req)?;
     // Embedded defaults: inside a git repository, register it if it is not yet — once the

@@ -79,6 +79,10 @@ impl StateDir {
     pub fn log_file(&self) -> PathBuf {
         self.root.join("daemon.log")
     }
+    /// What `worktreefs unmount` asks of the daemon's end (`reclaim`, `keep-sessions`).
+    pub fn unmount_mode_file(&self) -> PathBuf {
+        self.root.join("unmount-mode")
+    }
     pub fn blobs(&self) -> PathBuf {
         self.root.join("blobs")
     }

@@ -137,6 +137,77 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
     );
 }
 
+/// A planned restart is not a reclaim: `unmount --keep-sessions` ends the mount, releases
+/// process leases and cleans up what nobody holds, but keeps named leases and their
+/// worktrees for the next mount. A mount with `-o umount_keeps_sessions` does the same
+/// when `umount` ends it; plain `worktreefs unmount` stays the admin's reclaim.
+#[test]
+fn a_planned_restart_keeps_named_leases_and_an_admins_unmount_reclaims() {
+    let env = Env::new();
+    for n in ["kept", "used"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let sessions = || -> Vec<String> {
+        let v: serde_json::Value =
+            serde_json::from_str(&wtfs_ok(&env.state(), &["leases", "--json"])).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {}",
+                    l["worktree"].as_str().unwrap(),
+                    l["holder"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    // A long grace: `used`, left by its one process, is lingering at the unmount.
+    let m = env.mount_with(&["--linger", "600"]);
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/kept", "--session", "orch"],
+    );
+    run_ok(
+        "cat",
+        &[m.wt("repo", "used").join("README.md").to_str().unwrap()],
+        Path::new("/"),
+    );
+    wait_for_state(&env, "used", "lingering", Duration::from_secs(10));
+    let out = wtfs_ok(&env.state(), &["unmount", "--keep-sessions"]);
+    assert!(out.contains("unmounted"), "{out}");
+    drop(m);
+    assert_eq!(sessions(), ["repo/kept session:orch"]);
+    assert_eq!(state_of(&env, "kept"), "active");
+    assert_eq!(
+        state_of(&env, "used"),
+        "removed",
+        "nobody held it: cleaned up"
+    );
+    // The next mount has it, still held, files and all.
+    let m = env.mount_with(&["-o", "umount_keeps_sessions"]);
+    assert_eq!(sessions(), ["repo/kept session:orch"]);
+    assert!(m.wt("repo", "kept").join("README.md").exists());
+    // umount(8) of a mount made with umount_keeps_sessions keeps them too.
+    run_ok("umount", &[m.mountpoint.to_str().unwrap()], Path::new("/"));
+    wait_until("the daemon has exited", Duration::from_secs(30), || {
+        let v: serde_json::Value =
+            serde_json::from_str(&wtfs_ok(&env.state(), &["status", "--json"])).unwrap();
+        v["daemon_pid"].is_null()
+    });
+    drop(m);
+    assert_eq!(sessions(), ["repo/kept session:orch"]);
+    // Plain `worktreefs unmount` is the admin's reclaim, whatever the mount's option.
+    let m = env.mount_with(&["-o", "umount_keeps_sessions"]);
+    let out = wtfs_ok(&env.state(), &["unmount"]);
+    assert!(out.contains("unmounted"), "{out}");
+    drop(m);
+    assert!(sessions().is_empty(), "{:?}", sessions());
+    assert_eq!(state_of(&env, "kept"), "removed");
+    let events = wtfs_ok(&env.state(), &["events"]);
+    assert!(events.contains("session:orch unmount"), "{events}");
+}
+
 #[test]
 fn a_lease_in_the_grace_period_keeps_the_worktree() {
     let env = Env::new();

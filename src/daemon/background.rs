@@ -86,6 +86,9 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
         .arg(req.keep.min_free_percent.to_string())
         .arg("--keep-min-free-gib")
         .arg((req.keep.min_free_bytes as f64 / (1u64 << 30) as f64).to_string());
+    if req.on_umount == super::AtUnmount::KeepSessions {
+        cmd.arg("--umount-keeps-sessions");
+    }
     if let Some(l) = log_level {
         cmd.arg("--log-level").arg(l);
     }

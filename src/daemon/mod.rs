@@ -55,6 +55,59 @@ pub struct MountRequest {
     pub inspect_timeout: std::time::Duration,
     /// How long removals are kept for `worktreefs restore`, and the free disk they leave.
     pub keep: crate::lifecycle::cleanup::keep::KeepPolicy,
+    /// What an unmount that did not say (`umount`, `fusermount3 -u`, a signal) does.
+    pub on_umount: AtUnmount,
+}
+
+/// What the end of a mount does with the leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtUnmount {
+    /// Every lease released (reason `unmount`), then cleanup: the admin's reclaim.
+    Reclaim,
+    /// A planned restart: named leases and their worktrees kept for the next mount;
+    /// process leases released, and what nobody then holds cleaned up.
+    KeepSessions,
+}
+
+impl AtUnmount {
+    pub fn from_keep_sessions(keep: bool) -> AtUnmount {
+        if keep {
+            AtUnmount::KeepSessions
+        } else {
+            AtUnmount::Reclaim
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            AtUnmount::Reclaim => "reclaim",
+            AtUnmount::KeepSessions => "keep-sessions",
+        }
+    }
+
+    /// What `worktreefs unmount` asked for this unmount (`state`'s `unmount-mode` file,
+    /// taken away as it is read), else `default`.
+    fn asked(state: &StateDir, default: AtUnmount) -> AtUnmount {
+        use std::os::fd::AsFd;
+        let file = state.unmount_mode_file();
+        // Only a small regular file (never a FIFO or a link put there) is read.
+        let said = File::open(&state.root).ok().and_then(|root| {
+            crate::beneath::read_regular(root.as_fd(), b"unmount-mode", 64)
+                .ok()
+                .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
+        });
+        let _ = fs::remove_file(&file);
+        match said.as_deref().map(str::trim) {
+            Some("keep-sessions") => AtUnmount::KeepSessions,
+            Some("reclaim") => AtUnmount::Reclaim,
+            _ => default,
+        }
+    }
+
+    /// Tells the daemon what this unmount is to do, before it is unmounted.
+    fn tell(self, state: &StateDir) -> std::io::Result<()> {
+        crate::durable::write_file_synced(&state.unmount_mode_file(), self.word().as_bytes())
+    }
 }
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
@@ -191,6 +244,8 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         mountpoint.display()
     )?;
 
+    // What an earlier `worktreefs unmount` said and no daemon read is not this one's.
+    let _ = fs::remove_file(req.state.unmount_mode_file());
     // Before anything runs a filter or an inspection (boot reconcile does both).
     crate::git::filters::set_timeout(req.filter_timeout);
     crate::lifecycle::cleanup::set_inspect_timeout(req.inspect_timeout);
@@ -277,7 +332,10 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // state dir is free. Lease changes still kept in memory are superseded.
     tracker.stop();
     sweeper.stop();
-    if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(&req.state, &mountpoint) {
+    let keep_sessions = AtUnmount::asked(&req.state, req.on_umount) == AtUnmount::KeepSessions;
+    if let Err(e) =
+        crate::lifecycle::cleanup::reclaim_at_unmount(&req.state, &mountpoint, keep_sessions)
+    {
         tracing::error!("cleanup at unmount failed: {e:#}");
     }
     let _ = fs::remove_file(socket::socket_path(&req.state));

@@ -39,7 +39,12 @@ fn refused(error: &str, mountpoint: &Path, inside: &[String], message: String) -
 /// Unmounts the filesystem served for `state` and waits for its daemon to finish (it
 /// releases every lease and runs the cleanup first). With processes inside: refused,
 /// naming them, or with `lazy`, detached and left to finish in the background.
-pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Result<Unmounted> {
+pub fn unmount(
+    state: &StateDir,
+    lazy: bool,
+    at: AtUnmount,
+    timeout: Duration,
+) -> anyhow::Result<Unmounted> {
     let holder = running_daemon(state);
     let mountpoint = match &holder {
         Some(h) => h.mountpoint.clone(),
@@ -77,10 +82,21 @@ pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Resul
                 ),
             ));
         }
-        nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
-            .with_context(|| format!("detaching {}", mountpoint.display()))?;
+        at.tell(state)
+            .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
+        if let Err(e) = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+            let _ = std::fs::remove_file(state.unmount_mode_file());
+            return Err(
+                anyhow::Error::new(e).context(format!("detaching {}", mountpoint.display()))
+            );
+        }
         return Ok(Unmounted::Detached(mountpoint, inside));
     }
+    // The daemon reads what this unmount is to do once its session ends; a failed
+    // unmount takes it back.
+    at.tell(state)
+        .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
+    let told = TakenBackUnlessDone(state.unmount_mode_file(), false);
     let flags = if lazy {
         nix::mount::MntFlags::MNT_DETACH
     } else {
@@ -104,6 +120,7 @@ pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Resul
         }
         Err(e) => bail!("unmounting {} failed: {e}", mountpoint.display()),
     }
+    told.done();
     let deadline = Instant::now() + timeout;
     while running_daemon(state).is_some() {
         if Instant::now() > deadline {
@@ -118,4 +135,22 @@ pub fn unmount(state: &StateDir, lazy: bool, timeout: Duration) -> anyhow::Resul
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(Unmounted::Done(mountpoint))
+}
+
+/// The `unmount-mode` file of an unmount that may still fail: removed when dropped before
+/// `done` (nothing was unmounted, so a later unmount by other means is not told).
+struct TakenBackUnlessDone(PathBuf, bool);
+
+impl TakenBackUnlessDone {
+    fn done(mut self) {
+        self.1 = true;
+    }
+}
+
+impl Drop for TakenBackUnlessDone {
+    fn drop(&mut self) {
+        if !self.1 {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
 }

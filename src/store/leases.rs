@@ -572,6 +572,22 @@ impl Store {
         Ok(n)
     }
 
+    /// Releases every process lease (an unmount that keeps the sessions' named leases).
+    /// Returns how many were released.
+    pub fn release_process_leases(&mut self, reason: &str) -> rusqlite::Result<usize> {
+        let mut n = 0;
+        for l in self
+            .leases()?
+            .into_iter()
+            .filter(|l| l.holder_kind == "process")
+        {
+            if self.release_lease(l.worktree_id, &l.holder, "released", reason)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     /// The id of the newest event (0 when there is none).
     pub fn last_event_id(&self) -> rusqlite::Result<i64> {
         self.conn

@@ -288,12 +288,21 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
     }
 }
 
-/// At unmount: every lease released with reason `unmount`, then cleanup for every worktree
-/// left without one (the grace period does not apply: the mount is going away). Worktrees
-/// never leased (`ready`) and retained ones stay as they are.
-pub fn reclaim_at_unmount(state: &StateDir, mountpoint: &Path) -> anyhow::Result<()> {
+/// At unmount: every lease released with reason `unmount` (with `keep_sessions`, a planned
+/// restart: process leases only, named ones kept for the next mount), then cleanup for
+/// every worktree left without one (the grace period does not apply: the mount is going
+/// away). Worktrees never leased (`ready`) and retained ones stay as they are.
+pub fn reclaim_at_unmount(
+    state: &StateDir,
+    mountpoint: &Path,
+    keep_sessions: bool,
+) -> anyhow::Result<()> {
     let mut store = Store::open(&state.root)?;
-    let released = store.release_all_leases("unmount")?;
+    let released = if keep_sessions {
+        store.release_process_leases("unmount (named leases kept for the next mount)")?
+    } else {
+        store.release_all_leases("unmount")?
+    };
     let marked = store.mark_deleting_after_grace(0)?;
     tracing::info!(
         "unmount: {released} lease(s) released, {} worktree(s) to clean up",
