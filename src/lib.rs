@@ -11,7 +11,7 @@
 //! 1  git/, store/,      the repository; the SQLite store;
 //!    layout             the upper layer's format (read through `beneath`)
 //! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
-//!    heap, target
+//!    heap, target, table
 //! ```
 //!
 //! A module names only modules on a lower floor (`tests/layering.rs` checks it).
@@ -32,4 +32,5 @@ pub mod names;
 pub mod report;
 pub mod state;
 pub mod store;
+pub mod table;
 pub mod target;

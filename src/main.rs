@@ -21,6 +21,7 @@ use worktreefs::names::{sanitize_name, validate_name};
 use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
+use worktreefs::table::Table;
 
 /// The exit codes, as `--help` ends with them (and the README gives them).
 const EXIT_CODES: &str = "Exit codes: 0 success; 1 the request could not be carried out (the message names the thing, its state and the way out); 2 bad usage; 3 a typed conflict: the worktree cannot be had now (lease acquire, run, turn: somebody else holds it, another turn runs there, processes outside a guarded turn write there, or it is deleting, removed or unknown). run and turn otherwise exit with their command's status (127 not found, 126 not executable, 128+N ended by signal N); 124 a turn's command ran past turn --timeout and was ended.";
@@ -970,24 +971,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             if json {
                 let v: Vec<_> = rows.iter().map(report::retained_json).collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
-            } else if rows.is_empty() {
-                println!("no retained worktrees");
             } else {
                 let now = worktreefs::store::now_secs();
-                println!("{:<32} {:<20} {:<28} REASON", "WORKTREE", "BRANCH", "SINCE");
+                let mut t = Table::new(&["WORKTREE", "BRANCH", "SINCE", "REASON"]);
                 for r in rows {
-                    println!(
-                        "{:<32} {:<20} {:<28} {}{}",
+                    t.row([
                         format!("{}/{}", r.repo, r.worktree),
-                        r.branch.as_deref().unwrap_or("(detached)"),
+                        r.branch.as_deref().unwrap_or("(detached)").to_string(),
                         report::when(r.entered_at, now),
-                        r.reason,
-                        r.holder_reason
-                            .as_deref()
-                            .map(|h| format!(" (holder: {h})"))
-                            .unwrap_or_default()
-                    );
+                        format!(
+                            "{}{}",
+                            r.reason,
+                            r.holder_reason
+                                .as_deref()
+                                .map(|h| format!(" (holder: {h})"))
+                                .unwrap_or_default()
+                        ),
+                    ]);
                 }
+                print!("{}", report::listing(&t, "no retained worktrees"));
             }
             Ok(())
         }
@@ -1127,9 +1129,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let v: Vec<_> = repos.iter().map(report::repo_json).collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
+                let mut t = Table::new(&["REPO", "PATH"]);
                 for r in repos {
-                    println!("{:<24} {}", r.name, r.path.display());
+                    t.row([r.name, r.path.display().to_string()]);
                 }
+                print!(
+                    "{}",
+                    report::listing(
+                        &t,
+                        "no repositories (register one with `worktreefs repo add PATH`)"
+                    )
+                );
             }
             Ok(())
         }
@@ -1289,16 +1299,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let store = open_store(&state)?;
             let rows = store.worktrees()?;
             let mountpoint = create::mountpoint_of(&state, &store);
+            let inside = inside_counts(&state);
             if json {
                 let out: Vec<_> = rows
                     .iter()
-                    .map(|w| report::worktree_json(w, &mountpoint))
+                    .map(|w| {
+                        let mut v = report::worktree_json(w, &mountpoint);
+                        v["processes_inside"] = inside(w).into();
+                        v
+                    })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
                 print!(
                     "{}",
-                    worktreefs::report::status_table(&rows, &store.leases()?)
+                    worktreefs::report::status_table(&rows, &store.leases()?, Some(&inside))
                 );
             }
             Ok(())
@@ -1371,21 +1386,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 let now = worktreefs::store::now_secs();
-                println!(
-                    "{:<32} {:<16} {:<8} {:<6} {:<28} COMMAND",
-                    "WORKTREE", "SESSION", "PID", "GUARD", "SINCE"
-                );
+                let mut table =
+                    Table::new(&["WORKTREE", "SESSION", "PID", "GUARD", "SINCE", "COMMAND"])
+                        .right(2);
                 for t in rows {
-                    println!(
-                        "{:<32} {:<16} {:<8} {:<6} {:<28} {}",
+                    table.row([
                         format!("{}/{}", t.repo, t.worktree),
-                        t.session,
-                        t.pid,
-                        if t.guard { "yes" } else { "no" },
+                        t.session.clone(),
+                        t.pid.to_string(),
+                        if t.guard { "yes" } else { "no" }.to_string(),
                         report::when(t.started_at, now),
-                        t.command
-                    );
+                        t.command.clone(),
+                    ]);
                 }
+                print!("{}", report::listing(&table, "no turns running"));
             }
             Ok(())
         }
@@ -1397,17 +1411,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 let now = worktreefs::store::now_secs();
-                println!("{:<40} {:<8} {:<24} SINCE", "LEASE", "KIND", "HOLDER");
+                let mut t = Table::new(&["LEASE", "KIND", "HOLDER", "SINCE"]);
                 for l in rows {
-                    let who = l.holder_label();
-                    println!(
-                        "{:<40} {:<8} {:<24} {}",
+                    t.row([
                         l.entry_name(),
-                        l.holder_kind,
-                        who,
-                        report::when(l.acquired_at, now)
-                    );
+                        l.holder_kind.clone(),
+                        l.holder_label().to_string(),
+                        report::when(l.acquired_at, now),
+                    ]);
                 }
+                print!("{}", report::listing(&t, "no leases"));
             }
             Ok(())
         }
@@ -1425,22 +1438,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 Vec::new()
             };
+            let mut header_said = false;
             loop {
-                for e in &batch {
-                    after = e.id;
-                    if json {
+                if json {
+                    for e in &batch {
                         println!("{}", report::event_json(e));
-                    } else {
-                        println!(
-                            "{} {:<10} {}/{} {} {}",
-                            report::rfc3339(e.at),
-                            e.kind,
-                            e.repo.as_deref().unwrap_or("-"),
-                            e.worktree.as_deref().unwrap_or("-"),
-                            e.holder.as_deref().unwrap_or(""),
-                            e.reason.as_deref().unwrap_or("")
-                        );
                     }
+                } else if !batch.is_empty() {
+                    // Columns sized to each batch (the header once, with the first).
+                    let mut t = Table::new(&["AT", "EVENT", "WORKTREE", "HOLDER", "REASON"]);
+                    for e in &batch {
+                        t.row([
+                            report::rfc3339(e.at),
+                            e.kind.clone(),
+                            format!(
+                                "{}/{}",
+                                e.repo.as_deref().unwrap_or("-"),
+                                e.worktree.as_deref().unwrap_or("-")
+                            ),
+                            e.holder.clone().unwrap_or_default(),
+                            e.reason.clone().unwrap_or_default(),
+                        ]);
+                    }
+                    let text = t.render();
+                    let skip = if header_said {
+                        text.find('\n').map_or(0, |i| i + 1)
+                    } else {
+                        0
+                    };
+                    print!("{}", &text[skip..]);
+                    header_said = true;
+                }
+                if let Some(e) = batch.last() {
+                    after = e.id;
                 }
                 if !follow {
                     return Ok(());
@@ -1475,13 +1505,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     ),
                     None => println!("not mounted (state dir {})", state.root.display()),
                 }
+                let inside = inside_counts(&state);
                 print!(
                     "{}",
-                    worktreefs::report::status_table(&rows, &store.leases()?)
+                    worktreefs::report::status_table(&rows, &store.leases()?, Some(&inside))
                 );
             }
             Ok(())
         }
+    }
+}
+
+/// How many processes are inside each worktree of the mount serving `state` (working
+/// directory, open file…, as unmount counts them; a bare `cd` takes no lease): 0 for all
+/// when nothing is mounted.
+fn inside_counts(state: &StateDir) -> impl Fn(&worktreefs::store::WorktreeRow) -> usize {
+    let found = match daemon::running_daemon(state) {
+        Some(d) if !daemon::detached(state, &d) => {
+            worktreefs::lifecycle::holders::processes_in_worktrees(&worktreefs::target::physical(
+                &d.mountpoint,
+            ))
+        }
+        _ => Vec::new(),
+    };
+    move |w| {
+        let place = format!("{}/{}", w.repo, w.name);
+        found.iter().filter(|(_, p, _)| *p == place).count()
     }
 }
 
@@ -1530,19 +1579,18 @@ fn cmd_du(state: &StateDir, target: Option<&str>, json: bool) -> anyhow::Result<
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
-    println!(
-        "{:<40} {:<10} {:>10} {:>10}",
-        "WORKTREE", "STATE", "DISK", "ENTRIES"
-    );
+    let mut t = Table::new(&["WORKTREE", "STATE", "DISK", "ENTRIES"])
+        .right(2)
+        .right(3);
     for w in &r.worktrees {
-        println!(
-            "{:<40} {:<10} {:>10} {:>10}",
-            w.worktree,
-            w.state,
+        t.row([
+            w.worktree.clone(),
+            w.state.to_string(),
             human_bytes(w.usage.bytes),
-            w.usage.entries
-        );
+            w.usage.entries.to_string(),
+        ]);
     }
+    print!("{}", t.render());
     if only.is_some() {
         return Ok(());
     }

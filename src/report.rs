@@ -1,31 +1,63 @@
 //! Human-readable tables shared by the CLI and `.control/status`.
 
 use crate::store::{LeaseRow, WorktreeRow};
+use crate::table::Table;
 
-pub fn status_table(rows: &[WorktreeRow], leases: &[LeaseRow]) -> String {
-    let mut out = format!(
-        "{:<24} {:<24} {:<10} {:<7} {:<24} {}\n",
-        "REPO", "WORKTREE", "STATE", "LEASES", "BRANCH", "BASE"
-    );
+/// The table `list`, `status` and `.control/status` show: every worktree, its state, its
+/// leases and, where `inside` says (`list`, `status`), the processes inside it that hold
+/// none (a shell that `cd`-ed in and made no request yet); then every lease.
+pub fn status_table(
+    rows: &[WorktreeRow],
+    leases: &[LeaseRow],
+    inside: Option<&dyn Fn(&WorktreeRow) -> usize>,
+) -> String {
+    let mut headers = vec!["REPO", "WORKTREE", "STATE", "LEASES"];
+    if inside.is_some() {
+        headers.push("INSIDE");
+    }
+    headers.extend(["BRANCH", "BASE"]);
+    let mut t = Table::new(&headers).right(3);
+    if inside.is_some() {
+        t = t.right(4);
+    }
     for w in rows {
         let n = leases.iter().filter(|l| l.worktree_id == w.id).count();
-        out.push_str(&format!(
-            "{:<24} {:<24} {:<10} {:<7} {:<24} {}\n",
-            w.repo,
-            w.name,
-            w.state,
-            n,
-            w.branch.as_deref().unwrap_or("(detached)"),
-            &w.base_commit[..w.base_commit.len().min(12)]
-        ));
-    }
-    if !leases.is_empty() {
-        out.push_str("\nLEASE                                    HOLDER\n");
-        for l in leases {
-            out.push_str(&format!("{:<40} {}\n", l.entry_name(), l.holder_label()));
+        let mut cells = vec![
+            w.repo.clone(),
+            w.name.clone(),
+            w.state.to_string(),
+            n.to_string(),
+        ];
+        if let Some(f) = inside {
+            cells.push(f(w).to_string());
         }
+        cells.push(w.branch.as_deref().unwrap_or("(detached)").to_string());
+        cells.push(w.base_commit[..w.base_commit.len().min(12)].to_string());
+        t.row(cells);
+    }
+    let mut out = listing(
+        &t,
+        "no worktrees (create one with `worktreefs new REPO/NAME`)",
+    );
+    if !leases.is_empty() {
+        let mut l = Table::new(&["LEASE", "HOLDER"]);
+        for x in leases {
+            l.row([x.entry_name(), x.holder_label().to_string()]);
+        }
+        out.push('\n');
+        out.push_str(&l.render());
     }
     out
+}
+
+/// `table`, or when it has no row, the one line `empty` ("no leases"): every listing says
+/// "nothing here" the same way.
+pub fn listing(table: &Table, empty: &str) -> String {
+    if table.is_empty() {
+        format!("{empty}\n")
+    } else {
+        table.render()
+    }
 }
 
 /// A duration in seconds as people say it: `40 s`, `3 min`, `5 h`, `2 d`.
@@ -151,10 +183,11 @@ pub fn when(secs: i64, now: i64) -> String {
 /// The table `worktreefs removed` prints: each kept removal, its size, when it was
 /// removed and when it goes.
 pub fn kept_table(rows: &[crate::store::KeptRow], keep_secs: i64, now: i64) -> String {
-    let mut out = format!(
-        "{:<32} {:>5} {:>10} {:<12} {:<12} {:<24} HOW\n",
-        "WORKTREE", "ID", "SIZE", "REMOVED", "GOES IN", "HEAD"
-    );
+    let mut t = Table::new(&[
+        "WORKTREE", "ID", "SIZE", "REMOVED", "GOES IN", "HEAD", "HOW",
+    ])
+    .right(1)
+    .right(2);
     for k in rows {
         let head = k
             .head
@@ -162,18 +195,17 @@ pub fn kept_table(rows: &[crate::store::KeptRow], keep_secs: i64, now: i64) -> S
             .strip_prefix("ref: refs/heads/")
             .map(str::to_string)
             .unwrap_or_else(|| k.head.trim().chars().take(12).collect());
-        out.push_str(&format!(
-            "{:<32} {:>5} {:>10} {:<12} {:<12} {:<24} {}\n",
+        t.row([
             format!("{}/{}", k.repo, k.worktree),
-            k.worktree_id,
+            k.worktree_id.to_string(),
             human_bytes(k.bytes.max(0) as u64),
             format!("{} ago", age(now - k.kept_at)),
             age(k.kept_at + keep_secs - now),
             head,
-            k.how
-        ));
+            k.how.clone(),
+        ]);
     }
-    out
+    t.render()
 }
 
 /// `1.5 GiB`, `312 KiB`, `12 B`.

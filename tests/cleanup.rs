@@ -366,7 +366,7 @@ fn a_plain_umount_releases_every_lease_and_runs_the_cleanup() {
     }
     assert_eq!(state_of(&env, "clean"), "removed");
     assert_eq!(state_of(&env, "dirty"), "retained");
-    assert!(wtfs_ok(&env.state(), &["events"]).contains("session:orch unmount"));
+    assert!(squeezed(&wtfs_ok(&env.state(), &["events"])).contains("session:orch unmount"));
     drop(m);
 }
 
@@ -564,12 +564,33 @@ fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
-    // Refused, naming the process, and nothing changed.
+    // A process whose working directory is a worktree it made no request in holds no
+    // lease, but `list` counts it inside, as unmount does.
+    let mut bare = Inside::start(&m.wt("repo", "clean"), "exec sleep 60");
+    wait_until("list counts it inside", Duration::from_secs(10), || {
+        rows(&env)
+            .iter()
+            .any(|w| w["name"] == "clean" && w["processes_inside"] == 1)
+    });
+    let table = wtfs_ok(&env.state(), &["list"]);
+    assert!(table.lines().next().unwrap().contains("INSIDE"), "{table}");
+
+    // Refused, naming each process and where it is, and nothing changed.
     let out = wtfs(&env.state(), &["unmount"]);
     assert_eq!(out.status.code(), Some(1));
     let msg = String::from_utf8_lossy(&out.stderr);
     assert!(
-        msg.contains(&p.pid().to_string()) && msg.contains("sleep"),
+        msg.contains(&format!(
+            "{} (sleep 60) in repo/busy (working directory)",
+            p.pid()
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!(
+            "{} (sleep 60) in repo/clean (working directory)",
+            bare.pid()
+        )),
         "{msg}"
     );
     assert!(msg.contains("--lazy"), "{msg}");
@@ -577,6 +598,7 @@ fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
     assert_eq!(state_of(&env, "held"), "active");
 
     p.end();
+    bare.end();
     let out = wtfs_ok(&env.state(), &["unmount"]);
     assert!(out.contains("unmounted"), "{out}");
     assert!(out.contains("repo/busy: retained"), "{out}");
@@ -586,7 +608,7 @@ fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
     drop(m);
     // Every lease went with reason `unmount`; the work is kept.
     assert!(wtfs_ok(&env.state(), &["leases", "--json"]).trim() == "[]");
-    let events = wtfs_ok(&env.state(), &["events"]);
+    let events = squeezed(&wtfs_ok(&env.state(), &["events"]));
     assert!(events.contains("session:orch unmount"), "{events}");
     assert_eq!(state_of(&env, "busy"), "retained");
     let m = env.mount();

@@ -16,6 +16,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("layout", 1),
     ("lease", 0),
     ("names", 0),
+    ("table", 0),
     ("target", 0),
     ("state", 0),
     ("git", 1),

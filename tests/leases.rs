@@ -204,7 +204,7 @@ fn a_planned_restart_keeps_named_leases_and_an_admins_unmount_reclaims() {
     drop(m);
     assert!(sessions().is_empty(), "{:?}", sessions());
     assert_eq!(state_of(&env, "kept"), "removed");
-    let events = wtfs_ok(&env.state(), &["events"]);
+    let events = squeezed(&wtfs_ok(&env.state(), &["events"]));
     assert!(events.contains("session:orch unmount"), "{events}");
 }
 
@@ -1263,7 +1263,7 @@ fn a_holder_at_work_through_absolute_paths_keeps_its_lease() {
         wt.display()
     );
     run_ok("sh", &["-c", &script], Path::new("/"));
-    let events = wtfs_ok(&env.state(), &["events"]);
+    let events = squeezed(&wtfs_ok(&env.state(), &["events"]));
     let acquired = events
         .lines()
         .filter(|l| l.contains(" acquired ") && l.contains("repo/w pid:"))

@@ -48,18 +48,31 @@ fn the_foreground_daemon_tells_systemd_when_the_mount_is_ready() {
 fn the_units_verify_where_the_readmes_install_puts_the_binary() {
     let top = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = std::fs::read_to_string(top.join("README.md")).unwrap();
-    assert!(readme.contains("cargo install --path . --root /usr/local"), "README");
+    assert!(
+        readme.contains("cargo install --path . --root /usr/local"),
+        "README"
+    );
     let system = top.join("contrib/systemd/worktreefs.service");
     let user = top.join("contrib/systemd/worktreefs-user.service");
     let unit = std::fs::read_to_string(&system).unwrap();
-    assert!(unit.contains("\nExecStart=/usr/local/bin/worktreefs mount "), "{unit}");
+    assert!(
+        unit.contains("\nExecStart=/usr/local/bin/worktreefs mount "),
+        "{unit}"
+    );
     assert!(unit.contains("unmount --keep-sessions"), "{unit}");
     let unit = std::fs::read_to_string(&user).unwrap();
-    assert!(unit.contains("\nExecStart=%h/.cargo/bin/worktreefs mount "), "{unit}");
+    assert!(
+        unit.contains("\nExecStart=%h/.cargo/bin/worktreefs mount "),
+        "{unit}"
+    );
     assert!(unit.contains("unmount --keep-sessions"), "{unit}");
-    if run("sh", &["-c", "command -v systemd-analyze"], std::path::Path::new("/"))
-        .stdout
-        .is_empty()
+    if run(
+        "sh",
+        &["-c", "command -v systemd-analyze"],
+        std::path::Path::new("/"),
+    )
+    .stdout
+    .is_empty()
     {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -80,13 +93,23 @@ fn the_units_verify_where_the_readmes_install_puts_the_binary() {
             },
             system.display()
         );
-        run("unshare", &["-m", "sh", "-c", &script], std::path::Path::new("/"))
+        run(
+            "unshare",
+            &["-m", "sh", "-c", &script],
+            std::path::Path::new("/"),
+        )
     };
     let out = verify_system(true);
     assert!(out.status.success(), "{out:?}");
     let out = verify_system(false);
-    assert!(!out.status.success(), "verify passed without the binary: {out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/usr/local/bin/worktreefs"), "{out:?}");
+    assert!(
+        !out.status.success(),
+        "verify passed without the binary: {out:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/usr/local/bin/worktreefs"),
+        "{out:?}"
+    );
     // The user unit, for a user whose home has ~/.cargo/bin/worktreefs.
     let home = tempfile::tempdir().unwrap();
     let runtime = home.path().join("run");

@@ -67,7 +67,22 @@ pub fn unmount(
             ));
         }
     };
-    let inside = crate::lifecycle::holders::describe_processes_inside(&mountpoint);
+    // Each named with where it is: `1234 (bash) in repo/task-1 (working directory)`.
+    let inside: Vec<String> = crate::lifecycle::holders::processes_in_worktrees(&mountpoint)
+        .into_iter()
+        .map(|(pid, place, how)| {
+            let command = crate::lifecycle::holders::command_line(pid).unwrap_or_default();
+            let place = match place.as_str() {
+                "/" => "the mount's top".to_string(),
+                "?" => "a worktree".to_string(),
+                p if p.ends_with('/') => {
+                    format!("repository {}'s directory", p.trim_end_matches('/'))
+                }
+                p => p.to_string(),
+            };
+            format!("{pid} ({command}) in {place} ({how})")
+        })
+        .collect();
     if !inside.is_empty() {
         if !lazy {
             return Err(refused(

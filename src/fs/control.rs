@@ -240,7 +240,7 @@ impl View {
             (ControlDir::Top, STATUS) => {
                 let rows = self.store.lock().worktrees().map_err(store_err)?;
                 let leases = self.all_leases()?;
-                Ok(crate::report::status_table(&rows, &leases).into_bytes())
+                Ok(crate::report::status_table(&rows, &leases, None).into_bytes())
             }
             (ControlDir::Top, STATS) => {
                 let v = serde_json::json!({

@@ -354,6 +354,75 @@ pub fn processes_inside(dir: &Path, skip: i32) -> Vec<i32> {
     out
 }
 
+/// Where process `pid` is inside `dir`, as [`is_inside`] tells it: the first path below
+/// `dir` it has (working directory, root, program, open file, mapping) and which it is.
+pub fn inside_where(pid: i32, dir: &Path) -> Option<(PathBuf, &'static str)> {
+    let below = |l: &str| fs::read_link(l).ok().filter(|p| p.starts_with(dir));
+    for (l, how) in [
+        ("cwd", "working directory"),
+        ("root", "root directory"),
+        ("exe", "program"),
+    ] {
+        if let Some(p) = below(&format!("/proc/{pid}/{l}")) {
+            return Some((p, how));
+        }
+    }
+    if let Ok(rd) = fs::read_dir(format!("/proc/{pid}/fd")) {
+        for e in rd.flatten() {
+            if let Some(p) = below(&e.path().to_string_lossy()) {
+                return Some((p, "open file"));
+            }
+        }
+    }
+    let maps = fs::read(format!("/proc/{pid}/maps")).ok()?;
+    maps.split(|b| *b == b'\n').find_map(|line| {
+        use std::os::unix::ffi::OsStrExt;
+        let at = line.iter().position(|b| *b == b'/')?;
+        let path = &line[at..];
+        let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
+        let path = Path::new(std::ffi::OsStr::from_bytes(path));
+        (maps_below(line, dir)).then(|| (path.to_path_buf(), "mapped file"))
+    })
+}
+
+/// Every process inside the mount at `mountpoint` (but this one), with the worktree it
+/// is in (`REPO/WT`, or the mount's own top or a repository's directory as `REPO/` and
+/// `/`) and how: one pass over `/proc`, for `list` and `unmount`.
+pub fn processes_in_worktrees(mountpoint: &Path) -> Vec<(i32, String, &'static str)> {
+    let me = std::process::id() as i32;
+    let mut out: Vec<(i32, String, &'static str)> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != me)
+        .filter_map(|pid| {
+            let Some((path, how)) = inside_where(pid, mountpoint) else {
+                // Inside by a path too long to read back: counted, its place unknown.
+                return is_inside(pid, mountpoint).then_some((
+                    pid,
+                    "?".to_string(),
+                    "a path too long to name",
+                ));
+            };
+            let rel = path.strip_prefix(mountpoint).ok()?;
+            let parts: Vec<String> = rel
+                .components()
+                .take(2)
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            let place = match parts.as_slice() {
+                [] => "/".to_string(),
+                [repo] => format!("{repo}/"),
+                [repo, wt, ..] => format!("{repo}/{wt}"),
+            };
+            Some((pid, place, how))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The processes inside `dir`, as "pid (command line)", for messages that name them.
 pub fn describe_processes_inside(dir: &Path) -> Vec<String> {
     processes_inside(dir, 0)

@@ -716,3 +716,11 @@ pub fn seed_or(default: u64) -> u64 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
 }
+
+/// `text` with each line's runs of blanks made one space (a table's columns read as words).
+pub fn squeezed(text: &str) -> String {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
