@@ -830,6 +830,78 @@ fn a_split_index_is_named_with_the_way_out() {
     m.unmount();
 }
 
+/// A removal's reason says what happened: a worktree nobody committed in has "no changes
+/// since the base" (not "pushed"); an empty commit never pushed is no work either, and is
+/// never called merged into some other agent's branch; a pushed one names where.
+#[test]
+fn removal_reasons_say_what_happened() {
+    let env = Env::new();
+    let remote = add_remote(&env);
+    // Another agent's branch on the remote, sorted before main, at main's commit.
+    git(&env.repo.path(), &["push", "-q", "origin", "main:agent-a"]);
+    git(&env.repo.path(), &["fetch", "-q", "origin"]);
+    let _ = remote;
+    let names = ["untouched", "empty", "shipped"];
+    for n in names {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+        wtfs_ok(
+            &env.state(),
+            &["lease", "acquire", &format!("repo/{n}"), "--session", "s"],
+        );
+    }
+    let m = env.mount_with(&["--linger", "0"]);
+    agent(
+        &m.wt("repo", "empty"),
+        "git commit -q --allow-empty -m nothing",
+    );
+    agent(
+        &m.wt("repo", "shipped"),
+        "echo x > x.txt && git add x.txt && git commit -q -m x && git push -q origin shipped",
+    );
+    for n in names {
+        wtfs_ok(
+            &env.state(),
+            &["lease", "release", &format!("repo/{n}"), "--session", "s"],
+        );
+    }
+    for n in names {
+        wait_for_state(&env, n, "removed", Duration::from_secs(20));
+    }
+    let reason = |name: &str| -> String {
+        wtfs_ok(&env.state(), &["events", "--json"])
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|e| e["kind"] == "removed" && e["name"] == name)
+            .map(|e| e["reason"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        reason("untouched").contains("no changes since the base"),
+        "{}",
+        reason("untouched")
+    );
+    assert!(
+        !reason("untouched").contains("pushed"),
+        "{}",
+        reason("untouched")
+    );
+    let empty = reason("empty");
+    assert!(
+        empty.contains("no changes since the base: its one commit changes no file"),
+        "{empty}"
+    );
+    assert!(
+        !empty.contains("agent-a") && !empty.contains("squash"),
+        "{empty}"
+    );
+    assert!(
+        reason("shipped").contains("pushed: its commits are on origin/shipped"),
+        "{}",
+        reason("shipped")
+    );
+    drop(m);
+}
+
 /// Integration-aware cleanup (issue 18): a worktree whose commits reached the remote's
 /// main by a squash merge (so none of them is on a remote-tracking ref) is removed, the
 /// removal says so, and its branch goes as a pushed one would (restorable as every

@@ -54,6 +54,9 @@ pub struct Findings {
     /// HEAD into that remote-tracking ref would leave its tree unchanged, as after a
     /// squash or rebase merge), and how (`integrated: squash-merged into origin/main`).
     pub integrated: Option<String>,
+    /// When no commit is `unpushed`: why nothing is lost, for the removal to say (`no
+    /// changes since the base`, `pushed: its commits are on origin/main`).
+    pub settled: Option<String>,
     /// What each submodule view (`new --submodules`) holds, by path.
     pub submodules: Vec<(String, Findings)>,
 }
@@ -190,6 +193,7 @@ mod tests {
             unpushed: (0..unpushed as u8).map(|i| oid(i + 1)).collect(),
             tip_elsewhere: elsewhere,
             integrated: None,
+            settled: None,
             submodules: Vec::new(),
         }
     }

@@ -105,6 +105,21 @@ pub(super) fn reachable_elsewhere(
     Ok(walk.next().is_none())
 }
 
+/// The first remote-tracking ref (by name, short: `origin/main`) that reaches `tip`.
+fn pushed_to(repo: &Repository, tip: Oid) -> Option<String> {
+    let mut refs: Vec<(String, Oid)> = repo
+        .references_glob("refs/remotes/*")
+        .ok()?
+        .flatten()
+        .filter_map(|r| Some((r.shorthand()?.to_string(), r.peel_to_commit().ok()?.id())))
+        .collect();
+    refs.sort();
+    refs.into_iter()
+        .take(64)
+        .find(|(_, c)| *c == tip || repo.graph_descendant_of(*c, tip).unwrap_or(false))
+        .map(|(name, _)| name)
+}
+
 // ----- inspection -----
 
 /// The largest index read (git's own are far below: 100 MB for a tree of two million
@@ -170,6 +185,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     };
     let head_tree = head_commit.tree().map_err(|e| e.message().to_string())?;
     let base_commit = Oid::from_str(&t.base_commit).map_err(|e| e.message().to_string())?;
+    let base_tree_id = Oid::from_str(&t.base_tree).map_err(|e| e.message().to_string())?;
     let base_tree = repo
         .find_tree(Oid::from_str(&t.base_tree).map_err(|e| e.message().to_string())?)
         .map_err(|e| format!("base tree: {}", e.message()))?;
@@ -305,8 +321,16 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     // Looked at only when it can decide (nothing uncommitted), and never for a
     // submodule's view: the superproject's upstream records a gitlink, which names the
     // submodule's commit itself.
+    let no_change = head_commit.tree_id() == base_tree_id;
     let integrated = if unpushed.is_empty() || !changes.is_empty() || t.submodule.is_some() {
         None
+    } else if no_change {
+        // Commits that change no file (empty ones, or a change and its revert): nothing
+        // of them is work, whichever ref a merge would call them part of.
+        Some(match unpushed.len() {
+            1 => "no changes since the base: its one commit changes no file".to_string(),
+            n => format!("no changes since the base: its {n} commits change no file"),
+        })
     } else {
         match crate::git::integrated::integrated_as_owner(&t.gitdir, head_commit.id(), &unpushed) {
             Ok(i) => i.map(|i| i.to_string()),
@@ -325,6 +349,17 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     };
     let tip_elsewhere = reachable_elsewhere(&repo, head_commit.id(), except.as_deref())
         .map_err(|e| e.message().to_string())?;
+    // Why nothing is lost when every commit is the base's or on a remote-tracking ref.
+    let settled = unpushed.is_empty().then(|| {
+        if head_commit.id() == base_commit || no_change {
+            "no changes since the base".to_string()
+        } else {
+            match pushed_to(&repo, head_commit.id()) {
+                Some(r) => format!("pushed: its commits are on {r}"),
+                None => "its commits are all in the base".to_string(),
+            }
+        }
+    });
     // Each submodule view, inspected as a worktree of its own; one whose HEAD is not the
     // commit HEAD's tree records is a change of the superproject (git lists it so).
     let mut submodules: Vec<(String, Findings)> = Vec::new();
@@ -423,6 +458,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
         unpushed,
         tip_elsewhere,
         integrated,
+        settled,
         submodules,
     })
 }

@@ -28,6 +28,11 @@ pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
 pub use remove::{execute, plan, try_lock, try_lock_shared, CleanupLock, Remover, Step};
 use remove::{gone_by_hand, run_removal, Removal};
 
+/// Why nothing of a worktree found clean is lost, as inspection said it.
+fn settled(inspected: &Result<Findings, String>) -> Option<&str> {
+    inspected.as_ref().ok().and_then(|f| f.settled.as_deref())
+}
+
 impl Removal {
     /// The removal of a worktree found clean and pushed (or `integrated` upstream by
     /// content), kept by the policy.
@@ -36,8 +41,9 @@ impl Removal {
         store: &Store,
         delete_branch: bool,
         integrated: Option<&str>,
+        settled: Option<&str>,
     ) -> Removal {
-        let mut what = match integrated {
+        let mut what = match integrated.or(settled) {
             Some(how) => format!("clean; {how}"),
             None => String::from("clean and pushed"),
         };
@@ -275,7 +281,13 @@ pub fn finish(
             state,
             store,
             &t,
-            &Removal::clean(state, store, delete_branch, integrated.as_deref()),
+            &Removal::clean(
+                state,
+                store,
+                delete_branch,
+                integrated.as_deref(),
+                settled(&inspected),
+            ),
         ),
         Verdict::Retain(reason) => {
             store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
@@ -492,7 +504,13 @@ fn request_removal_then(
             state,
             store,
             &t,
-            &Removal::clean(state, store, delete_branch, integrated.as_deref()),
+            &Removal::clean(
+                state,
+                store,
+                delete_branch,
+                integrated.as_deref(),
+                settled(&inspected),
+            ),
         )?),
         Verdict::Retain(reason) if !discard => {
             store.end_deleting(row.id, prev, &format!("removal refused: {reason}"))?;

@@ -106,7 +106,13 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
                 )
                 .is_ok()
             {
-                let how = Removal::clean(state, &store, delete_branch, integrated.as_deref());
+                let how = Removal::clean(
+                    state,
+                    &store,
+                    delete_branch,
+                    integrated.as_deref(),
+                    super::settled(&inspected),
+                );
                 let o = super::run_removal(state, &mut store, &t, &how)?;
                 tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
             }

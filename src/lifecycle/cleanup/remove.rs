@@ -478,7 +478,7 @@ pub(super) fn run_removal(
     match execute(&plan(how.keep, how.delete_branch), &mut r) {
         Ok(()) => {
             let branch = match (&t.branch, how.delete_branch) {
-                (Some(b), true) => format!("; branch {b} deleted (merged, pushed or integrated)"),
+                (Some(b), true) => format!("; branch {b} deleted (nothing on it is only there)"),
                 (Some(b), false) => format!("; branch {b} kept"),
                 (None, _) => String::new(),
             };
