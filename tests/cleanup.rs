@@ -68,6 +68,15 @@ fn cat(path: &Path) -> String {
     run_ok("cat", &[path.to_str().unwrap()], Path::new("/"))
 }
 
+/// Whether `git worktree list` has worktree `repo/<name>` (its path under the mount, the
+/// whole line: a name is never found inside another path).
+fn lists_worktree(env: &Env, name: &str) -> bool {
+    let end = format!("/repo/{name}");
+    worktree_list(env)
+        .lines()
+        .any(|l| l.starts_with("worktree ") && l.ends_with(&end))
+}
+
 fn worktree_list(env: &Env) -> String {
     git(&env.repo.path(), &["worktree", "list", "--porcelain"])
 }
@@ -99,11 +108,7 @@ fn clean_and_pushed_work_is_removed_and_everything_else_is_retained_with_the_rea
         "echo work > new.txt && git add new.txt && git commit -q -m work && git push -q origin HEAD",
     );
     wait_for_state(&env, "pushed", "removed", Duration::from_secs(10));
-    assert!(
-        !worktree_list(&env).contains("/pushed"),
-        "{}",
-        worktree_list(&env)
-    );
+    assert!(!lists_worktree(&env, "pushed"), "{}", worktree_list(&env));
     assert!(
         !branches(&env).lines().any(|b| b == "pushed"),
         "{}",
@@ -209,7 +214,7 @@ fn clean_and_pushed_work_is_removed_and_everything_else_is_retained_with_the_rea
         .collect();
     in_repo.sort();
     assert_eq!(in_repo, ["edited", "unpushed", "untracked"]);
-    assert!(worktree_list(&env).contains("/unpushed"));
+    assert!(lists_worktree(&env, "unpushed"));
 
     // Leasing a retained worktree makes it active and takes it out of the store; its
     // work is all there.
@@ -234,7 +239,7 @@ fn clean_and_pushed_work_is_removed_and_everything_else_is_retained_with_the_rea
     let m = env.mount_with(&["--linger", "0"]);
     assert_eq!(state_of(&env, "unpushed"), "removed");
     assert!(!branches(&env).lines().any(|b| b == "unpushed"));
-    assert!(!worktree_list(&env).contains("/unpushed"));
+    assert!(!lists_worktree(&env, "unpushed"));
     // The others are still held for their work, across the restart.
     assert_eq!(state_of(&env, "edited"), "retained");
     assert_eq!(state_of(&env, "untracked"), "retained");
@@ -329,7 +334,7 @@ fn a_cleanup_a_dead_daemon_left_is_finished_at_the_next_mount() {
             .collect::<Vec<_>>(),
         ["dirty"]
     );
-    assert!(!worktree_list(&env).contains("/byhand"));
+    assert!(!lists_worktree(&env, "byhand"));
     // Nothing foreign was adopted or deleted.
     assert!(worktree_list(&env).contains(foreign.to_str().unwrap()));
     assert_eq!(
@@ -675,7 +680,7 @@ fn rmdir_and_reclaim_remove_only_what_holds_no_work_and_discard_says_what_it_thr
     // A ready worktree with nothing in it: rmdir removes it.
     fs::remove_dir(m.wt("repo", "fresh")).unwrap();
     assert_eq!(state_of(&env, "fresh"), "removed");
-    assert!(!worktree_list(&env).contains("/fresh"));
+    assert!(!lists_worktree(&env, "fresh"));
 
     // Leased: EBUSY, nothing changes.
     wtfs_ok(
@@ -728,7 +733,7 @@ fn rmdir_and_reclaim_remove_only_what_holds_no_work_and_discard_says_what_it_thr
     );
     assert!(out.contains("removed repo/work"), "{out}");
     assert_eq!(state_of(&env, "work"), "removed");
-    assert!(!worktree_list(&env).contains("/work"));
+    assert!(!lists_worktree(&env, "work"));
     // The main checkout was never touched.
     assert_eq!(git(&env.repo.path(), &["status", "--porcelain"]), "");
 
