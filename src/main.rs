@@ -922,7 +922,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
     }
+    // A state directory this command makes goes again if the command is refused: a
+    // mount that could not be made leaves nothing that later commands take for one.
+    let fresh = makes_state && {
+        let root = StateDir::resolve(cli.global.state_dir.clone());
+        fs::symlink_metadata(&root).is_err()
+    };
     let state = open_state(&cli.global)?;
+    let result = run_in(cli, &state);
+    if fresh && result.is_err() {
+        let _ = fs::remove_dir_all(&state.root);
+    }
+    result
+}
+
+/// `run`, once the state directory is open.
+fn run_in(cli: Cli, state: &StateDir) -> anyhow::Result<()> {
+    let state = state.clone();
     match cli.command {
         Command::Mount {
             mountpoint,
@@ -2124,12 +2140,55 @@ fn cmd_fork(
 
 fn print_cd(state: &StateDir, path: &Path) {
     if daemon::running_daemon(state).is_some() {
-        println!("  cd {}", path.display());
+        println!("  cd {}", shell_word(&path.display().to_string()));
     } else {
         println!(
-            "  (not mounted: run `worktreefs mount`, then cd {})",
-            path.display()
+            "  (not mounted: run `{} mount`, then cd {})",
+            invocation(state),
+            shell_word(&path.display().to_string())
         );
+    }
+}
+
+/// How a person runs this program again, for next steps printed to be run as they are:
+/// `worktreefs` when that name on `PATH` is this very program, else this program's path;
+/// with `--state-dir DIR` when `state` is not the one a bare command would use.
+fn invocation(state: &StateDir) -> String {
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|e| fs::canonicalize(e).ok());
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("worktreefs"))
+            .find(|p| {
+                use std::os::unix::fs::PermissionsExt;
+                fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+            .and_then(|p| fs::canonicalize(p).ok())
+    });
+    let mut out = match &me {
+        Some(me) if on_path.as_ref() != Some(me) => shell_word(&me.display().to_string()),
+        _ => "worktreefs".to_string(),
+    };
+    let bare = StateDir::resolve(std::env::var_os("WORKTREEFS_STATE_DIR").map(PathBuf::from));
+    if fs::canonicalize(&bare).ok().as_ref() != Some(&state.root) {
+        out.push_str(" --state-dir ");
+        out.push_str(&shell_word(&state.root.display().to_string()));
+    }
+    out
+}
+
+/// `word` as a shell reads it back: as it is when it holds nothing a shell treats
+/// specially, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%=,".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -3346,6 +3405,19 @@ fn add_repo(
             sanitize_name(&raw)
         }
     };
+    // A worktree is a view of a commit: a repository with none has nothing to show.
+    let has_commit = git2::Repository::open(&gitdir).is_ok_and(|r| {
+        r.head().is_ok_and(|h| h.peel_to_commit().is_ok())
+            || r.branches(Some(git2::BranchType::Local))
+                .is_ok_and(|mut b| b.next().is_some())
+    });
+    if !has_commit {
+        bail!(
+            "repository {} has no commit yet, and a worktree is a view of a commit; commit something first (`git -C {} commit --allow-empty -m init`), then register it",
+            top.display(),
+            shell_word(&top.display().to_string())
+        );
+    }
     if let Some(existing) = store.repo_by_gitdir(&gitdir)? {
         bail!(
             "repository {} is already registered as '{}'",
@@ -3360,6 +3432,33 @@ fn add_repo(
         );
     }
     Ok(store.add_repo(&name, &top, &gitdir)?)
+}
+
+/// `repo add` of the repository at `path` for `mount`'s embedded defaults, which take no
+/// `--name`: its directory's name, or with `-2`, `-3`… when another repository has it.
+fn add_repo_here(store: &Store, path: &Path) -> anyhow::Result<worktreefs::store::RepoRow> {
+    let (gitdir, workdir) = git::discover(path)?;
+    let top = workdir.unwrap_or(gitdir);
+    let base = sanitize_name(
+        top.file_name()
+            .map(|n| n.to_string_lossy().trim_end_matches(".git").to_string())
+            .as_deref()
+            .unwrap_or_default(),
+    );
+    let mut name = base.clone();
+    for n in 2..100 {
+        if store.repo_by_name(&name)?.is_none() {
+            break;
+        }
+        let suffix = format!("-{n}");
+        name = format!(
+            "{}{suffix}",
+            &base[..base
+                .len()
+                .min(worktreefs::names::MAX_NAME_LEN - suffix.len())]
+        );
+    }
+    add_repo(store, path, Some(&name))
 }
 
 struct MountTuning {
@@ -3466,20 +3565,82 @@ fn cmd_mount(
         keep,
         on_umount: daemon::AtUnmount::from_keep_sessions(umount_keeps_sessions),
     };
-    daemon::prepare(&req)?;
+    // Served already, at that mountpoint: this directory's repository is registered (as
+    // `repo add .` does) and the next steps printed; at another, refused, naming where.
+    if let Some(h) = daemon::running_daemon(state).filter(|h| !daemon::detached(state, h)) {
+        let there = mountpoint
+            .as_ref()
+            .is_none_or(|m| fs::canonicalize(m).ok().as_ref() == Some(&h.mountpoint));
+        if !there {
+            bail!(
+                "state dir {} is served already, by daemon pid {} at {}; a state dir is served at one mountpoint: use {}, or end that mount first (`{} unmount`), or give this mount a state dir of its own (--state-dir)",
+                state.root.display(),
+                h.pid,
+                h.mountpoint.display(),
+                h.mountpoint.display(),
+                invocation(state)
+            );
+        }
+        let cwd = std::env::current_dir().ok();
+        let Some((gitdir, _)) = cwd.as_deref().and_then(|c| git::discover(c).ok()) else {
+            bail!(
+                "already mounted at {} (daemon pid {}), and {} is not inside a git repository, so there is nothing to add; run `{} mount` inside the repository to register, or `{} repo add PATH`",
+                h.mountpoint.display(),
+                h.pid,
+                cwd.as_deref().unwrap_or(Path::new("?")).display(),
+                invocation(state),
+                invocation(state)
+            );
+        };
+        let store = open_store(state)?;
+        let (row, added) = match store.repo_by_gitdir(&gitdir)? {
+            Some(r) => (r, false),
+            None => {
+                let r = add_repo_here(&store, cwd.as_deref().unwrap_or(Path::new(".")))?;
+                daemon::enable_fsmonitor(&store);
+                daemon::poke(state);
+                (r, true)
+            }
+        };
+        return print_mounted(state, h.pid, Some(row), added, json);
+    }
+    // A default mountpoint this command makes goes again if the mount fails.
+    let made_mountpoint = (mountpoint.is_none()
+        && fs::symlink_metadata(state.default_mountpoint()).is_err())
+    .then(|| state.default_mountpoint());
+    let mounted = mount_in_background(state, &req, mountpoint.is_none(), log_level, json);
+    if mounted.is_err() {
+        if let Some(m) = made_mountpoint {
+            let _ = fs::remove_dir(m);
+        }
+    }
+    mounted
+}
+
+/// `mount` in the background: checks, registers this directory's repository when no
+/// mountpoint was given (undone if the daemon does not start), starts the daemon and
+/// says where it mounted.
+fn mount_in_background(
+    state: &StateDir,
+    req: &MountRequest,
+    defaults: bool,
+    log_level: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
+    daemon::prepare(req)?;
     // Embedded defaults: inside a git repository, register it if it is not yet — once the
     // mount can be made, and undone if the daemon does not start, so a failed mount
     // leaves no registration behind.
     let mut registered = None;
     let mut added = None;
-    if mountpoint.is_none() {
+    if defaults {
         if let Ok(cwd) = std::env::current_dir() {
             if let Ok((gitdir, _)) = git::discover(&cwd) {
                 let store = open_store(state)?;
                 registered = Some(match store.repo_by_gitdir(&gitdir)? {
                     Some(r) => r,
                     None => {
-                        let r = add_repo(&store, &cwd, None)?;
+                        let r = add_repo_here(&store, &cwd)?;
                         added = Some(r.id);
                         r
                     }
@@ -3487,7 +3648,7 @@ fn cmd_mount(
             }
         }
     }
-    let pid = match daemon::spawn_background(&req, log_level) {
+    let pid = match daemon::spawn_background(req, log_level) {
         Ok(pid) => pid,
         Err(e) => {
             if let Some(id) = added {
@@ -3497,6 +3658,19 @@ fn cmd_mount(
             return Err(e);
         }
     };
+    print_mounted(state, pid, registered, added.is_some(), json)
+}
+
+/// What `mount` says once a daemon serves `state` (pid `pid`): where, the repositories
+/// (`registered` the one this command's directory is, `added` when it registered it now),
+/// and next steps that run as printed; or, with `json`, one object.
+fn print_mounted(
+    state: &StateDir,
+    pid: i32,
+    registered: Option<worktreefs::store::RepoRow>,
+    added: bool,
+    json: bool,
+) -> anyhow::Result<()> {
     let store = open_store(state)?;
     let mp = create::mountpoint_of(state, &store);
     let mp = fs::canonicalize(&mp).unwrap_or(mp);
@@ -3509,7 +3683,7 @@ fn cmd_mount(
                 "pid": pid,
                 "state_dir": state.root,
                 "repos": repos,
-                "registered": added.and(registered.map(|r| r.name)),
+                "registered": registered.filter(|_| added).map(|r| r.name),
             })
         );
         return Ok(());
@@ -3520,25 +3694,53 @@ fn cmd_mount(
         state.root.display()
     );
     let repos = store.repos()?;
+    let mut t = Table::new(&["REPOSITORY", "PATH"]);
     for r in &repos {
-        println!("  repository {:<20} {}", r.name, r.path.display());
+        t.row([r.name.clone(), r.path.display().to_string()]);
+    }
+    for line in t.render().lines().skip(1) {
+        println!("  {line}");
+    }
+    if let Some(r) = registered.as_ref().filter(|_| added) {
+        println!("registered repository '{}' (this directory's)", r.name);
     }
     let example = registered
         .map(|r| r.name)
         .or_else(|| repos.first().map(|r| r.name.clone()));
-    println!("next:");
+    let me = invocation(state);
+    let mpw = shell_word(&mp.display().to_string());
+    let mut steps = Table::new(&["STEP", "WHY"]);
     match example {
         Some(repo) => {
-            println!(
-                "  worktreefs new {repo}/task-1        # or: mkdir {}/{repo}/task-1",
-                mp.display()
-            );
-            println!("  cd {}/{repo}/task-1", mp.display());
+            steps.row([
+                format!("{me} new {repo}/task-1"),
+                format!("# or: mkdir {mpw}/{repo}/task-1"),
+            ]);
+            steps.row([
+                format!("cd {mpw}/{repo}/task-1"),
+                "# work there: edit, build, git commit, git push".to_string(),
+            ]);
+            steps.row([
+                format!("{me} list"),
+                "# every worktree and its state".to_string(),
+            ]);
+            steps.row([
+                format!("cd && {me} unmount"),
+                "# when you are done, from outside the mount".to_string(),
+            ]);
         }
-        None => println!("  worktreefs repo add PATH             # register a repository"),
+        None => {
+            steps.row([
+                format!("{me} repo add PATH"),
+                "# register a repository".to_string(),
+            ]);
+            steps.row([format!("{me} unmount"), "# when you are done".to_string()]);
+        }
     }
-    println!("  worktreefs list                      # every worktree and its state");
-    println!("  worktreefs unmount                   # when you are done");
+    println!("next:");
+    for line in steps.render().lines().skip(1) {
+        println!("  {line}");
+    }
     Ok(())
 }
 

@@ -103,6 +103,13 @@ fn new_with_base_and_existing_branch() {
 #[test]
 fn bad_input_is_refused_and_leaves_nothing_behind() {
     let env = Env::new();
+    // A repository without a commit: nothing a worktree could show.
+    let empty_repo = env.dir.path().join("empty");
+    run_ok(
+        "git",
+        &["init", "-q", empty_repo.to_str().unwrap()],
+        Path::new("/"),
+    );
     wtfs_ok(&env.state(), &["new", "repo/exists"]);
     let before = footprint(&env);
     let cases: &[(&[&str], &str)] = &[
@@ -154,6 +161,10 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
             "repository name",
         ),
         (&["repo", "remove", "nosuch"], "is not registered"),
+        (
+            &["repo", "add", empty_repo.to_str().unwrap()],
+            "has no commit yet",
+        ),
         (
             &["repo", "remove", "repo"],
             "still has 1 worktree: repo/exists (ready)",

@@ -667,11 +667,137 @@ fn the_daemon_backgrounds_and_a_second_one_is_refused() {
     let second = wtfs(&env.state(), &["mount", other_mp.to_str().unwrap()]);
     assert!(!second.status.success());
     let msg = String::from_utf8_lossy(&second.stderr);
-    assert!(msg.contains("already serving state dir"), "{msg}");
+    assert!(msg.contains("is served already, by daemon pid"), "{msg}");
+    assert!(
+        msg.contains(&fs::canonicalize(&mp).unwrap().display().to_string()),
+        "names where it serves: {msg}"
+    );
     assert!(!is_mounted(&other_mp));
     let out = wtfs_ok(&env.state(), &["unmount"]);
     assert!(out.contains("unmounted"), "{out}");
     assert!(!is_mounted(&fs::canonicalize(&mp).unwrap()));
+}
+
+/// The first ten minutes, as a newcomer follows them: `mount` in a repository prints next
+/// steps that run as printed (this program's own path, it not being on PATH; the state
+/// dir it was given), in order, in one shell, ending with the unmount; `mount` in a second
+/// repository while the daemon serves registers that one and prints the steps again.
+#[test]
+fn the_first_ten_minutes_run_as_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let first = TestRepo::new();
+    let second = TestRepo::new();
+    let mount = |repo: &TestRepo| {
+        std::process::Command::new(BIN)
+            .args(["--state-dir", state.to_str().unwrap(), "mount"])
+            .current_dir(repo.path())
+            .env_remove("WORKTREEFS_STATE_DIR")
+            .output()
+            .unwrap()
+    };
+    let out = mount(&first);
+    let mp = state.with_file_name("state-mnt");
+    let _g = UnmountOnDrop {
+        state: state.clone(),
+        mountpoint: mp.clone(),
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let me = format!("{BIN} --state-dir {}", state.display());
+    assert!(said.contains(&format!("{me} new ")), "{said}");
+    // A second repository, while the daemon serves: registered, steps printed.
+    let out = mount(&second);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let again = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(again.contains("registered repository"), "{again}");
+    // Both test repositories are directories named `repo`: the second is `repo-2`.
+    assert!(again.contains("new repo-2/task-1"), "{again}");
+    let listed: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&state, &["repo", "list", "--json"])).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    // An unmount from a shell inside is refused, and says that shell is the caller's.
+    let out = run(
+        "sh",
+        &["-c", &format!("cd {}/repo && {me} unmount", mp.display())],
+        Path::new("/"),
+    );
+    assert!(!out.status.success());
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains(
+            "in repository repo's directory (working directory) — yours: this command's own shell"
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("your own shell is inside"), "{msg}");
+    // The steps, in order, in one shell (comments dropped), as a person pastes them.
+    let steps: Vec<String> = said
+        .lines()
+        .skip_while(|l| l.trim() != "next:")
+        .skip(1)
+        .map(|l| l.split(" # ").next().unwrap().trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(steps.len(), 4, "{said}");
+    assert!(steps.last().unwrap().ends_with(" unmount"), "{steps:?}");
+    let script = format!("set -e\n{}\n", steps.join("\n"));
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(first.path())
+        .env_remove("WORKTREEFS_STATE_DIR")
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&mp), "the last step unmounts");
+}
+
+/// A refused mount leaves nothing behind: no state directory (later commands would take
+/// its skeleton for a real one), no default mountpoint it made.
+#[test]
+fn a_refused_mount_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = TestRepo::new();
+    let file = dir.path().join("a-file");
+    fs::write(&file, "x").unwrap();
+    for (n, target) in [("s1", dir.path().join("missing/dir")), ("s2", file.clone())] {
+        let state = dir.path().join(n);
+        let out = std::process::Command::new(BIN)
+            .args(["--state-dir", state.to_str().unwrap(), "mount"])
+            .arg(&target)
+            .current_dir(repo.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{target:?}");
+        assert!(
+            !state.exists(),
+            "a refused mount of {target:?} left {state:?}"
+        );
+    }
+    // The default mountpoint's place taken by a file: refused, and nothing is made.
+    let state = dir.path().join("s3");
+    fs::write(state.with_file_name("s3-mnt"), "x").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["--state-dir", state.to_str().unwrap(), "mount"])
+        .current_dir(repo.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(!state.exists());
 }
 
 #[test]
@@ -1316,7 +1442,7 @@ fn mount_answers_json_with_where_and_which_daemon() {
         v["message"]
             .as_str()
             .unwrap()
-            .contains("already serving state dir"),
+            .contains("is served already, by daemon pid"),
         "{v}"
     );
     // A foreground daemon reports readiness to systemd, not as JSON.

@@ -67,10 +67,17 @@ pub fn unmount(
             ));
         }
     };
-    // Each named with where it is: `1234 (bash) in repo/task-1 (working directory)`.
-    let inside: Vec<String> = crate::lifecycle::holders::processes_in_worktrees(&mountpoint)
+    // Each named with where it is: `1234 (bash) in repo/task-1 (working directory)`, and
+    // whether it is the shell (or another ancestor) of the command asking.
+    use crate::lifecycle::holders;
+    let ours = holders::liveness_for(std::process::id() as i32);
+    let mut yours = false;
+    let inside: Vec<String> = holders::processes_in_worktrees(&mountpoint)
         .into_iter()
         .map(|(pid, place, how)| {
+            let mine = holders::proc_info(pid)
+                .is_some_and(|p| ours(pid as i64, p.start as i64) == crate::store::Liveness::Ours);
+            yours |= mine;
             let command = crate::lifecycle::holders::command_line(pid).unwrap_or_default();
             let place = match place.as_str() {
                 "/" => "the mount's top".to_string(),
@@ -80,7 +87,12 @@ pub fn unmount(
                 }
                 p => p.to_string(),
             };
-            format!("{pid} ({command}) in {place} ({how})")
+            let mine = if mine {
+                " — yours: this command's own shell, or another of its ancestors"
+            } else {
+                ""
+            };
+            format!("{pid} ({command}) in {place} ({how}){mine}")
         })
         .collect();
     if !inside.is_empty() {
@@ -90,10 +102,15 @@ pub fn unmount(
                 &mountpoint,
                 &inside,
                 format!(
-                    "{} is in use by {} process(es): {}; they must leave it (cd out, close files, or end them) before `worktreefs unmount`, or detach now with `worktreefs unmount --lazy` and cleanup runs once they have left",
+                    "{} is in use by {} process(es): {}; they must leave it (cd out, close files, or end them) before `worktreefs unmount`{}, or detach now with `worktreefs unmount --lazy` and cleanup runs once they have left",
                     mountpoint.display(),
                     inside.len(),
-                    inside.join(", ")
+                    inside.join(", "),
+                    if yours {
+                        " (your own shell is inside: `cd` out of the mount and run it again)"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }
