@@ -534,6 +534,42 @@ fn init_logging(level: Option<&str>) {
         .try_init();
 }
 
+/// Logging for a command run by a person at the default level: warnings and errors only,
+/// each as one line `worktreefs: warning: MESSAGE` on standard error.
+fn init_for_people() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_writer(|| LossyStderr)
+        .log_internal_errors(false)
+        .event_format(ForPeople)
+        .try_init();
+}
+
+/// A log event as a sentence: `worktreefs: warning: ` and its message (fields after it).
+struct ForPeople;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for ForPeople
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            _ => "note",
+        };
+        write!(writer, "worktreefs: {level}: ")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
 /// Standard error for log lines, whose failures are ignored.
 struct LossyStderr;
 
@@ -731,10 +767,15 @@ fn main() -> ExitCode {
             ..
         }
     );
-    if is_daemon {
+    let asked =
+        cli.global.log_level.is_some() || std::env::var("RUST_LOG").is_ok_and(|v| !v.is_empty());
+    if is_daemon || asked {
         init_logging(cli.global.log_level.as_deref());
     } else {
-        init_logging(Some(cli.global.log_level.as_deref().unwrap_or("warn")));
+        // A command at the default level: its warnings and errors as sentences for people
+        // (`worktreefs: warning: …`); records with times and targets are the daemon's log
+        // and `--log-level`'s.
+        init_for_people();
     }
     // Objects come from the repository's own local database: libgit2 re-hashing each one
     // on every read (its default) only costs time.

@@ -247,6 +247,64 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
     }
 }
 
+/// At the default level a command's standard error holds sentences for people
+/// (`worktreefs: warning: …`), never a log record with its time, level and target; those
+/// come with `--log-level`. An older git's warning (a git 2.39 stood in for by a script
+/// that says so) is the case met in the field.
+#[test]
+fn a_commands_warnings_are_sentences_not_log_records() {
+    let env = Env::new();
+    let bin = env.dir.path().join("oldgit");
+    fs::create_dir(&bin).unwrap();
+    let real = run_ok("sh", &["-c", "command -v git"], Path::new("/"));
+    fs::write(
+        bin.join("git"),
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = version ]; then echo 'git version 2.39.5'; exit 0; fi\nexec '{}' \"$@\"\n",
+            real.trim()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("git"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    fs::write(env.repo.path().join(".gitattributes"), "* text=auto\n").unwrap();
+    git(&env.repo.path(), &["add", ".gitattributes"]);
+    git(&env.repo.path(), &["commit", "-qm", "attributes"]);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let new = |name: &str, extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .arg("--state-dir")
+            .arg(env.state())
+            .args(extra)
+            .args(["new", &format!("repo/{name}")])
+            .env("PATH", &path)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let o = new("plain", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = stderr(&o);
+    assert!(
+        said.contains("worktreefs: warning: git version 2.39.5 cannot read attributes"),
+        "{said}"
+    );
+    for line in said.lines() {
+        assert!(line.starts_with("worktreefs: "), "not a sentence: {line:?}");
+        assert!(
+            !line.contains(" WARN ") && !line.contains("worktreefs::"),
+            "{line:?}"
+        );
+    }
+    // Asked for, the records are there.
+    let o = new("logged", &["--log-level", "warn"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("WARN"), "{}", stderr(&o));
+}
+
 /// `events --last 0` prints no past event, and with `--follow` only those from then on.
 #[test]
 fn events_last_zero_prints_none_and_follows_only_new_ones() {

@@ -93,6 +93,26 @@ fn a_user_who_is_not_root_mounts_through_fusermount3_or_is_told_what_is_missing(
     );
     let (_, repos, _) = sh("timeout 60 \"$BIN\" repo list");
     assert_eq!(repos.trim(), "", "a failed mount left a registration");
+    // doctor fails there too, with the same way out as the mount's.
+    let (code, out, err) =
+        sh("WORKTREEFS_FUSERMOUNT=/nonexistent timeout 60 \"$BIN\" doctor --json");
+    assert_eq!(code, Some(1), "{out}{err}");
+    let checks: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let device = checks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "fuse-device")
+        .unwrap();
+    assert_eq!(device["status"], "fail", "{device}");
+    let fix = device["fix"].as_str().unwrap();
+    assert!(err.is_empty() || !err.contains("panicked"), "{err}");
+    let (_, _, mount_err) =
+        sh("cd repo && WORKTREEFS_FUSERMOUNT=/nonexistent timeout 60 \"$BIN\" mount");
+    assert!(
+        mount_err.contains(fix),
+        "doctor's fix {fix:?} is not the mount's: {mount_err}"
+    );
     assert!(!is_mounted(&mnt));
 
     // With it: mounted as nobody's, type fuse.worktreefs; worktrees work; no passthrough.

@@ -2,7 +2,7 @@
 //! when it fails. Reads only: it makes no state directory, and looks at a mount only
 //! through its `.control` (no worktree, so no lease), on a thread under a time limit.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -54,11 +54,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// stale mounts and locks, the daemon, each repository.
 pub fn run(root: &Path) -> Vec<Check> {
     let root_user = nix::unistd::geteuid().is_root();
-    let mut out = vec![
-        fuse_device(root_user),
-        fusermount(root_user),
-        kernel(root_user),
-    ];
+    let mut out = vec![fuse_device(), fusermount(root_user), kernel(root_user)];
     let state = state_dir(root, &mut out);
     stale_mounts(&mut out);
     if let Some(state) = state {
@@ -74,52 +70,12 @@ pub fn run(root: &Path) -> Vec<Check> {
     out
 }
 
-fn fuse_device(root_user: bool) -> Check {
-    let dev = Path::new("/dev/fuse");
-    let meta = match std::fs::metadata(dev) {
-        Ok(m) => m,
-        Err(e) => {
-            return check(
-                "fuse-device",
-                Status::Fail,
-                format!("/dev/fuse: {e}"),
-                Some("load the module (`modprobe fuse`), or in a container pass the device (`--device /dev/fuse`)".into()),
-            )
-        }
-    };
-    if !meta.file_type().is_char_device() {
-        return check(
-            "fuse-device",
-            Status::Fail,
-            "/dev/fuse is not a character device".into(),
-            Some("remove it and load the module again (`modprobe -r fuse; modprobe fuse`)".into()),
-        );
-    }
-    match std::fs::OpenOptions::new().read(true).write(true).open(dev) {
-        Ok(_) => check(
-            "fuse-device",
-            Status::Ok,
-            format!(
-                "/dev/fuse (mode {:o}) opens for reading and writing",
-                meta.permissions().mode() & 0o7777
-            ),
-            None,
-        ),
-        Err(e) if !root_user => check(
-            "fuse-device",
-            Status::Ok,
-            format!(
-                "/dev/fuse does not open for uid {} ({e}): mounts go through fusermount3",
-                nix::unistd::geteuid()
-            ),
-            None,
-        ),
-        Err(e) => check(
-            "fuse-device",
-            Status::Fail,
-            format!("/dev/fuse does not open even for root: {e}"),
-            Some("a security module or the container's device rules refuse it: allow the device (`--device /dev/fuse`)".into()),
-        ),
+/// The FUSE device, and whether this user can mount through it (or fusermount3): the
+/// check `mount` makes, so this fails where a mount would, with the same way out.
+fn fuse_device() -> Check {
+    match super::fuse_access::check() {
+        Ok((_, detail)) => check("fuse-device", Status::Ok, detail, None),
+        Err(r) => check("fuse-device", Status::Fail, r.detail, Some(r.fix)),
     }
 }
 

@@ -2,7 +2,7 @@
 //! mountpoint, mounts, signals readiness to the process that started it, and serves until
 //! unmounted (by `worktreefs unmount`, `umount`, `fusermount3 -u`, or SIGTERM/SIGINT).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ use crate::store::Store;
 mod background;
 pub mod doctor;
 pub mod du;
+pub mod fuse_access;
 mod instance;
 mod mountpoint;
 pub mod socket;
@@ -129,34 +130,8 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
         );
     }
     // Before anything is made (the default mountpoint): a mount that cannot be leaves
-    // nothing behind.
-    // The device can be named for tests of the refusal; the kernel's is /dev/fuse.
-    let device = std::env::var_os("WORKTREEFS_FUSE_DEVICE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/fuse"));
-    if !device.exists() {
-        bail!(
-            "{} is missing: the fuse kernel module is not loaded (try `modprobe fuse`), or this container was started without access to /dev/fuse",
-            device.display()
-        );
-    }
-    match OpenOptions::new().read(true).write(true).open(&device) {
-        Ok(_) => {}
-        // Not this user's to open: fusermount3 (setuid) opens it and mounts.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            if crate::fs::mount::fusermount_bin().is_none() {
-                bail!(
-                    "cannot open {}: {e}; {}",
-                    device.display(),
-                    crate::fs::mount::cannot_mount_message()
-                );
-            }
-        }
-        Err(e) => bail!(
-            "cannot open {}: {e}; worktreefs needs permission to use FUSE through it (the FUSE character device, 10:229)",
-            device.display()
-        ),
-    }
+    // nothing behind. The same check as `doctor`'s.
+    fuse_access::check().map_err(|r| anyhow!("{r}"))?;
     let mountpoint = match &req.mountpoint {
         Some(m) => m.clone(),
         None => {

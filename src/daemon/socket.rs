@@ -167,7 +167,10 @@ fn answer(
     match peer_uid(&conn) {
         Some(uid) if uid == me || uid == 0 => {}
         other => {
-            tracing::warn!("a request on the daemon's socket from uid {other:?} was refused");
+            let who = other.map_or("a process whose uid cannot be read".to_string(), |u| {
+                format!("uid {u}")
+            });
+            tracing::warn!("a request on the daemon's socket from {who} was refused");
             return send(
                 &mut conn,
                 &Answer::Error {

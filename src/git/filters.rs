@@ -171,8 +171,8 @@ pub fn git_has_attr_source() -> bool {
         let has = parse_git_version(&version).is_some_and(|v| v >= (2, 40));
         if !has {
             tracing::warn!(
-                "git {:?} cannot read attributes from a commit (--attr-source needs git 2.40): files that .gitattributes or core.autocrlf convert show as committed",
-                version.trim()
+                "{} cannot read attributes from a commit (--attr-source needs git 2.40): files that .gitattributes or core.autocrlf convert show as committed; install git 2.40 or later for them to show as a checkout writes them",
+                if version.trim().is_empty() { "this git" } else { version.trim() }
             );
         }
         has

@@ -174,7 +174,14 @@ pub fn spawn(
                     }
                 }
                 if !marked.is_empty() {
-                    tracing::info!("worktrees {marked:?} have no lease after {linger} s: deleting");
+                    tracing::info!(
+                        "worktrees {} have no lease after {linger} s: deleting",
+                        marked
+                            .iter()
+                            .map(|id| format!("#{id}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
                 }
                 // Cleanup of every deleting worktree nobody else is at (those marked just
                 // now, and any whose cleanup someone else left unfinished).

@@ -244,6 +244,15 @@ pub enum Outcome {
     Retained(String),
 }
 
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Removed(how) => write!(f, "removed ({how})"),
+            Outcome::Retained(why) => write!(f, "retained ({why})"),
+        }
+    }
+}
+
 fn target_of(
     state: &StateDir,
     store: &Store,

@@ -81,7 +81,7 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
     keep::purge_due(state, &mut store, &policy);
     for (row, r) in finish_all_deleting(state, &mut store, mountpoint, None) {
         if let Ok(o) = r {
-            tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
+            tracing::info!("boot reconcile: {}/{}: {o}", row.repo, row.name);
         }
     }
     for row in store.worktrees_in(State::Retained)? {
@@ -114,7 +114,7 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
                     super::settled(&inspected),
                 );
                 let o = super::run_removal(state, &mut store, &t, &how)?;
-                tracing::info!("boot reconcile: {}/{}: {o:?}", row.repo, row.name);
+                tracing::info!("boot reconcile: {}/{}: {o}", row.repo, row.name);
             }
         }
     }
@@ -316,7 +316,7 @@ pub fn reclaim_at_unmount(
     );
     for (row, r) in finish_all_deleting(state, &mut store, mountpoint, None) {
         match r {
-            Ok(o) => tracing::info!("unmount: {}/{}: {o:?}", row.repo, row.name),
+            Ok(o) => tracing::info!("unmount: {}/{}: {o}", row.repo, row.name),
             Err(e) => tracing::error!("unmount: {}/{}: {e:#}", row.repo, row.name),
         }
     }
