@@ -915,6 +915,12 @@ fn json_wanted(command: &Command) -> Option<report::JsonTo> {
 
 fn open_state(global: &Global) -> anyhow::Result<StateDir> {
     let root = StateDir::resolve(global.state_dir.clone());
+    if fs::metadata(&root).is_ok_and(|m| !m.is_dir()) {
+        bail!(
+            "state dir {} is a file, not a directory; give --state-dir (or WORKTREEFS_STATE_DIR) a directory, or move the file away",
+            root.display()
+        );
+    }
     StateDir::open(&root).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
             anyhow!(
@@ -3609,6 +3615,8 @@ fn cmd_mount(
     // Served already, at that mountpoint: this directory's repository is registered (as
     // `repo add .` does) and the next steps printed; at another, refused, naming where.
     if let Some(h) = daemon::running_daemon(state).filter(|h| !daemon::detached(state, h)) {
+        // A daemon that does not answer (stopped, hung) is said so at once.
+        daemon::answers(&h, Duration::from_secs(5)).map_err(|e| anyhow!("{e}"))?;
         let there = mountpoint
             .as_ref()
             .is_none_or(|m| fs::canonicalize(m).ok().as_ref() == Some(&h.mountpoint));

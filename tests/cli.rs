@@ -213,6 +213,18 @@ fn bad_input_is_refused_and_leaves_nothing_behind() {
         stderr(&out)
     );
     assert_eq!(footprint(&env), before, "a refused command changed state");
+    // A state dir that is a file is named as such, not "File exists (os error 17)".
+    let file = env.dir.path().join("a-file");
+    fs::write(&file, "x").unwrap();
+    for args in [&["list"][..], &["repo", "add", "."], &["mount"]] {
+        let out = wtfs(&file, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&out).contains("is a file, not a directory"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
     // Bad usage is exit 2.
     let out = wtfs(&env.state(), &["new"]);
     assert_eq!(out.status.code(), Some(2));

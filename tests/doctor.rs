@@ -92,7 +92,32 @@ fn doctor_checks_the_machine_the_daemon_and_each_repository() {
     let started = Instant::now();
     let (code, checks) = doctor(&env.state());
     let took = started.elapsed();
+    // `mount` over it (inside its repository, as a newcomer would) says it is stopped and
+    // how to go on, and exits: it does not hang, nor say the daemon serves.
+    let started = Instant::now();
+    let mounted = std::process::Command::new("timeout")
+        .args([
+            "60",
+            BIN,
+            "--state-dir",
+            env.state().to_str().unwrap(),
+            "mount",
+        ])
+        .current_dir(env.repo.path())
+        .output()
+        .unwrap();
+    let mount_took = started.elapsed();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let said = String::from_utf8_lossy(&mounted.stderr);
+    assert_eq!(mounted.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("is stopped") && said.contains(&format!("kill -CONT {}", m.pid())),
+        "{said}"
+    );
+    assert!(
+        mount_took < Duration::from_secs(30),
+        "mount took {mount_took:?}"
+    );
     assert_eq!(code, Some(1), "{checks:?}");
     let d = find(&checks, "daemon");
     assert_eq!(d["status"], "fail", "{d}");

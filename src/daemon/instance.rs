@@ -125,3 +125,48 @@ pub fn poke(state: &StateDir) {
         );
     }
 }
+
+/// Whether daemon `h` answers a request on its mount (its `.control/stats`) within
+/// `within`; the question is asked on a thread of its own, so a daemon that is stopped
+/// or hung never holds the command. Err: what is known of why not, and the way out.
+pub fn answers(h: &Holder, within: std::time::Duration) -> Result<(), String> {
+    let stats = h.mountpoint.join(".control").join("stats");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let asked = std::thread::Builder::new()
+        .name("daemon-answers".into())
+        .spawn(move || {
+            let _ = tx.send(std::fs::metadata(&stats).map(|_| ()));
+        });
+    if asked.is_err() {
+        return Ok(()); // Not known: taken as answering, as before this check.
+    }
+    match rx.recv_timeout(within) {
+        Ok(_) => Ok(()),
+        Err(_) => {
+            let stopped = std::fs::read_to_string(format!("/proc/{}/stat", h.pid))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .and_then(|(_, r)| r.split_whitespace().next().map(str::to_string))
+                })
+                .is_some_and(|st| st == "T" || st == "t");
+            Err(if stopped {
+                format!(
+                    "daemon pid {} serving {} is stopped (SIGSTOP, or a debugger) and does not answer; let it go on with `kill -CONT {}`, or end it with `kill -9 {}` and then `worktreefs unmount` detaches its mount",
+                    h.pid,
+                    h.mountpoint.display(),
+                    h.pid,
+                    h.pid
+                )
+            } else {
+                format!(
+                    "daemon pid {} serving {} does not answer within {} s; see its log, and if it is hung, end it with `kill -9 {}`, then `worktreefs unmount` detaches its mount",
+                    h.pid,
+                    h.mountpoint.display(),
+                    within.as_secs(),
+                    h.pid
+                )
+            })
+        }
+    }
+}

@@ -27,7 +27,7 @@ mod unmount;
 pub use background::spawn_background;
 use background::{block_signals, spawn_signal_thread};
 use instance::acquire_lock;
-pub use instance::{detached, detached_message, poke, running_daemon, Holder};
+pub use instance::{answers, detached, detached_message, poke, running_daemon, Holder};
 use mountpoint::check_mountpoint;
 pub use mountpoint::{is_mountpoint, mount_type};
 pub use unmount::{unmount, Unmounted};
@@ -121,6 +121,7 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
                 detached_message(&h)
             );
         }
+        instance::answers(&h, std::time::Duration::from_secs(5)).map_err(|e| anyhow!("{e}"))?;
         bail!(
             "another worktreefs daemon (pid {}) is already serving state dir {} at {}; unmount it first with `worktreefs unmount --state-dir {}`, or use another --state-dir",
             h.pid,
