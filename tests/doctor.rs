@@ -256,3 +256,66 @@ fn du_counts_each_worktree_and_never_walks_the_mount() {
     );
     drop(m);
 }
+
+/// A branch a worktree was given before names were checked as git checks them (`HEAD`):
+/// doctor finds it and says how to rename it; the rename, run as printed, mends it, and
+/// the worktree follows its branch (cleanup removes it as clean, not `branch-moved`).
+#[test]
+fn doctor_finds_a_branch_git_forbids_and_its_rename_is_followed() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/legacy"]);
+    // As an older worktreefs made it: its branch is refs/heads/HEAD.
+    git(
+        &repo,
+        &["update-ref", "refs/heads/HEAD", "refs/heads/legacy"],
+    );
+    let admin = fs::read_dir(repo.join(".git/worktrees"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("wtfs-legacy")
+        })
+        .unwrap();
+    fs::write(admin.join("HEAD"), "ref: refs/heads/HEAD\n").unwrap();
+    git(&repo, &["update-ref", "-d", "refs/heads/legacy"]);
+    {
+        let store = worktreefs::store::Store::open(&env.state()).unwrap();
+        let row = store.worktree("repo", "legacy").unwrap().unwrap();
+        store.set_worktree_branch(row.id, "HEAD").unwrap();
+    }
+    let (_, checks) = doctor(&env.state());
+    let c = find(&checks, "branch repo/legacy");
+    assert_eq!(c["status"], "warn", "{c}");
+    assert!(c["detail"].as_str().unwrap().contains("'HEAD'"), "{c}");
+    let fix = c["fix"].as_str().unwrap();
+    let command = fix
+        .split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command in {fix}"));
+    assert!(command.contains("branch -m HEAD wt-HEAD"), "{command}");
+    run_ok("sh", &["-c", command], Path::new("/"));
+    let (_, checks) = doctor(&env.state());
+    assert!(
+        !checks.iter().any(|c| c["check"] == "branch repo/legacy"),
+        "{checks:?}"
+    );
+    // Cleanup follows the rename: clean, removed.
+    let m = env.mount_with(&["--linger", "0"]);
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/legacy", "--session", "s"],
+    );
+    wtfs_ok(
+        &env.state(),
+        &["lease", "release", "repo/legacy", "--session", "s"],
+    );
+    wait_for_state(&env, "legacy", "removed", Duration::from_secs(20));
+    drop(m);
+    let head = git(&repo, &["rev-parse", "--abbrev-ref", "HEAD"]);
+    assert_eq!(head.trim(), "main");
+}

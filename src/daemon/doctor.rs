@@ -65,6 +65,7 @@ pub fn run(root: &Path) -> Vec<Check> {
         if let Some(store) = &store {
             stale_creations(store, &mut out);
             repositories(store, &mut out);
+            forbidden_branches(store, &mut out);
         }
     }
     out
@@ -437,6 +438,48 @@ fn stale_creations(store: &Store, out: &mut Vec<Check>) {
 
 /// Each repository: there, and its config includes the fsmonitor settings of worktreefs'
 /// worktrees (else `git status` there scans every file).
+/// Branches worktrees were given whose names git forbids (made before names were
+/// checked as git checks them: `HEAD` breaks `git rev-parse --abbrev-ref HEAD` in the
+/// repository), each with the rename that mends it, which cleanup follows.
+fn forbidden_branches(store: &Store, out: &mut Vec<Check>) {
+    let repos = store.repos().unwrap_or_default();
+    for w in store.worktrees().unwrap_or_default() {
+        if w.state == crate::lease::State::Removed {
+            continue;
+        }
+        let Some(b) = &w.branch else { continue };
+        let Err(why) = crate::names::validate_branch_name(b) else {
+            continue;
+        };
+        let Some(r) = repos.iter().find(|r| r.id == w.repo_id) else {
+            continue;
+        };
+        // Renamed already: cleanup follows it (and records the new name then).
+        let admin = crate::git::admin_dir(&r.gitdir, &w.admin_name);
+        if crate::git::renamed_branch(&r.gitdir, &admin, b).is_some() {
+            continue;
+        }
+        let to = format!(
+            "wt-{}",
+            crate::names::sanitize_name(&b.replace("..", "-").replace(".lock", "-lock"))
+        )
+        .trim_end_matches('.')
+        .to_string();
+        out.push(check(
+            &format!("branch {}/{}", w.repo, w.name),
+            Status::Warn,
+            format!(
+                "worktree {}/{} is on branch '{b}': {why} (with it, git in the repository misreads names such as HEAD)",
+                w.repo, w.name
+            ),
+            Some(format!(
+                "rename it: `git -C {} branch -m {b} {to}` (the worktree follows the rename)",
+                r.path.display()
+            )),
+        ));
+    }
+}
+
 fn repositories(store: &Store, out: &mut Vec<Check>) {
     let repos = store.repos().unwrap_or_default();
     if repos.is_empty() {

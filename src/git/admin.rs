@@ -62,6 +62,28 @@ pub fn resolve_base(repo: &Repository, rev: &str) -> anyhow::Result<ResolvedBase
     })
 }
 
+/// The branch worktree entry `admin` is on now, when it is branch `recorded` renamed by
+/// git (`git branch -m OLD NEW` moves a worktree's HEAD with it): `recorded` is gone,
+/// HEAD names another branch, and that branch's reflog says it was renamed from it.
+pub fn renamed_branch(gitdir: &Path, admin: &Path, recorded: &str) -> Option<String> {
+    let repo = git2::Repository::open_bare(gitdir).ok()?;
+    if repo
+        .find_reference(&format!("refs/heads/{recorded}"))
+        .is_ok()
+    {
+        return None;
+    }
+    let head = std::fs::read_to_string(admin.join("HEAD")).ok()?;
+    let now = head.trim().strip_prefix("ref: refs/heads/")?.to_string();
+    if now == recorded {
+        return None;
+    }
+    let said = format!("Branch: renamed refs/heads/{recorded} to refs/heads/{now}");
+    let log = repo.reflog(&format!("refs/heads/{now}")).ok()?;
+    let renamed = log.iter().any(|e| e.message() == Some(said.as_str()));
+    renamed.then_some(now)
+}
+
 /// Where git keeps a linked worktree's administrative files.
 pub fn admin_dir(gitdir: &Path, admin_name: &str) -> PathBuf {
     gitdir.join("worktrees").join(admin_name)

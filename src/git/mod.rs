@@ -32,8 +32,8 @@ pub const MODE_GITLINK: u32 = 0o160000;
 
 pub use admin::{
     admin_dir, checked_out_branches, checked_out_in, common_dir, discover, free_admin_name,
-    free_admin_name_except, resolve_base, worktrees_dir, write_admin_entry, Entry, EntryNotMade,
-    ResolvedBase,
+    free_admin_name_except, renamed_branch, resolve_base, worktrees_dir, write_admin_entry, Entry,
+    EntryNotMade, ResolvedBase,
 };
 pub use index::{decode_index_sizes, encode_index, IndexEntry, IndexStat, Sha1Prefix};
 pub use objects::{read_blob, with_repo, ObjectCache, TreeEntry, TreeListing};

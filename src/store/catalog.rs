@@ -139,6 +139,15 @@ impl Store {
         tx.commit()
     }
 
+    /// Records that worktree `id` is on branch `branch` now (git renamed the one it had).
+    pub fn set_worktree_branch(&self, id: i64, branch: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "UPDATE worktrees SET branch = ?1 WHERE id = ?2",
+            rusqlite::params![branch, id],
+        )?;
+        Ok(())
+    }
+
     pub fn repos(&self) -> rusqlite::Result<Vec<RepoRow>> {
         let mut stmt = self
             .conn

@@ -262,7 +262,23 @@ fn target_of(
     let repo = store
         .repo_by_id(row.repo_id)?
         .ok_or_else(|| anyhow::anyhow!("repository of worktree {} is gone", row.id))?;
-    Ok(Target::new(state, row, &repo, mountpoint))
+    let mut t = Target::new(state, row, &repo, mountpoint);
+    // Its branch renamed with `git branch -m` (as doctor advises for a name git forbids)
+    // is still its branch: followed, and recorded.
+    if let Some(now) = t
+        .branch
+        .as_deref()
+        .and_then(|b| crate::git::renamed_branch(&t.gitdir, &t.admin, b))
+    {
+        tracing::info!(
+            "worktree {}: its branch {} was renamed {now} (git branch -m); following it",
+            t.repo_and_name(),
+            t.branch.as_deref().unwrap_or_default()
+        );
+        store.set_worktree_branch(t.id, &now)?;
+        t.branch = Some(now);
+    }
+    Ok(t)
 }
 
 /// Finishes a worktree in `deleting`: inspects, decides, removes or retains; or carries
