@@ -27,7 +27,7 @@ if [ ! -x "$bin" ]; then
 fi
 command -v pjdfstest >/dev/null || { echo "pjdfstest.sh: pjdfstest is not installed (cargo install pjdfstest)" >&2; exit 2; }
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/wtfs-pjdfstest.XXXXXX")
+t=$(mktemp -d /tmp/wtfs-pjdfstest.XXXXXX)
 # pjdfstest switches to unprivileged users: they must be able to walk to both directories.
 chmod 755 "$t"
 export WORKTREEFS_STATE_DIR="$t/state"

@@ -52,6 +52,8 @@ struct Global {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Mount the filesystem; inside a repository with no arguments, register it and use the defaults.
+    ///
     /// Mount the filesystem (in the background once ready, unless --foreground). Inside a
     /// git repository with no arguments: registers that repository and uses the defaults.
     /// `-o allow_other,threads=N,linger=SECS,…` as mount.fuse3 takes them (each option
@@ -124,6 +126,8 @@ enum Command {
         #[arg(long)]
         umount_keeps_sessions: bool,
     },
+    /// Release every lease, clean up, and end the mount (`--keep-sessions` for a restart).
+    ///
     /// Unmount: every lease is released (reason `unmount`), worktrees left without a lease
     /// are cleaned up (removed when clean and pushed, else retained), then the mount goes.
     /// Refused, naming them, while processes are inside, unless --lazy.
@@ -142,12 +146,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List worktrees kept because removing them would lose work.
+    ///
     /// Worktrees kept by cleanup because removing them would lose work, with the reason.
     Retained {
         /// As a JSON array on stdout (see docs/cli.md).
         #[arg(long)]
         json: bool,
     },
+    /// Remove a retained or unused worktree when nothing would be lost.
+    ///
     /// Remove REPO/WT (retained, or never leased) when cleanup's checks pass: nothing
     /// uncommitted, HEAD where it was created, every commit pushed or in the base.
     Reclaim {
@@ -164,6 +172,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List removed worktrees that can still be restored.
+    ///
     /// Removed worktrees still restorable (every removal keeps what it removed for
     /// `mount --keep-removed` hours), with their size and when they go.
     Removed {
@@ -171,6 +181,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Bring back a removed worktree as it was.
+    ///
     /// Bring back a removed worktree REPO/WT as it was: its files, its index, HEAD on its
     /// branch (made again at the kept commit if it was deleted).
     Restore {
@@ -225,6 +237,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Take a new warm snapshot of a repository's ignored files (node_modules/, target/, .env).
+    ///
     /// Take a new warm snapshot of REPO's source checkout: the ignored and untracked files
     /// its patterns match, read with your permissions. Worktrees made before keep theirs.
     Warm {
@@ -250,6 +264,8 @@ enum Command {
     /// Named leases for orchestrators.
     #[command(subcommand)]
     Lease(LeaseCmd),
+    /// Run a command inside a worktree, holding a lease for its lifetime.
+    ///
     /// Run a command inside REPO/WT, holding a lease for exactly its lifetime; its exit
     /// status is passed through.
     Run {
@@ -272,6 +288,8 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Run a command as a session's turn: one turn at a time per worktree.
+    ///
     /// Run a command as the session's turn in REPO/WT: at most one turn runs per worktree
     /// among all its holders; another is refused (exit code 3, naming the running turn) or
     /// waits (`--wait`). Takes the session's named lease if it holds none (released at the
@@ -336,6 +354,8 @@ enum Command {
         #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(0..))]
         last: i64,
     },
+    /// Check that this machine can mount and serve worktrees, with a fix for each failure.
+    ///
     /// Is this machine set up? Checks /dev/fuse, fusermount3, the kernel's FUSE features
     /// (passthrough, FUSE over io_uring), the state directory's permissions and free
     /// space, stale mounts and creations, the daemon's health and each repository's
@@ -346,6 +366,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show the disk used in the state directory, per worktree.
+    ///
     /// Disk used in the state directory: each worktree's upper layer, the kept removals,
     /// the shared caches, the database, and the total (the mount is never walked).
     Du {
@@ -356,11 +378,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the Model Context Protocol on stdio, for agent frameworks.
+    ///
     /// Serve the Model Context Protocol on stdin/stdout for agent frameworks: tools to
     /// create, list and show worktrees, acquire and release named leases, run a turn,
     /// list retained and removed worktrees, reclaim and restore (each runs the command
     /// of that name with --json; a refusal is a tool error with the CLI's message).
     Mcp,
+    /// Print a shell completion script.
+    ///
     /// Print a completion script for SHELL on stdout: `source <(worktreefs completions
     /// bash)`, or save it where the shell looks (bash: /etc/bash_completion.d/worktreefs;
     /// zsh: a directory on $fpath as _worktreefs; fish:
@@ -369,6 +395,8 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+    /// Write the manual pages into DIR.
+    ///
     /// Write the manual pages (worktreefs.1 and one per command, worktreefs-mount.1…) into
     /// DIR, made if missing: `worktreefs man /usr/local/share/man/man1`.
     Man {

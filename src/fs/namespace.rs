@@ -178,13 +178,31 @@ impl View {
             return 0;
         };
         let now = std::time::Instant::now();
-        recently.retain(|_, at| now.duration_since(*at) < again);
+        // Leases taken but not yet in the store: their worktrees are in use, whatever the
+        // catalog (read from the store) says.
+        let pending: std::collections::HashSet<i64> = self
+            .pending_leases
+            .get()
+            .map(|f| f())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(id, _, _)| id)
+            .collect();
         // The catalog first, released before the table is read: the lock order is `nodes`
         // then `catalog` (a lookup at the top holds the table while it reads the catalog),
         // and holding both the other way round deadlocks once a catalog writer queues.
-        let candidates: Vec<(i64, i64, u64, OsString)> = self
+        let idle_now: Vec<(i64, Arc<super::overlay::WtCtx>)> = self
             .catalog
             .idle()
+            .into_iter()
+            .filter(|(_, w)| !pending.contains(&w.id))
+            .collect();
+        // A worktree in use since it was shed is asked again as soon as it is idle again
+        // (its caches filled meanwhile); one still idle, only after `again`.
+        recently.retain(|id, at| {
+            now.duration_since(*at) < again && idle_now.iter().any(|(_, w)| w.id == *id)
+        });
+        let candidates: Vec<(i64, i64, u64, OsString)> = idle_now
             .into_iter()
             .filter(|(_, w)| !recently.contains_key(&w.id))
             .map(|(since, w)| (since, w.id, repo_ino(w.repo_id), OsString::from(&w.name)))
