@@ -568,6 +568,29 @@ fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
     assert!(subs.lines().any(|l| l == "leases"), "{subs}");
     let opts = complete("worktreefs lease acquire --ex");
     assert!(opts.lines().any(|l| l == "--exclusive"), "{opts}");
+    // Repository and worktree names come from the state directory given.
+    let named = Env::new();
+    wtfs_ok(&named.state(), &["new", "repo/exists"]);
+    let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
+    let complete_in = |words: &str| -> String {
+        let probe = format!(
+            "export PATH={bin_dir}:$PATH; source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1)); _worktreefs_with_names worktreefs \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        );
+        let o = std::process::Command::new("bash")
+            .args(["-c", &probe])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let sd = named.state().display().to_string();
+    let got = complete_in(&format!("worktreefs --state-dir {sd} reclaim rep"));
+    assert_eq!(got.trim(), "repo/exists", "{got}");
+    let got = complete_in(&format!("worktreefs --state-dir {sd} lease acquire repo/e"));
+    assert_eq!(got.trim(), "repo/exists", "{got}");
+    let got = complete_in(&format!("worktreefs --state-dir {sd} new r"));
+    assert_eq!(got.trim(), "repo/", "{got}");
     for shell in ["zsh", "fish"] {
         let out = wtfs(&state, &["completions", shell]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -592,6 +615,12 @@ fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
     ] {
         let text = fs::read_to_string(man.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
         assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
+        for section in ["EXIT STATUS", "ENVIRONMENT", "FILES", "EXAMPLES"] {
+            assert!(
+                text.contains(&format!(".SH \"{section}\"")),
+                "{page}: no {section}"
+            );
+        }
     }
     let page = fs::read_to_string(man.join("worktreefs-lease-acquire.1")).unwrap();
     assert!(page.contains("exclusive"), "{page}");
@@ -611,6 +640,11 @@ fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
         let text = String::from_utf8_lossy(&o.stdout);
         let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(words.contains("worktreefs lease acquire ["), "{text}");
+        assert!(words.contains("EXIT STATUS"), "{text}");
+        assert!(
+            words.contains("worktreefs lease acquire myrepo/task-1 --session s1 --exclusive"),
+            "{text}"
+        );
     }
     assert!(!state.exists(), "no state directory was made");
 }
