@@ -316,6 +316,96 @@ impl worktreefs::lifecycle::cleanup::FsmonitorAnswers for HookAnswers {
     }
 }
 
+/// Blobs that do not survive a checkout and a clean (a CRLF blob under `text eol=crlf`,
+/// a foreign `$Id: … $` under `ident`, a blob a clean filter changes, a CRLF blob under
+/// `text eol=lf`), committed as they are: git status in an untouched view lists them as
+/// modified exactly as a checkout's does once every file is touched (with its fsmonitor
+/// and without), and cleanup's inspection agrees; blobs that come back are clean.
+#[test]
+fn blobs_that_do_not_survive_a_checkout_are_modified_as_in_a_touched_checkout() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    git(&repo, &["config", "filter.up.smudge", "tr a-z A-Z"]);
+    git(&repo, &["config", "filter.up.clean", "tr A-Z a-z"]);
+    let attrs = "*.crlf text eol=crlf\n*.id ident\n*.up filter=up\n*.lf text eol=lf\n";
+    let files: [(&str, &[u8]); 8] = [
+        (".gitattributes", attrs.as_bytes()),
+        ("raw.crlf", b"a\r\nb\r\n"),
+        ("ok.crlf", b"a\nb\n"),
+        ("raw.id", b"x $Id: foreign $\n"),
+        ("ok.id", b"x $Id$\n"),
+        ("mixed.up", b"HeLLo\n"),
+        ("ok.up", b"hello\n"),
+        ("raw.lf", b"one\r\ntwo\n"),
+    ];
+    // Blobs as they are (no clean side on the way in), on top of main.
+    {
+        let r = git2::Repository::open(&repo).unwrap();
+        let head = r.head().unwrap().peel_to_commit().unwrap();
+        let mut tb = r.treebuilder(Some(&head.tree().unwrap())).unwrap();
+        for (name, content) in files {
+            tb.insert(name, r.blob(content).unwrap(), 0o100644).unwrap();
+        }
+        let tree = r.find_tree(tb.write().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@t").unwrap();
+        r.commit(Some("HEAD"), &sig, &sig, "raw blobs", &tree, &[&head])
+            .unwrap();
+        git(&repo, &["reset", "-q", "--hard"]);
+    }
+    // What a checkout says once every file is touched.
+    let checkout = env.dir.path().join("checkout");
+    real_checkout(&repo, &checkout, "HEAD");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "find . -path ./.git -prune -o -type f -exec touch {} +",
+        ],
+        &checkout,
+    );
+    let mut expected = git_dirty_paths(&checkout);
+    expected.sort();
+    assert_eq!(
+        expected,
+        ["mixed.up", "raw.crlf", "raw.id", "raw.lf"],
+        "what git itself says of these blobs"
+    );
+    git(
+        &repo,
+        &["worktree", "remove", "--force", checkout.to_str().unwrap()],
+    );
+    wtfs_ok(&env.state(), &["new", "repo/conv"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "conv");
+    let status = |extra: &[&str]| -> Vec<String> {
+        let mut args = extra.to_vec();
+        args.extend(["status", "--porcelain", "--untracked-files=all"]);
+        let mut v: Vec<String> = git(&wt, &args)
+            .lines()
+            .map(|l| l[3..].to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        status(&[]),
+        expected,
+        "git status in the view (its fsmonitor)"
+    );
+    assert_eq!(status(&[]), expected, "a second time");
+    assert_eq!(
+        status(&["-c", "core.fsmonitor=false"]),
+        expected,
+        "git status in the view without fsmonitor"
+    );
+    let f = worktreefs::lifecycle::cleanup::inspect(&target_of(&env, &m, "conv")).unwrap();
+    let mut ours: Vec<String> = f.changes.iter().map(|c| c.path.clone()).collect();
+    ours.sort();
+    assert_eq!(ours, expected, "cleanup's inspection");
+    drop(m);
+}
+
 #[test]
 fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
     let env = Env::new();

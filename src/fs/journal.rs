@@ -235,6 +235,12 @@ impl View {
                         .into_iter()
                         .map(|(_, r)| r.path.into_bytes()),
                 );
+                // Files whose blob does not survive a checkout and a clean: git lists them
+                // as modified once it looks at them, as in a checkout whose files were
+                // touched (their index entries carry no size, so it reads them).
+                if let Some(c) = &wt.conversions {
+                    out.extend(c.dirty().map(<[u8]>::to_vec));
+                }
                 out.sort();
                 out.dedup();
                 out

@@ -63,25 +63,37 @@ pub fn resolve_base(repo: &Repository, rev: &str) -> anyhow::Result<ResolvedBase
 }
 
 /// The branch worktree entry `admin` is on now, when it is branch `recorded` renamed by
-/// git (`git branch -m OLD NEW` moves a worktree's HEAD with it): `recorded` is gone,
-/// HEAD names another branch, and that branch's reflog says it was renamed from it.
+/// git (`git branch -m OLD NEW` moves a worktree's HEAD with it): HEAD names another
+/// branch, `recorded` is gone, and that branch's reflog says it was renamed from it.
+/// Everything is read as regular files of bounded size, never through libgit2 (a ref the
+/// repository's owner made a FIFO must not hold the daemon), and HEAD first: a worktree
+/// still on its branch costs one small read.
 pub fn renamed_branch(gitdir: &Path, admin: &Path, recorded: &str) -> Option<String> {
-    let repo = git2::Repository::open_bare(gitdir).ok()?;
-    if repo
-        .find_reference(&format!("refs/heads/{recorded}"))
-        .is_ok()
-    {
-        return None;
-    }
-    let head = std::fs::read_to_string(admin.join("HEAD")).ok()?;
+    let (head, _) = crate::beneath::read_regular_in(admin, Path::new("HEAD"), 4096).ok()?;
+    let head = String::from_utf8(head).ok()?;
     let now = head.trim().strip_prefix("ref: refs/heads/")?.to_string();
     if now == recorded {
         return None;
     }
-    let said = format!("Branch: renamed refs/heads/{recorded} to refs/heads/{now}");
-    let log = repo.reflog(&format!("refs/heads/{now}")).ok()?;
-    let renamed = log.iter().any(|e| e.message() == Some(said.as_str()));
-    renamed.then_some(now)
+    // The recorded branch is gone: no loose ref (looked at, never opened), and not in
+    // packed-refs.
+    if std::fs::symlink_metadata(gitdir.join("refs/heads").join(recorded)).is_ok() {
+        return None;
+    }
+    let packed = format!(" refs/heads/{recorded}\n");
+    if crate::beneath::read_regular_in(gitdir, Path::new("packed-refs"), 64 << 20)
+        .is_ok_and(|(b, _)| String::from_utf8_lossy(&b).contains(&packed))
+    {
+        return None;
+    }
+    let (log, _) =
+        crate::beneath::read_regular_in(gitdir, &Path::new("logs/refs/heads").join(&now), 16 << 20)
+            .ok()?;
+    let said = format!("\tBranch: renamed refs/heads/{recorded} to refs/heads/{now}");
+    String::from_utf8_lossy(&log)
+        .lines()
+        .any(|l| l.ends_with(&said))
+        .then_some(now)
 }
 
 /// Where git keeps a linked worktree's administrative files.

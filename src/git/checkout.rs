@@ -14,13 +14,15 @@ use std::path::{Path, PathBuf};
 use git2::{Oid, Repository};
 
 use super::convert::{
-    classify, lfs_pointer_size, may_clean, may_convert, AutoCrlf, Conv, ConvConfig,
+    classify, clean_turns_crlf, has_crlf, lfs_pointer_size, may_clean, may_convert,
+    may_not_round_trip, round_trip_changes, AutoCrlf, Conv, ConvConfig,
 };
 use super::filters::{check_attrs, Owner};
 use super::index::IndexEntry;
 use super::{MODE_BLOB, MODE_EXEC};
 
-const MAGIC: &[u8] = b"worktreefs conversions 1\n";
+const MAGIC_1: &[u8] = b"worktreefs conversions 1\n";
+const MAGIC: &[u8] = b"worktreefs conversions 2\n";
 
 /// The converted files of one tree, by path.
 #[derive(Debug, Default)]
@@ -28,6 +30,11 @@ pub struct Conversions {
     /// What the decisions were made with (see `Setting::fingerprint`).
     pub fingerprint: String,
     by_path: HashMap<Vec<u8>, (Oid, Conv)>,
+    /// Files whose blob does not survive a checkout and a clean (a CRLF blob under `text
+    /// eol=crlf`, a foreign `$Id: … $` under `ident`, a blob a clean filter changes): git
+    /// lists them as modified once it looks at them, as it does in a checkout whose
+    /// files were touched. Their index entries carry no size (git reads them).
+    dirty: HashMap<Vec<u8>, Oid>,
 }
 
 impl Conversions {
@@ -36,16 +43,30 @@ impl Conversions {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_path.is_empty()
+        self.by_path.is_empty() && self.dirty.is_empty()
+    }
+
+    /// The paths whose blob a checkout and a clean do not give back.
+    pub fn dirty(&self) -> impl Iterator<Item = &[u8]> {
+        self.dirty.keys().map(Vec::as_slice)
+    }
+
+    /// Whether `path`'s blob does not survive a checkout and a clean.
+    pub fn is_dirty(&self, path: &[u8]) -> bool {
+        self.dirty.contains_key(path)
     }
 
     pub fn len(&self) -> usize {
         self.by_path.len()
     }
 
-    /// The blobs of converted paths (their index entries carry no blob size).
+    /// The blobs of converted and dirty paths (their index entries carry no blob size).
     pub fn oids(&self) -> HashSet<Oid> {
-        self.by_path.values().map(|(o, _)| *o).collect()
+        self.by_path
+            .values()
+            .map(|(o, _)| *o)
+            .chain(self.dirty.values().copied())
+            .collect()
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -60,11 +81,24 @@ impl Conversions {
             out.extend_from_slice(format!("{oid} {}", conv.encode()).as_bytes());
             out.push(0);
         }
+        // An empty path ends the converted ones; the dirty ones follow.
+        out.push(0);
+        let mut dirty: Vec<_> = self.dirty.iter().collect();
+        dirty.sort();
+        for (path, oid) in dirty {
+            out.extend_from_slice(path);
+            out.push(0);
+            out.extend_from_slice(oid.to_string().as_bytes());
+            out.push(0);
+        }
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Option<Conversions> {
-        let rest = bytes.strip_prefix(MAGIC)?;
+        // A list of the first format has no dirty paths.
+        let rest = bytes
+            .strip_prefix(MAGIC)
+            .or_else(|| bytes.strip_prefix(MAGIC_1))?;
         let nl = rest.iter().position(|&b| b == b'\n')?;
         let fingerprint = String::from_utf8(rest[..nl].to_vec()).ok()?;
         let mut fields = rest[nl + 1..].split(|&b| b == 0);
@@ -80,9 +114,18 @@ impl Conversions {
                 (Oid::from_str(oid).ok()?, Conv::parse(conv)?),
             );
         }
+        let mut dirty = HashMap::new();
+        while let Some(path) = fields.next() {
+            if path.is_empty() {
+                break;
+            }
+            let oid = std::str::from_utf8(fields.next()?).ok()?;
+            dirty.insert(path.to_vec(), Oid::from_str(oid).ok()?);
+        }
         Some(Conversions {
             fingerprint,
             by_path,
+            dirty,
         })
     }
 }
@@ -239,7 +282,9 @@ impl Setting {
                 let name = e.path.rsplit(|&b| b == b'/').next().unwrap_or(&e.path);
                 if name == b".gitattributes" {
                     let blob = repo.find_blob(e.oid)?;
-                    if may_convert(blob.content(), &self.config) {
+                    if may_convert(blob.content(), &self.config)
+                        || may_not_round_trip(blob.content(), &self.config)
+                    {
                         maybe = true;
                         break;
                     }
@@ -256,12 +301,24 @@ impl Setting {
         let attrs = check_attrs(&self.owner, common_dir, tree, &paths)
             .map_err(|e| anyhow::anyhow!("reading the attributes of tree {tree}: {e}"))?;
         let mut by_path = HashMap::new();
+        let mut dirty = HashMap::new();
         for (&i, a) in files.iter().zip(attrs) {
             let Some(mut conv) = classify(&a, &self.config) else {
+                // Written as it is, but cleaned: a CRLF blob under `text eol=lf`.
+                let e = &mut entries[i];
+                if clean_turns_crlf(&a, &self.config)
+                    && repo.find_blob(e.oid).is_ok_and(|b| has_crlf(b.content()))
+                {
+                    e.size = 0;
+                    dirty.insert(e.path.clone(), e.oid);
+                }
                 continue;
             };
             if conv.runs_git() && !self.trusted {
                 continue; // an encoding: git would read the repository's configuration
+            }
+            if self.round_trip_fails(repo, common_dir, tree, &entries[i], &a, &conv) {
+                dirty.insert(entries[i].path.clone(), entries[i].oid);
             }
             let e = &mut entries[i];
             e.size = 0;
@@ -287,13 +344,74 @@ impl Setting {
             }
             by_path.insert(e.path.clone(), (e.oid, conv));
         }
-        if by_path.is_empty() {
+        if by_path.is_empty() && dirty.is_empty() {
             return Ok(None);
         }
         Ok(Some(Conversions {
             fingerprint: self.fingerprint(),
             by_path,
+            dirty,
         }))
+    }
+
+    /// Whether the checkout of entry `e` (converted as `conv`) cleans back to another blob:
+    /// decided here from the blob for end of line and `ident` (git's rules: a CRLF in a
+    /// blob under a rule that is not `auto`, an expanded `$Id: … $`), and by git itself
+    /// (smudge, then hash-object) for a filter or an encoding; never for git-lfs, whose
+    /// pointers come back by design (and whose smudge would fetch the file).
+    fn round_trip_fails(
+        &self,
+        repo: &Repository,
+        common_dir: &Path,
+        tree: Oid,
+        e: &IndexEntry,
+        a: &super::convert::PathAttrs,
+        conv: &Conv,
+    ) -> bool {
+        if conv.filter.as_deref() == Some("lfs") && conv.encoding.is_none() {
+            return false;
+        }
+        if conv.runs_git() {
+            use super::filters::RunError;
+            let smudged = super::filters::memfile(c"wtfs-round-trip")
+                .map_err(|e| RunError::Spawn(e.to_string()))
+                .and_then(|f| {
+                    super::filters::smudge(
+                        &self.owner,
+                        common_dir,
+                        tree,
+                        &e.path,
+                        e.oid,
+                        f.try_clone().map_err(|e| RunError::Spawn(e.to_string()))?,
+                    )?;
+                    use std::io::Seek;
+                    let mut f = f;
+                    f.rewind().map_err(|e| RunError::Spawn(e.to_string()))?;
+                    Ok(f)
+                });
+            return match smudged
+                .and_then(|f| super::filters::clean_id(&self.owner, common_dir, tree, &e.path, f))
+            {
+                Ok(id) => id != e.oid,
+                Err(err) => {
+                    tracing::debug!(
+                        "checking whether {} survives a checkout: {err}",
+                        String::from_utf8_lossy(&e.path)
+                    );
+                    false
+                }
+            };
+        }
+        let Ok(blob) = repo.find_blob(e.oid) else {
+            return false;
+        };
+        round_trip_changes(
+            e.oid,
+            blob.content(),
+            Some(conv),
+            clean_turns_crlf(a, &self.config),
+            conv.ident,
+        )
     }
 }
 
@@ -326,13 +444,26 @@ mod tests {
                 ),
             );
         }
+        let dirty: HashMap<Vec<u8>, Oid> = [(b"crlf.bat".to_vec(), oid), (b"a/id.c".to_vec(), oid)]
+            .into_iter()
+            .collect();
         let c = Conversions {
             fingerprint: "abc".into(),
             by_path,
+            dirty,
         };
         let back = Conversions::decode(&c.encode()).unwrap();
         assert_eq!(back.fingerprint, "abc");
         assert_eq!(back.by_path, c.by_path);
+        assert_eq!(back.dirty, c.dirty);
+        assert!(back.is_dirty(b"crlf.bat") && !back.is_dirty(b"a.bat"));
         assert!(Conversions::decode(b"something else").is_none());
+        // A list of the first format (no dirty paths) still reads.
+        let mut first = MAGIC_1.to_vec();
+        first.extend_from_slice(b"abc\na.bat\0");
+        first.extend_from_slice(format!("{oid} crlf=text-crlf out=crlf").as_bytes());
+        first.push(0);
+        let old = Conversions::decode(&first).unwrap();
+        assert!(old.get(b"a.bat").is_some() && old.dirty.is_empty());
     }
 }

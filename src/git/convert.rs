@@ -710,6 +710,120 @@ pub fn may_convert(text: &[u8], cfg: &ConvConfig) -> bool {
     })
 }
 
+/// Whether attribute text `text` could give some file a blob that does not survive a
+/// checkout and a clean (`git status` of a checkout whose files were touched lists it):
+/// `ident`, a configured filter, an encoding, or an end-of-line rule that is not `auto`.
+/// Over-estimates, as `may_convert` does.
+pub fn may_not_round_trip(text: &[u8], cfg: &ConvConfig) -> bool {
+    any_set_attribute(text, |name, value| match (name, value) {
+        ("ident", None) => true,
+        ("filter", Some(d)) => cfg.drivers.contains_key(d),
+        ("working-tree-encoding", Some(e)) => !e.is_empty() && !is_utf8(e),
+        ("eol", Some(_)) => true,
+        ("text", None) | ("crlf", None) => true,
+        ("text", Some("input")) | ("crlf", Some("input")) => true,
+        _ => false,
+    })
+}
+
+/// Whether git's clean side turns CRLF into LF for a path with attributes `a` whatever its
+/// content: an end-of-line rule that is set and not `auto` (an `auto` rule leaves a blob
+/// that already has CRLF as it is, both ways).
+pub fn clean_turns_crlf(a: &PathAttrs, cfg: &ConvConfig) -> bool {
+    let _ = cfg; // core.autocrlf and core.eol only ever give `auto` or nothing here
+    let mut crlf = crlf_of(&a.text);
+    if crlf == CrlfAction::Undefined {
+        crlf = crlf_of(&a.crlf);
+    }
+    if crlf == CrlfAction::Binary {
+        return false;
+    }
+    let eol_given = matches!(&a.eol, AttrValue::Value(v) if v == "lf" || v == "crlf");
+    match crlf {
+        CrlfAction::Auto => false,
+        CrlfAction::Text | CrlfAction::TextInput | CrlfAction::TextCrlf => true,
+        // No rule of its own: `eol` alone makes it text (git's `convert_attrs`).
+        _ => eol_given,
+    }
+}
+
+/// Whether `blob` holds a CRLF line end.
+pub fn has_crlf(blob: &[u8]) -> bool {
+    blob.windows(2).any(|w| w == b"\r\n")
+}
+
+/// What git's clean side makes of `content` for the conversions done in-process (git's
+/// `convert_to_git` without filter and encoding): end of line first (every CRLF made LF
+/// when `crlf_to_lf`), then `ident` (every `$Id: … $` made `$Id$`).
+pub fn clean_in_core(content: &[u8], crlf_to_lf: bool, ident: bool) -> Vec<u8> {
+    let mut out = if crlf_to_lf && has_crlf(content) {
+        let mut o = Vec::with_capacity(content.len());
+        for (i, &c) in content.iter().enumerate() {
+            if !(c == b'\r' && content.get(i + 1) == Some(&b'\n')) {
+                o.push(c);
+            }
+        }
+        o
+    } else {
+        content.to_vec()
+    };
+    if ident {
+        out = ident_to_git(&out);
+    }
+    out
+}
+
+/// git's `ident_to_git`: each `$Id: … $` (no line break before its closing dollar) made
+/// `$Id$`, scanning as git scans (a dollar that closes one may open the next).
+fn ident_to_git(src: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(src.len());
+    let mut i = 0;
+    while let Some(d) = src[i..].iter().position(|&b| b == b'$') {
+        let dollar = i + d;
+        out.extend_from_slice(&src[i..=dollar]);
+        i = dollar + 1;
+        let rest = &src[i..];
+        if rest.len() > 3 && rest.starts_with(b"Id:") {
+            let Some(close) = rest[3..].iter().position(|&b| b == b'$') else {
+                break;
+            };
+            if rest[3..3 + close].contains(&b'\n') {
+                continue;
+            }
+            out.extend_from_slice(b"Id$");
+            i += 3 + close + 1;
+        }
+    }
+    out.extend_from_slice(&src[i..]);
+    out
+}
+
+/// Whether blob `oid` holding `blob`, checked out with the in-process conversion `conv`
+/// (None: written as it is) and cleaned as git cleans it (`crlf_to_lf`, `ident`), comes
+/// back as another blob.
+pub fn round_trip_changes(
+    oid: Oid,
+    blob: &[u8],
+    conv: Option<&Conv>,
+    crlf_to_lf: bool,
+    ident: bool,
+) -> bool {
+    if !crlf_to_lf && !ident {
+        return false;
+    }
+    let checked_out = match conv {
+        // An `auto` end-of-line rule comes back as it went (git's clean side undoes what
+        // its checkout did, and leaves a blob that has CRLF as it is): only `ident` is
+        // looked at, as the in-memory checkout that `auto` takes does it.
+        Some(c) if c.crlf.is_auto() && !c.runs_git() => {
+            ident_in_core(blob, oid, c.ident).unwrap_or_else(|| blob.to_vec())
+        }
+        Some(c) if !c.runs_git() => c.apply(oid, blob),
+        _ => blob.to_vec(),
+    };
+    clean_in_core(&checked_out, crlf_to_lf, ident) != blob
+}
+
 /// Whether attribute text `text` could make git's clean side (what `git add` and `git
 /// status` hash) differ from the file's bytes: any end-of-line rule, `ident`, a
 /// configured filter or an encoding. Over-estimates, as `may_convert` does.
@@ -749,6 +863,37 @@ fn any_set_attribute(text: &[u8], pred: impl Fn(&str, Option<&str>) -> bool) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_clean_changes_is_found_in_the_blob() {
+        assert!(has_crlf(b"a\r\nb"));
+        assert!(!has_crlf(b"a\rb\n"));
+        assert_eq!(ident_to_git(b"x $Id: foreign $ y"), b"x $Id$ y");
+        assert_eq!(ident_to_git(b"$Id: $"), b"$Id$");
+        assert_eq!(
+            ident_to_git(b"$Id$ and $Id: no end\n$"),
+            b"$Id$ and $Id: no end\n$"
+        );
+        assert_eq!(ident_to_git(b"a$Id$Id: a b $"), b"a$Id$Id$");
+        assert_eq!(clean_in_core(b"a\r\nb\r", true, false), b"a\nb\r");
+        let cfg = ConvConfig::default();
+        assert!(clean_turns_crlf(&attrs(&[("text", "set")]), &cfg));
+        assert!(clean_turns_crlf(
+            &attrs(&[("eol", "crlf"), ("text", "set")]),
+            &cfg
+        ));
+        assert!(!clean_turns_crlf(&attrs(&[("text", "auto")]), &cfg));
+        assert!(!clean_turns_crlf(
+            &attrs(&[("text", "auto"), ("eol", "crlf")]),
+            &cfg
+        ));
+        assert!(!clean_turns_crlf(&attrs(&[("text", "unset")]), &cfg));
+        assert!(!clean_turns_crlf(&attrs(&[]), &cfg));
+        assert!(clean_turns_crlf(&attrs(&[("eol", "lf")]), &cfg));
+        assert!(clean_turns_crlf(&attrs(&[("crlf", "input")]), &cfg));
+        assert!(may_not_round_trip(b"*.bat text eol=crlf\n", &cfg));
+        assert!(!may_not_round_trip(b"* text=auto\n*.png -text\n", &cfg));
+    }
 
     fn attrs(spec: &[(&str, &str)]) -> PathAttrs {
         let mut a = PathAttrs::default();

@@ -246,7 +246,7 @@ impl std::fmt::Display for RunError {
 }
 
 /// An anonymous file (for git's input and output, which then never block on a pipe).
-fn memfile(name: &std::ffi::CStr) -> std::io::Result<File> {
+pub(crate) fn memfile(name: &std::ffi::CStr) -> std::io::Result<File> {
     super::blobcache::memfd(name, &[])
 }
 

@@ -1088,8 +1088,9 @@ fn index_cache_key(
     setting: &crate::git::checkout::Setting,
 ) -> PathBuf {
     // Each setting has keys of its own (and indexes cached before conversions were
-    // decided are not used: they have no list beside them).
-    let setting_part = format!("-c{}", setting.fingerprint());
+    // decided are not used: they have no list beside them; nor those cached before blobs
+    // that do not survive a checkout were found: `r2`).
+    let setting_part = format!("-c{}-r2", setting.fingerprint());
     state.index_cache().join(format!(
         "{tree}-{mtime}-{uid}-{gid}{setting_part}.fsmn.index"
     ))

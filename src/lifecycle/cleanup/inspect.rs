@@ -284,7 +284,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     w.dir(
         "",
         Some(upper.as_fd()),
-        Some(base_tree),
+        Some(base_tree.clone()),
         Some(head_tree.clone()),
         top,
     )
@@ -292,6 +292,32 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     for c in w.changes {
         if !changes.iter().any(|x: &Change| x.path == c.path) {
             changes.push(c);
+        }
+    }
+    // Base files whose blob does not survive a checkout and a clean (a CRLF blob under
+    // `text eol=crlf`, a foreign `$Id: … $`, a blob a clean filter changes), untouched
+    // here: git lists them as modified once it looks at them, as in a checkout whose
+    // files were touched, and so does cleanup. Only while the index still holds the
+    // base's blob for them (what git compares with).
+    let conversions = fs::read(t.dir.join(crate::state::CONVERSIONS_FILE))
+        .ok()
+        .and_then(|b| crate::git::checkout::Conversions::decode(&b));
+    for path in conversions.iter().flat_map(|c| c.dirty()) {
+        let rel = String::from_utf8_lossy(path).into_owned();
+        let touched = changes
+            .iter()
+            .any(|c: &Change| c.path == rel || rel.starts_with(&format!("{}/", c.path)))
+            || beneath::open(upper.as_fd(), path, libc::O_PATH | libc::O_NOFOLLOW, 0).is_ok();
+        let base_blob = base_tree
+            .get_path(Path::new(std::ffi::OsStr::from_bytes(path)))
+            .ok()
+            .map(|e| e.id());
+        let indexed = index.get_path(Path::new(std::ffi::OsStr::from_bytes(path)), 0);
+        if !touched && base_blob.is_some() && indexed.map(|e| e.id) == base_blob {
+            changes.push(Change {
+                kind: ChangeKind::Modified,
+                path: rel,
+            });
         }
     }
 
