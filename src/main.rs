@@ -553,7 +553,10 @@ fn init_logging(level: Option<&str>) {
         .ok()
         .filter(|v| !v.is_empty())
         .or_else(|| level.map(str::to_string))
-        .unwrap_or_else(|| "info".into());
+        // fuser logs every reply it could not send at error level; at the default level
+        // that is the expected race of a process killed mid-request (its request is gone:
+        // ENOENT), so its reply records are left to --log-level and RUST_LOG.
+        .unwrap_or_else(|| "info,fuser::reply=off".into());
     use std::io::IsTerminal;
     // A log line that cannot be written (the log's disk is full) is dropped: never an
     // error, and never the panic that `eprintln!` makes of it (tracing-subscriber's report

@@ -175,6 +175,15 @@ impl Catalog {
                 Ok(ctx) => {
                     worktrees.insert(key, Arc::new(ctx));
                 }
+                // One being removed (its upper layer parked or gone) is expected to fail:
+                // a lookup racing its removal.
+                Err(e) if row.state == State::Deleting || row.removal.is_some() => {
+                    tracing::debug!(
+                        "worktree {}/{} is being removed and is no longer served: {e:#}",
+                        row.repo,
+                        row.name
+                    )
+                }
                 Err(e) => {
                     tracing::error!("worktree {}/{} cannot be served: {e:#}", row.repo, row.name)
                 }
