@@ -20,6 +20,7 @@ use worktreefs::lifecycle::leftovers;
 use worktreefs::lifecycle::warm;
 use worktreefs::names::{sanitize_name, validate_name};
 use worktreefs::report;
+use worktreefs::report::shell_word;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 use worktreefs::table::Table;
@@ -1010,17 +1011,40 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     // A state directory this command makes goes again if the command is refused: a
-    // mount that could not be made leaves nothing that later commands take for one.
-    let fresh = makes_state && {
+    // mount that could not be made leaves nothing that later commands take for one. Never
+    // for a daemon (`--foreground` serves for days: its end is no refusal), and only while
+    // it is still empty (another command may have started using it meanwhile).
+    let daemon_itself = matches!(
+        cli.command,
+        Command::Mount {
+            foreground: true,
+            ..
+        }
+    );
+    let fresh = makes_state && !daemon_itself && {
         let root = StateDir::resolve(cli.global.state_dir.clone());
         fs::symlink_metadata(&root).is_err()
     };
     let state = open_state(&cli.global)?;
     let result = run_in(cli, &state);
-    if fresh && result.is_err() {
+    if fresh && result.is_err() && unused(&state) {
         let _ = fs::remove_dir_all(&state.root);
     }
     result
+}
+
+/// Whether state directory `state` holds nothing of anyone's: no daemon serves it, and
+/// its database (if any) has no repository and no worktree.
+fn unused(state: &StateDir) -> bool {
+    if daemon::running_daemon(state).is_some() {
+        return false;
+    }
+    if !state.root.join(worktreefs::store::DB_FILE).exists() {
+        return true;
+    }
+    Store::open(&state.root).is_ok_and(|s| {
+        s.repos().is_ok_and(|r| r.is_empty()) && s.worktrees().is_ok_and(|w| w.is_empty())
+    })
 }
 
 /// `run`, once the state directory is open.
@@ -1945,10 +1969,15 @@ fn cmd_reclaim(
         let path = worktreefs::target::physical(&mountpoint)
             .join(repo)
             .join(name);
-        let no_daemon = daemon::running_daemon(state).is_none();
+        // With no daemon, nobody else releases the leases of holders that are gone: this
+        // command does, where it can tell (the leases' pid namespace is its own).
+        let no_daemon =
+            daemon::running_daemon(state).is_none() && daemon::leases_in_this_pid_namespace(state);
         let me = std::process::id() as i32;
         let started = std::time::Instant::now();
-        let deadline = started + Duration::from_secs(wait.unwrap_or(0));
+        let deadline = started
+            .checked_add(Duration::from_secs(wait.unwrap_or(0)))
+            .unwrap_or(started + Duration::from_secs(100 * 365 * 86_400));
         loop {
             let held = occupancy::holders_now(&mut store, &row, &path, me, no_daemon)?;
             if held.is_empty() {
@@ -2268,20 +2297,6 @@ fn invocation(state: &StateDir) -> String {
     out
 }
 
-/// `word` as a shell reads it back: as it is when it holds nothing a shell treats
-/// specially, else in single quotes.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%=,".contains(c));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
-}
-
 /// The worktree a command means, as REPO/WT: `given` as such, or a path inside the mount
 /// (read as text, never looked at there), or with nothing given the worktree the current
 /// directory is in (`worktreefs::target`). `names_first`: one `/` is always REPO/WT (for
@@ -2350,7 +2365,11 @@ fn acquire_named(
         liveness: &liveness,
     };
     let started = std::time::Instant::now();
-    let deadline = wait.map(|s| started + Duration::from_secs(s));
+    let deadline = wait.map(|s| {
+        started
+            .checked_add(Duration::from_secs(s))
+            .unwrap_or(started + Duration::from_secs(100 * 365 * 86_400))
+    });
     loop {
         match store.acquire_named(row.id, lease, reason, &ask) {
             Ok(inserted) => return Ok(inserted),
@@ -2760,7 +2779,11 @@ fn cmd_turn(
         .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
     let liveness = worktreefs::lifecycle::holders::liveness_for(me.pid);
     let started = std::time::Instant::now();
-    let deadline = ask.wait.map(|s| started + Duration::from_secs(s));
+    let deadline = ask.wait.map(|s| {
+        started
+            .checked_add(Duration::from_secs(s))
+            .unwrap_or(started + Duration::from_secs(100 * 365 * 86_400))
+    });
     let waiting = || deadline.is_some_and(|d| std::time::Instant::now() < d);
     let waited = || ask.wait.map(|_| started.elapsed().as_secs());
     let refuse = |mut r: report::Refusal| -> anyhow::Error {
@@ -3116,7 +3139,10 @@ fn cmd_turn_end(
                 ));
             }
         }
-        let end = std::time::Instant::now() + Duration::from_secs(wait);
+        let now = std::time::Instant::now();
+        let end = now
+            .checked_add(Duration::from_secs(wait))
+            .unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
         while same(&store) && std::time::Instant::now() < end {
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -346,7 +346,18 @@ impl Server {
     }
 
     /// A command whose stdout is its JSON outcome: the structured result, or the error.
-    async fn json(&self, mut args: Vec<String>) -> Result<CallToolResult, ErrorData> {
+    async fn json(&self, args: Vec<String>) -> Result<CallToolResult, ErrorData> {
+        self.json_cancellable(args, None).await
+    }
+
+    /// [`Server::json`], ended (SIGTERM) when `cancel` fires: a command that waits
+    /// (`lease acquire --wait`) then gives up rather than acquiring for a client that no
+    /// longer asks.
+    async fn json_cancellable(
+        &self,
+        mut args: Vec<String>,
+        cancel: Option<CancellationToken>,
+    ) -> Result<CallToolResult, ErrorData> {
         args.push("--json".into());
         let ran = self
             .cli(
@@ -355,7 +366,7 @@ impl Server {
                     limit: Duration::from_secs(600),
                     keep: usize::MAX,
                     turn: false,
-                    cancel: None,
+                    cancel,
                 },
             )
             .await?;
@@ -596,6 +607,7 @@ impl Server {
     async fn acquire_lease(
         &self,
         Parameters(a): Parameters<AcquireArgs>,
+        cancel: CancellationToken,
     ) -> Result<CallToolResult, ErrorData> {
         let mut args = vec![
             "lease".to_string(),
@@ -607,11 +619,13 @@ impl Server {
         if a.exclusive {
             args.push("--exclusive".into());
         }
-        if let Some(w) = a.wait_secs {
-            args.push("--wait".into());
-            args.push(w.to_string());
-        }
-        self.json(args).await
+        let Some(w) = a.wait_secs else {
+            return self.json(args).await;
+        };
+        args.push("--wait".into());
+        args.push(w.to_string());
+        // Cancelled while it waits: the command is ended (it holds nothing yet).
+        self.json_cancellable(args, Some(cancel)).await
     }
 
     /// Release a session's named lease: the worktree object as it is now.

@@ -50,6 +50,24 @@ pub fn status_table(
     out
 }
 
+/// `word` as a shell reads it back, for commands printed to be pasted: as it is when it
+/// holds nothing a shell treats specially, else in single quotes.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && !word.starts_with('-')
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%=,".contains(c));
+    if plain {
+        word.to_string()
+    } else if word.starts_with('-') && !word.contains('\'') {
+        // An option-looking word stays one: `--` before it is the command's business.
+        format!("'{word}'")
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 /// `table`, or when it has no row, the one line `empty` ("no leases"): every listing says
 /// "nothing here" the same way.
 pub fn listing(table: &Table, empty: &str) -> String {

@@ -208,6 +208,50 @@ fn a_planned_restart_keeps_named_leases_and_an_admins_unmount_reclaims() {
     assert!(events.contains("session:orch unmount"), "{events}");
 }
 
+/// A second unmount while the first is still finishing (its daemon slow: here stopped)
+/// is refused, and never changes what the first asked: `--keep-sessions` keeps the named
+/// leases even when a plain `unmount` comes after it.
+#[test]
+fn a_second_unmount_does_not_undo_the_first_ones_keep_sessions() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/kept"]);
+    let m = env.mount();
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/kept", "--session", "orch"],
+    );
+    let pid = nix::unistd::Pid::from_raw(m.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // The first unmount unmounts, then waits for the (stopped) daemon: given up on.
+    let mut first = std::process::Command::new(BIN)
+        .arg("--state-dir")
+        .arg(env.state())
+        .args(["unmount", "--keep-sessions"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(20);
+    while is_mounted(&m.mountpoint) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = first.kill();
+    let _ = first.wait();
+    let second = wtfs(&env.state(), &["unmount"]);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(said.contains("is being unmounted already"), "{said}");
+    wait_until("the daemon has exited", Duration::from_secs(30), || {
+        let v: serde_json::Value =
+            serde_json::from_str(&wtfs_ok(&env.state(), &["status", "--json"])).unwrap();
+        v["daemon_pid"].is_null()
+    });
+    drop(m);
+    let leases = wtfs_ok(&env.state(), &["leases", "--json"]);
+    assert!(leases.contains("session:orch"), "{leases}");
+}
+
 #[test]
 fn a_lease_in_the_grace_period_keeps_the_worktree() {
     let env = Env::new();

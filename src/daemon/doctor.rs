@@ -473,8 +473,10 @@ fn forbidden_branches(store: &Store, out: &mut Vec<Check>) {
                 w.repo, w.name
             ),
             Some(format!(
-                "rename it: `git -C {} branch -m {b} {to}` (the worktree follows the rename)",
-                r.path.display()
+                "rename it: `git -C {} branch -m {} {}` (the worktree follows the rename)",
+                crate::report::shell_word(&r.path.display().to_string()),
+                crate::report::shell_word(b),
+                crate::report::shell_word(&to)
             )),
         ));
     }

@@ -19,6 +19,18 @@ pub struct Holder {
     pub pid_ns: Option<String>,
 }
 
+/// Whether the process leases recorded in `state` were taken in this process's pid
+/// namespace, as far as can be told: the last daemon's, from its lock file (a state dir
+/// no daemon ever served has only this machine's). A pid seen from another namespace
+/// names another process, so a lease's liveness is only told from the same one.
+pub fn leases_in_this_pid_namespace(state: &StateDir) -> bool {
+    let ours = fs::read_link("/proc/self/ns/pid").map(|l| l.to_string_lossy().into_owned());
+    match read_holder(&state.lock_file()).and_then(|h| h.pid_ns) {
+        Some(theirs) => ours.is_ok_and(|o| o == theirs),
+        None => true,
+    }
+}
+
 pub(super) fn read_holder(path: &Path) -> Option<Holder> {
     let text = fs::read_to_string(path).ok()?;
     let mut lines = text.lines();

@@ -27,7 +27,9 @@ mod unmount;
 pub use background::spawn_background;
 use background::{block_signals, spawn_signal_thread};
 use instance::acquire_lock;
-pub use instance::{answers, detached, detached_message, poke, running_daemon, Holder};
+pub use instance::{
+    answers, detached, detached_message, leases_in_this_pid_namespace, poke, running_daemon, Holder,
+};
 use mountpoint::check_mountpoint;
 pub use mountpoint::{is_mountpoint, mount_type};
 pub use unmount::{unmount, Unmounted};
@@ -105,9 +107,13 @@ impl AtUnmount {
         }
     }
 
-    /// Tells the daemon what this unmount is to do, before it is unmounted.
-    fn tell(self, state: &StateDir) -> std::io::Result<()> {
-        crate::durable::write_file_synced(&state.unmount_mode_file(), self.word().as_bytes())
+    /// Tells the daemon what this unmount is to do, before it is unmounted; the inode of
+    /// the file written (a new one each time: written beside and renamed into place).
+    fn tell(self, state: &StateDir) -> std::io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let file = state.unmount_mode_file();
+        crate::durable::write_file_synced(&file, self.word().as_bytes())?;
+        Ok(fs::symlink_metadata(&file)?.ino())
     }
 }
 
@@ -304,11 +310,13 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     );
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
+    // What the unmount asked, read at once (stopping the sweeper may wait for a cleanup
+    // under way, and nothing written later is this unmount's).
+    let keep_sessions = AtUnmount::asked(&req.state, req.on_umount) == AtUnmount::KeepSessions;
     // Unmounted (by us, umount or fusermount3 -u): leases go, cleanup runs, then the
     // state dir is free. Lease changes still kept in memory are superseded.
     tracker.stop();
     sweeper.stop();
-    let keep_sessions = AtUnmount::asked(&req.state, req.on_umount) == AtUnmount::KeepSessions;
     if let Err(e) =
         crate::lifecycle::cleanup::reclaim_at_unmount(&req.state, &mountpoint, keep_sessions)
     {

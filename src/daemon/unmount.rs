@@ -67,6 +67,20 @@ pub fn unmount(
             ));
         }
     };
+    // Unmounted already, its daemon still finishing: a second unmount would change what
+    // the first asked (and, failing, take back the first one's word).
+    if let Some(h) = holder.as_ref().filter(|h| detached(state, h)) {
+        return Err(refused(
+            "in-progress",
+            &mountpoint,
+            &[],
+            format!(
+                "{} is being unmounted already: {}; wait for it to finish (`worktreefs status` says when)",
+                mountpoint.display(),
+                detached_message(h)
+            ),
+        ));
+    }
     // Each named with where it is: `1234 (bash) in repo/task-1 (working directory)`, and
     // whether it is the shell (or another ancestor) of the command asking.
     use crate::lifecycle::holders;
@@ -114,21 +128,21 @@ pub fn unmount(
                 ),
             ));
         }
-        at.tell(state)
+        let told = at
+            .tell(state)
             .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
-        if let Err(e) = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
-            let _ = std::fs::remove_file(state.unmount_mode_file());
-            return Err(
-                anyhow::Error::new(e).context(format!("detaching {}", mountpoint.display()))
-            );
-        }
+        let told = TakenBackUnlessDone(state.unmount_mode_file(), told, false);
+        nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
+            .with_context(|| format!("detaching {}", mountpoint.display()))?;
+        told.done();
         return Ok(Unmounted::Detached(mountpoint, inside));
     }
     // The daemon reads what this unmount is to do once its session ends; a failed
-    // unmount takes it back.
-    at.tell(state)
+    // unmount takes it back (only its own word: another unmount's is left).
+    let told = at
+        .tell(state)
         .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
-    let told = TakenBackUnlessDone(state.unmount_mode_file(), false);
+    let told = TakenBackUnlessDone(state.unmount_mode_file(), told, false);
     let flags = if lazy {
         nix::mount::MntFlags::MNT_DETACH
     } else {
@@ -169,19 +183,21 @@ pub fn unmount(
     Ok(Unmounted::Done(mountpoint))
 }
 
-/// The `unmount-mode` file of an unmount that may still fail: removed when dropped before
-/// `done` (nothing was unmounted, so a later unmount by other means is not told).
-struct TakenBackUnlessDone(PathBuf, bool);
+/// The `unmount-mode` file of an unmount that may still fail (its path and the inode this
+/// command wrote): removed when dropped before `done` (nothing was unmounted, so a later
+/// unmount by other means is not told), unless another unmount has written it since.
+struct TakenBackUnlessDone(PathBuf, u64, bool);
 
 impl TakenBackUnlessDone {
     fn done(mut self) {
-        self.1 = true;
+        self.2 = true;
     }
 }
 
 impl Drop for TakenBackUnlessDone {
     fn drop(&mut self) {
-        if !self.1 {
+        use std::os::unix::fs::MetadataExt;
+        if !self.2 && std::fs::symlink_metadata(&self.0).is_ok_and(|m| m.ino() == self.1) {
             let _ = std::fs::remove_file(&self.0);
         }
     }

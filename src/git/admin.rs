@@ -72,7 +72,8 @@ pub fn renamed_branch(gitdir: &Path, admin: &Path, recorded: &str) -> Option<Str
     let (head, _) = crate::beneath::read_regular_in(admin, Path::new("HEAD"), 4096).ok()?;
     let head = String::from_utf8(head).ok()?;
     let now = head.trim().strip_prefix("ref: refs/heads/")?.to_string();
-    if now == recorded {
+    // git renames only to a name it allows: anything else there was written by hand.
+    if now == recorded || crate::names::validate_branch_name(&now).is_err() {
         return None;
     }
     // The recorded branch is gone: no loose ref (looked at, never opened), and not in

@@ -302,11 +302,13 @@ impl Setting {
             .map_err(|e| anyhow::anyhow!("reading the attributes of tree {tree}: {e}"))?;
         let mut by_path = HashMap::new();
         let mut dirty = HashMap::new();
+        let mut budget = RoundTripBudget::new();
         for (&i, a) in files.iter().zip(attrs) {
             let Some(mut conv) = classify(&a, &self.config) else {
                 // Written as it is, but cleaned: a CRLF blob under `text eol=lf`.
                 let e = &mut entries[i];
                 if clean_turns_crlf(&a, &self.config)
+                    && small_blob(repo, e.oid)
                     && repo.find_blob(e.oid).is_ok_and(|b| has_crlf(b.content()))
                 {
                     e.size = 0;
@@ -317,7 +319,7 @@ impl Setting {
             if conv.runs_git() && !self.trusted {
                 continue; // an encoding: git would read the repository's configuration
             }
-            if self.round_trip_fails(repo, common_dir, tree, &entries[i], &a, &conv) {
+            if self.round_trip_fails(repo, common_dir, tree, &entries[i], &a, &conv, &mut budget) {
                 dirty.insert(entries[i].path.clone(), entries[i].oid);
             }
             let e = &mut entries[i];
@@ -359,6 +361,7 @@ impl Setting {
     /// blob under a rule that is not `auto`, an expanded `$Id: … $`), and by git itself
     /// (smudge, then hash-object) for a filter or an encoding; never for git-lfs, whose
     /// pointers come back by design (and whose smudge would fetch the file).
+    #[allow(clippy::too_many_arguments)]
     fn round_trip_fails(
         &self,
         repo: &Repository,
@@ -367,11 +370,19 @@ impl Setting {
         e: &IndexEntry,
         a: &super::convert::PathAttrs,
         conv: &Conv,
+        budget: &mut RoundTripBudget,
     ) -> bool {
         if conv.filter.as_deref() == Some("lfs") && conv.encoding.is_none() {
             return false;
         }
         if conv.runs_git() {
+            // A driver that failed (or timed out) once is not run again for this tree,
+            // and all of them together get a bounded time: the index is built during a
+            // creation. A file not checked is taken as coming back (as before).
+            let driver = conv.filter.clone().unwrap_or_default();
+            if budget.failed.contains(&driver) || budget.spent() {
+                return false;
+            }
             use super::filters::RunError;
             let smudged = super::filters::memfile(c"wtfs-round-trip")
                 .map_err(|e| RunError::Spawn(e.to_string()))
@@ -394,13 +405,17 @@ impl Setting {
             {
                 Ok(id) => id != e.oid,
                 Err(err) => {
-                    tracing::debug!(
-                        "checking whether {} survives a checkout: {err}",
+                    tracing::info!(
+                        "not checking whether files of filter {driver:?} survive a checkout: {} failed ({err})",
                         String::from_utf8_lossy(&e.path)
                     );
+                    budget.failed.insert(driver);
                     false
                 }
             };
+        }
+        if !small_blob(repo, e.oid) {
+            return false;
         }
         let Ok(blob) = repo.find_blob(e.oid) else {
             return false;
@@ -413,6 +428,47 @@ impl Setting {
             conv.ident,
         )
     }
+}
+
+/// How long a tree's index build may spend running filters to find the blobs that do
+/// not survive a checkout, and which drivers failed.
+struct RoundTripBudget {
+    until: std::time::Instant,
+    failed: HashSet<String>,
+    said: bool,
+}
+
+impl RoundTripBudget {
+    const TIME: std::time::Duration = std::time::Duration::from_secs(30);
+
+    fn new() -> RoundTripBudget {
+        RoundTripBudget {
+            until: std::time::Instant::now() + Self::TIME,
+            failed: HashSet::new(),
+            said: false,
+        }
+    }
+
+    /// Whether the time is up (said once).
+    fn spent(&mut self) -> bool {
+        let spent = std::time::Instant::now() >= self.until;
+        if spent && !self.said {
+            self.said = true;
+            tracing::info!(
+                "stopped checking which filtered files survive a checkout after {} s; the rest are taken as coming back",
+                Self::TIME.as_secs()
+            );
+        }
+        spent
+    }
+}
+
+/// Blobs read whole to find a CRLF or an `$Id: … $`: up to 16 MiB (a larger one is taken
+/// as coming back from a checkout, as before such blobs were looked for).
+fn small_blob(repo: &Repository, oid: Oid) -> bool {
+    repo.odb()
+        .and_then(|o| o.read_header(oid))
+        .is_ok_and(|(size, _)| size <= 16 << 20)
 }
 
 #[cfg(test)]
