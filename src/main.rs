@@ -399,7 +399,10 @@ enum Command {
     },
     /// Print repository or worktree names, one a line (for the completion scripts).
     #[command(name = "__names", hide = true)]
-    Names { kind: completion::Names },
+    Names {
+        /// What to list: worktrees, removed (restorable) worktrees, or repos.
+        kind: completion::Names,
+    },
     /// Write the manual pages into DIR.
     ///
     /// Write the manual pages (worktreefs.1 and one per command, worktreefs-mount.1…) into
