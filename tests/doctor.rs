@@ -299,6 +299,8 @@ fn doctor_finds_a_branch_git_forbids_and_its_rename_is_followed() {
         .unwrap_or_else(|| panic!("no command in {fix}"));
     assert!(command.contains("branch -m HEAD wt-HEAD"), "{command}");
     run_ok("sh", &["-c", command], Path::new("/"));
+    // Renamed once more: still followed.
+    git(&repo, &["branch", "-m", "wt-HEAD", "legacy-2"]);
     let (_, checks) = doctor(&env.state());
     assert!(
         !checks.iter().any(|c| c["check"] == "branch repo/legacy"),

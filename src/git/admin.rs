@@ -90,11 +90,27 @@ pub fn renamed_branch(gitdir: &Path, admin: &Path, recorded: &str) -> Option<Str
     let (log, _) =
         crate::beneath::read_regular_in(gitdir, &Path::new("logs/refs/heads").join(&now), 16 << 20)
             .ok()?;
-    let said = format!("\tBranch: renamed refs/heads/{recorded} to refs/heads/{now}");
-    String::from_utf8_lossy(&log)
+    // A rename moves the branch's reflog and adds `Branch: renamed refs/heads/A to
+    // refs/heads/B`: the renames since `recorded` (one or several) are all in `now`'s.
+    let log = String::from_utf8_lossy(&log);
+    let renamed_from: std::collections::HashMap<&str, &str> = log
         .lines()
-        .any(|l| l.ends_with(&said))
-        .then_some(now)
+        .filter_map(|l| {
+            l.split_once("\tBranch: renamed refs/heads/")
+                .map(|(_, r)| r)
+        })
+        .filter_map(|r| r.split_once(" to refs/heads/"))
+        .map(|(from, to)| (to, from))
+        .collect();
+    let mut at = now.as_str();
+    for _ in 0..32 {
+        match renamed_from.get(at) {
+            Some(&from) if from == recorded => return Some(now),
+            Some(&from) => at = from,
+            None => return None,
+        }
+    }
+    None
 }
 
 /// Where git keeps a linked worktree's administrative files.
