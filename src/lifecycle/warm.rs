@@ -631,8 +631,21 @@ pub fn take(
 ) -> anyhow::Result<Taken> {
     let taken = take_held(state, store, repo, uid, gid);
     if taken.is_err() && !journals(state).is_empty() {
-        if let Err(e) = prune(state, store) {
-            tracing::warn!("pruning after a failed warm snapshot: {e:#}");
+        // The lock this take held shared may still be held for an instant by a child any
+        // thread of this process forked meanwhile (its descriptor lives until the child's
+        // exec): the prune waits that out, a while, rather than leave it to the sweeper.
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            match prune(state, store) {
+                Ok(None) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!("pruning after a failed warm snapshot: {e:#}");
+                    break;
+                }
+            }
         }
     }
     taken
