@@ -550,10 +550,12 @@ fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
     assert!(out.status.success(), "{}", stderr(&out));
     let script = dir.path().join("worktreefs.bash");
     fs::write(&script, &out.stdout).unwrap();
-    // Complete `worktreefs lea` and `worktreefs lease acquire --ex` as bash would.
+    // Complete as bash would: the function `complete -F` names (clap's, then the names of
+    // repositories and worktrees, read by this program, found on PATH).
+    let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
     let complete = |words: &str| -> String {
         let probe = format!(
-            "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1)); _worktreefs worktreefs \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            "export PATH={bin_dir}:$PATH; source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1)); _worktreefs_with_names worktreefs \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
             script.display()
         );
         let o = std::process::Command::new("bash")
@@ -571,25 +573,12 @@ fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
     // Repository and worktree names come from the state directory given.
     let named = Env::new();
     wtfs_ok(&named.state(), &["new", "repo/exists"]);
-    let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
-    let complete_in = |words: &str| -> String {
-        let probe = format!(
-            "export PATH={bin_dir}:$PATH; source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1)); _worktreefs_with_names worktreefs \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
-            script.display()
-        );
-        let o = std::process::Command::new("bash")
-            .args(["-c", &probe])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
     let sd = named.state().display().to_string();
-    let got = complete_in(&format!("worktreefs --state-dir {sd} reclaim rep"));
+    let got = complete(&format!("worktreefs --state-dir {sd} reclaim rep"));
     assert_eq!(got.trim(), "repo/exists", "{got}");
-    let got = complete_in(&format!("worktreefs --state-dir {sd} lease acquire repo/e"));
+    let got = complete(&format!("worktreefs --state-dir {sd} lease acquire repo/e"));
     assert_eq!(got.trim(), "repo/exists", "{got}");
-    let got = complete_in(&format!("worktreefs --state-dir {sd} new r"));
+    let got = complete(&format!("worktreefs --state-dir {sd} new r"));
     assert_eq!(got.trim(), "repo/", "{got}");
     for shell in ["zsh", "fish"] {
         let out = wtfs(&state, &["completions", shell]);

@@ -58,7 +58,7 @@ pub fn check() -> Result<(Access, String), Refused> {
         .open(&dev);
     // Mounting needs CAP_SYS_ADMIN (root): without it, a mount goes through fusermount3
     // whatever the device's mode (a distribution's /dev/fuse is often 0666).
-    let may_mount = has_sys_admin();
+    let may_mount = crate::fs::adapter::has_cap_sys_admin();
     let why_not = match opened {
         Ok(_) if !meta.file_type().is_char_device() => {
             return Err(refused(
@@ -116,19 +116,4 @@ pub fn check() -> Result<(Access, String), Refused> {
             bin.display()
         ),
     ))
-}
-
-/// Whether this process has CAP_SYS_ADMIN in its effective set (what mount(2) asks).
-fn has_sys_admin() -> bool {
-    const CAP_SYS_ADMIN: u32 = 21;
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .map_or(nix::unistd::geteuid().is_root(), |caps| {
-            caps & (1 << CAP_SYS_ADMIN) != 0
-        })
 }
