@@ -1118,3 +1118,53 @@ fn unmount_answers_json_with_each_worktrees_cleanup() {
     );
     drop(m);
 }
+
+/// `rmdir` through the mount settles liveness as `reclaim` does: a reader that has
+/// exited, or a shell that has left the worktree, holds nothing by the time it asks.
+#[test]
+fn rmdir_right_after_a_holder_exits_or_leaves_removes_the_worktree() {
+    let env = Env::new();
+    for n in ["exited", "left"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    // A reader that has exited when rmdir asks.
+    let wt = m.wt("repo", "exited");
+    let out = run(
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "cat '{0}/README.md' > /dev/null && rmdir '{0}'",
+                wt.display()
+            ),
+        ],
+        Path::new("/"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(state_of(&env, "exited"), "removed");
+    // The caller's own shell went in and came out again.
+    let wt = m.wt("repo", "left");
+    let out = run(
+        "sh",
+        &[
+            "-c",
+            &format!(
+                "cd '{0}' && cat README.md > /dev/null && cd / && rmdir '{0}'",
+                wt.display()
+            ),
+        ],
+        Path::new("/"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(state_of(&env, "left"), "removed");
+    drop(m);
+}

@@ -447,6 +447,13 @@ impl View {
             .worktree_by_id(wt.id)
             .map_err(|e| FsError::store("reading the worktree", e))?
             .ok_or_else(|| FsError::not_found(&label))?;
+        // A holder that has exited or left holds nothing by the time rmdir asks: wait
+        // (up to `occupancy::SETTLE`) for the tracker to release such leases, as
+        // `reclaim` does, rather than answer EBUSY for a process that is gone. Who
+        // still holds it is decided below, where the refusal is made.
+        let path = self.mountpoint.join(&wt.repo).join(&wt.name);
+        crate::lifecycle::occupancy::holders_now(&mut store, &row, &path, 0, false)
+            .map_err(|e| FsError::store("reading the leases", e))?;
         let r = request_removal_gated(
             &self.gate,
             &|| self.catalog_changed(),

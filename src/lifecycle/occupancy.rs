@@ -1,5 +1,5 @@
 //! Who holds a worktree right now, for a command about to refuse because somebody does
-//! (`reclaim`): every lease and every process inside, with each process lease's liveness
+//! (`reclaim`, and `rmdir` through the mount): every lease and every process inside, with each process lease's liveness
 //! settled first. A holder that has exited, or whose process tree has left the worktree,
 //! holds nothing; the daemon releases such a lease within two seconds (at once for an
 //! exit, after a second of idleness for a departure), so a refusal waits for that rather
