@@ -392,7 +392,8 @@ enum Command {
     /// Print a completion script for SHELL on stdout: `source <(worktreefs completions
     /// bash)`, or save it where the shell looks (bash: /etc/bash_completion.d/worktreefs;
     /// zsh: a directory on $fpath as _worktreefs; fish:
-    /// ~/.config/fish/completions/worktreefs.fish).
+    /// ~/.config/fish/completions/worktreefs.fish). In bash, zsh and fish, REPO/WT and
+    /// REPO complete from the state directory's names.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
@@ -983,8 +984,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();
-            clap_complete::generate(*shell, &mut cmd, "worktreefs", &mut std::io::stdout());
-            print!("{}", completion::names_script(*shell));
+            let mut clap_script = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "worktreefs", &mut clap_script);
+            print!(
+                "{}",
+                completion::script(*shell, String::from_utf8_lossy(&clap_script).into_owned())
+            );
             return Ok(());
         }
         Command::Names { kind } => {

@@ -580,11 +580,10 @@ fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
     assert_eq!(got.trim(), "repo/exists", "{got}");
     let got = complete(&format!("worktreefs --state-dir {sd} new r"));
     assert_eq!(got.trim(), "repo/", "{got}");
-    for shell in ["zsh", "fish"] {
-        let out = wtfs(&state, &["completions", shell]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("turn"));
-    }
+    zsh_completes_names(&state, &named);
+    let out = wtfs(&state, &["completions", "fish"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("turn"));
     let out = wtfs(&state, &["completions", "tcsh"]);
     assert_eq!(
         out.status.code(),
@@ -636,6 +635,106 @@ fn completions_and_manual_pages_cover_every_command_and_make_no_state_dir() {
         );
     }
     assert!(!state.exists(), "no state directory was made");
+}
+
+/// zsh, as a user's interactive shell completes (compinit, the script in `fpath`, TAB on
+/// a line typed into a pseudo-terminal): subcommands from clap's part, names from the
+/// state directory given. `named` holds worktree repo/exists. Needs zsh (CI installs it).
+fn zsh_completes_names(no_state: &Path, named: &Env) {
+    if !Path::new("/usr/bin/zsh").exists() && !Path::new("/bin/zsh").exists() {
+        assert!(std::env::var_os("CI").is_none(), "CI installs zsh");
+        eprintln!("zsh completion not checked: no zsh");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fpath = dir.path().join("functions");
+    fs::create_dir(&fpath).unwrap();
+    let out = wtfs(no_state, &["completions", "zsh"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    fs::write(fpath.join("_worktreefs"), &out.stdout).unwrap();
+    // Every match zsh is given is printed as `hit:NAME` between the markers, and the shell
+    // exits once the completion is done.
+    let setup = dir.path().join("setup.zsh");
+    fs::write(
+        &setup,
+        format!(
+            r#"PROMPT=
+fpath=({} $fpath)
+autoload -U compinit && compinit -u -D
+bindkey '^I' complete-word
+_capture_begin() {{ print -r -- '<<<' }}
+_capture_end() {{ print -r -- '>>>'; exit }}
+compprefuncs=(_capture_begin)
+comppostfuncs=(_capture_end)
+compadd() {{
+    if [[ ${{@[1,(i)(-|--)]}} == *-(O|A|D)\ * ]]; then builtin compadd "$@"; return; fi
+    local -a hits
+    builtin compadd -A hits "$@"
+    (( $#hits )) && print -rl -- "hit:"${{^hits}}
+    builtin compadd "$@"
+}}
+"#,
+            fpath.display()
+        ),
+    )
+    .unwrap();
+    let drive = dir.path().join("drive.zsh");
+    fs::write(
+        &drive,
+        format!(
+            r#"zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "source {}"
+zpty -w -n z "$1"$'\t'
+local line
+while zpty -r z line; do print -rn -- "$line"; done
+"#,
+            setup.display()
+        ),
+    )
+    .unwrap();
+    let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
+    let path = format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default());
+    let complete = |line: &str| -> Vec<String> {
+        let o = std::process::Command::new("timeout")
+            .args(["30", "zsh", "-f"])
+            .arg(&drive)
+            .arg(line)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).replace('\r', "");
+        let (_, after) = text
+            .split_once("<<<")
+            .unwrap_or_else(|| panic!("no completion ran for {line:?}: {text:?} {}", stderr(&o)));
+        let (hits, _) = after
+            .split_once(">>>")
+            .unwrap_or_else(|| panic!("completion of {line:?} did not end: {text:?}"));
+        hits.lines()
+            .filter_map(|l| l.strip_prefix("hit:"))
+            .map(str::to_string)
+            .collect()
+    };
+    let subs = complete("worktreefs lea");
+    assert!(subs.iter().any(|l| l == "lease"), "{subs:?}");
+    assert!(subs.iter().any(|l| l == "leases"), "{subs:?}");
+    let opts = complete("worktreefs lease acquire --ex");
+    assert!(opts.iter().any(|l| l == "--exclusive"), "{opts:?}");
+    let sd = named.state().display().to_string();
+    for (line, want) in [
+        (
+            format!("worktreefs --state-dir {sd} reclaim rep"),
+            "repo/exists",
+        ),
+        (
+            format!("worktreefs --state-dir {sd} lease acquire repo/e"),
+            "repo/exists",
+        ),
+        (format!("worktreefs --state-dir {sd} new r"), "repo"),
+    ] {
+        let got = complete(&line);
+        assert_eq!(got, [want], "{line}");
+    }
 }
 
 /// The helper mount(8) runs for `-t fuse.worktreefs` (and so for an fstab line): a link
