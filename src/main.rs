@@ -2,6 +2,7 @@
 //! out (the message names the thing, its state and the way out), 2 bad usage.
 
 mod completion;
+mod logging;
 mod mcp;
 
 use std::fs;
@@ -48,7 +49,7 @@ struct Global {
     #[arg(long, global = true, env = "WORKTREEFS_STATE_DIR")]
     state_dir: Option<PathBuf>,
     /// Log level (error, warn, info, debug, trace); RUST_LOG takes precedence.
-    #[arg(long, global = true, value_parser = log_level, value_name = "LEVEL")]
+    #[arg(long, global = true, value_parser = logging::log_level, value_name = "LEVEL")]
     log_level: Option<String>,
 }
 
@@ -531,99 +532,6 @@ enum RepoCmd {
     },
 }
 
-/// A `--log-level`: a level (error, warn, info, debug, trace, off), or directives as
-/// RUST_LOG takes them whose levels are levels (`worktreefs=debug,warn`).
-fn log_level(s: &str) -> Result<String, String> {
-    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
-    let ok = !s.is_empty()
-        && s.split(',').all(|d| {
-            let level = d
-                .rsplit_once('=')
-                .map_or(d, |(target, l)| if target.is_empty() { "" } else { l });
-            LEVELS.contains(&level.to_ascii_lowercase().as_str())
-                && d.parse::<tracing_subscriber::filter::Directive>().is_ok()
-        });
-    if ok {
-        Ok(s.to_string())
-    } else {
-        Err(format!(
-            "'{s}' is not a log level: use one of {} (or TARGET=LEVEL directives, comma-separated)",
-            LEVELS.join(", ")
-        ))
-    }
-}
-
-fn init_logging(level: Option<&str>) {
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .or_else(|| level.map(str::to_string))
-        // fuser logs every reply it could not send at error level; at the default level
-        // that is the expected race of a process killed mid-request (its request is gone:
-        // ENOENT), so its reply records are left to --log-level and RUST_LOG.
-        .unwrap_or_else(|| "info,fuser::reply=off".into());
-    use std::io::IsTerminal;
-    // A log line that cannot be written (the log's disk is full) is dropped: never an
-    // error, and never the panic that `eprintln!` makes of it (tracing-subscriber's report
-    // of a failed write is one), which would end the daemon under its users.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(|| LossyStderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .log_internal_errors(false)
-        .try_init();
-}
-
-/// Logging for a command run by a person at the default level: warnings and errors only,
-/// each as one line `worktreefs: warning: MESSAGE` on standard error.
-fn init_for_people() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
-        .with_writer(|| LossyStderr)
-        .log_internal_errors(false)
-        .event_format(ForPeople)
-        .try_init();
-}
-
-/// A log event as a sentence: `worktreefs: warning: ` and its message (fields after it).
-struct ForPeople;
-
-impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for ForPeople
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
-        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
-        event: &tracing::Event<'_>,
-    ) -> std::fmt::Result {
-        let level = match *event.metadata().level() {
-            tracing::Level::ERROR => "error",
-            tracing::Level::WARN => "warning",
-            _ => "note",
-        };
-        write!(writer, "worktreefs: {level}: ")?;
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
-        writeln!(writer)
-    }
-}
-
-/// Standard error for log lines, whose failures are ignored.
-struct LossyStderr;
-
-impl std::io::Write for LossyStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
-}
-
 /// The `-o` options `mount` takes (as `mount.fuse3` and fstab give them), each with the
 /// flag it stands for; `=` after a name: it takes a value.
 const MOUNT_OPTIONS: &[(&str, &str)] = &[
@@ -810,12 +718,12 @@ fn main() -> ExitCode {
     let asked =
         cli.global.log_level.is_some() || std::env::var("RUST_LOG").is_ok_and(|v| !v.is_empty());
     if is_daemon || asked {
-        init_logging(cli.global.log_level.as_deref());
+        logging::init(cli.global.log_level.as_deref());
     } else {
         // A command at the default level: its warnings and errors as sentences for people
         // (`worktreefs: warning: …`); records with times and targets are the daemon's log
         // and `--log-level`'s.
-        init_for_people();
+        logging::init_for_people();
     }
     // Objects come from the repository's own local database: libgit2 re-hashing each one
     // on every read (its default) only costs time.
