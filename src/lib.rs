@@ -4,14 +4,14 @@
 //!
 //! ```text
 //! 5  daemon/            composition root with main.rs: builds the pieces and wires them
-//! 4  fs/                the filesystem; only fs/ names fuser (adapter.rs, mount.rs)
+//! 4  fs/                the filesystem; only fs/ names fuse/ (adapter.rs, mount.rs)
 //! 3  lifecycle/         create, holders, cleanup, sweeper; reaches fs/ only through
 //!                       its own trait `lifecycle::Mounted`, which `fs::View` implements
 //! 2  report             the status table, from store rows
 //! 1  git/, store/,      the repository; the SQLite store;
 //!    layout             the upper layer's format (read through `beneath`)
 //! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
-//!    heap, target, table
+//!    heap, target, table, fuse (the FUSE protocol)
 //! ```
 //!
 //! A module names only modules on a lower floor (`tests/layering.rs` checks it).
@@ -22,6 +22,7 @@ pub mod bounded;
 pub mod daemon;
 pub mod durable;
 pub mod fs;
+pub mod fuse;
 pub mod git;
 pub mod heap;
 pub mod ino;

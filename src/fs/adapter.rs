@@ -1,38 +1,34 @@
-//! The FUSE adapter: each method is one call into `View` and one `match` that turns the
-//! result into a reply or an errno. Every operation runs in a tracing span with the
+//! The FUSE adapter: each request is one call into `View` and one `match` that turns the
+//! result into an answer or an errno. Every operation runs in a tracing span with the
 //! request's unique id, inode and pid; failures are logged (expected ones at debug).
 
-use std::ffi::OsStr;
 use std::fs::File;
-use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
-use fuser::{
-    AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
-    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
 use parking_lot::Mutex;
 
+use crate::fuse::abi::{self, fopen, init};
+use crate::fuse::reply::{secs_nsecs, valid};
+use crate::fuse::{
+    Answer, BackingId, Device, DirBuf, Filesystem, Header, InitChoice, KernelInit, Op, SetTime,
+};
 use crate::lifecycle::holders::Tracker;
 
 use super::error::{FsError, Level};
 use super::passthrough::{self, Backings, Decision};
-use super::{Attr, Caller, DirEntry, FType, SetAttr, View};
+use super::{Attr, Caller, Entry, FType, SetAttr, View};
 
 pub struct WorktreeFs {
     pub view: Arc<View>,
     /// Process leases; None in setups that do not track them.
     tracker: Option<Arc<Tracker>>,
     /// The kernel agreed to do without opendir: it then caches listings itself.
-    no_opendir: bool,
+    no_opendir: AtomicBool,
     /// FUSE passthrough: asked for (`mount --no-passthrough` turns it off), then on only if
     /// the kernel offers it and registering a backing file works.
     want_passthrough: bool,
-    passthrough: std::sync::atomic::AtomicBool,
+    passthrough: AtomicBool,
     /// Listings with the entries' attributes: asked for unless `mount --no-readdirplus`.
     want_readdirplus: bool,
     backings: Mutex<Backings<BackingId>>,
@@ -41,8 +37,8 @@ pub struct WorktreeFs {
 /// How an open is answered.
 enum OpenMode {
     Passthrough(Arc<BackingId>),
-    /// Through the daemon, with these flags.
-    Daemon(FopenFlags),
+    /// Through the daemon, with these `FOPEN_*` flags.
+    Daemon(u32),
 }
 
 impl WorktreeFs {
@@ -50,12 +46,12 @@ impl WorktreeFs {
     /// makes the kernel remember that and answer EOPNOTSUPP itself from then on (ENOTSUP
     /// would be asked again each time, and every `write(2)` asks: the kernel checks
     /// `security.capability` before letting a write through).
-    fn decline_xattr(&self) -> Errno {
+    fn decline_xattr(&self) -> Answer {
         self.view
             .stats
             .xattr_requests
             .fetch_add(1, Ordering::Relaxed);
-        Errno::ENOSYS
+        Answer::Error(libc::ENOSYS)
     }
 
     pub fn new(
@@ -67,7 +63,7 @@ impl WorktreeFs {
         WorktreeFs {
             view,
             tracker,
-            no_opendir: false,
+            no_opendir: false.into(),
             want_passthrough: passthrough,
             want_readdirplus: readdirplus,
             passthrough: false.into(),
@@ -79,14 +75,14 @@ impl WorktreeFs {
     /// directory itself when the kernel does without opendir (handle 0).
     fn entries_from(
         &self,
-        ino: INodeNo,
-        fh: FileHandle,
+        ino: u64,
+        fh: u64,
         offset: u64,
-    ) -> Result<Vec<(u64, DirEntry)>, FsError> {
-        if fh.0 == 0 {
-            self.view.readdir_ino(ino.0, offset)
+    ) -> Result<Vec<(u64, super::DirEntry)>, FsError> {
+        if fh == 0 {
+            self.view.readdir_ino(ino, offset)
         } else {
-            self.view.readdir(fh.0, offset)
+            self.view.readdir(fh, offset)
         }
     }
 
@@ -97,23 +93,14 @@ impl WorktreeFs {
     /// inode from one backing file to another. For the same reason an upper file whose
     /// inode still has handles through the daemon (opened before its copy-up) is served
     /// through the daemon too, until they are closed.
-    fn open_mode(
-        &self,
-        fh: u64,
-        generated: bool,
-        register: &dyn Fn(&File) -> std::io::Result<BackingId>,
-    ) -> OpenMode {
+    fn open_mode(&self, fh: u64, generated: bool, device: &Arc<Device>) -> OpenMode {
         if generated {
-            return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+            return OpenMode::Daemon(fopen::DIRECT_IO);
         }
         let Some((ino, on_base)) = self.view.handle_io(fh) else {
-            return OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO);
+            return OpenMode::Daemon(fopen::DIRECT_IO);
         };
-        let keep = if on_base {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        };
+        let keep = if on_base { fopen::KEEP_CACHE } else { 0 };
         let decision = passthrough::decide(
             &self.backings,
             &self.passthrough,
@@ -121,59 +108,54 @@ impl WorktreeFs {
             ino,
             on_base,
             || self.view.backing_for(fh),
-            register,
+            |f: &File| device.open_backing(f),
         );
         match decision {
             Decision::Passthrough(id) => OpenMode::Passthrough(id),
             Decision::Daemon => OpenMode::Daemon(keep),
-            Decision::DirectIo => OpenMode::Daemon(FopenFlags::FOPEN_DIRECT_IO),
+            Decision::DirectIo => OpenMode::Daemon(fopen::DIRECT_IO),
         }
     }
 
-    /// Fills a READDIRPLUS reply: each entry is looked up and counted as a LOOKUP
-    /// would be, the one that does not fit is given back.
-    fn fill_listing_plus(
-        &self,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        let entries = self.entries_from(ino, fh, offset);
-        let entries = match entries {
+    /// The open reply for handle `fh` answered as `mode`.
+    fn opened(fh: u64, mode: OpenMode) -> abi::OpenOut {
+        match mode {
+            OpenMode::Passthrough(id) => abi::OpenOut {
+                fh,
+                open_flags: fopen::PASSTHROUGH,
+                backing_id: id.id(),
+            },
+            OpenMode::Daemon(flags) => abi::OpenOut {
+                fh,
+                open_flags: flags,
+                backing_id: 0,
+            },
+        }
+    }
+
+    /// A READDIRPLUS reply: each entry is looked up and counted as a LOOKUP would be, the
+    /// one that does not fit is given back.
+    fn listing_plus(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Answer {
+        let entries = match self.entries_from(ino, fh, offset) {
             Ok(entries) => entries,
-            Err(e) => return reply.error(errno("readdirplus", e)),
+            Err(e) => return errno("readdirplus", e),
         };
+        let mut buf = DirBuf::new(size);
         for (sent, (next, e)) in entries.into_iter().enumerate() {
-            let full = if e.name == "." || e.name == ".." {
+            let added = if e.name == "." || e.name == ".." {
                 // The kernel links neither: it reads only the inode number and type.
-                let attr = bare_attr(e.ino, kind(e.kind));
-                reply.add(
-                    INodeNo(e.ino),
-                    next,
-                    &e.name,
-                    &Duration::ZERO,
-                    &attr,
-                    Generation(0),
-                )
+                buf.add_plus(&bare_entry(e.ino, e.kind), next, dtype(e.kind), &e.name)
             } else {
                 // The kernel links every other entry it is given, as if it had looked
                 // the name up, and forgets it later: the lookup is done and counted here.
-                match self.view.lookup_listed(ino.0, &e.name) {
+                match self.view.lookup_listed(ino, &e.name) {
                     Ok(found) => {
-                        let full = reply.add(
-                            INodeNo(found.attr.ino),
-                            next,
-                            &e.name,
-                            &found.ttl,
-                            &fattr(&found.attr),
-                            Generation(0),
-                        );
-                        if full {
+                        let added = buf.add_plus(&entry_out(&found), next, dtype(e.kind), &e.name);
+                        if !added {
                             // Not sent: the kernel does not know it from this reply.
                             self.view.forget(found.attr.ino, 1);
                         }
-                        full
+                        added
                     }
                     Err(err)
                         if !matches!(err.errno(), libc::ENOENT | libc::ESTALE | libc::EBUSY) =>
@@ -184,7 +166,7 @@ impl WorktreeFs {
                         // lists it as a plain READDIR (unless names here were looked at
                         // in between: then it fails with the error, for the caller to see).
                         if sent == 0 {
-                            return reply.error(errno("readdirplus", err));
+                            return errno("readdirplus", err);
                         }
                         tracing::debug!(
                             op = "readdirplus",
@@ -193,7 +175,7 @@ impl WorktreeFs {
                             e.name,
                             err.message
                         );
-                        true
+                        false
                     }
                     Err(err) => {
                         // Listed a moment ago but gone now (removed meanwhile, or a
@@ -207,192 +189,75 @@ impl WorktreeFs {
                             e.name,
                             err.message
                         );
-                        let attr = bare_attr(0, kind(e.kind));
-                        reply.add(
-                            INodeNo(0),
-                            next,
-                            &e.name,
-                            &Duration::ZERO,
-                            &attr,
-                            Generation(0),
-                        )
+                        buf.add_plus(&bare_entry(0, e.kind), next, dtype(e.kind), &e.name)
                     }
                 }
             };
-            if full {
+            if !added {
                 break;
             }
         }
-        reply.ok();
+        buf.into_answer()
     }
 
     /// A request inside a worktree: its process is covered by a lease, or takes one.
     /// `own_dir` says whether a request on the worktree's own directory counts (a stat
     /// of it from outside does not).
-    fn enter(&self, req: &Request, ino: INodeNo, own_dir: bool) -> Result<(), Errno> {
+    fn enter(&self, h: &Header, ino: u64, own_dir: bool) -> Result<(), i32> {
         let Some(tracker) = &self.tracker else {
             return Ok(());
         };
-        let Some((worktree, is_root)) = self.view.worktree_of(ino.0) else {
+        let Some((worktree, is_root)) = self.view.worktree_of(ino) else {
             return Ok(());
         };
         if is_root && !own_dir {
             return Ok(());
         }
         tracker
-            .touch(worktree, || self.view.worktree_path(worktree), req.pid())
+            .touch(worktree, || self.view.worktree_path(worktree), h.pid)
             .map_err(|e| {
-                errno(
+                logged(
                     "enter",
-                    FsError::lease(format!("pid {} entering worktree {worktree}", req.pid()), e),
+                    FsError::lease(format!("pid {} entering worktree {worktree}", h.pid), e),
                 )
             })
     }
-}
 
-/// A request that would change what `$ino` is in: refused (EBUSY) while a guarded turn
-/// runs in its worktree and the caller is outside the turn's process tree.
-/// The token it gives is bound to `$token` and counts the request as a change in
-/// progress until it is dropped, after the answer.
-macro_rules! guard_or_reply {
-    ($self:ident, $req:expr, $ino:expr, $op:expr, $reply:ident, $token:ident) => {
-        let $token = match $self.view.may_change($ino.0, $req.pid()) {
-            Ok(t) => t,
-            Err(e) => {
-                $reply.error(errno($op, e));
-                return;
-            }
-        };
-    };
-}
-
-macro_rules! enter_or_reply {
-    ($self:ident, $req:expr, $ino:expr, $own:expr, $reply:ident) => {
-        if let Err(e) = $self.enter($req, $ino, $own) {
-            $reply.error(e);
-            return;
-        }
-    };
-}
-
-fn kind(k: FType) -> FileType {
-    match k {
-        FType::Dir => FileType::Directory,
-        FType::File => FileType::RegularFile,
-        FType::Symlink => FileType::Symlink,
-        FType::Fifo => FileType::NamedPipe,
-        FType::Socket => FileType::Socket,
-        FType::CharDev => FileType::CharDevice,
-        FType::BlockDev => FileType::BlockDevice,
-    }
-}
-
-fn fattr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-        crtime: a.mtime,
-        kind: kind(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-/// Attributes carrying only an inode number and a type: what the kernel reads of a
-/// negative entry, and of a listing entry it does not link (`.`, `..`, or one declined
-/// with inode 0).
-fn bare_attr(ino: u64, kind: FileType) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-/// A negative entry: the kernel remembers for `ttl` that the name does not exist.
-fn negative_entry(reply: ReplyEntry, ttl: Duration) {
-    reply.entry(&ttl, &bare_attr(0, FileType::RegularFile), Generation(0));
-}
-
-/// The errno a failed request is answered with, logged at its kind's level.
-fn errno(op: &str, e: FsError) -> Errno {
-    let errno = e.errno();
-    match e.level() {
-        Level::Debug => tracing::debug!(op, errno, "{}", e.message),
-        Level::Info => tracing::info!(op, errno, "{}", e.message),
-        Level::Warn => tracing::warn!(op, errno, "{}", e.message),
-        Level::Error => tracing::error!(op, errno, "{}", e.message),
-    }
-    Errno::from_i32(errno)
-}
-
-fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-    }
-}
-
-fn time(t: Option<TimeOrNow>) -> Option<Option<SystemTime>> {
-    t.map(|t| match t {
-        TimeOrNow::Now => None,
-        TimeOrNow::SpecificTime(s) => Some(s),
-    })
-}
-
-macro_rules! span {
-    ($op:expr, $req:expr, $ino:expr) => {
-        let _span = tracing::debug_span!($op, req = $req.unique().0, ino = $ino, pid = $req.pid())
-            .entered();
-    };
-}
-
-impl Filesystem for WorktreeFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_background(64);
+    fn init_choice(&self, kernel: &KernelInit) -> InitChoice {
         // Lookups in one directory may run in parallel (git's preload threads do that);
         // symlink targets never change in place, so the kernel may cache them.
         // Without opendir the kernel caches directory listings, dropping them when a request
         // it makes changes the directory, or when the directory's mtime moves (checked with
         // fresh attributes thanks to AUTO_INVAL_DATA; the top of the mount reports the
         // catalog's change time as mtime).
-        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_CACHE_SYMLINKS
-            | InitFlags::FUSE_NO_OPENDIR_SUPPORT
-            | InitFlags::FUSE_AUTO_INVAL_DATA;
+        let mut wanted = init::PARALLEL_DIROPS
+            | init::CACHE_SYMLINKS
+            | init::NO_OPENDIR_SUPPORT
+            | init::AUTO_INVAL_DATA;
         // A listing comes with each entry's attributes, which the kernel links as if it
         // had looked each name up; in its adaptive mode only where names of the
         // directory were looked up or stat'ed since, and always at a listing's start.
         if self.want_readdirplus {
-            wanted |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+            wanted |= init::DO_READDIRPLUS | init::READDIRPLUS_AUTO;
         }
-        let offered = config.capabilities() & wanted;
-        if let Err(missing) = config.add_capabilities(offered) {
-            tracing::info!("kernel declined FUSE capabilities {missing:?}");
+        let offered = kernel.flags & wanted;
+        if offered != wanted {
+            tracing::info!(
+                "kernel declined FUSE capabilities {:#x}",
+                wanted & !kernel.flags
+            );
         }
-        self.no_opendir = offered.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
-        tracing::info!("FUSE session initialised (capabilities {offered:?})");
+        self.no_opendir
+            .store(offered & init::NO_OPENDIR_SUPPORT != 0, Ordering::Relaxed);
+        tracing::info!(
+            "FUSE session initialised (protocol 7.{}, capabilities {offered:#x})",
+            kernel.minor
+        );
+        let mut choice = InitChoice {
+            flags: offered,
+            max_background: 64,
+            max_stack_depth: 0,
+        };
         // Passthrough: the kernel reads and writes the backing file (the cached blob, the
         // upper file) itself. Backing files on a stacked filesystem (overlayfs) need one
         // more level of stacking.
@@ -402,7 +267,7 @@ impl Filesystem for WorktreeFs {
             );
         } else if !has_cap_sys_admin() {
             tracing::info!("FUSE passthrough: off (the daemon lacks CAP_SYS_ADMIN, which the kernel asks of passthrough: not root); file I/O goes through the daemon");
-        } else if !config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH) {
+        } else if kernel.flags & init::PASSTHROUGH == 0 || kernel.minor < 40 {
             tracing::info!("FUSE passthrough: off (this kernel does not offer it); file I/O goes through the daemon");
         } else {
             let depth = if self.view.state_on_stacked_fs() {
@@ -410,512 +275,475 @@ impl Filesystem for WorktreeFs {
             } else {
                 1
             };
-            match config
-                .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
-                .map_err(|_| ())
-                .and_then(|_| config.set_max_stack_depth(depth).map_err(|_| ()))
-            {
-                Ok(_) => {
-                    self.passthrough.store(true, Ordering::Relaxed);
-                    self.view.stats.passthrough_on.store(true, Ordering::Relaxed);
-                    tracing::info!("FUSE passthrough: on (stack depth {depth}); the kernel does file I/O on the backing files");
+            choice.flags |= init::PASSTHROUGH;
+            choice.max_stack_depth = depth;
+            self.passthrough.store(true, Ordering::Relaxed);
+            self.view
+                .stats
+                .passthrough_on
+                .store(true, Ordering::Relaxed);
+            tracing::info!("FUSE passthrough: on (stack depth {depth}); the kernel does file I/O on the backing files");
+        }
+        choice
+    }
+
+    /// Serves one request (the protocol's own requests, INIT and INTERRUPT, are the
+    /// session's).
+    fn serve_op(&self, h: &Header, op: Op<'_>, device: &Arc<Device>) -> Answer {
+        let ino = h.nodeid;
+        macro_rules! span {
+            ($op:expr) => {
+                let _span =
+                    tracing::debug_span!($op, req = h.unique, ino = ino, pid = h.pid).entered();
+            };
+        }
+        macro_rules! enter {
+            ($ino:expr, $own:expr) => {
+                if let Err(e) = self.enter(h, $ino, $own) {
+                    return Answer::Error(e);
                 }
-                Err(()) => tracing::info!("FUSE passthrough: off (the kernel declined it); file I/O goes through the daemon"),
+            };
+        }
+        // A request that would change what `$ino` is in: refused (EBUSY) while a guarded
+        // turn runs in its worktree and the caller is outside the turn's process tree. The
+        // token counts the request as a change in progress until it is dropped, after the
+        // answer.
+        macro_rules! guard {
+            ($ino:expr, $op:expr) => {
+                match self.view.may_change($ino, h.pid) {
+                    Ok(t) => t,
+                    Err(e) => return errno($op, e),
+                }
+            };
+        }
+        let caller = Caller {
+            uid: h.uid,
+            gid: h.gid,
+        };
+        match op {
+            Op::Lookup { name } => {
+                span!("lookup");
+                enter!(ino, true);
+                match self.view.lookup(ino, name) {
+                    Ok(e) => Answer::Entry(entry_out(&e)),
+                    Err(e) => match e.negative_ttl {
+                        Some(ttl) if e.errno() == libc::ENOENT => {
+                            tracing::debug!(op = "lookup", "{} (cached as absent)", e.message);
+                            // A negative entry: the kernel remembers for `ttl` that the
+                            // name does not exist.
+                            let mut n = bare_entry(0, FType::File);
+                            (n.entry_valid, n.entry_valid_nsec) = valid(ttl);
+                            Answer::Entry(n)
+                        }
+                        _ => errno("lookup", e),
+                    },
+                }
+            }
+            Op::Forget { nlookup } => {
+                self.forget(ino, nlookup);
+                Answer::Nothing
+            }
+            Op::BatchForget(nodes) => {
+                for n in nodes {
+                    self.forget(n.nodeid, n.nlookup);
+                }
+                Answer::Nothing
+            }
+            Op::Getattr { fh } => {
+                span!("getattr");
+                enter!(ino, false);
+                match self.view.getattr(ino, fh) {
+                    Ok(e) => Answer::Attr(attr_out(&e)),
+                    Err(e) => errno("getattr", e),
+                }
+            }
+            Op::Setattr(a) => {
+                span!("setattr");
+                enter!(ino, true);
+                let _change = guard!(ino, "setattr");
+                let time = |t: Option<SetTime>| {
+                    t.map(|t| match t {
+                        SetTime::Now => None,
+                        SetTime::At(s) => Some(s),
+                    })
+                };
+                let set = SetAttr {
+                    mode: a.mode,
+                    uid: a.uid,
+                    gid: a.gid,
+                    size: a.size,
+                    atime: time(a.atime),
+                    mtime: time(a.mtime),
+                    fh: a.fh,
+                };
+                match self.view.setattr(ino, set) {
+                    Ok(e) => Answer::Attr(attr_out(&e)),
+                    Err(e) => errno("setattr", e),
+                }
+            }
+            Op::Readlink => {
+                span!("readlink");
+                enter!(ino, false);
+                match self.view.readlink(ino) {
+                    Ok(d) => Answer::Data(d),
+                    Err(e) => errno("readlink", e),
+                }
+            }
+            Op::Mknod {
+                name,
+                mode,
+                umask,
+                rdev,
+            } => {
+                span!("mknod");
+                enter!(ino, true);
+                let _change = guard!(ino, "mknod");
+                match self.view.mknod(ino, name, mode, umask, rdev, caller) {
+                    Ok(e) => Answer::Entry(entry_out(&e)),
+                    Err(e) => errno("mknod", e),
+                }
+            }
+            Op::Mkdir { name, mode, umask } => {
+                span!("mkdir");
+                enter!(ino, true);
+                let _change = guard!(ino, "mkdir");
+                match self.view.mkdir(ino, name, mode, umask, caller) {
+                    Ok(e) => Answer::Entry(entry_out(&e)),
+                    Err(e) => errno("mkdir", e),
+                }
+            }
+            Op::Unlink { name } => {
+                span!("unlink");
+                enter!(ino, true);
+                let _change = guard!(ino, "unlink");
+                match self.view.unlink(ino, name) {
+                    Ok(()) => Answer::Empty,
+                    Err(e) => errno("unlink", e),
+                }
+            }
+            Op::Rmdir { name } => {
+                span!("rmdir");
+                enter!(ino, true);
+                let _change = guard!(ino, "rmdir");
+                match self.view.rmdir(ino, name) {
+                    Ok(()) => Answer::Empty,
+                    Err(e) => errno("rmdir", e),
+                }
+            }
+            Op::Symlink { name, target } => {
+                span!("symlink");
+                enter!(ino, true);
+                let _change = guard!(ino, "symlink");
+                match self
+                    .view
+                    .symlink(ino, name, std::path::Path::new(target), caller)
+                {
+                    Ok(e) => Answer::Entry(entry_out(&e)),
+                    Err(e) => errno("symlink", e),
+                }
+            }
+            Op::Rename {
+                name,
+                newdir,
+                newname,
+                flags,
+            } => {
+                span!("rename");
+                enter!(ino, true);
+                enter!(newdir, true);
+                let _from = guard!(ino, "rename");
+                let _to = guard!(newdir, "rename");
+                match self.view.rename(ino, name, newdir, newname, flags) {
+                    Ok(()) => Answer::Empty,
+                    Err(e) => errno("rename", e),
+                }
+            }
+            Op::Link { oldnodeid, newname } => {
+                let ino = oldnodeid;
+                span!("link");
+                enter!(h.nodeid, true);
+                let _into = guard!(h.nodeid, "link");
+                let _linked = guard!(ino, "link");
+                match self.view.link(ino, h.nodeid, newname) {
+                    Ok(e) => Answer::Entry(entry_out(&e)),
+                    Err(e) => errno("link", e),
+                }
+            }
+            Op::Open { flags } => {
+                span!("open");
+                enter!(ino, true);
+                let flags = flags as i32;
+                let writes =
+                    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+                let _change = match writes {
+                    true => Some(guard!(ino, "open")),
+                    false => None,
+                };
+                match self.view.open(ino, flags) {
+                    Ok((fh, generated)) => {
+                        Answer::Open(Self::opened(fh, self.open_mode(fh, generated, device)))
+                    }
+                    Err(e) => errno("open", e),
+                }
+            }
+            Op::Read { fh, offset, size } => {
+                span!("read");
+                match self.view.read(fh, offset, size) {
+                    Ok(d) => Answer::Data(d),
+                    Err(e) => errno("read", e),
+                }
+            }
+            Op::Write { fh, offset, data } => {
+                span!("write");
+                match self.view.write(fh, offset, data) {
+                    Ok(n) => Answer::Write(abi::WriteOut {
+                        size: n,
+                        padding: 0,
+                    }),
+                    Err(e) => errno("write", e),
+                }
+            }
+            // Nothing to do at close (no write-back cache; locks are the kernel's): ENOSYS
+            // tells the kernel never to send FLUSH again, which saves every close() a
+            // synchronous round trip.
+            Op::Flush { .. } => Answer::Error(libc::ENOSYS),
+            // No ioctl is supported. Answered ENOTTY at once and without a log line: every
+            // `isatty()` (Python's `open`, for one) asks TCGETS of each file it opens.
+            Op::Ioctl => Answer::Error(libc::ENOTTY),
+            Op::Release { fh } => {
+                self.backings.lock().release(fh);
+                self.view.release(fh);
+                Answer::Empty
+            }
+            Op::Fsync { fh, datasync } => {
+                span!("fsync");
+                match self.view.fsync(fh, datasync) {
+                    Ok(()) => Answer::Empty,
+                    Err(e) => errno("fsync", e),
+                }
+            }
+            Op::Opendir { .. } => {
+                span!("opendir");
+                if self.no_opendir.load(Ordering::Relaxed) {
+                    // Declined once, the kernel stops asking and caches listings (see init).
+                    return Answer::Error(libc::ENOSYS);
+                }
+                match self.view.opendir(ino) {
+                    Ok((fh, cacheable)) => Answer::Open(abi::OpenOut {
+                        fh,
+                        open_flags: if cacheable {
+                            fopen::CACHE_DIR | fopen::KEEP_CACHE
+                        } else {
+                            0
+                        },
+                        backing_id: 0,
+                    }),
+                    Err(e) => errno("opendir", e),
+                }
+            }
+            Op::Readdir { fh, offset, size } => {
+                span!("readdir");
+                enter!(ino, true);
+                match self.entries_from(ino, fh, offset) {
+                    Ok(entries) => {
+                        let mut buf = DirBuf::new(size);
+                        for (next, e) in entries {
+                            if !buf.add(e.ino, next, dtype(e.kind), &e.name) {
+                                break;
+                            }
+                        }
+                        buf.into_answer()
+                    }
+                    Err(e) => errno("readdir", e),
+                }
+            }
+            Op::Readdirplus { fh, offset, size } => {
+                span!("readdirplus");
+                enter!(ino, true);
+                self.listing_plus(ino, fh, offset, size)
+            }
+            Op::Releasedir { fh } => {
+                self.view.release(fh);
+                Answer::Empty
+            }
+            Op::Fsyncdir { .. } => Answer::Empty,
+            Op::Statfs => {
+                span!("statfs");
+                match self.view.statfs() {
+                    Ok(s) => Answer::Statfs(abi::Kstatfs {
+                        blocks: s.blocks,
+                        bfree: s.bfree,
+                        bavail: s.bavail,
+                        files: s.files,
+                        ffree: s.ffree,
+                        bsize: s.bsize,
+                        namelen: s.namelen,
+                        frsize: s.frsize,
+                        padding: 0,
+                        spare: [0; 6],
+                    }),
+                    Err(e) => errno("statfs", e),
+                }
+            }
+            Op::Setxattr { .. }
+            | Op::Getxattr { .. }
+            | Op::Listxattr { .. }
+            | Op::Removexattr { .. } => self.decline_xattr(),
+            Op::Access { .. } => {
+                span!("access");
+                match self.view.access(ino) {
+                    Ok(()) => Answer::Empty,
+                    Err(e) => errno("access", e),
+                }
+            }
+            Op::Create {
+                name,
+                mode,
+                umask,
+                flags,
+            } => {
+                span!("create");
+                enter!(ino, true);
+                let _change = guard!(ino, "create");
+                match self
+                    .view
+                    .create(ino, name, mode, umask, flags as i32, caller)
+                {
+                    Ok((e, fh)) => Answer::Create(
+                        entry_out(&e),
+                        Self::opened(fh, self.open_mode(fh, false, device)),
+                    ),
+                    Err(e) => errno("create", e),
+                }
+            }
+            // Not served yet: the kernel falls back (copy_file_range copies through read
+            // and write, lseek is the kernel's own), or the caller hears ENOSYS/EOPNOTSUPP.
+            Op::Fallocate { .. } | Op::Lseek { .. } | Op::CopyFileRange(_) => {
+                Answer::Error(libc::ENOSYS)
+            }
+            Op::Init(_) | Op::Destroy | Op::Interrupt { .. } | Op::Unsupported(_) => {
+                Answer::Error(libc::ENOSYS)
             }
         }
-        Ok(())
     }
 
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        span!("lookup", req, parent.0);
-        enter_or_reply!(self, req, parent, true, reply);
-        match self.view.lookup(parent.0, name) {
-            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
-            Err(e) => match e.negative_ttl {
-                Some(ttl) if e.errno() == libc::ENOENT => {
-                    tracing::debug!(op = "lookup", "{} (cached as absent)", e.message);
-                    negative_entry(reply, ttl)
-                }
-                _ => reply.error(errno("lookup", e)),
-            },
-        }
-    }
-
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+    fn forget(&self, ino: u64, nlookup: u64) {
         // Under the backings' lock: no open can register a backing file for a new node
         // with this number between the node's end and the end of its bookkeeping (lock
         // order: backings, then the node table; nothing takes them the other way).
         let mut b = self.backings.lock();
-        if self.view.forget(ino.0, nlookup) {
-            b.forgotten(ino.0);
+        if self.view.forget(ino, nlookup) {
+            b.forgotten(ino);
         }
     }
+}
 
-    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        span!("getattr", req, ino.0);
-        enter_or_reply!(self, req, ino, false, reply);
-        match self.view.getattr(ino.0, fh.map(|f| f.0)) {
-            Ok(e) => reply.attr(&e.ttl, &fattr(&e.attr)),
-            Err(e) => reply.error(errno("getattr", e)),
-        }
+impl Filesystem for WorktreeFs {
+    fn init(&self, kernel: &KernelInit) -> InitChoice {
+        self.init_choice(kernel)
     }
 
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        span!("setattr", req, ino.0);
-        enter_or_reply!(self, req, ino, true, reply);
-        guard_or_reply!(self, req, ino, "setattr", reply, _change);
-        let set = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: time(atime),
-            mtime: time(mtime),
-            fh: fh.map(|f| f.0),
-        };
-        match self.view.setattr(ino.0, set) {
-            Ok(e) => reply.attr(&e.ttl, &fattr(&e.attr)),
-            Err(e) => reply.error(errno("setattr", e)),
-        }
+    fn serve(&self, h: &Header, op: Op<'_>, device: &Arc<Device>) -> Answer {
+        self.serve_op(h, op, device)
     }
+}
 
-    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        span!("readlink", req, ino.0);
-        enter_or_reply!(self, req, ino, false, reply);
-        match self.view.readlink(ino.0) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno("readlink", e)),
-        }
-    }
+/// The directory-entry type of a listing entry (`DT_*`, which is `S_IFMT >> 12`).
+fn dtype(k: FType) -> u32 {
+    mode_type(k) >> 12
+}
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        reply: ReplyEntry,
-    ) {
-        span!("mknod", req, parent.0);
-        enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "mknod", reply, _change);
-        match self
-            .view
-            .mknod(parent.0, name, mode, umask, rdev, caller(req))
-        {
-            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno("mknod", e)),
-        }
+/// The file-type bits of a mode.
+fn mode_type(k: FType) -> u32 {
+    match k {
+        FType::Dir => libc::S_IFDIR,
+        FType::File => libc::S_IFREG,
+        FType::Symlink => libc::S_IFLNK,
+        FType::Fifo => libc::S_IFIFO,
+        FType::Socket => libc::S_IFSOCK,
+        FType::CharDev => libc::S_IFCHR,
+        FType::BlockDev => libc::S_IFBLK,
     }
+}
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        reply: ReplyEntry,
-    ) {
-        span!("mkdir", req, parent.0);
-        enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "mkdir", reply, _change);
-        match self.view.mkdir(parent.0, name, mode, umask, caller(req)) {
-            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno("mkdir", e)),
-        }
+fn fattr(a: &Attr) -> abi::Attr {
+    let (atime, atimensec) = secs_nsecs(a.atime);
+    let (mtime, mtimensec) = secs_nsecs(a.mtime);
+    let (ctime, ctimensec) = secs_nsecs(a.ctime);
+    abi::Attr {
+        ino: a.ino,
+        size: a.size,
+        blocks: a.blocks,
+        atime,
+        mtime,
+        ctime,
+        atimensec,
+        mtimensec,
+        ctimensec,
+        mode: mode_type(a.kind) | u32::from(a.perm),
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: 4096,
+        flags: 0,
     }
+}
 
-    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        span!("unlink", req, parent.0);
-        enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "unlink", reply, _change);
-        match self.view.unlink(parent.0, name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("unlink", e)),
-        }
+fn entry_out(e: &Entry) -> abi::EntryOut {
+    let (secs, nsecs) = valid(e.ttl);
+    abi::EntryOut {
+        nodeid: e.attr.ino,
+        generation: 0,
+        entry_valid: secs,
+        attr_valid: secs,
+        entry_valid_nsec: nsecs,
+        attr_valid_nsec: nsecs,
+        attr: fattr(&e.attr),
     }
+}
 
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        span!("rmdir", req, parent.0);
-        enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "rmdir", reply, _change);
-        match self.view.rmdir(parent.0, name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("rmdir", e)),
-        }
+fn attr_out(e: &Entry) -> abi::AttrOut {
+    let (secs, nsecs) = valid(e.ttl);
+    abi::AttrOut {
+        attr_valid: secs,
+        attr_valid_nsec: nsecs,
+        dummy: 0,
+        attr: fattr(&e.attr),
     }
+}
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
-        span!("symlink", req, parent.0);
-        enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "symlink", reply, _change);
-        match self.view.symlink(parent.0, link_name, target, caller(req)) {
-            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno("symlink", e)),
-        }
+/// An entry carrying only an inode number and a type: what the kernel reads of a negative
+/// entry, and of a listing entry it does not link (`.`, `..`, or one declined with inode
+/// 0). Its cache times are zero.
+fn bare_entry(ino: u64, kind: FType) -> abi::EntryOut {
+    abi::EntryOut {
+        nodeid: ino,
+        attr: abi::Attr {
+            ino,
+            mode: mode_type(kind),
+            blksize: 4096,
+            ..Default::default()
+        },
+        ..Default::default()
     }
+}
 
-    fn rename(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        span!("rename", req, parent.0);
-        enter_or_reply!(self, req, parent, true, reply);
-        enter_or_reply!(self, req, newparent, true, reply);
-        guard_or_reply!(self, req, parent, "rename", reply, _from);
-        guard_or_reply!(self, req, newparent, "rename", reply, _to);
-        match self
-            .view
-            .rename(parent.0, name, newparent.0, newname, flags.bits())
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("rename", e)),
-        }
-    }
+/// The answer to a failed request, logged at its kind's level.
+fn errno(op: &str, e: FsError) -> Answer {
+    Answer::Error(logged(op, e))
+}
 
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        span!("link", req, ino.0);
-        enter_or_reply!(self, req, newparent, true, reply);
-        guard_or_reply!(self, req, newparent, "link", reply, _into);
-        guard_or_reply!(self, req, ino, "link", reply, _linked);
-        match self.view.link(ino.0, newparent.0, newname) {
-            Ok(e) => reply.entry(&e.ttl, &fattr(&e.attr), Generation(0)),
-            Err(e) => reply.error(errno("link", e)),
-        }
+/// The errno of a failed request, logged at its kind's level.
+fn logged(op: &str, e: FsError) -> i32 {
+    let errno = e.errno();
+    match e.level() {
+        Level::Debug => tracing::debug!(op, errno, "{}", e.message),
+        Level::Info => tracing::info!(op, errno, "{}", e.message),
+        Level::Warn => tracing::warn!(op, errno, "{}", e.message),
+        Level::Error => tracing::error!(op, errno, "{}", e.message),
     }
-
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        span!("open", req, ino.0);
-        enter_or_reply!(self, req, ino, true, reply);
-        let writes = flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0;
-        let _change = match writes {
-            true => match self.view.may_change(ino.0, req.pid()) {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    reply.error(errno("open", e));
-                    return;
-                }
-            },
-            false => None,
-        };
-        match self.view.open(ino.0, flags.0) {
-            Ok((fh, generated)) => {
-                match self.open_mode(fh, generated, &|f| reply.open_backing(f)) {
-                    OpenMode::Passthrough(id) => {
-                        reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
-                    }
-                    OpenMode::Daemon(flags) => reply.opened(FileHandle(fh), flags),
-                }
-            }
-            Err(e) => reply.error(errno("open", e)),
-        }
-    }
-
-    fn read(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        span!("read", req, ino.0);
-        match self.view.read(fh.0, offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno("read", e)),
-        }
-    }
-
-    fn write(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        span!("write", req, ino.0);
-        match self.view.write(fh.0, offset, data) {
-            Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno("write", e)),
-        }
-    }
-
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        // Nothing to do at close (no write-back cache; locks are the kernel's): ENOSYS
-        // tells the kernel never to send FLUSH again, which saves every close() a
-        // synchronous round trip.
-        reply.error(Errno::ENOSYS);
-    }
-
-    /// No ioctl is supported. Answered ENOTTY at once and without a log line: every
-    /// `isatty()` (Python's `open`, for one) asks TCGETS of each file it opens.
-    #[allow(clippy::too_many_arguments)]
-    fn ioctl(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: fuser::IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
-        reply: fuser::ReplyIoctl,
-    ) {
-        reply.error(Errno::ENOTTY);
-    }
-
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.backings.lock().release(fh.0);
-        self.view.release(fh.0);
-        reply.ok();
-    }
-
-    fn fsync(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        span!("fsync", req, ino.0);
-        match self.view.fsync(fh.0, datasync) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("fsync", e)),
-        }
-    }
-
-    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        span!("opendir", req, ino.0);
-        if self.no_opendir {
-            // Declined once, the kernel stops asking and caches listings (see init).
-            reply.error(Errno::ENOSYS);
-            return;
-        }
-        match self.view.opendir(ino.0) {
-            Ok((fh, cacheable)) => {
-                let flags = if cacheable {
-                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(fh), flags)
-            }
-            Err(e) => reply.error(errno("opendir", e)),
-        }
-    }
-
-    fn readdir(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        span!("readdir", req, ino.0);
-        enter_or_reply!(self, req, ino, true, reply);
-        let entries = self.entries_from(ino, fh, offset);
-        match entries {
-            Ok(entries) => {
-                for (next, e) in entries {
-                    if reply.add(INodeNo(e.ino), next, kind(e.kind), &e.name) {
-                        break;
-                    }
-                }
-                reply.ok();
-            }
-            Err(e) => reply.error(errno("readdir", e)),
-        }
-    }
-
-    fn readdirplus(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        reply: ReplyDirectoryPlus,
-    ) {
-        span!("readdirplus", req, ino.0);
-        enter_or_reply!(self, req, ino, true, reply);
-        self.fill_listing_plus(ino, fh, offset, reply);
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.view.release(fh.0);
-        reply.ok();
-    }
-
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        span!("statfs", req, ino.0);
-        match self.view.statfs() {
-            Ok(s) => reply.statfs(
-                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
-            ),
-            Err(e) => reply.error(errno("statfs", e)),
-        }
-    }
-
-    fn setxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(self.decline_xattr());
-    }
-
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(self.decline_xattr());
-    }
-
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(self.decline_xattr());
-    }
-
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(self.decline_xattr());
-    }
-
-    fn access(&self, req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        span!("access", req, ino.0);
-        match self.view.access(ino.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno("access", e)),
-        }
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        reply: ReplyCreate,
-    ) {
-        span!("create", req, parent.0);
-        enter_or_reply!(self, req, parent, true, reply);
-        guard_or_reply!(self, req, parent, "create", reply, _change);
-        match self
-            .view
-            .create(parent.0, name, mode, umask, flags, caller(req))
-        {
-            Ok((e, fh)) => match self.open_mode(fh, false, &|f| reply.open_backing(f)) {
-                OpenMode::Passthrough(id) => reply.created_passthrough(
-                    &e.ttl,
-                    &fattr(&e.attr),
-                    Generation(0),
-                    FileHandle(fh),
-                    FopenFlags::empty(),
-                    &id,
-                ),
-                OpenMode::Daemon(flags) => reply.created(
-                    &e.ttl,
-                    &fattr(&e.attr),
-                    Generation(0),
-                    FileHandle(fh),
-                    flags,
-                ),
-            },
-            Err(e) => reply.error(errno("create", e)),
-        }
-    }
+    errno
 }
 
 /// Whether this process has CAP_SYS_ADMIN (effective), which the kernel requires of a
@@ -930,4 +758,33 @@ pub fn has_cap_sys_admin() -> bool {
         })
         // CAP_SYS_ADMIN is capability 21 (linux/capability.h).
         .is_some_and(|caps| caps & (1 << 21) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn attributes_carry_type_and_permissions_in_the_mode() {
+        let a = Attr {
+            ino: 5,
+            size: 10,
+            blocks: 1,
+            atime: UNIX_EPOCH + Duration::new(1, 2),
+            mtime: SystemTime::UNIX_EPOCH,
+            ctime: UNIX_EPOCH + Duration::new(3, 4),
+            kind: FType::Symlink,
+            perm: 0o777,
+            nlink: 1,
+            uid: 1000,
+            gid: 100,
+            rdev: 0,
+        };
+        let f = fattr(&a);
+        assert_eq!(f.mode, libc::S_IFLNK | 0o777);
+        assert_eq!((f.atime, f.atimensec, f.ctime, f.ctimensec), (1, 2, 3, 4));
+        assert_eq!(dtype(FType::Dir), libc::DT_DIR as u32);
+        assert_eq!(dtype(FType::Fifo), libc::DT_FIFO as u32);
+    }
 }

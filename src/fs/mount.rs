@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::fuse::{Notifier, Session};
 use anyhow::anyhow;
-use fuser::{Config, MountOption, Session, SessionACL};
 
 use crate::lifecycle::holders::Tracker;
 
@@ -26,9 +26,8 @@ pub struct MountOptions {
 /// A mounted filesystem; `run` serves it until it is unmounted.
 pub struct Mount {
     session: Option<Session<WorktreeFs>>,
-    /// Mounted here by [`mount_direct`] or [`mount_fusermount`] (fuser's own mounts undo
-    /// themselves): detached when this is dropped before `run` saw the mount go (a
-    /// failure after mounting).
+    /// Mounted here by [`mount_direct`] or [`mount_fusermount`]: detached when this is
+    /// dropped before `run` saw the mount go (a failure after mounting).
     ours: Option<Ours>,
 }
 
@@ -41,7 +40,7 @@ impl Mount {
         r
     }
 
-    pub fn notifier(&self) -> fuser::Notifier {
+    pub fn notifier(&self) -> Notifier {
         self.session.as_ref().expect("not run yet").notifier()
     }
 }
@@ -195,9 +194,8 @@ fn mount_fusermount(
 /// FUSE's, with worktreefs as its subtype, as fusermount3 and fstab name it.
 pub const FSTYPE: &str = "fuse.worktreefs";
 
-/// Mounts with mount(2) itself, so the mount's type is [`FSTYPE`] (fuser's own mount
-/// says plain `fuse`). Ok(None) when this process may not mount (not root): fuser's
-/// mount then goes through fusermount3, which sets the subtype too.
+/// Mounts with mount(2) itself, as type [`FSTYPE`]. Ok(None) when this process may not
+/// mount (not root): the mount then goes through fusermount3, which sets the subtype too.
 fn mount_direct(
     mountpoint: &Path,
     allow_other: bool,
@@ -271,63 +269,21 @@ pub fn mount(
         Arc::downgrade(&view) as _;
     crate::lifecycle::cleanup::answer_fsmonitor_from(answers);
     let fs = WorktreeFs::new(view.clone(), tracker, opts.passthrough, opts.readdirplus);
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("worktreefs".into()),
-        MountOption::Subtype("worktreefs".into()),
-        MountOption::DefaultPermissions,
-        MountOption::NoDev,
-        MountOption::NoSuid,
-    ];
-    // Private to the user who mounted it, as FUSE mounts are by default; `--allow-other`
-    // lets every user in (each worktree then belongs to the user who created it, and a
-    // repository's directory is no more open than the repository's own).
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(opts.threads.max(1));
-    config.clone_fd = true;
-    let acl = config.acl;
-    let direct = match mount_direct(mountpoint, opts.allow_other) {
-        Ok(fd) => fd,
-        Err(e) => {
-            // Not able to mount directly for another reason than permission: fuser's mount
-            // says what it finds (its errors are the ones documented and tested).
-            tracing::debug!("mounting with mount(2) directly: {e:#}; trying fuser's mount");
-            None
-        }
-    };
-    let (fd, ours) = match direct {
-        Some(fd) => (Some(fd), Some(Ours::Direct(mountpoint.to_path_buf()))),
+    // Private to the user who mounted it, as FUSE mounts are by default (the kernel lets
+    // nobody else in); `--allow-other` lets every user in (each worktree then belongs to
+    // the user who created it, and a repository's directory is no more open than the
+    // repository's own).
+    let (fd, ours) = match mount_direct(mountpoint, opts.allow_other)? {
+        Some(fd) => (fd, Ours::Direct(mountpoint.to_path_buf())),
         None => match fusermount_bin() {
             Some(bin) => {
                 let fd = mount_fusermount(&bin, mountpoint, opts.allow_other)?;
-                (
-                    Some(fd),
-                    Some(Ours::Fusermount(mountpoint.to_path_buf(), bin)),
-                )
+                (fd, Ours::Fusermount(mountpoint.to_path_buf(), bin))
             }
             None => anyhow::bail!("{}", cannot_mount_message()),
         },
     };
-    let (session, ours) = match fd {
-        Some(fd) => match Session::from_fd(fs, fd, acl, config) {
-            Ok(s) => (s, ours),
-            Err(e) => {
-                drop(Mount {
-                    session: None,
-                    ours,
-                });
-                return Err(anyhow!(
-                    "starting the FUSE session at {} failed: {e}",
-                    mountpoint.display()
-                ));
-            }
-        },
-        None => (fuser_mount(fs, mountpoint, &config)?, None),
-    };
+    let session = Session::new(fs, fd, opts.threads.max(1));
     // Invalidations are sent from their own thread, never from the thread answering a
     // request: the kernel holds a directory's lock while it waits for our answer to a
     // lookup, mkdir or rmdir in it, and invalidating an entry of that directory takes the
@@ -339,10 +295,8 @@ pub fn mount(
         .spawn(move || {
             for what in inval_rx {
                 let result = match &what {
-                    Inval::Inode(ino) => notifier.inval_inode(fuser::INodeNo(*ino), 0, 0),
-                    Inval::Entry(parent, name) => {
-                        notifier.inval_entry(fuser::INodeNo(*parent), name)
-                    }
+                    Inval::Inode(ino) => notifier.inval_inode(*ino),
+                    Inval::Entry(parent, name) => notifier.inval_entry(*parent, name),
                 };
                 // ENOENT: the kernel had nothing cached; nothing to drop.
                 if let Err(e) = result {
@@ -358,25 +312,6 @@ pub fn mount(
     }));
     Ok(Mount {
         session: Some(session),
-        ours,
-    })
-}
-
-/// Mounts through fuser (fusermount3 where this process may not mount).
-fn fuser_mount(
-    fs: WorktreeFs,
-    mountpoint: &Path,
-    config: &Config,
-) -> anyhow::Result<Session<WorktreeFs>> {
-    Session::new(fs, mountpoint, config).map_err(|e| {
-        if e.raw_os_error() == Some(libc::EPERM) || e.kind() == std::io::ErrorKind::PermissionDenied
-        {
-            anyhow!(
-                "no permission to mount at {}: {e}; run as root or allow FUSE mounts for this user",
-                mountpoint.display()
-            )
-        } else {
-            anyhow!("mounting at {} failed: {e}", mountpoint.display())
-        }
+        ours: Some(ours),
     })
 }

@@ -1,0 +1,49 @@
+//! The FUSE protocol, ours: the kernel's structures (`abi`), a request decoded into one
+//! form (`request`), an answer in one form (`reply`), and the connection that carries
+//! them (`session`: INIT, the worker threads on `/dev/fuse`, notifications and
+//! passthrough's backing files). A filesystem implements [`Filesystem`]: one call per
+//! request, whatever transport brought it.
+//!
+//! Only `fs/` (the adapter and the mount) uses this module; it uses nothing of the crate.
+
+pub mod abi;
+pub mod reply;
+pub mod request;
+pub mod session;
+
+pub use reply::{Answer, DirBuf};
+pub use request::{Header, Op, SetTime, SetattrArgs};
+pub use session::{BackingId, Device, Notifier, Session};
+
+/// What the kernel offers at INIT.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelInit {
+    /// The protocol's minor version both sides speak (the smaller of the two).
+    pub minor: u32,
+    /// The capabilities the kernel offers (`flags` | `flags2` << 32).
+    pub flags: u64,
+    pub max_readahead: u32,
+}
+
+/// What the filesystem asks for at INIT.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InitChoice {
+    /// Capabilities wanted; only those the kernel offers are asked for.
+    pub flags: u64,
+    pub max_background: u16,
+    /// Stacking depth of passthrough's backing files (with `PASSTHROUGH`).
+    pub max_stack_depth: u32,
+}
+
+/// A filesystem served over FUSE. Each request is one call of [`Filesystem::serve`],
+/// from any of the session's threads; its answer is sent when it returns.
+pub trait Filesystem: Send + Sync + 'static {
+    /// INIT: what to ask of the kernel.
+    fn init(&self, kernel: &KernelInit) -> InitChoice;
+
+    /// One request. `device` registers passthrough's backing files.
+    fn serve(&self, h: &Header, op: Op<'_>, device: &std::sync::Arc<Device>) -> Answer;
+
+    /// The connection ended (DESTROY, or the device closed).
+    fn destroy(&self) {}
+}
