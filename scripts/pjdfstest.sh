@@ -53,6 +53,9 @@ chmod 755 "$t/native"
 mounted=1
 "$bin" new repo/pjdfstest >/dev/null
 view="$t/mnt/repo/pjdfstest"
+# Which transport carries the view's requests (`--uring`, or $WORKTREEFS_URING).
+transport=$(grep -o '"transport":"[^"]*"' "$t/mnt/.control/stats" | cut -d'"' -f4)
+echo "pjdfstest.sh: the view's requests go over ${transport:-/dev/fuse}"
 fstype=$(stat -f -c %T "$t/native")
 
 run() { # where dir

@@ -11,12 +11,13 @@
 //! 1  git/, store/,      the repository; the SQLite store;
 //!    layout             the upper layer's format (read through `beneath`)
 //! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
-//!    heap, target, table, fuse (the FUSE protocol)
+//!    heap, target, table, fuse (the FUSE protocol), asked
 //! ```
 //!
 //! A module names only modules on a lower floor (`tests/layering.rs` checks it).
 //! `docs/architecture.md` has the table "Where is …?".
 
+pub mod asked;
 pub mod beneath;
 pub mod bounded;
 pub mod daemon;

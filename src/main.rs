@@ -91,6 +91,17 @@ enum Command {
         /// they list (`ls -l`, `grep -r`).
         #[arg(long)]
         no_readdirplus: bool,
+        /// FUSE over io_uring: `auto` uses it where the kernel offers it (its fuse module's
+        /// enable_uring on: see `worktreefs doctor`), `off` never, `on` requires it (the
+        /// mount fails saying why it cannot be had). Requests then reach the daemon on the
+        /// caller's CPU, without a read of /dev/fuse each.
+        #[arg(
+            long,
+            env = "WORKTREEFS_URING",
+            default_value = "auto",
+            value_name = "auto|off|on"
+        )]
+        uring: worktreefs::fs::mount::Uring,
         /// Inodes the daemon keeps before it asks the kernel to drop its caches of
         /// worktrees nobody holds (worktrees in use are never dropped).
         #[arg(long, default_value_t = 150_000)]
@@ -541,6 +552,7 @@ const MOUNT_OPTIONS: &[(&str, &str)] = &[
     ("cache_nodes=", "--cache-nodes"),
     ("no_passthrough", "--no-passthrough"),
     ("no_readdirplus", "--no-readdirplus"),
+    ("uring=", "--uring"),
     ("filter_timeout=", "--filter-timeout"),
     ("inspect_timeout=", "--inspect-timeout"),
     ("keep_removed=", "--keep-removed"),
@@ -976,6 +988,7 @@ fn run_in(cli: Cli, state: &StateDir) -> anyhow::Result<()> {
             no_lease_tracking,
             no_passthrough,
             no_readdirplus,
+            uring,
             cache_nodes,
             allow_other,
             filter_timeout,
@@ -994,6 +1007,7 @@ fn run_in(cli: Cli, state: &StateDir) -> anyhow::Result<()> {
                 track_leases: !no_lease_tracking,
                 passthrough: !no_passthrough,
                 readdirplus: !no_readdirplus,
+                uring,
                 cache_nodes,
                 allow_other,
                 filter_timeout,
@@ -3499,6 +3513,7 @@ struct MountTuning {
     track_leases: bool,
     passthrough: bool,
     readdirplus: bool,
+    uring: worktreefs::fs::mount::Uring,
     cache_nodes: usize,
     allow_other: bool,
     filter_timeout: f64,
@@ -3545,6 +3560,7 @@ fn cmd_mount(
         track_leases,
         passthrough,
         readdirplus,
+        uring,
         cache_nodes,
         allow_other,
         filter_timeout,
@@ -3573,6 +3589,7 @@ fn cmd_mount(
             track_leases,
             passthrough,
             readdirplus,
+            uring,
             cache_nodes,
             allow_other,
             filter_timeout,
@@ -3590,6 +3607,7 @@ fn cmd_mount(
         track_leases,
         passthrough,
         readdirplus,
+        uring,
         cache_nodes,
         allow_other,
         filter_timeout,

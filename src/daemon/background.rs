@@ -72,6 +72,7 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
     if !req.readdirplus {
         cmd.arg("--no-readdirplus");
     }
+    cmd.arg("--uring").arg(req.uring.to_string());
     if req.allow_other {
         cmd.arg("--allow-other");
     }

@@ -150,12 +150,21 @@ fn kernel(root_user: bool) -> Check {
         );
     };
     let at_least = |a: u32, b: u32| (major, minor) >= (a, b);
-    let uring = match std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring") {
-        Ok(v) => format!(
-            "FUSE over io_uring: in this kernel, enable_uring={} (worktreefs does not use it yet)",
-            v.trim()
+    // The daemon never changes enable_uring: the machine's owner decides.
+    let (uring, uring_fix) = match crate::fs::mount::uring_available() {
+        Ok(()) => (
+            "FUSE over io_uring: on, so a mount takes its requests over io_uring (unless --uring off)"
+                .to_string(),
+            None,
         ),
-        Err(_) => "FUSE over io_uring: not in this kernel".into(),
+        Err(_) if crate::fs::mount::uring_switch().exists() => (
+            "FUSE over io_uring: off (enable_uring=N), so a mount takes its requests through /dev/fuse".to_string(),
+            Some(format!(
+                "for requests over io_uring (fewer, cheaper round trips): `echo 1 > {}` now, and `options fuse enable_uring=1` in /etc/modprobe.d/fuse.conf for every boot; then mount again",
+                crate::fs::mount::uring_switch().display()
+            )),
+        ),
+        Err(why) => (format!("FUSE over io_uring: {why}; a mount takes its requests through /dev/fuse"), None),
     };
     let passthrough = if !at_least(6, 9) {
         "FUSE passthrough: not before Linux 6.9, so file I/O goes through the daemon".to_string()
@@ -165,18 +174,20 @@ fn kernel(root_user: bool) -> Check {
     } else {
         "FUSE passthrough: not for a daemon that is not root (the kernel asks CAP_SYS_ADMIN of it), so file I/O goes through the daemon, and it cannot give files to other owners; the bench figures are for a root daemon".to_string()
     };
-    let status = if !at_least(6, 9) || !root_user {
-        Status::Warn
-    } else {
-        Status::Ok
-    };
-    let fix = (status == Status::Warn).then(|| {
+    let passthrough_fix = (!at_least(6, 9) || !root_user).then(|| {
         if root_user {
             "a kernel from 6.9 on does file I/O without the daemon".to_string()
         } else {
             "mount as root for passthrough and files given to their owners".to_string()
         }
     });
+    let fixes: Vec<String> = passthrough_fix.into_iter().chain(uring_fix).collect();
+    let status = if fixes.is_empty() {
+        Status::Ok
+    } else {
+        Status::Warn
+    };
+    let fix = (!fixes.is_empty()).then(|| fixes.join("; "));
     check(
         "kernel",
         status,
@@ -347,20 +358,19 @@ fn daemon(state: &StateDir, out: &mut Vec<Check>) {
         return;
     }
     let stats = d.mountpoint.join(".control").join("stats");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let _ = std::thread::Builder::new()
-        .name("doctor-stats".into())
-        .spawn(move || {
-            let _ = tx.send(std::fs::read_to_string(&stats));
-        });
-    match rx.recv_timeout(ANSWER_TIMEOUT) {
+    // Asked by a child process: a daemon that is stopped or hung never holds doctor.
+    let answer = crate::asked::read(&stats, ANSWER_TIMEOUT).map(|r| {
+        r.map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(std::io::Error::from_raw_os_error)
+    });
+    match answer.ok_or(()) {
         Ok(Ok(text)) => {
             let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
             out.push(check(
                 "daemon",
                 Status::Ok,
                 format!(
-                    "pid {} serves {}: answers ({} inodes in use, passthrough {}, {})",
+                    "pid {} serves {}: answers ({} inodes in use, passthrough {}, requests over {}, {})",
                     d.pid,
                     d.mountpoint.display(),
                     v["nodes"],
@@ -369,6 +379,7 @@ fn daemon(state: &StateDir, out: &mut Vec<Check>) {
                     } else {
                         "off"
                     },
+                    v["transport"].as_str().unwrap_or("/dev/fuse"),
                     crate::report::human_bytes(v["heap_in_use"].as_u64().unwrap_or(0))
                 ),
                 None,

@@ -139,22 +139,14 @@ pub fn poke(state: &StateDir) {
 }
 
 /// Whether daemon `h` answers a request on its mount (its `.control/stats`) within
-/// `within`; the question is asked on a thread of its own, so a daemon that is stopped
-/// or hung never holds the command. Err: what is known of why not, and the way out.
+/// `within`; the question is asked by a child process (`asked`), so a daemon that is
+/// stopped or hung never holds the command. Err: what is known of why not, and the way
+/// out.
 pub fn answers(h: &Holder, within: std::time::Duration) -> Result<(), String> {
     let stats = h.mountpoint.join(".control").join("stats");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let asked = std::thread::Builder::new()
-        .name("daemon-answers".into())
-        .spawn(move || {
-            let _ = tx.send(std::fs::metadata(&stats).map(|_| ()));
-        });
-    if asked.is_err() {
-        return Ok(()); // Not known: taken as answering, as before this check.
-    }
-    match rx.recv_timeout(within) {
-        Ok(_) => Ok(()),
-        Err(_) => {
+    match crate::asked::statx_sync(&stats, within) {
+        Some(_) => Ok(()),
+        None => {
             let stopped = std::fs::read_to_string(format!("/proc/{}/stat", h.pid))
                 .ok()
                 .and_then(|s| {

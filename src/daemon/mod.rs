@@ -48,6 +48,8 @@ pub struct MountRequest {
     pub passthrough: bool,
     /// Listings with the entries' attributes (READDIRPLUS) where the kernel offers them.
     pub readdirplus: bool,
+    /// FUSE over io_uring: `auto` (where the kernel offers it), `off`, `on` (required).
+    pub uring: crate::fs::mount::Uring,
     /// Inodes kept before the kernel's caches of idle worktrees are dropped.
     pub cache_nodes: usize,
     /// Other users may use the mount (`mount --allow-other`); otherwise it is private.
@@ -291,6 +293,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             passthrough: req.passthrough,
             readdirplus: req.readdirplus,
             allow_other: req.allow_other,
+            uring: req.uring,
         },
     )?;
     socket::serve(&req.state, view.clone(), gate.clone(), mountpoint.clone())?;

@@ -44,45 +44,12 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Tells a dead connection from a live one with a `statx` that the kernel must ask the
 /// filesystem (`AT_STATX_FORCE_SYNC`: a dead FUSE mount cannot answer it from its
-/// caches), made on a thread of its own under a timeout.
+/// caches), asked by a child process under a timeout (`asked`: a daemon that is stopped
+/// never holds this process).
 pub fn probe(path: &Path) -> Liveness {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let p = path.to_path_buf();
-    let spawned = std::thread::Builder::new()
-        .name("mount-probe".into())
-        .spawn(move || {
-            let _ = tx.send(statx_sync(&p));
-        });
-    if spawned.is_err() {
-        return Liveness::Alive;
-    }
-    match rx.recv_timeout(PROBE_TIMEOUT) {
-        Ok(Err(libc::ENOTCONN | libc::ECONNABORTED)) => Liveness::Dead,
+    match crate::asked::statx_sync(path, PROBE_TIMEOUT) {
+        Some(libc::ENOTCONN | libc::ECONNABORTED) => Liveness::Dead,
         _ => Liveness::Alive,
-    }
-}
-
-fn statx_sync(path: &Path) -> Result<(), i32> {
-    let c =
-        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| libc::EINVAL)?;
-    // SAFETY: a zeroed statx is a valid buffer for the call to fill.
-    let mut st: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: valid NUL-terminated path and buffer.
-    let rc = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_FORCE_SYNC,
-            libc::STATX_BASIC_STATS,
-            &mut st,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO))
     }
 }
 

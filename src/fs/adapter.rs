@@ -646,6 +646,10 @@ impl Filesystem for WorktreeFs {
     fn serve(&self, h: &Header, op: Op<'_>, device: &Arc<Device>) -> Answer {
         self.serve_op(h, op, device)
     }
+
+    fn transport(&self, uring: bool) {
+        self.view.stats.uring_on.store(uring, Ordering::Relaxed);
+    }
 }
 
 /// The directory-entry type of a listing entry (`DT_*`, which is `S_IFMT >> 12`).

@@ -255,6 +255,7 @@ impl View {
                     "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
                     "passthrough_opens": self.stats.passthrough_opens.load(Ordering::Relaxed),
                     "passthrough": self.stats.passthrough_on.load(Ordering::Relaxed),
+                    "transport": if self.stats.uring_on.load(Ordering::Relaxed) { "io_uring" } else { "/dev/fuse" },
                     "xattr_requests": self.stats.xattr_requests.load(Ordering::Relaxed),
                     "nodes": self.node_count(),
                     "removed_files_kept_open": self.nodes.kept_open(),

@@ -4,7 +4,18 @@
 use std::path::Path;
 use std::sync::Arc;
 
+pub use crate::fuse::Uring;
 use crate::fuse::{Notifier, Session};
+
+/// Whether the kernel offers FUSE over io_uring now; Err: why not and how to turn it on.
+pub fn uring_available() -> Result<(), String> {
+    crate::fuse::uring::available()
+}
+
+/// The fuse module's switch for io_uring (as `doctor` names it).
+pub fn uring_switch() -> std::path::PathBuf {
+    crate::fuse::uring::switch()
+}
 use anyhow::anyhow;
 
 use crate::lifecycle::holders::Tracker;
@@ -21,6 +32,8 @@ pub struct MountOptions {
     pub readdirplus: bool,
     /// Other users may use the mount (FUSE's `allow_other`); otherwise only its owner.
     pub allow_other: bool,
+    /// FUSE over io_uring: where the kernel offers it (`auto`), never, or required.
+    pub uring: Uring,
 }
 
 /// A mounted filesystem; `run` serves it until it is unmounted.
@@ -268,6 +281,15 @@ pub fn mount(
     let answers: std::sync::Weak<dyn crate::lifecycle::cleanup::FsmonitorAnswers> =
         Arc::downgrade(&view) as _;
     crate::lifecycle::cleanup::answer_fsmonitor_from(answers);
+    // Required and not to be had: refused before anything is mounted (the kernel offers
+    // it at INIT exactly when its fuse module has it on).
+    if opts.uring == Uring::On {
+        if let Err(why) = uring_available() {
+            anyhow::bail!(
+                "FUSE over io_uring was asked for (--uring on) but {why}; or mount with --uring auto"
+            );
+        }
+    }
     let fs = WorktreeFs::new(view.clone(), tracker, opts.passthrough, opts.readdirplus);
     // Private to the user who mounted it, as FUSE mounts are by default (the kernel lets
     // nobody else in); `--allow-other` lets every user in (each worktree then belongs to
@@ -283,7 +305,7 @@ pub fn mount(
             None => anyhow::bail!("{}", cannot_mount_message()),
         },
     };
-    let session = Session::new(fs, fd, opts.threads.max(1));
+    let session = Session::new(fs, fd, opts.threads.max(1), opts.uring);
     // Invalidations are sent from their own thread, never from the thread answering a
     // request: the kernel holds a directory's lock while it waits for our answer to a
     // lookup, mkdir or rmdir in it, and invalidating an entry of that directory takes the

@@ -82,6 +82,8 @@ pub struct Stats {
     /// Whether the kernel took FUSE passthrough for this session (`.control/stats`, for
     /// `worktreefs doctor`).
     pub passthrough_on: std::sync::atomic::AtomicBool,
+    /// Requests come over FUSE over io_uring (else `/dev/fuse`).
+    pub uring_on: std::sync::atomic::AtomicBool,
     /// getxattr, setxattr, listxattr and removexattr requests (each kind is declined with
     /// ENOSYS, which the kernel remembers, so at most one of each per mount).
     pub xattr_requests: AtomicU64,

@@ -10,10 +10,45 @@ pub mod abi;
 pub mod reply;
 pub mod request;
 pub mod session;
+pub mod uring;
 
 pub use reply::{Answer, DirBuf};
 pub use request::{Header, Op, SetTime, SetattrArgs};
 pub use session::{BackingId, Device, Notifier, Session};
+
+/// Whether requests come over io_uring (where the kernel offers it) or `/dev/fuse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Uring {
+    /// io_uring where the kernel offers it, else `/dev/fuse`.
+    #[default]
+    Auto,
+    /// `/dev/fuse` always.
+    Off,
+    /// io_uring, or the mount fails saying why it cannot be had.
+    On,
+}
+
+impl std::str::FromStr for Uring {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Uring, String> {
+        match s {
+            "auto" => Ok(Uring::Auto),
+            "off" => Ok(Uring::Off),
+            "on" => Ok(Uring::On),
+            _ => Err(format!("'{s}' is not one of auto, off, on")),
+        }
+    }
+}
+
+impl std::fmt::Display for Uring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Uring::Auto => "auto",
+            Uring::Off => "off",
+            Uring::On => "on",
+        })
+    }
+}
 
 /// What the kernel offers at INIT.
 #[derive(Debug, Clone, Copy)]
@@ -46,4 +81,8 @@ pub trait Filesystem: Send + Sync + 'static {
 
     /// The connection ended (DESTROY, or the device closed).
     fn destroy(&self) {}
+
+    /// Which transport carries the requests: io_uring (`true`) or `/dev/fuse`; told at
+    /// INIT, and again if the kernel refuses io_uring's entries afterwards.
+    fn transport(&self, _uring: bool) {}
 }

@@ -184,36 +184,87 @@ impl std::fmt::Display for Malformed {
     }
 }
 
-/// Reads the arguments of a request in order.
-struct Args<'a>(&'a [u8]);
+/// Reads the arguments of a request: the operation's fixed structure (its first
+/// argument), then what follows it (names, data) in order.
+struct Args<'a> {
+    fixed: &'a [u8],
+    rest: &'a [u8],
+}
 
 impl<'a> Args<'a> {
     fn fixed<T: FromBytes>(&mut self, what: &'static str) -> Result<T, Malformed> {
-        let (v, rest) = T::read_from_prefix(self.0).map_err(|_| Malformed(what))?;
-        self.0 = rest;
+        let (v, rest) = T::read_from_prefix(self.fixed).map_err(|_| Malformed(what))?;
+        self.fixed = rest;
+        Ok(v)
+    }
+
+    /// A structure of the arguments after the fixed one (BATCH_FORGET's entries).
+    fn then<T: FromBytes>(&mut self, what: &'static str) -> Result<T, Malformed> {
+        let (v, rest) = T::read_from_prefix(self.rest).map_err(|_| Malformed(what))?;
+        self.rest = rest;
         Ok(v)
     }
 
     /// A NUL-terminated name.
     fn name(&mut self, what: &'static str) -> Result<&'a OsStr, Malformed> {
-        let end = self.0.iter().position(|&b| b == 0).ok_or(Malformed(what))?;
-        let name = &self.0[..end];
-        self.0 = &self.0[end + 1..];
+        let end = self
+            .rest
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or(Malformed(what))?;
+        let name = &self.rest[..end];
+        self.rest = &self.rest[end + 1..];
         Ok(OsStr::from_bytes(name))
     }
 
     fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], Malformed> {
-        if self.0.len() < n {
+        if self.rest.len() < n {
             return Err(Malformed(what));
         }
-        let (b, rest) = self.0.split_at(n);
-        self.0 = rest;
+        let (b, rest) = self.rest.split_at(n);
+        self.rest = rest;
         Ok(b)
     }
 }
 
-/// Splits a request read whole from `/dev/fuse` into its header and arguments.
-pub fn split(buf: &[u8]) -> Result<(abi::InHeader, &[u8]), Malformed> {
+/// The size of an operation's fixed structure, its first argument (0: it has none, its
+/// arguments are names). A `/dev/fuse` request carries it right after the header; an
+/// io_uring entry carries it apart from the rest (the entry's `op_in`).
+pub fn fixed_size(opcode: u32) -> usize {
+    use std::mem::size_of;
+    match opcode {
+        opcode::FORGET => size_of::<abi::ForgetIn>(),
+        opcode::GETATTR => size_of::<abi::GetattrIn>(),
+        opcode::SETATTR => size_of::<abi::SetattrIn>(),
+        opcode::MKNOD => size_of::<abi::MknodIn>(),
+        opcode::MKDIR => size_of::<abi::MkdirIn>(),
+        opcode::RENAME => size_of::<abi::RenameIn>(),
+        opcode::RENAME2 => size_of::<abi::Rename2In>(),
+        opcode::LINK => size_of::<abi::LinkIn>(),
+        opcode::OPEN | opcode::OPENDIR => size_of::<abi::OpenIn>(),
+        opcode::READ | opcode::READDIR | opcode::READDIRPLUS => size_of::<abi::ReadIn>(),
+        opcode::WRITE => size_of::<abi::WriteIn>(),
+        opcode::RELEASE | opcode::RELEASEDIR => size_of::<abi::ReleaseIn>(),
+        opcode::FSYNC | opcode::FSYNCDIR => size_of::<abi::FsyncIn>(),
+        // Without SETXATTR_EXT (never asked for) the kernel sends the first 8 bytes.
+        opcode::SETXATTR => 8,
+        opcode::GETXATTR | opcode::LISTXATTR => size_of::<abi::GetxattrIn>(),
+        opcode::FLUSH => size_of::<abi::FlushIn>(),
+        opcode::ACCESS => size_of::<abi::AccessIn>(),
+        opcode::CREATE | opcode::TMPFILE => size_of::<abi::CreateIn>(),
+        opcode::INTERRUPT => size_of::<abi::InterruptIn>(),
+        opcode::IOCTL => size_of::<abi::IoctlIn>(),
+        opcode::BATCH_FORGET => size_of::<abi::BatchForgetIn>(),
+        opcode::FALLOCATE => size_of::<abi::FallocateIn>(),
+        opcode::LSEEK => size_of::<abi::LseekIn>(),
+        opcode::COPY_FILE_RANGE => size_of::<abi::CopyFileRangeIn>(),
+        _ => 0,
+    }
+}
+
+/// Splits a request read whole from `/dev/fuse` into its header, its fixed structure and
+/// the rest of its arguments.
+pub fn split(buf: &[u8]) -> Result<(abi::InHeader, &[u8], &[u8]), Malformed> {
     let (h, rest) = abi::InHeader::read_from_prefix(buf).map_err(|_| Malformed("short header"))?;
     let len = h.len as usize;
     if len < std::mem::size_of::<abi::InHeader>() || len > buf.len() {
@@ -226,21 +277,30 @@ pub fn split(buf: &[u8]) -> Result<(abi::InHeader, &[u8]), Malformed> {
     if ext > args_len {
         return Err(Malformed("extensions longer than the request"));
     }
-    Ok((h, &rest[..args_len - ext]))
+    let args = &rest[..args_len - ext];
+    // INIT's size depends on the kernel's version: all of it is the fixed part.
+    let fixed = if h.opcode == opcode::INIT {
+        args.len()
+    } else {
+        fixed_size(h.opcode).min(args.len())
+    };
+    let (fixed, rest) = args.split_at(fixed);
+    Ok((h, fixed, rest))
 }
 
-/// Decodes the operation of a request whose header is `h` and whose arguments are `args`.
-pub fn decode<'a>(h: &abi::InHeader, args: &'a [u8]) -> Result<Op<'a>, Malformed> {
-    let mut a = Args(args);
+/// Decodes the operation of a request whose header is `h`, whose fixed structure is
+/// `fixed` ([`fixed_size`] bytes) and whose other arguments are `rest`.
+pub fn decode<'a>(h: &abi::InHeader, fixed: &'a [u8], rest: &'a [u8]) -> Result<Op<'a>, Malformed> {
+    let mut a = Args { fixed, rest };
     let op = match h.opcode {
         opcode::INIT => {
             // Kernels before 7.36 send 16 bytes.
             let mut init = abi::InitIn::default();
-            let n = args.len().min(std::mem::size_of::<abi::InitIn>());
+            let n = fixed.len().min(std::mem::size_of::<abi::InitIn>());
             if n < 16 {
                 return Err(Malformed("short INIT"));
             }
-            zerocopy::IntoBytes::as_mut_bytes(&mut init)[..n].copy_from_slice(&args[..n]);
+            zerocopy::IntoBytes::as_mut_bytes(&mut init)[..n].copy_from_slice(&fixed[..n]);
             Op::Init(init)
         }
         opcode::DESTROY => Op::Destroy,
@@ -257,7 +317,7 @@ pub fn decode<'a>(h: &abi::InHeader, args: &'a [u8]) -> Result<Op<'a>, Malformed
             let b = a.fixed::<abi::BatchForgetIn>("BATCH_FORGET")?;
             let mut v = Vec::with_capacity(b.count as usize);
             for _ in 0..b.count {
-                v.push(a.fixed::<abi::ForgetOne>("BATCH_FORGET entry")?);
+                v.push(a.then::<abi::ForgetOne>("BATCH_FORGET entry")?);
             }
             Op::BatchForget(v)
         }
@@ -353,7 +413,6 @@ pub fn decode<'a>(h: &abi::InHeader, args: &'a [u8]) -> Result<Op<'a>, Malformed
             }
         }
         opcode::SETXATTR => {
-            // Without SETXATTR_EXT (never asked for) the kernel sends the first 8 bytes.
             let size = a.fixed::<u32>("SETXATTR size")?;
             let flags = a.fixed::<u32>("SETXATTR flags")?;
             let name = a.name("SETXATTR name")?;
@@ -416,7 +475,10 @@ pub fn decode<'a>(h: &abi::InHeader, args: &'a [u8]) -> Result<Op<'a>, Malformed
                 flags: c.flags,
             }
         }
-        opcode::IOCTL => Op::Ioctl,
+        opcode::IOCTL => {
+            a.fixed::<abi::IoctlIn>("IOCTL")?;
+            Op::Ioctl
+        }
         opcode::FALLOCATE => {
             let f = a.fixed::<abi::FallocateIn>("FALLOCATE")?;
             Op::Fallocate {
@@ -515,8 +577,8 @@ mod tests {
     }
 
     fn decoded(buf: &[u8]) -> (Header, Op<'_>) {
-        let (h, args) = split(buf).unwrap();
-        (Header::of(&h), decode(&h, args).unwrap())
+        let (h, fixed, rest) = split(buf).unwrap();
+        (Header::of(&h), decode(&h, fixed, rest).unwrap())
     }
 
     #[test]
@@ -563,6 +625,48 @@ mod tests {
             Op::Write { fh: 3, offset: 4096, data } if data == b"hello"));
     }
 
+    /// Every operation reads exactly its fixed structure from the fixed part, as an
+    /// io_uring entry carries it apart (a zeroed structure of [`fixed_size`] bytes and two
+    /// names decode; one byte less is malformed).
+    #[test]
+    fn every_operation_reads_its_fixed_structure_and_no_more() {
+        for op in 1..=60u32 {
+            if op == opcode::INIT {
+                continue;
+            }
+            let n = fixed_size(op);
+            let h = abi::InHeader {
+                opcode: op,
+                ..Default::default()
+            };
+            let fixed = vec![0u8; n];
+            let rest = b"a\0b\0";
+            let got = decode(&h, &fixed, rest);
+            assert!(got.is_ok(), "opcode {op}: {got:?}");
+            if n > 0 && !matches!(got, Ok(Op::Unsupported(_))) {
+                assert!(
+                    decode(&h, &fixed[..n - 1], rest).is_err(),
+                    "opcode {op} reads less than {n}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_forget_lists_every_node() {
+        let b = abi::BatchForgetIn { count: 2, dummy: 0 };
+        let mut rest = Vec::new();
+        for (nodeid, nlookup) in [(5u64, 1u64), (9, 3)] {
+            rest.extend_from_slice(abi::ForgetOne { nodeid, nlookup }.as_bytes());
+        }
+        let buf = request(opcode::BATCH_FORGET, b.as_bytes(), &rest);
+        let Op::BatchForget(v) = decoded(&buf).1 else {
+            panic!()
+        };
+        let got: Vec<(u64, u64)> = v.iter().map(|f| (f.nodeid, f.nlookup)).collect();
+        assert_eq!(got, [(5, 1), (9, 3)]);
+    }
+
     #[test]
     fn setattr_says_what_it_sets() {
         let s = abi::SetattrIn {
@@ -590,16 +694,19 @@ mod tests {
     fn a_request_that_lies_about_itself_is_malformed() {
         // A name without its NUL.
         let buf = request(opcode::LOOKUP, b"", b"abc");
-        let (h, args) = split(&buf).unwrap();
-        assert_eq!(decode(&h, args).unwrap_err(), Malformed("LOOKUP name"));
+        let (h, fixed, rest) = split(&buf).unwrap();
+        assert_eq!(
+            decode(&h, fixed, rest).unwrap_err(),
+            Malformed("LOOKUP name")
+        );
         // A write whose data is shorter than it says.
         let w = abi::WriteIn {
             size: 100,
             ..Default::default()
         };
         let buf = request(opcode::WRITE, w.as_bytes(), b"short");
-        let (h, args) = split(&buf).unwrap();
-        assert!(decode(&h, args).is_err());
+        let (h, fixed, rest) = split(&buf).unwrap();
+        assert!(decode(&h, fixed, rest).is_err());
         // A length past what was read.
         let mut buf = request(opcode::STATFS, b"", b"");
         buf[0] = 200;

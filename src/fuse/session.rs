@@ -3,7 +3,7 @@
 //! write the answers back, notifications, and passthrough's backing files.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use zerocopy::IntoBytes;
@@ -11,11 +11,11 @@ use zerocopy::IntoBytes;
 use super::abi::{self, init};
 use super::reply::Answer;
 use super::request::{self, Header, Op};
-use super::{Filesystem, KernelInit};
+use super::uring::{self, Rings};
+use super::{Filesystem, KernelInit, Uring};
 
-/// The largest write (and read) the kernel is told to send, and the pages that makes.
+/// The largest write (and read) the kernel is told to send over `/dev/fuse`.
 pub const MAX_WRITE: u32 = 1 << 20;
-const MAX_PAGES: u16 = (MAX_WRITE / 4096) as u16;
 
 /// A buffer for one request: the largest write and its headers (well within a page).
 pub const BUFFER_SIZE: usize = MAX_WRITE as usize + 4096;
@@ -25,6 +25,8 @@ pub struct Device {
     fd: OwnedFd,
     /// The protocol's minor version agreed at INIT (0 before).
     minor: AtomicU32,
+    /// Requests come over io_uring (agreed at INIT, and no entry refused since).
+    uring: AtomicBool,
 }
 
 impl Device {
@@ -32,11 +34,21 @@ impl Device {
         Device {
             fd,
             minor: AtomicU32::new(0),
+            uring: AtomicBool::new(false),
         }
     }
 
     pub fn minor(&self) -> u32 {
         self.minor.load(Ordering::Relaxed)
+    }
+
+    /// Whether requests come over io_uring.
+    pub fn uring(&self) -> bool {
+        self.uring.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_uring(&self, on: bool) {
+        self.uring.store(on, Ordering::Relaxed);
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -185,6 +197,7 @@ pub struct Session<F: Filesystem> {
     fs: Arc<F>,
     device: Arc<Device>,
     threads: usize,
+    uring: Uring,
 }
 
 /// How a read of `/dev/fuse` ended.
@@ -213,12 +226,14 @@ fn read_request(fd: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<Read> {
 }
 
 impl<F: Filesystem> Session<F> {
-    /// A session over the mount's descriptor `fd`, served by `threads` threads.
-    pub fn new(fs: F, fd: OwnedFd, threads: usize) -> Session<F> {
+    /// A session over the mount's descriptor `fd`, served by `threads` threads reading
+    /// `/dev/fuse` and, as `uring` says, by io_uring's queues.
+    pub fn new(fs: F, fd: OwnedFd, threads: usize, uring: Uring) -> Session<F> {
         Session {
             fs: Arc::new(fs),
             device: Arc::new(Device::new(fd)),
             threads: threads.max(1),
+            uring,
         }
     }
 
@@ -235,11 +250,24 @@ impl<F: Filesystem> Session<F> {
     /// Answers INIT, then serves requests until the connection ends (unmounted).
     pub fn run(self) -> std::io::Result<()> {
         let mut buf = vec![0u8; BUFFER_SIZE];
-        if !self.handshake(&mut buf)? {
-            self.fs.destroy();
-            return Ok(());
-        }
+        let rings = match self.handshake(&mut buf)? {
+            Some(rings) => rings,
+            None => {
+                self.fs.destroy();
+                return Ok(());
+            }
+        };
         drop(buf);
+        // The queues register at once: once INIT is answered with io_uring, the kernel
+        // holds every request until each queue has an entry.
+        let failed = Arc::new(AtomicBool::new(false));
+        let (queues, stop) = match rings {
+            Some(r) => {
+                let (threads, stop) = r.start(self.fs.clone(), self.device.clone(), failed)?;
+                (threads, Some(stop))
+            }
+            None => (Vec::new(), None),
+        };
         let mut workers = Vec::new();
         for i in 0..self.threads {
             let fs = self.fs.clone();
@@ -261,21 +289,69 @@ impl<F: Filesystem> Session<F> {
                 Err(_) => result = Err(std::io::Error::other("a FUSE thread panicked")),
             }
         }
+        // `/dev/fuse` is gone: so is the connection. The queues' threads have heard it
+        // from the kernel (ENOTCONN); the stop wakes any that has not.
+        if let Some(stop) = stop {
+            stop.now();
+        }
+        for q in queues {
+            if q.join().is_err() {
+                result = Err(std::io::Error::other("a FUSE queue thread panicked"));
+            }
+        }
         self.fs.destroy();
         result
     }
 
-    /// Reads and answers INIT. false: the connection ended before it.
-    fn handshake(&self, buf: &mut [u8]) -> std::io::Result<bool> {
+    /// Whether to ask for io_uring, given what the kernel offers: the rings made ready
+    /// when so (None: `/dev/fuse` alone); Err when `uring=on` cannot be had.
+    fn rings(&self, offered: u64) -> std::io::Result<Option<Rings>> {
+        let unavailable = |why: String| -> std::io::Result<Option<Rings>> {
+            if self.uring == Uring::On {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!("FUSE over io_uring was asked for (--uring on) but {why}"),
+                ));
+            }
+            tracing::info!("FUSE transport: /dev/fuse ({why})");
+            Ok(None)
+        };
+        if self.uring == Uring::Off {
+            tracing::info!("FUSE transport: /dev/fuse (--uring off)");
+            return Ok(None);
+        }
+        if offered & init::OVER_IO_URING == 0 {
+            return unavailable(uring::not_offered_reason());
+        }
+        let queues = match uring::possible_cpus() {
+            Ok(n) => n,
+            Err(e) => return unavailable(format!("the possible CPUs cannot be read: {e}")),
+        };
+        match Rings::prepare(queues, uring::MAX_WRITE as usize) {
+            Ok(r) => {
+                tracing::info!(
+                    "FUSE transport: io_uring ({queues} queues of {} entries, {} KiB reserved per CPU, touched as used)",
+                    uring::PER_QUEUE,
+                    uring::memory_per_cpu() >> 10
+                );
+                Ok(Some(r))
+            }
+            Err(e) => unavailable(format!("its rings could not be made: {e}")),
+        }
+    }
+
+    /// Reads and answers INIT: None when the connection ended before it, else the rings
+    /// of io_uring if it was agreed.
+    fn handshake(&self, buf: &mut [u8]) -> std::io::Result<Option<Option<Rings>>> {
         loop {
             let n = match read_request(self.device.fd(), buf)? {
                 Read::Request(n) => n,
                 Read::Again => continue,
-                Read::Gone => return Ok(false),
+                Read::Gone => return Ok(None),
             };
-            let (h, args) = request::split(&buf[..n])
+            let (h, fixed, rest) = request::split(&buf[..n])
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
-            let Ok(Op::Init(i)) = request::decode(&h, args) else {
+            let Ok(Op::Init(i)) = request::decode(&h, fixed, rest) else {
                 self.device
                     .send(self.device.fd(), h.unique, &Answer::Error(libc::EIO))?;
                 return Err(std::io::Error::new(
@@ -319,8 +395,24 @@ impl<F: Filesystem> Session<F> {
                 max_readahead: i.max_readahead,
             };
             let choice = self.fs.init(&kernel);
-            let mut flags =
-                (choice.flags | init::ASYNC_READ | init::BIG_WRITES | init::MAX_PAGES) & offered;
+            let rings = match self.rings(offered) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.device
+                        .send(self.device.fd(), h.unique, &Answer::Error(libc::EPROTO))?;
+                    return Err(e);
+                }
+            };
+            let mut want = choice.flags | init::ASYNC_READ | init::BIG_WRITES | init::MAX_PAGES;
+            // A ring entry's payload holds the largest write: smaller with io_uring, whose
+            // buffers are per entry and per CPU.
+            let max_write = if rings.is_some() {
+                want |= init::OVER_IO_URING;
+                uring::MAX_WRITE
+            } else {
+                MAX_WRITE
+            };
+            let mut flags = want & offered;
             if flags >> 32 != 0 {
                 flags |= init::INIT_EXT;
             }
@@ -331,9 +423,9 @@ impl<F: Filesystem> Session<F> {
                 flags: flags as u32,
                 max_background: choice.max_background.max(1),
                 congestion_threshold: (choice.max_background.max(1) as u32 * 3 / 4).max(1) as u16,
-                max_write: MAX_WRITE,
+                max_write,
                 time_gran: 1,
-                max_pages: MAX_PAGES,
+                max_pages: (max_write / 4096) as u16,
                 map_alignment: 0,
                 flags2: (flags >> 32) as u32,
                 max_stack_depth: if flags & init::PASSTHROUGH != 0 {
@@ -350,10 +442,12 @@ impl<F: Filesystem> Session<F> {
                 std::mem::size_of::<abi::InitOut>()
             };
             self.device.minor.store(minor, Ordering::Relaxed);
+            self.device.set_uring(rings.is_some());
+            self.fs.transport(rings.is_some());
             self.device
                 .send(self.device.fd(), h.unique, &Answer::Init(out, len))?;
             tracing::debug!("FUSE INIT: protocol 7.{minor}, flags {flags:#x}");
-            return Ok(true);
+            return Ok(Some(rings));
         }
     }
 }
@@ -399,14 +493,14 @@ fn serve_loop<F: Filesystem>(
                 return Err(e);
             }
         };
-        let (h, args) = match request::split(&buf[..n]) {
+        let (h, fixed, rest) = match request::split(&buf[..n]) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!("{e}");
                 continue;
             }
         };
-        let answer = answer(fs, device, &h, args);
+        let answer = answer(fs, device, &h, fixed, rest);
         if let Answer::Nothing = answer {
             continue;
         }
@@ -428,9 +522,10 @@ pub fn answer<F: Filesystem>(
     fs: &F,
     device: &Arc<Device>,
     h: &abi::InHeader,
-    args: &[u8],
+    fixed: &[u8],
+    rest: &[u8],
 ) -> Answer {
-    let op = match request::decode(h, args) {
+    let op = match request::decode(h, fixed, rest) {
         Ok(op) => op,
         Err(e) => {
             tracing::error!("{e} (opcode {})", h.opcode);

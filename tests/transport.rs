@@ -1,0 +1,135 @@
+//! Which transport carries the requests: FUSE over io_uring where the kernel offers it
+//! (`--uring auto`, the default), `/dev/fuse` with `--uring off`, and `--uring on`
+//! refused before anything is mounted where it cannot be had. The same work gives the
+//! same results on both, and `.control/stats` says which one a mount uses.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// Whether this machine's kernel offers io_uring (its fuse module's switch is on).
+fn uring_here() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring")
+        .is_ok_and(|v| v.trim() == "Y" || v.trim() == "1")
+}
+
+/// Work an agent does: files made, written, renamed, listed, removed; git sees it.
+fn work(wt: &Path) -> String {
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "set -e
+             mkdir -p d/e && for i in 1 2 3 4 5; do echo $i > d/e/f$i; done
+             dd if=/dev/urandom of=big bs=64k count=40 status=none
+             cp big big2 && cmp big big2
+             mv d/e/f1 d/moved && rm d/e/f2 && ln -s moved d/link
+             cat d/link d/e/f3
+             ls -la d d/e | wc -l
+             git add -A && git -c user.email=a@b -c user.name=a commit -qm work
+             git status --porcelain | wc -l
+             git log --oneline | wc -l
+             stat -c %s big",
+        ],
+        wt,
+    )
+}
+
+#[test]
+fn each_transport_does_the_same_work_and_says_which_it_is() {
+    let mut sides = vec![
+        ("off", "/dev/fuse"),
+        (
+            "auto",
+            if uring_here() {
+                "io_uring"
+            } else {
+                "/dev/fuse"
+            },
+        ),
+    ];
+    if uring_here() {
+        sides.push(("on", "io_uring"));
+    } else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI turns the kernel's enable_uring on"
+        );
+    }
+    let mut results = Vec::new();
+    for (uring, want) in sides {
+        let env = Env::new();
+        wtfs_ok(&env.state(), &["new", "repo/w"]);
+        let m = env.mount_with(&["--uring", uring]);
+        let got = m.stats()["transport"].as_str().unwrap_or("").to_string();
+        assert_eq!(got, want, "--uring {uring}");
+        results.push((uring, work(&m.wt("repo", "w"))));
+        drop(m);
+    }
+    let first = &results[0].1;
+    for (uring, r) in &results {
+        assert_eq!(r, first, "--uring {uring} did the work otherwise");
+    }
+}
+
+/// `--uring on` where the kernel will not offer it: refused before anything is mounted,
+/// saying how to turn it on. (The switch read is a test's own file: a test must not
+/// change the machine's.)
+#[test]
+fn uring_on_where_the_kernel_has_it_off_is_refused_with_the_way_to_turn_it_on() {
+    let env = Env::new();
+    let switch = env.dir.path().join("enable_uring");
+    std::fs::write(&switch, "N\n").unwrap();
+    std::fs::create_dir_all(env.mountpoint()).unwrap();
+    let out = Command::new("timeout")
+        .args(["60", BIN, "--state-dir"])
+        .arg(env.state())
+        .arg("mount")
+        .arg(env.mountpoint())
+        .args(["--uring", "on"])
+        .env("WORKTREEFS_URING_SWITCH", &switch)
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{msg}");
+    assert!(msg.contains("--uring on"), "{msg}");
+    assert!(
+        msg.contains(&format!("echo 1 > {}", switch.display())),
+        "{msg}"
+    );
+    assert!(msg.contains("options fuse enable_uring=1"), "{msg}");
+    assert!(!is_mounted(&env.mountpoint()), "nothing is mounted");
+    // doctor says the same, and which transport a mount would use.
+    let out = Command::new(BIN)
+        .arg("--state-dir")
+        .arg(env.state())
+        .args(["doctor", "--json"])
+        .env("WORKTREEFS_URING_SWITCH", &switch)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kernel = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "kernel")
+        .unwrap()
+        .clone();
+    assert!(
+        kernel["detail"]
+            .as_str()
+            .unwrap()
+            .contains("through /dev/fuse"),
+        "{kernel}"
+    );
+    assert!(
+        kernel["fix"]
+            .as_str()
+            .unwrap()
+            .contains("options fuse enable_uring=1"),
+        "{kernel}"
+    );
+}
