@@ -616,10 +616,41 @@ impl WorktreeFs {
                     Err(e) => errno("create", e),
                 }
             }
-            // Not served yet: the kernel falls back (copy_file_range copies through read
-            // and write, lseek is the kernel's own), or the caller hears ENOSYS/EOPNOTSUPP.
-            Op::Fallocate { .. } | Op::Lseek { .. } | Op::CopyFileRange(_) => {
-                Answer::Error(libc::ENOSYS)
+            Op::Fallocate {
+                fh,
+                offset,
+                length,
+                mode,
+            } => {
+                span!("fallocate");
+                match self.view.fallocate(fh, offset, length, mode) {
+                    Ok(()) => Answer::Empty,
+                    Err(e) => errno("fallocate", e),
+                }
+            }
+            Op::Lseek { fh, offset, whence } => {
+                span!("lseek");
+                match self.view.lseek(fh, offset, whence) {
+                    Ok(offset) => Answer::Lseek(abi::LseekOut { offset }),
+                    Err(e) => errno("lseek", e),
+                }
+            }
+            Op::CopyFileRange(c) => {
+                span!("copy_file_range");
+                enter!(c.nodeid_out, true);
+                let _change = guard!(c.nodeid_out, "copy_file_range");
+                match self
+                    .view
+                    .copy_file_range(c.fh_in, c.off_in, c.fh_out, c.off_out, c.len)
+                {
+                    // The reply counts bytes in 32 bits: a copy is at most 4 GiB - 1 a
+                    // request (the kernel asks again for the rest).
+                    Ok(n) => Answer::Write(abi::WriteOut {
+                        size: n.min(u32::MAX as u64) as u32,
+                        padding: 0,
+                    }),
+                    Err(e) => errno("copy_file_range", e),
+                }
             }
             Op::Init(_) | Op::Destroy | Op::Interrupt { .. } | Op::Unsupported(_) => {
                 Answer::Error(libc::ENOSYS)

@@ -110,8 +110,16 @@ impl ErrorKind {
             | ErrorKind::NotPermitted
             | ErrorKind::Denied
             | ErrorKind::BadHandle => Level::Info,
+            // ENXIO: an lseek to data or a hole past the end; EOPNOTSUPP: a fallocate mode
+            // or a copy the upper filesystem lacks (the kernel then copies itself).
             ErrorKind::Os(
-                libc::ENOENT | libc::EEXIST | libc::ENOTEMPTY | libc::ENOTDIR | libc::EISDIR,
+                libc::ENOENT
+                | libc::EEXIST
+                | libc::ENOTEMPTY
+                | libc::ENOTDIR
+                | libc::EISDIR
+                | libc::ENXIO
+                | libc::EOPNOTSUPP,
             ) => Level::Debug,
             ErrorKind::Os(_) | ErrorKind::Git | ErrorKind::Store => Level::Warn,
             ErrorKind::Internal => Level::Error,

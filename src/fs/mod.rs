@@ -1,5 +1,5 @@
 //! The filesystem core: the copy-on-write view of every worktree and the namespace of a
-//! mount, callable without a mount (`adapter` and `mount` alone name fuser).
+//! mount, callable without a mount (`adapter` and `mount` alone speak the FUSE protocol).
 //!
 //! A worktree entry is the merge of a **base** (the tree of the base commit, read lazily
 //! through `ObjectCache`) and an **upper** layer (real files under
@@ -27,6 +27,7 @@ mod ops;
 mod overlay;
 mod passthrough;
 mod place;
+mod ranges;
 mod remove;
 mod submodule;
 mod types;

@@ -1,0 +1,109 @@
+//! Operations on a range of an open file, in a worktree as on the machine's own
+//! filesystem: `fallocate` (allocate, keep size, punch a hole, zero a range; a base file
+//! copied up first), `lseek` to data and to a hole (base, upper and sparse files), and
+//! `copy_file_range` (from a base file and from an upper one). The same script runs in a
+//! view and in a plain directory holding the same files; their outputs must agree.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// What the script says of the files below `dir`, which holds README.md (a base file in a
+/// view) as the repository has it.
+fn probe(dir: &Path) -> String {
+    run_ok(
+        "python3",
+        &[
+            "-c",
+            r#"
+import hashlib, os
+out = []
+def st(p):
+    s = os.stat(p)
+    return f"{p} size={s.st_size} blocks>0={s.st_blocks > 0}"
+# fallocate: a new file, mode 0 and keep-size; a hole punched, a range zeroed.
+fd = os.open("alloc", os.O_CREAT | os.O_RDWR, 0o644)
+os.posix_fallocate(fd, 0, 1 << 20)
+out.append(st("alloc"))
+os.close(fd)
+os.system("fallocate -n -o 0 -l 65536 README.md")  # keep size, on a base file
+out.append(st("README.md"))
+with open("README.md", "rb") as f:
+    out.append(f"README.md sha1={hashlib.sha1(f.read()).hexdigest()}")
+with open("punch", "wb") as f:
+    f.write(b"x" * 65536)
+assert os.system("fallocate -p -o 4096 -l 8192 punch") == 0
+assert os.system("fallocate -z -o 20000 -l 100 punch") == 0
+with open("punch", "rb") as f:
+    d = f.read()
+out.append(f"punch len={len(d)} zeros={d.count(0)} at4096={d[4096]} at20050={d[20050]}")
+# lseek to data and to a hole.
+def seeks(p):
+    fd = os.open(p, os.O_RDONLY)
+    r = []
+    for whence, name in ((os.SEEK_DATA, "data"), (os.SEEK_HOLE, "hole")):
+        for off in (0, 4096, 1 << 22):
+            try:
+                r.append(f"{name}@{off}={os.lseek(fd, off, whence)}")
+            except OSError as e:
+                r.append(f"{name}@{off}=errno{e.errno}")
+    os.close(fd)
+    return f"{p}: " + " ".join(r)
+with open("sparse", "wb") as f:
+    f.truncate(1 << 21)
+    f.seek(1 << 20)
+    f.write(b"data")
+out.append(seeks("sparse"))
+out.append(seeks("punch"))
+out.append(seeks("base-seek"))
+# copy_file_range from a base file and from an upper one.
+for src, dst in (("base-copy", "copy1"), ("punch", "copy2")):
+    fi = os.open(src, os.O_RDONLY)
+    fo = os.open(dst, os.O_CREAT | os.O_WRONLY, 0o644)
+    n = 0
+    while True:
+        c = os.copy_file_range(fi, fo, 1 << 20)
+        if c == 0:
+            break
+        n += c
+    os.close(fi)
+    os.close(fo)
+    a = open(src, "rb").read()
+    b = open(dst, "rb").read()
+    out.append(f"{src}->{dst} copied={n} same={a == b}")
+print("\n".join(out))
+"#,
+        ],
+        dir,
+    )
+}
+
+#[test]
+fn ranges_in_a_view_behave_as_on_the_machines_filesystem() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    // Two more base files: one to seek in, one to copy from.
+    std::fs::write(repo.join("base-seek"), vec![b'a'; 10_000]).unwrap();
+    std::fs::write(repo.join("base-copy"), vec![b'b'; 300_000]).unwrap();
+    git(&repo, &["add", "base-seek", "base-copy"]);
+    git(&repo, &["commit", "-qm", "ranges"]);
+    wtfs_ok(&env.state(), &["new", "repo/r"]);
+    let m = env.mount();
+    let view = m.wt("repo", "r");
+    let plain = tempfile::tempdir().unwrap();
+    for f in ["README.md", "base-seek", "base-copy"] {
+        std::fs::copy(repo.join(f), plain.path().join(f)).unwrap();
+    }
+    let there = probe(plain.path());
+    let here = probe(&view);
+    assert_eq!(
+        here, there,
+        "in the view:\n{here}\non the machine's filesystem:\n{there}"
+    );
+    // git sees the fallocated base file as it is.
+    let status = run_ok("git", &["status", "--porcelain"], &view);
+    assert!(status.contains("alloc"), "{status}");
+    drop(m);
+}
