@@ -107,3 +107,83 @@ fn ranges_in_a_view_behave_as_on_the_machines_filesystem() {
     assert!(status.contains("alloc"), "{status}");
     drop(m);
 }
+
+/// `user.` attributes in a view as on the machine's own filesystem: set on a base file
+/// (copied up for it), a new file and a directory, read, listed, replaced, removed, and
+/// refused on a symlink; `trusted.` and `security.` are never written for a caller (the
+/// daemon would write them as root), where ext4 lets root write them.
+#[test]
+fn user_attributes_in_a_view_behave_as_on_the_machines_filesystem() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/x"]);
+    let m = env.mount();
+    let view = m.wt("repo", "x");
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        env.repo.path().join("README.md"),
+        plain.path().join("README.md"),
+    )
+    .unwrap();
+    let script = r#"
+import errno, os
+out = []
+def tryit(what, f):
+    try:
+        r = f()
+        out.append(f"{what}: {r!r}")
+    except OSError as e:
+        out.append(f"{what}: {errno.errorcode[e.errno]}")
+open("new", "w").write("n")
+os.mkdir("dir")
+os.symlink("new", "link")
+for p in ("README.md", "new", "dir"):
+    tryit(f"get {p} none", lambda: os.getxattr(p, "user.k"))
+    tryit(f"list {p} none", lambda: os.listxattr(p))
+    tryit(f"set {p}", lambda: os.setxattr(p, "user.k", b"v1"))
+    tryit(f"create {p} again", lambda: os.setxattr(p, "user.k", b"v2", os.XATTR_CREATE))
+    tryit(f"replace {p}", lambda: os.setxattr(p, "user.k", b"v3", os.XATTR_REPLACE))
+    tryit(f"set2 {p}", lambda: os.setxattr(p, "user.big", b"x" * 3000))
+    tryit(f"get {p}", lambda: os.getxattr(p, "user.k"))
+    tryit(f"list {p}", lambda: sorted(os.listxattr(p)))
+    tryit(f"remove {p}", lambda: os.removexattr(p, "user.k"))
+    tryit(f"remove {p} again", lambda: os.removexattr(p, "user.k"))
+    tryit(f"list {p} after", lambda: sorted(os.listxattr(p)))
+tryit("set on a symlink", lambda: os.setxattr("link", "user.k", b"v", follow_symlinks=False))
+tryit("get other namespace", lambda: os.getxattr("new", "trusted.nope"))
+print("\n".join(out))
+"#;
+    let here = run_ok("python3", &["-c", script], &view);
+    let there = run_ok("python3", &["-c", script], plain.path());
+    assert_eq!(
+        here, there,
+        "in the view:\n{here}\non the machine's filesystem:\n{there}"
+    );
+    // Never written for a caller, though ext4 lets root write them.
+    let refused = run_ok(
+        "python3",
+        &[
+            "-c",
+            r#"
+import errno, os
+for name in ("trusted.k", "security.k"):
+    try:
+        os.setxattr("new", name, b"v")
+        print(name, "set")
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])
+"#,
+        ],
+        &view,
+    );
+    assert_eq!(refused, "trusted.k EPERM\nsecurity.k EPERM\n");
+    // The attributes stay across a remount.
+    drop(m);
+    let m = env.mount();
+    let kept = run_ok(
+        "python3",
+        &["-c", "import os; print(sorted(os.listxattr('dir')))"],
+        &m.wt("repo", "x"),
+    );
+    assert_eq!(kept.trim(), "['user.big']");
+    drop(m);
+}

@@ -42,16 +42,13 @@ enum OpenMode {
 }
 
 impl WorktreeFs {
-    /// The answer to every extended-attribute request: they are not supported. ENOSYS
-    /// makes the kernel remember that and answer EOPNOTSUPP itself from then on (ENOTSUP
-    /// would be asked again each time, and every `write(2)` asks: the kernel checks
-    /// `security.capability` before letting a write through).
-    fn decline_xattr(&self) -> Answer {
+    /// Counts an extended-attribute request (`.control/stats`: the kernel asks
+    /// `security.capability` of files written through the daemon).
+    fn count_xattr(&self) {
         self.view
             .stats
             .xattr_requests
             .fetch_add(1, Ordering::Relaxed);
-        Answer::Error(libc::ENOSYS)
     }
 
     pub fn new(
@@ -585,10 +582,36 @@ impl WorktreeFs {
                     Err(e) => errno("statfs", e),
                 }
             }
-            Op::Setxattr { .. }
-            | Op::Getxattr { .. }
-            | Op::Listxattr { .. }
-            | Op::Removexattr { .. } => self.decline_xattr(),
+            Op::Setxattr { name, value, flags } => {
+                span!("setxattr");
+                enter!(ino, true);
+                let _change = guard!(ino, "setxattr");
+                self.count_xattr();
+                match self.view.setxattr(ino, name, value, flags) {
+                    Ok(()) => Answer::Empty,
+                    Err(e) => errno("setxattr", e),
+                }
+            }
+            Op::Getxattr { name, size } => {
+                span!("getxattr");
+                self.count_xattr();
+                xattr_answer("getxattr", self.view.getxattr(ino, name, size))
+            }
+            Op::Listxattr { size } => {
+                span!("listxattr");
+                self.count_xattr();
+                xattr_answer("listxattr", self.view.listxattr(ino, size))
+            }
+            Op::Removexattr { name } => {
+                span!("removexattr");
+                enter!(ino, true);
+                let _change = guard!(ino, "removexattr");
+                self.count_xattr();
+                match self.view.removexattr(ino, name) {
+                    Ok(()) => Answer::Empty,
+                    Err(e) => errno("removexattr", e),
+                }
+            }
             Op::Access { .. } => {
                 span!("access");
                 match self.view.access(ino) {
@@ -761,6 +784,17 @@ fn bare_entry(ino: u64, kind: FType) -> abi::EntryOut {
             ..Default::default()
         },
         ..Default::default()
+    }
+}
+
+/// The answer to a GETXATTR or LISTXATTR.
+fn xattr_answer(op: &str, r: Result<crate::fs::xattr::Xattr, FsError>) -> Answer {
+    match r {
+        Ok(crate::fs::xattr::Xattr::Size(size)) => {
+            Answer::XattrSize(abi::GetxattrOut { size, padding: 0 })
+        }
+        Ok(crate::fs::xattr::Xattr::Data(d)) => Answer::Data(d),
+        Err(e) => errno(op, e),
     }
 }
 

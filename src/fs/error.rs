@@ -111,7 +111,9 @@ impl ErrorKind {
             | ErrorKind::Denied
             | ErrorKind::BadHandle => Level::Info,
             // ENXIO: an lseek to data or a hole past the end; EOPNOTSUPP: a fallocate mode
-            // or a copy the upper filesystem lacks (the kernel then copies itself).
+            // or a copy the upper filesystem lacks (the kernel then copies itself);
+            // ENODATA, ERANGE: an attribute a file does not have, or a buffer too small
+            // for it (the kernel asks `security.capability` of files written to).
             ErrorKind::Os(
                 libc::ENOENT
                 | libc::EEXIST
@@ -119,7 +121,9 @@ impl ErrorKind {
                 | libc::ENOTDIR
                 | libc::EISDIR
                 | libc::ENXIO
-                | libc::EOPNOTSUPP,
+                | libc::EOPNOTSUPP
+                | libc::ENODATA
+                | libc::ERANGE,
             ) => Level::Debug,
             ErrorKind::Os(_) | ErrorKind::Git | ErrorKind::Store => Level::Warn,
             ErrorKind::Internal => Level::Error,

@@ -32,6 +32,7 @@ mod remove;
 mod submodule;
 mod types;
 mod view;
+pub(crate) mod xattr;
 
 pub use control::{CONTROL_NAME, REFRESH_NAME};
 pub use nodes::ROOT_INO;
