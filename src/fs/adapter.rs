@@ -303,8 +303,8 @@ impl WorktreeFs {
         }
         // A request that would change what `$ino` is in: refused (EBUSY) while a guarded
         // turn runs in its worktree and the caller is outside the turn's process tree. The
-        // token counts the request as a change in progress until it is dropped, after the
-        // answer.
+        // token counts the request as a change in progress until it is dropped, when the
+        // request has been served (its answer is sent right after, by the transport).
         macro_rules! guard {
             ($ino:expr, $op:expr) => {
                 match self.view.may_change($ino, h.pid) {

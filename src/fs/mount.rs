@@ -48,8 +48,11 @@ impl Mount {
     pub fn run(mut self) -> std::io::Result<()> {
         let session = self.session.take().expect("a mount runs once");
         let r = session.run();
-        // The session ends when the kernel's connection does: unmounted.
-        self.ours = None;
+        // The session ends when the kernel's connection does: unmounted. One that failed
+        // (INIT refused) leaves the mount to be detached when this is dropped.
+        if r.is_ok() {
+            self.ours = None;
+        }
         r
     }
 

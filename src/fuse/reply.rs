@@ -91,9 +91,9 @@ pub fn secs_nsecs(t: SystemTime) -> (u64, u32) {
             // -1.25 s is -2 s + 0.75 s.
             let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
             if n == 0 {
-                ((-s) as u64, 0)
+                (s.wrapping_neg() as u64, 0)
             } else {
-                ((-s - 1) as u64, 1_000_000_000 - n)
+                (s.wrapping_neg().wrapping_sub(1) as u64, 1_000_000_000 - n)
             }
         }
     }

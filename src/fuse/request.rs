@@ -315,7 +315,7 @@ pub fn decode<'a>(h: &abi::InHeader, fixed: &'a [u8], rest: &'a [u8]) -> Result<
         },
         opcode::BATCH_FORGET => {
             let b = a.fixed::<abi::BatchForgetIn>("BATCH_FORGET")?;
-            let mut v = Vec::with_capacity(b.count as usize);
+            let mut v = Vec::with_capacity((b.count as usize).min(a.rest.len() / 16));
             for _ in 0..b.count {
                 v.push(a.then::<abi::ForgetOne>("BATCH_FORGET entry")?);
             }

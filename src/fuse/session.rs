@@ -327,7 +327,10 @@ impl<F: Filesystem> Session<F> {
             Ok(n) => n,
             Err(e) => return unavailable(format!("the possible CPUs cannot be read: {e}")),
         };
-        match Rings::prepare(queues, uring::MAX_WRITE as usize) {
+        match Rings::prepare(
+            queues,
+            uring::payload_size(uring::MAX_WRITE, uring::page_size()),
+        ) {
             Ok(r) => {
                 tracing::info!(
                     "FUSE transport: io_uring ({queues} queues of {} entries, {} KiB reserved per CPU, touched as used)",
@@ -425,7 +428,7 @@ impl<F: Filesystem> Session<F> {
                 congestion_threshold: (choice.max_background.max(1) as u32 * 3 / 4).max(1) as u16,
                 max_write,
                 time_gran: 1,
-                max_pages: (max_write / 4096) as u16,
+                max_pages: uring::max_pages(max_write, uring::page_size()),
                 map_alignment: 0,
                 flags2: (flags >> 32) as u32,
                 max_stack_depth: if flags & init::PASSTHROUGH != 0 {

@@ -53,10 +53,46 @@ pub fn not_offered_reason() -> String {
     }
 }
 
-/// Whether the kernel will offer io_uring at INIT: its fuse module has it and it is on.
-/// Err: why not, with the way to turn it on.
+/// Whether the kernel will offer io_uring at INIT (its fuse module has it and it is on)
+/// and this process may make rings (`kernel.io_uring_disabled`, descriptors). Err: why
+/// not, with the way out.
 pub fn available() -> Result<(), String> {
-    available_at(&switch())
+    available_at(&switch())?;
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .build(4)
+        .map(drop)
+        .map_err(|e| {
+            format!(
+                "this process cannot make an io_uring ({e}; see the sysctl kernel.io_uring_disabled)"
+            )
+        })
+}
+
+/// The payload buffer an entry needs: the kernel wants room for the largest write and for
+/// its largest read (`max_pages` pages), and 8 KiB at least.
+pub fn payload_size(max_write: u32, page: usize) -> usize {
+    let pages = max_pages(max_write, page) as usize;
+    (max_write as usize)
+        .max(pages * page)
+        .max(abi::MIN_READ_BUFFER)
+}
+
+/// The pages the kernel is told a request may carry for `max_write` bytes.
+pub fn max_pages(max_write: u32, page: usize) -> u16 {
+    (max_write as usize)
+        .div_ceil(page.max(1))
+        .clamp(1, u16::MAX as usize) as u16
+}
+
+/// This machine's page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as usize
+    } else {
+        4096
+    }
 }
 
 /// The fuse module's switch: [`ENABLE_URING`], or `$WORKTREEFS_URING_SWITCH` (for tests,
@@ -87,7 +123,7 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
 /// What the memory of the transport comes to, reserved (pages are touched only as used).
 pub fn memory_per_cpu() -> usize {
-    PER_QUEUE * (HEADER_SIZE + MAX_WRITE as usize + 4096)
+    PER_QUEUE * (HEADER_SIZE + payload_size(MAX_WRITE, page_size()))
 }
 
 /// `struct fuse_uring_ent_in_out`, at [`ENT_IN_OUT`] of the header buffer.
@@ -174,10 +210,13 @@ pub struct Rings {
 }
 
 /// The CPUs the kernel counts as possible: a queue each.
+/// The kernel makes as many queues as it counts possible CPUs (`num_possible_cpus()`), a
+/// count, not the highest CPU number plus one (they differ where the list has gaps).
 pub fn possible_cpus() -> std::io::Result<usize> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
     cpu_list(&text)
-        .and_then(|cpus| cpus.iter().max().map(|m| m + 1))
+        .map(|cpus| cpus.len())
+        .filter(|&n| n > 0)
         .ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -247,8 +286,8 @@ impl Rings {
     }
 
     /// Starts a thread per entry, which registers it and serves what arrives there.
-    /// `failed` is set when the kernel refused an entry (the connection then goes on
-    /// over `/dev/fuse` alone, and every entry's thread ends).
+    /// `failed` is set when the kernel refused an entry (that entry's thread ends; the
+    /// others go on).
     pub fn start<F: Filesystem>(
         self,
         fs: Arc<F>,
@@ -296,7 +335,11 @@ fn signal(stop: &OwnedFd) {
 }
 
 fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays within it.
+    // A cpu_set_t holds CPUs below CPU_SETSIZE (1024) only: others are not pinned.
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays within it (checked above).
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
@@ -373,11 +416,14 @@ fn serve_entry<F: Filesystem>(
             Err(err) if err.raw_os_error() == Some(libc::EINTR) => continue,
             Err(err) => return Err(err),
         }
-        let done: Vec<(u64, i32)> = e
+        let mut done: Vec<(u64, i32)> = e
             .ring
             .completion()
             .map(|c| (c.user_data(), c.result()))
             .collect();
+        // The entry's completion before a stop that came with it: a request just given
+        // to the entry is answered before the thread ends.
+        done.sort_by_key(|&(what, _)| what == STOP);
         for (what, res) in done {
             if what == STOP {
                 return Ok(());
@@ -392,21 +438,24 @@ fn serve_entry<F: Filesystem>(
                 // INIT's answer is not processed yet, or a signal: the same again.
                 r if r == -libc::EAGAIN || r == -libc::EINTR => push(&mut e.ring, &last),
                 // The connection ended (unmounted, aborted), or the ring is closing.
-                r if r == -libc::ENOTCONN || r == -libc::ECANCELED || r == -libc::ENODEV => {
+                r if r == -libc::ENOTCONN
+                    || r == -libc::ECANCELED
+                    || r == -libc::ENODEV
+                    || r == -libc::ECONNABORTED =>
+                {
                     return Ok(())
                 }
                 r => {
                     let err = std::io::Error::from_raw_os_error(-r);
                     if !registered {
-                        // The kernel went back to /dev/fuse for this connection: no
-                        // entry may stay registered (the ring could become ready later
-                        // with one queue short), so every entry's thread ends.
-                        if !failed.swap(true, Ordering::Relaxed) {
-                            device.set_uring(false);
-                            fs.transport(false);
-                        }
-                        signal(stop);
-                        tracing::warn!("FUSE over io_uring: the kernel refused an entry of queue {} ({err}); requests go through /dev/fuse", e.qid);
+                        // Only this entry ends. The kernel never takes back a ring that
+                        // became ready (every queue with an entry): the other entries,
+                        // registered or about to be, serve it then; and if it never
+                        // becomes ready, the refusal sent the connection back to
+                        // /dev/fuse, where the session's readers serve it. Ending them
+                        // all would leave a ready ring nobody serves.
+                        failed.store(true, Ordering::Relaxed);
+                        tracing::error!("FUSE over io_uring: the kernel refused an entry of queue {} ({err}); its requests go to the queue's other entries, or through /dev/fuse", e.qid);
                         return Ok(());
                     }
                     return Err(err);
@@ -427,7 +476,19 @@ fn serve_one<F: Filesystem>(fs: &F, device: &Arc<Device>, e: &mut Entry) -> u64 
     let ext = (h.total_extlen as usize * 8).min(payload.len());
     let rest = &payload[..payload.len() - ext];
     let fixed = &header[OP_IN..OP_IN + request::fixed_size(h.opcode).min(128)];
-    let answer = session::answer(fs, device, &h, fixed, rest);
+    // A handler that panics answers EIO: the entry goes on (over /dev/fuse a panic ended
+    // one of the shared reader threads; here it would take one of this CPU's entries).
+    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        session::answer(fs, device, &h, fixed, rest)
+    }))
+    .unwrap_or_else(|_| {
+        tracing::error!(
+            "FUSE request {} (opcode {}) panicked; answered EIO",
+            h.unique,
+            h.opcode
+        );
+        Answer::Error(libc::EIO)
+    });
     // Every request that arrives here is answered here, even one /dev/fuse would not
     // answer (nothing, then: error 0 and no payload).
     let answer = match answer {
@@ -480,12 +541,26 @@ mod tests {
         assert!(why.contains("does not have it"), "{why}");
     }
 
+    /// With 64 KiB pages the kernel asks a payload of max_pages pages: the buffer is made
+    /// that large, and max_pages is counted in this machine's pages.
+    #[test]
+    fn the_payload_holds_the_largest_read_whatever_the_page_size() {
+        assert_eq!(max_pages(MAX_WRITE, 4096), 64);
+        assert_eq!(payload_size(MAX_WRITE, 4096), 256 << 10);
+        assert_eq!(max_pages(MAX_WRITE, 65536), 4);
+        assert_eq!(payload_size(MAX_WRITE, 65536), 256 << 10);
+        assert_eq!(max_pages(100, 65536), 1);
+        assert_eq!(payload_size(100, 65536), 65536);
+    }
+
     #[test]
     fn cpu_lists_read_as_sysfs_writes_them() {
         assert_eq!(cpu_list("0-1\n"), Some(vec![0, 1]));
         assert_eq!(cpu_list("0-2,5,7-8"), Some(vec![0, 1, 2, 5, 7, 8]));
         assert_eq!(cpu_list("3"), Some(vec![3]));
         assert_eq!(cpu_list("x"), None);
+        // Queues are counted, not numbered past the highest CPU.
+        assert_eq!(cpu_list("0-1,4").map(|c| c.len()), Some(3));
     }
 
     #[test]
