@@ -102,6 +102,11 @@ enum Command {
             value_name = "auto|off|on"
         )]
         uring: worktreefs::fs::mount::Uring,
+        /// Keep `user.` extended attributes on files and directories of worktrees. Off by
+        /// default: with attributes served, the kernel asks each file's
+        /// security.capability before every write(2), one more round trip per write.
+        #[arg(long)]
+        xattr: bool,
         /// Inodes the daemon keeps before it asks the kernel to drop its caches of
         /// worktrees nobody holds (worktrees in use are never dropped).
         #[arg(long, default_value_t = 150_000)]
@@ -553,6 +558,7 @@ const MOUNT_OPTIONS: &[(&str, &str)] = &[
     ("no_passthrough", "--no-passthrough"),
     ("no_readdirplus", "--no-readdirplus"),
     ("uring=", "--uring"),
+    ("xattr", "--xattr"),
     ("filter_timeout=", "--filter-timeout"),
     ("inspect_timeout=", "--inspect-timeout"),
     ("keep_removed=", "--keep-removed"),
@@ -989,6 +995,7 @@ fn run_in(cli: Cli, state: &StateDir) -> anyhow::Result<()> {
             no_passthrough,
             no_readdirplus,
             uring,
+            xattr,
             cache_nodes,
             allow_other,
             filter_timeout,
@@ -1008,6 +1015,7 @@ fn run_in(cli: Cli, state: &StateDir) -> anyhow::Result<()> {
                 passthrough: !no_passthrough,
                 readdirplus: !no_readdirplus,
                 uring,
+                xattrs: xattr,
                 cache_nodes,
                 allow_other,
                 filter_timeout,
@@ -3514,6 +3522,7 @@ struct MountTuning {
     passthrough: bool,
     readdirplus: bool,
     uring: worktreefs::fs::mount::Uring,
+    xattrs: bool,
     cache_nodes: usize,
     allow_other: bool,
     filter_timeout: f64,
@@ -3561,6 +3570,7 @@ fn cmd_mount(
         passthrough,
         readdirplus,
         uring,
+        xattrs,
         cache_nodes,
         allow_other,
         filter_timeout,
@@ -3590,6 +3600,7 @@ fn cmd_mount(
             passthrough,
             readdirplus,
             uring,
+            xattrs,
             cache_nodes,
             allow_other,
             filter_timeout,
@@ -3608,6 +3619,7 @@ fn cmd_mount(
         passthrough,
         readdirplus,
         uring,
+        xattrs,
         cache_nodes,
         allow_other,
         filter_timeout,

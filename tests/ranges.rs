@@ -108,7 +108,8 @@ fn ranges_in_a_view_behave_as_on_the_machines_filesystem() {
     drop(m);
 }
 
-/// `user.` attributes in a view as on the machine's own filesystem: set on a base file
+/// `user.` attributes in a view (mounted with `--xattr`) as on the machine's own
+/// filesystem: set on a base file
 /// (copied up for it), a new file and a directory, read, listed, replaced, removed, and
 /// refused on a symlink; `trusted.` and `security.` are never written for a caller (the
 /// daemon would write them as root), where ext4 lets root write them.
@@ -116,7 +117,7 @@ fn ranges_in_a_view_behave_as_on_the_machines_filesystem() {
 fn user_attributes_in_a_view_behave_as_on_the_machines_filesystem() {
     let env = Env::new();
     wtfs_ok(&env.state(), &["new", "repo/x"]);
-    let m = env.mount();
+    let m = env.mount_with(&["--xattr"]);
     let view = m.wt("repo", "x");
     let plain = tempfile::tempdir().unwrap();
     std::fs::copy(
@@ -178,7 +179,7 @@ for name in ("trusted.k", "security.k"):
     assert_eq!(refused, "trusted.k EPERM\nsecurity.k EPERM\n");
     // The attributes stay across a remount.
     drop(m);
-    let m = env.mount();
+    let m = env.mount_with(&["--xattr"]);
     let kept = run_ok(
         "python3",
         &["-c", "import os; print(sorted(os.listxattr('dir')))"],

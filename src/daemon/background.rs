@@ -73,6 +73,9 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
         cmd.arg("--no-readdirplus");
     }
     cmd.arg("--uring").arg(req.uring.to_string());
+    if req.xattrs {
+        cmd.arg("--xattr");
+    }
     if req.allow_other {
         cmd.arg("--allow-other");
     }

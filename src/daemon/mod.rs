@@ -50,6 +50,8 @@ pub struct MountRequest {
     pub readdirplus: bool,
     /// FUSE over io_uring: `auto` (where the kernel offers it), `off`, `on` (required).
     pub uring: crate::fs::mount::Uring,
+    /// `user.` extended attributes served (`mount --xattr`).
+    pub xattrs: bool,
     /// Inodes kept before the kernel's caches of idle worktrees are dropped.
     pub cache_nodes: usize,
     /// Other users may use the mount (`mount --allow-other`); otherwise it is private.
@@ -294,6 +296,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             readdirplus: req.readdirplus,
             allow_other: req.allow_other,
             uring: req.uring,
+            xattrs: req.xattrs,
         },
     )?;
     socket::serve(&req.state, view.clone(), gate.clone(), mountpoint.clone())?;

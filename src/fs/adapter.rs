@@ -31,6 +31,10 @@ pub struct WorktreeFs {
     passthrough: AtomicBool,
     /// Listings with the entries' attributes: asked for unless `mount --no-readdirplus`.
     want_readdirplus: bool,
+    /// `user.` extended attributes served (`mount --xattr`). Off, every attribute request
+    /// is answered ENOSYS once and the kernel stops asking: served, it asks a file's
+    /// `security.capability` before every `write(2)`, one more round trip each.
+    xattrs: bool,
     backings: Mutex<Backings<BackingId>>,
 }
 
@@ -42,8 +46,8 @@ enum OpenMode {
 }
 
 impl WorktreeFs {
-    /// Counts an extended-attribute request (`.control/stats`: the kernel asks
-    /// `security.capability` of files written through the daemon).
+    /// Counts an extended-attribute request (`.control/stats`: with attributes served,
+    /// the kernel asks `security.capability` before every write).
     fn count_xattr(&self) {
         self.view
             .stats
@@ -56,6 +60,7 @@ impl WorktreeFs {
         tracker: Option<Arc<Tracker>>,
         passthrough: bool,
         readdirplus: bool,
+        xattrs: bool,
     ) -> WorktreeFs {
         WorktreeFs {
             view,
@@ -63,6 +68,7 @@ impl WorktreeFs {
             no_opendir: false.into(),
             want_passthrough: passthrough,
             want_readdirplus: readdirplus,
+            xattrs,
             passthrough: false.into(),
             backings: Mutex::new(Backings::default()),
         }
@@ -581,6 +587,17 @@ impl WorktreeFs {
                     }),
                     Err(e) => errno("statfs", e),
                 }
+            }
+            // Not served: ENOSYS, once, and the kernel answers EOPNOTSUPP itself from then
+            // on (ENOTSUP would be asked again each time).
+            Op::Setxattr { .. }
+            | Op::Getxattr { .. }
+            | Op::Listxattr { .. }
+            | Op::Removexattr { .. }
+                if !self.xattrs =>
+            {
+                self.count_xattr();
+                Answer::Error(libc::ENOSYS)
             }
             Op::Setxattr { name, value, flags } => {
                 span!("setxattr");

@@ -34,6 +34,8 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// FUSE over io_uring: where the kernel offers it (`auto`), never, or required.
     pub uring: Uring,
+    /// `user.` extended attributes served (each write then costs one more round trip).
+    pub xattrs: bool,
 }
 
 /// A mounted filesystem; `run` serves it until it is unmounted.
@@ -293,7 +295,13 @@ pub fn mount(
             );
         }
     }
-    let fs = WorktreeFs::new(view.clone(), tracker, opts.passthrough, opts.readdirplus);
+    let fs = WorktreeFs::new(
+        view.clone(),
+        tracker,
+        opts.passthrough,
+        opts.readdirplus,
+        opts.xattrs,
+    );
     // Private to the user who mounted it, as FUSE mounts are by default (the kernel lets
     // nobody else in); `--allow-other` lets every user in (each worktree then belongs to
     // the user who created it, and a repository's directory is no more open than the
