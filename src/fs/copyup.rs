@@ -431,9 +431,9 @@ pub(super) fn write_stub(dir: BorrowedFd, origin: &[u8], commit: git2::Oid) -> F
 /// it (0755, or an inherited directory's own; `mkdir` took the daemon's umask off).
 fn own_dir(dir: BorrowedFd, name: &OsStr, uid: u32, gid: u32, perm: u32) -> FsResult<u64> {
     let ino = own(dir, name, uid, gid)?;
-    let fd =
-        beneath::entry(dir, name).map_err(|e| FsError::io("opening a copied-up directory", e))?;
-    beneath::chmod(fd.as_fd(), perm).map_err(|e| FsError::io("chmod", e))?;
+    // By name: the directory was just made here, in the work directory no one else
+    // writes, and is no symlink.
+    beneath::chmod_at(dir, name, perm).map_err(|e| FsError::io("chmod", e))?;
     Ok(ino)
 }
 

@@ -17,10 +17,10 @@ use crate::layout::OPAQUE_MARKER;
 use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::{opened, HandleKind};
 use super::nodes::NodeKind;
-use super::overlay::{Overlay, WtCtx};
+use super::overlay::{Overlay, UpperDir, WtCtx};
 use super::place::Place;
-use super::types::{Caller, Entry, FType, SetAttr};
-use super::view::{check_name, marker, not_supported, View};
+use super::types::{Attr, Caller, Entry, FType, SetAttr};
+use super::view::{check_name, marker, not_supported, ttl_of, View};
 
 /// The owner of a new entry made by `caller` in a directory with attributes `dir`, and
 /// whether it gets the set-group-id bit: as ext4 gives them, the caller's uid, and the
@@ -66,7 +66,7 @@ fn finish_new(
     perm: Option<u32>,
 ) -> FsResult<u64> {
     let fd = beneath::entry(dir, name).map_err(io_err("opening the new entry", name))?;
-    let ino = finish_fd(fd.as_fd(), uid, gid, None)?;
+    let ino = finish_fd(fd.as_fd(), uid, gid, None)?.st_ino;
     if let Some(perm) = perm {
         // By name: the entry was just made here, under `mutate` (no one else changes the
         // upper layer), and is no symlink (those get no mode).
@@ -75,8 +75,9 @@ fn finish_new(
     Ok(ino)
 }
 
-/// As `finish_new`, for the new entry `fd` (an `O_PATH` descriptor or an open file).
-fn finish_fd(fd: BorrowedFd, uid: u32, gid: u32, perm: Option<u32>) -> FsResult<u64> {
+/// As `finish_new`, for the new entry `fd` (an `O_PATH` descriptor or an open file);
+/// returns its attributes.
+fn finish_fd(fd: BorrowedFd, uid: u32, gid: u32, perm: Option<u32>) -> FsResult<beneath::Stat> {
     match beneath::chown(fd, Some(uid), Some(gid)) {
         Ok(()) => {}
         // A daemon that may not chown leaves the owner as it is.
@@ -86,9 +87,17 @@ fn finish_fd(fd: BorrowedFd, uid: u32, gid: u32, perm: Option<u32>) -> FsResult<
     if let Some(perm) = perm {
         beneath::chmod(fd, perm).map_err(|e| FsError::io("chmod of a new entry", e))?;
     }
-    beneath::fstat(fd)
-        .map(|st| st.st_ino)
-        .map_err(|e| FsError::io("fstat of a new entry", e))
+    beneath::fstat(fd).map_err(|e| FsError::io("fstat of a new entry", e))
+}
+
+/// A directory made ready for a new entry (see `View::prepare_create`).
+pub(super) struct Prepared {
+    pub(super) wt: Arc<WtCtx>,
+    /// The parent's upper directory, and its attributes (for the new entry's owner).
+    pub(super) dir: OwnedFd,
+    pub(super) dir_attr: beneath::Stat,
+    /// A whiteout holds the name (a removed base entry's).
+    over_whiteout: bool,
 }
 
 /// Where a new entry is being made (see `View::new_at`).
@@ -101,6 +110,11 @@ pub(super) struct NewAt<'a> {
 }
 
 impl NewAt<'_> {
+    /// Whether the entry is built at its name (not in the work directory, to be renamed).
+    pub(super) fn in_place(&self) -> bool {
+        self.target.is_none()
+    }
+
     /// Puts the entry in place (over a whiteout), or removes what was built on failure.
     pub(super) fn finish(self, built: FsResult<u64>, is_dir: bool) -> FsResult<u64> {
         let Some((dir, name)) = self.target else {
@@ -133,58 +147,88 @@ impl View {
         self.counted_entry(t, ino)
     }
 
-    /// Prepares `(parent, name)` for a new upper entry: the name must be free in the view
-    /// and the parent directory present in the upper layer. Returns the worktree, the
-    /// parent's upper directory and its attributes (for the new entry's owner).
-    pub(super) fn prepare_create(
+    /// As `new_entry`, for an upper entry whose attributes `st` were read after its last
+    /// change (they are not read again).
+    pub(super) fn new_entry_of(
         &self,
         parent: u64,
         name: &OsStr,
-    ) -> FsResult<(Arc<WtCtx>, OwnedFd, beneath::Stat)> {
+        ov: Overlay,
+        st: &beneath::Stat,
+    ) -> FsResult<Entry> {
+        let mut t = self.nodes.write();
+        let (wt, _, _) = t.wt_of(parent)?;
+        t.detach_name(parent, name);
+        let ino = t.insert_entry(parent, name, wt, ov)?;
+        Ok(Entry {
+            attr: Attr::from_stat(ino, st),
+            ttl: ttl_of(&t, ino),
+        })
+    }
+
+    /// Prepares `(parent, name)` for a new upper entry: the name must be free in the view
+    /// and the parent directory present in the upper layer. The parent's upper directory
+    /// is opened and its entry at `name` looked at once, here, for everything the creation
+    /// needs to know of them.
+    pub(super) fn prepare_create(&self, parent: u64, name: &OsStr) -> FsResult<Prepared> {
         check_name(name)?;
-        let mut opened = None;
-        if self.child_state_in(parent, name, &mut opened)?.is_some() {
+        let mut upper = UpperDir::default();
+        let mut dir_attr = None;
+        let in_upper = self
+            .nodes
+            .read()
+            .wt_of(parent)
+            .is_ok_and(|(_, ov, _)| ov.in_upper);
+        if in_upper {
+            let (dir, st) = self.upper_dir_stat(parent)?;
+            upper.fd = Some(dir);
+            dir_attr = Some(st);
+        }
+        if self.child_state_in(parent, name, &mut upper)?.is_some() {
             return Err(FsError::exists(format!(
                 "{} exists",
                 name.to_string_lossy()
             )));
         }
-        self.ensure_upper_dir(parent)?;
-        let dir = match opened {
-            Some(d) => d,
-            None => self.upper_dir(parent)?,
-        };
-        let st = beneath::fstat(dir.as_fd()).map_err(|e| FsError::io("fstat of a directory", e))?;
         let wt = self.nodes.read().wt_of(parent)?.0;
-        Ok((wt, dir, st))
-    }
-
-    /// Where a new entry `name` of the upper directory `dir` is made: at the name itself,
-    /// or, where a whiteout sits (over a removed base entry), built in the work directory
-    /// and installed over it in one rename (`finish`).
-    pub(super) fn new_at<'a>(
-        &self,
-        wt: &'a WtCtx,
-        dir: BorrowedFd<'a>,
-        name: &'a OsStr,
-    ) -> FsResult<NewAt<'a>> {
         // On what the disk holds, not on whether the base has the name: a directory moved
         // (made opaque) keeps the whiteouts it had, for names its base no longer shows.
-        Ok(if wt.whiteouts.at(dir, name) {
+        let (dir, dir_attr, over_whiteout) = match (upper.fd, dir_attr) {
+            (Some(dir), Some(st)) => (dir, st, upper.whiteout_at_name),
+            _ => {
+                self.ensure_upper_dir(parent)?;
+                let (dir, st) = self.upper_dir_stat(parent)?;
+                let over = wt.whiteouts.at(dir.as_fd(), name);
+                (dir, st, over)
+            }
+        };
+        Ok(Prepared {
+            wt,
+            dir,
+            dir_attr,
+            over_whiteout,
+        })
+    }
+
+    /// Where the new entry `name` of a prepared directory is made: at the name itself,
+    /// or, where a whiteout sits (over a removed base entry), built in the work directory
+    /// and installed over it in one rename (`finish`).
+    pub(super) fn new_at<'a>(&self, p: &'a Prepared, name: &'a OsStr) -> NewAt<'a> {
+        if p.over_whiteout {
             NewAt {
-                wt,
-                dir: wt.work_fd.as_fd(),
+                wt: &p.wt,
+                dir: p.wt.work_fd.as_fd(),
                 name: Self::work_tmp("new").into(),
-                target: Some((dir, name)),
+                target: Some((p.dir.as_fd(), name)),
             }
         } else {
             NewAt {
-                wt,
-                dir,
+                wt: &p.wt,
+                dir: p.dir.as_fd(),
                 name: name.into(),
                 target: None,
             }
-        })
+        }
     }
 
     pub fn create(
@@ -197,9 +241,9 @@ impl View {
         caller: Caller,
     ) -> FsResult<(Entry, u64)> {
         let _m = self.mutate.lock();
-        let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
+        let p = self.prepare_create(parent, name)?;
         let extra = flags & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC);
-        let at = self.new_at(&wt, dir.as_fd(), name)?;
+        let at = self.new_at(&p, name);
         let file = File::from(
             beneath::open(
                 at.dir,
@@ -209,13 +253,20 @@ impl View {
             )
             .map_err(io_err("create", name))?,
         );
-        let (uid, gid, _) = new_owner(caller, &dir_attr, false);
-        let perm = file_mode(caller, &dir_attr, mode & !umask);
+        let (uid, gid, _) = new_owner(caller, &p.dir_attr, false);
+        let perm = file_mode(caller, &p.dir_attr, mode & !umask);
         let built = finish_fd(file.as_fd(), uid, gid, Some(perm));
-        let upper_ino = at.finish(built, false)?;
+        // The attributes just read are the file's as the reply gives them, unless a rename
+        // over a whiteout changes its ctime after.
+        let exact = built.as_ref().ok().filter(|_| at.in_place()).copied();
+        let upper_ino = at.finish(built.map(|st| st.st_ino), false)?;
         self.note_child(parent, name);
-        let entry = self.new_entry(parent, name, Overlay::upper(FType::File, upper_ino))?;
-        let fh = self.file_handle(entry.attr.ino, Some(wt), Some(file), None);
+        let ov = Overlay::upper(FType::File, upper_ino);
+        let entry = match exact {
+            Some(st) => self.new_entry_of(parent, name, ov, &st)?,
+            None => self.new_entry(parent, name, ov)?,
+        };
+        let fh = self.file_handle(entry.attr.ino, Some(p.wt.clone()), Some(file), None);
         Ok((entry, fh))
     }
 
@@ -232,12 +283,12 @@ impl View {
             return Err(not_supported("creating a file beside worktrees"));
         }
         let _m = self.mutate.lock();
-        let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
-        let at = self.new_at(&wt, dir.as_fd(), name)?;
+        let p = self.prepare_create(parent, name)?;
+        let at = self.new_at(&p, name);
         beneath::mknod_at(at.dir, &at.name, (mode & libc::S_IFMT) | 0o600, rdev as u64)
             .map_err(io_err("mknod", name))?;
-        let (uid, gid, _) = new_owner(caller, &dir_attr, false);
-        let perm = file_mode(caller, &dir_attr, mode & !umask);
+        let (uid, gid, _) = new_owner(caller, &p.dir_attr, false);
+        let perm = file_mode(caller, &p.dir_attr, mode & !umask);
         let built = finish_new(at.dir, &at.name, uid, gid, Some(perm));
         let upper_ino = at.finish(built, false)?;
         self.note_child(parent, name);
@@ -271,12 +322,12 @@ impl View {
         }
         let _m = self.mutate.lock();
         let base_had_name = self.base_has(parent, name)?;
-        let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
-        let (uid, gid, sgid) = new_owner(caller, &dir_attr, true);
+        let p = self.prepare_create(parent, name)?;
+        let (uid, gid, sgid) = new_owner(caller, &p.dir_attr, true);
         let perm = (mode & !umask & 0o1777) | sgid;
         // Over a whiteout: built in the work directory and put in its place. Where the base
         // has (had) this name, the new directory must hide the base's content: opaque.
-        let at = self.new_at(&wt, dir.as_fd(), name)?;
+        let at = self.new_at(&p, name);
         beneath::mkdir_at(at.dir, &at.name, 0o700).map_err(io_err("mkdir", name))?;
         let opaque = || {
             if !base_had_name {
@@ -303,11 +354,11 @@ impl View {
             return Err(not_supported("creating a symlink beside worktrees"));
         }
         let _m = self.mutate.lock();
-        let (wt, dir, dir_attr) = self.prepare_create(parent, name)?;
-        let at = self.new_at(&wt, dir.as_fd(), name)?;
+        let p = self.prepare_create(parent, name)?;
+        let at = self.new_at(&p, name);
         beneath::symlink_at(target.as_os_str().as_bytes(), at.dir, &at.name)
             .map_err(io_err("symlink", name))?;
-        let (uid, gid, _) = new_owner(caller, &dir_attr, false);
+        let (uid, gid, _) = new_owner(caller, &p.dir_attr, false);
         let built = finish_new(at.dir, &at.name, uid, gid, None);
         let upper_ino = at.finish(built, false)?;
         self.note_child(parent, name);
@@ -341,7 +392,7 @@ impl View {
                 "hard links to directories are not allowed",
             ));
         }
-        let (wt, dir, _) = self.prepare_create(newparent, newname)?;
+        let p = self.prepare_create(newparent, newname)?;
         self.copy_up(ino, true)?;
         let Place::Named {
             dir: from_dir,
@@ -352,7 +403,7 @@ impl View {
             return Err(FsError::not_found("the file to link was removed"));
         };
         self.place(ino)?.fd().map_err(|e| FsError::io("link", e))?;
-        let at = self.new_at(&wt, dir.as_fd(), newname)?;
+        let at = self.new_at(&p, newname);
         let built = beneath::link_at(from_dir.as_fd(), &from_name, at.dir, &at.name)
             .map_err(io_err("link", newname))
             .map(|_| 0);

@@ -21,6 +21,15 @@ use super::types::{Attr, FType};
 use super::view::{View, GITFILE_NAME};
 use crate::beneath;
 
+/// A directory's upper directory as a lookup found it: its descriptor once opened, and
+/// whether a whiteout holds the name looked up (a removed base entry's; a new entry goes
+/// over it in one rename).
+#[derive(Default)]
+pub(super) struct UpperDir {
+    pub(super) fd: Option<OwnedFd>,
+    pub(super) whiteout_at_name: bool,
+}
+
 /// A worktree as the view needs it, built from its row.
 #[derive(Debug)]
 pub struct WtCtx {
@@ -385,19 +394,22 @@ impl View {
         &self,
         wt: &WtCtx,
         dir_ov: &Overlay,
-        dir: &mut Option<OwnedFd>,
+        upper: &mut UpperDir,
         dir_upper: impl FnOnce() -> FsResult<OwnedFd>,
         name: &OsStr,
     ) -> FsResult<Option<Overlay>> {
         let base_listing = self.base_tree_of(wt, dir_ov)?;
         let base_entry = base_listing.as_ref().and_then(|l| l.get(name)).cloned();
         if dir_ov.in_upper {
-            if dir.is_none() {
-                *dir = Some(dir_upper()?);
+            if upper.fd.is_none() {
+                upper.fd = Some(dir_upper()?);
             }
-            let dir = dir.as_ref().expect("just opened");
+            let dir = upper.fd.as_ref().expect("just opened");
             match beneath::stat_at(dir.as_fd(), name) {
-                Ok(st) if wt.whiteouts.is(&st) => return Ok(None),
+                Ok(st) if wt.whiteouts.is(&st) => {
+                    upper.whiteout_at_name = true;
+                    return Ok(None);
+                }
                 Ok(st) => {
                     let ftype = FType::from_mode(st.st_mode);
                     let base = match &base_entry {
@@ -447,15 +459,16 @@ impl View {
         parent: u64,
         name: &OsStr,
     ) -> FsResult<Option<(Option<u64>, Overlay)>> {
-        self.child_state_in(parent, name, &mut None)
+        self.child_state_in(parent, name, &mut UpperDir::default())
     }
 
-    /// As `child_state`; `dir` keeps the parent's upper directory if it was opened.
+    /// As `child_state`; `upper` keeps the parent's upper directory if it was opened, and
+    /// says whether a whiteout holds the name there.
     pub(super) fn child_state_in(
         &self,
         parent: u64,
         name: &OsStr,
-        dir: &mut Option<OwnedFd>,
+        upper: &mut UpperDir,
     ) -> FsResult<Option<(Option<u64>, Overlay)>> {
         let t = self.nodes.read();
         if let Some(ino) = t.child(parent, name) {
@@ -477,7 +490,7 @@ impl View {
         drop(t);
         let dir_upper = || self.upper_dir(parent);
         Ok(self
-            .resolve_child(&wt, &ov, dir, dir_upper, name)?
+            .resolve_child(&wt, &ov, upper, dir_upper, name)?
             .map(|o| (None, o)))
     }
 

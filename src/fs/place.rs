@@ -237,13 +237,19 @@ impl View {
     /// The upper directory that directory node `ino` is, as an `O_PATH` descriptor,
     /// checked as `at_place` checks.
     pub(super) fn upper_dir(&self, ino: u64) -> FsResult<OwnedFd> {
+        self.upper_dir_stat(ino).map(|(fd, _)| fd)
+    }
+
+    /// As `upper_dir`, with the directory's attributes.
+    pub(super) fn upper_dir_stat(&self, ino: u64) -> FsResult<(OwnedFd, beneath::Stat)> {
         self.settled(|| {
             let (wt, rel, expect) = self.nodes.read().dir_spec(ino)?;
             Ok(beneath::dir(wt.upper_fd.as_fd(), &rel).and_then(|fd| {
-                if expect != 0 && beneath::fstat(fd.as_fd())?.st_ino != expect {
+                let st = beneath::fstat(fd.as_fd())?;
+                if expect != 0 && st.st_ino != expect {
                     return Err(stale_io());
                 }
-                Ok(fd)
+                Ok((fd, st))
             }))
         })?
         .map_err(|e| FsError::io(format!("upper directory of inode {ino}"), e))

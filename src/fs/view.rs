@@ -411,7 +411,7 @@ impl View {
                 }
                 let dir_upper = || self.upper_dir(parent);
                 let child = self
-                    .resolve_child(&wt, &ov, &mut None, dir_upper, name)?
+                    .resolve_child(&wt, &ov, &mut Default::default(), dir_upper, name)?
                     .ok_or_else(|| {
                         let mut e =
                             FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()));
