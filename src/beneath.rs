@@ -560,6 +560,37 @@ pub fn link_at(
     })
 }
 
+/// Opens a new file with no name in the directory `dir` (`O_TMPFILE`, with `flags`, the
+/// access mode among them, and mode `mode`).
+pub fn tmpfile(dir: BorrowedFd, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    // SAFETY: a valid descriptor and a NUL-terminated name.
+    owned(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c".".as_ptr(),
+            flags | libc::O_TMPFILE | libc::O_CLOEXEC,
+            mode as libc::mode_t,
+        )
+    })
+}
+
+/// Gives the file `fd` the name `to` in `to_dir`: a link of an `O_TMPFILE` file opened
+/// without `O_EXCL` (any other file with no name left: ENOENT, as the kernel answers).
+/// Through `/proc/self/fd`, which needs no privilege (`AT_EMPTY_PATH` would).
+pub fn link_fd(fd: BorrowedFd, to_dir: BorrowedFd, to: &OsStr) -> io::Result<()> {
+    let (p, b) = (proc_path(fd), name_c(to)?);
+    // SAFETY: a valid descriptor and NUL-terminated paths.
+    check(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            to_dir.as_raw_fd(),
+            b.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+}
+
 /// One entry of a directory listing: its name, its type as `d_type` gives it
 /// (`DT_UNKNOWN` on filesystems that do not fill it), its inode number.
 #[derive(Debug, Clone)]

@@ -1,8 +1,10 @@
-//! Operations on a range of an open file, in a worktree as on the machine's own
-//! filesystem: `fallocate` (allocate, keep size, punch a hole, zero a range; a base file
-//! copied up first), `lseek` to data and to a hole (base, upper and sparse files), and
-//! `copy_file_range` (from a base file and from an upper one). The same script runs in a
-//! view and in a plain directory holding the same files; their outputs must agree.
+//! The operations programs expect beyond the common ones, in a worktree as on the
+//! machine's own filesystem: on a range of an open file, `fallocate` (allocate, keep size,
+//! punch a hole, zero a range; a base file copied up first), `lseek` to data and to a hole
+//! (base, upper and sparse files), and `copy_file_range` (from a base file and from an
+//! upper one); files with no name (`O_TMPFILE`, linked into the tree after); `user.`
+//! attributes. The same script runs in a view and in a plain directory holding the same
+//! files; their outputs must agree.
 
 mod common;
 
@@ -186,5 +188,89 @@ for name in ("trusted.k", "security.k"):
         &m.wt("repo", "x"),
     );
     assert_eq!(kept.trim(), "['user.big']");
+    drop(m);
+}
+
+/// `O_TMPFILE` in a view as on the machine's own filesystem: a file with no name, in a
+/// directory of the base and in a new one, written, then linked into the tree through
+/// `/proc/self/fd` (and linked a second time); with `O_EXCL` no link can name it; one
+/// never linked leaves nothing behind, in the view or in the upper layer.
+#[test]
+fn files_with_no_name_in_a_view_behave_as_on_the_machines_filesystem() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let view = m.wt("repo", "t");
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(plain.path().join("src/lib")).unwrap();
+    for f in ["src/lib/mod.rs", "src/lib/util.rs"] {
+        std::fs::copy(repo.join(f), plain.path().join(f)).unwrap();
+    }
+    let script = r#"
+import errno, os
+out = []
+proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+def link(fd, to):
+    try:
+        os.link(f"self/fd/{fd}", to, src_dir_fd=proc, follow_symlinks=True)
+        return "linked"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+os.mkdir("new")
+for d in ("src/lib", "new"):
+    fd = os.open(d, os.O_TMPFILE | os.O_RDWR, 0o640)
+    os.write(fd, b"made with no name")
+    st = os.fstat(fd)
+    out.append(f"{d}: nlink={st.st_nlink} mode={oct(st.st_mode)} size={st.st_size}")
+    out.append(f"{d}: listed {sorted(os.listdir(d))}")
+    out.append(f"{d}: {link(fd, f'{d}/named')} nlink={os.fstat(fd).st_nlink}")
+    os.write(fd, b", then named")
+    out.append(f"{d}: reads {open(f'{d}/named', 'rb').read()!r}")
+    out.append(f"{d}: again {link(fd, f'{d}/again')} nlink={os.stat(f'{d}/named').st_nlink}")
+    out.append(f"{d}: onto a name {link(fd, f'{d}/named')}")
+    os.close(fd)
+    fd = os.open(d, os.O_TMPFILE | os.O_RDWR | os.O_EXCL, 0o600)
+    out.append(f"{d}: exclusive {link(fd, f'{d}/excl')}")
+    os.close(fd)
+    fd = os.open(d, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    os.write(fd, b"dropped")
+    os.close(fd)
+    out.append(f"{d}: listed at the end {sorted(os.listdir(d))}")
+print("\n".join(out))
+"#;
+    let here = run_ok("python3", &["-c", script], &view);
+    let there = run_ok("python3", &["-c", script], plain.path());
+    assert_eq!(
+        here, there,
+        "in the view:\n{here}\non the machine's filesystem:\n{there}"
+    );
+    assert!(here.contains("src/lib: linked nlink=1"), "{here}");
+    // git sees the named files; the others left nothing, after a remount too.
+    let status = run_ok("git", &["status", "--porcelain", "-uall"], &view);
+    assert_eq!(
+        status, "?? new/again\n?? new/named\n?? src/lib/again\n?? src/lib/named\n",
+        "{status}"
+    );
+    drop(m);
+    let m = env.mount();
+    let listed = run_ok(
+        "find",
+        &["src/lib", "new", "-type", "f"],
+        &m.wt("repo", "t"),
+    );
+    let mut listed: Vec<&str> = listed.lines().collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            "new/again",
+            "new/named",
+            "src/lib/again",
+            "src/lib/mod.rs",
+            "src/lib/named",
+            "src/lib/util.rs"
+        ]
+    );
     drop(m);
 }

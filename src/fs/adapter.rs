@@ -656,6 +656,18 @@ impl WorktreeFs {
                     Err(e) => errno("create", e),
                 }
             }
+            Op::Tmpfile { mode, umask, flags } => {
+                span!("tmpfile");
+                enter!(ino, true);
+                let _change = guard!(ino, "tmpfile");
+                match self.view.tmpfile(ino, mode, umask, flags as i32, caller) {
+                    Ok((e, fh)) => Answer::Create(
+                        entry_out(&e),
+                        Self::opened(fh, self.open_mode(fh, false, device)),
+                    ),
+                    Err(e) => errno("tmpfile", e),
+                }
+            }
             Op::Fallocate {
                 fh,
                 offset,

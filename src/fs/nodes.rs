@@ -391,6 +391,41 @@ impl NodeTable {
         Ok(self.insert_child(parent, name, natural, kind))
     }
 
+    /// Adds a node with no name, an `O_TMPFILE` file made in directory `parent`: unlinked
+    /// from the start, its file `fd` kept until a link names it (`name_nameless`) or the
+    /// kernel forgets it.
+    pub(super) fn insert_nameless(
+        &mut self,
+        parent: u64,
+        natural: u64,
+        kind: NodeKind,
+        fd: OwnedFd,
+    ) -> u64 {
+        let ino = self.assign_ino(natural);
+        let mut node = Node::new(kind, parent, OsStr::new(""), 1);
+        node.unlinked = true;
+        self.nodes.insert(ino, node);
+        self.count.store(self.nodes.len(), Ordering::Relaxed);
+        self.orphans.insert(ino, Arc::new(fd));
+        self.kept.store(self.orphans.len(), Ordering::Relaxed);
+        ino
+    }
+
+    /// Gives node `ino`, which has no name, its first: `(parent, name)` (a link of an
+    /// `O_TMPFILE` file). Its file is found by that name from now on.
+    pub(super) fn name_nameless(&mut self, ino: u64, parent: u64, name: &OsStr) {
+        let Some(node) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.parent = parent;
+        node.name = name.into();
+        node.unlinked = false;
+        self.map_child(parent, name, ino);
+        if self.orphans.remove(&ino).is_some() {
+            self.kept.store(self.orphans.len(), Ordering::Relaxed);
+        }
+    }
+
     /// Gives `ino` the further name `(parent, name)` (a hard link, or a rename of one).
     pub(super) fn add_alias(&mut self, ino: u64, parent: u64, name: &OsStr) {
         self.aliases

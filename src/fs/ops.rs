@@ -270,6 +270,57 @@ impl View {
         Ok((entry, fh))
     }
 
+    /// An `O_TMPFILE` open in directory `parent`: a new file with no name in its upper
+    /// directory, which its node keeps until a link names it or the kernel forgets it. As
+    /// on ext4, `O_EXCL` makes a file no link can name.
+    pub fn tmpfile(
+        &self,
+        parent: u64,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        caller: Caller,
+    ) -> FsResult<(Entry, u64)> {
+        let wt = match self.nodes.read().wt_of(parent) {
+            Ok((_, ov, _)) if ov.ftype != FType::Dir => return Err(FsError::not_dir()),
+            Ok((wt, _, _)) => wt,
+            Err(_) => return Err(not_supported("a file with no name outside a worktree")),
+        };
+        let _m = self.mutate.lock();
+        self.ensure_upper_dir(parent)?;
+        let (dir, dir_attr) = self.upper_dir_stat(parent)?;
+        let extra = flags
+            & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC | libc::O_EXCL);
+        let file = File::from(
+            beneath::tmpfile(dir.as_fd(), libc::O_RDWR | extra, 0o600)
+                .map_err(|e| FsError::io("creating a file with no name", e))?,
+        );
+        let (uid, gid, _) = new_owner(caller, &dir_attr, false);
+        let perm = file_mode(caller, &dir_attr, mode & !umask);
+        let st = finish_fd(file.as_fd(), uid, gid, Some(perm))?;
+        let kept = file
+            .try_clone()
+            .map_err(|e| FsError::io("keeping a file with no name", e))?;
+        let kind = NodeKind::Wt {
+            wt: wt.clone(),
+            ov: Overlay::upper(FType::File, st.st_ino),
+            is_root: false,
+        };
+        // The number is the table's to give: no path names this file.
+        let natural =
+            crate::ino::path_ino(wt.ino_id, format!("\0tmpfile/{}", st.st_ino).as_bytes());
+        let entry = {
+            let mut t = self.nodes.write();
+            let ino = t.insert_nameless(parent, natural, kind, kept.into());
+            Entry {
+                attr: Attr::from_stat(ino, &st),
+                ttl: ttl_of(&t, ino),
+            }
+        };
+        let fh = self.file_handle(entry.attr.ino, Some(wt), Some(file), None);
+        Ok((entry, fh))
+    }
+
     pub fn mknod(
         &self,
         parent: u64,
@@ -394,26 +445,35 @@ impl View {
         }
         let p = self.prepare_create(newparent, newname)?;
         self.copy_up(ino, true)?;
-        let Place::Named {
-            dir: from_dir,
-            name: from_name,
-            ..
-        } = self.place(ino)?
-        else {
-            return Err(FsError::not_found("the file to link was removed"));
-        };
-        self.place(ino)?.fd().map_err(|e| FsError::io("link", e))?;
+        let from = self.place(ino)?;
         let at = self.new_at(&p, newname);
-        let built = beneath::link_at(from_dir.as_fd(), &from_name, at.dir, &at.name)
-            .map_err(io_err("link", newname))
-            .map(|_| 0);
+        let (linked, first_name) = match &from {
+            Place::Named {
+                dir: from_dir,
+                name: from_name,
+                ..
+            } => {
+                from.fd().map_err(|e| FsError::io("link", e))?;
+                let linked = beneath::link_at(from_dir.as_fd(), from_name, at.dir, &at.name);
+                (linked, false)
+            }
+            // A file with no name: an O_TMPFILE one gets its first; any other (removed
+            // while open) cannot be linked, ENOENT as on ext4.
+            Place::Orphan(fd) => (beneath::link_fd(fd.as_fd(), at.dir, &at.name), true),
+            Place::Root(_) => return Err(FsError::not_found("the file to link was removed")),
+        };
+        let built = linked.map_err(io_err("link", newname)).map(|_| 0);
         at.finish(built, false)?;
         self.note_child(newparent, newname);
         self.note_node(ino);
         let mut t = self.nodes.write();
         t.detach_name(newparent, newname);
         if t.contains(ino) {
-            t.add_alias(ino, newparent, newname);
+            if first_name {
+                t.name_nameless(ino, newparent, newname);
+            } else {
+                t.add_alias(ino, newparent, newname);
+            }
         }
         t.count_lookup(ino);
         self.counted_entry(t, ino)

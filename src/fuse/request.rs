@@ -157,6 +157,12 @@ pub enum Op<'a> {
         umask: u32,
         flags: u32,
     },
+    /// An `O_TMPFILE` open: a file with no name in the directory, answered as a create.
+    Tmpfile {
+        mode: u32,
+        umask: u32,
+        flags: u32,
+    },
     Ioctl,
     Fallocate {
         fh: u64,
@@ -470,6 +476,15 @@ pub fn decode<'a>(h: &abi::InHeader, fixed: &'a [u8], rest: &'a [u8]) -> Result<
             let c = a.fixed::<abi::CreateIn>("CREATE")?;
             Op::Create {
                 name: a.name("CREATE name")?,
+                mode: c.mode,
+                umask: c.umask,
+                flags: c.flags,
+            }
+        }
+        opcode::TMPFILE => {
+            let c = a.fixed::<abi::CreateIn>("TMPFILE")?;
+            // The kernel sends the new dentry's placeholder name ("/"); it names nothing.
+            Op::Tmpfile {
                 mode: c.mode,
                 umask: c.umask,
                 flags: c.flags,
