@@ -726,6 +726,23 @@ fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse_from(args);
+    // A command that prints for a reader who may stop reading (`worktreefs list | head
+    // -1`) ends by SIGPIPE as other tools do: Rust ignores the signal, and a print into a
+    // closed pipe would panic. The commands that keep running for something (the daemon,
+    // the MCP server, a run or a turn holding a lease, an unmount's cleanup) keep it
+    // ignored and see the error.
+    if !matches!(
+        cli.command,
+        Command::Mount { .. }
+            | Command::Mcp
+            | Command::Run { .. }
+            | Command::Turn { .. }
+            | Command::Lease(_)
+            | Command::Unmount { .. }
+    ) {
+        // SAFETY: at startup, before any thread is made.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let is_daemon = matches!(
         cli.command,
         Command::Mount {

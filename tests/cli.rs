@@ -1066,3 +1066,40 @@ fn commands_that_change_something_answer_json_and_refusals_are_typed_alike() {
         "{v}"
     );
 }
+
+/// A command whose reader went away (`worktreefs list | head -1`) ends as other tools
+/// do, quietly, by SIGPIPE: no panic message, no exit status 101. Its standard output is
+/// a pipe whose reading end is already closed, so every write fails.
+#[test]
+fn output_into_a_closed_pipe_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let env = Env::new();
+    for i in 0..3 {
+        wtfs_ok(&env.state(), &["new", &format!("repo/p{i}")]);
+    }
+    for cmd in [
+        &["list"][..],
+        &["status"],
+        &["leases"],
+        &["completions", "bash"],
+        &["--help"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(BIN)
+            .arg("--state-dir")
+            .arg(env.state())
+            .args(cmd)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{cmd:?}: {err}");
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+            "{cmd:?}: {:?}; {err}",
+            out.status
+        );
+    }
+}
