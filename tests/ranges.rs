@@ -274,3 +274,32 @@ print("\n".join(out))
     );
     drop(m);
 }
+
+/// A file with no name open for writing is no path git should look at: the fsmonitor's
+/// answer while it is open does not name its directory (which would have git look at
+/// everything below it at each status).
+#[test]
+fn a_file_with_no_name_is_no_path_for_the_fsmonitor() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/t"]);
+    let m = env.mount();
+    let view = m.wt("repo", "t");
+    let control = m.mountpoint.join(".control/fsmonitor");
+    let script = r#"
+import os, sys
+q = sys.argv[1]
+token = open(q + "@none", "rb").read().split(b"\0")[0].decode()
+fd = os.open("src/lib", os.O_TMPFILE | os.O_WRONLY, 0o600)
+os.write(fd, b"written with no name")
+answer = open(q + "@" + token, "rb").read().split(b"\0")[1:]
+os.close(fd)
+print(sorted(p.decode() for p in answer if p))
+"#;
+    let out = run_ok(
+        "python3",
+        &["-c", script, control.join("repo:t").to_str().unwrap()],
+        &view,
+    );
+    assert!(!out.contains("'src/lib/'"), "{out}");
+    drop(m);
+}

@@ -560,7 +560,9 @@ impl NodeTable {
     /// Every path of node `ino` relative to its worktree: its name's, then its hard
     /// links' the table knows (a change to the file is a change at each).
     pub(super) fn rel_paths(&self, ino: u64) -> Vec<Vec<u8>> {
-        let mut out: Vec<Vec<u8>> = self.rel_path(ino).into_iter().collect();
+        // A file made with no name (O_TMPFILE, not linked yet) has no path at all.
+        let named = self.nodes.get(&ino).is_none_or(|n| !n.name.is_empty());
+        let mut out: Vec<Vec<u8>> = self.rel_path(ino).into_iter().filter(|_| named).collect();
         for (p, n) in self.aliases.get(&ino).into_iter().flatten() {
             if let Ok(rel) = self.child_rel_path(*p, n) {
                 out.push(rel);
