@@ -82,6 +82,18 @@ print("\n".join(out))
     )
 }
 
+/// What the Python `script` prints in the view `view`, which must be what it prints in the
+/// plain directory `plain`.
+fn agreeing(script: &str, view: &Path, plain: &Path) -> String {
+    let here = run_ok("python3", &["-c", script], view);
+    let there = run_ok("python3", &["-c", script], plain);
+    assert_eq!(
+        here, there,
+        "in the view:\n{here}\non the machine's filesystem:\n{there}"
+    );
+    here
+}
+
 #[test]
 fn ranges_in_a_view_behave_as_on_the_machines_filesystem() {
     let env = Env::new();
@@ -155,12 +167,7 @@ tryit("set on a symlink", lambda: os.setxattr("link", "user.k", b"v", follow_sym
 tryit("get other namespace", lambda: os.getxattr("new", "trusted.nope"))
 print("\n".join(out))
 "#;
-    let here = run_ok("python3", &["-c", script], &view);
-    let there = run_ok("python3", &["-c", script], plain.path());
-    assert_eq!(
-        here, there,
-        "in the view:\n{here}\non the machine's filesystem:\n{there}"
-    );
+    agreeing(script, &view, plain.path());
     // Never written for a caller, though ext4 lets root write them.
     let refused = run_ok(
         "python3",
@@ -239,12 +246,7 @@ for d in ("src/lib", "new"):
     out.append(f"{d}: listed at the end {sorted(os.listdir(d))}")
 print("\n".join(out))
 "#;
-    let here = run_ok("python3", &["-c", script], &view);
-    let there = run_ok("python3", &["-c", script], plain.path());
-    assert_eq!(
-        here, there,
-        "in the view:\n{here}\non the machine's filesystem:\n{there}"
-    );
+    let here = agreeing(script, &view, plain.path());
     assert!(here.contains("src/lib: linked nlink=1"), "{here}");
     // git sees the named files; the others left nothing, after a remount too.
     let status = run_ok("git", &["status", "--porcelain", "-uall"], &view);
