@@ -133,3 +133,51 @@ fn uring_on_where_the_kernel_has_it_off_is_refused_with_the_way_to_turn_it_on() 
         "{kernel}"
     );
 }
+
+/// The CPUs a process may run on, as /proc/PID/status lists them (`Cpus_allowed_list`).
+fn cpus_allowed(status: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A checkout filter that a read of a base file runs (git's smudge, started by the thread
+/// that answers the read) may run on every CPU the daemon may: over io_uring that thread
+/// is pinned to the caller's CPU, and what it starts must not inherit the pin.
+#[test]
+fn a_filter_run_for_a_read_may_use_every_cpu() {
+    let env = Env::new();
+    let repo = env.repo.path();
+    let seen = env.dir.path().join("filter-cpus");
+    let filter = format!(
+        "sh -c 'grep Cpus_allowed_list /proc/self/status >> {}; tr a-z A-Z'",
+        seen.display()
+    );
+    git(&repo, &["config", "filter.up.smudge", &filter]);
+    git(&repo, &["config", "filter.up.clean", "tr A-Z a-z"]);
+    std::fs::write(repo.join(".gitattributes"), "*.up filter=up\n").unwrap();
+    std::fs::write(repo.join("a.up"), "hello\n").unwrap();
+    std::fs::write(repo.join("b.up"), "world\n").unwrap();
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-qm", "filtered"]);
+    wtfs_ok(&env.state(), &["new", "repo/f"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "f");
+    for cpu in ["0", "1"] {
+        // From each CPU in turn (where there are two), so that each queue serves one.
+        let _ = Command::new("taskset")
+            .args(["-c", cpu, "cat", "a.up", "b.up"])
+            .current_dir(&wt)
+            .output();
+    }
+    assert_eq!(std::fs::read_to_string(wt.join("a.up")).unwrap(), "HELLO\n");
+    let ours = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let lists = std::fs::read_to_string(&seen).unwrap_or_default();
+    assert!(!lists.is_empty(), "the filter never ran");
+    for l in lists.lines() {
+        assert_eq!(cpus_allowed(l), ours, "a filter ran on {l:?}; {}", m.log());
+    }
+    drop(m);
+}

@@ -229,14 +229,15 @@ impl View {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if c.conv.runs_git() {
             let owner = Owner::of(wt.uid, wt.gid);
-            return filters::smudge(&owner, &wt.gitdir, wt.base_tree, &c.path, oid, out).map_err(
-                |e| match e {
-                    filters::RunError::NoSpace(_) => {
-                        std::io::Error::from_raw_os_error(libc::ENOSPC)
-                    }
-                    e => std::io::Error::other(e.to_string()),
-                },
-            );
+            // The filter's processes run on every CPU, not on the one a queue's thread
+            // answering this request is pinned to.
+            let smudged = crate::fuse::uring::unpinned(|| {
+                filters::smudge(&owner, &wt.gitdir, wt.base_tree, &c.path, oid, out)
+            });
+            return smudged.map_err(|e| match e {
+                filters::RunError::NoSpace(_) => std::io::Error::from_raw_os_error(libc::ENOSPC),
+                e => std::io::Error::other(e.to_string()),
+            });
         }
         let blob = crate::git::read_blob(&wt.gitdir, oid)
             .map_err(|e| std::io::Error::other(format!("reading blob {oid}: {}", e.message())))?;

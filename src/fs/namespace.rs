@@ -412,21 +412,25 @@ impl View {
                     caller.uid
                 );
             }
-            create::create_worktree(
-                &self.state,
-                &mut store,
-                &CreateRequest {
-                    repo: &repo,
-                    name: name_s,
-                    base: None,
-                    branch: None,
-                    uid: caller.uid,
-                    gid: caller.gid,
-                    submodules: false,
-                    warm: warm.as_ref(),
-                    progress: None,
-                },
-            )
+            // Its threads and git's processes run on every CPU, not on the one a queue's
+            // thread answering this request is pinned to.
+            crate::fuse::uring::unpinned(|| {
+                create::create_worktree(
+                    &self.state,
+                    &mut store,
+                    &CreateRequest {
+                        repo: &repo,
+                        name: name_s,
+                        base: None,
+                        branch: None,
+                        uid: caller.uid,
+                        gid: caller.gid,
+                        submodules: false,
+                        warm: warm.as_ref(),
+                        progress: None,
+                    },
+                )
+            })
             .map_err(|e| FsError::creation(format!("mkdir {repo}/{name_s}"), e))?;
         }
         self.refresh_catalog(true)
@@ -454,16 +458,19 @@ impl View {
         let path = self.mountpoint.join(&wt.repo).join(&wt.name);
         crate::lifecycle::occupancy::holders_now(&mut store, &row, &path, 0, false)
             .map_err(|e| FsError::store("reading the leases", e))?;
-        let r = request_removal_gated(
-            &self.gate,
-            &|| self.catalog_changed(),
-            &self.state,
-            &mut store,
-            &row,
-            &self.mountpoint,
-            false,
-            &mut |_| {},
-        );
+        // git's processes of the cleanup run on every CPU (see `mkdir_worktree`).
+        let r = crate::fuse::uring::unpinned(|| {
+            request_removal_gated(
+                &self.gate,
+                &|| self.catalog_changed(),
+                &self.state,
+                &mut store,
+                &row,
+                &self.mountpoint,
+                false,
+                &mut |_| {},
+            )
+        });
         self.catalog_changed();
         match r {
             Ok(Outcome::Removed(detail)) => {

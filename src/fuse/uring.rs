@@ -334,22 +334,67 @@ fn signal(stop: &OwnedFd) {
     unsafe { libc::write(stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
 }
 
+thread_local! {
+    /// The CPU a queue's thread is pinned to, and the CPUs it could run on before.
+    static PINNED: std::cell::Cell<Option<(usize, libc::cpu_set_t)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Sets the calling thread's CPUs to `set`.
+fn set_affinity(set: &libc::cpu_set_t) -> std::io::Result<()> {
+    // SAFETY: a valid cpu_set_t of the size given, for the calling thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn pin_to(cpu: usize) {
     // A cpu_set_t holds CPUs below CPU_SETSIZE (1024) only: others are not pinned.
     if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
         return;
     }
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET stays within it (checked above).
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            tracing::debug!(
-                "pinning a FUSE queue thread to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            );
+    // SAFETY: zeroed cpu_set_t are empty sets, filled by the kernel or by CPU_SET within
+    // their size (checked above).
+    let (before, one) = unsafe {
+        let mut before: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut before) != 0 {
+            // Not pinned: `unpinned` could not give its CPUs back.
+            return;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        (before, one)
+    };
+    match set_affinity(&one) {
+        Ok(()) => PINNED.set(Some((cpu, before))),
+        Err(e) => tracing::debug!("pinning a FUSE queue thread to CPU {cpu}: {e}"),
+    }
+}
+
+/// Runs `f` with the calling thread allowed on the CPUs it had before a queue pinned it
+/// (a thread that is no queue's runs `f` as it is), then pins it again: a process or a
+/// thread that `f` starts inherits those CPUs, not the queue's one. Used around what
+/// starts processes or threads while answering a request (a checkout filter, a
+/// worktree's creation).
+pub fn unpinned<T>(f: impl FnOnce() -> T) -> T {
+    let Some((cpu, before)) = PINNED.get() else {
+        return f();
+    };
+    /// Pins the thread again when `f` ends, by a panic too.
+    struct Again(usize);
+    impl Drop for Again {
+        fn drop(&mut self) {
+            pin_to(self.0);
         }
     }
+    if let Err(e) = set_affinity(&before) {
+        tracing::debug!("a FUSE queue thread back on its CPUs: {e}");
+        return f();
+    }
+    let _again = Again(cpu);
+    f()
 }
 
 /// user_data of the entry's command, and of the stop poll.
