@@ -16,6 +16,9 @@
 #            touching 100 files, reading every file cold and warm, a metadata walk,
 #            writing 10,000 small files, sequential write and read of $SEQ_MB MiB, a
 #            compile of a generated C project (make -j2), eight worktrees used at once
+#   deps:    `npm ci` of a typical web app's lockfile (470 packages, npm cache filled once)
+#            and `pip install --no-index` of 42 pinned wheels (a wheelhouse downloaded
+#            once), in a view against a checkout (scripts/bench-data)
 #   checkout: `git checkout` to a commit that differs in $CHECKOUT_FILES files (default
 #            4000) and back, in a view against a checkout
 #   memory:  the daemon's peak RSS with $RSS_WORKTREES worktrees, 10% of each one's files read;
@@ -23,8 +26,8 @@
 #   warm:    `new --warm` with $WARM_FILES inherited files (30,000, 300 MB) against a plain
 #            `new`, `cp -a` and `cp --reflink=auto` of them; the first build in a warm view
 #            against a cold one
-# --quick: 2,000 files, one run per row, 128 MiB, 10 worktrees for the memory row (under
-# two minutes). Prints each median and the ratio. Always unmounts, even on failure.
+# --quick: 2,000 files, one run per row, 128 MiB, 10 worktrees for the memory row (about
+# four minutes). Prints each median and the ratio. Always unmounts, even on failure.
 set -euo pipefail
 trap 'echo "bench.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -40,7 +43,7 @@ while [ $# -gt 0 ]; do
     --runs) RUNS="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -137,6 +140,14 @@ cleanup() {
     done
     unregister_leftovers "$CREPO"
     make -C "$CREPO" -s clean >/dev/null 2>&1
+  fi
+  if [ -d "${DREPO:-/nonexistent}" ]; then
+    for d in "$DREPO"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
+    git -C "$DREPO" worktree prune
+    for b in $(git -C "$DREPO" for-each-ref --format='%(refname:short)' 'refs/heads/'); do
+      [ "$b" = main ] || git -C "$DREPO" branch -q -D "$b" >/dev/null 2>&1
+    done
+    unregister_leftovers "$DREPO"
   fi
   if [ -d "${WREPO:-/nonexistent}" ]; then
     for d in "$WREPO"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
@@ -417,6 +428,63 @@ for ((k = 2; k < ${#cdirs[@]}; k += 2)); do
   [ "${cdirs[k]}" = checkout ] || umount "${cdirs[k+1]}" 2>/dev/null || umount -l "${cdirs[k+1]}"
 done
 
+# Dependencies installed from committed lockfiles, as an agent's first step in a worktree:
+# `npm ci` of a typical web app (scripts/bench-data/webapp: 470 packages) from an npm cache
+# filled once, and `pip install --no-index` of 42 pinned wheels (scripts/bench-data/
+# requirements.txt) from a wheelhouse downloaded once; each side starts without them.
+# Skipped (said so) where npm, or the first download, is not to be had.
+DREPO="$BENCH_DIR/deps"
+DDATA="$top/scripts/bench-data"
+if ! cmp -s "$DREPO/package-lock.json" "$DDATA/webapp/package-lock.json" \
+  || ! cmp -s "$DREPO/requirements.txt" "$DDATA/requirements.txt"; then
+  rm -rf "$DREPO"; mkdir -p "$DREPO"
+  cp "$DDATA/webapp/package.json" "$DDATA/webapp/package-lock.json" "$DDATA/requirements.txt" "$DREPO/"
+  printf 'node_modules/\npydeps/\n' > "$DREPO/.gitignore"
+  git -C "$DREPO" init -q -b main && git -C "$DREPO" add -A && git -C "$DREPO" commit -q -m deps
+fi
+"$BIN" repo add "$DREPO" --name dbench >/dev/null
+"$BIN" new dbench/d >/dev/null
+git -C "$DREPO" worktree add -q --detach "$RUN_DIR/deps-checkout" HEAD
+ddirs=(wtfs "$MNT/dbench/d" checkout "$RUN_DIR/deps-checkout")
+NPM_CACHE="$BENCH_DIR/npm-cache"
+WHEELS="$BENCH_DIR/wheels"
+npm_ok=0
+if command -v npm >/dev/null; then
+  mkdir -p "$RUN_DIR/npm-fill"
+  cp "$DREPO/package.json" "$DREPO/package-lock.json" "$RUN_DIR/npm-fill/"
+  if (cd "$RUN_DIR/npm-fill" && npm ci --cache "$NPM_CACHE" --prefer-offline --ignore-scripts \
+    --no-audit --no-fund --loglevel=error >/dev/null 2>"$RUN_DIR/npm-fill.err"); then
+    npm_ok=1
+  else
+    echo "bench.sh: npm ci row skipped: filling the cache failed: $(tail -1 "$RUN_DIR/npm-fill.err")" >&2
+  fi
+  rm -rf "$RUN_DIR/npm-fill"
+else
+  echo "bench.sh: npm ci row skipped: npm is not installed" >&2
+fi
+pip_ok=0
+if [ -f "$WHEELS/.complete" ] || { mkdir -p "$WHEELS" \
+  && python3 -m pip download -q --only-binary=:all: -r "$DREPO/requirements.txt" -d "$WHEELS" \
+    >/dev/null 2>"$RUN_DIR/pip-fill.err" && touch "$WHEELS/.complete"; }; then
+  pip_ok=1
+else
+  echo "bench.sh: pip row skipped: downloading the wheels failed: $(tail -1 "$RUN_DIR/pip-fill.err")" >&2
+fi
+npm_ci() { (cd "$1" && npm ci --cache "$NPM_CACHE" --offline --ignore-scripts --no-audit --no-fund --loglevel=error); }
+pip_install() {
+  python3 -m pip install -q --no-index --find-links "$WHEELS" -r "$1/requirements.txt" \
+    --target "$1/pydeps" --no-warn-conflicts --disable-pip-version-check
+}
+for i in $(seq 1 "$IO_RUNS"); do
+  for ((k = 0; k < ${#ddirs[@]}; k += 2)); do
+    d="${ddirs[k+1]}"
+    rm -rf "$d/node_modules" "$d/pydeps"
+    sync
+    [ "$npm_ok" = 1 ] && time_cmd "$RUN_DIR/npmci-${ddirs[k]}" npm_ci "$d"
+    [ "$pip_ok" = 1 ] && time_cmd "$RUN_DIR/pipinst-${ddirs[k]}" pip_install "$d"
+  done
+done
+
 # Eight worktrees used at once by eight processes: git status and reading 2,000 files each.
 head -n 2000 "$RUN_DIR/alltracked" > "$RUN_DIR/list2k"
 for j in $(seq 1 8); do
@@ -640,6 +708,8 @@ frow "write 10,000 small files" write10k
 frow "sequential write, $SEQ_MB MiB" seqwrite
 frow "sequential read, $SEQ_MB MiB, warm" seqread
 frow "compile (300 C files, make -j2)" compile
+[ "$npm_ok" = 1 ] && frow "npm ci, 470 packages (cached)" npmci
+[ "$pip_ok" = 1 ] && frow "pip install --no-index, 42 wheels" pipinst
 a=$(median "$RUN_DIR/eight-wtfs"); b=$(median "$RUN_DIR/eight-checkout")
 printf '%-34s %9s ms %9s ms %9s\n' "eight worktrees at once" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
 echo "daemon peak RSS, $RSS_WORKTREES worktrees, 10% of files read in each: $((rss_kb / 1024)) MB (now $((rss_now_kb / 1024)) MB)"
