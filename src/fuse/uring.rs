@@ -461,18 +461,18 @@ fn serve_entry<F: Filesystem>(
             Err(err) if err.raw_os_error() == Some(libc::EINTR) => continue,
             Err(err) => return Err(err),
         }
-        let mut done: Vec<(u64, i32)> = e
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
+        // At most two commands are in flight: the entry's and the stop poll.
+        let (mut entry, mut stopped) = (None, false);
+        for c in e.ring.completion() {
+            if c.user_data() == STOP {
+                stopped = true;
+            } else {
+                entry = Some(c.result());
+            }
+        }
         // The entry's completion before a stop that came with it: a request just given
         // to the entry is answered before the thread ends.
-        done.sort_by_key(|&(what, _)| what == STOP);
-        for (what, res) in done {
-            if what == STOP {
-                return Ok(());
-            }
+        if let Some(res) = entry {
             match res {
                 0 => {
                     registered = true;
@@ -506,6 +506,9 @@ fn serve_entry<F: Filesystem>(
                     return Err(err);
                 }
             }
+        }
+        if stopped {
+            return Ok(());
         }
     }
 }
