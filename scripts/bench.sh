@@ -115,6 +115,17 @@ unregister_leftovers() {
   git -C "$1" config --remove-section "includeIf.gitdir:$gd/worktrees/wtfs-*" >/dev/null 2>&1
   rm -rf "$gd/worktreefs"
 }
+# A side repository of the bench (the C project, the dependencies, the warm source) as it
+# was made: its worktree entries, and every branch but main and those named, gone.
+reset_side_repo() { # reset_side_repo DIR [BRANCH...]
+  local dir="$1" d b; shift
+  for d in "$dir"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
+  git -C "$dir" worktree prune
+  for b in $(git -C "$dir" for-each-ref --format='%(refname:short)' 'refs/heads/'); do
+    case " main $* " in *" $b "*) ;; *) git -C "$dir" branch -q -D "$b" >/dev/null 2>&1 ;; esac
+  done
+  unregister_leftovers "$dir"
+}
 cleanup() {
   set +e
   for o in "$RUN_DIR/ovl" "$RUN_DIR/fovl" "$RUN_DIR/c-overlayfs" "$RUN_DIR/c-fuse-overlayfs"; do
@@ -133,30 +144,11 @@ cleanup() {
   done
   git -C "$REPO" worktree remove --force "$RUN_DIR/lower" >/dev/null 2>&1
   if [ -d "${CREPO:-/nonexistent}" ]; then
-    for d in "$CREPO"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
-    git -C "$CREPO" worktree prune
-    for b in $(git -C "$CREPO" for-each-ref --format='%(refname:short)' 'refs/heads/'); do
-      [ "$b" = main ] || git -C "$CREPO" branch -q -D "$b" >/dev/null 2>&1
-    done
-    unregister_leftovers "$CREPO"
+    reset_side_repo "$CREPO"
     make -C "$CREPO" -s clean >/dev/null 2>&1
   fi
-  if [ -d "${DREPO:-/nonexistent}" ]; then
-    for d in "$DREPO"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
-    git -C "$DREPO" worktree prune
-    for b in $(git -C "$DREPO" for-each-ref --format='%(refname:short)' 'refs/heads/'); do
-      [ "$b" = main ] || git -C "$DREPO" branch -q -D "$b" >/dev/null 2>&1
-    done
-    unregister_leftovers "$DREPO"
-  fi
-  if [ -d "${WREPO:-/nonexistent}" ]; then
-    for d in "$WREPO"/.git/worktrees/*; do [ -d "$d" ] && rm -rf "$d"; done
-    git -C "$WREPO" worktree prune
-    for b in $(git -C "$WREPO" for-each-ref --format='%(refname:short)' 'refs/heads/'); do
-      [ "$b" = main ] || [ "$b" = tracked ] || git -C "$WREPO" branch -q -D "$b" >/dev/null 2>&1
-    done
-    unregister_leftovers "$WREPO"
-  fi
+  [ -d "${DREPO:-/nonexistent}" ] && reset_side_repo "$DREPO"
+  [ -d "${WREPO:-/nonexistent}" ] && reset_side_repo "$WREPO" tracked
   git -C "$REPO" worktree prune
   for b in $(git -C "$REPO" for-each-ref --format='%(refname:short)' 'refs/heads/bench-*'); do
     git -C "$REPO" branch -q -D "$b" >/dev/null 2>&1
