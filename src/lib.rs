@@ -11,7 +11,8 @@
 //! 1  git/, store/,      the repository; the SQLite store;
 //!    layout             the upper layer's format (read through `beneath`)
 //! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
-//!    heap, target, table, fuse (the FUSE protocol), asked
+//!    heap, target, table, fuse (the FUSE protocol), asked, process (/proc, pidfds,
+//!    the tree below a command)
 //! ```
 //!
 //! A module names only modules on a lower floor (`tests/layering.rs` checks it).
@@ -31,6 +32,7 @@ pub mod layout;
 pub mod lease;
 pub mod lifecycle;
 pub mod names;
+pub mod process;
 pub mod report;
 pub mod state;
 pub mod store;

@@ -17,9 +17,10 @@ use worktreefs::git;
 use worktreefs::lease::State;
 use worktreefs::lifecycle::cleanup::keep::KeepPolicy;
 use worktreefs::lifecycle::create::{self, CreateRequest};
-use worktreefs::lifecycle::leftovers;
 use worktreefs::lifecycle::warm;
 use worktreefs::names::{sanitize_name, validate_name};
+use worktreefs::process::supervise::{exit_code, run_below, signal_name, Below, Ended, RunError};
+use worktreefs::process::tree;
 use worktreefs::report;
 use worktreefs::report::shell_word;
 use worktreefs::state::StateDir;
@@ -839,9 +840,9 @@ fn main() -> ExitCode {
                     message,
                     json_to,
                     code: e
-                        .downcast_ref::<SpawnFailed>()
-                        .or_else(|| e.root_cause().downcast_ref::<SpawnFailed>())
-                        .map_or(1, |f| f.code),
+                        .downcast_ref::<RunError>()
+                        .and_then(RunError::shell_code)
+                        .unwrap_or(1),
                 };
                 refusal = Some(&failed);
             }
@@ -870,9 +871,9 @@ fn main() -> ExitCode {
                     ExitCode::from(r.code)
                 }
                 None => ExitCode::from(
-                    e.downcast_ref::<SpawnFailed>()
-                        .or_else(|| e.root_cause().downcast_ref::<SpawnFailed>())
-                        .map_or(1, |f| f.code),
+                    e.downcast_ref::<RunError>()
+                        .and_then(RunError::shell_code)
+                        .unwrap_or(1),
                 ),
             }
         }
@@ -1607,7 +1608,7 @@ fn run_in(cli: Cli, state: &StateDir) -> anyhow::Result<()> {
 fn inside_counts(state: &StateDir) -> impl Fn(&worktreefs::store::WorktreeRow) -> usize {
     let found = match daemon::running_daemon(state) {
         Some(d) if !daemon::detached(state, &d) => {
-            worktreefs::lifecycle::holders::processes_in_worktrees(&worktreefs::target::physical(
+            worktreefs::process::inside::processes_in_worktrees(&worktreefs::target::physical(
                 &d.mountpoint,
             ))
         }
@@ -2314,7 +2315,7 @@ fn acquire_named(
         wait,
         json_to,
     } = *want;
-    let liveness = worktreefs::lifecycle::holders::liveness_for(std::process::id() as i32);
+    let liveness = worktreefs::process::info::liveness_for(std::process::id() as i32);
     let ask = Ask {
         exclusive,
         liveness: &liveness,
@@ -2348,8 +2349,7 @@ fn acquire_named(
                         }
                     }
                 }
-                let command_now =
-                    |pid: i64| worktreefs::lifecycle::holders::command_line(pid as i32);
+                let command_now = |pid: i64| worktreefs::process::info::command_line(pid as i32);
                 let mut r = report::occupied(
                     repo,
                     name,
@@ -2623,12 +2623,12 @@ fn cmd_run(
         // than it and its ancestors holds the worktree. The daemon's first request from
         // it finds the row and watches it; the sweeper watches it if a shell inside covers
         // it, or sweeps it if this process dies before entering.
-        let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
+        let me = worktreefs::process::info::proc_info(std::process::id() as i32)
             .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
         let lease = worktreefs::store::NewLease::Process {
             pid: me.pid,
             start: me.start,
-            command: worktreefs::lifecycle::holders::command_line(me.pid).unwrap_or(me.command),
+            command: worktreefs::process::info::command_line(me.pid).unwrap_or(me.command),
         };
         acquire_named(
             state,
@@ -2646,7 +2646,7 @@ fn cmd_run(
     }
     // Entering the worktree and reading its .git file makes this process a lease holder
     // (the daemon notices when it exits, however it exits); the command runs below it.
-    let status = run_below(&dir, command, None)
+    let status = run_below(&dir, command, Below::Run)
         .map(|ended| ended.status)
         .with_context(|| format!("in {} (state {})", dir.display(), row.state));
     if let Some(lease) = named {
@@ -2699,7 +2699,7 @@ fn end_own_turn(
     state: &StateDir,
     store: &mut Store,
     id: i64,
-    me: &worktreefs::lifecycle::holders::ProcInfo,
+    me: &worktreefs::process::info::ProcInfo,
     reason: &str,
 ) -> anyhow::Result<bool> {
     // The lease it took goes with the turn, in the same transaction.
@@ -2715,7 +2715,8 @@ fn cmd_turn(
     command: &[String],
 ) -> anyhow::Result<()> {
     use worktreefs::lifecycle::turns::writers_inside;
-    use worktreefs::store::{Liveness, NewLease, NewTurn, TurnError};
+    use worktreefs::process::info::Liveness;
+    use worktreefs::store::{NewLease, NewTurn, TurnError};
     let (repo, name) = split_target(target)?;
     worktreefs::lease::validate_session(ask.session).map_err(|e| anyhow!(e))?;
     let mut store = open_store(state)?;
@@ -2730,9 +2731,9 @@ fn cmd_turn(
     };
     same_pid_namespace(&daemon).map_err(|e| plain("other-namespace", e.to_string()))?;
     let dir = daemon.mountpoint.join(repo).join(name);
-    let me = worktreefs::lifecycle::holders::proc_info(std::process::id() as i32)
+    let me = worktreefs::process::info::proc_info(std::process::id() as i32)
         .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
-    let liveness = worktreefs::lifecycle::holders::liveness_for(me.pid);
+    let liveness = worktreefs::process::info::liveness_for(me.pid);
     let started = std::time::Instant::now();
     let deadline = ask.wait.map(|s| {
         started
@@ -2880,7 +2881,7 @@ fn cmd_turn(
         });
     }
     let limit = ask.timeout.map(Duration::from_secs);
-    let ended = run_below(&dir, command, Some(limit));
+    let ended = run_below(&dir, command, Below::Turn { limit });
     let why = match &ended {
         Ok(Ended {
             ended_with: Some(sig),
@@ -2913,7 +2914,7 @@ fn cmd_turn(
         let how = match sig {
             libc::SIGKILL => format!(
                 "SIGKILL, {} s after a SIGTERM it ignored",
-                leftovers::KILL_AFTER.as_secs()
+                tree::KILL_AFTER.as_secs()
             ),
             _ => signal_name(sig).to_string(),
         };
@@ -3008,15 +3009,6 @@ fn write_report(v: &serde_json::Value) {
 /// What `turn` exits with when its command ran past `--timeout` (timeout(1)'s code).
 const EXIT_TIMED_OUT: i32 = 124;
 
-/// SIGTERM, SIGKILL: the names `turn --timeout` reports.
-fn signal_name(sig: libc::c_int) -> &'static str {
-    match sig {
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGKILL => "SIGKILL",
-        _ => "a signal",
-    }
-}
-
 /// `turns end`: SIGTERM to the running turn's process, then waits for its turn to end.
 fn cmd_turn_end(
     state: &StateDir,
@@ -3070,8 +3062,8 @@ fn cmd_turn_end(
             .and_then(|v| v.into_iter().find(|t| t.worktree_id == row.id))
             .is_some_and(|t| (t.pid, t.pid_start) == key)
     };
-    if worktreefs::lifecycle::holders::liveness(turn.pid, turn.pid_start)
-        == worktreefs::store::Liveness::Gone
+    if worktreefs::process::info::liveness(turn.pid, turn.pid_start)
+        == worktreefs::process::info::Liveness::Gone
     {
         // Its process is gone already: the gate opens now.
         store.end_turn(
@@ -3082,7 +3074,7 @@ fn cmd_turn_end(
     } else {
         // Through a pidfd of the recorded process (its start time checked after the pidfd
         // is open), so a pid reused meanwhile is never signalled.
-        match worktreefs::lifecycle::holders::signal(turn.pid, turn.pid_start, libc::SIGTERM) {
+        match worktreefs::process::pidfd::signal(turn.pid, turn.pid_start, libc::SIGTERM) {
             Ok(_) => {} // gone meanwhile: the turn ends below
             Err(e) => {
                 return Err(not(
@@ -3235,225 +3227,12 @@ fn same_pid_namespace(daemon: &daemon::Holder) -> anyhow::Result<()> {
     )
 }
 
-/// Runs `command` in `dir` and waits for it, as system(3) does: a Ctrl-C at the terminal
-/// reaches the command and this process lives to release what it took; a SIGTERM or
-/// SIGHUP sent to this process is passed on to the command (unless this process was
-/// started ignoring it, as under `nohup`: then the command ignores it too). `turn`: the
-/// command is killed if this process dies first (a turn's command never outlives its
-/// turn), and what it leaves running stays in this process's tree (a subreaper) while it
-/// runs; with a limit, the command and what runs below it get SIGTERM once it has run
-/// that long and SIGKILL [`leftovers::KILL_AFTER`] later if it is still there. A command that cannot be started is an
-/// error naming it (exit 127 or 126).
-///
-/// `turn`: None for `run`; Some(limit) for a turn.
-fn run_below(
-    dir: &Path,
-    command: &[String],
-    turn: Option<Option<Duration>>,
-) -> anyhow::Result<Ended> {
-    let limit = turn.flatten();
-    let turn = turn.is_some();
-    std::env::set_current_dir(dir).with_context(|| format!("entering {}", dir.display()))?;
-    let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
-    // SAFETY: signal(2) and sigaction queries; the handler only loads an atomic and calls
-    // kill(2), and the pre_exec closure only calls signal(2), prctl(2) and getppid(2), all
-    // async-signal-safe.
-    let ignored = |sig| unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
-    };
-    let forward: Vec<libc::c_int> = [libc::SIGTERM, libc::SIGHUP]
-        .into_iter()
-        .filter(|s| !ignored(*s))
-        .collect();
-    let old = unsafe {
-        (
-            libc::signal(libc::SIGINT, libc::SIG_IGN),
-            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-        )
-    };
-    let parent = std::process::id() as libc::pid_t;
-    let mut cmd = std::process::Command::new(&command[0]);
-    cmd.args(&command[1..]);
-    let restore = forward.clone();
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-            libc::signal(libc::SIGINT, old.0);
-            libc::signal(libc::SIGQUIT, old.1);
-            for s in &restore {
-                libc::signal(*s, libc::SIG_DFL);
-            }
-            if turn {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if libc::getppid() != parent {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-            }
-            Ok(())
-        });
-    }
-    if turn {
-        // SAFETY: plain prctl on this process.
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
-    }
-    let restore_all = || unsafe {
-        libc::signal(libc::SIGINT, old.0);
-        libc::signal(libc::SIGQUIT, old.1);
-    };
-    // The timeout's thread before the command: a timeout that could not be kept (no
-    // thread to be had) starts nothing.
-    let timer = match turn.then(|| leftovers::Timer::new(limit)).transpose() {
-        Ok(t) => t,
-        Err(e) => {
-            restore_all();
-            bail!("starting the timeout's thread: {e}; nothing was started");
-        }
-    };
-    let child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            if let Some(t) = timer {
-                t.stop();
-            }
-            restore_all();
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            return Err(anyhow::Error::new(SpawnFailed { code })
-                .context(format!("starting {}: {e}", command[0])));
-        }
-    };
-    let pid = child.id() as libc::pid_t;
-    FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
-    if turn {
-        // A pidfd for each process of a large tree at its end: this process's own
-        // descriptor limit raised to its hard one (the command kept the limit it had).
-        use nix::sys::resource::{getrlimit, setrlimit, Resource};
-        if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-            if soft < hard {
-                let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-            }
-        }
-    }
-    if let Some(t) = &timer {
-        t.started(pid, &FORWARD_TO);
-    }
-    let mut before = Vec::new();
-    for s in &forward {
-        // SAFETY: installing a handler that is async-signal-safe (see above).
-        before.push((*s, unsafe {
-            libc::signal(*s, forward_signal as *const () as libc::sighandler_t)
-        }));
-    }
-    let status = wait_for(pid, turn);
-    let ended_with = timer.and_then(leftovers::Timer::stop);
-    if turn {
-        // What the command left running (adopted here) ends with the turn.
-        let left = leftovers::end_all(Duration::from_secs(2), Duration::from_secs(5));
-        if !left.is_empty() {
-            eprintln!(
-                "worktreefs: processes the turn's command left running could not all be ended: {}",
-                left.iter()
-                    .map(|p| p.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-    }
-    for (s, h) in before {
-        // SAFETY: putting back the disposition found.
-        unsafe { libc::signal(s, h) };
-    }
-    restore_all();
-    drop(child);
-    let status = status.with_context(|| format!("waiting for {}", command[0]))?;
-    Ok(Ended { status, ended_with })
-}
-
-/// How a command run by [`run_below`] ended.
-struct Ended {
-    status: std::process::ExitStatus,
-    /// The signal its timeout sent last (SIGTERM, or SIGKILL after it), if it ran past it.
-    ended_with: Option<libc::c_int>,
-}
-
-/// Waits for child `pid` to exit; stops passing signals on to it before it is reaped (so
-/// none reaches a process that reused its pid); with `reap_others`, reaps every other
-/// child that ends meanwhile (a subreaper adopts orphans: they must not pile up as
-/// zombies).
-fn wait_for(pid: libc::pid_t, reap_others: bool) -> std::io::Result<std::process::ExitStatus> {
-    loop {
-        // SAFETY: waitid writes only `info`.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let (idtype, id) = match reap_others {
-            true => (libc::P_ALL, 0),
-            false => (libc::P_PID, pid as libc::id_t),
-        };
-        let r = unsafe { libc::waitid(idtype, id, &mut info, libc::WEXITED | libc::WNOWAIT) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Err(e);
-        }
-        // SAFETY: waitid filled in a child's siginfo.
-        let who = unsafe { info.si_pid() };
-        if who == pid {
-            FORWARD_TO.store(0, std::sync::atomic::Ordering::SeqCst);
-        }
-        let mut status = 0;
-        // SAFETY: waitpid writes only `status`; `who` has exited (not yet reaped).
-        let r = unsafe { libc::waitpid(who, &mut status, 0) };
-        if who == pid && r == pid {
-            return Ok(std::os::unix::process::ExitStatusExt::from_raw(status));
-        }
-    }
-}
-
-/// A command that could not be started: exit 127 (not found) or 126 (not executable), as
-/// shells do.
-#[derive(Debug)]
-struct SpawnFailed {
-    code: u8,
-}
-
-impl std::fmt::Display for SpawnFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}", self.code)
-    }
-}
-
-impl std::error::Error for SpawnFailed {}
-
-/// The command a SIGTERM or SIGHUP to this process is passed on to (0: none).
-static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
-
-extern "C" fn forward_signal(sig: libc::c_int) {
-    let pid = FORWARD_TO.load(std::sync::atomic::Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill(2) is async-signal-safe.
-        unsafe { libc::kill(pid, sig) };
-        // A turn's command that ignores it is killed a little later (`turn` only).
-        leftovers::on_signal();
-    }
-}
-
 /// Exits with the command's status: its code, or 128 + the signal that ended it.
 fn exit_as(status: std::process::ExitStatus) -> anyhow::Result<()> {
     match exit_code(status) {
         0 => Ok(()),
         code => std::process::exit(code),
     }
-}
-
-/// A command's status as a shell gives it: its code, or 128 + the signal that ended it.
-fn exit_code(status: std::process::ExitStatus) -> i32 {
-    status.code().unwrap_or_else(|| {
-        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-    })
 }
 
 fn add_repo(

@@ -376,7 +376,7 @@ impl Server {
                     if turn {
                         // What runs below the turn, before the turn (whose end would
                         // hand it to init).
-                        for p in worktreefs::lifecycle::leftovers::below(pid.as_raw()) {
+                        for p in worktreefs::process::tree::below(pid.as_raw()) {
                             p.signal(libc::SIGKILL);
                         }
                     }
@@ -1016,7 +1016,7 @@ static RUNNING: std::sync::Mutex<Vec<(u32, OwnedFd)>> = std::sync::Mutex::new(Ve
 impl Running {
     /// `pid`: a child just spawned, not yet waited for (its pidfd is surely its own).
     fn add(pid: u32) -> Running {
-        if let Some(fd) = worktreefs::lifecycle::holders::pidfd_open(pid as i32) {
+        if let Some(fd) = worktreefs::process::pidfd::pidfd_open(pid as i32) {
             RUNNING
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -1031,7 +1031,7 @@ impl Running {
         let send = |sig| {
             let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
             for (_, fd) in running.iter() {
-                let _ = worktreefs::lifecycle::holders::pidfd_signal(fd, sig);
+                let _ = worktreefs::process::pidfd::pidfd_signal(fd, sig);
             }
             running.len()
         };
@@ -1047,8 +1047,8 @@ impl Running {
         }
         for (pid, fd) in RUNNING.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             // Only below a turn still there (its pid is its own, not yet reaped).
-            if !worktreefs::lifecycle::leftovers::has_exited(fd) {
-                for p in worktreefs::lifecycle::leftovers::below(*pid as libc::pid_t) {
+            if !worktreefs::process::tree::has_exited(fd) {
+                for p in worktreefs::process::tree::below(*pid as libc::pid_t) {
                     p.signal(libc::SIGKILL);
                 }
             }

@@ -18,6 +18,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("layout", 1),
     ("lease", 0),
     ("names", 0),
+    ("process", 0),
     ("table", 0),
     ("target", 0),
     ("fuse", 0),

@@ -422,9 +422,7 @@ fn stale_creations(store: &Store, out: &mut Vec<Check>) {
     let rows = store.creations().unwrap_or_default();
     let gone: Vec<String> = rows
         .iter()
-        .filter(|c| {
-            crate::lifecycle::holders::proc_info(c.pid).is_none_or(|p| p.start != c.pid_start)
-        })
+        .filter(|c| crate::process::info::proc_info(c.pid).is_none_or(|p| p.start != c.pid_start))
         .map(|c| format!("{} (pid {})", c.name, c.pid))
         .collect();
     if gone.is_empty() {

@@ -247,7 +247,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             Err(e) => tracing::error!("boot reconcile: rolling back creations failed: {e:#}"),
         }
         // Turns whose process died while no daemon watched: their gates open.
-        match store.end_dead_turns(&crate::lifecycle::holders::liveness) {
+        match store.end_dead_turns(&crate::process::info::liveness) {
             Ok(ended) if !ended.is_empty() => {
                 tracing::info!(
                     "boot reconcile: {} turn(s) of dead processes ended",

@@ -83,16 +83,17 @@ pub fn unmount(
     }
     // Each named with where it is: `1234 (bash) in repo/task-1 (working directory)`, and
     // whether it is the shell (or another ancestor) of the command asking.
-    use crate::lifecycle::holders;
-    let ours = holders::liveness_for(std::process::id() as i32);
+    use crate::process;
+    let ours = process::info::liveness_for(std::process::id() as i32);
     let mut yours = false;
-    let inside: Vec<String> = holders::processes_in_worktrees(&mountpoint)
+    let inside: Vec<String> = process::inside::processes_in_worktrees(&mountpoint)
         .into_iter()
         .map(|(pid, place, how)| {
-            let mine = holders::proc_info(pid)
-                .is_some_and(|p| ours(pid as i64, p.start as i64) == crate::store::Liveness::Ours);
+            let mine = process::info::proc_info(pid).is_some_and(|p| {
+                ours(pid as i64, p.start as i64) == crate::process::info::Liveness::Ours
+            });
             yours |= mine;
-            let command = crate::lifecycle::holders::command_line(pid).unwrap_or_default();
+            let command = crate::process::info::command_line(pid).unwrap_or_default();
             let place = match place.as_str() {
                 "/" => "the mount's top".to_string(),
                 "?" => "a worktree".to_string(),

@@ -273,7 +273,7 @@ pub fn create_worktree(
     // Killed at any point from here, the next mount or the next creation of this name
     // rolls back exactly these (`roll_back_creation`).
     let gitdir = git::common_dir(&repo);
-    let me = crate::lifecycle::holders::proc_info(std::process::id() as i32);
+    let me = crate::process::info::proc_info(std::process::id() as i32);
     let mut record = CreationRow {
         worktree_id: 0,
         repo_id: repo_row.id,
@@ -630,7 +630,7 @@ pub(super) fn creator_alive(c: &CreationRow) -> bool {
     if c.pid == std::process::id() as i32 {
         return false;
     }
-    crate::lifecycle::holders::proc_info(c.pid)
+    crate::process::info::proc_info(c.pid)
         .is_some_and(|p| p.start == c.pid_start || c.pid_start == 0)
 }
 
@@ -638,7 +638,7 @@ pub(super) fn creator_alive(c: &CreationRow) -> bool {
 /// record as it now stands, or None when someone else took it or it is gone.
 pub(super) fn claim(store: &mut Store, c: &CreationRow) -> rusqlite::Result<Option<CreationRow>> {
     let me = std::process::id() as i32;
-    let start = crate::lifecycle::holders::proc_info(me)
+    let start = crate::process::info::proc_info(me)
         .map(|p| p.start)
         .unwrap_or(0);
     Ok(store.claim_creation(c, me, start)?.then(|| CreationRow {

@@ -11,7 +11,6 @@ pub mod create;
 pub mod fork;
 pub mod gate;
 pub mod holders;
-pub mod leftovers;
 pub mod occupancy;
 pub mod restore;
 pub mod submodules;

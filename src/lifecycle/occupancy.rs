@@ -8,8 +8,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::lifecycle::holders;
-use crate::store::{LeaseRow, Liveness, Store, WorktreeRow};
+use crate::process;
+use crate::process::info::Liveness;
+use crate::store::{LeaseRow, Store, WorktreeRow};
 
 /// How long a command waits for the daemon to release the leases of holders that are
 /// gone or have left, before it names them anyway: the daemon's last close lets go of a
@@ -74,7 +75,7 @@ fn look(
     path: &Path,
     me: i32,
 ) -> rusqlite::Result<(Vec<Holder>, bool)> {
-    let liveness = holders::liveness_for(me);
+    let liveness = process::info::liveness_for(me);
     let mut out = Vec::new();
     let mut lease_pids = Vec::new();
     for l in store
@@ -102,7 +103,7 @@ fn look(
             live => {
                 // Alive, and none of its process tree inside: the daemon's last close
                 // lets it go.
-                let left = holders::tree_inside(pid as i32, path) == Some(false);
+                let left = process::inside::tree_inside(pid as i32, path) == Some(false);
                 (live == Liveness::Ours, None, left)
             }
         };
@@ -115,10 +116,10 @@ fn look(
         });
     }
     let ours = |pid: i64| {
-        holders::proc_info(pid as i32)
+        process::info::proc_info(pid as i32)
             .is_some_and(|p| liveness(pid, p.start as i64) == Liveness::Ours)
     };
-    for pid in holders::processes_inside(path, 0) {
+    for pid in process::inside::processes_inside(path, 0) {
         let pid = pid as i64;
         if lease_pids.contains(&pid) {
             continue;
@@ -157,7 +158,7 @@ pub fn refusal(
     let mut releases = Vec::new();
     let mut any_process = false;
     for h in held {
-        let command = h.pid.and_then(|p| holders::command_line(p as i32));
+        let command = h.pid.and_then(|p| process::info::command_line(p as i32));
         let named = match (&h.lease, h.pid) {
             (Some(l), _) => holder_name(l, command.as_deref()),
             (None, Some(pid)) => format!("pid {pid} ({})", command.as_deref().unwrap_or("?")),

@@ -194,7 +194,7 @@ pub fn restore_worktree(
         }
     };
 
-    let me = crate::lifecycle::holders::proc_info(std::process::id() as i32);
+    let me = crate::process::info::proc_info(std::process::id() as i32);
     let mut record = CreationRow {
         worktree_id: 0,
         repo_id: repo_row.id,

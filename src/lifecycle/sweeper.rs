@@ -121,10 +121,10 @@ pub fn spawn(
                 // second of the death, however it died).
                 let running = view.running_turns();
                 if running.iter().any(|t| {
-                    crate::lifecycle::holders::liveness(t.pid, t.pid_start)
-                        == crate::store::Liveness::Gone
+                    crate::process::info::liveness(t.pid, t.pid_start)
+                        == crate::process::info::Liveness::Gone
                 }) {
-                    match store.end_dead_turns(&crate::lifecycle::holders::liveness) {
+                    match store.end_dead_turns(&crate::process::info::liveness) {
                         Ok(ended) => {
                             for t in &ended {
                                 tracing::info!(

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::lifecycle::holders;
+use crate::process;
 use crate::store::TurnRow;
 
 /// The running turns, by worktree.
@@ -222,14 +222,14 @@ impl Turns {
         };
         let root = (turn.pid, turn.pid_start);
         let tid = tid as i32;
-        let why = match holders::descends_from(tid, root) {
+        let why = match process::info::descends_from(tid, root) {
             Ok(true) => return Ok(()),
             Ok(false) => "outside its process tree".to_string(),
             Err(e) => format!("which cannot be told to be inside its process tree ({e})"),
         };
-        let pid = holders::tgid_of(tid).unwrap_or(tid);
+        let pid = process::info::tgid_of(tid).unwrap_or(tid);
         // Its name from `stat` (`cmdline` would wait for the process's memory map).
-        let command = holders::proc_info(pid)
+        let command = process::info::proc_info(pid)
             .map(|p| p.command)
             .unwrap_or_default();
         let first = match self.running.read().get(&worktree_id) {
@@ -268,7 +268,7 @@ pub fn writers_inside(dir: &Path, skip: i32) -> Vec<Writer> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| *pid != skip && *pid != me);
     for pid in pids {
-        let command = || holders::command_line(pid).unwrap_or_default();
+        let command = || process::info::command_line(pid).unwrap_or_default();
         if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             for e in rd.flatten() {
                 let Ok(target) = std::fs::read_link(e.path()) else {
@@ -294,7 +294,7 @@ pub fn writers_inside(dir: &Path, skip: i32) -> Vec<Writer> {
         }
         if let Ok(maps) = std::fs::read(format!("/proc/{pid}/maps")) {
             for line in maps.split(|b| *b == b'\n') {
-                if let Some(path) = holders::shared_writable_below(line, dir) {
+                if let Some(path) = process::inside::shared_writable_below(line, dir) {
                     out.push(Writer {
                         pid,
                         command: command(),
@@ -339,8 +339,8 @@ mod tests {
 
     #[test]
     fn the_gate_refuses_only_outsiders_of_a_guarded_turn() {
-        let me = holders::proc_info(std::process::id() as i32).unwrap();
-        let parent = holders::proc_info(me.ppid).unwrap();
+        let me = process::info::proc_info(std::process::id() as i32).unwrap();
+        let parent = process::info::proc_info(me.ppid).unwrap();
         let turns = Turns::default();
         // Nothing running, or not guarded: everyone may.
         assert!(turns.may_change(1, me.pid as u32).is_ok());

@@ -1,6 +1,7 @@
 //! Leases and the lifecycle transitions they drive, each in one transaction, and the
 //! event log.
 
+use crate::process::info::Liveness;
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
@@ -132,18 +133,6 @@ pub struct Occupant {
     pub lease: LeaseRow,
     /// Why its process could not be checked (then it counts: refusals fail closed).
     pub unchecked: Option<String>,
-}
-
-/// A process holder, as the one asking for a lease sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Liveness {
-    /// The one asking, or one of its ancestors: not somebody else.
-    Ours,
-    Alive,
-    /// Exited (or its pid names another process now): it holds nothing.
-    Gone,
-    /// Cannot be told; why.
-    Unknown(String),
 }
 
 /// What a named acquisition asks, besides the lease.

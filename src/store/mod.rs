@@ -33,7 +33,7 @@ pub use cleanup::{BeginError, RetainedRow};
 pub use creations::{BeginCreation, CreationRow};
 pub use events::EventQueue;
 pub use kept::{KeptRow, NewKept, PURGED, RESTORED};
-pub use leases::{Ask, EventRow, LeaseColumns, LeaseError, LeaseRow, Liveness, NewLease, Occupant};
+pub use leases::{Ask, EventRow, LeaseColumns, LeaseError, LeaseRow, NewLease, Occupant};
 use schema::MIGRATIONS;
 pub use turns::{NewTurn, TurnError, TurnRow};
 pub use warm::{NewWarm, WarmRow};
@@ -223,6 +223,7 @@ pub fn describe_open_error(state_dir: &Path, e: &rusqlite::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::info::Liveness;
 
     #[test]
     fn migrations_run_once_and_reopen_is_idempotent() {

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::leases::{event, release_in, state_of};
 use super::*;
-use crate::store::Liveness;
+use crate::process::info::Liveness;
 
 /// A turn to begin.
 #[derive(Debug, Clone)]

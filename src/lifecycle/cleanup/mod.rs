@@ -486,7 +486,7 @@ fn request_removal_then(
             "worktree {label} is being cleaned up right now; try again in a moment"
         ))
     })?;
-    let inside = crate::lifecycle::holders::describe_processes_inside(&t.path);
+    let inside = crate::process::inside::describe_processes_inside(&t.path);
     if !inside.is_empty() {
         return Err(RequestError::Busy(format!(
             "worktree {label} is in use by {}; those processes must leave it first",

@@ -16,7 +16,8 @@ use std::collections::HashSet;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use super::holders::{is_zombie, pidfd_open, pidfd_signal, proc_info};
+use super::info::{is_zombie, proc_info};
+use super::pidfd::{pidfd_open, pidfd_signal};
 
 /// One process below this one.
 pub struct Proc {

@@ -1,0 +1,184 @@
+//! A process as `/proc` shows it: its start time (which tells it from a later process
+//! given the same pid), its parent, its command line, and whether it is still there.
+
+use std::fs;
+
+use super::pidfd::pidfd_open;
+
+/// A process as /proc shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub pid: i32,
+    pub ppid: i32,
+    /// Start time in clock ticks since boot (field 22 of /proc/<pid>/stat).
+    pub start: u64,
+    pub command: String,
+}
+
+/// Reads /proc/<pid>/stat. The command may hold spaces and parentheses, so fields are
+/// counted from the last ')'.
+pub fn proc_info(pid: i32) -> Option<ProcInfo> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &stat)
+}
+
+/// How the holder of a process lease `(pid, start)` stands for the process `me` asking
+/// for a lease: [`Liveness::Ours`] when it is `me` or one of its ancestors (`cd wt &&
+/// worktreefs run --exclusive …` is not refused for its own shell).
+pub fn liveness_for(me: i32) -> impl Fn(i64, i64) -> Liveness {
+    use Liveness;
+    let mut ours = Vec::new();
+    let mut cur = proc_info(me);
+    while let Some(p) = cur.filter(|_| ours.len() < 64) {
+        ours.push((p.pid as i64, p.start as i64));
+        cur = if p.ppid > 0 { proc_info(p.ppid) } else { None };
+    }
+    move |pid, start| {
+        if ours.contains(&(pid, start)) {
+            return Liveness::Ours;
+        }
+        liveness(pid, start)
+    }
+}
+
+/// How the process `(pid, start)` stands: alive, gone (exited, or its pid names another
+/// process now), or unknown (why), for anyone asking.
+pub fn liveness(pid: i64, start: i64) -> Liveness {
+    use Liveness;
+    let path = format!("/proc/{pid}/stat");
+    match fs::read_to_string(&path) {
+        Ok(stat) => match parse_stat(pid as i32, &stat) {
+            // A zombie has exited: it holds nothing, whether or not it was reaped yet.
+            Some(p) if p.start as i64 == start && is_zombie(&stat) => Liveness::Gone,
+            Some(p) if p.start as i64 == start => Liveness::Alive,
+            Some(_) => Liveness::Gone,
+            None => Liveness::Unknown(format!("{path} cannot be parsed")),
+        },
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            // /proc may hide it (hidepid, another pid namespace): the kernel says.
+            // SAFETY: signal 0 only checks that the process exists.
+            if unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+            {
+                Liveness::Unknown(format!("pid {pid} exists but {path} cannot be read"))
+            } else {
+                Liveness::Gone
+            }
+        }
+        Err(e) => Liveness::Unknown(format!("reading {path}: {e}")),
+    }
+}
+
+/// Whether the thread `tid` belongs to the process `root` `(pid, start)` or one of its
+/// descendants, walking parents up from it. Err: a process on the way cannot be read
+/// (exited meanwhile, hidden), so it cannot be told.
+pub fn descends_from(tid: i32, root: (i64, i64)) -> Result<bool, String> {
+    let mut cur = tgid_of(tid).unwrap_or(tid);
+    for _ in 0..1024 {
+        let p = proc_info(cur).ok_or_else(|| format!("/proc/{cur}/stat cannot be read"))?;
+        if (p.pid as i64, p.start as i64) == root {
+            return Ok(true);
+        }
+        if p.ppid <= 0 {
+            return Ok(false);
+        }
+        cur = p.ppid;
+    }
+    Ok(false)
+}
+
+/// Whether process `pid` has exited but is not reaped yet.
+pub fn is_zombie_pid(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| is_zombie(&s))
+}
+
+/// Whether a `/proc/<pid>/stat` text's state (the field after the command) says the
+/// process has exited: zombie or dead.
+pub fn is_zombie(stat: &str) -> bool {
+    stat.rfind(')')
+        .and_then(|c| stat[c + 1..].split_whitespace().next())
+        .is_some_and(|st| st == "Z" || st == "X")
+}
+
+fn parse_stat(pid: i32, stat: &str) -> Option<ProcInfo> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let command = stat[open + 1..close].to_string();
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    // fields[0] is field 3 (state): ppid is field 4, starttime field 22.
+    Some(ProcInfo {
+        pid,
+        ppid: fields.get(1)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+        command,
+    })
+}
+
+/// The process (thread group) a thread belongs to: FUSE names the calling thread.
+pub fn tgid_of(tid: i32) -> Option<i32> {
+    // Most callers are single-threaded, and a thread-group leader is its own process:
+    // pidfd_open accepts only leaders, a syscall where /proc/<tid>/status makes the kernel
+    // format some fifty lines (this runs on the first request of every new process, gcc's
+    // cc1 and as for one).
+    if pidfd_open(tid).is_some() {
+        return Some(tid);
+    }
+    let status = fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The command line process `pid` runs now.
+pub fn command_line(pid: i32) -> Option<String> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let s: Vec<String> = raw
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    (!s.is_empty()).then(|| s.join(" "))
+}
+
+/// A process holder, as the one asking for a lease sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// The one asking, or one of its ancestors: not somebody else.
+    Ours,
+    Alive,
+    /// Exited (or its pid names another process now): it holds nothing.
+    Gone,
+    /// Cannot be told; why.
+    Unknown(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_info_reads_this_process() {
+        let me = std::process::id() as i32;
+        let info = proc_info(me).unwrap();
+        assert_eq!(info.pid, me);
+        assert!(info.start > 0);
+        assert_eq!(info.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(tgid_of(me), Some(me));
+        // A thread other than the leader belongs to the leader's process.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: plain syscall.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+            tx.send((tid, tgid_of(tid))).unwrap();
+        })
+        .join()
+        .unwrap();
+        let (tid, tgid) = rx.recv().unwrap();
+        assert_ne!(tid, me);
+        assert_eq!(tgid, Some(me));
+        assert!(proc_info(i32::MAX).is_none());
+    }
+}
