@@ -3,7 +3,8 @@
 //! ## Layering (imports run downward only, never in a circle)
 //!
 //! ```text
-//! 5  daemon/            composition root with main.rs: builds the pieces and wires them
+//! 5  daemon/            composition root with the binary (main.rs, cli/): builds the
+//!                       pieces and wires them
 //! 4  fs/                the filesystem; only fs/ names fuse/ (adapter.rs, mount.rs)
 //! 3  lifecycle/         create, holders, cleanup, sweeper; reaches fs/ only through
 //!                       its own trait `lifecycle::Mounted`, which `fs::View` implements

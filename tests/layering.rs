@@ -31,6 +31,21 @@ const FLOORS: &[(&str, u32)] = &[
     ("daemon", 5),
 ];
 
+/// The binary's own top-level modules (with `main.rs`): they may name every module of the
+/// library, which names none of them.
+const BINARY: &[&str] = &["main", "cli", "mcp", "completion", "logging"];
+
+/// Folders that still have an import circle among their files, each to be broken (and
+/// then taken off this list: the check fails while a folder here has none).
+const CIRCLES_LEFT: &[&str] = &[
+    "daemon",
+    "fs",
+    "fuse",
+    "lifecycle",
+    "lifecycle/cleanup",
+    "store",
+];
+
 fn floor(module: &str) -> Option<u32> {
     FLOORS.iter().find(|(m, _)| *m == module).map(|(_, f)| *f)
 }
@@ -88,10 +103,9 @@ fn every_module_names_only_modules_below_it() {
             .to_string_lossy()
             .trim_end_matches(".rs")
             .to_string();
-        // The binary's own files (main.rs, the MCP server it serves, the completion of
-        // names it prints, its logging) are above all.
-        if top == "lib" || top == "main" || top == "mcp" || top == "completion" || top == "logging"
-        {
+        // The binary's own files (main.rs, the command line, the MCP server it serves,
+        // the completion of names it prints, its logging) are above all.
+        if BINARY.contains(&top.as_str()) || top == "lib" {
             continue;
         }
         let own = floor(&top)
@@ -134,4 +148,221 @@ fn an_upward_import_is_found() {
     let text = code("use crate::fs::View; // crate::daemon in a comment is not code\n");
     assert_eq!(named_modules(&text), vec!["fs".to_string()]);
     assert!(floor("fs").unwrap() > floor("lifecycle").unwrap());
+}
+
+/// A source file's module path: `lifecycle/cleanup/inspect.rs` is `lifecycle::cleanup::
+/// inspect`, a folder's `mod.rs` is the folder's module, `lib.rs` and `main.rs` the root.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().unwrap();
+    match last.trim_end_matches(".rs") {
+        "mod" | "lib" | "main" => {}
+        name => parts.push(name.to_string()),
+    }
+    parts
+}
+
+/// The module paths, from the crate's root, that the code `text` of module `at` names:
+/// `crate::a::b…` and `super::…` paths, one level of braces opened (`use
+/// super::{info, pidfd}`). A path names more than modules (its last parts may be items):
+/// it is cut to a module by [`the_module`].
+fn named_paths(text: &str, at: &[String]) -> Vec<Vec<String>> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (prefix, base) in [
+        ("crate::", Vec::new()),
+        ("super::", at[..at.len().saturating_sub(1)].to_vec()),
+    ] {
+        let mut rest = text;
+        while let Some(i) = rest.find(prefix) {
+            // `worktreefs::x` in the binary names the library, not its own `crate`.
+            let whole_word = i == 0 || {
+                let c = rest.as_bytes()[i - 1];
+                !(c.is_ascii_alphanumeric() || c == b'_' || c == b':')
+            };
+            rest = &rest[i + prefix.len()..];
+            if !whole_word {
+                continue;
+            }
+            let mut path = base.clone();
+            let mut tail = rest;
+            loop {
+                if let Some(inner) = tail.strip_prefix('{') {
+                    let end = inner.find('}').unwrap_or(inner.len());
+                    for part in inner[..end].split(',') {
+                        let mut p = path.clone();
+                        p.extend(part.split("::").map(ident).filter(|s| !s.is_empty()));
+                        out.push(p);
+                    }
+                    break;
+                }
+                let name = ident(tail);
+                if name.is_empty() {
+                    out.push(path.clone());
+                    break;
+                }
+                tail = &tail[name.len()..];
+                path.push(name);
+                match tail.strip_prefix("::") {
+                    Some(t) => tail = t,
+                    None => {
+                        out.push(path.clone());
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The longest start of `path` that is a module.
+fn the_module(path: &[String], modules: &[Vec<String>]) -> Option<Vec<String>> {
+    (1..=path.len())
+        .rev()
+        .map(|n| path[..n].to_vec())
+        .find(|p| modules.contains(p))
+}
+
+/// Every folder's import circles: for each folder, the groups of its files and subfolders
+/// (a subfolder as one) that name one another round in a circle, and its `mod.rs` as
+/// `mod`.
+fn circles() -> Vec<(String, Vec<String>)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: Vec<Vec<String>> = files
+        .iter()
+        .map(|f| module_of(f.strip_prefix(&src).unwrap()))
+        .collect();
+    // Edges between modules, as (from, to).
+    let mut edges: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for (file, at) in files.iter().zip(&modules) {
+        let text = code(&fs::read_to_string(file).unwrap());
+        for p in named_paths(&text, at) {
+            if let Some(m) = the_module(&p, &modules) {
+                if m != *at {
+                    edges.push((at.clone(), m));
+                }
+            }
+        }
+    }
+    let folders: Vec<&Vec<String>> = modules
+        .iter()
+        .filter(|m| {
+            !m.is_empty()
+                && modules
+                    .iter()
+                    .any(|o| o.len() > m.len() && o.starts_with(m))
+        })
+        .collect();
+    let mut found = Vec::new();
+    for folder in folders {
+        let d = folder.len();
+        // A module as its folder sees it: the child it is (or is inside), or `mod`.
+        let child = |m: &Vec<String>| -> Option<String> {
+            if !m.starts_with(folder) {
+                return None;
+            }
+            Some(m.get(d).cloned().unwrap_or_else(|| "mod".to_string()))
+        };
+        let mut names: Vec<String> = modules.iter().filter_map(&child).collect();
+        names.sort();
+        names.dedup();
+        let n = names.len();
+        let at = |s: &str| names.iter().position(|x| x == s).unwrap();
+        let mut reach = vec![vec![false; n]; n];
+        for (a, b) in &edges {
+            if let (Some(x), Some(y)) = (child(a), child(b)) {
+                if x != y {
+                    reach[at(&x)][at(&y)] = true;
+                }
+            }
+        }
+        for k in 0..n {
+            for i in 0..n {
+                for j in 0..n {
+                    if reach[i][k] && reach[k][j] {
+                        reach[i][j] = true;
+                    }
+                }
+            }
+        }
+        let in_circle: Vec<String> = (0..n)
+            .filter(|&i| reach[i][i])
+            .map(|i| names[i].clone())
+            .collect();
+        if !in_circle.is_empty() {
+            found.push((folder.join("/"), in_circle));
+        }
+    }
+    found
+}
+
+/// No folder's files name one another round in a circle (a folder still on
+/// [`CIRCLES_LEFT`] excepted, until its circle is broken).
+#[test]
+fn no_folder_has_an_import_circle() {
+    let found = circles();
+    let wrong: Vec<String> = found
+        .iter()
+        .filter(|(folder, _)| !CIRCLES_LEFT.contains(&folder.as_str()))
+        .map(|(folder, members)| {
+            format!(
+                "src/{folder}/: {} name one another round",
+                members.join(", ")
+            )
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "import circles inside folders:\n{}",
+        wrong.join("\n")
+    );
+    let broken: Vec<&&str> = CIRCLES_LEFT
+        .iter()
+        .filter(|f| !found.iter().any(|(folder, _)| folder == *f))
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "no circle is left in {broken:?}: take them off CIRCLES_LEFT"
+    );
+}
+
+/// The circle check itself: paths are read as modules, and a circle is found.
+#[test]
+fn a_circle_inside_a_folder_is_found() {
+    let at = vec!["cli".to_string(), "exit".to_string()];
+    let paths = named_paths(
+        "use crate::cli::report_file::{write_report, REPORT};\nuse super::{state, target::which};\nworktreefs::report::x",
+        &at,
+    );
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert!(paths.contains(&s(&["cli", "report_file", "write_report"])));
+    assert!(paths.contains(&s(&["cli", "state"])));
+    assert!(paths.contains(&s(&["cli", "target", "which"])));
+    assert!(!paths
+        .iter()
+        .any(|p| p.first().is_some_and(|x| x == "report")));
+    let modules = vec![
+        s(&["cli"]),
+        s(&["cli", "report_file"]),
+        s(&["cli", "target"]),
+    ];
+    assert_eq!(
+        the_module(&s(&["cli", "report_file", "write_report"]), &modules),
+        Some(s(&["cli", "report_file"]))
+    );
+    assert_eq!(
+        module_of(Path::new("lifecycle/cleanup/mod.rs")),
+        s(&["lifecycle", "cleanup"])
+    );
 }

@@ -3,7 +3,7 @@
 
 use std::fs;
 
-use super::pidfd::pidfd_open;
+use super::pidfd::{pidfd_open, pidfd_signal};
 
 /// A process as /proc shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +155,28 @@ pub enum Liveness {
     Unknown(String),
 }
 
+/// Sends `sig` to the process `(pid, start)` through a pidfd opened before its start time
+/// is checked, so a pid reused by another process is never signalled. Ok(false): the
+/// process is gone (or its pid names another one now); Err: it could not be signalled
+/// (EPERM: another user's).
+pub fn signal(pid: i64, start: i64, sig: libc::c_int) -> std::io::Result<bool> {
+    let Ok(pid) = i32::try_from(pid) else {
+        return Ok(false);
+    };
+    let Some(fd) = pidfd_open(pid) else {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ESRCH) => Ok(false),
+            _ => Err(e),
+        };
+    };
+    match proc_info(pid) {
+        Some(p) if p.start as i64 == start => {}
+        _ => return Ok(false),
+    }
+    pidfd_signal(&fd, sig)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +202,27 @@ mod tests {
         assert_ne!(tid, me);
         assert_eq!(tgid, Some(me));
         assert!(proc_info(i32::MAX).is_none());
+    }
+
+    #[test]
+    fn a_signal_reaches_only_the_process_of_that_start_time() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i64;
+        let start = proc_info(pid as i32).unwrap().start as i64;
+        // Another start time: the pid names another process, which is left alone.
+        assert!(!signal(pid, start + 1, libc::SIGTERM).unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "signalled the wrong process"
+        );
+        assert!(signal(pid, start, libc::SIGTERM).unwrap());
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
+        // Reaped: gone.
+        assert!(!signal(pid, start, libc::SIGTERM).unwrap());
     }
 }

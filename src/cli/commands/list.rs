@@ -1,0 +1,41 @@
+//! `worktreefs list`: every worktree, its state, leases and the processes inside.
+
+use clap::Args;
+use worktreefs::lifecycle::create;
+use worktreefs::report;
+use worktreefs::state::StateDir;
+
+use crate::cli::output::inside_counts;
+use crate::cli::state::open_store;
+
+#[derive(Args)]
+pub struct ListArgs {
+    /// As a JSON array on stdout (see docs/cli.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(state: &StateDir, args: ListArgs) -> anyhow::Result<()> {
+    let ListArgs { json } = args;
+    let store = open_store(state)?;
+    let rows = store.worktrees()?;
+    let mountpoint = create::mountpoint_of(state, &store);
+    let inside = inside_counts(state);
+    if json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|w| {
+                let mut v = report::worktree_json(w, &mountpoint);
+                v["processes_inside"] = inside(w).into();
+                v
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!(
+            "{}",
+            worktreefs::report::status_table(&rows, &store.leases()?, Some(&inside))
+        );
+    }
+    Ok(())
+}

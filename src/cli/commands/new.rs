@@ -1,0 +1,208 @@
+//! `worktreefs new`: a worktree made (or, with `--from`, forked from another), and
+//! where to go next.
+
+use anyhow::{anyhow, bail};
+use clap::Args;
+use worktreefs::daemon;
+use worktreefs::lifecycle::create::{self, CreateRequest};
+use worktreefs::lifecycle::warm;
+use worktreefs::report;
+use worktreefs::state::StateDir;
+
+use crate::cli::output::{print_cd, print_taken};
+use crate::cli::progress::Slow;
+use crate::cli::state::open_store;
+use crate::cli::target::which;
+
+#[derive(Args)]
+pub struct NewArgs {
+    /// REPO/NAME: the registered repository and the new worktree's name (or the path
+    /// it will have under the mount).
+    pub target: String,
+    /// Base revision (default: HEAD of the repository, or the branch's tip with --branch).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Branch to check out (default: a new branch named after the worktree).
+    #[arg(long)]
+    pub branch: Option<String>,
+    /// Show each initialized submodule (`.git/modules/<name>`) at its recorded commit
+    /// as a view of its own repository, made when it is first looked at; without it
+    /// (and without `git config worktreefs.submodules true` in the repository) a
+    /// submodule is an empty directory, as in a fresh `git worktree add`.
+    #[arg(long)]
+    pub submodules: bool,
+    /// Fork this worktree (PARENT, or REPO/PARENT of the same repository): a new
+    /// branch at its HEAD, with its index and a copy of every uncommitted, untracked
+    /// and ignored change it has (it keeps running; the copy costs what it changed).
+    #[arg(long, value_name = "PARENT", conflicts_with_all = ["base", "submodules"])]
+    pub from: Option<String>,
+    /// Show the repository's warm snapshot (its source checkout's files that
+    /// `.worktreeinclude` or `repo set --include` name: node_modules/, target/, .env),
+    /// copy-on-write; the first one takes the snapshot (`worktreefs warm REPO`).
+    #[arg(long, conflicts_with_all = ["from", "cold"])]
+    pub warm: bool,
+    /// Without the warm snapshot, where the repository is warm by default.
+    #[arg(long)]
+    pub cold: bool,
+    /// The new worktree as JSON on stdout (its path, state, branch, base; for --from
+    /// what was copied; for a warm one the snapshot, and whether it was taken now).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(state: &StateDir, args: NewArgs) -> anyhow::Result<()> {
+    let NewArgs {
+        target,
+        base,
+        branch,
+        submodules,
+        from,
+        warm,
+        cold,
+        json,
+    } = args;
+    let target = which(state, Some(&target), true)?;
+    let (repo, name) = target.split_once('/').ok_or_else(|| {
+        anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
+    })?;
+    if let Some(from) = from {
+        return cmd_fork(state, repo, name, &from, branch.as_deref(), json);
+    }
+    let mut store = open_store(state)?;
+    let (uid, gid) = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    let repo_row = store.repo_by_name(repo)?;
+    let mut took_snapshot = None;
+    let snapshot = match repo_row {
+        Some(r) if warm || (r.warm_default && !cold) => {
+            let (snap, taken) = warm::ensure(state, &mut store, &r, uid, gid)?;
+            if let Some(t) = taken.as_ref().filter(|_| !json) {
+                print_taken(repo, t);
+            }
+            took_snapshot = taken.map(|t| t.took);
+            Some(snap)
+        }
+        _ => None,
+    };
+    let slow = Slow::start(format!("creating {repo}/{name}"));
+    let note = |phase: &str| slow.note(phase);
+    let row = create::create_worktree(
+        state,
+        &mut store,
+        &CreateRequest {
+            repo,
+            name,
+            base: base.as_deref(),
+            branch: branch.as_deref(),
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+            submodules,
+            warm: snapshot.as_ref(),
+            progress: Some(&note),
+        },
+    );
+    slow.finish(row.is_ok());
+    let row = row?;
+    daemon::poke(state);
+    let mountpoint = create::mountpoint_of(state, &store);
+    if json {
+        let mut v = report::worktree_json(&row, &mountpoint);
+        if let Some(s) = &snapshot {
+            v["warm_snapshot_files"] = s.files.into();
+            v["warm_snapshot_bytes"] = s.bytes.into();
+            v["warm_snapshot_took_ms"] = took_snapshot.map(|d| d.as_millis() as u64).into();
+        }
+        println!("{v:#}");
+        return Ok(());
+    }
+    println!(
+        "created {}/{} on branch {} at {}{}",
+        row.repo,
+        row.name,
+        row.branch.as_deref().unwrap_or("(detached)"),
+        &row.base_commit[..12],
+        match &snapshot {
+            Some(s) => format!(
+                " with warm snapshot {} ({} files, {})",
+                s.id,
+                s.files,
+                worktreefs::report::human_bytes(s.bytes)
+            ),
+            None => String::new(),
+        }
+    );
+    print_cd(state, &mountpoint.join(&row.repo).join(&row.name));
+    Ok(())
+}
+
+/// `new REPO/NAME --from PARENT`: a fork of another worktree.
+fn cmd_fork(
+    state: &StateDir,
+    repo: &str,
+    name: &str,
+    from: &str,
+    branch: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let parent = match from.split_once('/') {
+        Some((r, p)) if r == repo => p,
+        Some((r, _)) => bail!(
+            "--from {from} is a worktree of repository '{r}', not '{repo}'; a fork stays in its parent's repository: `worktreefs new {r}/{name} --from {from}`"
+        ),
+        None => from,
+    };
+    let mut store = open_store(state)?;
+    let forked = worktreefs::lifecycle::fork::fork_worktree(
+        state,
+        &mut store,
+        &worktreefs::lifecycle::fork::ForkRequest {
+            repo,
+            name,
+            from: parent,
+            branch,
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        },
+    )?;
+    daemon::poke(state);
+    let c = &forked.copied;
+    if json {
+        let mountpoint = create::mountpoint_of(state, &store);
+        let mut v = report::worktree_json(&forked.row, &mountpoint);
+        v["forked_from"] = format!("{repo}/{parent}").into();
+        v["head"] = forked.head.to_string().into();
+        v["copied"] = serde_json::json!({
+            "files": c.files,
+            "bytes": c.bytes,
+            "dirs": c.dirs,
+            "other": c.other,
+            "took_ms": c.took.as_millis() as u64,
+        });
+        v["notes"] = forked.notes.clone().into();
+        println!("{v:#}");
+        return Ok(());
+    }
+    println!(
+        "forked {repo}/{parent} as {}/{} on branch {} at {} (copied {} file(s), {}, {} dir(s), {} other entries, in {} ms)",
+        forked.row.repo,
+        forked.row.name,
+        forked.row.branch.as_deref().unwrap_or("(detached)"),
+        &forked.head.to_string()[..12],
+        c.files,
+        worktreefs::report::human_bytes(c.bytes),
+        c.dirs,
+        c.other,
+        c.took.as_millis()
+    );
+    for n in &forked.notes {
+        println!("  note: {n}");
+    }
+    let mountpoint = create::mountpoint_of(state, &store);
+    print_cd(
+        state,
+        &mountpoint.join(&forked.row.repo).join(&forked.row.name),
+    );
+    Ok(())
+}

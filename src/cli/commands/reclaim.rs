@@ -1,0 +1,190 @@
+//! `worktreefs reclaim`: remove a worktree when nothing would be lost (or, with
+//! `--discard`, what it holds thrown away), through the daemon when one serves.
+
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::Args;
+use worktreefs::daemon;
+use worktreefs::lease::State;
+use worktreefs::lifecycle::create;
+use worktreefs::report;
+use worktreefs::state::StateDir;
+
+use crate::cli::acquire::WAIT_POLL;
+use crate::cli::refusals::{did_you_mean, did_you_mean_field};
+use crate::cli::state::open_store;
+use crate::cli::target::{split_target, which};
+
+#[derive(Args)]
+pub struct ReclaimArgs {
+    /// The worktree: REPO/WT, or a path inside it under the mount; always given (your
+    /// own shell may be inside the one you are in).
+    pub target: String,
+    /// Throw away what it holds (listed first): the one way to lose work on purpose.
+    #[arg(long)]
+    pub discard: bool,
+    /// Wait up to SECS for its holders to go (sessions to release, processes to leave).
+    #[arg(long, value_name = "SECS")]
+    pub wait: Option<u64>,
+    /// The outcome (removed, with what it says; or why not) as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(state: &StateDir, args: ReclaimArgs) -> anyhow::Result<()> {
+    let target = which(state, Some(&args.target), true)?;
+    cmd_reclaim(state, &target, args.discard, args.wait, args.json)
+}
+
+fn cmd_reclaim(
+    state: &StateDir,
+    target: &str,
+    discard: bool,
+    wait: Option<u64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    use worktreefs::daemon::socket::Answer;
+    let (repo, name) = split_target(target)?;
+    let mut store = open_store(state)?;
+    let mountpoint = create::mountpoint_of(state, &store);
+    // Nobody may hold it: refused as an exclusive lease is, naming each holder, once the
+    // leases of holders that have exited or left are released (and after `--wait`).
+    if let Some(row) = store
+        .worktree(repo, name)?
+        .filter(|w| w.state != State::Removed)
+    {
+        use worktreefs::lifecycle::occupancy;
+        let path = worktreefs::target::physical(&mountpoint)
+            .join(repo)
+            .join(name);
+        // With no daemon, nobody else releases the leases of holders that are gone: this
+        // command does, where it can tell (the leases' pid namespace is its own).
+        let no_daemon =
+            daemon::running_daemon(state).is_none() && daemon::leases_in_this_pid_namespace(state);
+        let me = std::process::id() as i32;
+        let started = std::time::Instant::now();
+        let deadline = started
+            .checked_add(Duration::from_secs(wait.unwrap_or(0)))
+            .unwrap_or(started + Duration::from_secs(100 * 365 * 86_400));
+        loop {
+            let held = occupancy::holders_now(&mut store, &row, &path, me, no_daemon)?;
+            if held.is_empty() {
+                break;
+            }
+            if std::time::Instant::now() < deadline {
+                std::thread::sleep(WAIT_POLL);
+                continue;
+            }
+            let mut r = occupancy::refusal(
+                repo,
+                name,
+                &held,
+                wait.map(|_| started.elapsed().as_secs()),
+                worktreefs::store::now_secs(),
+            );
+            r.json_to = json.then_some(report::JsonTo::Stdout);
+            return Err(r.into());
+        }
+    }
+    // Through the live daemon when one serves this state dir (it alone sees the leases
+    // it keeps in memory), else here.
+    let mut result = None;
+    let mut discarded = Vec::new();
+    daemon::socket::reclaim(state, repo, name, discard, &mut |a| match a {
+        Answer::Discarding { lines } => {
+            if json {
+                discarded.extend(lines.iter().cloned());
+            } else {
+                println!("discarding from {repo}/{name}:");
+                for l in lines {
+                    println!("  {l}");
+                }
+            }
+        }
+        other => result = Some(other.clone()),
+    })?;
+    daemon::poke(state);
+    // The outcome as JSON: the worktree as it is now, what happened, and why.
+    let outcome = |what: &str, detail: Option<&str>| {
+        let mut v = match store.worktree(repo, name).ok().flatten() {
+            Some(w) => report::worktree_json(&w, &mountpoint),
+            None => serde_json::json!({
+                "worktree": format!("{repo}/{name}"),
+                "repo": repo,
+                "name": name,
+                "path": null,
+                "state": null,
+            }),
+        };
+        v["outcome"] = what.into();
+        v["detail"] = detail.into();
+        if discard {
+            v["discarded"] = discarded.clone().into();
+        }
+        v
+    };
+    let refusal = |what: &str, detail: &str, message: String| -> anyhow::Error {
+        let mut v = outcome(what, Some(detail));
+        v["error"] = what.into();
+        report::Refusal {
+            message,
+            json: v,
+            json_to: json.then_some(report::JsonTo::Stdout),
+            code: 1,
+        }
+        .into()
+    };
+    match &result {
+        Some(Answer::Removed { detail }) => {
+            if json {
+                println!("{:#}", outcome("removed", Some(detail)));
+            } else {
+                println!("removed {repo}/{name}: {detail}");
+            }
+            Ok(())
+        }
+        Some(Answer::Retained { reason }) => Err(refusal("retained", reason, format!(
+            "worktree '{repo}/{name}' could not be removed and is retained with its files: {reason}; see {}",
+            state.log_file().display()
+        ))),
+        Some(Answer::HoldsWork { reason }) => Err(refusal("holds-work", reason, format!(
+            "worktree '{repo}/{name}' holds work and stays: {reason}; commit and push it (cd {}), or throw it away with `worktreefs reclaim {repo}/{name} --discard`",
+            mountpoint.join(repo).join(name).display()
+        ))),
+        // Named as every other command names them: `not-found` (with the close name in
+        // `did_you_mean`) or `removed`; nothing to reclaim is not a conflict (exit 1).
+        Some(Answer::Gone { message }) => {
+            let now = open_store(state)?;
+            let removed = now
+                .worktree(repo, name)?
+                .is_some_and(|w| w.state == State::Removed);
+            if removed {
+                let e = refusal("removed", message, format!(
+                    "worktree '{repo}/{name}' is already removed, so there is nothing to reclaim; bring it back with `worktreefs restore {repo}/{name}` (see `worktreefs removed`)"
+                ));
+                // `error` as every command names a removed worktree; `outcome` never
+                // reads as this call's removal.
+                let mut r = e.downcast::<report::Refusal>().expect("a refusal");
+                r.json["outcome"] = "already-removed".into();
+                r.json["detail"] = format!("worktree {repo}/{name} is already removed").into();
+                return Err(r.into());
+            }
+            let hint = did_you_mean(&now, repo, name);
+            let e = refusal("not-found", message, format!(
+                "worktree '{repo}/{name}' does not exist{hint}; see `worktreefs list` and `worktreefs retained`"
+            ));
+            if hint.is_empty() {
+                return Err(e);
+            }
+            let mut r = e.downcast::<report::Refusal>().expect("a refusal");
+            r.json["did_you_mean"] = did_you_mean_field(&hint).into();
+            Err(r.into())
+        }
+        Some(Answer::Busy { message }) => Err(refusal("busy", message, message.clone())),
+        Some(Answer::Error { message }) => Err(refusal("error", message, message.clone())),
+        Some(Answer::Discarding { .. }) | None => {
+            bail!("reclaim of {repo}/{name} ended without an answer")
+        }
+    }
+}

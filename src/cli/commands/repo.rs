@@ -1,0 +1,304 @@
+//! `worktreefs repo add|set|list|remove`: registered repositories.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail};
+use clap::Subcommand;
+use worktreefs::daemon;
+use worktreefs::git;
+use worktreefs::lease::State;
+use worktreefs::names::{sanitize_name, validate_name};
+use worktreefs::report;
+use worktreefs::report::shell_word;
+use worktreefs::state::StateDir;
+use worktreefs::store::Store;
+use worktreefs::table::Table;
+
+use crate::cli::output::prune_warm;
+use crate::cli::state::open_store;
+
+#[derive(Subcommand)]
+pub enum RepoCmd {
+    /// Register a repository.
+    Add {
+        /// The repository: its checkout, or any directory inside it.
+        path: PathBuf,
+        /// The name its worktrees go under (default: the checkout directory's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// What warm worktrees inherit from the checkout (gitignore patterns, besides its
+        /// `.worktreeinclude`).
+        #[arg(long, num_args = 1.., value_name = "PATTERN")]
+        include: Vec<String>,
+        /// Make every new worktree warm (`new --cold` for one that is not).
+        #[arg(long)]
+        warm_default: bool,
+        /// The repository as one JSON object on stdout, as `repo list --json` gives it.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a registered repository's warm settings.
+    Set {
+        /// The registered repository (see `worktreefs repo list`).
+        name: String,
+        /// Replace the include patterns (gitignore syntax).
+        #[arg(long, num_args = 1.., value_name = "PATTERN", conflicts_with = "no_include")]
+        include: Vec<String>,
+        /// Clear the include patterns (`.worktreeinclude` still counts).
+        #[arg(long)]
+        no_include: bool,
+        /// Whether new worktrees are warm without `--warm`.
+        #[arg(long, value_name = "BOOL")]
+        warm_default: Option<bool>,
+        /// The repository as one JSON object on stdout, as `repo list --json` gives it.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List registered repositories.
+    List {
+        /// As a JSON array on stdout (see docs/cli.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unregister a repository that has no worktrees.
+    Remove {
+        /// The registered repository (see `worktreefs repo list`).
+        name: String,
+        /// The repository removed as one JSON object on stdout (with `purged`, the kept
+        /// removals that went with it).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(state: &StateDir, cmd: RepoCmd) -> anyhow::Result<()> {
+    match cmd {
+        RepoCmd::Add {
+            path,
+            name,
+            include,
+            warm_default,
+            json,
+        } => {
+            let store = open_store(state)?;
+            let row = add_repo(&store, &path, name.as_deref())?;
+            if !include.is_empty() || warm_default {
+                store.set_repo_warm(
+                    row.id,
+                    (!include.is_empty()).then_some(&include[..]),
+                    Some(warm_default),
+                )?;
+            }
+            daemon::enable_fsmonitor(&store);
+            daemon::poke(state);
+            if json {
+                let row = store.repo_by_id(row.id)?.unwrap_or(row);
+                println!("{:#}", report::repo_json(&row));
+                return Ok(());
+            }
+            println!(
+                "registered repository '{}' -> {}",
+                row.name,
+                row.path.display()
+            );
+            Ok(())
+        }
+        RepoCmd::Set {
+            name,
+            include,
+            no_include,
+            warm_default,
+            json,
+        } => {
+            let store = open_store(state)?;
+            let repo = store.repo_by_name(&name)?.ok_or_else(|| {
+                anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
+            })?;
+            if include.is_empty() && !no_include && warm_default.is_none() {
+                bail!("nothing to set for '{name}': give --include PATTERN…, --no-include or --warm-default true|false");
+            }
+            let patterns = (!include.is_empty() || no_include).then_some(&include[..]);
+            store.set_repo_warm(repo.id, patterns, warm_default)?;
+            let repo = store.repo_by_id(repo.id)?.expect("just set");
+            if json {
+                println!("{:#}", report::repo_json(&repo));
+                return Ok(());
+            }
+            println!(
+                "repository '{name}': include {}; new worktrees are {} by default (a new snapshot: `worktreefs warm {name}`)",
+                if repo.include.is_empty() {
+                    "only what .worktreeinclude names".to_string()
+                } else {
+                    repo.include.join(" ")
+                },
+                if repo.warm_default { "warm" } else { "cold" }
+            );
+            Ok(())
+        }
+        RepoCmd::List { json } => {
+            let store = open_store(state)?;
+            let repos = store.repos()?;
+            if json {
+                let v: Vec<_> = repos.iter().map(report::repo_json).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let mut t = Table::new(&["REPO", "PATH"]);
+                for r in repos {
+                    t.row([r.name, r.path.display().to_string()]);
+                }
+                print!(
+                    "{}",
+                    report::listing(
+                        &t,
+                        "no repositories (register one with `worktreefs repo add PATH`)"
+                    )
+                );
+            }
+            Ok(())
+        }
+        RepoCmd::Remove { name, json } => {
+            let mut store = open_store(state)?;
+            let repo = store.repo_by_name(&name)?.ok_or_else(|| {
+                anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
+            })?;
+            let n = store.worktree_count(repo.id)?;
+            if n > 0 {
+                let left: Vec<String> = store
+                    .worktrees()?
+                    .into_iter()
+                    .filter(|w| w.repo_id == repo.id && w.state != State::Removed)
+                    .map(|w| format!("{}/{} ({})", w.repo, w.name, w.state))
+                    .collect();
+                let mut v = report::repo_json(&repo);
+                v["error"] = "has-worktrees".into();
+                v["worktrees"] = left.clone().into();
+                return Err(report::Refusal {
+                    message: format!(
+                        "repository '{name}' still has {n} worktree{}: {}; remove {} first (`worktreefs reclaim REPO/WT`, `--discard` to throw away what one holds), then `worktreefs repo remove {name}` again",
+                        if n == 1 { "" } else { "s" },
+                        left.join(", "),
+                        if n == 1 { "it" } else { "them" }
+                    ),
+                    json: v,
+                    json_to: json.then_some(report::JsonTo::Stdout),
+                    code: 1,
+                }
+                .into());
+            }
+            let purged =
+                worktreefs::lifecycle::cleanup::keep::purge_repo(state, &mut store, &name)?;
+            if purged > 0 && !json {
+                println!("purged {purged} kept removal(s) of '{name}'");
+            }
+            store.remove_repo(repo.id)?;
+            // Its warm snapshots' manifests (`<repo id>-<uid>-<ns>`, and `.dirs`) no row
+            // names now: a prune deletes them with the contents only they held. While a
+            // snapshot is being taken a prune waits for the next: the manifests go now,
+            // their contents stay in the cache.
+            if prune_warm(state, &mut store).is_none() {
+                if let Ok(rd) = fs::read_dir(state.warm()) {
+                    let prefix = format!("{}-", repo.id);
+                    for e in rd.flatten() {
+                        if e.file_name().to_string_lossy().starts_with(&prefix) {
+                            let _ = fs::remove_file(e.path());
+                        }
+                    }
+                }
+            }
+            if let Err(e) = worktreefs::git::fsmonitor::disable_for_repo(&repo.gitdir) {
+                eprintln!(
+                    "worktreefs: could not remove the fsmonitor include from {}/config: {e:#}; remove the includeIf section naming {}/worktreefs by hand",
+                    repo.gitdir.display(),
+                    repo.gitdir.display()
+                );
+            }
+            daemon::poke(state);
+            if json {
+                let mut v = report::repo_json(&repo);
+                v["removed"] = true.into();
+                v["purged"] = purged.into();
+                println!("{v:#}");
+                return Ok(());
+            }
+            println!("unregistered repository '{name}'");
+            Ok(())
+        }
+    }
+}
+
+fn add_repo(
+    store: &Store,
+    path: &Path,
+    name: Option<&str>,
+) -> anyhow::Result<worktreefs::store::RepoRow> {
+    if let Some(n) = name {
+        validate_name("repository", n).map_err(|e| anyhow!(e))?;
+    }
+    let (gitdir, workdir) = git::discover(path)?;
+    let top = workdir.clone().unwrap_or_else(|| gitdir.clone());
+    let name = match name {
+        Some(n) => n.to_string(),
+        None => {
+            let raw = top
+                .file_name()
+                .map(|n| n.to_string_lossy().trim_end_matches(".git").to_string())
+                .unwrap_or_default();
+            sanitize_name(&raw)
+        }
+    };
+    // A worktree is a view of a commit: a repository with none has nothing to show.
+    let has_commit = git2::Repository::open(&gitdir).is_ok_and(|r| {
+        r.head().is_ok_and(|h| h.peel_to_commit().is_ok())
+            || r.branches(Some(git2::BranchType::Local))
+                .is_ok_and(|mut b| b.next().is_some())
+    });
+    if !has_commit {
+        bail!(
+            "repository {} has no commit yet, and a worktree is a view of a commit; commit something first (`git -C {} commit --allow-empty -m init`), then register it",
+            top.display(),
+            shell_word(&top.display().to_string())
+        );
+    }
+    if let Some(existing) = store.repo_by_gitdir(&gitdir)? {
+        bail!(
+            "repository {} is already registered as '{}'",
+            top.display(),
+            existing.name
+        );
+    }
+    if let Some(existing) = store.repo_by_name(&name)? {
+        bail!(
+            "the name '{name}' is already used by repository {}; pass --name with another name",
+            existing.path.display()
+        );
+    }
+    Ok(store.add_repo(&name, &top, &gitdir)?)
+}
+
+/// `repo add` of the repository at `path` for `mount`'s embedded defaults, which take no
+/// `--name`: its directory's name, or with `-2`, `-3`… when another repository has it.
+pub fn add_repo_here(store: &Store, path: &Path) -> anyhow::Result<worktreefs::store::RepoRow> {
+    let (gitdir, workdir) = git::discover(path)?;
+    let top = workdir.unwrap_or(gitdir);
+    let base = sanitize_name(
+        top.file_name()
+            .map(|n| n.to_string_lossy().trim_end_matches(".git").to_string())
+            .as_deref()
+            .unwrap_or_default(),
+    );
+    let mut name = base.clone();
+    for n in 2..100 {
+        if store.repo_by_name(&name)?.is_none() {
+            break;
+        }
+        let suffix = format!("-{n}");
+        name = format!(
+            "{}{suffix}",
+            &base[..base
+                .len()
+                .min(worktreefs::names::MAX_NAME_LEN - suffix.len())]
+        );
+    }
+    add_repo(store, path, Some(&name))
+}

@@ -1,0 +1,53 @@
+//! `worktreefs status`: the mount and every worktree's state.
+
+use clap::Args;
+use worktreefs::daemon;
+use worktreefs::lifecycle::create;
+use worktreefs::report;
+use worktreefs::state::StateDir;
+
+use crate::cli::output::inside_counts;
+use crate::cli::state::open_store;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// As JSON on stdout (see docs/cli.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(state: &StateDir, args: StatusArgs) -> anyhow::Result<()> {
+    let StatusArgs { json } = args;
+    let store = open_store(state)?;
+    let rows = store.worktrees()?;
+    let daemon = daemon::running_daemon(state);
+    let detached = daemon.as_ref().is_some_and(|d| daemon::detached(state, d));
+    if json {
+        let at = create::mountpoint_of(state, &store);
+        let v = serde_json::json!({
+            "state_dir": state.root,
+            "mountpoint": daemon.as_ref().filter(|_| !detached).map(|d| d.mountpoint.clone()),
+            "detached": detached,
+            "daemon_pid": daemon.as_ref().map(|d| d.pid),
+            "worktrees": rows.iter().map(|w| report::worktree_json(w, &at)).collect::<Vec<_>>(),
+            "leases": store.leases()?.iter().map(report::lease_json).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        match daemon {
+            Some(d) if detached => println!("{}", daemon::detached_message(&d)),
+            Some(d) => println!(
+                "mounted at {} (daemon pid {})",
+                d.mountpoint.display(),
+                d.pid
+            ),
+            None => println!("not mounted (state dir {})", state.root.display()),
+        }
+        let inside = inside_counts(state);
+        print!(
+            "{}",
+            worktreefs::report::status_table(&rows, &store.leases()?, Some(&inside))
+        );
+    }
+    Ok(())
+}

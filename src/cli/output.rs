@@ -1,0 +1,103 @@
+//! What several commands print alike: where to go next, how to run this program again,
+//! who is inside each worktree, a warm snapshot taken.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use worktreefs::daemon;
+use worktreefs::lifecycle::warm;
+use worktreefs::report::shell_word;
+use worktreefs::state::StateDir;
+use worktreefs::store::Store;
+
+/// How many processes are inside each worktree of the mount serving `state` (working
+/// directory, open file…, as unmount counts them; a bare `cd` takes no lease): 0 for all
+/// when nothing is mounted.
+pub fn inside_counts(state: &StateDir) -> impl Fn(&worktreefs::store::WorktreeRow) -> usize {
+    let found = match daemon::running_daemon(state) {
+        Some(d) if !daemon::detached(state, &d) => {
+            worktreefs::process::inside::processes_in_worktrees(&worktreefs::target::physical(
+                &d.mountpoint,
+            ))
+        }
+        _ => Vec::new(),
+    };
+    move |w| {
+        let place = format!("{}/{}", w.repo, w.name);
+        found.iter().filter(|(_, p, _)| *p == place).count()
+    }
+}
+
+/// Where to go next for a worktree just made or brought back (and, when nothing is
+/// mounted, the mount to start first).
+pub fn print_cd(state: &StateDir, path: &Path) {
+    if daemon::running_daemon(state).is_some() {
+        println!("  cd {}", shell_word(&path.display().to_string()));
+    } else {
+        println!(
+            "  (not mounted: run `{} mount`, then cd {})",
+            invocation(state),
+            shell_word(&path.display().to_string())
+        );
+    }
+}
+
+/// How a person runs this program again, for next steps printed to be run as they are:
+/// `worktreefs` when that name on `PATH` is this very program, else this program's path;
+/// with `--state-dir DIR` when `state` is not the one a bare command would use.
+pub fn invocation(state: &StateDir) -> String {
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|e| fs::canonicalize(e).ok());
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("worktreefs"))
+            .find(|p| {
+                use std::os::unix::fs::PermissionsExt;
+                fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+            .and_then(|p| fs::canonicalize(p).ok())
+    });
+    let mut out = match &me {
+        Some(me) if on_path.as_ref() != Some(me) => shell_word(&me.display().to_string()),
+        _ => "worktreefs".to_string(),
+    };
+    let bare = StateDir::resolve(std::env::var_os("WORKTREEFS_STATE_DIR").map(PathBuf::from));
+    if fs::canonicalize(&bare).ok().as_ref() != Some(&state.root) {
+        out.push_str(" --state-dir ");
+        out.push_str(&shell_word(&state.root.display().to_string()));
+    }
+    out
+}
+
+/// What a snapshot taken holds and left out.
+pub fn print_taken(repo: &str, t: &warm::Taken) {
+    println!(
+        "took warm snapshot {} of {repo} in {:.1} s: {} files and links ({} links), {}",
+        t.row.id,
+        t.took.as_secs_f64(),
+        t.row.files,
+        t.links,
+        worktreefs::report::human_bytes(t.row.bytes)
+    );
+    for p in &t.unmatched {
+        println!("  pattern '{p}' matches nothing in the source checkout");
+    }
+    for (path, why) in t.skipped.iter().take(20) {
+        println!("  skipped {path}: {why}");
+    }
+    if t.skipped.len() > 20 {
+        println!(
+            "  … and {} more skipped (`worktreefs warm {repo} --json` lists all)",
+            t.skipped.len() - 20
+        );
+    }
+}
+
+/// `warm::prune`, its failure a warning: a snapshot taken stands either way.
+pub fn prune_warm(state: &StateDir, store: &mut Store) -> Option<warm::Pruned> {
+    warm::prune(state, store)
+        .map_err(|e| eprintln!("worktreefs: deleting older warm snapshots: {e:#}"))
+        .ok()
+        .flatten()
+}

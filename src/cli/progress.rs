@@ -1,0 +1,84 @@
+//! A long step said on stderr once it has taken over a second, so it is not silent.
+
+use std::time::Duration;
+
+/// Says on stderr what a step that has taken over a second (`WORKTREEFS_PROGRESS_AFTER_MS`)
+/// is doing, and each next thing it does, so long work is not silent; nothing when it is
+/// quick.
+pub struct Slow {
+    what: String,
+    started: std::time::Instant,
+    after: Duration,
+    shared: std::sync::Arc<parking_lot::Mutex<SlowState>>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+pub struct SlowState {
+    phase: Option<String>,
+    said: Option<String>,
+    done: bool,
+}
+
+impl Slow {
+    pub fn start(what: String) -> Slow {
+        let after = std::env::var("WORKTREEFS_PROGRESS_AFTER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_secs(1), Duration::from_millis);
+        let started = std::time::Instant::now();
+        let shared = std::sync::Arc::new(parking_lot::Mutex::new(SlowState::default()));
+        let watcher = {
+            let shared = shared.clone();
+            let what = what.clone();
+            std::thread::spawn(move || loop {
+                {
+                    let mut s = shared.lock();
+                    if s.done {
+                        return;
+                    }
+                    if started.elapsed() >= after && s.phase.is_some() && s.phase != s.said {
+                        eprintln!("worktreefs: {what}: {}…", s.phase.as_deref().unwrap_or(""));
+                        s.said = s.phase.clone();
+                    }
+                }
+                // Woken at once by `finish` (a creation must not wait out the tick).
+                std::thread::park_timeout(Duration::from_millis(20));
+            })
+        };
+        Slow {
+            what,
+            started,
+            after,
+            shared,
+            watcher: Some(watcher),
+        }
+    }
+
+    /// What it does now: said at once when past the threshold, else by the watcher if
+    /// it is still doing it then.
+    pub fn note(&self, phase: &str) {
+        let mut s = self.shared.lock();
+        s.phase = Some(phase.to_string());
+        if self.started.elapsed() >= self.after {
+            eprintln!("worktreefs: {}: {phase}…", self.what);
+            s.said = s.phase.clone();
+        }
+    }
+
+    /// Ends the watcher; says how long it took if it said anything.
+    pub fn finish(mut self, ok: bool) {
+        self.shared.lock().done = true;
+        if let Some(w) = self.watcher.take() {
+            w.thread().unpark();
+            let _ = w.join();
+        }
+        if ok && self.shared.lock().said.is_some() {
+            eprintln!(
+                "worktreefs: {}: done in {:.1} s",
+                self.what,
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
