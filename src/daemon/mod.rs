@@ -16,13 +16,10 @@ use crate::state::StateDir;
 use crate::store::Store;
 
 mod background;
-pub mod doctor;
-pub mod du;
 pub mod fuse_access;
 mod instance;
-mod mountpoint;
+pub mod mountpoint;
 pub mod socket;
-mod unmount;
 
 pub use background::spawn_background;
 use background::{block_signals, spawn_signal_thread};
@@ -32,7 +29,6 @@ pub use instance::{
 };
 use mountpoint::check_mountpoint;
 pub use mountpoint::{is_mountpoint, mount_type};
-pub use unmount::{unmount, Unmounted};
 
 pub const READY_FD_ENV: &str = "WORKTREEFS_READY_FD";
 
@@ -113,7 +109,7 @@ impl AtUnmount {
 
     /// Tells the daemon what this unmount is to do, before it is unmounted; the inode of
     /// the file written (a new one each time: written beside and renamed into place).
-    fn tell(self, state: &StateDir) -> std::io::Result<u64> {
+    pub fn tell(self, state: &StateDir) -> std::io::Result<u64> {
         use std::os::unix::fs::MetadataExt;
         let file = state.unmount_mode_file();
         crate::durable::write_file_synced(&file, self.word().as_bytes())?;

@@ -22,7 +22,7 @@ pub fn is_mountpoint(path: &Path) -> bool {
     mount_type(path).is_some()
 }
 
-pub(super) fn unescape_mount_path(s: &str) -> String {
+pub fn unescape_mount_path(s: &str) -> String {
     s.replace("\\040", " ")
         .replace("\\011", "\t")
         .replace("\\012", "\n")

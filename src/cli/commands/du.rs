@@ -1,7 +1,21 @@
-//! `worktreefs du`: the disk used in the state directory, per worktree.
+//! `worktreefs du`: the disk the state directory uses, by what uses it: each worktree's
+//! upper layer, the kept removals, the shared caches, the database. Read without ever
+//! following a symlink (the upper layers hold what users made: a directory swapped for a
+//! link mid-walk is skipped, never walked into) and without entering a mount: the
+//! mountpoint often sits inside the state directory, and a walk through it would take
+//! leases, read every worktree's base tree, and hang with its daemon.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
+use serde::Serialize;
+use worktreefs::beneath;
 use worktreefs::state::StateDir;
+use worktreefs::store::Store;
 use worktreefs::table::Table;
 
 use crate::cli::state::open_store;
@@ -30,7 +44,7 @@ fn cmd_du(state: &StateDir, target: Option<&str>, json: bool) -> anyhow::Result<
     };
     let only = given.as_deref().and_then(|t| t.split_once('/'));
     let store = open_store(state)?;
-    let r = worktreefs::daemon::du::report(state, &store, only)?;
+    let r = report(state, &store, only)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
@@ -70,4 +84,257 @@ fn cmd_du(state: &StateDir, target: Option<&str>, json: bool) -> anyhow::Result<
         r.state_dir.display()
     );
     Ok(())
+}
+
+/// What a tree uses: bytes on disk (allocated blocks, as `du` counts), bytes of content
+/// (file sizes), and entries.
+#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Usage {
+    pub bytes: u64,
+    pub apparent_bytes: u64,
+    pub entries: u64,
+}
+
+impl Usage {
+    fn add(&mut self, st: &libc::stat) {
+        self.bytes += st.st_blocks as u64 * 512;
+        self.apparent_bytes += st.st_size as u64;
+        self.entries += 1;
+    }
+}
+
+/// The mountpoints at or below `root` (from /proc/self/mounts): never entered, never
+/// even looked at (a stat there would ask the filesystem mounted there).
+pub fn mounts_under(root: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|t| PathBuf::from(worktreefs::daemon::mountpoint::unescape_mount_path(t)))
+        .filter(|p| p.starts_with(root) && p != root)
+        .collect()
+}
+
+/// A walk of trees under one state directory: the inodes seen (a file linked from two
+/// places counts once in each tree and once in a total walked with one `Walk`).
+pub struct Walk {
+    skip: Vec<PathBuf>,
+    seen: HashSet<(u64, u64)>,
+}
+
+impl Walk {
+    pub fn new(skip: Vec<PathBuf>) -> Walk {
+        Walk {
+            skip,
+            seen: HashSet::new(),
+        }
+    }
+
+    /// What `path` (the directory itself and all below it, on its own filesystem) uses;
+    /// nothing for a path that is not there. Entries that go while it is read are not
+    /// counted; a directory that cannot be read is counted without its contents.
+    pub fn usage(&mut self, path: &Path) -> Usage {
+        let mut u = Usage::default();
+        if self.skip.iter().any(|s| s == path) {
+            return u;
+        }
+        let Ok(fd) = beneath::open_real_dir(path) else {
+            // A regular file (the database) or nothing.
+            if let Ok(m) = std::fs::symlink_metadata(path) {
+                use std::os::unix::fs::MetadataExt;
+                if m.file_type().is_file() && self.seen.insert((m.dev(), m.ino())) {
+                    u.bytes += m.blocks() * 512;
+                    u.apparent_bytes += m.size();
+                    u.entries += 1;
+                }
+            }
+            return u;
+        };
+        let Ok(st) = beneath::fstat(fd.as_fd()) else {
+            return u;
+        };
+        if self.seen.insert((st.st_dev, st.st_ino)) {
+            u.add(&st);
+        }
+        self.walk(fd.as_fd(), path, st.st_dev, &mut u);
+        u
+    }
+
+    fn walk(&mut self, dir: BorrowedFd, path: &Path, dev: u64, u: &mut Usage) {
+        let Ok(entries) = beneath::list(dir) else {
+            return;
+        };
+        for e in entries {
+            let p = path.join(&e.name);
+            if self.skip.contains(&p) {
+                continue;
+            }
+            let Ok(st) = beneath::stat_at(dir, &e.name) else {
+                continue;
+            };
+            if st.st_dev != dev {
+                continue;
+            }
+            if self.seen.insert((st.st_dev, st.st_ino)) {
+                u.add(&st);
+            }
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                // O_NOFOLLOW | O_DIRECTORY: a directory replaced by a link since the
+                // stat is not walked into.
+                if let Ok(sub) = beneath::dir(dir, OsStr::as_bytes(&e.name)) {
+                    if beneath::fstat(sub.as_fd()).is_ok_and(|s| s.st_dev == dev) {
+                        self.walk(sub.as_fd(), &p, dev, u);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One worktree's usage.
+#[derive(Debug, Serialize)]
+pub struct WorktreeUsage {
+    pub id: i64,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub state: String,
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+/// One kept removal's usage.
+#[derive(Debug, Serialize)]
+pub struct KeptUsage {
+    pub id: i64,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub state_dir: PathBuf,
+    pub worktrees: Vec<WorktreeUsage>,
+    pub removed: Vec<KeptUsage>,
+    /// The content store every worktree shares (base files read, warm snapshots'
+    /// contents), the warm snapshots' manifests, the indexes made once per tree.
+    pub blobs: Usage,
+    pub warm: Usage,
+    pub index_cache: Usage,
+    pub database: Usage,
+    /// What is being deleted (a removal's files on their way out).
+    pub trash: Usage,
+    /// The whole state directory, each file once, mounts left out.
+    pub total: Usage,
+}
+
+/// The usage of every worktree (or only `only`, `REPO/WT`) and the rest.
+pub fn report(
+    state: &StateDir,
+    store: &Store,
+    only: Option<(&str, &str)>,
+) -> anyhow::Result<Report> {
+    let skip = mounts_under(&state.root);
+    let mut worktrees = Vec::new();
+    for w in store.worktrees()? {
+        if only.is_some_and(|(r, n)| r != w.repo || n != w.name) {
+            continue;
+        }
+        if w.state == worktreefs::lease::State::Removed {
+            continue;
+        }
+        let usage = Walk::new(skip.clone()).usage(&state.worktree_dir(w.id));
+        worktrees.push(WorktreeUsage {
+            id: w.id,
+            worktree: format!("{}/{}", w.repo, w.name),
+            repo: w.repo.clone(),
+            name: w.name.clone(),
+            state: w.state.as_str().to_string(),
+            usage,
+        });
+    }
+    if let Some((r, n)) = only {
+        if worktrees.is_empty() {
+            anyhow::bail!(
+                "worktree '{r}/{n}' is not in use here (see `worktreefs list`; a removed one is under `worktreefs removed`)"
+            );
+        }
+    }
+    let mut removed = Vec::new();
+    for k in store.kept()? {
+        if only.is_some() {
+            break;
+        }
+        removed.push(KeptUsage {
+            id: k.worktree_id,
+            worktree: format!("{}/{}", k.repo, k.worktree),
+            repo: k.repo.clone(),
+            name: k.worktree.clone(),
+            usage: Walk::new(skip.clone()).usage(&state.removed_dir(k.worktree_id)),
+        });
+    }
+    let one = |p: &Path| Walk::new(skip.clone()).usage(p);
+    let db = state.root.join(worktreefs::store::DB_FILE);
+    let mut database = Usage::default();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db.clone().into_os_string();
+        name.push(suffix);
+        let u = one(Path::new(&name));
+        database.bytes += u.bytes;
+        database.apparent_bytes += u.apparent_bytes;
+        database.entries += u.entries;
+    }
+    Ok(Report {
+        state_dir: state.root.clone(),
+        worktrees,
+        removed,
+        blobs: one(&state.blobs()),
+        warm: one(&state.warm()),
+        index_cache: one(&state.index_cache()),
+        database,
+        trash: one(&state.trash()),
+        total: Walk::new(skip).usage(&state.root),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// Sizes add up, a hard link counts once, a symlink is never followed (its target's
+    /// size is not counted), and a skipped path is not looked at.
+    #[test]
+    fn a_walk_counts_each_inode_once_and_follows_no_link() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/one"), vec![1u8; 10_000]).unwrap();
+        std::fs::hard_link(root.join("a/one"), root.join("a/b/same")).unwrap();
+        std::fs::write(root.join("a/b/two"), vec![2u8; 3]).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("big"), vec![0u8; 1 << 20]).unwrap();
+        symlink(outside.path(), root.join("a/link")).unwrap();
+        std::fs::create_dir(root.join("skipped")).unwrap();
+        std::fs::write(root.join("skipped/x"), vec![0u8; 50_000]).unwrap();
+        let u = Walk::new(vec![root.join("skipped")]).usage(root);
+        // root, a, a/b, one (once), two, link.
+        assert_eq!(u.entries, 6, "{u:?}");
+        let dir_sizes: u64 = ["", "a", "a/b"]
+            .iter()
+            .map(|p| std::fs::symlink_metadata(root.join(p)).unwrap().len())
+            .sum();
+        let link = std::fs::symlink_metadata(root.join("a/link"))
+            .unwrap()
+            .len();
+        assert_eq!(u.apparent_bytes, dir_sizes + 10_000 + 3 + link);
+        assert!(u.bytes < (1 << 20), "followed the link: {u:?}");
+        // Nothing there: nothing used.
+        assert_eq!(
+            Walk::new(vec![]).usage(&root.join("none")),
+            Usage::default()
+        );
+    }
 }
