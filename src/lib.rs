@@ -10,7 +10,8 @@
 //!                       its own trait `lifecycle::Mounted`, which `fs::View` implements
 //! 2  report             the status table, from store rows
 //! 1  git/, store/,      the repository; the SQLite store;
-//!    layout             the upper layer's format (read through `beneath`)
+//!    layout, filecopy   the upper layer's format (read through `beneath`); copying a
+//!                       file's data by reflink or copy_file_range
 //! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
 //!    heap, target, table, fuse (the FUSE protocol), asked, process (/proc, pidfds,
 //!    the tree below a command)
@@ -24,6 +25,7 @@ pub mod beneath;
 pub mod bounded;
 pub mod daemon;
 pub mod durable;
+pub mod filecopy;
 pub mod fs;
 pub mod fuse;
 pub mod git;

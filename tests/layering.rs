@@ -13,6 +13,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("beneath", 0),
     ("bounded", 0),
     ("durable", 0),
+    ("filecopy", 1),
     ("heap", 0),
     ("ino", 0),
     ("layout", 1),
@@ -37,14 +38,7 @@ const BINARY: &[&str] = &["main", "cli", "mcp", "completion", "logging"];
 
 /// Folders that still have an import circle among their files, each to be broken (and
 /// then taken off this list: the check fails while a folder here has none).
-const CIRCLES_LEFT: &[&str] = &[
-    "daemon",
-    "fs",
-    "fuse",
-    "lifecycle",
-    "lifecycle/cleanup",
-    "store",
-];
+const CIRCLES_LEFT: &[&str] = &["daemon", "fs", "fuse", "store"];
 
 fn floor(module: &str) -> Option<u32> {
     FLOORS.iter().find(|(m, _)| *m == module).map(|(_, f)| *f)

@@ -235,7 +235,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let store = Store::open_described(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
         req.keep.record(&store)?;
-        create::repoint_admin_entries(&req.state, &store, &mountpoint)?;
+        crate::lifecycle::admin_entries::repoint_admin_entries(&req.state, &store, &mountpoint)?;
         let mut store = store;
         match create::roll_back_dead_creations(&req.state, &mut store) {
             Ok(0) => {}

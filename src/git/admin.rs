@@ -2,6 +2,7 @@
 //! under `<gitdir>/worktrees/`.
 
 use std::fs;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
@@ -400,6 +401,175 @@ impl Entry {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             other => other,
         }
+    }
+}
+
+/// The text of the `locked` file of every admin entry worktreefs writes starts so.
+pub const ADMIN_MARKER: &str = "managed by worktreefs";
+
+/// The `locked` file of an admin entry this state directory's worktreefs writes.
+pub fn admin_lock_text(state: &crate::state::StateDir) -> String {
+    format!("{ADMIN_MARKER} (state dir {})\n", state.root.display())
+}
+
+/// Writes `want` into the `gitdir` file of git's entry `admin_name` of the repository
+/// whose git directory is `gitdir`, when it holds something else; true when it did. The
+/// entry is in the repository's owner's hands: what is there now is read only when it is
+/// a regular file reached through no symlink (a FIFO would hold the mount), and it is
+/// replaced, never written through (a symlink to a file of root's stays untouched). An
+/// entry that is gone is left gone.
+pub fn point_admin_entry(
+    gitdir: &Path,
+    admin_name: &str,
+    lock_ok: impl Fn(&[u8]) -> bool,
+    place: &str,
+    uid: u32,
+    want: &str,
+) -> Option<Entry> {
+    let path = admin_dir(gitdir, admin_name);
+    let worktrees = worktrees_dir(gitdir)?;
+    let entry = match Entry::open(worktrees.as_fd(), std::ffi::OsStr::new(admin_name)) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!("could not open git's entry {}: {e}", path.display());
+            return None;
+        }
+    };
+    if entry.read("gitdir").is_ok_and(|now| now == want.as_bytes()) {
+        return None;
+    }
+    // Only this worktree's own entry: one renamed into its name (another worktree's, say)
+    // pointed here would pass for this one's, and its removal would take it.
+    if let Err(why) = entry.check(lock_ok, place, uid) {
+        tracing::warn!(
+            "git's entry {} {why}; not pointed at the mount (if it is another worktree's, rename it back to that worktree's entry name)",
+            path.display()
+        );
+        return None;
+    }
+    match crate::beneath::replace_file_at(
+        entry.fd(),
+        std::ffi::OsStr::new("gitdir"),
+        want.as_bytes(),
+        0o644,
+    ) {
+        Ok(()) => Some(entry),
+        Err(e) => {
+            tracing::warn!(
+                "could not point git's entry {} at the mount: {e}",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// The untracked cache names the worktree's path; when the mountpoint moved, an index
+/// still as worktreefs wrote it gets the new path (under git's `index.lock`), so the
+/// first `git status` there still lists no directory. An index git has rewritten since is
+/// left to git, which rebuilds its cache once. Read and written as the entry's other
+/// files are (see [`point_admin_entry`]).
+pub fn retarget_index(entry: &Entry, admin: &Path, worktree_path: &Path) {
+    let Ok((index, _)) = crate::beneath::read_regular(entry.fd(), b"index", 2 << 30) else {
+        return;
+    };
+    let Some(updated) = super::untracked::retarget(&index, worktree_path) else {
+        return;
+    };
+    let index_path = admin.join("index");
+    let placed = (|| {
+        let dir = entry.fd();
+        // git's lock: made only where none is (someone holding the index keeps it).
+        let lock = crate::beneath::open(
+            dir.as_fd(),
+            b"index.lock",
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            0o644,
+        )?;
+        // The entry's owner's, as the index git would write there.
+        if let Ok(st) = crate::beneath::fstat(dir.as_fd()) {
+            let _ = crate::beneath::chown(lock.as_fd(), Some(st.st_uid), Some(st.st_gid));
+        }
+        let mut f = fs::File::from(lock);
+        let done = std::io::Write::write_all(&mut f, &updated)
+            .and_then(|_| f.sync_all())
+            .and_then(|_| {
+                crate::beneath::rename_at(
+                    dir.as_fd(),
+                    std::ffi::OsStr::new("index.lock"),
+                    dir.as_fd(),
+                    std::ffi::OsStr::new("index"),
+                    0,
+                )
+            });
+        if done.is_err() {
+            let _ =
+                crate::beneath::unlink_at(dir.as_fd(), std::ffi::OsStr::new("index.lock"), false);
+        }
+        done
+    })();
+    match placed {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {} // git holds it
+        Err(e) => tracing::warn!("could not update {}: {e}", index_path.display()),
+    }
+}
+
+/// Where removed admin entries wait to be deleted, inside the repository's git dir (same
+/// filesystem, so parking is one rename) and outside `worktrees/` (so git never sees them).
+pub const PARKED_ADMIN_DIR: &str = "worktreefs/removing";
+
+/// git's entries (`<gitdir>/worktrees`) and where removals park them
+/// (`<gitdir>/worktreefs/removing`), reached beneath the repository's git directory
+/// through no symlink: its owner may have made anything of them, and root renames and
+/// deletes there.
+pub struct AdminDirs {
+    top: std::os::fd::OwnedFd,
+}
+
+impl AdminDirs {
+    pub fn open(gitdir: &Path) -> std::io::Result<AdminDirs> {
+        Ok(AdminDirs {
+            top: crate::beneath::open_root(gitdir)?,
+        })
+    }
+
+    /// `worktrees/`; made when `make` and missing (the repository owner's, as git makes it).
+    pub fn worktrees(&self, make: bool) -> std::io::Result<std::os::fd::OwnedFd> {
+        if make {
+            worktrees_made(self.top.as_fd())
+        } else {
+            crate::beneath::dir(self.top.as_fd(), b"worktrees")
+        }
+    }
+
+    /// The parking directory; made (as root's, like the files in it) when `make`.
+    pub fn removing(&self, make: bool) -> std::io::Result<std::os::fd::OwnedFd> {
+        if make {
+            for d in ["worktreefs", "worktreefs/removing"] {
+                let (parent, name) = d.rsplit_once('/').unwrap_or(("", d));
+                let p = crate::beneath::dir(self.top.as_fd(), parent.as_bytes())?;
+                match crate::beneath::mkdir_at(p.as_fd(), std::ffi::OsStr::new(name), 0o755) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        let d = crate::beneath::dir(self.top.as_fd(), PARKED_ADMIN_DIR.as_bytes())?;
+        // Only what this daemon put there may be in it: one the repository's owner made
+        // (or renamed into its place) could hold anything, another user's entry among
+        // them, and what is parked there is deleted.
+        let st = crate::beneath::fstat(d.as_fd())?;
+        let me = nix::unistd::geteuid().as_raw();
+        if !(st.st_uid == 0 || st.st_uid == me) || st.st_mode & 0o022 != 0 {
+            return Err(std::io::Error::other(format!(
+                "it is not worktreefs's own (owned by uid {}, mode {:o}); remove it (it is made again)",
+                st.st_uid,
+                st.st_mode & 0o7777
+            )));
+        }
+        Ok(d)
     }
 }
 

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -30,9 +30,11 @@ use crate::git;
 use crate::layout::Whiteouts;
 use crate::lease::State;
 use crate::lifecycle::cleanup::{keep, Target};
-use crate::lifecycle::create::{
-    internal, io_failure, make_branch, mountpoint_of, record_creation, roll_back, roll_back_dead,
-    staging_dir, write_entry, CreateError, Made,
+use crate::lifecycle::create::error::{internal, io_failure, CreateError};
+use crate::lifecycle::create::mountpoint_of;
+use crate::lifecycle::create::rollback::{roll_back, roll_back_dead};
+use crate::lifecycle::create::steps::{
+    make_branch, record_creation, staging_dir, write_entry, Made,
 };
 use crate::names::validate_name;
 use crate::state::StateDir;
@@ -94,12 +96,12 @@ pub fn fork_worktree(
     let started = Instant::now();
     let label = format!("{}/{}", req.repo, req.from);
     validate_name("worktree", req.name).map_err(CreateError::InvalidName)?;
-    super::create::check_branch_name(req.name, req.branch)?;
+    super::create::preconditions::check_branch_name(req.name, req.branch)?;
     let branch_name = req.branch.unwrap_or(req.name).to_string();
     let repo_row = store
         .repo_by_name(req.repo)
         .map_err(|e| internal("reading repositories")(e.to_string()))?
-        .ok_or_else(|| super::create::unknown_repo(store, req.repo))?;
+        .ok_or_else(|| super::create::preconditions::unknown_repo(store, req.repo))?;
     let parent_of = |store: &Store| -> Result<WorktreeRow, CreateError> {
         let row = store
             .worktree(req.repo, req.from)
@@ -427,7 +429,7 @@ fn make(
     record.base_commit = head_commit.to_string();
     store
         .set_creation_base(record)
-        .map_err(crate::lifecycle::create::db_failure(
+        .map_err(crate::lifecycle::create::error::db_failure(
             "recording the fork's commit",
         ))?;
     make_branch(repo, p.branch, head_commit, id)?;
@@ -488,12 +490,17 @@ fn make(
                 ))
             }
             rusqlite::Error::QueryReturnedNoRows if p.parent.warm.is_some() => {
-                crate::lifecycle::create::warm_gone(store, p.parent.warm, repo_name, &record.name)
-                    .unwrap_or_else(|| {
-                        crate::lifecycle::create::db_failure("recording the worktree")(e)
-                    })
+                crate::lifecycle::create::preconditions::warm_gone(
+                    store,
+                    p.parent.warm,
+                    repo_name,
+                    &record.name,
+                )
+                .unwrap_or_else(|| {
+                    crate::lifecycle::create::error::db_failure("recording the worktree")(e)
+                })
             }
-            other => crate::lifecycle::create::db_failure("recording the worktree")(other),
+            other => crate::lifecycle::create::error::db_failure("recording the worktree")(other),
         })?;
     Ok((copied, head_commit))
 }
@@ -1001,7 +1008,7 @@ impl Copier {
                 out.set_len(0).map_err(io("copying"))?;
                 self.stats.again += 1;
             }
-            let n = clone_or_copy(&file, &out).map_err(io("copying"))?;
+            let n = crate::filecopy::clone_or_copy(&file, &out).map_err(io("copying"))?;
             #[cfg(test)]
             tests::DURING_COPY.with(|h| {
                 if let Some(h) = h.borrow_mut().as_mut() {
@@ -1076,99 +1083,6 @@ fn times(st: &Stat) -> [libc::timespec; 2] {
             tv_nsec: st.st_mtime_nsec,
         },
     ]
-}
-
-/// Copies all of `from` into the empty `to`: a reflink (`FICLONE`) where the filesystem
-/// shares extents, else its data ranges (holes stay holes: a sparse terabyte a user made
-/// costs the copy nothing) by `copy_file_range` (which the kernel may do as a reflink
-/// too), else by reads and writes. How many bytes of data.
-pub(crate) fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
-    const FICLONE: libc::c_ulong = 0x4004_9409;
-    // SAFETY: two valid descriptors.
-    if unsafe { libc::ioctl(to.as_raw_fd(), FICLONE as _, from.as_raw_fd()) } == 0 {
-        // Shared extents: count what the file holds, not its holes.
-        let st = beneath::fstat(from.as_fd())?;
-        return Ok((st.st_blocks as u64 * 512).min(st.st_size as u64));
-    }
-    let size = beneath::fstat(from.as_fd())?.st_size;
-    let seek = |off: i64, whence: i32| {
-        // SAFETY: a valid descriptor.
-        let r = unsafe { libc::lseek(from.as_raw_fd(), off, whence) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r)
-        }
-    };
-    let mut copied = 0;
-    let mut at = 0i64;
-    while at < size {
-        let start = match seek(at, libc::SEEK_DATA) {
-            Ok(s) => s,
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break, // a hole to the end
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => at,   // no hole support
-            Err(e) => return Err(e),
-        };
-        let end = seek(start, libc::SEEK_HOLE).unwrap_or(size).min(size);
-        if end <= start {
-            break;
-        }
-        copy_range(from, to, start as u64, end as u64)?;
-        copied += (end - start) as u64;
-        at = end;
-    }
-    to.set_len(size as u64)?;
-    Ok(copied)
-}
-
-/// Copies bytes `start..end` of `from` to the same place in `to`.
-fn copy_range(from: &fs::File, to: &fs::File, start: u64, end: u64) -> io::Result<()> {
-    let mut done = start;
-    while done < end {
-        let mut off_in = done as libc::loff_t;
-        let mut off_out = done as libc::loff_t;
-        // SAFETY: valid descriptors and offsets.
-        let n = unsafe {
-            libc::copy_file_range(
-                from.as_raw_fd(),
-                &mut off_in,
-                to.as_raw_fd(),
-                &mut off_out,
-                (end - done) as usize,
-                0,
-            )
-        };
-        if n == 0 {
-            return Ok(()); // the file shrank: the status check after the copy sees it
-        }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EXDEV)
-                    | Some(libc::ENOSYS)
-                    | Some(libc::EINVAL)
-                    | Some(libc::EOPNOTSUPP)
-            ) {
-                break;
-            }
-            return Err(e);
-        }
-        done += n as u64;
-    }
-    // Plain reads and writes, from where the kernel's copy stopped.
-    use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; (1 << 20).min((end - done) as usize)];
-    while done < end {
-        let want = buf.len().min((end - done) as usize);
-        let n = from.read_at(&mut buf[..want], done)?;
-        if n == 0 {
-            return Ok(());
-        }
-        to.write_all_at(&buf[..n], done)?;
-        done += n as u64;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::lease::Conflict;
 
 /// How long a new lease waits for a closed gate to open (a move to `deleting` being
-/// decided takes at most `sweeper::DECIDE_BUSY_TIMEOUT`) before it is refused.
+/// decided takes at most `cleanup::DECIDE_BUSY_TIMEOUT`) before it is refused.
 const WAIT_FOR_DECISION: Duration = Duration::from_millis(300);
 
 #[derive(Debug, Default)]

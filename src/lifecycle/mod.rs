@@ -6,6 +6,7 @@
 //! The lifecycle never imports `crate::fs`: where it must reach the mounted filesystem, it
 //! calls [`Mounted`], which the filesystem implements.
 
+pub mod admin_entries;
 pub mod cleanup;
 pub mod create;
 pub mod fork;

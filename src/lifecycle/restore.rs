@@ -10,10 +10,10 @@ use git2::{BranchType, Oid, Repository};
 use crate::git;
 use crate::lease::State;
 use crate::lifecycle::cleanup::keep::{self, KEPT_DIR};
-use crate::lifecycle::create::{
-    internal, io_failure, make_branch, mountpoint_of, record_creation, roll_back, roll_back_dead,
-    write_entry, CreateError, Made,
-};
+use crate::lifecycle::create::error::{internal, io_failure, CreateError};
+use crate::lifecycle::create::mountpoint_of;
+use crate::lifecycle::create::rollback::{roll_back, roll_back_dead};
+use crate::lifecycle::create::steps::{make_branch, record_creation, write_entry, Made};
 use crate::names::validate_name;
 use crate::state::StateDir;
 use crate::store::{now_secs, CreationRow, KeptRow, NewWorktree, Store, WorktreeRow};
@@ -48,7 +48,7 @@ pub fn restore_worktree(
     let repo_row = store
         .repo_by_name(req.repo)
         .map_err(|e| internal("reading repositories")(e.to_string()))?
-        .ok_or_else(|| super::create::unknown_repo(store, req.repo))?;
+        .ok_or_else(|| super::create::preconditions::unknown_repo(store, req.repo))?;
     let kept = store
         .kept()
         .map_err(|e| internal("reading kept removals")(e.to_string()))?
@@ -354,7 +354,7 @@ fn make(
                     old.repo, record.name
                 ))
             }
-            other => crate::lifecycle::create::db_failure("recording the worktree")(other),
+            other => crate::lifecycle::create::error::db_failure("recording the worktree")(other),
         })
 }
 

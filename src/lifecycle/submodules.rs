@@ -146,7 +146,7 @@ fn entry_is(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => EntryIs::Absent,
         Err(e) => EntryIs::Other(format!("cannot be opened: {e}")),
         Ok(entry) => {
-            let lock = super::create::admin_lock_text(state);
+            let lock = crate::git::admin::admin_lock_text(state);
             let ours = |b: &[u8]| b == lock.as_bytes();
             // Under its path, or (a move not finished) the one it was moved from.
             let mut checked = entry.check(ours, &format!("{place}/{}", r.path), uid);
@@ -371,7 +371,7 @@ pub fn ensure(
                 admin_name: format!("{}-{}-{}", p.admin_name, p.id, &key[..8]),
                 commit: commit.to_string(),
                 tree: c.tree_id().to_string(),
-                base_mtime: super::create::view_mtime(
+                base_mtime: super::create::index_cache::view_mtime(
                     c.committer().when().seconds(),
                     crate::store::now_secs(),
                 ),
@@ -440,7 +440,7 @@ pub fn move_view(
     if let Some(w) = git::worktrees_dir(&r.gitdir) {
         match git::Entry::open(w.as_fd(), std::ffi::OsStr::new(&r.admin_name)) {
             Ok(entry) => {
-                let lock = super::create::admin_lock_text(state);
+                let lock = crate::git::admin::admin_lock_text(state);
                 let ours = |b: &[u8]| b == lock.as_bytes();
                 let mut checked = entry.check(ours, &new, uid);
                 for p in &named {
@@ -503,9 +503,16 @@ fn make_admin_entry(
     let sub = Repository::open_bare(&record.gitdir)?;
     let tree = Oid::from_str(&record.tree)?;
     let setting = git::checkout::Setting::of(p.uid, p.gid, &record.gitdir);
-    let index =
-        super::create::cached_index(state, &sub, tree, record.base_mtime, p.uid, p.gid, &setting)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let index = super::create::index_cache::cached_index(
+        state,
+        &sub,
+        tree,
+        record.base_mtime,
+        p.uid,
+        p.gid,
+        &setting,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let conversions = dir.join(crate::state::CONVERSIONS_FILE);
     if !conversions.exists() {
         index.place_conversions(&conversions)?;
@@ -530,7 +537,7 @@ fn make_admin_entry(
         &record.commit,
         &worktree_path.join(".git"),
         |out| index.write_for(out, &worktree_path, &record.gitdir, None),
-        &super::create::admin_lock_text(state),
+        &crate::git::admin::admin_lock_text(state),
     )?;
     Ok(())
 }
@@ -538,7 +545,7 @@ fn make_admin_entry(
 /// Points each submodule view's admin entry of worktree `dir` at `worktree_path` (its
 /// place under the mount), at mount.
 pub fn repoint(state: &StateDir, dir: &Path, place: &str, uid: u32, worktree_path: &Path) {
-    let lock = super::create::admin_lock_text(state);
+    let lock = crate::git::admin::admin_lock_text(state);
     for (sub_dir, r) in readable_records(dir) {
         if r.moving_from.is_some() {
             // A move not finished (a crash): finished now, pointing the entry here.
@@ -553,7 +560,7 @@ pub fn repoint(state: &StateDir, dir: &Path, place: &str, uid: u32, worktree_pat
             continue;
         }
         let gitfile = worktree_path.join(&r.path).join(".git");
-        crate::lifecycle::create::point_admin_entry(
+        crate::git::admin::point_admin_entry(
             &r.gitdir,
             &r.admin_name,
             |b| b == lock.as_bytes(),
@@ -610,7 +617,7 @@ pub fn remove_entries_by_name(
                 }
             })
     };
-    let lock = super::create::admin_lock_text(state);
+    let lock = crate::git::admin::admin_lock_text(state);
     let lead = format!("{}/", worktree_path.display());
     // Directories to look in: a repository's own `worktrees/` and `modules/` are looked
     // in, anything else is walked through (the parts of a module name such as

@@ -35,10 +35,6 @@ pub trait Mounted: Send + Sync {
     fn running_turns(&self) -> Vec<crate::store::TurnRow>;
 }
 
-/// How long the transaction that decides a move to `deleting` may wait for another
-/// connection's lock: the worktree takes no new lease meanwhile.
-pub const DECIDE_BUSY_TIMEOUT: Duration = Duration::from_millis(200);
-
 /// Free memory the allocator may keep before the sweeper has it given back.
 const HEAP_SLACK: u64 = 2 << 20;
 
@@ -158,9 +154,10 @@ pub fn spawn(
                         continue;
                     };
                     // The gate is closed while this waits: not for long.
-                    let r = store.with_busy_timeout(DECIDE_BUSY_TIMEOUT, |s| {
-                        s.mark_deleting_if_grace_over(id, linger as i64)
-                    });
+                    let r = store
+                        .with_busy_timeout(crate::lifecycle::cleanup::DECIDE_BUSY_TIMEOUT, |s| {
+                            s.mark_deleting_if_grace_over(id, linger as i64)
+                        });
                     match r {
                         Ok(true) => {
                             closed.deleting();

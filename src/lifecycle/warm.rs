@@ -586,7 +586,7 @@ fn store_blob(
             .create_new(true)
             .open(&tmp)
             .with_context(|| format!("creating {}", tmp.display()))?;
-        crate::lifecycle::fork::clone_or_copy(src, &dst)
+        crate::filecopy::clone_or_copy(src, &dst)
             .with_context(|| format!("copying into {}", tmp.display()))?;
         #[cfg(test)]
         tests::DURING_COPY.with(|h| {

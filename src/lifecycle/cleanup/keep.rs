@@ -15,8 +15,8 @@ use git2::{Oid, Repository};
 use crate::state::StateDir;
 use crate::store::{now_secs, KeptRow, NewKept, Store};
 
-use super::remove::AdminDirs;
 use super::*;
+use crate::git::admin::AdminDirs;
 
 /// The directory in a worktree's own directory that holds what was copied from git's
 /// entry at its removal.
@@ -164,7 +164,7 @@ fn read_entry(t: &Target) -> Result<(String, Option<Vec<u8>>), NotKept> {
     };
     entry
         .check(
-            |b| b.starts_with(ADMIN_MARKER.as_bytes()),
+            |b| b.starts_with(crate::git::admin::ADMIN_MARKER.as_bytes()),
             &t.repo_and_name(),
             t.uid,
         )

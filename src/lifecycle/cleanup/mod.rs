@@ -155,12 +155,9 @@ pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
     }
 }
 
-/// The text of the `locked` file of every admin entry worktreefs writes starts so.
-pub const ADMIN_MARKER: &str = "managed by worktreefs";
-
-/// Where removed admin entries wait to be deleted, inside the repository's git dir (same
-/// filesystem, so parking is one rename) and outside `worktrees/` (so git never sees them).
-const PARKED_ADMIN_DIR: &str = "worktreefs/removing";
+/// How long the transaction that decides a move to `deleting` may wait for another
+/// connection's lock: the worktree takes no new lease meanwhile.
+pub const DECIDE_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
 
 // ----- what cleanup looks at -----
 
@@ -229,7 +226,7 @@ impl Target {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         self.gitdir
-            .join(PARKED_ADMIN_DIR)
+            .join(crate::git::admin::PARKED_ADMIN_DIR)
             .join(format!("{}-{name}", self.id))
     }
 
@@ -426,7 +423,7 @@ pub fn request_removal_gated(
             match phase {
                 Phase::Deciding => {
                     closed = Some(gate.close(row.id).ok_or_else(busy)?);
-                    store.set_busy_timeout(crate::lifecycle::sweeper::DECIDE_BUSY_TIMEOUT)?;
+                    store.set_busy_timeout(DECIDE_BUSY_TIMEOUT)?;
                 }
                 Phase::Deleting => {
                     store.set_busy_timeout(crate::store::BUSY_TIMEOUT)?;

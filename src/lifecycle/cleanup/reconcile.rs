@@ -218,9 +218,9 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
         }
     }
     for repo in store.repos().unwrap_or_default() {
-        let dir = repo.gitdir.join(PARKED_ADMIN_DIR);
+        let dir = repo.gitdir.join(crate::git::admin::PARKED_ADMIN_DIR);
         // Beneath the git directory, through no symlink (see `AdminDirs`).
-        let Ok(dirs) = super::remove::AdminDirs::open(&repo.gitdir) else {
+        let Ok(dirs) = crate::git::admin::AdminDirs::open(&repo.gitdir) else {
             continue;
         };
         let Ok(removing) = dirs.removing(false) else {
@@ -243,7 +243,7 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
                         let entry = crate::git::Entry::open(removing.as_fd(), &e.name);
                         match entry.map_err(|e| e.to_string()).and_then(|entry| {
                             entry.check(
-                                |b| b.starts_with(ADMIN_MARKER.as_bytes()),
+                                |b| b.starts_with(crate::git::admin::ADMIN_MARKER.as_bytes()),
                                 &place,
                                 r.uid,
                             )?;

@@ -13,59 +13,7 @@ use crate::store::Store;
 
 use super::inspect::reachable_elsewhere;
 use super::*;
-
-/// git's entries (`<gitdir>/worktrees`) and where removals park them
-/// (`<gitdir>/worktreefs/removing`), reached beneath the repository's git directory
-/// through no symlink: its owner may have made anything of them, and root renames and
-/// deletes there.
-pub(super) struct AdminDirs {
-    top: std::os::fd::OwnedFd,
-}
-
-impl AdminDirs {
-    pub(super) fn open(gitdir: &Path) -> std::io::Result<AdminDirs> {
-        Ok(AdminDirs {
-            top: crate::beneath::open_root(gitdir)?,
-        })
-    }
-
-    /// `worktrees/`; made when `make` and missing (the repository owner's, as git makes it).
-    pub(super) fn worktrees(&self, make: bool) -> std::io::Result<std::os::fd::OwnedFd> {
-        if make {
-            crate::git::admin::worktrees_made(self.top.as_fd())
-        } else {
-            crate::beneath::dir(self.top.as_fd(), b"worktrees")
-        }
-    }
-
-    /// The parking directory; made (as root's, like the files in it) when `make`.
-    pub(super) fn removing(&self, make: bool) -> std::io::Result<std::os::fd::OwnedFd> {
-        if make {
-            for d in ["worktreefs", "worktreefs/removing"] {
-                let (parent, name) = d.rsplit_once('/').unwrap_or(("", d));
-                let p = crate::beneath::dir(self.top.as_fd(), parent.as_bytes())?;
-                match crate::beneath::mkdir_at(p.as_fd(), std::ffi::OsStr::new(name), 0o755) {
-                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-                    _ => {}
-                }
-            }
-        }
-        let d = crate::beneath::dir(self.top.as_fd(), PARKED_ADMIN_DIR.as_bytes())?;
-        // Only what this daemon put there may be in it: one the repository's owner made
-        // (or renamed into its place) could hold anything, another user's entry among
-        // them, and what is parked there is deleted.
-        let st = crate::beneath::fstat(d.as_fd())?;
-        let me = nix::unistd::geteuid().as_raw();
-        if !(st.st_uid == 0 || st.st_uid == me) || st.st_mode & 0o022 != 0 {
-            return Err(std::io::Error::other(format!(
-                "it is not worktreefs's own (owned by uid {}, mode {:o}); remove it (it is made again)",
-                st.st_uid,
-                st.st_mode & 0o7777
-            )));
-        }
-        Ok(d)
-    }
-}
+use crate::git::admin::AdminDirs;
 
 /// Deletes `t`'s parked git entry in `removing`, when there is one and it is this
 /// worktree's (checked as the entry was before it was parked; one from before that
@@ -81,7 +29,7 @@ fn delete_parked(t: &Target, removing: std::os::fd::BorrowedFd) -> Result<(), (S
     };
     entry
         .check(
-            |b| b.starts_with(ADMIN_MARKER.as_bytes()),
+            |b| b.starts_with(crate::git::admin::ADMIN_MARKER.as_bytes()),
             &t.repo_and_name(),
             t.uid,
         )
@@ -293,7 +241,7 @@ impl Remover for FsRemover<'_> {
                     .map_err(|e| failed("opening", e))?;
                 entry
                     .check(
-                        |b| b.starts_with(ADMIN_MARKER.as_bytes()),
+                        |b| b.starts_with(crate::git::admin::ADMIN_MARKER.as_bytes()),
                         &self.t.repo_and_name(),
                         self.t.uid,
                     )
