@@ -12,6 +12,7 @@ pub mod create;
 pub mod fork;
 pub mod gate;
 pub mod holders;
+pub mod layer_copy;
 pub mod occupancy;
 pub mod restore;
 pub mod submodules;
