@@ -1,39 +1,4 @@
-//! Taking a warm snapshot (`worktreefs warm REPO`, the first `new --warm`): the ignored
-//! and untracked files of the repository's source checkout that match its include
-//! patterns, each read once, as the user who asks, into the shared blob cache, and listed
-//! in a manifest (`git::warm`) that warm worktrees show under their base tree.
-//!
-//! The steps:
-//! 1. The patterns: `.worktreeinclude` at the checkout's top (read as a regular file
-//!    reached through no symlink) and the repository's `repo add|set --include`. None: an
-//!    error that says where to put them.
-//! 2. What they match: `git ls-files --others --ignored --exclude=P…` run as the user (so
-//!    gitignore syntax is git's own, and tracked files are never taken). A pattern that
-//!    matches nothing is reported.
-//! 3. Each path looked at as the user (`setfsuid` on a thread of its own) through no
-//!    symlink: a symlink is kept as its text (never followed), a FIFO, socket or device is
-//!    skipped and never opened, a file the user cannot read is skipped; both reported.
-//! 4. The sizes summed and refused, naming them, when the state directory's disk has
-//!    less room.
-//! 5. Each file copied (a reflink where the disk shares extents) into the blob cache
-//!    under its blob id, and kept only if its stat data was the same before and after the
-//!    copy (whole as of one instant; a file that keeps changing is retried, then skipped
-//!    and reported).
-//! 6. The manifest and the list of its directories written (synced, renamed), then the
-//!    row: a snapshot is in the store only once all of it is on disk.
-//!
-//! Each content the take puts in the cache is first written down in its journal
-//! (`<state>/warm/<manifest>.taking`, one blob id a line), which goes once the row is in:
-//! a take that fails or dies leaves its journal, and the next prune deletes what it names
-//! that nothing else holds.
-//!
-//! [`prune`] deletes what no snapshot needs any more: a snapshot superseded by a newer one
-//! of the same repository and user that no worktree shows (nor a kept removal), a
-//! manifest no row names, and the contents only those held (never one a remaining
-//! snapshot holds, nor one git holds: the blob cache's own), and those of the journals
-//! takes that failed left. Takes and prunes share a lock (`<state>/warm/.lock`): takes
-//! hold it shared, a prune exclusive and never waits (so every journal a prune sees is
-//! of a take that ended).
+//! Taking a snapshot: the steps listed in `mod.rs`, each file read as the user who asks.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -54,11 +19,14 @@ use crate::report::human_bytes;
 use crate::state::StateDir;
 use crate::store::{NewWarm, RepoRow, Store, WarmRow};
 
+use super::cache::{blob_path, dirs_path, lock, path_order, JOURNAL, LOCK_FILE};
+use super::prune::{journals, prune};
+
 /// The file at the top of a source checkout that names what worktrees inherit.
 pub const INCLUDE_FILE: &str = ".worktreeinclude";
 
 /// How often a file that changes while it is copied is copied again before it is skipped.
-const MAX_COPIES: usize = 5;
+pub(super) const MAX_COPIES: usize = 5;
 
 /// A snapshot taken.
 #[derive(Debug)]
@@ -73,290 +41,8 @@ pub struct Taken {
     pub took: Duration,
 }
 
-/// The lock over taking and pruning, in `<state>/warm/`.
-const LOCK_FILE: &str = ".lock";
-
-/// The suffix of a take's journal: the contents it put in the blob cache.
-const JOURNAL: &str = ".taking";
-
-/// [`LOCK_FILE`], held (`flock`) while this lives.
-struct WarmLock(#[allow(dead_code)] fs::File);
-
-/// Takes the lock `how` (`LOCK_SH`, `LOCK_EX`, with `LOCK_NB` or not): none when it is
-/// held elsewhere and `LOCK_NB` says not to wait.
-fn lock(state: &StateDir, how: i32) -> io::Result<Option<WarmLock>> {
-    use std::os::fd::AsRawFd;
-    fs::create_dir_all(state.warm())?;
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(state.warm().join(LOCK_FILE))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), how) } == 0 {
-        return Ok(Some(WarmLock(f)));
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(None)
-    } else {
-        Err(e)
-    }
-}
-
-/// The blob cache's file of content `oid` (`git::blobcache`'s name).
-fn blob_path(state: &StateDir, oid: Oid) -> PathBuf {
-    crate::git::blobcache::path_in(&state.blobs(), oid)
-}
-
-/// What a [`prune`] deleted.
-#[derive(Debug, Default)]
-pub struct Pruned {
-    pub snapshots: Vec<WarmRow>,
-    /// Manifests no row named (a take that died before its row; a repository removed).
-    pub orphans: usize,
-    /// Journals of takes that failed or died.
-    pub journals: usize,
-    /// Contents deleted from the blob cache, and their bytes.
-    pub blobs: usize,
-    pub bytes: u64,
-}
-
-/// The blob ids of the files of the manifest `name`.
-fn manifest_blobs(state: &StateDir, name: &str) -> Result<Vec<Oid>, String> {
-    let path = state.warm().join(name);
-    let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let records =
-        crate::git::warm::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(records
-        .into_iter()
-        .filter(|r| r.kind == Kind::File)
-        .filter_map(|r| r.oid)
-        .collect())
-}
-
-/// The blob ids a take's journal names (lines of hex; a line cut short by a crash is
-/// left out: its content was never placed).
-fn journal_blobs(path: &Path) -> io::Result<Vec<Oid>> {
-    let text = fs::read(path)?;
-    Ok(text
-        .split(|b| *b == b'\n')
-        .filter_map(|l| std::str::from_utf8(l).ok())
-        .filter_map(|l| Oid::from_str(l).ok().filter(|_| l.len() == 40))
-        .collect())
-}
-
-/// The journals takes left (a take running has one too), by name: a prune has contents to
-/// look at.
-pub fn journals(state: &StateDir) -> Vec<std::ffi::OsString> {
-    let mut names: Vec<_> = fs::read_dir(state.warm())
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name())
-                .filter(|n| n.as_encoded_bytes().ends_with(JOURNAL.as_bytes()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// Deletes the snapshots nothing needs ([`Store::prune_warm`]), the manifests no row
-/// names, the journals of takes that ended without their row (and the contents they
-/// name), and the contents of the blob cache only those held: not one a remaining
-/// snapshot holds, nor one a registered repository's object database has (the blob
-/// cache fills those itself). Where that cannot be told (a remaining manifest or a
-/// repository that cannot be read), no content is deleted. None: a snapshot is being
-/// taken (its contents are in the cache before its row is in the store); the next prune
-/// does it.
-pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Pruned>> {
-    let Some(_lock) = lock(state, libc::LOCK_EX | libc::LOCK_NB)
-        .with_context(|| format!("locking {}", state.warm().join(LOCK_FILE).display()))?
-    else {
-        return Ok(None);
-    };
-    let mut out = Pruned {
-        snapshots: store.prune_warm().context("pruning warm snapshots")?,
-        ..Pruned::default()
-    };
-    let remaining = store.warm_all()?;
-    let named: std::collections::HashSet<&str> =
-        remaining.iter().map(|w| w.manifest.as_str()).collect();
-    // A manifest a remaining row names is never doomed (two rows can never share one,
-    // but nothing is deleted on that belief).
-    let mut doomed: BTreeSet<String> = out
-        .snapshots
-        .iter()
-        .map(|w| w.manifest.clone())
-        .filter(|m| !named.contains(m.as_str()))
-        .collect();
-    let mut candidates: std::collections::HashSet<Oid> = std::collections::HashSet::new();
-    let mut journals = Vec::new();
-    // Whether what a content is held by could not be told: then no journal goes either.
-    let mut blind = false;
-    for e in fs::read_dir(state.warm())?.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        if n.starts_with('.') {
-            continue;
-        }
-        if n.ends_with(JOURNAL) {
-            // Every take holds the lock shared while it runs: this one ended.
-            match journal_blobs(&e.path()) {
-                Ok(oids) => {
-                    candidates.extend(oids);
-                    journals.push(e.path());
-                }
-                Err(err) => tracing::warn!(
-                    "pruning warm snapshots: reading {}: {err}; its contents stay",
-                    e.path().display()
-                ),
-            }
-            continue;
-        }
-        let base = n.strip_suffix(".dirs").unwrap_or(&n).to_string();
-        if !named.contains(base.as_str()) && doomed.insert(base) {
-            out.orphans += 1;
-        }
-    }
-    for m in &doomed {
-        match manifest_blobs(state, m) {
-            Ok(oids) => candidates.extend(oids),
-            // Its contents stay in the cache: never wrong.
-            Err(e) => tracing::warn!("pruning warm snapshots: {e}; its contents stay"),
-        }
-    }
-    for w in &remaining {
-        if candidates.is_empty() {
-            break;
-        }
-        match manifest_blobs(state, &w.manifest) {
-            Ok(oids) => {
-                for o in oids {
-                    candidates.remove(&o);
-                }
-            }
-            Err(e) => {
-                tracing::warn!("pruning warm snapshots: {e}; no content is deleted");
-                candidates.clear();
-                blind = true;
-            }
-        }
-    }
-    for r in store.repos()? {
-        if candidates.is_empty() {
-            break;
-        }
-        let repo = git2::Repository::open(&r.gitdir);
-        let odb = match &repo {
-            Ok(g) => g.odb(),
-            Err(e) => Err(git2::Error::from_str(e.message())),
-        };
-        match odb {
-            Ok(odb) => candidates.retain(|o| !odb.exists(*o)),
-            Err(e) => {
-                tracing::warn!(
-                    "pruning warm snapshots: opening {}: {}; no content is deleted",
-                    r.gitdir.display(),
-                    e.message()
-                );
-                candidates.clear();
-                blind = true;
-            }
-        }
-    }
-    for oid in candidates {
-        let path = blob_path(state, oid);
-        if let Ok(m) = fs::symlink_metadata(&path) {
-            if m.is_file() && fs::remove_file(&path).is_ok() {
-                out.blobs += 1;
-                out.bytes += m.len();
-            }
-        }
-    }
-    // The journals and manifests last: one a crash leaves is read again by the next prune.
-    // Blind, they all stay for the next prune: what they name is never lost track of.
-    for j in journals.iter().filter(|_| !blind) {
-        match fs::remove_file(j) {
-            Ok(()) => out.journals += 1,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!("pruning warm snapshots: removing {}: {e}", j.display())
-            }
-        }
-    }
-    for m in doomed.iter().filter(|_| !blind) {
-        for p in [state.warm().join(m), dirs_path(state, m)] {
-            if let Err(e) = fs::remove_file(&p) {
-                if e.kind() != io::ErrorKind::NotFound {
-                    tracing::warn!("pruning warm snapshots: removing {}: {e}", p.display());
-                }
-            }
-        }
-    }
-    if !out.snapshots.is_empty() || out.orphans > 0 || out.journals > 0 {
-        tracing::info!(
-            "pruned {} warm snapshot(s), {} unrecorded manifest(s) and {} journal(s) of failed takes: {} contents, {}",
-            out.snapshots.len(),
-            out.orphans,
-            out.journals,
-            out.blobs,
-            human_bytes(out.bytes)
-        );
-    }
-    Ok(Some(out))
-}
-
-/// The path of a snapshot's manifest.
-pub fn manifest_path(state: &StateDir, w: &WarmRow) -> PathBuf {
-    state.warm().join(&w.manifest)
-}
-
-/// Its list of directories that hold entries (NUL-separated paths; "" the top).
-fn dirs_path(state: &StateDir, manifest: &str) -> PathBuf {
-    state.warm().join(format!("{manifest}.dirs"))
-}
-
-/// The newest snapshot of repository `repo_id` taken with `uid`'s permissions whose
-/// manifest is in place.
-pub fn latest(
-    state: &StateDir,
-    store: &Store,
-    repo_id: i64,
-    uid: u32,
-) -> rusqlite::Result<Option<WarmRow>> {
-    Ok(store
-        .latest_warm(repo_id, uid)?
-        .filter(|w| manifest_path(state, w).exists()))
-}
-
-/// The newest snapshot of `repo` taken with `uid`'s permissions, else a new one.
-pub fn ensure(
-    state: &StateDir,
-    store: &mut Store,
-    repo: &RepoRow,
-    uid: u32,
-    gid: u32,
-) -> anyhow::Result<(WarmRow, Option<Taken>)> {
-    if let Some(row) = latest(state, store, repo.id, uid)? {
-        return Ok((row, None));
-    }
-    let taken = take(state, store, repo, uid, gid)?;
-    Ok((taken.row.clone(), Some(taken)))
-}
-
-/// The untracked-cache part `untr` of a warm worktree's index: invalid at every
-/// directory where snapshot `w` has entries, so git lists those (and only those).
-pub fn untracked_part(state: &StateDir, w: &WarmRow, untr: &[u8]) -> Vec<u8> {
-    let dirs = fs::read(dirs_path(state, &w.manifest)).ok();
-    let set: Option<std::collections::HashSet<&[u8]>> =
-        dirs.as_deref().map(|d| d.split(|b| *b == 0).collect());
-    // Without the list (removed by hand), every directory is listed: slower, never wrong.
-    crate::git::untracked::invalidate(untr, |p| set.as_ref().is_none_or(|s| s.contains(p)))
-        .unwrap_or_else(|| untr.to_vec())
-}
-
 /// Runs closures on a thread whose file-system identity is one user's.
-struct AsUser {
+pub(super) struct AsUser {
     jobs: mpsc::Sender<Box<dyn FnOnce() + Send>>,
 }
 
@@ -395,7 +81,7 @@ impl AsUser {
 }
 
 /// What a path of the checkout is, as the user sees it.
-enum Found {
+pub(super) enum Found {
     /// A regular file, opened when asked.
     File(Option<fs::File>, Stat),
     Link(Vec<u8>, Stat),
@@ -404,7 +90,7 @@ enum Found {
     Skip(String),
 }
 
-fn look(root: BorrowedFd, rel: &[u8], open: bool) -> Found {
+pub(super) fn look(root: BorrowedFd, rel: &[u8], open: bool) -> Found {
     let reason = |e: io::Error| match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) => "not readable by the user who asked".to_string(),
         Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
@@ -438,7 +124,7 @@ fn look(root: BorrowedFd, rel: &[u8], open: bool) -> Found {
     }
 }
 
-fn same(a: &Stat, b: &Stat) -> bool {
+pub(super) fn same(a: &Stat, b: &Stat) -> bool {
     (
         a.st_ino,
         a.st_size,
@@ -456,12 +142,12 @@ fn same(a: &Stat, b: &Stat) -> bool {
     )
 }
 
-fn lossy(p: &[u8]) -> String {
+pub(super) fn lossy(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
 }
 
 /// The patterns of `repo`: its `.worktreeinclude`, then `repo add|set --include`.
-fn patterns(
+pub(super) fn patterns(
     user: &AsUser,
     root: &std::sync::Arc<OwnedFd>,
     repo: &RepoRow,
@@ -489,7 +175,7 @@ fn patterns(
 }
 
 /// `git ls-files -z --others --ignored` with `patterns`, as `owner`, in the checkout.
-fn ls_files(
+pub(super) fn ls_files(
     owner: &Owner,
     repo: &RepoRow,
     patterns: &[String],
@@ -539,7 +225,7 @@ fn ls_files(
 /// Copies `src` (whose stat data was `st`) into the blob cache; its blob id, or None when
 /// the file changed during the copy.
 /// A take's journal, open for appending.
-struct Journal {
+pub(super) struct Journal {
     path: PathBuf,
     file: fs::File,
 }
@@ -569,7 +255,7 @@ impl Journal {
 /// Copies `src` (whose stat was `st`) into the blob cache: its blob id, or none when it
 /// changed while it was copied. A content not yet in the cache is written down in
 /// `journal` before it is placed.
-fn store_blob(
+pub(super) fn store_blob(
     state: &StateDir,
     journal: &mut Journal,
     src: &fs::File,
@@ -652,7 +338,7 @@ pub fn take(
 }
 
 /// [`take`], under the lock shared with other takes.
-fn take_held(
+pub(super) fn take_held(
     state: &StateDir,
     store: &mut Store,
     repo: &RepoRow,
@@ -871,7 +557,7 @@ fn take_held(
     })
 }
 
-fn record(
+pub(super) fn record(
     path: Vec<u8>,
     kind: Kind,
     st: &Stat,
@@ -895,11 +581,6 @@ fn record(
         oid,
         target,
     }
-}
-
-/// Paths by component: `a/b` before `a-c` (a directory's entries right after it).
-fn path_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))
 }
 
 #[cfg(test)]

@@ -1,0 +1,49 @@
+//! Taking a warm snapshot (`worktreefs warm REPO`, the first `new --warm`): the ignored
+//! and untracked files of the repository's source checkout that match its include
+//! patterns, each read once, as the user who asks, into the shared blob cache, and listed
+//! in a manifest (`git::warm`) that warm worktrees show under their base tree.
+//!
+//! The steps:
+//! 1. The patterns: `.worktreeinclude` at the checkout's top (read as a regular file
+//!    reached through no symlink) and the repository's `repo add|set --include`. None: an
+//!    error that says where to put them.
+//! 2. What they match: `git ls-files --others --ignored --exclude=P…` run as the user (so
+//!    gitignore syntax is git's own, and tracked files are never taken). A pattern that
+//!    matches nothing is reported.
+//! 3. Each path looked at as the user (`setfsuid` on a thread of its own) through no
+//!    symlink: a symlink is kept as its text (never followed), a FIFO, socket or device is
+//!    skipped and never opened, a file the user cannot read is skipped; both reported.
+//! 4. The sizes summed and refused, naming them, when the state directory's disk has
+//!    less room.
+//! 5. Each file copied (a reflink where the disk shares extents) into the blob cache
+//!    under its blob id, and kept only if its stat data was the same before and after the
+//!    copy (whole as of one instant; a file that keeps changing is retried, then skipped
+//!    and reported).
+//! 6. The manifest and the list of its directories written (synced, renamed), then the
+//!    row: a snapshot is in the store only once all of it is on disk.
+//!
+//! Each content the take puts in the cache is first written down in its journal
+//! (`<state>/warm/<manifest>.taking`, one blob id a line), which goes once the row is in:
+//! a take that fails or dies leaves its journal, and the next prune deletes what it names
+//! that nothing else holds.
+//!
+//! [`prune`] deletes what no snapshot needs any more: a snapshot superseded by a newer one
+//! of the same repository and user that no worktree shows (nor a kept removal), a
+//! manifest no row names, and the contents only those held (never one a remaining
+//! snapshot holds, nor one git holds: the blob cache's own), and those of the journals
+//! takes that failed left. Takes and prunes share a lock (`<state>/warm/.lock`): takes
+//! hold it shared, a prune exclusive and never waits (so every journal a prune sees is
+//! of a take that ended).
+//!
+//! - `take.rs`: taking a snapshot; `shown.rs`: the one a new worktree shows.
+//! - `prune.rs`: deleting what no worktree shows; `cache.rs`: the cache's layout and lock.
+
+mod cache;
+mod prune;
+mod shown;
+mod take;
+
+pub use cache::manifest_path;
+pub use prune::{journals, prune, Pruned};
+pub use shown::{ensure, latest, untracked_part};
+pub use take::{take, Taken, INCLUDE_FILE};
