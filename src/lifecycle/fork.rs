@@ -19,13 +19,12 @@ use crate::git;
 use crate::lease::State;
 use crate::lifecycle::cleanup::{keep, Target};
 use crate::lifecycle::create::error::{internal, io_failure, CreateError};
-use crate::lifecycle::create::mountpoint_of;
-use crate::lifecycle::create::rollback::{roll_back, roll_back_dead};
+use crate::lifecycle::create::rollback::roll_back;
 use crate::lifecycle::create::steps::{
     make_branch, record_creation, staging_dir, write_entry, Made,
 };
+use crate::lifecycle::create::{mountpoint_of, preconditions};
 use crate::lifecycle::layer_copy::{on_walk_stack, Copied, Copier, CopyError, MAX_COPIES};
-use crate::names::validate_name;
 use crate::state::StateDir;
 use crate::store::{now_secs, CreationRow, NewWorktree, Store, WorktreeRow};
 
@@ -60,13 +59,9 @@ pub fn fork_worktree(
 ) -> Result<Forked, CreateError> {
     let started = Instant::now();
     let label = format!("{}/{}", req.repo, req.from);
-    validate_name("worktree", req.name).map_err(CreateError::InvalidName)?;
-    super::create::preconditions::check_branch_name(req.name, req.branch)?;
+    let repo_row = preconditions::target_repo(store, req.repo, req.name)?;
+    preconditions::check_branch_name(req.name, req.branch)?;
     let branch_name = req.branch.unwrap_or(req.name).to_string();
-    let repo_row = store
-        .repo_by_name(req.repo)
-        .map_err(|e| internal("reading repositories")(e.to_string()))?
-        .ok_or_else(|| super::create::preconditions::unknown_repo(store, req.repo))?;
     let parent_of = |store: &Store| -> Result<WorktreeRow, CreateError> {
         let row = store
             .worktree(req.repo, req.from)
@@ -94,36 +89,8 @@ pub fn fork_worktree(
             parent.uid, req.uid
         )));
     }
-    roll_back_dead(
-        state,
-        store,
-        &repo_row.gitdir,
-        |c| c.repo_id == repo_row.id && c.name == req.name,
-        |c| {
-            CreateError::Exists(format!(
-                "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
-                req.repo, req.name, c.pid
-            ))
-        },
-    )?;
-    if let Some(w) = store
-        .worktree(req.repo, req.name)
-        .map_err(|e| internal("reading worktrees")(e.to_string()))?
-        .filter(|w| w.state != State::Removed)
-    {
-        return Err(CreateError::Exists(format!(
-            "worktree '{}/{}' already exists (state: {}); pick another name",
-            req.repo, req.name, w.state
-        )));
-    }
-    let repo = Repository::open(&repo_row.gitdir).map_err(|e| {
-        CreateError::Internal(format!(
-            "repository '{}' at {} cannot be opened: {}",
-            repo_row.name,
-            repo_row.gitdir.display(),
-            e.message()
-        ))
-    })?;
+    preconditions::name_free(state, store, &repo_row, req.name, None)?;
+    let repo = preconditions::open_repo(&repo_row)?;
     let gitdir = git::common_dir(&repo);
     let mountpoint = mountpoint_of(state, store);
     let t = Target::new(state, &parent, &repo_row, &mountpoint);

@@ -8,13 +8,11 @@ use std::fs;
 use git2::{BranchType, Oid, Repository};
 
 use crate::git;
-use crate::lease::State;
 use crate::lifecycle::cleanup::keep::{self, KEPT_DIR};
 use crate::lifecycle::create::error::{internal, io_failure, CreateError};
-use crate::lifecycle::create::mountpoint_of;
-use crate::lifecycle::create::rollback::{roll_back, roll_back_dead};
+use crate::lifecycle::create::rollback::roll_back;
 use crate::lifecycle::create::steps::{make_branch, record_creation, write_entry, Made};
-use crate::names::validate_name;
+use crate::lifecycle::create::{mountpoint_of, preconditions};
 use crate::state::StateDir;
 use crate::store::{now_secs, CreationRow, KeptRow, NewWorktree, Store, WorktreeRow};
 
@@ -44,11 +42,7 @@ pub fn restore_worktree(
 ) -> Result<Restored, CreateError> {
     let label = format!("{}/{}", req.repo, req.name);
     let new_name = req.as_name.unwrap_or(req.name);
-    validate_name("worktree", new_name).map_err(CreateError::InvalidName)?;
-    let repo_row = store
-        .repo_by_name(req.repo)
-        .map_err(|e| internal("reading repositories")(e.to_string()))?
-        .ok_or_else(|| super::create::preconditions::unknown_repo(store, req.repo))?;
+    let repo_row = preconditions::target_repo(store, req.repo, new_name)?;
     let kept = store
         .kept()
         .map_err(|e| internal("reading kept removals")(e.to_string()))?
@@ -95,27 +89,24 @@ pub fn restore_worktree(
             req.repo
         ))
     };
-    if let Some(w) = store
-        .worktree(req.repo, new_name)
-        .map_err(|e| internal("reading worktrees")(e.to_string()))?
-        .filter(|w| w.state != State::Removed)
-    {
-        return Err(in_use(w.state.as_str()));
-    }
     // A creation of that name, or a restore of this copy, killed half-way is rolled back
     // first (as `new` does); the rollback of a restore puts the copy back.
-    roll_back_dead(
+    preconditions::name_free(
         state,
         store,
-        &repo_row.gitdir,
-        |c| (c.repo_id == repo_row.id && c.name == new_name) || c.restored_from == Some(from),
-        |c| match c.restored_from {
-            Some(f) if f == from => CreateError::Busy(format!(
-                "{label} is being restored right now by process {}; wait for it",
-                c.pid
-            )),
-            _ => in_use("being created"),
-        },
+        &repo_row,
+        new_name,
+        Some(&preconditions::InTheWay {
+            also: &|c| c.restored_from == Some(from),
+            running: &|c| match c.restored_from {
+                Some(f) if f == from => CreateError::Busy(format!(
+                    "{label} is being restored right now by process {}; wait for it",
+                    c.pid
+                )),
+                _ => in_use("being created"),
+            },
+            taken: &|st| in_use(st.as_str()),
+        }),
     )?;
 
     let dir = state.removed_dir(from);
@@ -125,14 +116,7 @@ pub fn restore_worktree(
             dir.display()
         )));
     }
-    let repo = Repository::open(&repo_row.gitdir).map_err(|e| {
-        CreateError::Internal(format!(
-            "repository '{}' at {} cannot be opened: {}",
-            repo_row.name,
-            repo_row.gitdir.display(),
-            e.message()
-        ))
-    })?;
+    let repo = preconditions::open_repo(&repo_row)?;
     let gitdir = git::common_dir(&repo);
     let head = kept.head.trim().to_string();
     let tip = kept.tip.as_deref().and_then(|t| Oid::from_str(t).ok());

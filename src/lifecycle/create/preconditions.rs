@@ -1,9 +1,94 @@
-//! What every creation checks before it makes anything: the repository is registered,
-//! the branch name is one git allows, the warm snapshot is still there.
+//! What every creation (new, fork, restore) checks before it makes anything, written
+//! once: the name is one a worktree may have, the repository is registered and opens, no
+//! live worktree has the name (a creation of it killed half-way rolled back first), the
+//! branch name is one git allows, the warm snapshot is still there.
 
-use crate::store::Store;
+use git2::Repository;
 
-use super::error::CreateError;
+use crate::lease::State;
+use crate::names::validate_name;
+use crate::state::StateDir;
+use crate::store::{CreationRow, RepoRow, Store};
+
+use super::error::{internal, CreateError};
+use super::rollback::roll_back_dead;
+
+/// The registered repository `repo` a new worktree `name` goes into, once `name` is one
+/// a worktree may have.
+pub(crate) fn target_repo(store: &Store, repo: &str, name: &str) -> Result<RepoRow, CreateError> {
+    validate_name("worktree", name).map_err(CreateError::InvalidName)?;
+    store
+        .repo_by_name(repo)
+        .map_err(|e| internal("reading repositories")(e.to_string()))?
+        .ok_or_else(|| unknown_repo(store, repo))
+}
+
+/// How a creation that is not `new`'s words what stands in its way (a restore: it rolls
+/// back what a dead restore of the same copy left, and says `--as` where `new` says "pick
+/// another name").
+pub(crate) struct InTheWay<'a> {
+    /// Creations killed half-way rolled back too, besides those of the name.
+    pub also: &'a dyn Fn(&CreationRow) -> bool,
+    /// The refusal while a creation it would roll back is still running.
+    pub running: &'a dyn Fn(&CreationRow) -> CreateError,
+    /// The refusal when a live worktree has the name (in that state).
+    pub taken: &'a dyn Fn(State) -> CreateError,
+}
+
+/// Makes room for worktree `repo/name` of `repo_row`: a creation of that name killed
+/// half-way is rolled back first; one still running, or a live worktree of that name,
+/// refuses it (in `way`'s words, else `new`'s).
+pub(crate) fn name_free(
+    state: &StateDir,
+    store: &mut Store,
+    repo_row: &RepoRow,
+    name: &str,
+    way: Option<&InTheWay<'_>>,
+) -> Result<(), CreateError> {
+    let repo = repo_row.name.as_str();
+    roll_back_dead(
+        state,
+        store,
+        &repo_row.gitdir,
+        |c| (c.repo_id == repo_row.id && c.name == name) || way.is_some_and(|w| (w.also)(c)),
+        |c| {
+            match way {
+            Some(w) => (w.running)(c),
+            None => CreateError::Exists(format!(
+                "worktree '{repo}/{name}' is being created right now by process {}; wait for it, or pick another name",
+                c.pid
+            )),
+        }
+        },
+    )?;
+    if let Some(w) = store
+        .worktree(repo, name)
+        .map_err(|e| internal("reading worktrees")(e.to_string()))?
+        .filter(|w| w.state != State::Removed)
+    {
+        return Err(match way {
+            Some(way) => (way.taken)(w.state),
+            None => CreateError::Exists(format!(
+                "worktree '{repo}/{name}' already exists (state: {}); pick another name",
+                w.state
+            )),
+        });
+    }
+    Ok(())
+}
+
+/// The repository of `repo_row`, opened, or why not with a way out.
+pub(crate) fn open_repo(repo_row: &RepoRow) -> Result<Repository, CreateError> {
+    Repository::open(&repo_row.gitdir).map_err(|e| {
+        CreateError::Internal(format!(
+            "repository '{}' at {} cannot be opened: {}; check the path or `worktreefs repo remove {}`",
+            repo_row.name,
+            repo_row.gitdir.display(),
+            e.message(),
+            repo_row.name
+        ))
+    })
+}
 
 /// The refusal of a repository name nobody registered: the registered name closest to it,
 /// if one is, else how to register it.

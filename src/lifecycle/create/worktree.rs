@@ -6,15 +6,13 @@ use std::fs;
 use git2::{BranchType, Repository};
 
 use crate::git::{self};
-use crate::lease::State;
-use crate::names::validate_name;
 use crate::state::StateDir;
 use crate::store::{now_secs, CreationRow, NewWorktree, Store, WorktreeRow};
 
 use super::error::{db_failure, internal, io_failure, CreateError};
 use super::index_cache::{cached_index, index_cache_key, view_mtime, CachedIndex};
-use super::preconditions::{check_branch_name, unknown_repo, warm_gone};
-use super::rollback::{roll_back, roll_back_dead};
+use super::preconditions::{check_branch_name, name_free, open_repo, target_repo, warm_gone};
+use super::rollback::roll_back;
 use super::steps::{make_branch, record_creation, staging_dir, write_entry, Made};
 
 pub struct CreateRequest<'a> {
@@ -41,11 +39,7 @@ pub fn create_worktree(
     store: &mut Store,
     req: &CreateRequest<'_>,
 ) -> Result<WorktreeRow, CreateError> {
-    validate_name("worktree", req.name).map_err(CreateError::InvalidName)?;
-    let repo_row = store
-        .repo_by_name(req.repo)
-        .map_err(|e| internal("reading repositories")(e.to_string()))?
-        .ok_or_else(|| unknown_repo(store, req.repo))?;
+    let repo_row = target_repo(store, req.repo, req.name)?;
     // A snapshot holds what its taker could read: it is shown to that user alone (in
     // worktrees they own), never to another who could not read the files.
     if let Some(w) = req.warm {
@@ -58,39 +52,9 @@ pub fn create_worktree(
     }
     // A creation of this name that was killed half-way is rolled back first; one that is
     // still running makes this one wait its turn.
-    roll_back_dead(
-        state,
-        store,
-        &repo_row.gitdir,
-        |c| c.repo_id == repo_row.id && c.name == req.name,
-        |c| {
-            CreateError::Exists(format!(
-                "worktree '{}/{}' is being created right now by process {}; wait for it, or pick another name",
-                req.repo, req.name, c.pid
-            ))
-        },
-    )?;
-    if let Some(existing) = store
-        .worktree(req.repo, req.name)
-        .map_err(|e| internal("reading worktrees")(e.to_string()))?
-        .filter(|w| w.state != State::Removed)
-    {
-        return Err(CreateError::Exists(format!(
-            "worktree '{}/{}' already exists (state: {}); pick another name",
-            req.repo, req.name, existing.state
-        )));
-    }
+    name_free(state, store, &repo_row, req.name, None)?;
     check_branch_name(req.name, req.branch)?;
-
-    let repo = Repository::open(&repo_row.gitdir).map_err(|e| {
-        CreateError::Internal(format!(
-            "repository '{}' at {} cannot be opened: {}; check the path or `worktreefs repo remove {}`",
-            repo_row.name,
-            repo_row.gitdir.display(),
-            e.message(),
-            repo_row.name
-        ))
-    })?;
+    let repo = open_repo(&repo_row)?;
 
     // Branch and base.
     let branch_name = req.branch.unwrap_or(req.name).to_string();
