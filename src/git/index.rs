@@ -185,6 +185,23 @@ pub fn decode_index_sizes(bytes: &[u8]) -> Vec<(Oid, u64)> {
     out
 }
 
+/// The index of commit `at`'s tree, made by libgit2 at `scratch` (in the kept copy, the
+/// daemon's own directory) and read back: no stat data, so git looks at each file once.
+pub fn index_of_commit(
+    repo: &git2::Repository,
+    at: git2::Oid,
+    scratch: &std::path::Path,
+) -> anyhow::Result<Vec<u8>> {
+    let _ = std::fs::remove_file(scratch);
+    let tree = repo.find_commit(at)?.tree()?;
+    let mut index = git2::Index::open(scratch)?;
+    index.read_tree(&tree)?;
+    index.write()?;
+    let bytes = std::fs::read(scratch)?;
+    let _ = std::fs::remove_file(scratch);
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -375,12 +375,8 @@ fn make(
                 "the index of {} was not found (its git entry is gone): the fork's is HEAD's tree, and git looks at every file once",
                 p.label
             ));
-            crate::lifecycle::restore::index_of_commit(
-                repo,
-                head_commit,
-                &staging.join("index.made"),
-            )
-            .map_err(|e| CreateError::Internal(format!("making an index: {e:#}")))?
+            crate::git::index::index_of_commit(repo, head_commit, &staging.join("index.made"))
+                .map_err(|e| CreateError::Internal(format!("making an index: {e:#}")))?
         }
     };
     write_entry(

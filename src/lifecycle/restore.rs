@@ -173,7 +173,7 @@ pub fn restore_worktree(
             notes.push(
                 "its index was not kept (git's entry was gone at the removal): it is HEAD's tree, and git looks at every file once".into(),
             );
-            index_of_commit(&repo, at, &dir.join(KEPT_DIR).join("index.made"))
+            crate::git::index::index_of_commit(&repo, at, &dir.join(KEPT_DIR).join("index.made"))
                 .map_err(|e| CreateError::Internal(format!("making an index for {label}: {e}")))?
         }
     };
@@ -340,21 +340,4 @@ fn make(
             }
             other => crate::lifecycle::create::error::db_failure("recording the worktree")(other),
         })
-}
-
-/// The index of commit `at`'s tree, made by libgit2 at `scratch` (in the kept copy, the
-/// daemon's own directory) and read back: no stat data, so git looks at each file once.
-pub(super) fn index_of_commit(
-    repo: &Repository,
-    at: Oid,
-    scratch: &std::path::Path,
-) -> anyhow::Result<Vec<u8>> {
-    let _ = fs::remove_file(scratch);
-    let tree = repo.find_commit(at)?.tree()?;
-    let mut index = git2::Index::open(scratch)?;
-    index.read_tree(&tree)?;
-    index.write()?;
-    let bytes = fs::read(scratch)?;
-    let _ = fs::remove_file(scratch);
-    Ok(bytes)
 }
