@@ -13,7 +13,7 @@
 //!    layout, filecopy   the upper layer's format (read through `beneath`); copying a
 //!                       file's data by reflink or copy_file_range
 //! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
-//!    heap, target, table, fuse (the FUSE protocol), asked, process (/proc, pidfds,
+//!    heap, target, table, fuse (the FUSE protocol), asked, mounttable, process (/proc, pidfds,
 //!    the tree below a command)
 //! ```
 //!
@@ -34,6 +34,7 @@ pub mod ino;
 pub mod layout;
 pub mod lease;
 pub mod lifecycle;
+pub mod mounttable;
 pub mod names;
 pub mod process;
 pub mod report;

@@ -83,6 +83,10 @@ impl StateDir {
     pub fn unmount_mode_file(&self) -> PathBuf {
         self.root.join("unmount-mode")
     }
+    /// The daemon's socket, where the command line asks it to reclaim.
+    pub fn socket(&self) -> PathBuf {
+        self.root.join("daemon.sock")
+    }
     pub fn blobs(&self) -> PathBuf {
         self.root.join("blobs")
     }

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
-use super::*;
+use super::request::{AtUnmount, MountRequest, READY_FD_ENV};
 
 pub(super) fn signal_set() -> nix::sys::signal::SigSet {
     use nix::sys::signal::{SigSet, Signal};
@@ -90,7 +90,7 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
         .arg(req.keep.min_free_percent.to_string())
         .arg("--keep-min-free-gib")
         .arg((req.keep.min_free_bytes as f64 / (1u64 << 30) as f64).to_string());
-    if req.on_umount == super::AtUnmount::KeepSessions {
+    if req.on_umount == AtUnmount::KeepSessions {
         cmd.arg("--umount-keeps-sessions");
     }
     if let Some(l) = log_level {

@@ -74,7 +74,7 @@ pub fn detached(state: &StateDir, h: &Holder) -> bool {
     if h.pid <= 0 || h.mountpoint.as_os_str().is_empty() {
         return false;
     }
-    if fs::symlink_metadata(super::socket::socket_path(state)).is_err() {
+    if fs::symlink_metadata(state.socket()).is_err() {
         return false;
     }
     let Ok(mounts) = fs::read_to_string(format!("/proc/{}/mounts", h.pid))
@@ -86,7 +86,7 @@ pub fn detached(state: &StateDir, h: &Holder) -> bool {
     !mounts.lines().any(|l| {
         l.split_whitespace()
             .nth(1)
-            .is_some_and(|t| super::mountpoint::unescape_mount_path(t) == want)
+            .is_some_and(|t| crate::mounttable::unescape_mount_path(t) == want)
     })
 }
 

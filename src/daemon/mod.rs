@@ -12,15 +12,16 @@ use anyhow::{anyhow, bail, Context};
 
 use crate::fs::View;
 use crate::lifecycle::create::{self, META_MOUNTPOINT};
-use crate::state::StateDir;
 use crate::store::Store;
 
 mod background;
 pub mod fuse_access;
 mod instance;
 pub mod mountpoint;
+mod request;
 pub mod socket;
 
+pub use crate::mounttable::{is_mountpoint, mount_type};
 pub use background::spawn_background;
 use background::{block_signals, spawn_signal_thread};
 use instance::acquire_lock;
@@ -28,94 +29,7 @@ pub use instance::{
     answers, detached, detached_message, leases_in_this_pid_namespace, poke, running_daemon, Holder,
 };
 use mountpoint::check_mountpoint;
-pub use mountpoint::{is_mountpoint, mount_type};
-
-pub const READY_FD_ENV: &str = "WORKTREEFS_READY_FD";
-
-pub struct MountRequest {
-    pub state: StateDir,
-    pub mountpoint: Option<PathBuf>,
-    pub threads: usize,
-    /// Grace period, in seconds, between a worktree's last release and its cleanup.
-    pub linger: u64,
-    /// Process leases (off only to measure what they cost).
-    pub track_leases: bool,
-    /// FUSE passthrough where the kernel offers it.
-    pub passthrough: bool,
-    /// Listings with the entries' attributes (READDIRPLUS) where the kernel offers them.
-    pub readdirplus: bool,
-    /// FUSE over io_uring: `auto` (where the kernel offers it), `off`, `on` (required).
-    pub uring: crate::fs::mount::Uring,
-    /// `user.` extended attributes served (`mount --xattr`).
-    pub xattrs: bool,
-    /// Inodes kept before the kernel's caches of idle worktrees are dropped.
-    pub cache_nodes: usize,
-    /// Other users may use the mount (`mount --allow-other`); otherwise it is private.
-    pub allow_other: bool,
-    /// How long one checkout filter may run for a file.
-    pub filter_timeout: std::time::Duration,
-    /// How long cleanup's inspection of one worktree may take.
-    pub inspect_timeout: std::time::Duration,
-    /// How long removals are kept for `worktreefs restore`, and the free disk they leave.
-    pub keep: crate::lifecycle::cleanup::keep::KeepPolicy,
-    /// What an unmount that did not say (`umount`, `fusermount3 -u`, a signal) does.
-    pub on_umount: AtUnmount,
-}
-
-/// What the end of a mount does with the leases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtUnmount {
-    /// Every lease released (reason `unmount`), then cleanup: the admin's reclaim.
-    Reclaim,
-    /// A planned restart: named leases and their worktrees kept for the next mount;
-    /// process leases released, and what nobody then holds cleaned up.
-    KeepSessions,
-}
-
-impl AtUnmount {
-    pub fn from_keep_sessions(keep: bool) -> AtUnmount {
-        if keep {
-            AtUnmount::KeepSessions
-        } else {
-            AtUnmount::Reclaim
-        }
-    }
-
-    fn word(self) -> &'static str {
-        match self {
-            AtUnmount::Reclaim => "reclaim",
-            AtUnmount::KeepSessions => "keep-sessions",
-        }
-    }
-
-    /// What `worktreefs unmount` asked for this unmount (`state`'s `unmount-mode` file,
-    /// taken away as it is read), else `default`.
-    fn asked(state: &StateDir, default: AtUnmount) -> AtUnmount {
-        use std::os::fd::AsFd;
-        let file = state.unmount_mode_file();
-        // Only a small regular file (never a FIFO or a link put there) is read.
-        let said = File::open(&state.root).ok().and_then(|root| {
-            crate::beneath::read_regular(root.as_fd(), b"unmount-mode", 64)
-                .ok()
-                .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
-        });
-        let _ = fs::remove_file(&file);
-        match said.as_deref().map(str::trim) {
-            Some("keep-sessions") => AtUnmount::KeepSessions,
-            Some("reclaim") => AtUnmount::Reclaim,
-            _ => default,
-        }
-    }
-
-    /// Tells the daemon what this unmount is to do, before it is unmounted; the inode of
-    /// the file written (a new one each time: written beside and renamed into place).
-    pub fn tell(self, state: &StateDir) -> std::io::Result<u64> {
-        use std::os::unix::fs::MetadataExt;
-        let file = state.unmount_mode_file();
-        crate::durable::write_file_synced(&file, self.word().as_bytes())?;
-        Ok(fs::symlink_metadata(&file)?.ino())
-    }
-}
+pub use request::{AtUnmount, MountRequest, READY_FD_ENV};
 
 /// Everything `mount` checks before starting a daemon; also run by the foreground daemon.
 pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
@@ -324,7 +238,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     {
         tracing::error!("cleanup at unmount failed: {e:#}");
     }
-    let _ = fs::remove_file(socket::socket_path(&req.state));
+    let _ = fs::remove_file(req.state.socket());
     drop(lock);
     r.map_err(|e| anyhow!("FUSE session ended with an error: {e}"))
 }

@@ -1,33 +1,11 @@
-//! Mountpoints: what is mounted where (from /proc/self/mountinfo) and whether a path
-//! can take a mount.
+//! Mountpoints: whether a path can take a mount, and whether the mount there answers.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail};
 
-/// The source and filesystem type mounted at `path`, if anything is.
-pub fn mount_type(path: &Path) -> Option<(String, String)> {
-    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
-    let want = path.to_string_lossy();
-    // The last line for a path is the mount on top, the one a path lookup reaches.
-    mounts.lines().rev().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let (src, target, fstype) = (f.next()?, f.next()?, f.next()?);
-        (unescape_mount_path(target) == want).then(|| (src.to_string(), fstype.to_string()))
-    })
-}
-
-pub fn is_mountpoint(path: &Path) -> bool {
-    mount_type(path).is_some()
-}
-
-pub fn unescape_mount_path(s: &str) -> String {
-    s.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
-}
+use crate::mounttable::{is_mountpoint, mount_type, unescape_mount_path};
 
 /// What answers at a mountpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,8 +22,6 @@ use crate::lifecycle::gate::Gate;
 use crate::state::StateDir;
 use crate::store::Store;
 
-pub const SOCKET_NAME: &str = "daemon.sock";
-
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum Request {
@@ -66,10 +64,6 @@ pub enum Answer {
     },
 }
 
-pub fn socket_path(state: &StateDir) -> PathBuf {
-    state.root.join(SOCKET_NAME)
-}
-
 /// Binds the socket (a stale one from a daemon that died is replaced: this daemon holds
 /// the state directory's lock) and answers on a thread of its own.
 pub(super) fn serve(
@@ -79,7 +73,7 @@ pub(super) fn serve(
     mountpoint: PathBuf,
 ) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let path = socket_path(state);
+    let path = state.socket();
     let _ = std::fs::remove_file(&path);
     let (_dir, addr) = addressable(&path)?;
     let listener =
@@ -259,7 +253,7 @@ pub fn reclaim(
     discard: bool,
     each: &mut dyn FnMut(&Answer),
 ) -> anyhow::Result<()> {
-    let Some(holder) = super::running_daemon(state) else {
+    let Some(holder) = super::instance::running_daemon(state) else {
         let mut store = Store::open_described(&state.root)?;
         let Some(row) = live_row(&store, repo, name)? else {
             each(&Answer::Gone {
@@ -275,7 +269,7 @@ pub fn reclaim(
         each(&to_answer(r));
         return Ok(());
     };
-    let path = socket_path(state);
+    let path = state.socket();
     let (_dir, addr) = addressable(&path)?;
     let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
     let mut conn = loop {

@@ -343,7 +343,7 @@ fn stale_mounts(out: &mut Vec<Check>) {
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f.len() > 2 && (f[2] == "fuse.worktreefs" || (f[2] == "fuse" && f[0] == "worktreefs")))
-                .then(|| PathBuf::from(worktreefs::daemon::mountpoint::unescape_mount_path(f[1])))
+                .then(|| PathBuf::from(worktreefs::mounttable::unescape_mount_path(f[1])))
         })
         .collect();
     let dead: Vec<&PathBuf> = ours

@@ -109,7 +109,7 @@ pub fn mounts_under(root: &Path) -> Vec<PathBuf> {
     let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     text.lines()
         .filter_map(|l| l.split_whitespace().nth(1))
-        .map(|t| PathBuf::from(worktreefs::daemon::mountpoint::unescape_mount_path(t)))
+        .map(|t| PathBuf::from(worktreefs::mounttable::unescape_mount_path(t)))
         .filter(|p| p.starts_with(root) && p != root)
         .collect()
 }

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use git2::{ObjectType, Oid, Repository, Tree};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+use super::decide::{Change, ChangeKind, Findings, Head};
+use super::target::Target;
 use crate::beneath;
 use crate::git::{MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::layout::UpperDir;
-
-use super::*;
 
 /// What the mounted filesystem's fsmonitor hook would answer, asked without counting as
 /// a query (the lifecycle does not name the filesystem; `fs` registers its view here).

@@ -15,7 +15,8 @@ use git2::{Oid, Repository};
 use crate::state::StateDir;
 use crate::store::{now_secs, KeptRow, NewKept, Store};
 
-use super::*;
+use super::lock::try_lock;
+use super::target::Target;
 use crate::git::admin::AdminDirs;
 
 /// The directory in a worktree's own directory that holds what was copied from git's

@@ -19,14 +19,19 @@
 mod decide;
 mod inspect;
 pub mod keep;
+mod lock;
 mod reconcile;
 mod remove;
+mod target;
 
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
 pub use inspect::{answer_fsmonitor_from, inspect, FsmonitorAnswers};
+pub use lock::{try_lock, try_lock_shared, CleanupLock};
 pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
-pub use remove::{execute, plan, try_lock, try_lock_shared, CleanupLock, Remover, Step};
+pub use remove::{execute, plan, Remover, Step};
 use remove::{gone_by_hand, run_removal, Removal};
+use target::target_of;
+pub use target::{Outcome, Target};
 
 /// Why nothing of a worktree found clean is lost, as inspection said it.
 fn settled(inspected: &Result<Findings, String>) -> Option<&str> {
@@ -80,13 +85,13 @@ fn keeps_now(state: &StateDir, store: &Store, what: &mut String) -> bool {
 
 use std::fmt;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use git2::Oid;
 
 use crate::lease::State;
 use crate::state::StateDir;
-use crate::store::{BeginError, RepoRow, Store, WorktreeRow};
+use crate::store::{BeginError, Store, WorktreeRow};
 
 /// How long one inspection may take, in milliseconds (`mount --inspect-timeout`).
 static INSPECT_TIMEOUT_MS: std::sync::atomic::AtomicU64 =
@@ -158,125 +163,6 @@ pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
 /// How long the transaction that decides a move to `deleting` may wait for another
 /// connection's lock: the worktree takes no new lease meanwhile.
 pub const DECIDE_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
-
-// ----- what cleanup looks at -----
-
-/// Everything cleanup needs to know of one worktree.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub id: i64,
-    pub repo: String,
-    pub name: String,
-    /// The repository's common git dir.
-    pub gitdir: PathBuf,
-    /// git's admin entry for this worktree (`<gitdir>/worktrees/wtfs-<name>`).
-    pub admin: PathBuf,
-    /// `<state>/worktrees/<id>`: the upper layer and work directory.
-    pub dir: PathBuf,
-    pub upper: PathBuf,
-    pub base_commit: String,
-    pub base_tree: String,
-    pub branch: Option<String>,
-    pub branch_created: bool,
-    /// Where it is under the mount (for messages and the retained store).
-    pub path: PathBuf,
-    /// Its owner: git runs as them to compare a file through its clean side.
-    pub uid: u32,
-    pub gid: u32,
-    /// For a submodule's view: its path in the worktree.
-    pub submodule: Option<String>,
-    /// The manifest of its warm snapshot, if it has one.
-    pub warm: Option<PathBuf>,
-    /// The blob cache, which holds the snapshot's contents.
-    pub blobs: PathBuf,
-}
-
-impl Target {
-    pub fn new(state: &StateDir, row: &WorktreeRow, repo: &RepoRow, mountpoint: &Path) -> Target {
-        Target {
-            submodule: None,
-            id: row.id,
-            repo: row.repo.clone(),
-            name: row.name.clone(),
-            gitdir: repo.gitdir.clone(),
-            admin: crate::git::admin_dir(&repo.gitdir, &row.admin_name),
-            dir: state.worktree_dir(row.id),
-            upper: state.upper(row.id),
-            base_commit: row.base_commit.clone(),
-            base_tree: row.base_tree.clone(),
-            branch: row.branch.clone(),
-            branch_created: row.branch_created,
-            path: mountpoint.join(&row.repo).join(&row.name),
-            uid: row.uid,
-            gid: row.gid,
-            warm: row.warm_manifest.as_ref().map(|m| state.warm().join(m)),
-            blobs: state.blobs(),
-        }
-    }
-
-    /// `<repo>/<name>`: the worktree's place under the mount.
-    fn repo_and_name(&self) -> String {
-        format!("{}/{}", self.repo, self.name)
-    }
-
-    fn parked_admin(&self) -> PathBuf {
-        let name = self
-            .admin
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        self.gitdir
-            .join(crate::git::admin::PARKED_ADMIN_DIR)
-            .join(format!("{}-{name}", self.id))
-    }
-
-    fn parked_dir(&self, state: &StateDir) -> PathBuf {
-        state.removed_dir(self.id)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Removed(String),
-    Retained(String),
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Outcome::Removed(how) => write!(f, "removed ({how})"),
-            Outcome::Retained(why) => write!(f, "retained ({why})"),
-        }
-    }
-}
-
-fn target_of(
-    state: &StateDir,
-    store: &Store,
-    row: &WorktreeRow,
-    mountpoint: &Path,
-) -> anyhow::Result<Target> {
-    let repo = store
-        .repo_by_id(row.repo_id)?
-        .ok_or_else(|| anyhow::anyhow!("repository of worktree {} is gone", row.id))?;
-    let mut t = Target::new(state, row, &repo, mountpoint);
-    // Its branch renamed with `git branch -m` (as doctor advises for a name git forbids)
-    // is still its branch: followed, and recorded.
-    if let Some(now) = t
-        .branch
-        .as_deref()
-        .and_then(|b| crate::git::renamed_branch(&t.gitdir, &t.admin, b))
-    {
-        tracing::info!(
-            "worktree {}: its branch {} was renamed {now} (git branch -m); following it",
-            t.repo_and_name(),
-            t.branch.as_deref().unwrap_or_default()
-        );
-        store.set_worktree_branch(t.id, &now)?;
-        t.branch = Some(now);
-    }
-    Ok(t)
-}
 
 /// Finishes a worktree in `deleting`: inspects, decides, removes or retains; or carries
 /// on with a removal already decided by a daemon that died.

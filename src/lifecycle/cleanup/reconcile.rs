@@ -5,11 +5,15 @@ use std::fs;
 use std::os::fd::AsFd;
 use std::path::Path;
 
+use super::decide::{decide, Verdict};
+use super::finish;
+use super::keep;
+use super::lock::try_lock;
+use super::remove::{gone_by_hand, Removal};
+use super::target::{target_of, Outcome};
 use crate::lease::State;
 use crate::state::StateDir;
 use crate::store::{Store, WorktreeRow};
-
-use super::*;
 
 /// Runs cleanup for every worktree in `deleting` that nobody else is working on.
 pub fn finish_all_deleting(

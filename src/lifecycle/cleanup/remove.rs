@@ -2,8 +2,8 @@
 //! a `Remover`; a failing step undoes the ones before it.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::os::fd::{AsFd, AsRawFd};
+use std::fs::{self};
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use git2::{Oid, Repository};
@@ -12,7 +12,7 @@ use crate::state::StateDir;
 use crate::store::Store;
 
 use super::inspect::reachable_elsewhere;
-use super::*;
+use super::target::{Outcome, Target};
 use crate::git::admin::AdminDirs;
 
 /// Deletes `t`'s parked git entry in `removing`, when there is one and it is this
@@ -358,33 +358,6 @@ impl Remover for FsRemover<'_> {
             }
         }
     }
-}
-
-/// Held by whoever runs one worktree's cleanup (the daemon's sweeper, a reclaim, the boot
-/// reconcile), so two never work on the same worktree.
-pub struct CleanupLock(#[allow(dead_code)] File);
-
-pub fn try_lock(state: &StateDir, id: i64) -> Option<CleanupLock> {
-    flock_nb(state, id, libc::LOCK_EX)
-}
-
-/// `<state>/locks/<id>` flock'd with `how` (`LOCK_EX`, `LOCK_SH`), not waiting.
-fn flock_nb(state: &StateDir, id: i64, how: i32) -> Option<CleanupLock> {
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(state.cleanup_lock(id))
-        .ok()?;
-    // SAFETY: flock on a descriptor we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), how | libc::LOCK_NB) };
-    (rc == 0).then_some(CleanupLock(f))
-}
-
-/// `try_lock`, shared: what a fork of the worktree holds (forks of one parent run at
-/// once; its removal, which takes the lock exclusively, waits for them all).
-pub fn try_lock_shared(state: &StateDir, id: i64) -> Option<CleanupLock> {
-    flock_nb(state, id, libc::LOCK_SH)
 }
 
 /// How a removal goes: whether it keeps (by the policy, else as recorded by a removal

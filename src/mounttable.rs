@@ -1,0 +1,31 @@
+//! The mount table as `/proc/self/mounts` shows it: what is mounted at a path, and the
+//! kernel's escapes in its paths (a space is `\040`). A leaf.
+
+use std::fs;
+use std::path::Path;
+
+/// The source and filesystem type mounted at `path`, if anything is.
+pub fn mount_type(path: &Path) -> Option<(String, String)> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    let want = path.to_string_lossy();
+    // The last line for a path is the mount on top, the one a path lookup reaches.
+    mounts.lines().rev().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (src, target, fstype) = (f.next()?, f.next()?, f.next()?);
+        (unescape_mount_path(target) == want).then(|| (src.to_string(), fstype.to_string()))
+    })
+}
+
+/// Whether something is mounted at `path`.
+pub fn is_mountpoint(path: &Path) -> bool {
+    mount_type(path).is_some()
+}
+
+/// A path as the mount table writes it, unescaped (`\040` a space, `\011` a tab, `\012` a
+/// newline, `\134` a backslash).
+pub fn unescape_mount_path(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
