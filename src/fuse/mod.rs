@@ -7,14 +7,17 @@
 //! Only `fs/` (the adapter and the mount) uses this module; it uses nothing of the crate.
 
 pub mod abi;
+pub mod device;
+pub mod dispatch;
 pub mod reply;
 pub mod request;
 pub mod session;
 pub mod uring;
 
+pub use device::{BackingId, Device, Notifier};
 pub use reply::{Answer, DirBuf};
 pub use request::{Header, Op, SetTime, SetattrArgs};
-pub use session::{BackingId, Device, Notifier, Session};
+pub use session::Session;
 
 /// Whether requests come over io_uring (where the kernel offers it) or `/dev/fuse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

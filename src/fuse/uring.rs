@@ -22,9 +22,10 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::abi;
+use super::device::Device;
+use super::dispatch;
 use super::reply::Answer;
 use super::request;
-use super::session::{self, Device};
 use super::Filesystem;
 
 /// The largest write (and read) the kernel is told to send when io_uring carries the
@@ -527,7 +528,7 @@ fn serve_one<F: Filesystem>(fs: &F, device: &Arc<Device>, e: &mut Entry) -> u64 
     // A handler that panics answers EIO: the entry goes on (over /dev/fuse a panic ended
     // one of the shared reader threads; here it would take one of this CPU's entries).
     let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        session::answer(fs, device, &h, fixed, rest)
+        dispatch::answer(fs, device, &h, fixed, rest)
     }))
     .unwrap_or_else(|_| {
         tracing::error!(
