@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::lease::State;
 
+use super::steps::parse_state;
 use super::*;
 
 #[derive(Debug, Clone, Serialize)]
@@ -333,15 +334,4 @@ impl Store {
         let rows = stmt.query_map([state.as_str()], worktree_from_row)?;
         rows.collect()
     }
-}
-
-/// A state as the store spells it; one it does not know is an error, not a guess.
-pub(super) fn parse_state(s: String) -> rusqlite::Result<State> {
-    State::parse(&s).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            12,
-            rusqlite::types::Type::Text,
-            format!("unknown worktree state {s:?}").into(),
-        )
-    })
 }

@@ -4,7 +4,7 @@
 use rusqlite::params;
 use serde::Serialize;
 
-use super::leases::{event, lease_count, set_state, state_of};
+use super::steps::{event, lease_count, set_state, state_of};
 use super::*;
 
 /// A worktree cleanup kept because removing it would lose work (SPEC "Cleanup").

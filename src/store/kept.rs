@@ -5,7 +5,7 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
-use super::leases::event;
+use super::steps::event;
 use super::*;
 
 /// A removed worktree whose copy is kept.

@@ -5,6 +5,7 @@ use crate::process::info::Liveness;
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
+use super::steps::{event, lease_count, release_in, set_state, state_of};
 use super::*;
 
 /// A lease to record: who holds it.
@@ -168,81 +169,6 @@ pub(super) fn lease_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<LeaseR
         exclusive: row.get(10)?,
         active_at: row.get(11)?,
     })
-}
-
-pub(super) fn event(
-    tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
-    kind: &str,
-    holder: Option<&str>,
-    reason: &str,
-) -> rusqlite::Result<()> {
-    tx.execute(
-        "INSERT INTO events(at, worktree_id, kind, holder, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![now_secs(), worktree_id, kind, holder, reason],
-    )?;
-    Ok(())
-}
-
-pub(super) fn state_of(
-    tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
-) -> rusqlite::Result<crate::lease::State> {
-    let s: String = tx.query_row(
-        "SELECT state FROM worktrees WHERE id = ?1",
-        [worktree_id],
-        |r| r.get(0),
-    )?;
-    super::catalog::parse_state(s)
-}
-
-pub(super) fn lease_count(
-    tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
-) -> rusqlite::Result<usize> {
-    tx.query_row(
-        "SELECT count(*) FROM leases WHERE worktree_id = ?1",
-        [worktree_id],
-        |r| r.get::<_, i64>(0),
-    )
-    .map(|n| n as usize)
-}
-
-pub(super) fn set_state(
-    tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
-    state: crate::lease::State,
-) -> rusqlite::Result<()> {
-    tx.execute(
-        "UPDATE worktrees SET state = ?1, state_changed_at = ?2 WHERE id = ?3",
-        params![state.as_str(), now_secs(), worktree_id],
-    )?;
-    Ok(())
-}
-
-/// Releases one holder's lease in the caller's transaction; the last release moves the
-/// worktree to `lingering`. False when there was no such lease.
-pub(super) fn release_in(
-    tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
-    holder: &str,
-    kind: &str,
-    reason: &str,
-) -> rusqlite::Result<bool> {
-    let removed = tx.execute(
-        "DELETE FROM leases WHERE worktree_id = ?1 AND holder = ?2",
-        params![worktree_id, holder],
-    )? == 1;
-    if removed {
-        event(tx, worktree_id, kind, Some(holder), reason)?;
-        let state = state_of(tx, worktree_id)?;
-        let next = crate::lease::on_release(state, lease_count(tx, worktree_id)?);
-        if next != state {
-            set_state(tx, worktree_id, next)?;
-            event(tx, worktree_id, next.as_str(), None, "last lease released")?;
-        }
-    }
-    Ok(removed)
 }
 
 impl Store {
@@ -415,7 +341,7 @@ impl Store {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let removed = release_in(&tx, worktree_id, holder, kind, reason)?;
         if removed {
-            super::turns::end_turn_of_session(
+            super::steps::end_turn_of_session(
                 &tx,
                 worktree_id,
                 holder,
@@ -447,7 +373,7 @@ impl Store {
             &format!("named lease released: {reason}"),
         )?;
         if removed {
-            super::turns::end_turn_of_session(
+            super::steps::end_turn_of_session(
                 &tx,
                 worktree_id,
                 holder,

@@ -25,6 +25,7 @@ mod events;
 mod kept;
 mod leases;
 mod schema;
+mod steps;
 mod turns;
 mod warm;
 

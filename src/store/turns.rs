@@ -7,7 +7,7 @@
 use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
-use super::leases::{event, release_in, state_of};
+use super::steps::{event, release_in, state_of};
 use super::*;
 use crate::process::info::Liveness;
 
@@ -98,27 +98,6 @@ fn turn_of(tx: &rusqlite::Transaction<'_>, worktree_id: i64) -> rusqlite::Result
         turn_from_row,
     )
     .optional()
-}
-
-/// Ends the turn of `session` on the worktree, if it has one (its lease is going), in the
-/// caller's transaction.
-pub(super) fn end_turn_of_session(
-    tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
-    holder: &str,
-    reason: &str,
-) -> rusqlite::Result<bool> {
-    let Some(session) = holder.strip_prefix("session:") else {
-        return Ok(false);
-    };
-    let ended = tx.execute(
-        "DELETE FROM turns WHERE worktree_id = ?1 AND session = ?2",
-        params![worktree_id, session],
-    )? == 1;
-    if ended {
-        event(tx, worktree_id, "turn-ended", Some(holder), reason)?;
-    }
-    Ok(ended)
 }
 
 /// Ends `running` in the caller's transaction, giving back the session's lease if the
