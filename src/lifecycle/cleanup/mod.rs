@@ -17,15 +17,19 @@
 //!   middle finishes the removal at the next mount.
 
 mod decide;
+mod fsmonitor;
 mod inspect;
 pub mod keep;
 mod lock;
+mod reach;
 mod reconcile;
 mod remove;
 mod target;
+mod walk;
 
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
-pub use inspect::{answer_fsmonitor_from, inspect, FsmonitorAnswers};
+pub use fsmonitor::{answer_fsmonitor_from, FsmonitorAnswers};
+pub use inspect::inspect;
 pub use lock::{try_lock, try_lock_shared, CleanupLock};
 pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
 pub use remove::{execute, plan, Remover, Step};

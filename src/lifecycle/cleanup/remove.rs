@@ -11,7 +11,7 @@ use git2::{Oid, Repository};
 use crate::state::StateDir;
 use crate::store::Store;
 
-use super::inspect::reachable_elsewhere;
+use super::reach::reachable_elsewhere;
 use super::target::{Outcome, Target};
 use crate::git::admin::AdminDirs;
 

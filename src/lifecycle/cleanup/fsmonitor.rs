@@ -1,0 +1,70 @@
+//! What git's fsmonitor hook would answer in a worktree, asked of the mounted view, so
+//! inspection trusts the index entries git trusts.
+
+use std::collections::BTreeSet;
+
+use super::target::Target;
+use crate::git::MODE_GITLINK;
+
+/// What the mounted filesystem's fsmonitor hook would answer, asked without counting as
+/// a query (the lifecycle does not name the filesystem; `fs` registers its view here).
+pub trait FsmonitorAnswers: Send + Sync {
+    /// The paths worktree `worktree`'s hook would report as changed since `token`; None
+    /// when it would not answer exactly (a token of another instance, a journal that no
+    /// longer reaches back): then git looks at every file again.
+    fn changed_since(&self, worktree: i64, token: &str) -> Option<Vec<Vec<u8>>>;
+}
+
+static ANSWERS: parking_lot::RwLock<Option<std::sync::Weak<dyn FsmonitorAnswers>>> =
+    parking_lot::const_rwlock(None);
+
+/// Lets inspection ask `answers` (the mounted view, one per daemon) what git's fsmonitor
+/// hook would say, so it trusts the entries git trusts.
+pub fn answer_fsmonitor_from(answers: std::sync::Weak<dyn FsmonitorAnswers>) {
+    *ANSWERS.write() = Some(answers);
+}
+
+/// The index entries git takes as unchanged without looking at the file: valid in the
+/// index's FSMN extension and not reported by the hook since its token (git's
+/// `tweak_fsmonitor` and `refresh_fsmonitor`), by path. Empty when there is no such
+/// extension, no mounted view to ask, or for a submodule's view (git in a submodule uses
+/// no fsmonitor of worktreefs's).
+pub(super) fn fsmonitor_valid(
+    t: &Target,
+    raw_index: &[u8],
+    index: &git2::Index,
+) -> BTreeSet<Vec<u8>> {
+    let mut out = BTreeSet::new();
+    if t.submodule.is_some() {
+        return out;
+    }
+    let Some(m) = crate::git::fsmonitor::IndexMonitor::read(raw_index) else {
+        return out;
+    };
+    // The same file as git2 read (the index may have been written again since).
+    if m.entries != index.len() || !index.iter().zip(&m.paths).all(|(e, p)| e.path == *p) {
+        return out;
+    }
+    let answers = ANSWERS.read().as_ref().and_then(|a| a.upgrade());
+    let Some(changed) = answers.and_then(|a| a.changed_since(t.id, &m.token)) else {
+        return out;
+    };
+    // A reported path is the entry of that path and everything below it.
+    if changed.iter().any(|c| c.is_empty() || c.as_slice() == b"/") {
+        return out;
+    }
+    let changed: std::collections::HashSet<&[u8]> = changed.iter().map(Vec::as_slice).collect();
+    let reported = |p: &[u8]| {
+        changed.contains(p)
+            || p.iter()
+                .enumerate()
+                .any(|(i, b)| *b == b'/' && changed.contains(&p[..i]))
+    };
+    for (i, e) in index.iter().enumerate() {
+        if e.mode == MODE_GITLINK || m.dirty(i) || reported(&e.path) {
+            continue;
+        }
+        out.insert(e.path);
+    }
+    out
+}
