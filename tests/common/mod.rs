@@ -266,12 +266,22 @@ impl Mounted {
             .append(true)
             .open(state.join("test-daemon.log"))
             .unwrap();
+        // Whether a removal keeps a copy must not depend on the machine's free disk (the
+        // default policy keeps nothing below 5% or 2 GiB free, and a test machine near
+        // that retained what the tests expect removed and kept): no threshold, unless the
+        // test sets one.
+        let free_disk: &[&str] = if extra.iter().any(|a| a.starts_with("--keep-min-free")) {
+            &[]
+        } else {
+            &["--keep-min-free-percent", "0", "--keep-min-free-gib", "0"]
+        };
         let child = Command::new(program)
             .arg("mount")
             .arg(mountpoint)
             .arg("--state-dir")
             .arg(state)
             .arg("--foreground")
+            .args(free_disk)
             .args(extra)
             .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
