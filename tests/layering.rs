@@ -396,3 +396,65 @@ fn a_circle_inside_a_folder_is_found() {
         s(&["lifecycle", "cleanup"])
     );
 }
+
+/// `docs/architecture.md` opens with a map of the source: every file under `src/` is
+/// named there (a folder's `mod.rs` by its folder), in the part of its top-level folder.
+#[test]
+fn every_source_file_is_on_the_map() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let map = doc
+        .split("```")
+        .nth(1)
+        .expect("docs/architecture.md opens with the map in a code block");
+    // The map's part of each top-level folder: from its `src/NAME/` line to the next
+    // `src/` line.
+    let part = |top: &str| -> String {
+        let start = format!("src/{top}/");
+        let mut out = String::new();
+        let mut inside = false;
+        for line in map.lines() {
+            if line.starts_with("src/") {
+                inside = line.starts_with(&start);
+            }
+            if inside {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    };
+    let src = root.join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut missing = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        let parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let name = parts.last().unwrap().clone();
+        let found = match parts.len() {
+            1 => map.contains(&format!("src/{name}")) || map.contains(&name),
+            _ => {
+                let text = part(&parts[0]);
+                if name == "mod.rs" {
+                    let folder = &parts[parts.len() - 2];
+                    text.contains(&format!("{folder}/"))
+                } else {
+                    text.contains(&name)
+                }
+            }
+        };
+        if !found {
+            missing.push(rel.display().to_string());
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "source files the map in docs/architecture.md does not name:\n{}",
+        missing.join("\n")
+    );
+}
