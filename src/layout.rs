@@ -8,7 +8,7 @@
 //!   ever visible in a view. Putting a whiteout over an upper entry, or an entry over a
 //!   whiteout, is one rename (`RENAME_EXCHANGE` for a directory), so a crash leaves one
 //!   or the other.
-//! * Format 1 (before issue 14) wrote a whiteout as an empty file `.wtfs-wh.N`; readers
+//! * Format 1 (the first format) wrote a whiteout as an empty file `.wtfs-wh.N`; readers
 //!   still take it as one, and `migrate` rewrites a format-1 upper layer once, at mount,
 //!   re-runnably (`<work>/format-2` says it is done).
 //! * An opaque directory holds an empty file `.wtfs-opaque`: nothing of the base below it

@@ -1,4 +1,4 @@
-//! Leases and the worktree lifecycle (SPEC "Leases", "Worktree lifecycle").
+//! Leases and the worktree lifecycle (docs/contract.md, "Leases", "Worktree lifecycle").
 //!
 //! ```text
 //! ready ──lease──▶ active ──last release──▶ lingering ──grace over──▶ deleting ──▶ removed

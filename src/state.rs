@@ -15,11 +15,11 @@
 //! <state>/blobs/conv/<2 hex>/<38 hex>  converted content, by blob and conversion
 //! <state>/removed/<id>/            a removed worktree's directory, kept for restore (with
 //!                                  kept/: its HEAD, index and the ref of its tip)
-//! <state>/trash/<id>/              a removed worktree's directory (before issue 17)
+//! <state>/trash/<id>/              a removed worktree's directory (before removals were kept)
 //! <state>/warm/<manifest>          a warm snapshot's manifest (`git::warm`), and
 //!                                  `<manifest>.dirs`: its directories that hold entries
 //! <state>/locks/<id>               flock'd by whoever runs a worktree's cleanup
-//! <state>/mnt/                     the default mountpoint before issue 15 (kept where it exists)
+//! <state>/mnt/                     the old default mountpoint, inside (kept where it exists)
 //! ```
 
 use std::fs;
@@ -151,7 +151,7 @@ impl StateDir {
         self.root.with_file_name(name)
     }
 
-    /// The default mountpoint before issue 15, inside the state directory.
+    /// The old default mountpoint, inside the state directory (where it exists, it is kept).
     pub fn old_default_mountpoint(&self) -> PathBuf {
         self.root.join("mnt")
     }

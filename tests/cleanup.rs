@@ -907,7 +907,7 @@ fn removal_reasons_say_what_happened() {
     drop(m);
 }
 
-/// Integration-aware cleanup (issue 18): a worktree whose commits reached the remote's
+/// Integration-aware cleanup: a worktree whose commits reached the remote's
 /// main by a squash merge (so none of them is on a remote-tracking ref) is removed, the
 /// removal says so, and its branch goes as a pushed one would (restorable as every
 /// removal). One with a whitespace-only fix on top of what was squashed is retained.

@@ -1,4 +1,4 @@
-//! `worktreefs doctor` and `worktreefs du` (issue 19, item 3): checks that name what to
+//! `worktreefs doctor` and `worktreefs du`: checks that name what to
 //! do, a hung daemon that fails its check within the time limit, a dead mount found, and
 //! disk use counted per worktree without ever walking the mount. Mounted, real git.
 

@@ -1,4 +1,4 @@
-//! Faults (issue 15): a full disk, a database held by another process. Mounted, with a
+//! Faults: a full disk, a database held by another process. Mounted, with a
 //! real repository; each test bounded by the mount's watchdog and unmounted by its guard.
 
 mod common;
@@ -340,7 +340,7 @@ fn reclaim_racing_a_process_entering_never_removes_the_worktree_under_it() {
         let wt = m.wt("repo", &name);
         fs::create_dir(&wt).unwrap();
         // A shell enters, reads a file of it and stays inside (its working directory: a
-        // process with nothing inside lets go within two seconds, issue 18's last close).
+        // process with nothing inside lets go within two seconds: the last close).
         // Every other round with
         // the database held by another process: that lease is then kept in memory, where
         // only the daemon sees it.

@@ -1,4 +1,4 @@
-//! Forks of a live worktree (issue 17): `new REPO/CHILD --from REPO/PARENT` — mounted,
+//! Forks of a live worktree: `new REPO/CHILD --from REPO/PARENT` — mounted,
 //! with a real repository and the real `git` binary.
 
 mod common;

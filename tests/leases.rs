@@ -1152,7 +1152,7 @@ fn a_release_reason_is_shown_with_the_retained_entry() {
     drop(m);
 }
 
-/// Last close (issue 18): a long-lived shell that `cd`s into a worktree holds a lease
+/// Last close: a long-lived shell that `cd`s into a worktree holds a lease
 /// while it is there, also while idle, and loses it within two seconds of `cd`ing out
 /// (it does not exit); the worktree is then cleaned up after its grace period. A child
 /// it left inside keeps the lease while it lives.
@@ -1225,7 +1225,7 @@ fn a_shell_that_leaves_a_worktree_lets_go_within_two_seconds() {
     drop(m);
 }
 
-/// `--json` outcomes (issue 18, item 6): `new`, `new --from`, `lease release`, `reclaim`
+/// `--json` outcomes: `new`, `new --from`, `lease release`, `reclaim`
 /// print the worktree, its path and state, and what happened or why not, with RFC 3339
 /// times; a refusal is JSON too, with the same exit code as without.
 #[test]

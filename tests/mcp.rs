@@ -1,4 +1,4 @@
-//! `worktreefs mcp` (issue 19, item 8) driven by a real MCP client, the Python `mcp`
+//! `worktreefs mcp` driven by a real MCP client, the Python `mcp`
 //! package (`.ci/run` installs it): initialize, list the tools with their schemas,
 //! create a worktree, lease it (a second exclusive lease refused as a tool error with the
 //! CLI's message), run a turn, release it. Mounted, real git.

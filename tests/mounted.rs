@@ -532,7 +532,7 @@ fn blobs_are_materialized_once_for_all_worktrees() {
     );
 }
 
-/// Two worktrees are two filesystems to their users (issue 14): rename and link between
+/// Two worktrees are two filesystems to their users: rename and link between
 /// them answer EXDEV (it used to succeed and lose the file from both views until a
 /// remount), and `mv` falls back to a copy, which each view then shows at once.
 #[test]

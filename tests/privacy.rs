@@ -1,4 +1,4 @@
-//! Private by default (issue 15): the state directory, its database and caches are the
+//! Private by default: the state directory, its database and caches are the
 //! owner's only; a mount is the mounting user's unless `--allow-other`, and then a
 //! repository's worktrees are no more open than its own directory. Mounted tests are
 //! bounded by the mount's watchdog and unmounted by their guards.

@@ -1,4 +1,4 @@
-//! Removal you can undo (issue 17): every removal keeps what it removed, `removed` and
+//! Removal you can undo: every removal keeps what it removed, `removed` and
 //! `.control/removed` list it, `restore` brings it back as it was, and kept copies are
 //! purged after their time or when the disk is low — mounted, with a real repository and
 //! the real `git` binary.

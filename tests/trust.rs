@@ -1,4 +1,4 @@
-//! A filesystem you can trust (issue 14): every operation reaches the file a node is, not
+//! A filesystem you can trust: every operation reaches the file a node is, not
 //! whatever holds its name now. Mounted, with a real repository; each test bounded by the
 //! mount's watchdog and unmounted by its guard.
 

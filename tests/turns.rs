@@ -1,4 +1,4 @@
-//! Turns (issue 18, item 2): at most one running turn per worktree among all its holders,
+//! Turns: at most one running turn per worktree among all its holders,
 //! ended by its command's exit, its session's release or its process's death; `--guard`
 //! makes the filesystem refuse writes from outside the turn's process tree. Mounted, real
 //! processes, real git.

@@ -426,7 +426,7 @@ fn a_base_file_is_taken_from_the_blob_cache_at_its_first_read_not_at_open() {
     c.view.release(reader);
 }
 
-/// Worktrees are isolated (issue 14): a rename or a link from one worktree into another
+/// Worktrees are isolated: a rename or a link from one worktree into another
 /// (of the same repository or another), or into or out of `.control`, answers EXDEV as
 /// between two filesystems, and every side keeps what it had. Within a worktree both work.
 #[test]

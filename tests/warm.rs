@@ -1,4 +1,4 @@
-//! Warm worktrees (issue 17): what a new worktree inherits of its source checkout's
+//! Warm worktrees: what a new worktree inherits of its source checkout's
 //! ignored and untracked files (`.worktreeinclude`, `repo set --include`, `new --warm`,
 //! `warm REPO`) — mounted, with a real repository and the real `git` binary.
 

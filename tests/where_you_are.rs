@@ -1,4 +1,4 @@
-//! Where you are (issue 19, item 5): every command that takes REPO/WT also takes a path
+//! Where you are: every command that takes REPO/WT also takes a path
 //! inside the mount, read as text (the mount is never looked at for it, so the command
 //! takes no lease), and with no target means the worktree the current directory is in;
 //! `reclaim` always needs one. Mounted, real git.

@@ -292,7 +292,7 @@ impl FsError {
         FsError::with_source(kind, format!("{context}: {err}"), err)
     }
 
-    /// A lease the lifecycle refused (SPEC: EBUSY for deleting, ENOENT for removed).
+    /// A lease the lifecycle refused (docs/contract.md: EBUSY for deleting, ENOENT for removed).
     pub fn conflict(message: impl Into<String>, c: Conflict) -> Self {
         let kind = match c {
             Conflict::Deleting => ErrorKind::Busy,
@@ -410,7 +410,7 @@ mod tests {
         }
     }
 
-    /// Domain errors map as the SPEC says; the source is kept.
+    /// Domain errors map as docs/contract.md says; the source is kept.
     #[test]
     fn domain_errors_map_to_their_errno() {
         use std::error::Error;

@@ -1,4 +1,4 @@
-//! Nodes are files, not path strings (issue 14): where a worktree node's upper file is,
+//! Nodes are files, not path strings: where a worktree node's upper file is,
 //! reached from the worktree's upper directory by descriptor (see `crate::beneath`), and
 //! checked to be the file the node is.
 //!

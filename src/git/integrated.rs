@@ -1,4 +1,4 @@
-//! Whether a worktree's commits are upstream by content (SPEC "Cleanup", condition 3):
+//! Whether a worktree's commits are upstream by content (docs/contract.md, "Cleanup", condition 3):
 //! merging its HEAD into a remote-tracking ref would leave that ref's tree unchanged, as
 //! after a squash or rebase merge. Not patch-ids alone (they ignore whitespace: a
 //! whitespace-only fix would count as integrated); patch-ids only say which kind of merge

@@ -652,7 +652,7 @@ mod tests {
         assert_eq!(all.len(), 6, "{all:?}");
     }
 
-    /// Ten warm worktrees may cost only a few MB beyond ten plain ones (issue 17): the
+    /// Ten warm worktrees may cost only a few MB beyond ten plain ones: the
     /// snapshot is the one thing they add, so it must stay small per file.
     #[test]
     fn a_snapshot_holds_a_file_in_under_eighty_bytes_plus_its_name() {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::steps::{event, lease_count, set_state, state_of};
 use super::*;
 
-/// A worktree cleanup kept because removing it would lose work (SPEC "Cleanup").
+/// A worktree cleanup kept because removing it would lose work (docs/contract.md, "Cleanup").
 #[derive(Debug, Clone, Serialize)]
 pub struct RetainedRow {
     pub worktree_id: i64,

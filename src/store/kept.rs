@@ -1,4 +1,4 @@
-//! What removals keep (issue 17): a removed worktree's copy, restorable until it is
+//! What removals keep: a removed worktree's copy, restorable until it is
 //! purged. The copy itself is `<state>/removed/<id>`; its row says when it was kept, how
 //! large it is, and the commit kept under a ref of worktreefs's own.
 

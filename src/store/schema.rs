@@ -91,7 +91,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX worktrees_live_name ON worktrees(repo_id, name) WHERE state != 'removed';
     "#,
     // 3: a creation records what it is about to make before its first step, so one that
-    // was killed half-way is rolled back (issue 15). `worktree_id` is reserved for it.
+    // was killed half-way is rolled back. `worktree_id` is reserved for it.
     r#"
     CREATE TABLE creations (
         worktree_id INTEGER PRIMARY KEY,
@@ -107,7 +107,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
         UNIQUE (repo_id, admin_name)
     );
     "#,
-    // 4: every removal keeps what it removed for a while (issue 17): the worktree's
+    // 4: every removal keeps what it removed for a while: the worktree's
     // directory under `<state>/removed/<id>` (upper layer, index, HEAD), its tip under a
     // ref of worktreefs's own; a restore is a creation that brings one back.
     r#"
@@ -122,7 +122,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE creations ADD COLUMN restored_from INTEGER;
     "#,
-    // 5: warm snapshots (issue 17): what a repository's new worktrees inherit of its
+    // 5: warm snapshots: what a repository's new worktrees inherit of its
     // source checkout's ignored and untracked files, the patterns that say which, and the
     // snapshot each worktree shows.
     r#"
@@ -141,14 +141,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE repos ADD COLUMN warm_default INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE worktrees ADD COLUMN warm INTEGER;
     "#,
-    // 6: exclusive leases (issue 18): granted only while nobody else holds the worktree,
+    // 6: exclusive leases: granted only while nobody else holds the worktree,
     // and refusing every other named lease while held; and each lease's last activity
     // (the last request the daemon saw from a process it covers).
     r#"
     ALTER TABLE leases ADD COLUMN exclusive INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE leases ADD COLUMN active_at INTEGER;
     "#,
-    // 7: turns (issue 18): at most one running turn per worktree among all its holders,
+    // 7: turns: at most one running turn per worktree among all its holders,
     // the session it is for, its process (pid and start time), its command, and whether
     // the filesystem refuses writes from outside its process tree, and whether it took its
     // session's lease (given back when it ends, however it ends).

@@ -1,4 +1,4 @@
-//! What every removal keeps, and for how long (issue 17, SPEC "Cleanup"): the worktree's
+//! What every removal keeps, and for how long (docs/contract.md, "Cleanup"): the worktree's
 //! directory (upper layer, work directory) is parked under `<state>/removed/<id>` and
 //! stays there; before it is parked, git's `HEAD` and `index` of the worktree are copied
 //! into it (`kept/`) and the commit HEAD names is kept under a ref of worktreefs's own,

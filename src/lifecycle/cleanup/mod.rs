@@ -1,4 +1,4 @@
-//! Cleanup after the last release (SPEC "Cleanup"): inspect a worktree, decide, then
+//! Cleanup after the last release (docs/contract.md, "Cleanup"): inspect a worktree, decide, then
 //! remove it or retain it with the reason.
 //!
 //! * **Inspect** from the upper layer and the object database, never through the view:

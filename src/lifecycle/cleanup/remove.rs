@@ -198,7 +198,7 @@ impl Remover for FsRemover<'_> {
                 if !self.t.dir.exists() && parked.exists() {
                     return Ok(());
                 }
-                // Parked by a version before issue 17, which parked in `trash/`.
+                // Parked by an older version, which parked in `trash/`.
                 let legacy = self.state.trash().join(self.t.id.to_string());
                 if !self.t.dir.exists() && legacy.exists() {
                     return fs::rename(&legacy, &parked).map_err(|e| {
