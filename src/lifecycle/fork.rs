@@ -59,8 +59,9 @@ pub fn fork_worktree(
 ) -> Result<Forked, CreateError> {
     let started = Instant::now();
     let label = format!("{}/{}", req.repo, req.from);
-    let repo_row = preconditions::target_repo(store, req.repo, req.name)?;
+    preconditions::check_name(req.name)?;
     preconditions::check_branch_name(req.name, req.branch)?;
+    let repo_row = preconditions::registered_repo(store, req.repo)?;
     let branch_name = req.branch.unwrap_or(req.name).to_string();
     let parent_of = |store: &Store| -> Result<WorktreeRow, CreateError> {
         let row = store

@@ -42,7 +42,8 @@ pub fn restore_worktree(
 ) -> Result<Restored, CreateError> {
     let label = format!("{}/{}", req.repo, req.name);
     let new_name = req.as_name.unwrap_or(req.name);
-    let repo_row = preconditions::target_repo(store, req.repo, new_name)?;
+    preconditions::check_name(new_name)?;
+    let repo_row = preconditions::registered_repo(store, req.repo)?;
     let kept = store
         .kept()
         .map_err(|e| internal("reading kept removals")(e.to_string()))?

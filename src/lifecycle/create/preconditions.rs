@@ -13,10 +13,13 @@ use crate::store::{CreationRow, RepoRow, Store};
 use super::error::{internal, CreateError};
 use super::rollback::roll_back_dead;
 
-/// The registered repository `repo` a new worktree `name` goes into, once `name` is one
-/// a worktree may have.
-pub(crate) fn target_repo(store: &Store, repo: &str, name: &str) -> Result<RepoRow, CreateError> {
-    validate_name("worktree", name).map_err(CreateError::InvalidName)?;
+/// Refuses a name a worktree may not have.
+pub(crate) fn check_name(name: &str) -> Result<(), CreateError> {
+    validate_name("worktree", name).map_err(CreateError::InvalidName)
+}
+
+/// The registered repository `repo`, or the refusal naming the closest registered one.
+pub(crate) fn registered_repo(store: &Store, repo: &str) -> Result<RepoRow, CreateError> {
     store
         .repo_by_name(repo)
         .map_err(|e| internal("reading repositories")(e.to_string()))?

@@ -11,7 +11,9 @@ use crate::store::{now_secs, CreationRow, NewWorktree, Store, WorktreeRow};
 
 use super::error::{db_failure, internal, io_failure, CreateError};
 use super::index_cache::{cached_index, index_cache_key, view_mtime, CachedIndex};
-use super::preconditions::{check_branch_name, name_free, open_repo, target_repo, warm_gone};
+use super::preconditions::{
+    check_branch_name, check_name, name_free, open_repo, registered_repo, warm_gone,
+};
 use super::rollback::roll_back;
 use super::steps::{make_branch, record_creation, staging_dir, write_entry, Made};
 
@@ -39,7 +41,8 @@ pub fn create_worktree(
     store: &mut Store,
     req: &CreateRequest<'_>,
 ) -> Result<WorktreeRow, CreateError> {
-    let repo_row = target_repo(store, req.repo, req.name)?;
+    check_name(req.name)?;
+    let repo_row = registered_repo(store, req.repo)?;
     // A snapshot holds what its taker could read: it is shown to that user alone (in
     // worktrees they own), never to another who could not read the files.
     if let Some(w) = req.warm {
