@@ -309,6 +309,16 @@ mod tests {
         ["sh", "-c", script].map(String::from).to_vec()
     }
 
+    /// SIGINT and SIGQUIT at their default, whatever this test process was started with
+    /// (a background job starts with them ignored), so a test can tell they are put back.
+    fn default_signals() {
+        // SAFETY: signal(2) in a test process of its own (see `alone`).
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+        }
+    }
+
     fn ignored(sig: libc::c_int) -> bool {
         // SAFETY: a query of the disposition only.
         unsafe {
@@ -323,6 +333,7 @@ mod tests {
         if !alone("a_run_enters_the_directory_and_gives_the_commands_status") {
             return;
         }
+        default_signals();
         let dir = tempfile::tempdir().unwrap();
         let dir = fs::canonicalize(dir.path()).unwrap();
         let ended = run_below(&dir, &sh("pwd > seen; exit 3"), Below::Run).unwrap();
@@ -346,6 +357,7 @@ mod tests {
         if !alone("a_command_that_cannot_start_is_a_shells_127_or_126") {
             return;
         }
+        default_signals();
         let dir = tempfile::tempdir().unwrap();
         let missing = vec!["/nonexistent/cmd".to_string()];
         let e = run_below(dir.path(), &missing, Below::Turn { limit: None }).unwrap_err();
