@@ -219,6 +219,90 @@ fn named_paths(text: &str, at: &[String]) -> Vec<Vec<String>> {
     out
 }
 
+/// `text` without its inline test modules: each `#[cfg(test)]` followed by `mod NAME {`,
+/// to its closing brace.
+fn without_test_modules(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + "#[cfg(test)]".len()..];
+        let is_mod = after.trim_start().starts_with("mod ");
+        let open = after.find('{');
+        match (is_mod, open) {
+            (true, Some(o)) if !after[..o].contains(';') => {
+                let mut depth = 0usize;
+                let mut end = after.len();
+                for (k, c) in after[o..].char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = o + k + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                rest = &after[end..];
+            }
+            _ => {
+                out.push_str("#[cfg(test)]");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `pub use CHILD::…` statements of a `mod.rs`: each child and the names it gives
+/// (`X as Y` gives `Y`).
+fn re_exports(text: &str) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for stmt in text.split(';') {
+        let s = stmt.trim();
+        let Some(path) = s
+            .strip_prefix("pub use ")
+            .or_else(|| s.strip_prefix("pub(crate) use "))
+        else {
+            continue;
+        };
+        let Some((child, tail)) = path.split_once("::") else {
+            continue;
+        };
+        if child == "crate" || child == "super" || child == "self" {
+            continue;
+        }
+        let tail = tail.trim().trim_start_matches('{').trim_end_matches('}');
+        let names = tail
+            .split(',')
+            .filter_map(|n| {
+                let n = n.trim();
+                let n = n.rsplit_once(" as ").map_or(n, |(_, y)| y);
+                let n = n.rsplit("::").next().unwrap_or(n).trim();
+                (!n.is_empty() && n != "*" && n != "self").then(|| n.to_string())
+            })
+            .collect();
+        out.push((child.trim().to_string(), names));
+    }
+    out
+}
+
+/// Whether `word` is in `text` as a whole identifier.
+fn has_word(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        text[..i].chars().last().is_none_or(|c| !ident(c))
+            && text[i + word.len()..]
+                .chars()
+                .next()
+                .is_none_or(|c| !ident(c))
+    })
+}
+
 /// The longest start of `path` that is a module.
 fn the_module(path: &[String], modules: &[Vec<String>]) -> Option<Vec<String>> {
     (1..=path.len())
@@ -241,10 +325,9 @@ fn circles() -> Vec<(String, Vec<String>)> {
     // Edges between modules, as (from, to).
     let mut edges: Vec<(Vec<String>, Vec<String>)> = Vec::new();
     for (file, at) in files.iter().zip(&modules) {
-        // A file's tests (an inline `mod tests` below `#[cfg(test)]`, whose `super` is the
-        // file itself) are left out.
-        let whole = fs::read_to_string(file).unwrap();
-        let text = code(whole.split("#[cfg(test)]").next().unwrap());
+        // A file's inline test modules (`#[cfg(test)] mod tests { … }`, whose `super` is
+        // the file itself) are left out; everything else is read.
+        let text = without_test_modules(&code(&fs::read_to_string(file).unwrap()));
         let mut named = named_paths(&text, at);
         // A folder's mod.rs names its files by relative paths too (`session::answer`):
         // those count, but not its re-exports (`pub use session::Session`), which are the
@@ -258,6 +341,15 @@ fn circles() -> Vec<(String, Vec<String>)> {
                 })
                 .collect::<Vec<_>>()
                 .join("\n");
+            // A re-export its own code uses is a use: `pub use device::Device` and a
+            // trait method taking `&Device`.
+            for (child, names) in re_exports(&text) {
+                let mut path = at.clone();
+                path.push(child);
+                if names.iter().any(|n| has_word(&used, n)) && modules.contains(&path) {
+                    named.push(path);
+                }
+            }
             for child in modules
                 .iter()
                 .filter(|m| m.len() == at.len() + 1 && m.starts_with(at))
@@ -398,7 +490,9 @@ fn a_circle_inside_a_folder_is_found() {
 }
 
 /// `docs/architecture.md` opens with a map of the source: every file under `src/` is
-/// named there (a folder's `mod.rs` by its folder), in the part of its top-level folder.
+/// named there as a whole word, in its place: a top-level file in a `src/` line's first
+/// column, a file of a folder in that folder's part of the map (a subfolder's file on the
+/// subfolder's entry and the lines that continue it), a folder's `mod.rs` by its folder.
 #[test]
 fn every_source_file_is_on_the_map() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -407,19 +501,39 @@ fn every_source_file_is_on_the_map() {
         .split("```")
         .nth(1)
         .expect("docs/architecture.md opens with the map in a code block");
-    // The map's part of each top-level folder: from its `src/NAME/` line to the next
-    // `src/` line.
-    let part = |top: &str| -> String {
+    let lines: Vec<&str> = map.lines().collect();
+    // A line's first column (the names), before the run of spaces that starts the text.
+    let first_column = |l: &str| -> String {
+        let t = l.trim_start();
+        let indent = l.len() - t.len();
+        let end = t.find("  ").unwrap_or(t.len());
+        format!("{}{}", " ".repeat(indent), &t[..end])
+    };
+    // The entry starting at line `i`: it and the lines that only continue its text
+    // (indented to the text's column).
+    let entry = |i: usize| -> String {
+        let mut out = lines[i].to_string();
+        for l in &lines[i + 1..] {
+            if l.len() - l.trim_start().len() >= 20 {
+                out.push('\n');
+                out.push_str(l);
+            } else {
+                break;
+            }
+        }
+        out
+    };
+    // The part of top-level folder `top`: from its `src/TOP/` line to the next `src/`.
+    let part = |top: &str| -> Vec<usize> {
         let start = format!("src/{top}/");
-        let mut out = String::new();
+        let mut out = Vec::new();
         let mut inside = false;
-        for line in map.lines() {
+        for (i, line) in lines.iter().enumerate() {
             if line.starts_with("src/") {
                 inside = line.starts_with(&start);
             }
             if inside {
-                out.push_str(line);
-                out.push('\n');
+                out.push(i);
             }
         }
         out
@@ -436,15 +550,24 @@ fn every_source_file_is_on_the_map() {
             .collect();
         let name = parts.last().unwrap().clone();
         let found = match parts.len() {
-            1 => map.contains(&format!("src/{name}")) || map.contains(&name),
+            1 => lines.iter().any(|l| {
+                l.starts_with("src/")
+                    && !first_column(l).trim_end().ends_with('/')
+                    && has_word(&first_column(l), &name.replace("src/", ""))
+            }),
+            2 if name == "mod.rs" => lines
+                .iter()
+                .any(|l| l.starts_with(&format!("src/{}/", parts[0]))),
+            2 => part(&parts[0])
+                .iter()
+                .any(|&i| has_word(&entry(i), &name) && !lines[i].starts_with("src/")),
             _ => {
-                let text = part(&parts[0]);
-                if name == "mod.rs" {
-                    let folder = &parts[parts.len() - 2];
-                    text.contains(&format!("{folder}/"))
-                } else {
-                    text.contains(&name)
-                }
+                // The entry of the first subfolder below the top: `  NAME/`.
+                let sub = format!("{}/", parts[1]);
+                part(&parts[0]).iter().any(|&i| {
+                    first_column(lines[i]).trim() == sub
+                        && (name == "mod.rs" || has_word(&entry(i), &name))
+                })
             }
         };
         if !found {
