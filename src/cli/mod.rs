@@ -196,12 +196,15 @@ impl Command {
             return None;
         }
         Some(match self {
-            Command::Run { .. } | Command::Turn { .. } => report::JsonTo::Stderr,
+            Command::Run(_) | Command::Turn(_) => report::JsonTo::Stderr,
             _ => report::JsonTo::Stdout,
         })
     }
 }
 
+/// Runs the command `cli` names: those that need no state directory at once, the rest
+/// in the state directory they open (made by `mount` and `repo add` only, and removed
+/// again when the command that made it is refused).
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     // These need (and make) no state directory.
     match &cli.command {

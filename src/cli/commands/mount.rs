@@ -224,26 +224,6 @@ fn cmd_mount(
     let filter_timeout = seconds("filter-timeout", filter_timeout, "120")?;
     let inspect_timeout = seconds("inspect-timeout", inspect_timeout, "600")?;
     let keep = keep_policy(keep)?;
-    if foreground {
-        let req = MountRequest {
-            state: state.clone(),
-            mountpoint,
-            threads,
-            linger,
-            track_leases,
-            passthrough,
-            readdirplus,
-            uring,
-            xattrs,
-            cache_nodes,
-            allow_other,
-            filter_timeout,
-            inspect_timeout,
-            keep,
-            on_umount: daemon::AtUnmount::from_keep_sessions(umount_keeps_sessions),
-        };
-        return daemon::serve(req, daemon::ready_fd_from_env());
-    }
     let req = MountRequest {
         state: state.clone(),
         mountpoint: mountpoint.clone(),
@@ -261,6 +241,9 @@ fn cmd_mount(
         keep,
         on_umount: daemon::AtUnmount::from_keep_sessions(umount_keeps_sessions),
     };
+    if foreground {
+        return daemon::serve(req, daemon::ready_fd_from_env());
+    }
     // Served already, at that mountpoint: this directory's repository is registered (as
     // `repo add .` does) and the next steps printed; at another, refused, naming where.
     if let Some(h) = daemon::running_daemon(state).filter(|h| !daemon::detached(state, h)) {
