@@ -482,7 +482,7 @@ fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
     }
     // Both kinds of round, in the default sequence (another may pick no reset in time
     // to reach a clean round). Another sequence may also meet the one disagreement kept
-    // on purpose (an entry git smudged yet trusts: docs/architecture.md); seed 2 does.
+    // on purpose (an entry git smudged yet trusts: docs/design/git.md); seed 2 does.
     assert!(
         seed != 0xc0_4e47 || (clean_seen > 0 && dirty_seen > 0),
         "clean {clean_seen}, dirty {dirty_seen}"
