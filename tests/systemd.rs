@@ -16,10 +16,14 @@ fn the_foreground_daemon_tells_systemd_when_the_mount_is_ready() {
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    // The daemon inherits it (this test binary runs this one test only).
-    std::env::set_var("NOTIFY_SOCKET", &sock_path);
-    let m = env.mount();
-    std::env::remove_var("NOTIFY_SOCKET");
+    // In the daemon's environment only: this process's is shared by the other test of
+    // this binary, which runs processes of its own meanwhile.
+    let m = Mounted::start_with_envs(
+        &env.state(),
+        &env.mountpoint(),
+        &["--linger", "600"],
+        &[("NOTIFY_SOCKET", sock_path.as_os_str())],
+    );
     let mut buf = [0u8; 512];
     let n = sock
         .recv(&mut buf)

@@ -259,6 +259,37 @@ impl Mounted {
         extra: &[&str],
         rust_log: &str,
     ) -> Mounted {
+        Self::start_full(program, state, mountpoint, limit, extra, rust_log, &[])
+    }
+
+    /// As `start_with`, with `envs` in the daemon's environment only (never this test
+    /// process's, which the other tests of its binary share).
+    pub fn start_with_envs(
+        state: &Path,
+        mountpoint: &Path,
+        extra: &[&str],
+        envs: &[(&str, &std::ffi::OsStr)],
+    ) -> Mounted {
+        Self::start_full(
+            Path::new(BIN),
+            state,
+            mountpoint,
+            Duration::from_secs(240),
+            extra,
+            "worktreefs=debug",
+            envs,
+        )
+    }
+
+    fn start_full(
+        program: &Path,
+        state: &Path,
+        mountpoint: &Path,
+        limit: Duration,
+        extra: &[&str],
+        rust_log: &str,
+        envs: &[(&str, &std::ffi::OsStr)],
+    ) -> Mounted {
         // Exists already, or is a dead mount (which cannot be stat'ed): both fine.
         let _ = fs::create_dir(mountpoint);
         let log = fs::OpenOptions::new()
@@ -284,6 +315,7 @@ impl Mounted {
             .args(free_disk)
             .args(extra)
             .env("RUST_LOG", rust_log)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
