@@ -106,64 +106,45 @@ pub struct MountArgs {
 }
 
 pub fn run(state: &StateDir, args: MountArgs, log_level: Option<&str>) -> anyhow::Result<()> {
-    let MountArgs {
-        mountpoint,
-        foreground,
-        json,
-        threads,
-        linger,
-        no_lease_tracking,
-        no_passthrough,
-        no_readdirplus,
-        uring,
-        xattr,
-        cache_nodes,
-        allow_other,
-        filter_timeout,
-        inspect_timeout,
-        keep_removed,
-        keep_min_free_percent,
-        keep_min_free_gib,
-        umount_keeps_sessions,
-    } = args;
-    cmd_mount(
-        state,
-        mountpoint,
-        (foreground, json),
-        MountTuning {
-            threads,
-            linger,
-            track_leases: !no_lease_tracking,
-            passthrough: !no_passthrough,
-            readdirplus: !no_readdirplus,
-            uring,
-            xattrs: xattr,
-            cache_nodes,
-            allow_other,
-            filter_timeout,
-            inspect_timeout,
-            keep: (keep_removed, keep_min_free_percent, keep_min_free_gib),
-            umount_keeps_sessions,
-        },
-        log_level,
-    )
+    let req = request(state, &args)?;
+    if args.foreground {
+        return daemon::serve(req, daemon::ready_fd_from_env());
+    }
+    cmd_mount(state, req, args.json, log_level)
 }
 
-struct MountTuning {
-    threads: usize,
-    linger: u64,
-    track_leases: bool,
-    passthrough: bool,
-    readdirplus: bool,
-    uring: worktreefs::fs::mount::Uring,
-    xattrs: bool,
-    cache_nodes: usize,
-    allow_other: bool,
-    filter_timeout: f64,
-    inspect_timeout: f64,
-    /// `--keep-removed` hours, `--keep-min-free-percent`, `--keep-min-free-gib`.
-    keep: (f64, f64, f64),
-    umount_keeps_sessions: bool,
+/// What `args` ask of the daemon, each value checked.
+fn request(state: &StateDir, args: &MountArgs) -> anyhow::Result<MountRequest> {
+    let seconds = |flag: &str, v: f64, e: &str| {
+        if v.is_finite() && v > 0.0 && v < 1e9 {
+            Ok(std::time::Duration::from_secs_f64(v))
+        } else {
+            Err(anyhow!(
+                "--{flag} {v} is not a number of seconds above 0; pass e.g. --{flag} {e}"
+            ))
+        }
+    };
+    Ok(MountRequest {
+        state: state.clone(),
+        mountpoint: args.mountpoint.clone(),
+        threads: args.threads,
+        linger: args.linger,
+        track_leases: !args.no_lease_tracking,
+        passthrough: !args.no_passthrough,
+        readdirplus: !args.no_readdirplus,
+        uring: args.uring,
+        xattrs: args.xattr,
+        cache_nodes: args.cache_nodes,
+        allow_other: args.allow_other,
+        filter_timeout: seconds("filter-timeout", args.filter_timeout, "120")?,
+        inspect_timeout: seconds("inspect-timeout", args.inspect_timeout, "600")?,
+        keep: keep_policy((
+            args.keep_removed,
+            args.keep_min_free_percent,
+            args.keep_min_free_gib,
+        ))?,
+        on_umount: daemon::AtUnmount::from_keep_sessions(args.umount_keeps_sessions),
+    })
 }
 
 /// The keep policy from `mount`'s options, each checked.
@@ -189,61 +170,15 @@ fn keep_policy((hours, percent, gib): (f64, f64, f64)) -> anyhow::Result<KeepPol
     })
 }
 
-/// `(foreground, json)`: how `mount` was asked to run and to answer.
+/// `mount` in the background: said when the state dir is served already (this directory's
+/// repository registered there), else the daemon started.
 fn cmd_mount(
     state: &StateDir,
-    mountpoint: Option<PathBuf>,
-    (foreground, json): (bool, bool),
-    tuning: MountTuning,
+    req: MountRequest,
+    json: bool,
     log_level: Option<&str>,
 ) -> anyhow::Result<()> {
-    let MountTuning {
-        threads,
-        linger,
-        track_leases,
-        passthrough,
-        readdirplus,
-        uring,
-        xattrs,
-        cache_nodes,
-        allow_other,
-        filter_timeout,
-        inspect_timeout,
-        keep,
-        umount_keeps_sessions,
-    } = tuning;
-    let seconds = |flag: &str, v: f64, e: &str| {
-        if v.is_finite() && v > 0.0 && v < 1e9 {
-            Ok(std::time::Duration::from_secs_f64(v))
-        } else {
-            Err(anyhow!(
-                "--{flag} {v} is not a number of seconds above 0; pass e.g. --{flag} {e}"
-            ))
-        }
-    };
-    let filter_timeout = seconds("filter-timeout", filter_timeout, "120")?;
-    let inspect_timeout = seconds("inspect-timeout", inspect_timeout, "600")?;
-    let keep = keep_policy(keep)?;
-    let req = MountRequest {
-        state: state.clone(),
-        mountpoint: mountpoint.clone(),
-        threads,
-        linger,
-        track_leases,
-        passthrough,
-        readdirplus,
-        uring,
-        xattrs,
-        cache_nodes,
-        allow_other,
-        filter_timeout,
-        inspect_timeout,
-        keep,
-        on_umount: daemon::AtUnmount::from_keep_sessions(umount_keeps_sessions),
-    };
-    if foreground {
-        return daemon::serve(req, daemon::ready_fd_from_env());
-    }
+    let mountpoint = req.mountpoint.clone();
     // Served already, at that mountpoint: this directory's repository is registered (as
     // `repo add .` does) and the next steps printed; at another, refused, naming where.
     if let Some(h) = daemon::running_daemon(state).filter(|h| !daemon::detached(state, h)) {
