@@ -145,6 +145,49 @@ fn an_upward_import_is_found() {
     assert!(floor("fs").unwrap() > floor("lifecycle").unwrap());
 }
 
+/// Libraries only one top-level module of the source may name; the rest of the code sees
+/// that module's own types (the store's error and rows, not the database library's).
+const OWNED_LIBRARIES: &[(&str, &str)] = &[("rusqlite", "store")];
+
+/// The owned libraries that a file of top-level module `top` names (in code or comment).
+fn foreign_libraries(text: &str, top: &str) -> Vec<&'static str> {
+    OWNED_LIBRARIES
+        .iter()
+        .filter(|(lib, owner)| *owner != top && has_word(text, lib))
+        .map(|(lib, _)| *lib)
+        .collect()
+}
+
+#[test]
+fn only_its_owner_names_an_owned_library() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let top = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let top = top.trim_end_matches(".rs");
+        for lib in foreign_libraries(&fs::read_to_string(file).unwrap(), top) {
+            wrong.push(format!("{} names {lib}", rel.display()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "libraries named outside the module that owns them:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The check itself: the database library named outside the store is found, inside it not.
+#[test]
+fn a_library_named_outside_its_owner_is_found() {
+    let text = "fn f(e: &rusqlite::Error) {}";
+    assert_eq!(foreign_libraries(text, "lifecycle"), vec!["rusqlite"]);
+    assert!(foreign_libraries(text, "store").is_empty());
+    assert!(foreign_libraries("let rusqlite_like = 1;", "fs").is_empty());
+}
+
 /// A source file's module path: `lifecycle/cleanup/inspect.rs` is `lifecycle::cleanup::
 /// inspect`, a folder's `mod.rs` is the folder's module, `lib.rs` and `main.rs` the root.
 fn module_of(rel: &Path) -> Vec<String> {

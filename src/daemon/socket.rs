@@ -219,7 +219,7 @@ fn live_row(
     store: &Store,
     repo: &str,
     name: &str,
-) -> rusqlite::Result<Option<crate::store::WorktreeRow>> {
+) -> crate::store::StoreResult<Option<crate::store::WorktreeRow>> {
     Ok(store
         .worktree(repo, name)?
         .filter(|w| w.state != crate::lease::State::Removed))

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
 use crate::ino;
+use crate::store::StoreError;
 
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::{NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
@@ -233,7 +234,7 @@ impl View {
     }
 
     pub(super) fn control_content(&self, dir: ControlDir, name: &str) -> FsResult<Vec<u8>> {
-        let store_err = |e: rusqlite::Error| FsError::store("reading .control", e);
+        let store_err = |e: StoreError| FsError::store("reading .control", e);
         match (dir, name) {
             // Answered at open (a query has effects); nothing to show before.
             (ControlDir::FsMonitor, _) => Ok(Vec::new()),

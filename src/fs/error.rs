@@ -398,7 +398,10 @@ mod tests {
             FsError::io("read", io::Error::from_raw_os_error(libc::EIO)),
             FsError::io("a library's error", io::Error::other("no errno")),
             FsError::git("reading tree", git2::Error::from_str("corrupt")),
-            FsError::store("reading leases", rusqlite::Error::InvalidQuery),
+            FsError::store(
+                "reading leases",
+                crate::store::StoreError::for_test(crate::store::ErrorKind::Database),
+            ),
             FsError::internal_from("encoding", "bad"),
             FsError::creation("mkdir r/w", CreateError::Internal("disk".into())),
             FsError::removal("r/w", RequestError::Other(anyhow::anyhow!("boom"))),
@@ -443,7 +446,12 @@ mod tests {
         for (err, errno) in rows {
             assert_eq!(FsError::removal("r/w", err).errno(), errno);
         }
-        let e = FsError::lease("enter", LeaseError::Db(rusqlite::Error::InvalidQuery));
+        let e = FsError::lease(
+            "enter",
+            LeaseError::Db(crate::store::StoreError::for_test(
+                crate::store::ErrorKind::Database,
+            )),
+        );
         assert_eq!((e.errno(), e.kind), (libc::EIO, ErrorKind::Store));
         assert!(e.source().is_some());
     }

@@ -26,7 +26,7 @@ use crate::lifecycle::create::steps::{
 use crate::lifecycle::create::{mountpoint_of, preconditions};
 use crate::lifecycle::layer_copy::{on_walk_stack, Copied, Copier, CopyError, MAX_COPIES};
 use crate::state::StateDir;
-use crate::store::{now_secs, CreationRow, NewWorktree, Store, WorktreeRow};
+use crate::store::{now_secs, CreationRow, ErrorKind, NewWorktree, Store, WorktreeRow};
 
 pub struct ForkRequest<'a> {
     pub repo: &'a str,
@@ -409,16 +409,12 @@ fn make(
                 warm: p.parent.warm,
             },
         )
-        .map_err(|e| match e {
-            rusqlite::Error::SqliteFailure(f, _)
-                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-            {
-                CreateError::Exists(format!(
-                    "worktree '{}/{}' was created by someone else just now; pick another name",
-                    repo_name, record.name
-                ))
-            }
-            rusqlite::Error::QueryReturnedNoRows if p.parent.warm.is_some() => {
+        .map_err(|e| match e.kind() {
+            ErrorKind::Taken => CreateError::Exists(format!(
+                "worktree '{}/{}' was created by someone else just now; pick another name",
+                repo_name, record.name
+            )),
+            ErrorKind::NotFound if p.parent.warm.is_some() => {
                 crate::lifecycle::create::preconditions::warm_gone(
                     store,
                     p.parent.warm,
@@ -429,7 +425,7 @@ fn make(
                     crate::lifecycle::create::error::db_failure("recording the worktree")(e)
                 })
             }
-            other => crate::lifecycle::create::error::db_failure("recording the worktree")(other),
+            _ => crate::lifecycle::create::error::db_failure("recording the worktree")(e),
         })?;
     Ok((copied, head_commit))
 }

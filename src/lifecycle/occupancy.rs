@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::process;
 use crate::process::info::Liveness;
-use crate::store::{LeaseRow, Store, WorktreeRow};
+use crate::store::{LeaseRow, Store, StoreResult, WorktreeRow};
 
 /// How long a command waits for the daemon to release the leases of holders that are
 /// gone or have left, before it names them anyway: the daemon's last close lets go of a
@@ -42,7 +42,7 @@ pub fn holders_now(
     path: &Path,
     me: i32,
     no_daemon: bool,
-) -> rusqlite::Result<Vec<Holder>> {
+) -> StoreResult<Vec<Holder>> {
     let until = Instant::now() + SETTLE;
     loop {
         let (held, settling) = look(store, row, path, me)?;
@@ -74,7 +74,7 @@ fn look(
     row: &WorktreeRow,
     path: &Path,
     me: i32,
-) -> rusqlite::Result<(Vec<Holder>, bool)> {
+) -> StoreResult<(Vec<Holder>, bool)> {
     let liveness = process::info::liveness_for(me);
     let mut out = Vec::new();
     let mut lease_pids = Vec::new();

@@ -14,7 +14,7 @@ use crate::lifecycle::create::rollback::roll_back;
 use crate::lifecycle::create::steps::{make_branch, record_creation, write_entry, Made};
 use crate::lifecycle::create::{mountpoint_of, preconditions};
 use crate::state::StateDir;
-use crate::store::{now_secs, CreationRow, KeptRow, NewWorktree, Store, WorktreeRow};
+use crate::store::{now_secs, CreationRow, ErrorKind, KeptRow, NewWorktree, Store, WorktreeRow};
 
 pub struct RestoreRequest<'a> {
     pub repo: &'a str,
@@ -326,19 +326,17 @@ fn make(
                 warm: old.warm,
             },
         )
-        .map_err(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => CreateError::NotKept(format!(
+        .map_err(|e| match e.kind() {
+            ErrorKind::NotFound => CreateError::NotKept(format!(
                 "the kept copy of {}/{} was purged while this restore ran, or the restore was taken over (see `worktreefs removed`)",
                 old.repo, old.name
             )),
-            rusqlite::Error::SqliteFailure(f, _)
-                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-            {
+            ErrorKind::Taken => {
                 CreateError::Exists(format!(
                     "worktree '{}/{}' was created by someone else just now; restore under another name with --as",
                     old.repo, record.name
                 ))
             }
-            other => crate::lifecycle::create::error::db_failure("recording the worktree")(other),
+            _ => crate::lifecycle::create::error::db_failure("recording the worktree")(e),
         })
 }

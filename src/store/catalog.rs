@@ -112,7 +112,7 @@ pub(super) fn repo_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RepoRow
 }
 
 impl Store {
-    pub fn add_repo(&self, name: &str, path: &Path, gitdir: &Path) -> rusqlite::Result<RepoRow> {
+    pub fn add_repo(&self, name: &str, path: &Path, gitdir: &Path) -> StoreResult<RepoRow> {
         self.conn.execute(
             "INSERT INTO repos(name, path, gitdir, added_at) VALUES (?1, ?2, ?3, ?4)",
             params![
@@ -124,12 +124,12 @@ impl Store {
         )?;
         let id = self.conn.last_insert_rowid();
         self.repo_by_id(id)?
-            .ok_or(rusqlite::Error::QueryReturnedNoRows)
+            .ok_or(rusqlite::Error::QueryReturnedNoRows.into())
     }
 
     /// Unregisters a repository that has no live worktree; the rows of its removed
     /// worktrees go with it (their events stay, without names).
-    pub fn remove_repo(&mut self, id: i64) -> rusqlite::Result<()> {
+    pub fn remove_repo(&mut self, id: i64) -> StoreResult<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
             &format!("DELETE FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}'"),
@@ -137,11 +137,11 @@ impl Store {
         )?;
         tx.execute("DELETE FROM warm_snapshots WHERE repo_id = ?1", [id])?;
         tx.execute("DELETE FROM repos WHERE id = ?1", [id])?;
-        tx.commit()
+        Ok(tx.commit()?)
     }
 
     /// Records that worktree `id` is on branch `branch` now (git renamed the one it had).
-    pub fn set_worktree_branch(&self, id: i64, branch: &str) -> rusqlite::Result<()> {
+    pub fn set_worktree_branch(&self, id: i64, branch: &str) -> StoreResult<()> {
         self.conn.execute(
             "UPDATE worktrees SET branch = ?1 WHERE id = ?2",
             rusqlite::params![branch, id],
@@ -149,59 +149,59 @@ impl Store {
         Ok(())
     }
 
-    pub fn repos(&self) -> rusqlite::Result<Vec<RepoRow>> {
+    pub fn repos(&self) -> StoreResult<Vec<RepoRow>> {
         let mut stmt = self
             .conn
             .prepare("SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos ORDER BY name")?;
         let rows = stmt.query_map([], repo_from_row)?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn repo_by_name(&self, name: &str) -> rusqlite::Result<Option<RepoRow>> {
-        self.conn
+    pub fn repo_by_name(&self, name: &str) -> StoreResult<Option<RepoRow>> {
+        Ok(self.conn
             .query_row(
                 "SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos WHERE name = ?1",
                 [name],
                 repo_from_row,
             )
-            .optional()
+            .optional()?)
     }
 
-    pub fn repo_by_id(&self, id: i64) -> rusqlite::Result<Option<RepoRow>> {
-        self.conn
+    pub fn repo_by_id(&self, id: i64) -> StoreResult<Option<RepoRow>> {
+        Ok(self.conn
             .query_row(
                 "SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos WHERE id = ?1",
                 [id],
                 repo_from_row,
             )
-            .optional()
+            .optional()?)
     }
 
-    pub fn repo_by_gitdir(&self, gitdir: &Path) -> rusqlite::Result<Option<RepoRow>> {
-        self.conn
+    pub fn repo_by_gitdir(&self, gitdir: &Path) -> StoreResult<Option<RepoRow>> {
+        Ok(self.conn
             .query_row(
                 "SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos WHERE gitdir = ?1",
                 [gitdir.to_string_lossy()],
                 repo_from_row,
             )
-            .optional()
+            .optional()?)
     }
 
     /// Inserts a worktree in state `ready` and records the creation as an event, in one
     /// transaction. Fails on a duplicate (repo, name).
-    pub fn insert_worktree(&mut self, w: &NewWorktree<'_>) -> rusqlite::Result<i64> {
+    pub fn insert_worktree(&mut self, w: &NewWorktree<'_>) -> StoreResult<i64> {
         self.insert_worktree_as(None, w)
     }
 
     /// The last step of a recorded creation: the worktree's row, with the id the creation
     /// reserved, and the creation's record gone, in one transaction; refused
-    /// (`QueryReturnedNoRows`) when the record is no longer this creator's (a rollback
+    /// (`ErrorKind::NotFound`) when the record is no longer this creator's (a rollback
     /// took it over).
     pub fn finish_creation(
         &mut self,
         record: &super::CreationRow,
         w: &NewWorktree<'_>,
-    ) -> rusqlite::Result<()> {
+    ) -> StoreResult<()> {
         self.insert_worktree_as(Some(record), w).map(|_| ())
     }
 
@@ -209,7 +209,7 @@ impl Store {
         &mut self,
         record: Option<&super::CreationRow>,
         w: &NewWorktree<'_>,
-    ) -> rusqlite::Result<i64> {
+    ) -> StoreResult<i64> {
         let id = record.map(|r| r.worktree_id);
         let now = now_secs();
         let tx = self.conn.transaction()?;
@@ -245,7 +245,7 @@ impl Store {
                 |r| r.get(0),
             )?;
             if !there {
-                return Err(rusqlite::Error::QueryReturnedNoRows);
+                return Err(rusqlite::Error::QueryReturnedNoRows.into());
             }
         }
         if let Some(r) = record {
@@ -254,7 +254,7 @@ impl Store {
                 params![r.worktree_id, r.pid, r.pid_start as i64],
             )?;
             if n != 1 {
-                return Err(rusqlite::Error::QueryReturnedNoRows);
+                return Err(rusqlite::Error::QueryReturnedNoRows.into());
             }
         }
         let restored_from = record.and_then(|r| r.restored_from);
@@ -277,29 +277,30 @@ impl Store {
         Ok(id)
     }
 
-    pub fn worktrees(&self) -> rusqlite::Result<Vec<WorktreeRow>> {
+    pub fn worktrees(&self) -> StoreResult<Vec<WorktreeRow>> {
         let sql = format!(
             "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
              WHERE w.state != '{REMOVED}' ORDER BY r.name, w.name"
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([], worktree_from_row)?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn worktree(&self, repo: &str, name: &str) -> rusqlite::Result<Option<WorktreeRow>> {
+    pub fn worktree(&self, repo: &str, name: &str) -> StoreResult<Option<WorktreeRow>> {
         let sql = format!(
             "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
              WHERE r.name = ?1 AND w.name = ?2
              ORDER BY w.state = '{REMOVED}', w.id DESC LIMIT 1"
         );
-        self.conn
+        Ok(self
+            .conn
             .query_row(&sql, params![repo, name], worktree_from_row)
-            .optional()
+            .optional()?)
     }
 
     /// Removes a row that never became a usable worktree (creation failed after the insert).
-    pub fn delete_worktree_row(&self, id: i64) -> rusqlite::Result<()> {
+    pub fn delete_worktree_row(&self, id: i64) -> StoreResult<()> {
         self.conn
             .execute("DELETE FROM events WHERE worktree_id = ?1", [id])?;
         self.conn
@@ -307,31 +308,32 @@ impl Store {
         Ok(())
     }
 
-    pub fn worktree_count(&self, repo_id: i64) -> rusqlite::Result<i64> {
-        self.conn.query_row(
+    pub fn worktree_count(&self, repo_id: i64) -> StoreResult<i64> {
+        Ok(self.conn.query_row(
             &format!("SELECT count(*) FROM worktrees WHERE repo_id = ?1 AND state != '{REMOVED}'"),
             [repo_id],
             |r| r.get(0),
-        )
+        )?)
     }
-    pub fn worktree_by_id(&self, id: i64) -> rusqlite::Result<Option<WorktreeRow>> {
+    pub fn worktree_by_id(&self, id: i64) -> StoreResult<Option<WorktreeRow>> {
         let sql = format!(
             "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
              WHERE w.id = ?1"
         );
-        self.conn
+        Ok(self
+            .conn
             .query_row(&sql, [id], worktree_from_row)
-            .optional()
+            .optional()?)
     }
 
     /// Worktrees in one state.
-    pub fn worktrees_in(&self, state: crate::lease::State) -> rusqlite::Result<Vec<WorktreeRow>> {
+    pub fn worktrees_in(&self, state: crate::lease::State) -> StoreResult<Vec<WorktreeRow>> {
         let sql = format!(
             "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
              WHERE w.state = ?1 ORDER BY w.id"
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([state.as_str()], worktree_from_row)?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 }

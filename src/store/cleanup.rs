@@ -37,11 +37,17 @@ pub enum BeginError {
     Leased(usize, crate::lease::State),
     /// Its state does not allow it (deleting: someone else is at it; removed: gone).
     State(crate::lease::State),
-    Db(rusqlite::Error),
+    Db(StoreError),
 }
 
 impl From<rusqlite::Error> for BeginError {
     fn from(e: rusqlite::Error) -> Self {
+        BeginError::Db(e.into())
+    }
+}
+
+impl From<StoreError> for BeginError {
+    fn from(e: StoreError) -> Self {
         BeginError::Db(e)
     }
 }
@@ -51,7 +57,7 @@ pub(super) fn removed_in(
     tx: &rusqlite::Transaction<'_>,
     worktree_id: i64,
     reason: &str,
-) -> rusqlite::Result<()> {
+) -> StoreResult<()> {
     tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
     tx.execute("DELETE FROM leases WHERE worktree_id = ?1", [worktree_id])?;
     tx.execute("DELETE FROM turns WHERE worktree_id = ?1", [worktree_id])?;
@@ -60,7 +66,7 @@ pub(super) fn removed_in(
         "UPDATE worktrees SET removal = NULL WHERE id = ?1",
         [worktree_id],
     )?;
-    event(tx, worktree_id, REMOVED, None, reason)
+    Ok(event(tx, worktree_id, REMOVED, None, reason)?)
 }
 
 impl Store {
@@ -96,7 +102,7 @@ impl Store {
         worktree_id: i64,
         back_to: crate::lease::State,
         reason: &str,
-    ) -> rusqlite::Result<()> {
+    ) -> StoreResult<()> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -108,12 +114,12 @@ impl Store {
             )?;
             event(&tx, worktree_id, back_to.as_str(), None, reason)?;
         }
-        tx.commit()
+        Ok(tx.commit()?)
     }
 
     /// Records that the removal of a deleting worktree has begun (what it will do), so a
     /// daemon that dies in the middle finishes it at the next mount.
-    pub fn set_removal(&self, worktree_id: i64, removal: &str) -> rusqlite::Result<()> {
+    pub fn set_removal(&self, worktree_id: i64, removal: &str) -> StoreResult<()> {
         self.conn.execute(
             &format!("UPDATE worktrees SET removal = ?1 WHERE id = ?2 AND state = '{DELETING}'"),
             params![removal, worktree_id],
@@ -123,17 +129,17 @@ impl Store {
 
     /// The worktree is gone: state `removed`, out of the retained store, its leases (if any
     /// were left) released. One transaction.
-    pub fn mark_removed(&mut self, worktree_id: i64, reason: &str) -> rusqlite::Result<()> {
+    pub fn mark_removed(&mut self, worktree_id: i64, reason: &str) -> StoreResult<()> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         removed_in(&tx, worktree_id, reason)?;
-        tx.commit()
+        Ok(tx.commit()?)
     }
 
     /// The worktree holds work (or its cleanup failed): state `retained` and an entry in the
     /// retained store saying why. One transaction.
-    pub fn retain(&mut self, worktree_id: i64, path: &str, reason: &str) -> rusqlite::Result<()> {
+    pub fn retain(&mut self, worktree_id: i64, path: &str, reason: &str) -> StoreResult<()> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -151,10 +157,10 @@ impl Store {
             [worktree_id],
         )?;
         event(&tx, worktree_id, State::Retained.as_str(), None, reason)?;
-        tx.commit()
+        Ok(tx.commit()?)
     }
 
-    pub fn retained(&self) -> rusqlite::Result<Vec<RetainedRow>> {
+    pub fn retained(&self) -> StoreResult<Vec<RetainedRow>> {
         let mut stmt = self.conn.prepare(
             "SELECT t.worktree_id, t.repo, w.name, t.path, t.branch, t.base_commit, t.reason,
                     t.entered_at, w.holder_reason
@@ -174,6 +180,6 @@ impl Store {
                 holder_reason: r.get(8)?,
             })
         })?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 }

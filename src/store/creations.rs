@@ -5,7 +5,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::{now_secs, Store, REMOVED};
+use super::{now_secs, Store, StoreError, StoreResult, REMOVED};
 
 /// A creation in progress, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,11 +35,17 @@ pub enum BeginCreation {
     Exists(String),
     /// Another creation of that name is recorded.
     InProgress(Box<CreationRow>),
-    Db(rusqlite::Error),
+    Db(StoreError),
 }
 
 impl From<rusqlite::Error> for BeginCreation {
     fn from(e: rusqlite::Error) -> Self {
+        BeginCreation::Db(e.into())
+    }
+}
+
+impl From<StoreError> for BeginCreation {
+    fn from(e: StoreError) -> Self {
         BeginCreation::Db(e)
     }
 }
@@ -128,32 +134,27 @@ impl Store {
     }
 
     /// Every creation recorded (in progress, or left by a creator that died).
-    pub fn creations(&self) -> rusqlite::Result<Vec<CreationRow>> {
+    pub fn creations(&self) -> StoreResult<Vec<CreationRow>> {
         let mut stmt = self.conn.prepare(&format!(
             "SELECT {COLUMNS} FROM creations ORDER BY worktree_id"
         ))?;
         let rows = stmt.query_map([], from_row)?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Admin entry names recorded by creations of repository `repo_id`.
-    pub fn creation_admin_names(&self, repo_id: i64) -> rusqlite::Result<Vec<String>> {
+    pub fn creation_admin_names(&self, repo_id: i64) -> StoreResult<Vec<String>> {
         let mut stmt = self
             .conn
             .prepare("SELECT admin_name FROM creations WHERE repo_id = ?1")?;
         let rows = stmt.query_map([repo_id], |r| r.get(0))?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Takes over the record of a creation whose creator is gone, for `pid` (started at
     /// `start`) to roll it back: false when the record is no longer the one read (someone
     /// else took it over, rolled it back, or the creation finished).
-    pub fn claim_creation(
-        &mut self,
-        c: &CreationRow,
-        pid: i32,
-        start: u64,
-    ) -> rusqlite::Result<bool> {
+    pub fn claim_creation(&mut self, c: &CreationRow, pid: i32, start: u64) -> StoreResult<bool> {
         let n = self.conn.execute(
             "UPDATE creations SET pid = ?1, pid_start = ?2
              WHERE worktree_id = ?3 AND pid = ?4 AND pid_start = ?5",
@@ -164,21 +165,21 @@ impl Store {
 
     /// The commit creation `c` makes its branch at, decided after it was recorded (a
     /// fork reads its parent's HEAD last): what a rollback compares the branch with.
-    pub fn set_creation_base(&self, c: &CreationRow) -> rusqlite::Result<()> {
+    pub fn set_creation_base(&self, c: &CreationRow) -> StoreResult<()> {
         let n = self.conn.execute(
             "UPDATE creations SET base_commit = ?1
              WHERE worktree_id = ?2 AND pid = ?3 AND pid_start = ?4",
             params![c.base_commit, c.worktree_id, c.pid, c.pid_start as i64],
         )?;
         if n != 1 {
-            return Err(rusqlite::Error::QueryReturnedNoRows);
+            return Err(rusqlite::Error::QueryReturnedNoRows.into());
         }
         Ok(())
     }
 
     /// An event of worktree `id` of a kind only one part of the lifecycle records (a
     /// fork's "forked").
-    pub fn add_event(&self, id: i64, kind: &str, reason: &str) -> rusqlite::Result<()> {
+    pub fn add_event(&self, id: i64, kind: &str, reason: &str) -> StoreResult<()> {
         self.conn.execute(
             "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, ?2, ?3, ?4)",
             params![crate::store::now_secs(), id, kind, reason],
@@ -187,7 +188,7 @@ impl Store {
     }
 
     /// A creation rolled back: its record goes, if it is still the one given.
-    pub fn end_creation(&self, c: &CreationRow) -> rusqlite::Result<()> {
+    pub fn end_creation(&self, c: &CreationRow) -> StoreResult<()> {
         self.conn.execute(
             "DELETE FROM creations WHERE worktree_id = ?1 AND pid = ?2 AND pid_start = ?3",
             params![c.worktree_id, c.pid, c.pid_start as i64],

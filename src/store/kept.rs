@@ -74,7 +74,7 @@ impl Store {
         worktree_id: i64,
         reason: &str,
         kept: &NewKept,
-    ) -> rusqlite::Result<()> {
+    ) -> StoreResult<()> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -95,31 +95,32 @@ impl Store {
                 kept.how
             ],
         )?;
-        tx.commit()
+        Ok(tx.commit()?)
     }
 
     /// Every kept copy, oldest first.
-    pub fn kept(&self) -> rusqlite::Result<Vec<KeptRow>> {
+    pub fn kept(&self) -> StoreResult<Vec<KeptRow>> {
         let mut stmt = self
             .conn
             .prepare(&format!("{KEPT_SELECT} ORDER BY k.kept_at, k.worktree_id"))?;
         let rows = stmt.query_map([], kept_row)?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn kept_by_id(&self, worktree_id: i64) -> rusqlite::Result<Option<KeptRow>> {
-        self.conn
+    pub fn kept_by_id(&self, worktree_id: i64) -> StoreResult<Option<KeptRow>> {
+        Ok(self
+            .conn
             .query_row(
                 &format!("{KEPT_SELECT} WHERE k.worktree_id = ?1"),
                 [worktree_id],
                 kept_row,
             )
-            .optional()
+            .optional()?)
     }
 
     /// A kept copy purged (its files are gone already): its row goes, with an event that
     /// says why. False when there was none.
-    pub fn drop_kept(&mut self, worktree_id: i64, reason: &str) -> rusqlite::Result<bool> {
+    pub fn drop_kept(&mut self, worktree_id: i64, reason: &str) -> StoreResult<bool> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -132,12 +133,9 @@ impl Store {
     }
 
     /// The reason the newest event of `kind` of a worktree gave.
-    pub fn last_event_reason(
-        &self,
-        worktree_id: i64,
-        kind: &str,
-    ) -> rusqlite::Result<Option<String>> {
-        self.conn
+    pub fn last_event_reason(&self, worktree_id: i64, kind: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn
             .query_row(
                 "SELECT reason FROM events WHERE worktree_id = ?1 AND kind = ?2
                  ORDER BY id DESC LIMIT 1",
@@ -145,7 +143,7 @@ impl Store {
                 |r| r.get(0),
             )
             .optional()
-            .map(Option::flatten)
+            .map(Option::flatten)?)
     }
 }
 
@@ -155,16 +153,16 @@ pub const PURGED: &str = "purged";
 pub const RESTORED: &str = "restored";
 
 /// Inside a restore's last transaction: the kept row of `from` goes (refused,
-/// `QueryReturnedNoRows`, when it is gone: purged meanwhile), with an event on it.
+/// `ErrorKind::NotFound`, when it is gone: purged meanwhile), with an event on it.
 pub(super) fn take_kept_in(
     tx: &rusqlite::Transaction<'_>,
     from: i64,
     to: i64,
     place: &str,
-) -> rusqlite::Result<()> {
+) -> StoreResult<()> {
     let n = tx.execute("DELETE FROM kept WHERE worktree_id = ?1", [from])?;
     if n != 1 {
-        return Err(rusqlite::Error::QueryReturnedNoRows);
+        return Err(rusqlite::Error::QueryReturnedNoRows.into());
     }
     event(
         tx,

@@ -124,7 +124,7 @@ pub enum LeaseError {
     /// Somebody else holds it: an exclusive lease was asked while they do, or they hold
     /// one. Never for a process entering (the filesystem refuses no one).
     Occupied(Vec<Occupant>),
-    Db(rusqlite::Error),
+    Db(StoreError),
 }
 
 /// A holder that keeps a lease from being granted.
@@ -146,6 +146,12 @@ pub struct Ask<'a> {
 
 impl From<rusqlite::Error> for LeaseError {
     fn from(e: rusqlite::Error) -> Self {
+        LeaseError::Db(e.into())
+    }
+}
+
+impl From<StoreError> for LeaseError {
+    fn from(e: StoreError) -> Self {
         LeaseError::Db(e)
     }
 }
@@ -204,7 +210,7 @@ impl Store {
         worktree_id: i64,
         holder: &str,
         ask: &Ask<'_>,
-    ) -> rusqlite::Result<Vec<Occupant>> {
+    ) -> StoreResult<Vec<Occupant>> {
         let mut stmt = tx.prepare(&format!(
             "SELECT {LEASE_COLUMNS} FROM leases l JOIN worktrees w ON w.id = l.worktree_id
              JOIN repos r ON r.id = w.repo_id WHERE l.worktree_id = ?1 AND l.holder != ?2
@@ -320,7 +326,7 @@ impl Store {
         worktree_id: i64,
         holder: &str,
         exclusive: bool,
-    ) -> rusqlite::Result<bool> {
+    ) -> StoreResult<bool> {
         Ok(self.conn.execute(
             "UPDATE leases SET exclusive = ?3 WHERE worktree_id = ?1 AND holder = ?2 AND exclusive != ?3",
             params![worktree_id, holder, exclusive],
@@ -335,7 +341,7 @@ impl Store {
         holder: &str,
         kind: &str,
         reason: &str,
-    ) -> rusqlite::Result<bool> {
+    ) -> StoreResult<bool> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -360,7 +366,7 @@ impl Store {
         worktree_id: i64,
         holder: &str,
         reason: &str,
-    ) -> rusqlite::Result<bool> {
+    ) -> StoreResult<bool> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -391,7 +397,7 @@ impl Store {
     /// For every lingering worktree whose grace period is over and which has no lease:
     /// the `deleting` mark, written in the same transaction that finds no lease. Returns
     /// the ids marked.
-    pub fn mark_deleting_after_grace(&mut self, linger: i64) -> rusqlite::Result<Vec<i64>> {
+    pub fn mark_deleting_after_grace(&mut self, linger: i64) -> StoreResult<Vec<i64>> {
         let ids: Vec<i64> = {
             let mut stmt = self.conn.prepare(&format!(
                 "SELECT id FROM worktrees WHERE state = '{LINGERING}'"
@@ -410,7 +416,7 @@ impl Store {
 
     /// Worktree `id`, when it is lingering past its grace period with no lease: the
     /// `deleting` mark, in the transaction that finds no lease. True when marked.
-    pub fn mark_deleting_if_grace_over(&mut self, id: i64, linger: i64) -> rusqlite::Result<bool> {
+    pub fn mark_deleting_if_grace_over(&mut self, id: i64, linger: i64) -> StoreResult<bool> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -431,7 +437,7 @@ impl Store {
     }
 
     /// Lingering worktrees whose grace period is over: (id, repo, name).
-    pub fn lingering_past(&self, linger: i64) -> rusqlite::Result<Vec<(i64, String, String)>> {
+    pub fn lingering_past(&self, linger: i64) -> StoreResult<Vec<(i64, String, String)>> {
         let mut stmt = self.conn.prepare(&format!(
             "SELECT w.id, r.name, w.name FROM worktrees w JOIN repos r ON r.id = w.repo_id
              WHERE w.state = '{LINGERING}' AND ?1 - w.state_changed_at >= ?2"
@@ -439,21 +445,21 @@ impl Store {
         let rows = stmt.query_map(params![now_secs(), linger], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn leases(&self) -> rusqlite::Result<Vec<LeaseRow>> {
+    pub fn leases(&self) -> StoreResult<Vec<LeaseRow>> {
         let sql = format!(
             "SELECT {LEASE_COLUMNS} FROM leases l JOIN worktrees w ON w.id = l.worktree_id
              JOIN repos r ON r.id = w.repo_id ORDER BY r.name, w.name, l.holder"
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([], lease_from_row)?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// The newest `limit` events, oldest first, after event id `after`.
-    pub fn events(&self, after: i64, limit: i64) -> rusqlite::Result<Vec<EventRow>> {
+    pub fn events(&self, after: i64, limit: i64) -> StoreResult<Vec<EventRow>> {
         let mut stmt = self.conn.prepare(
             "SELECT * FROM (
                 SELECT e.id, e.at, r.name, w.name, e.kind, e.holder, e.reason
@@ -473,11 +479,11 @@ impl Store {
                 reason: row.get(6)?,
             })
         })?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
     /// Releases every lease (unmount): each release is its own transaction and event.
     /// Returns how many were released.
-    pub fn release_all_leases(&mut self, reason: &str) -> rusqlite::Result<usize> {
+    pub fn release_all_leases(&mut self, reason: &str) -> StoreResult<usize> {
         let mut n = 0;
         for l in self.leases()? {
             if self.release_lease(l.worktree_id, &l.holder, "released", reason)? {
@@ -489,7 +495,7 @@ impl Store {
 
     /// Releases every process lease (an unmount that keeps the sessions' named leases).
     /// Returns how many were released.
-    pub fn release_process_leases(&mut self, reason: &str) -> rusqlite::Result<usize> {
+    pub fn release_process_leases(&mut self, reason: &str) -> StoreResult<usize> {
         let mut n = 0;
         for l in self
             .leases()?
@@ -504,8 +510,9 @@ impl Store {
     }
 
     /// The id of the newest event (0 when there is none).
-    pub fn last_event_id(&self) -> rusqlite::Result<i64> {
-        self.conn
-            .query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| r.get(0))
+    pub fn last_event_id(&self) -> StoreResult<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| r.get(0))?)
     }
 }

@@ -21,6 +21,7 @@ const REMOVED: &str = State::Removed.as_str();
 mod catalog;
 mod cleanup;
 mod creations;
+mod error;
 mod events;
 mod kept;
 mod leases;
@@ -32,6 +33,7 @@ mod warm;
 pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
 pub use cleanup::{BeginError, RetainedRow};
 pub use creations::{BeginCreation, CreationRow};
+pub use error::{ErrorKind, StoreError, StoreResult};
 pub use events::EventQueue;
 pub use kept::{KeptRow, NewKept, PURGED, RESTORED};
 pub use leases::{Ask, EventRow, LeaseColumns, LeaseError, LeaseRow, NewLease, Occupant};
@@ -40,12 +42,6 @@ pub use turns::{NewTurn, TurnError, TurnRow};
 pub use warm::{NewWarm, WarmRow};
 
 pub const DB_FILE: &str = "worktreefs.db";
-
-/// Whether `e` is another connection's lock (busy or locked): a matter of waiting.
-pub fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(f, _)
-        if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
-}
 
 /// How long a statement waits for another connection's lock, unless told otherwise.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -63,7 +59,7 @@ pub fn now_secs() -> i64 {
 
 impl Store {
     /// Opens (creating if needed) the database in `state_dir` and brings the schema up to date.
-    pub fn open(state_dir: &Path) -> rusqlite::Result<Store> {
+    pub fn open(state_dir: &Path) -> StoreResult<Store> {
         let path = state_dir.join(DB_FILE);
         make_owner_only(&path);
         let conn = Connection::open(&path)?;
@@ -83,27 +79,29 @@ impl Store {
     }
 
     /// How long a statement waits for another connection's lock before it fails busy.
-    pub fn set_busy_timeout(&self, d: Duration) -> rusqlite::Result<()> {
-        self.conn.busy_timeout(d)
+    pub fn set_busy_timeout(&self, d: Duration) -> StoreResult<()> {
+        Ok(self.conn.busy_timeout(d)?)
     }
 
     /// Runs `f` with busy timeout `d`, then the usual one again.
     pub fn with_busy_timeout<T>(
         &mut self,
         d: Duration,
-        f: impl FnOnce(&mut Store) -> rusqlite::Result<T>,
-    ) -> rusqlite::Result<T> {
+        f: impl FnOnce(&mut Store) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         self.conn.busy_timeout(d)?;
         let r = f(self);
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
         r
     }
 
-    pub fn schema_version(&self) -> rusqlite::Result<i64> {
-        self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+    pub fn schema_version(&self) -> StoreResult<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
     }
 
-    fn migrate(&mut self) -> rusqlite::Result<()> {
+    fn migrate(&mut self) -> StoreResult<()> {
         // Up to date (every open but the first after an upgrade): nothing to write, so no
         // write lock is taken (another process holding the database must not make every
         // open wait for it).
@@ -118,7 +116,7 @@ impl Store {
         result
     }
 
-    fn migrate_inner(&mut self) -> rusqlite::Result<()> {
+    fn migrate_inner(&mut self) -> StoreResult<()> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -137,24 +135,28 @@ impl Store {
             return Err(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT),
                 Some(format!("migration left a dangling reference in {table}")),
-            ));
+            )
+            .into());
         }
-        tx.commit()
+        Ok(tx.commit()?)
     }
 
     /// Changes whenever another connection commits; cheap enough to ask on every directory
     /// lookup at the top of the mount.
-    pub fn data_version(&self) -> rusqlite::Result<i64> {
-        self.conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+    pub fn data_version(&self) -> StoreResult<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
     }
 
-    pub fn meta_get(&self, key: &str) -> rusqlite::Result<Option<String>> {
-        self.conn
+    pub fn meta_get(&self, key: &str) -> StoreResult<Option<String>> {
+        Ok(self
+            .conn
             .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-            .optional()
+            .optional()?)
     }
 
-    pub fn meta_set(&self, key: &str, value: &str) -> rusqlite::Result<()> {
+    pub fn meta_set(&self, key: &str, value: &str) -> StoreResult<()> {
         self.conn.execute(
             "INSERT INTO meta(key, value) VALUES (?1, ?2)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -188,13 +190,10 @@ fn make_owner_only(db: &Path) {
 
 /// What went wrong opening the database in `state_dir`, for a person: the file, why, and
 /// what to do.
-pub fn describe_open_error(state_dir: &Path, e: &rusqlite::Error) -> String {
+pub fn describe_open_error(state_dir: &Path, e: &StoreError) -> String {
     use rusqlite::ErrorCode;
     let db = state_dir.join(DB_FILE);
-    let code = match e {
-        rusqlite::Error::SqliteFailure(f, _) => Some(f.code),
-        _ => None,
-    };
+    let code = e.code();
     let writable = nix::unistd::access(state_dir, nix::unistd::AccessFlags::W_OK).is_ok()
         && (!db.exists() || nix::unistd::access(&db, nix::unistd::AccessFlags::W_OK).is_ok());
     match code {

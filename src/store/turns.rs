@@ -61,11 +61,17 @@ pub enum TurnError {
     NotHeld,
     /// The worktree is not active (deleting, removed, retained...).
     State(crate::lease::State),
-    Db(rusqlite::Error),
+    Db(StoreError),
 }
 
 impl From<rusqlite::Error> for TurnError {
     fn from(e: rusqlite::Error) -> Self {
+        TurnError::Db(e.into())
+    }
+}
+
+impl From<StoreError> for TurnError {
+    fn from(e: StoreError) -> Self {
         TurnError::Db(e)
     }
 }
@@ -88,21 +94,22 @@ fn turn_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TurnRow> {
     })
 }
 
-fn turn_of(tx: &rusqlite::Transaction<'_>, worktree_id: i64) -> rusqlite::Result<Option<TurnRow>> {
-    tx.query_row(
-        &format!(
-            "SELECT {TURN_COLUMNS} FROM turns t JOIN worktrees w ON w.id = t.worktree_id
+fn turn_of(tx: &rusqlite::Transaction<'_>, worktree_id: i64) -> StoreResult<Option<TurnRow>> {
+    Ok(tx
+        .query_row(
+            &format!(
+                "SELECT {TURN_COLUMNS} FROM turns t JOIN worktrees w ON w.id = t.worktree_id
              JOIN repos r ON r.id = w.repo_id WHERE t.worktree_id = ?1"
-        ),
-        [worktree_id],
-        turn_from_row,
-    )
-    .optional()
+            ),
+            [worktree_id],
+            turn_from_row,
+        )
+        .optional()?)
 }
 
 /// Ends `running` in the caller's transaction, giving back the session's lease if the
 /// turn took it.
-fn end_in(tx: &rusqlite::Transaction<'_>, running: &TurnRow, reason: &str) -> rusqlite::Result<()> {
+fn end_in(tx: &rusqlite::Transaction<'_>, running: &TurnRow, reason: &str) -> StoreResult<()> {
     let id = running.worktree_id;
     tx.execute("DELETE FROM turns WHERE worktree_id = ?1", [id])?;
     event(tx, id, "turn-ended", Some(&running.holder()), reason)?;
@@ -201,7 +208,7 @@ impl Store {
         worktree_id: i64,
         (pid, start): (i64, i64),
         reason: &str,
-    ) -> rusqlite::Result<bool> {
+    ) -> StoreResult<bool> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -217,13 +224,13 @@ impl Store {
     }
 
     /// Every running turn, by repository and worktree.
-    pub fn turns(&self) -> rusqlite::Result<Vec<TurnRow>> {
+    pub fn turns(&self) -> StoreResult<Vec<TurnRow>> {
         let mut stmt = self.conn.prepare(&format!(
             "SELECT {TURN_COLUMNS} FROM turns t JOIN worktrees w ON w.id = t.worktree_id
              JOIN repos r ON r.id = w.repo_id ORDER BY r.name, w.name"
         ))?;
         let rows = stmt.query_map([], turn_from_row)?;
-        rows.collect()
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Ends every turn whose process `liveness` finds gone (the sweeper, boot reconcile).
@@ -231,7 +238,7 @@ impl Store {
     pub fn end_dead_turns(
         &mut self,
         liveness: &dyn Fn(i64, i64) -> Liveness,
-    ) -> rusqlite::Result<Vec<TurnRow>> {
+    ) -> StoreResult<Vec<TurnRow>> {
         let mut ended = Vec::new();
         for t in self.turns()? {
             if liveness(t.pid, t.pid_start) == Liveness::Gone
@@ -254,10 +261,10 @@ impl Store {
         kind: &str,
         holder: Option<&str>,
         reason: &str,
-    ) -> rusqlite::Result<()> {
+    ) -> StoreResult<()> {
         let tx = self.conn.transaction()?;
         event(&tx, worktree_id, kind, holder, reason)?;
-        tx.commit()
+        Ok(tx.commit()?)
     }
 }
 

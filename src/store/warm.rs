@@ -2,7 +2,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::{now_secs, Store};
+use super::{now_secs, Store, StoreResult};
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct WarmRow {
@@ -53,7 +53,7 @@ fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<WarmRow> {
 
 impl Store {
     /// Records a snapshot taken (its manifest already in place), with an event.
-    pub fn add_warm(&mut self, w: &NewWarm<'_>) -> rusqlite::Result<i64> {
+    pub fn add_warm(&mut self, w: &NewWarm<'_>) -> StoreResult<i64> {
         let tx = self.conn.transaction()?;
         let now = now_secs();
         tx.execute(
@@ -86,12 +86,12 @@ impl Store {
     }
 
     /// Whether a snapshot is [prunable](Store::prune_warm): a cheap look, for a sweep.
-    pub fn has_prunable_warm(&self) -> rusqlite::Result<bool> {
-        self.conn.query_row(
+    pub fn has_prunable_warm(&self) -> StoreResult<bool> {
+        Ok(self.conn.query_row(
             &format!("SELECT EXISTS (SELECT 1 FROM warm_snapshots s WHERE {PRUNABLE})"),
             [],
             |r| r.get(0),
-        )
+        )?)
     }
 
     /// Deletes, with an event each, the snapshots nothing needs any more: a newer one of
@@ -100,7 +100,7 @@ impl Store {
     /// whose copy is kept for a restore. One transaction: a creation that records a
     /// worktree of a snapshot checks in its own that the snapshot is still there
     /// ([`Store::finish_creation`]), so a worktree never names a deleted one.
-    pub fn prune_warm(&mut self) -> rusqlite::Result<Vec<WarmRow>> {
+    pub fn prune_warm(&mut self) -> StoreResult<Vec<WarmRow>> {
         // Immediate: a creation committed between the read and the deletes would fail
         // the upgrade to a write (BUSY_SNAPSHOT), not wait for it.
         let tx = self
@@ -131,26 +131,29 @@ impl Store {
     }
 
     /// Every snapshot.
-    pub fn warm_all(&self) -> rusqlite::Result<Vec<WarmRow>> {
-        self.conn
+    pub fn warm_all(&self) -> StoreResult<Vec<WarmRow>> {
+        Ok(self
+            .conn
             .prepare(&format!("SELECT {COLUMNS} FROM warm_snapshots ORDER BY id"))?
             .query_map([], from_row)?
-            .collect()
+            .collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn warm(&self, id: i64) -> rusqlite::Result<Option<WarmRow>> {
-        self.conn
+    pub fn warm(&self, id: i64) -> StoreResult<Option<WarmRow>> {
+        Ok(self
+            .conn
             .query_row(
                 &format!("SELECT {COLUMNS} FROM warm_snapshots WHERE id = ?1"),
                 [id],
                 from_row,
             )
-            .optional()
+            .optional()?)
     }
 
     /// The newest snapshot of repository `repo_id` taken with `uid`'s permissions.
-    pub fn latest_warm(&self, repo_id: i64, uid: u32) -> rusqlite::Result<Option<WarmRow>> {
-        self.conn
+    pub fn latest_warm(&self, repo_id: i64, uid: u32) -> StoreResult<Option<WarmRow>> {
+        Ok(self
+            .conn
             .query_row(
                 &format!(
                     "SELECT {COLUMNS} FROM warm_snapshots WHERE repo_id = ?1 AND uid = ?2
@@ -159,7 +162,7 @@ impl Store {
                 params![repo_id, uid],
                 from_row,
             )
-            .optional()
+            .optional()?)
     }
 
     /// Sets repository `id`'s include patterns and whether `new` is warm by default.
@@ -168,7 +171,7 @@ impl Store {
         id: i64,
         include: Option<&[String]>,
         warm_default: Option<bool>,
-    ) -> rusqlite::Result<()> {
+    ) -> StoreResult<()> {
         if let Some(include) = include {
             self.conn.execute(
                 "UPDATE repos SET include = ?2 WHERE id = ?1",
@@ -300,10 +303,10 @@ mod tests {
             .iter()
             .any(|e| e.kind == "warm-pruned"));
         // A creation that picked the pruned one records nothing.
-        assert!(matches!(
-            worktree(&mut store, "late", Some(a)),
-            Err(rusqlite::Error::QueryReturnedNoRows)
-        ));
+        assert_eq!(
+            worktree(&mut store, "late", Some(a)).unwrap_err().kind(),
+            super::super::ErrorKind::NotFound
+        );
         assert!(store.worktree("r", "late").unwrap().is_none());
         worktree(&mut store, "on-time", Some(b)).unwrap();
     }

@@ -13,7 +13,7 @@ use std::path::Path;
 use git2::{Oid, Repository};
 
 use crate::state::StateDir;
-use crate::store::{now_secs, KeptRow, NewKept, Store};
+use crate::store::{now_secs, KeptRow, NewKept, Store, StoreResult};
 
 use super::lock::try_lock;
 use super::target::Target;
@@ -73,7 +73,7 @@ impl KeepPolicy {
         }
     }
 
-    pub fn record(&self, store: &Store) -> rusqlite::Result<()> {
+    pub fn record(&self, store: &Store) -> StoreResult<()> {
         store.meta_set(META_KEEP_SECS, &self.keep_secs.to_string())?;
         store.meta_set(META_MIN_FREE_PCT, &self.min_free_percent.to_string())?;
         store.meta_set(META_MIN_FREE_BYTES, &self.min_free_bytes.to_string())

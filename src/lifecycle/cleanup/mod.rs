@@ -95,7 +95,7 @@ use git2::Oid;
 
 use crate::lease::State;
 use crate::state::StateDir;
-use crate::store::{BeginError, Store, WorktreeRow};
+use crate::store::{BeginError, Store, StoreError, WorktreeRow};
 
 /// How long one inspection may take, in milliseconds (`mount --inspect-timeout`).
 static INSPECT_TIMEOUT_MS: std::sync::atomic::AtomicU64 =
@@ -238,8 +238,8 @@ impl From<anyhow::Error> for RequestError {
     }
 }
 
-impl From<rusqlite::Error> for RequestError {
-    fn from(e: rusqlite::Error) -> Self {
+impl From<StoreError> for RequestError {
+    fn from(e: StoreError) -> Self {
         RequestError::Other(e.into())
     }
 }
@@ -400,7 +400,7 @@ fn request_removal_then(
             BeginError::State(st) => RequestError::Busy(format!(
                 "worktree {label} is {st}; its cleanup is already running"
             )),
-            BeginError::Db(e) if crate::store::is_busy(&e) => RequestError::Busy(format!(
+            BeginError::Db(e) if e.is_busy() => RequestError::Busy(format!(
                 "worktree {label} cannot be marked for removal now: another process holds the database ({e}); try again in a moment"
             )),
             BeginError::Db(e) => e.into(),

@@ -1,6 +1,7 @@
 //! What a creation (new, fork, restore) fails with, and the failures of its steps turned
 //! into it: a full disk said as such, a busy database as busy, the rest internal.
 
+use crate::store::{ErrorKind, StoreError};
 use std::fmt;
 
 #[derive(Debug)]
@@ -83,15 +84,13 @@ pub(crate) fn chain_failure(context: &str) -> impl Fn(anyhow::Error) -> CreateEr
 }
 
 /// A store failure: a full disk is said as such.
-pub(crate) fn db_failure(context: &str) -> impl Fn(rusqlite::Error) -> CreateError + '_ {
-    move |e| match &e {
-        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
-            CreateError::NoSpace(
-                format!("{context}: {e}; free some space and try again"),
-                libc::ENOSPC,
-            )
-        }
-        _ if crate::store::is_busy(&e) => CreateError::Busy(format!(
+pub(crate) fn db_failure(context: &str) -> impl Fn(StoreError) -> CreateError + '_ {
+    move |e| match e.kind() {
+        ErrorKind::DiskFull => CreateError::NoSpace(
+            format!("{context}: {e}; free some space and try again"),
+            libc::ENOSPC,
+        ),
+        ErrorKind::Busy => CreateError::Busy(format!(
             "{context}: another process holds the database ({e}); try again in a moment"
         )),
         _ => CreateError::Internal(format!("{context}: {e}")),

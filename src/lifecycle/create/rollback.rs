@@ -9,7 +9,7 @@ use git2::{BranchType, Repository};
 
 use crate::git::{self};
 use crate::state::StateDir;
-use crate::store::{CreationRow, Store};
+use crate::store::{CreationRow, Store, StoreResult};
 
 use super::error::{db_failure, internal, CreateError};
 use super::steps::{branch_log_message, staging_dir, Made};
@@ -27,7 +27,7 @@ pub(crate) fn creator_alive(c: &CreationRow) -> bool {
 
 /// Takes over the record of a creation whose creator is gone, for this process: the
 /// record as it now stands, or None when someone else took it or it is gone.
-pub(crate) fn claim(store: &mut Store, c: &CreationRow) -> rusqlite::Result<Option<CreationRow>> {
+pub(crate) fn claim(store: &mut Store, c: &CreationRow) -> StoreResult<Option<CreationRow>> {
     let me = std::process::id() as i32;
     let start = crate::process::info::proc_info(me)
         .map(|p| p.start)

@@ -8,7 +8,7 @@ use git2::Repository;
 
 use crate::git::{self};
 use crate::state::StateDir;
-use crate::store::{BeginCreation, CreationRow, Store};
+use crate::store::{BeginCreation, CreationRow, ErrorKind, Store};
 
 use super::error::{chain_failure, db_failure, internal, CreateError};
 use super::mountpoint::gitfile_path;
@@ -44,8 +44,7 @@ pub(crate) fn record_creation(
                     repo, record.name, other.pid
                 )))
             }
-            Err(BeginCreation::Db(rusqlite::Error::SqliteFailure(f, _)))
-                if f.code == rusqlite::ErrorCode::ConstraintViolation && tries < 5 =>
+            Err(BeginCreation::Db(e)) if e.kind() == ErrorKind::Taken && tries < 5 =>
             {
                 tries += 1;
             }

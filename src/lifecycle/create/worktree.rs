@@ -7,7 +7,7 @@ use git2::{BranchType, Repository};
 
 use crate::git::{self};
 use crate::state::StateDir;
-use crate::store::{now_secs, CreationRow, NewWorktree, Store, WorktreeRow};
+use crate::store::{now_secs, CreationRow, ErrorKind, NewWorktree, Store, WorktreeRow};
 
 use super::error::{db_failure, internal, io_failure, CreateError};
 use super::index_cache::{cached_index, index_cache_key, view_mtime, CachedIndex};
@@ -255,19 +255,15 @@ fn make_recorded(
                 warm: req.warm.map(|w| w.id),
             },
         )
-        .map_err(|e| match e {
-            rusqlite::Error::SqliteFailure(f, _)
-                if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-            {
-                CreateError::Exists(format!(
-                    "worktree '{}/{}' was created by someone else just now; pick another name",
-                    req.repo, req.name
-                ))
-            }
-            rusqlite::Error::QueryReturnedNoRows if req.warm.is_some() => {
+        .map_err(|e| match e.kind() {
+            ErrorKind::Taken => CreateError::Exists(format!(
+                "worktree '{}/{}' was created by someone else just now; pick another name",
+                req.repo, req.name
+            )),
+            ErrorKind::NotFound if req.warm.is_some() => {
                 warm_gone(store, req.warm.map(|w| w.id), req.repo, req.name)
                     .unwrap_or_else(|| db_failure("recording the worktree")(e))
             }
-            other => db_failure("recording the worktree")(other),
+            _ => db_failure("recording the worktree")(e),
         })
 }

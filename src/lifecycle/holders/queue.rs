@@ -7,24 +7,6 @@ use crate::store::{LeaseError, NewLease};
 
 use super::tracker::{Op, Tracker};
 
-/// A failure that waiting may cure: the database busy or locked, its disk full, an I/O
-/// error.
-fn is_transient(e: &rusqlite::Error) -> bool {
-    use rusqlite::ErrorCode;
-    crate::store::is_busy(e)
-        || matches!(
-            e,
-            rusqlite::Error::SqliteFailure(f, _)
-                if matches!(
-                    f.code,
-                    ErrorCode::DiskFull
-                        | ErrorCode::SystemIoFailure
-                        | ErrorCode::CannotOpen
-                        | ErrorCode::ReadOnly
-                )
-        )
-}
-
 impl Tracker {
     /// The leases kept in memory, not yet in SQLite: (worktree, lease, since), for
     /// `.control/leases` (who holds what, whether or not the database could say so).
@@ -97,7 +79,7 @@ impl Tracker {
                     .release_lease(*worktree_id, holder, kind, reason)
                     .map(|_| ()),
             };
-            if result.as_ref().is_ok() || result.as_ref().is_err_and(|e| !is_transient(e)) {
+            if result.as_ref().is_ok() || result.as_ref().is_err_and(|e| !e.is_transient()) {
                 // Only the writer takes from the front (under `draining`): still this one.
                 self.queue.lock().pop_front();
             }
@@ -108,7 +90,7 @@ impl Tracker {
                     }
                     (self.on_change)();
                 }
-                Err(e) if is_transient(&e) => {
+                Err(e) if e.is_transient() => {
                     tracing::debug!("lease changes wait for the database: {e}");
                     return self.queue.lock().len();
                 }

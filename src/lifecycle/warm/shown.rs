@@ -4,7 +4,7 @@
 use std::fs;
 
 use crate::state::StateDir;
-use crate::store::{RepoRow, Store, WarmRow};
+use crate::store::{RepoRow, Store, StoreResult, WarmRow};
 
 use super::cache::{dirs_path, manifest_path};
 use super::take::{take, Taken};
@@ -16,7 +16,7 @@ pub fn latest(
     store: &Store,
     repo_id: i64,
     uid: u32,
-) -> rusqlite::Result<Option<WarmRow>> {
+) -> StoreResult<Option<WarmRow>> {
     Ok(store
         .latest_warm(repo_id, uid)?
         .filter(|w| manifest_path(state, w).exists()))
