@@ -166,7 +166,12 @@ fn only_its_owner_names_an_owned_library() {
     let mut wrong = Vec::new();
     for file in &files {
         let rel = file.strip_prefix(&src).unwrap();
-        let top = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         let top = top.trim_end_matches(".rs");
         for lib in foreign_libraries(&fs::read_to_string(file).unwrap(), top) {
             wrong.push(format!("{} names {lib}", rel.display()));
@@ -177,6 +182,70 @@ fn only_its_owner_names_an_owned_library() {
         "libraries named outside the module that owns them:\n{}",
         wrong.join("\n")
     );
+}
+
+/// Where `anyhow` (one error type for everything, decided on by reading its words) may be
+/// used: at the top, in the command line and the daemon, which show failures to a person.
+/// Below them each layer returns an error type of its own that its callers decide on.
+const ANYHOW_ALLOWED: &[&str] = &["main", "cli", "mcp", "completion", "logging", "daemon"];
+
+/// Modules below the top that still use `anyhow`, each to be given its own error type
+/// (and then taken off this list: the check fails while a module here has none).
+const ANYHOW_LEFT: &[&str] = &["fs", "lifecycle"];
+
+/// Whether the code of `text` (without comments and test modules) uses `anyhow`.
+fn uses_anyhow(text: &str) -> bool {
+    has_word(&code(&without_test_modules(text)), "anyhow")
+}
+
+#[test]
+fn only_the_top_uses_anyhow() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    let mut left_using: Vec<String> = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let top = top.trim_end_matches(".rs").to_string();
+        if ANYHOW_ALLOWED.contains(&top.as_str()) || top == "lib" {
+            continue;
+        }
+        if uses_anyhow(&fs::read_to_string(file).unwrap()) {
+            if ANYHOW_LEFT.contains(&top.as_str()) {
+                left_using.push(top);
+            } else {
+                wrong.push(rel.display().to_string());
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "anyhow used below the command line and the daemon (return an error type of the module's own):\n{}",
+        wrong.join("\n")
+    );
+    for m in ANYHOW_LEFT {
+        assert!(
+            left_using.iter().any(|u| u == m),
+            "{m} no longer uses anyhow: take it off ANYHOW_LEFT"
+        );
+    }
+}
+
+/// The check itself: `anyhow` in code is found, in a comment or a test module not.
+#[test]
+fn anyhow_in_code_is_found() {
+    assert!(uses_anyhow("fn f() -> anyhow::Result<()> { Ok(()) }"));
+    assert!(!uses_anyhow("// shown as anyhow shows one\nfn f() {}"));
+    assert!(!uses_anyhow(
+        "fn f() {}\n#[cfg(test)]\nmod tests {\n    fn g() -> anyhow::Result<()> { Ok(()) }\n}\n"
+    ));
 }
 
 /// The check itself: the database library named outside the store is found, inside it not.

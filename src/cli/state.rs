@@ -32,7 +32,7 @@ pub fn open_state(given: Option<PathBuf>) -> anyhow::Result<StateDir> {
 }
 
 pub fn open_store(state: &StateDir) -> anyhow::Result<Store> {
-    Store::open_described(&state.root)
+    Ok(Store::open_described(&state.root)?)
 }
 
 /// Whether state directory `state` holds nothing of anyone's: no daemon serves it, and

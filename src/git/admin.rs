@@ -5,16 +5,19 @@ use std::fs;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Context};
 use git2::{Oid, Repository};
 
+use super::error::{GitContext, GitError, GitErrorKind, GitResult};
+
 /// The repository's common git directory and its work tree (None when bare).
-pub fn discover(path: &Path) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
-    let repo = Repository::open(path).with_context(|| {
-        format!(
-            "{} is not a git repository (or cannot be opened); pass the path of a repository's top directory",
-            path.display()
-        )
+pub fn discover(path: &Path) -> GitResult<(PathBuf, Option<PathBuf>)> {
+    let repo = Repository::open(path).map_err(|e| {
+        GitError::from(e)
+            .context(format!(
+                "{} is not a git repository (or cannot be opened); pass the path of a repository's top directory",
+                path.display()
+            ))
+            .with_kind(GitErrorKind::NotFound)
     })?;
     let common = common_dir(&repo);
     let common = fs::canonicalize(&common).unwrap_or(common);
@@ -48,13 +51,17 @@ pub struct ResolvedBase {
     pub commit_time: i64,
 }
 
-pub fn resolve_base(repo: &Repository, rev: &str) -> anyhow::Result<ResolvedBase> {
-    let obj = repo
-        .revparse_single(rev)
-        .map_err(|e| anyhow!("base revision '{rev}' does not resolve: {}", e.message()))?;
+pub fn resolve_base(repo: &Repository, rev: &str) -> GitResult<ResolvedBase> {
+    let not_found = |m: String| GitError::new(GitErrorKind::NotFound, m);
+    let obj = repo.revparse_single(rev).map_err(|e| {
+        not_found(format!(
+            "base revision '{rev}' does not resolve: {}",
+            e.message()
+        ))
+    })?;
     let commit = obj
         .peel_to_commit()
-        .map_err(|_| anyhow!("base revision '{rev}' does not name a commit"))?;
+        .map_err(|_| not_found(format!("base revision '{rev}' does not name a commit")))?;
     let commit_time = commit.committer().when().seconds();
     Ok(ResolvedBase {
         commit: commit.id(),
@@ -170,18 +177,6 @@ pub fn checked_out_branches(repo: &Repository) -> Vec<(String, String)> {
     out
 }
 
-/// In the chain of a failure of [`write_admin_entry`] before it made the entry's
-/// directory: nothing of it is there to undo (the causes below say why; an `io::Error`
-/// among them, a full disk say, is still found).
-#[derive(Debug)]
-pub struct EntryNotMade;
-
-impl std::fmt::Display for EntryNotMade {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("git's worktree entry was not made")
-    }
-}
-
 /// The directory `<gitdir>/worktrees`, reached through no symlink; None when there is
 /// none (or it cannot be used: nothing worktreefs made can be in it then).
 pub fn worktrees_dir(gitdir: &Path) -> Option<std::os::fd::OwnedFd> {
@@ -219,7 +214,8 @@ pub fn worktrees_made(top: std::os::fd::BorrowedFd) -> std::io::Result<std::os::
 /// The repository is its owner's, who may have made anything of it: every directory is
 /// reached without following a symlink (one to a directory of root's is refused, never
 /// written in), the entry is made here or refused (never one someone else made in the
-/// meantime: [`EntryNotMade`], as for every failure before the directory was made), each
+/// meantime: [`GitErrorKind::EntryNotMade`], as every failure before the directory was
+/// made, with the causes beneath saying why), each
 /// file is made new (`O_EXCL`, never following) and given its owner through its own
 /// descriptor, and the directory is given its owner last (until then nobody else can
 /// put anything in it).
@@ -231,14 +227,17 @@ pub fn write_admin_entry(
     worktree_gitfile: &Path,
     write_index: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
     lock_reason: &str,
-) -> anyhow::Result<()> {
+) -> GitResult<()> {
     use crate::beneath;
     use std::ffi::OsStr;
     use std::io::Write;
     use std::os::fd::AsFd;
     let worktrees_path = gitdir.join("worktrees");
     let dir_path = worktrees_path.join(admin_name);
-    let not_made = |e: anyhow::Error| e.context(EntryNotMade);
+    let not_made = |e: GitError| {
+        e.context("git's worktree entry was not made")
+            .with_kind(GitErrorKind::EntryNotMade)
+    };
     let top = beneath::open_root(gitdir)
         .with_context(|| format!("opening git directory {}", gitdir.display()))
         .map_err(not_made)?;
@@ -249,7 +248,7 @@ pub fn write_admin_entry(
             }
             _ => "",
         };
-        not_made(anyhow::Error::new(e).context(format!(
+        not_made(GitError::from(e).context(format!(
             "git's worktrees directory {} cannot be used{what}; make it a plain directory (or remove it: it is made again), then retry",
             worktrees_path.display()
         )))
@@ -266,7 +265,7 @@ pub fn write_admin_entry(
     let dir = beneath::dir(worktrees.as_fd(), admin_name.as_bytes())
         .with_context(|| format!("opening {}", dir_path.display()))?;
     let (uid, gid) = owner;
-    let give = |fd: std::os::fd::BorrowedFd, what: &str| -> anyhow::Result<()> {
+    let give = |fd: std::os::fd::BorrowedFd, what: &str| -> GitResult<()> {
         match beneath::chown(fd, Some(uid), Some(gid)) {
             // A daemon that may not chown (not root) leaves its own.
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
@@ -275,7 +274,7 @@ pub fn write_admin_entry(
             }),
         }
     };
-    let make = |name: &str| -> anyhow::Result<fs::File> {
+    let make = |name: &str| -> GitResult<fs::File> {
         let fd = beneath::open(
             dir.as_fd(),
             name.as_bytes(),
@@ -526,7 +525,60 @@ impl AdminDirs {
 mod tests {
     use super::*;
     use std::ffi::OsStr;
+    use std::io::Write;
     use std::os::fd::AsFd;
+
+    fn write_entry(
+        gitdir: &Path,
+        name: &str,
+        index: impl FnOnce(&mut fs::File) -> std::io::Result<()>,
+    ) -> GitResult<()> {
+        let me = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        write_admin_entry(
+            gitdir,
+            name,
+            me,
+            "ref: refs/heads/b",
+            Path::new("/m/.git"),
+            index,
+            "managed",
+        )
+    }
+
+    /// The caller undoes an entry only when it was made: an entry of that name already
+    /// there (someone else's) is "not made", a failure after the directory was made is
+    /// not, and the cause (a full disk, say) stays readable beneath either.
+    #[test]
+    fn an_entry_not_made_is_told_from_one_half_made() {
+        let d = tempfile::tempdir().unwrap();
+        let gitdir = d.path();
+        write_entry(gitdir, "wtfs-a", |f| f.write_all(b"index")).unwrap();
+        assert_eq!(
+            fs::read(gitdir.join("worktrees/wtfs-a/index")).unwrap(),
+            b"index"
+        );
+        let taken = write_entry(gitdir, "wtfs-a", |_| Ok(())).unwrap_err();
+        assert_eq!(taken.kind(), GitErrorKind::EntryNotMade, "{taken:#}");
+        assert!(
+            format!("{taken:#}").contains("may exist already"),
+            "{taken:#}"
+        );
+        let full = write_entry(gitdir, "wtfs-b", |_| {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        })
+        .unwrap_err();
+        assert_eq!(full.kind(), GitErrorKind::Failed, "{full:#}");
+        assert_eq!(
+            full.io_error().and_then(|e| e.raw_os_error()),
+            Some(libc::ENOSPC)
+        );
+        assert!(gitdir.join("worktrees/wtfs-b").is_dir(), "half made");
+        let not_found = discover(&d.path().join("nowhere")).unwrap_err();
+        assert_eq!(not_found.kind(), GitErrorKind::NotFound);
+    }
 
     /// `worktrees/` with the entries `mine` (for `repo/mine`) and `theirs`.
     fn entries() -> (tempfile::TempDir, std::os::fd::OwnedFd) {

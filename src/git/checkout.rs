@@ -271,7 +271,7 @@ impl Setting {
         common_dir: &Path,
         tree: Oid,
         entries: &mut [IndexEntry],
-    ) -> anyhow::Result<Option<Conversions>> {
+    ) -> super::GitResult<Option<Conversions>> {
         if !self.available {
             return Ok(None);
         }
@@ -298,8 +298,12 @@ impl Setting {
             .filter(|&i| is_file(&entries[i]))
             .collect();
         let paths: Vec<&[u8]> = files.iter().map(|&i| entries[i].path.as_slice()).collect();
-        let attrs = check_attrs(&self.owner, common_dir, tree, &paths)
-            .map_err(|e| anyhow::anyhow!("reading the attributes of tree {tree}: {e}"))?;
+        let attrs = check_attrs(&self.owner, common_dir, tree, &paths).map_err(|e| {
+            super::GitError::new(
+                super::GitErrorKind::Failed,
+                format!("reading the attributes of tree {tree}: {e}"),
+            )
+        })?;
         let mut by_path = HashMap::new();
         let mut dirty = HashMap::new();
         let mut budget = RoundTripBudget::new();

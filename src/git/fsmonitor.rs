@@ -19,8 +19,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
-
+use super::error::{GitContext, GitError, GitResult};
 use super::owner::{as_owner_of, pinned};
 
 /// The token in the index written at creation: "no change since the worktree was made".
@@ -263,7 +262,7 @@ pub fn include_path(gitdir: &Path) -> PathBuf {
 /// no symlink, what is there is read only when it is a regular file (a FIFO would hold
 /// the mount), and each file is replaced, never written through (a symlink there to a
 /// file of root's stays untouched; before, root truncated and overwrote it).
-fn install_files(gitdir: &Path) -> anyhow::Result<()> {
+fn install_files(gitdir: &Path) -> GitResult<()> {
     use crate::beneath;
     use std::ffi::OsStr;
     use std::os::fd::AsFd;
@@ -271,7 +270,7 @@ fn install_files(gitdir: &Path) -> anyhow::Result<()> {
     let top = pinned(gitdir)?;
     match beneath::mkdir_at(top.as_fd(), OsStr::new("worktreefs"), 0o755) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-            return Err(anyhow::Error::new(e).context(format!("creating {}", dir.display())))
+            return Err(GitError::from(e).context(format!("creating {}", dir.display())))
         }
         _ => {}
     }
@@ -314,7 +313,7 @@ fn include_key(gitdir: &Path) -> String {
 /// Makes the repository's config include the hook's config for worktreefs' worktrees
 /// (admin entries named `wtfs-*`) and for no other worktree. The config is written as
 /// its repository's owner (see [`as_owner_of`]).
-pub fn enable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
+pub fn enable_for_repo(gitdir: &Path) -> GitResult<()> {
     install_files(gitdir)?;
     let gitdir = gitdir.to_path_buf();
     as_owner_of(&gitdir.clone(), move || {
@@ -341,9 +340,9 @@ pub fn enable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
 }
 
 /// Undoes `enable_for_repo` (on `repo remove`), as the repository's owner.
-pub fn disable_for_repo(gitdir: &Path) -> anyhow::Result<()> {
+pub fn disable_for_repo(gitdir: &Path) -> GitResult<()> {
     let dir = gitdir.to_path_buf();
-    as_owner_of(gitdir, move || {
+    as_owner_of(gitdir, move || -> GitResult<()> {
         let config_path = dir.join("config");
         let mut config = git2::Config::open(&config_path)?;
         let _ = config.remove_multivar(&include_key(&dir), ".*");

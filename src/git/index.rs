@@ -191,7 +191,7 @@ pub fn index_of_commit(
     repo: &git2::Repository,
     at: git2::Oid,
     scratch: &std::path::Path,
-) -> anyhow::Result<Vec<u8>> {
+) -> super::GitResult<Vec<u8>> {
     let _ = std::fs::remove_file(scratch);
     let tree = repo.find_commit(at)?.tree()?;
     let mut index = git2::Index::open(scratch)?;

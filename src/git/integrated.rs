@@ -57,7 +57,9 @@ pub fn integrated_as_owner(
 ) -> Result<Option<Integration>, String> {
     let (dir, commits) = (gitdir.to_path_buf(), commits.to_vec());
     super::owner::as_owner_of(gitdir, move || {
-        integrated(&dir, head, &commits).map_err(|e| anyhow::anyhow!(e.message().to_string()))
+        integrated(&dir, head, &commits).map_err(|e| {
+            super::error::GitError::new(super::error::GitErrorKind::Failed, e.message())
+        })
     })
     .map_err(|e| format!("{e:#}"))
 }

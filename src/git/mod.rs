@@ -14,6 +14,7 @@ pub mod admin;
 pub mod blobcache;
 pub mod checkout;
 pub mod convert;
+mod error;
 pub mod filters;
 pub mod fsmonitor;
 pub mod index;
@@ -33,8 +34,9 @@ pub const MODE_GITLINK: u32 = 0o160000;
 pub use admin::{
     admin_dir, checked_out_branches, checked_out_in, common_dir, discover, free_admin_name,
     free_admin_name_except, renamed_branch, resolve_base, worktrees_dir, write_admin_entry, Entry,
-    EntryNotMade, ResolvedBase,
+    ResolvedBase,
 };
+pub use error::{GitContext, GitError, GitErrorKind, GitResult};
 pub use index::{decode_index_sizes, encode_index, IndexEntry, IndexStat, Sha1Prefix};
 pub use objects::{read_blob, with_repo, ObjectCache, TreeEntry, TreeListing};
 pub use walk::index_entries;

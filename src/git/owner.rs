@@ -4,18 +4,20 @@
 
 use std::path::Path;
 
-use anyhow::Context;
+use super::error::{GitContext, GitError, GitErrorKind, GitResult};
 
 /// The registered git directory `gitdir` (recorded as its real path), opened through no
 /// symbolic link: its owner may have replaced `.git`, or a directory above it, with a
 /// link to another user's repository, whose files root would then write, and as whose
 /// owner.
-pub(crate) fn pinned(gitdir: &Path) -> anyhow::Result<std::os::fd::OwnedFd> {
-    crate::beneath::open_real_dir(gitdir).with_context(|| {
-        format!(
-            "the git directory {} cannot be reached through no symbolic link (a component of it was replaced by one?); register the repository again with `worktreefs repo add`",
-            gitdir.display()
-        )
+pub(crate) fn pinned(gitdir: &Path) -> GitResult<std::os::fd::OwnedFd> {
+    crate::beneath::open_real_dir(gitdir).map_err(|e| {
+        GitError::from(e)
+            .context(format!(
+                "the git directory {} cannot be reached through no symbolic link (a component of it was replaced by one?); register the repository again with `worktreefs repo add`",
+                gitdir.display()
+            ))
+            .with_kind(GitErrorKind::Unreachable)
     })
 }
 
@@ -28,11 +30,16 @@ const CONFIG_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// writes it through a symlink (its lock file and rename follow one): as root, that
 /// replaced whatever file the link named. As the owner, it can reach only what the
 /// owner can (the kernel drops a thread's file capabilities when its fsuid leaves 0).
-/// A thread still blocked at the limit is left to end by itself.
-pub(crate) fn as_owner_of<T: Send + 'static>(
+/// A thread still blocked at the limit is left to end by itself. `f`'s error is the
+/// caller's; this one's own failures become it.
+pub(crate) fn as_owner_of<T, E>(
     gitdir: &Path,
-    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
-) -> anyhow::Result<T> {
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<GitError> + Send + 'static,
+{
     let owner = crate::beneath::fstat(std::os::fd::AsFd::as_fd(&pinned(gitdir)?))
         .with_context(|| format!("reading the owner of {}", gitdir.display()))?;
     let (uid, gid) = (owner.st_uid, owner.st_gid);
@@ -44,17 +51,26 @@ pub(crate) fn as_owner_of<T: Send + 'static>(
             let r = if became || nix::unistd::geteuid().as_raw() != 0 {
                 f()
             } else {
-                Err(anyhow::anyhow!("could not take the identity {uid}:{gid}"))
+                Err(GitError::new(
+                    GitErrorKind::Failed,
+                    format!("could not take the identity {uid}:{gid}"),
+                )
+                .into())
             };
             let _ = tx.send(r);
-        })?;
+        })
+        .map_err(GitError::from)?;
     match rx.recv_timeout(CONFIG_LIMIT) {
         Ok(r) => r,
-        Err(_) => Err(anyhow::anyhow!(
-            "the files of {} were not read or written within {} s (a FIFO or a file of a filesystem that hangs?)",
-            gitdir.display(),
-            CONFIG_LIMIT.as_secs()
-        )),
+        Err(_) => Err(GitError::new(
+            GitErrorKind::Unreachable,
+            format!(
+                "the files of {} were not read or written within {} s (a FIFO or a file of a filesystem that hangs?)",
+                gitdir.display(),
+                CONFIG_LIMIT.as_secs()
+            ),
+        )
+        .into()),
     }
 }
 

@@ -18,7 +18,7 @@ pub fn index_entries(
     tree: Oid,
     known: &HashMap<Oid, u64>,
     dirs: &mut crate::git::untracked::TreeDirs,
-) -> anyhow::Result<Vec<IndexEntry>> {
+) -> super::GitResult<Vec<IndexEntry>> {
     // With no sizes known every blob's header is read: read the packs ahead at once, so
     // the walk's own tree reads find them too; otherwise once the walk has counted.
     let early = known.is_empty();

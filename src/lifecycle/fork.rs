@@ -220,13 +220,14 @@ fn resolve(
     label: &str,
 ) -> Result<(git2::Oid, bool), CreateError> {
     let (dir, h, b) = (gitdir.to_path_buf(), head.to_string(), branch.to_string());
-    let (commit, taken) = crate::git::owner::as_owner_of(gitdir, move || {
-        let repo = Repository::open(&dir)?;
-        let commit = keep::commit_of_head(&repo, &h);
-        let taken = repo.find_branch(&b, BranchType::Local).is_ok();
-        Ok((commit, taken))
-    })
-    .map_err(|e| CreateError::Internal(format!("resolving the HEAD of '{label}': {e:#}")))?;
+    let (commit, taken) =
+        crate::git::owner::as_owner_of(gitdir, move || -> crate::git::GitResult<_> {
+            let repo = Repository::open(&dir)?;
+            let commit = keep::commit_of_head(&repo, &h);
+            let taken = repo.find_branch(&b, BranchType::Local).is_ok();
+            Ok((commit, taken))
+        })
+        .map_err(|e| CreateError::Internal(format!("resolving the HEAD of '{label}': {e:#}")))?;
     let commit = commit.ok_or_else(|| {
         CreateError::BadRevision(format!(
             "the HEAD of '{label}' ({}) names no commit; commit there first",

@@ -69,6 +69,34 @@ impl StoreError {
     }
 }
 
+/// A database that could not be opened, said for a person: the file, why, and what to do.
+#[derive(Debug)]
+pub struct OpenError {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl OpenError {
+    pub(super) fn new(e: &StoreError, message: String) -> OpenError {
+        OpenError {
+            kind: e.kind,
+            message,
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for OpenError {}
+
 fn kind_of(e: &rusqlite::Error) -> ErrorKind {
     use rusqlite::ErrorCode;
     match e {

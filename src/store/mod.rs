@@ -33,7 +33,7 @@ mod warm;
 pub use catalog::{NewWorktree, RepoRow, WorktreeRow};
 pub use cleanup::{BeginError, RetainedRow};
 pub use creations::{BeginCreation, CreationRow};
-pub use error::{ErrorKind, StoreError, StoreResult};
+pub use error::{ErrorKind, OpenError, StoreError, StoreResult};
 pub use events::EventQueue;
 pub use kept::{KeptRow, NewKept, PURGED, RESTORED};
 pub use leases::{Ask, EventRow, LeaseColumns, LeaseError, LeaseRow, NewLease, Occupant};
@@ -74,8 +74,8 @@ impl Store {
 
     /// `open`, with an error that names the file, what is wrong with it and the way out
     /// (a database this user cannot write, one that is not a database or is damaged).
-    pub fn open_described(state_dir: &Path) -> anyhow::Result<Store> {
-        Store::open(state_dir).map_err(|e| anyhow::anyhow!(describe_open_error(state_dir, &e)))
+    pub fn open_described(state_dir: &Path) -> Result<Store, OpenError> {
+        Store::open(state_dir).map_err(|e| OpenError::new(&e, describe_open_error(state_dir, &e)))
     }
 
     /// How long a statement waits for another connection's lock before it fails busy.

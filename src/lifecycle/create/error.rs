@@ -1,6 +1,7 @@
 //! What a creation (new, fork, restore) fails with, and the failures of its steps turned
 //! into it: a full disk said as such, a busy database as busy, the rest internal.
 
+use crate::git::GitError;
 use crate::store::{ErrorKind, StoreError};
 use std::fmt;
 
@@ -64,21 +65,20 @@ pub(crate) fn io_failure(context: &str) -> impl Fn(std::io::Error) -> CreateErro
     }
 }
 
-/// A failure with an I/O error somewhere in its chain, judged as `io_failure` does.
-pub(crate) fn chain_failure(context: &str) -> impl Fn(anyhow::Error) -> CreateError + '_ {
+/// A failure of the git layer, judged as `io_failure` judges the file system's failure
+/// at its bottom.
+pub(crate) fn git_failure(context: &str) -> impl Fn(GitError) -> CreateError + '_ {
     move |e| {
         let full = e
-            .chain()
-            .filter_map(|c| c.downcast_ref::<std::io::Error>())
-            .find(|io| crate::git::blobcache::is_out_of_space(io))
+            .io_error()
+            .filter(|io| crate::git::blobcache::is_out_of_space(io))
             .and_then(|io| io.raw_os_error());
-        if let Some(errno) = full {
-            CreateError::NoSpace(
+        match full {
+            Some(errno) => CreateError::NoSpace(
                 format!("{context}: {e:#}; free some space and try again"),
                 errno,
-            )
-        } else {
-            CreateError::Internal(format!("{context}: {e:#}"))
+            ),
+            None => CreateError::Internal(format!("{context}: {e:#}")),
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::git::{self};
 use crate::state::StateDir;
 use crate::store::{BeginCreation, CreationRow, ErrorKind, Store};
 
-use super::error::{chain_failure, db_failure, internal, CreateError};
+use super::error::{db_failure, git_failure, internal, CreateError};
 use super::mountpoint::gitfile_path;
 
 /// Records creation `record` (its admin entry name picked here, one no other entry or
@@ -133,8 +133,8 @@ pub(crate) fn write_entry(
     .map_err(|e| {
         // Not made (an entry of someone else's already there, a `worktrees/` that cannot
         // be used): nothing of it is ours to undo.
-        made.admin = e.downcast_ref::<git::EntryNotMade>().is_none();
-        chain_failure("writing the git worktree entry")(e)
+        made.admin = e.kind() != git::GitErrorKind::EntryNotMade;
+        git_failure("writing the git worktree entry")(e)
     })?;
     made.admin = true;
     Ok(())
