@@ -421,7 +421,6 @@ fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
             mountpoint: m.mountpoint.clone(),
             name: "rnd".into(),
         });
-    worktreefs::lifecycle::cleanup::answer_fsmonitor_from(std::sync::Arc::downgrade(&answers));
     let seed = seed_or(0xc0_4e47);
     let mut rng = Rng::new(seed);
     let scripts = [
@@ -462,7 +461,8 @@ fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
             history.push(format!("{round}: {s}"));
         }
         let truth = git_dirty_paths(&wt);
-        let f = worktreefs::lifecycle::cleanup::inspect(&target).unwrap();
+        let f = worktreefs::lifecycle::cleanup::inspect_asking(&target, Some(answers.as_ref()))
+            .unwrap();
         let mut ours: Vec<String> = f.changes.iter().map(|c| c.path.clone()).collect();
         ours.sort();
         ours.dedup();

@@ -163,7 +163,14 @@ fn a_step_failing_in_the_middle_of_removal_retains_with_every_file_in_place() {
         .begin_deleting(t.id, &[worktreefs::lease::State::Ready], "test")
         .unwrap();
     let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
-    let out = cleanup::finish(&fx.state, &mut fx.store, &row, &fx.env.mountpoint()).unwrap();
+    let out = cleanup::finish(
+        &fx.state,
+        &mut fx.store,
+        &row,
+        &fx.env.mountpoint(),
+        &cleanup::Inspection::default(),
+    )
+    .unwrap();
     match out {
         Outcome::Retained(r) => assert!(
             r.starts_with("cleanup-error: removing git's worktree entry"),
@@ -202,7 +209,14 @@ fn a_failing_removal_that_keeps_undoes_what_it_kept() {
         .begin_deleting(t.id, &[worktreefs::lease::State::Ready], "test")
         .unwrap();
     let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
-    let out = cleanup::finish(&fx.state, &mut fx.store, &row, &fx.env.mountpoint()).unwrap();
+    let out = cleanup::finish(
+        &fx.state,
+        &mut fx.store,
+        &row,
+        &fx.env.mountpoint(),
+        &cleanup::Inspection::default(),
+    )
+    .unwrap();
     match out {
         Outcome::Retained(r) => assert!(
             r.starts_with("cleanup-error: removing git's worktree entry")
@@ -230,7 +244,14 @@ fn a_failing_removal_that_keeps_undoes_what_it_kept() {
         .begin_deleting(row.id, &[worktreefs::lease::State::Retained], "test")
         .unwrap();
     let row = fx.store.worktree_by_id(t.id).unwrap().unwrap();
-    let out = cleanup::finish(&fx.state, &mut fx.store, &row, &fx.env.mountpoint()).unwrap();
+    let out = cleanup::finish(
+        &fx.state,
+        &mut fx.store,
+        &row,
+        &fx.env.mountpoint(),
+        &cleanup::Inspection::default(),
+    )
+    .unwrap();
     assert!(matches!(out, Outcome::Removed(_)), "{out:?}");
     let kept = fx.store.kept().unwrap();
     assert_eq!(kept.len(), 1);
@@ -269,8 +290,16 @@ fn a_removal_that_cannot_keep_goes_on_and_says_so() {
     let root = fx.state.root.clone();
     std::thread::spawn(move || {
         let mut store = Store::open(&root).unwrap();
-        let _ = tx
-            .send(cleanup::finish(&state, &mut store, &row, &mountpoint).map(|o| format!("{o:?}")));
+        let _ = tx.send(
+            cleanup::finish(
+                &state,
+                &mut store,
+                &row,
+                &mountpoint,
+                &cleanup::Inspection::default(),
+            )
+            .map(|o| format!("{o:?}")),
+        );
     });
     let out = rx
         .recv_timeout(std::time::Duration::from_secs(60))
@@ -313,8 +342,16 @@ fn a_fifo_ref_holds_a_removal_only_for_the_owner_threads_limit() {
     let root = fx.state.root.clone();
     std::thread::spawn(move || {
         let mut store = Store::open(&root).unwrap();
-        let _ = tx
-            .send(cleanup::finish(&state, &mut store, &row, &mountpoint).map(|o| format!("{o:?}")));
+        let _ = tx.send(
+            cleanup::finish(
+                &state,
+                &mut store,
+                &row,
+                &mountpoint,
+                &cleanup::Inspection::default(),
+            )
+            .map(|o| format!("{o:?}")),
+        );
     });
     let out = rx
         .recv_timeout(std::time::Duration::from_secs(90))

@@ -356,7 +356,14 @@ fn a_restore_killed_half_way_puts_the_copy_back() {
         .begin_deleting(row.id, &[worktreefs::lease::State::Ready], "test")
         .unwrap();
     let row = store.worktree_by_id(row.id).unwrap().unwrap();
-    let done = cleanup::finish(&state, &mut store, &row, &env.mountpoint()).unwrap();
+    let done = cleanup::finish(
+        &state,
+        &mut store,
+        &row,
+        &env.mountpoint(),
+        &cleanup::Inspection::default(),
+    )
+    .unwrap();
     assert!(matches!(done, Outcome::Removed(_)), "{done:?}");
     assert!(store.kept_by_id(row.id).unwrap().is_some());
     // The restore's record (its creator, pid 1 with another start time, is gone), and

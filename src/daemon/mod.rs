@@ -144,7 +144,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     let _ = fs::remove_file(req.state.unmount_mode_file());
     // Before anything runs a filter or an inspection (boot reconcile does both).
     crate::git::filters::set_timeout(req.filter_timeout);
-    crate::lifecycle::cleanup::set_inspect_timeout(req.inspect_timeout);
+    let inspection = crate::lifecycle::cleanup::Inspection::new(req.inspect_timeout);
     {
         let store = Store::open_described(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
@@ -173,8 +173,12 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // process that is gone), then what a daemon that died left deleting is finished,
     // retained
     // worktrees that are now clean and pushed, before anyone can enter.
-    crate::lifecycle::cleanup::reconcile_at_boot(&req.state, &mountpoint)?;
+    crate::lifecycle::cleanup::reconcile_at_boot(&req.state, &mountpoint, &inspection)?;
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
+    // From here on inspection trusts the index entries git trusts, by what the view's
+    // fsmonitor hook would answer.
+    let inspection = inspection.asking(&view);
+    view.set_inspection(inspection.clone());
     let gate = view.gate();
     let tracker = {
         let view = view.clone();
@@ -223,6 +227,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         view.clone(),
         tracker.clone(),
         gate,
+        inspection.clone(),
     );
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
@@ -233,9 +238,12 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // state dir is free. Lease changes still kept in memory are superseded.
     tracker.stop();
     sweeper.stop();
-    if let Err(e) =
-        crate::lifecycle::cleanup::reclaim_at_unmount(&req.state, &mountpoint, keep_sessions)
-    {
+    if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(
+        &req.state,
+        &mountpoint,
+        &inspection,
+        keep_sessions,
+    ) {
         tracing::error!("cleanup at unmount failed: {e:#}");
     }
     let _ = fs::remove_file(req.state.socket());

@@ -205,6 +205,7 @@ fn answer(
         &mut store,
         &row,
         mountpoint,
+        &view.inspection(),
         discard,
         &mut |d| {
             let _ = send(&mut out, &Answer::Discarding { lines: d.lines() });
@@ -263,9 +264,17 @@ pub fn reclaim(
         };
         let mountpoint = crate::lifecycle::create::mountpoint_of(state, &store);
         // What `--discard` throws away is shown before anything goes.
-        let r = request_removal(state, &mut store, &row, &mountpoint, discard, &mut |d| {
-            each(&Answer::Discarding { lines: d.lines() })
-        });
+        // No daemon: inspected as a daemon of the default settings would, with no view.
+        let how = crate::lifecycle::cleanup::Inspection::default();
+        let r = request_removal(
+            state,
+            &mut store,
+            &row,
+            &mountpoint,
+            &how,
+            discard,
+            &mut |d| each(&Answer::Discarding { lines: d.lines() }),
+        );
         each(&to_answer(r));
         return Ok(());
     };

@@ -283,9 +283,6 @@ pub fn mount(
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> anyhow::Result<Mount> {
-    let answers: std::sync::Weak<dyn crate::lifecycle::cleanup::FsmonitorAnswers> =
-        Arc::downgrade(&view) as _;
-    crate::lifecycle::cleanup::answer_fsmonitor_from(answers);
     // Required and not to be had: refused before anything is mounted (the kernel offers
     // it at INIT exactly when its fuse module has it on).
     if opts.uring == Uring::On {

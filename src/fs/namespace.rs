@@ -467,6 +467,7 @@ impl View {
                 &mut store,
                 &row,
                 &self.mountpoint,
+                &self.inspection(),
                 false,
                 &mut |_| {},
             )

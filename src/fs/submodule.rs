@@ -78,7 +78,7 @@ impl View {
         // repository is its owner's, who may have put a FIFO where libgit2 opens a file
         // (which would hold this FUSE worker, and, one lookup at a time, all of them).
         static GATE: crate::bounded::Gate<(i64, String)> = crate::bounded::Gate::new();
-        let limit = crate::lifecycle::cleanup::request_timeout();
+        let limit = self.inspection().request_timeout();
         let (state, mountpoint) = (self.state.clone(), self.mountpoint.clone());
         let (repo, admin_name, common_dir) =
             (wt.repo.clone(), wt.admin_name.clone(), wt.gitdir.clone());

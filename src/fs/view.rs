@@ -123,6 +123,9 @@ pub struct View {
     pub(super) pending_leases: std::sync::OnceLock<PendingLeases>,
     /// The process holders' last activity, kept in memory by the tracker.
     pub(super) lease_activity: std::sync::OnceLock<LeaseActivity>,
+    /// How cleanup inspects, as the daemon was set up (`rmdir` of a worktree runs one;
+    /// the making of a submodule's view is bounded by its request timeout).
+    pub(super) inspection: std::sync::OnceLock<crate::lifecycle::cleanup::Inspection>,
     /// The running turns, and the gate of guarded ones (`lifecycle::turns`).
     pub(super) turns: crate::lifecycle::turns::Turns,
     /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
@@ -195,6 +198,7 @@ impl View {
             invalidator: std::sync::OnceLock::new(),
             pending_leases: std::sync::OnceLock::new(),
             lease_activity: std::sync::OnceLock::new(),
+            inspection: std::sync::OnceLock::new(),
             turns: Default::default(),
             instance: format!(
                 "{}.{}",
@@ -282,6 +286,17 @@ impl View {
                 }
                 FsError::busy(r.message)
             })
+    }
+
+    /// How cleanup inspects for this view (the daemon's `--inspect-timeout`, this view
+    /// asked what its fsmonitor hook would answer).
+    pub fn set_inspection(&self, how: crate::lifecycle::cleanup::Inspection) {
+        let _ = self.inspection.set(how);
+    }
+
+    /// How cleanup inspects for this view: as set, else the defaults.
+    pub fn inspection(&self) -> crate::lifecycle::cleanup::Inspection {
+        self.inspection.get().cloned().unwrap_or_default()
     }
 
     /// Where `.control/leases` learns each process holder's last activity.

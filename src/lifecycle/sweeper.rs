@@ -48,6 +48,7 @@ pub fn spawn(
     view: Arc<dyn Mounted>,
     tracker: Arc<Tracker>,
     gate: Arc<Gate>,
+    inspection: cleanup::Inspection,
 ) -> Sweeper {
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
@@ -191,6 +192,7 @@ pub fn spawn(
                         &state,
                         &mut store,
                         view.mountpoint(),
+                        &inspection,
                         Some(&gate),
                     );
                     if !done.is_empty() {

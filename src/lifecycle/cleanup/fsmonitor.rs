@@ -7,7 +7,8 @@ use super::target::Target;
 use crate::git::MODE_GITLINK;
 
 /// What the mounted filesystem's fsmonitor hook would answer, asked without counting as
-/// a query (the lifecycle does not name the filesystem; `fs` registers its view here).
+/// a query (the lifecycle does not name the filesystem: the daemon hands its view to
+/// cleanup as this, in an [`Inspection`](super::Inspection)).
 pub trait FsmonitorAnswers: Send + Sync {
     /// The paths worktree `worktree`'s hook would report as changed since `token`; None
     /// when it would not answer exactly (a token of another instance, a journal that no
@@ -15,24 +16,16 @@ pub trait FsmonitorAnswers: Send + Sync {
     fn changed_since(&self, worktree: i64, token: &str) -> Option<Vec<Vec<u8>>>;
 }
 
-static ANSWERS: parking_lot::RwLock<Option<std::sync::Weak<dyn FsmonitorAnswers>>> =
-    parking_lot::const_rwlock(None);
-
-/// Lets inspection ask `answers` (the mounted view, one per daemon) what git's fsmonitor
-/// hook would say, so it trusts the entries git trusts.
-pub fn answer_fsmonitor_from(answers: std::sync::Weak<dyn FsmonitorAnswers>) {
-    *ANSWERS.write() = Some(answers);
-}
-
 /// The index entries git takes as unchanged without looking at the file: valid in the
 /// index's FSMN extension and not reported by the hook since its token (git's
 /// `tweak_fsmonitor` and `refresh_fsmonitor`), by path. Empty when there is no such
-/// extension, no mounted view to ask, or for a submodule's view (git in a submodule uses
-/// no fsmonitor of worktreefs's).
+/// extension, no mounted view to ask (`answers`), or for a submodule's view (git in a
+/// submodule uses no fsmonitor of worktreefs's).
 pub(super) fn fsmonitor_valid(
     t: &Target,
     raw_index: &[u8],
     index: &git2::Index,
+    answers: Option<&dyn FsmonitorAnswers>,
 ) -> BTreeSet<Vec<u8>> {
     let mut out = BTreeSet::new();
     if t.submodule.is_some() {
@@ -45,7 +38,6 @@ pub(super) fn fsmonitor_valid(
     if m.entries != index.len() || !index.iter().zip(&m.paths).all(|(e, p)| e.path == *p) {
         return out;
     }
-    let answers = ANSWERS.read().as_ref().and_then(|a| a.upgrade());
     let Some(changed) = answers.and_then(|a| a.changed_since(t.id, &m.token)) else {
         return out;
     };

@@ -10,7 +10,7 @@ use git2::{Oid, Repository, Tree};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use super::decide::{Change, ChangeKind, Findings, Head};
-use super::fsmonitor::fsmonitor_valid;
+use super::fsmonitor::{fsmonitor_valid, FsmonitorAnswers};
 use super::reach::{pushed_to, reachable_elsewhere};
 use super::target::Target;
 use super::walk::{IndexStat, LazyCleanSide, Walker, VROOT};
@@ -58,8 +58,19 @@ fn read_head(t: &Target) -> Result<Head, String> {
         .map_err(|_| format!("{}/HEAD holds {text:?}", admin.display()))
 }
 
-/// Inspects a worktree. Errors say what could not be read; the caller retains on any.
+/// Inspects a worktree, with no mounted view to ask what git's fsmonitor hook would say
+/// (every racily clean entry is looked at). Errors say what could not be read; the caller
+/// retains on any.
 pub fn inspect(t: &Target) -> Result<Findings, String> {
+    inspect_asking(t, None)
+}
+
+/// [`inspect`], trusting the index entries git trusts by what `answers` (the mounted
+/// view) says its fsmonitor hook would answer.
+pub fn inspect_asking(
+    t: &Target,
+    answers: Option<&dyn FsmonitorAnswers>,
+) -> Result<Findings, String> {
     let repo = Repository::open(&t.gitdir)
         .map_err(|e| format!("opening {}: {}", t.gitdir.display(), e.message()))?;
     if !t.admin.exists() {
@@ -130,7 +141,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
     };
     // git's stat rules, which decide before any content is read (see `IndexStat`).
     let index_mtime = u32::try_from(index_st.st_mtime).unwrap_or(u32::MAX);
-    let valid = fsmonitor_valid(t, &raw_index, &index);
+    let valid = fsmonitor_valid(t, &raw_index, &index, answers);
     let index_stats = index
         .iter()
         .filter(|e| (e.flags >> 12) & 3 == 0 && e.file_size != 0)

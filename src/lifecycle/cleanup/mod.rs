@@ -19,6 +19,7 @@
 mod decide;
 mod fsmonitor;
 mod inspect;
+mod inspection;
 pub mod keep;
 mod lock;
 mod reach;
@@ -28,8 +29,9 @@ mod target;
 mod walk;
 
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
-pub use fsmonitor::{answer_fsmonitor_from, FsmonitorAnswers};
-pub use inspect::inspect;
+pub use fsmonitor::FsmonitorAnswers;
+pub use inspect::{inspect, inspect_asking};
+pub use inspection::Inspection;
 pub use lock::{try_lock, try_lock_shared, CleanupLock};
 pub use reconcile::{finish_all_deleting, reclaim_at_unmount, reconcile_at_boot};
 pub use remove::{execute, plan, Remover, Step};
@@ -97,26 +99,6 @@ use crate::lease::State;
 use crate::state::StateDir;
 use crate::store::{BeginError, Store, StoreError, WorktreeRow};
 
-/// How long one inspection may take, in milliseconds (`mount --inspect-timeout`).
-static INSPECT_TIMEOUT_MS: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(600_000);
-
-/// Sets how long [`inspect_bounded`] waits for one inspection.
-pub fn set_inspect_timeout(d: std::time::Duration) {
-    INSPECT_TIMEOUT_MS.store(
-        d.as_millis().clamp(1, u64::MAX as u128) as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-}
-
-/// How long the daemon waits on a repository's files it reads as it serves a request (the
-/// making of a submodule's view): the inspection timeout, at most a minute (a FUSE
-/// worker waits meanwhile).
-pub fn request_timeout() -> std::time::Duration {
-    std::time::Duration::from_millis(INSPECT_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed))
-        .min(std::time::Duration::from_secs(60))
-}
-
 /// [`inspect`], given up after the inspection timeout: the files inspection reads are
 /// its user's, and libgit2 opens a ref or an object as a file, so one made a FIFO would
 /// block it (and every removal after it) for good. It runs on a thread of its own; one
@@ -124,16 +106,19 @@ pub fn request_timeout() -> std::time::Duration {
 /// goes nowhere), and the worktree is retained with a reason that says so. While it is
 /// blocked, no other inspection of that worktree starts (one thread per worktree at
 /// most, however often the sweeper or a user asks).
-pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
+pub(crate) fn inspect_bounded(t: &Target, how: &Inspection) -> Result<Findings, String> {
     static GATE: crate::bounded::Gate<i64> = crate::bounded::Gate::new();
-    let ms = INSPECT_TIMEOUT_MS.load(std::sync::atomic::Ordering::Relaxed);
     let target = t.clone();
+    let answers = how.answers();
     use crate::bounded::Bounded;
     match GATE.run(
         t.id,
         format!("inspect-{}", t.id),
-        std::time::Duration::from_millis(ms),
-        move || inspect(&target),
+        how.timeout,
+        move || {
+            let answers = answers.as_ref().and_then(std::sync::Weak::upgrade);
+            inspect::inspect_asking(&target, answers.as_deref())
+        },
     ) {
         Bounded::Done(found) => found,
         Bounded::StillBlocked(since) => Err(format!(
@@ -150,7 +135,7 @@ pub(crate) fn inspect_bounded(t: &Target) -> Result<Findings, String> {
             t.path.display()
         )),
         Bounded::TimedOut => {
-            let secs = ms as f64 / 1000.0;
+            let secs = how.timeout.as_millis() as f64 / 1000.0;
             tracing::warn!(
                 worktree = %t.path.display(),
                 "inspection did not finish within {secs} s; retained"
@@ -175,6 +160,7 @@ pub fn finish(
     store: &mut Store,
     row: &WorktreeRow,
     mountpoint: &Path,
+    how: &Inspection,
 ) -> anyhow::Result<Outcome> {
     let t = target_of(state, store, row, mountpoint)?;
     if let Some(removal) = &row.removal {
@@ -184,7 +170,7 @@ pub fn finish(
     if !t.dir.exists() && !t.parked_dir(state).exists() {
         return gone_by_hand(state, store, &t);
     }
-    let inspected = inspect_bounded(&t);
+    let inspected = inspect_bounded(&t, how);
     match decide(t.branch.as_deref(), t.branch_created, &inspected) {
         Verdict::Remove {
             delete_branch,
@@ -290,6 +276,7 @@ pub fn request_removal_gated(
     store: &mut Store,
     row: &WorktreeRow,
     mountpoint: &Path,
+    how: &Inspection,
     discard: bool,
     show: &mut dyn FnMut(&Discarded),
 ) -> Result<Outcome, RequestError> {
@@ -307,6 +294,7 @@ pub fn request_removal_gated(
         store,
         row,
         mountpoint,
+        how,
         discard,
         show,
         &mut |phase, store| {
@@ -338,12 +326,20 @@ pub fn request_removal(
     store: &mut Store,
     row: &WorktreeRow,
     mountpoint: &Path,
+    how: &Inspection,
     discard: bool,
     show: &mut dyn FnMut(&Discarded),
 ) -> Result<Outcome, RequestError> {
-    request_removal_then(state, store, row, mountpoint, discard, show, &mut |_, _| {
-        Ok(())
-    })
+    request_removal_then(
+        state,
+        store,
+        row,
+        mountpoint,
+        how,
+        discard,
+        show,
+        &mut |_, _| Ok(()),
+    )
 }
 
 /// Where a removal is, for `request_removal_then`'s hook.
@@ -357,11 +353,13 @@ enum Phase {
 
 /// `request_removal`, calling `hook` just before the transaction that decides the move to
 /// `deleting` and once the worktree is marked deleting.
+#[allow(clippy::too_many_arguments)]
 fn request_removal_then(
     state: &StateDir,
     store: &mut Store,
     row: &WorktreeRow,
     mountpoint: &Path,
+    how: &Inspection,
     discard: bool,
     show: &mut dyn FnMut(&Discarded),
     hook: &mut dyn FnMut(Phase, &mut Store) -> Result<(), RequestError>,
@@ -406,7 +404,7 @@ fn request_removal_then(
             BeginError::Db(e) => e.into(),
         })?;
     hook(Phase::Deleting, store)?;
-    let inspected = inspect_bounded(&t);
+    let inspected = inspect_bounded(&t, how);
     let verdict = decide(t.branch.as_deref(), t.branch_created, &inspected);
     match verdict {
         Verdict::Remove {

@@ -6,11 +6,11 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use super::decide::{decide, Verdict};
-use super::finish;
 use super::keep;
 use super::lock::try_lock;
 use super::remove::{gone_by_hand, Removal};
 use super::target::{target_of, Outcome};
+use super::{finish, Inspection};
 use crate::lease::State;
 use crate::state::StateDir;
 use crate::store::{Store, WorktreeRow};
@@ -20,6 +20,7 @@ pub fn finish_all_deleting(
     state: &StateDir,
     store: &mut Store,
     mountpoint: &Path,
+    how: &Inspection,
     gate: Option<&crate::lifecycle::gate::Gate>,
 ) -> Vec<(WorktreeRow, anyhow::Result<Outcome>)> {
     let mut out = Vec::new();
@@ -46,7 +47,7 @@ pub fn finish_all_deleting(
         if row.state != State::Deleting {
             continue;
         }
-        let r = finish(state, store, &row, mountpoint);
+        let r = finish(state, store, &row, mountpoint, how);
         if let Err(e) = &r {
             tracing::error!("cleanup of {}/{} failed: {e:#}", row.repo, row.name);
         }
@@ -59,7 +60,11 @@ pub fn finish_all_deleting(
 /// finishes `deleting` worktrees, removes retained ones that are now clean and pushed, and
 /// lets go of worktrees whose directory was removed by hand. Never touches a directory
 /// worktreefs did not make.
-pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<()> {
+pub fn reconcile_at_boot(
+    state: &StateDir,
+    mountpoint: &Path,
+    how: &Inspection,
+) -> anyhow::Result<()> {
     let mut store = Store::open(&state.root)?;
     restore_or_purge_parked(state, &store);
     // Kept copies whose directory is gone (deleted by hand) leave the store; the others
@@ -83,7 +88,7 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
     }
     let policy = keep::KeepPolicy::of(&store);
     keep::purge_due(state, &mut store, &policy);
-    for (row, r) in finish_all_deleting(state, &mut store, mountpoint, None) {
+    for (row, r) in finish_all_deleting(state, &mut store, mountpoint, how, None) {
         if let Ok(o) = r {
             tracing::info!("boot reconcile: {}/{}: {o}", row.repo, row.name);
         }
@@ -96,7 +101,7 @@ pub fn reconcile_at_boot(state: &StateDir, mountpoint: &Path) -> anyhow::Result<
         if !t.dir.exists() {
             continue; // handled below
         }
-        let inspected = super::inspect_bounded(&t);
+        let inspected = super::inspect_bounded(&t, how);
         if let Verdict::Remove {
             delete_branch,
             integrated,
@@ -305,6 +310,7 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
 pub fn reclaim_at_unmount(
     state: &StateDir,
     mountpoint: &Path,
+    how: &Inspection,
     keep_sessions: bool,
 ) -> anyhow::Result<()> {
     let mut store = Store::open(&state.root)?;
@@ -318,7 +324,7 @@ pub fn reclaim_at_unmount(
         "unmount: {released} lease(s) released, {} worktree(s) to clean up",
         marked.len()
     );
-    for (row, r) in finish_all_deleting(state, &mut store, mountpoint, None) {
+    for (row, r) in finish_all_deleting(state, &mut store, mountpoint, how, None) {
         match r {
             Ok(o) => tracing::info!("unmount: {}/{}: {o}", row.repo, row.name),
             Err(e) => tracing::error!("unmount: {}/{}: {e:#}", row.repo, row.name),
