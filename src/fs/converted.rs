@@ -14,20 +14,12 @@ use std::io::Write;
 
 use git2::Oid;
 
-use crate::git::convert::Conv;
+use super::handles::Converted;
 use crate::git::filters::{self, Owner};
 
 use super::error::{FsError, FsResult};
 use super::overlay::WtCtx;
 use super::view::View;
-
-/// A base file's conversion: what, for which path, and the cache key of its result.
-#[derive(Debug, Clone)]
-pub(super) struct Converted {
-    pub(super) conv: Conv,
-    pub(super) path: Vec<u8>,
-    pub(super) key: Oid,
-}
 
 impl View {
     /// The conversion a checkout applies to the base file at `path` (blob `oid`) of `wt`,

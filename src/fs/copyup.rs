@@ -14,8 +14,8 @@ use crate::beneath;
 use crate::git::{MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::layout::OPAQUE_MARKER;
 
-use super::converted::Converted;
 use super::error::{FsError, FsResult};
+use super::handles::Converted;
 use super::nodes::ROOT_INO;
 use super::overlay::{BaseRef, WtCtx};
 use super::types::FType;

@@ -2,50 +2,27 @@
 //! readdir offsets the kernel continues from.
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use crate::beneath;
 use crate::ino;
 use crate::layout::UpperDir;
 
 use super::catalog::repo_ino;
-use super::control::{control_ino, is_control_dir, ControlDir, CONTROL_INO, CONTROL_NAME};
+use super::control::{is_control_dir, ControlDir, CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::HandleKind;
+use super::nodes::control_ino;
 use super::nodes::join_rel;
 use super::nodes::{NodeKind, NodeTable, ROOT_INO};
 use super::place::{held, is_changing, stale_io};
+use super::types::GITFILE_NAME;
 use super::types::{DirEntry, FType};
-use super::view::{View, GITFILE_NAME};
-
-/// Listings being read by handle-less readdir (see `View::readdir_ino`), by directory.
-pub(super) struct Listings(Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>);
-
-impl Listings {
-    pub(super) fn new() -> Listings {
-        Listings(Mutex::new(HashMap::new()))
-    }
-
-    /// The listing of `ino` a pass is reading.
-    fn continued(&self, ino: u64) -> Option<Arc<Vec<DirEntry>>> {
-        self.0.lock().get(&ino).cloned()
-    }
-
-    fn started(&self, ino: u64, listing: Arc<Vec<DirEntry>>) {
-        self.0.lock().insert(ino, listing);
-    }
-
-    fn finished(&self, ino: u64) {
-        self.0.lock().remove(&ino);
-    }
-}
+use super::view::View;
 
 impl View {
     pub(super) fn merged_listing(&self, t: &NodeTable, ino: u64) -> FsResult<Vec<DirEntry>> {

@@ -11,11 +11,15 @@
 //! built in the work directory and renamed into place.
 
 pub mod adapter;
+mod base;
 mod catalog;
 mod control;
+mod control_files;
 mod converted;
 mod copyup;
 pub mod error;
+mod file_io;
+mod fsmonitor;
 mod handles;
 mod inomap;
 mod journal;
@@ -30,7 +34,9 @@ mod place;
 mod ranges;
 mod remove;
 mod submodule;
+mod ttl;
 mod types;
+mod upper_access;
 mod view;
 pub(crate) mod xattr;
 

@@ -12,7 +12,7 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::ino;
 
-use super::control::ControlDir;
+use super::control::{ControlDir, CONTROL_INO, CONTROL_NAME, LAYOUT};
 use super::error::{FsError, FsResult};
 use super::inomap::{ChildIndex, InoMap};
 use super::overlay::{Overlay, WtCtx};
@@ -617,6 +617,29 @@ impl NodeTable {
         }
         false
     }
+}
+
+/// The nodes of `.control` and what it holds, `(ino, kind, parent, name)`, as the node
+/// table is built with them.
+pub(super) fn fixed_nodes() -> impl Iterator<Item = (u64, NodeKind, u64, &'static str)> {
+    let top = (
+        CONTROL_INO,
+        NodeKind::ControlDir(ControlDir::Top),
+        ROOT_INO,
+        CONTROL_NAME,
+    );
+    std::iter::once(top).chain(LAYOUT.iter().map(|&(ino, name, dir)| {
+        let kind = match dir {
+            Some(d) => NodeKind::ControlDir(d),
+            None => NodeKind::ControlFile(ControlDir::Top, name.into()),
+        };
+        (ino, kind, CONTROL_INO, name)
+    }))
+}
+
+/// The inode a generated `.control` entry is given (unless taken: see `assign_ino`).
+pub(super) fn control_ino(dir: ControlDir, name: &OsStr) -> u64 {
+    DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(name.as_bytes()) as u64 | ((dir as u64) << 32)
 }
 
 #[cfg(test)]

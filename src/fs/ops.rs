@@ -19,8 +19,9 @@ use super::handles::{opened, HandleKind};
 use super::nodes::NodeKind;
 use super::overlay::{Overlay, UpperDir, WtCtx};
 use super::place::Place;
+use super::ttl::ttl_of;
 use super::types::{Attr, Caller, Entry, FType, SetAttr};
-use super::view::{check_name, marker, not_supported, ttl_of, View};
+use super::view::{check_name, marker, not_supported, View};
 
 /// The owner of a new entry made by `caller` in a directory with attributes `dir`, and
 /// whether it gets the set-group-id bit: as ext4 gives them, the caller's uid, and the

@@ -155,7 +155,7 @@ impl View {
         if sub.gitfile_removed() {
             return Err(FsError::not_found(format!("{}/.git", sub.name)));
         }
-        let name = OsStr::new(super::view::GITFILE_NAME);
+        let name = OsStr::new(super::types::GITFILE_NAME);
         sub.whiteouts
             .link(sub.work_fd.as_fd(), sub.upper_fd.as_fd(), name)
             .map_err(|e| FsError::io(format!("unlink {}/.git", sub.name), e))?;
@@ -267,7 +267,7 @@ impl View {
 
     pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
         let _m = self.mutate.lock();
-        if name == super::view::GITFILE_NAME {
+        if name == super::types::GITFILE_NAME {
             if let Some(sub) = self.sub_root(parent) {
                 return self.unlink_sub_gitfile(parent, &sub);
             }

@@ -1,4 +1,5 @@
-//! The plain values the core answers with: attributes, entries, what a caller asked.
+//! The plain values the core answers with: attributes, entries, what a caller asked; the
+//! name of a worktree's `.git` file.
 //! The FUSE adapter copies them into fuser's types; nothing here names fuser.
 
 use std::ffi::OsString;
@@ -186,3 +187,6 @@ impl Attr {
         }
     }
 }
+
+/// The name of a worktree's virtual `.git` file.
+pub const GITFILE_NAME: &str = ".git";

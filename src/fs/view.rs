@@ -24,6 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLockWriteGuard};
 
+use super::ttl::{ttl_of, WT_TTL};
 use crate::git::blobcache::BlobCache;
 use crate::git::ObjectCache;
 use crate::ino;
@@ -32,33 +33,15 @@ use crate::state::StateDir;
 use crate::store::Store;
 
 use super::catalog::Catalog;
-use super::control::fixed_nodes;
 use super::error::{FsError, FsResult};
+use super::handles::Listings;
 use super::handles::{opened, HandleKind, Handles};
-use super::listing::Listings;
+use super::nodes::fixed_nodes;
 use super::nodes::{NodeKind, NodeTable, Nodes, ROOT_INO};
 use super::place::{held, is_changing, Place};
-use super::types::{Attr, Entry, FType, Invalidator, LeaseActivity, PendingLeases, Statfs};
-
-/// Worktree entries (the worktree's own directory included) change only through this
-/// daemon, and every such change is a request the kernel makes and so accounts for: the
-/// kernel may cache them, names (present or absent) and attributes, for long. Without
-/// that, every path walk inside a worktree would cost a GETATTR of the worktree's
-/// directory for the permission check, and every file looked up again after a short TTL
-/// a LOOKUP.
-pub(super) const WT_STABLE_TTL: Duration = Duration::from_secs(3600);
-/// Upper-layer regular files: with passthrough, writes through a shared mapping of the
-/// backing file do not reach the FUSE inode's attributes (the kernel re-reads them when
-/// the file is mapped, written or read, not after each write through a mapping): their
-/// cached mtime is re-read after this long.
-pub(super) const WT_TTL: Duration = Duration::from_secs(60);
-/// Repositories come and go through the CLI, another process: cached briefly.
-pub(super) const TOP_TTL: Duration = Duration::from_secs(1);
-/// `.control` files change with every lease and state change: never cached.
-pub(super) const CONTROL_TTL: Duration = Duration::ZERO;
-
-/// The name of a worktree's virtual `.git` file.
-pub const GITFILE_NAME: &str = ".git";
+use super::types::{
+    Attr, Entry, FType, Invalidator, LeaseActivity, PendingLeases, Statfs, GITFILE_NAME,
+};
 
 /// The daemon's counters, shown in `.control/stats`.
 #[derive(Default)]
@@ -569,19 +552,4 @@ impl View {
 pub(super) fn marker(dir: BorrowedFd, name: &OsStr, ordered: bool) -> FsResult<()> {
     crate::layout::write_marker(dir, name, ordered)
         .map_err(|e| FsError::io(format!("writing marker {}", name.to_string_lossy()), e))
-}
-
-/// How long the kernel may keep what it learned of `ino`.
-pub(super) fn ttl_of(t: &NodeTable, ino: u64) -> Duration {
-    match t.kind(ino) {
-        // A worktree's own directory goes away through cleanup, which another process
-        // may run: its entry is re-checked as before.
-        Some(NodeKind::Wt { is_root: true, .. }) => WT_TTL,
-        Some(NodeKind::Wt { ov, .. }) if ov.in_upper && ov.ftype == FType::File => WT_TTL,
-        Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_STABLE_TTL,
-        // Listings under .control change with every lease: the kernel must look at the
-        // directory's (always new) mtime before using a listing it kept.
-        Some(NodeKind::ControlFile(..)) | Some(NodeKind::ControlDir(_)) => CONTROL_TTL,
-        _ => TOP_TTL,
-    }
 }

@@ -1,0 +1,68 @@
+//! Reaching a node's place in the upper layer: found from the node table, retried while
+//! a rename or removal under way settles.
+
+use super::error::{FsError, FsResult};
+use super::place::{held, is_changing, stale_io, Place};
+use super::view::View;
+use crate::beneath::{self};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+impl View {
+    /// Where node `ino`'s upper file is.
+    pub(super) fn place(&self, ino: u64) -> FsResult<Place> {
+        let (wt, spec) = self.nodes.read().place_spec(ino)?;
+        Place::find(wt, spec)
+    }
+
+    /// `attempt`, once more holding `mutate` when it failed as a namespace change in
+    /// flight would make it fail (see `is_changing`) and this thread does not hold it.
+    fn settled<T>(&self, attempt: impl Fn() -> FsResult<io::Result<T>>) -> FsResult<io::Result<T>> {
+        let first = attempt();
+        let changing = match &first {
+            Ok(Err(e)) => is_changing(e.raw_os_error()),
+            Err(e) => is_changing(Some(e.errno())),
+            Ok(Ok(_)) => false,
+        };
+        if changing && !held() {
+            let _m = self.mutate.lock_unless_held();
+            attempt()
+        } else {
+            first
+        }
+    }
+
+    /// `f` on node `ino`'s upper file. A request that does not hold `mutate` and finds
+    /// another file at the name tries once more holding it: a change to the name was in
+    /// flight, and is done then.
+    pub(super) fn at_place<T>(
+        &self,
+        ino: u64,
+        what: &str,
+        f: impl Fn(&Place) -> io::Result<T>,
+    ) -> FsResult<T> {
+        self.settled(|| self.place(ino).map(|p| f(&p)))?
+            .map_err(|e| FsError::io(format!("{what} of inode {ino}"), e))
+    }
+
+    /// The upper directory that directory node `ino` is, as an `O_PATH` descriptor,
+    /// checked as `at_place` checks.
+    pub(super) fn upper_dir(&self, ino: u64) -> FsResult<OwnedFd> {
+        self.upper_dir_stat(ino).map(|(fd, _)| fd)
+    }
+
+    /// As `upper_dir`, with the directory's attributes.
+    pub(super) fn upper_dir_stat(&self, ino: u64) -> FsResult<(OwnedFd, beneath::Stat)> {
+        self.settled(|| {
+            let (wt, rel, expect) = self.nodes.read().dir_spec(ino)?;
+            Ok(beneath::dir(wt.upper_fd.as_fd(), &rel).and_then(|fd| {
+                let st = beneath::fstat(fd.as_fd())?;
+                if expect != 0 && st.st_ino != expect {
+                    return Err(stale_io());
+                }
+                Ok((fd, st))
+            }))
+        })?
+        .map_err(|e| FsError::io(format!("upper directory of inode {ino}"), e))
+    }
+}
