@@ -12,6 +12,7 @@ use std::time::SystemTime;
 
 use parking_lot::RwLock;
 
+use super::error::FsResult;
 use crate::lease::State;
 use crate::store::{RepoRow, WorktreeRow};
 
@@ -136,7 +137,7 @@ impl Catalog {
         version: i64,
         repos: Vec<RepoRow>,
         rows: Vec<WorktreeRow>,
-        make: impl Fn(&WorktreeRow, &RepoRow) -> anyhow::Result<WtCtx>,
+        make: impl Fn(&WorktreeRow, &RepoRow) -> FsResult<WtCtx>,
     ) -> Update {
         let mut cat = self.contents.write();
         let mut worktrees = HashMap::new();
@@ -253,9 +254,11 @@ mod tests {
         }
     }
 
-    fn ctx(row: &WorktreeRow, _: &RepoRow) -> anyhow::Result<WtCtx> {
+    fn ctx(row: &WorktreeRow, _: &RepoRow) -> FsResult<WtCtx> {
         if row.name == "broken" {
-            anyhow::bail!("its directory is missing");
+            return Err(super::super::error::FsError::internal(
+                "its directory is missing",
+            ));
         }
         Ok(WtCtx {
             id: row.id,

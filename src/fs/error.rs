@@ -265,9 +265,17 @@ impl FsError {
     }
 
     /// A failure to answer from the store, or to re-read it.
-    pub fn store(context: impl Into<String>, err: impl Into<anyhow::Error>) -> Self {
-        let err: anyhow::Error = err.into();
-        let message = format!("{}: {err:#}", context.into());
+    pub fn store(
+        context: impl Into<String>,
+        err: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        // The whole chain, as a person reads it.
+        let mut message = format!("{}: {err}", context.into());
+        let mut next = err.source();
+        while let Some(e) = next {
+            message.push_str(&format!(": {e}"));
+            next = e.source();
+        }
         FsError::with_source(ErrorKind::Store, message, err)
     }
 

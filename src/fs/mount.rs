@@ -16,7 +16,6 @@ pub fn uring_available() -> Result<(), String> {
 pub fn uring_switch() -> std::path::PathBuf {
     crate::fuse::uring::switch()
 }
-use anyhow::anyhow;
 
 use crate::lifecycle::holders::Tracker;
 
@@ -125,7 +124,7 @@ fn mount_fusermount(
     bin: &Path,
     mountpoint: &Path,
     allow_other: bool,
-) -> anyhow::Result<std::os::fd::OwnedFd> {
+) -> Result<std::os::fd::OwnedFd, MountError> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::net::UnixStream;
     let (ours, theirs) = UnixStream::pair()?;
@@ -149,7 +148,7 @@ fn mount_fusermount(
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .output()
-        .map_err(|e| anyhow!("running {}: {e}", bin.display()))?;
+        .map_err(|e| MountError(format!("running {}: {e}", bin.display())))?;
     drop(theirs);
     if !out.status.success() {
         let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
@@ -158,12 +157,12 @@ fn mount_fusermount(
         } else {
             ""
         };
-        return Err(anyhow!(
+        return Err(MountError(format!(
             "{} could not mount at {} ({}): {why}{hint}",
             bin.display(),
             mountpoint.display(),
             out.status
-        ));
+        )));
     }
     // One byte and the descriptor, in an SCM_RIGHTS message.
     let mut byte = [0u8; 1];
@@ -183,11 +182,11 @@ fn mount_fusermount(
     // SAFETY: recvmsg into the buffers above.
     let n = unsafe { libc::recvmsg(ours.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {
-        return Err(anyhow!(
+        return Err(MountError(format!(
             "receiving the FUSE descriptor from {}: {}",
             bin.display(),
             std::io::Error::last_os_error()
-        ));
+        )));
     }
     // SAFETY: the control buffer was filled by recvmsg; CMSG_FIRSTHDR checks its length.
     let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
@@ -197,15 +196,33 @@ fn mount_fusermount(
             (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS
         }
     {
-        return Err(anyhow!(
+        return Err(MountError(format!(
             "{} mounted but sent no FUSE descriptor",
             bin.display()
-        ));
+        )));
     }
     // SAFETY: an SCM_RIGHTS message's data is a descriptor now ours.
     let fd = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::c_int) };
     // SAFETY: as above: it is open and owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Why mounting failed, said for a person: the mountpoint, the cause and what to do.
+#[derive(Debug)]
+pub struct MountError(String);
+
+impl std::fmt::Display for MountError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for MountError {}
+
+impl From<std::io::Error> for MountError {
+    fn from(e: std::io::Error) -> Self {
+        MountError(e.to_string())
+    }
 }
 
 /// The filesystem type the kernel shows for a mount (`/proc/mounts`, `mount -t`):
@@ -217,7 +234,7 @@ pub const FSTYPE: &str = "fuse.worktreefs";
 fn mount_direct(
     mountpoint: &Path,
     allow_other: bool,
-) -> anyhow::Result<Option<std::os::fd::OwnedFd>> {
+) -> Result<Option<std::os::fd::OwnedFd>, MountError> {
     use std::os::fd::{AsRawFd, OwnedFd};
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let device = std::fs::OpenOptions::new()
@@ -229,7 +246,7 @@ fn mount_direct(
         Ok(d) => d,
         // Not this user's to open: mounts go through fusermount3.
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
-        Err(e) => return Err(anyhow!("opening /dev/fuse: {e}")),
+        Err(e) => return Err(MountError(format!("opening /dev/fuse: {e}"))),
     };
     // The root's mode as the kernel wants it (S_IFDIR and the permission bits); the
     // directory is opened without following a symlink put there.
@@ -237,7 +254,7 @@ fn mount_direct(
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(mountpoint)
-        .map_err(|e| anyhow!("opening mountpoint {}: {e}", mountpoint.display()))?;
+        .map_err(|e| MountError(format!("opening mountpoint {}: {e}", mountpoint.display())))?;
     let mode = dir.metadata()?.mode() & (libc::S_IFMT | 0o7777);
     let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
     let mut data = format!(
@@ -269,7 +286,10 @@ fn mount_direct(
         if e.raw_os_error() == Some(libc::EPERM) {
             return Ok(None);
         }
-        return Err(anyhow!("mounting at {} failed: {e}", mountpoint.display()));
+        return Err(MountError(format!(
+            "mounting at {} failed: {e}",
+            mountpoint.display()
+        )));
     }
     Ok(Some(OwnedFd::from(device)))
 }
@@ -282,14 +302,14 @@ pub fn mount(
     tracker: Option<Arc<Tracker>>,
     mountpoint: &Path,
     opts: &MountOptions,
-) -> anyhow::Result<Mount> {
+) -> Result<Mount, MountError> {
     // Required and not to be had: refused before anything is mounted (the kernel offers
     // it at INIT exactly when its fuse module has it on).
     if opts.uring == Uring::On {
         if let Err(why) = uring_available() {
-            anyhow::bail!(
+            return Err(MountError(format!(
                 "FUSE over io_uring was asked for (--uring on) but {why}; or mount with --uring auto"
-            );
+            )));
         }
     }
     let fs = WorktreeFs::new(
@@ -310,7 +330,7 @@ pub fn mount(
                 let fd = mount_fusermount(&bin, mountpoint, opts.allow_other)?;
                 (fd, Ours::Fusermount(mountpoint.to_path_buf(), bin))
             }
-            None => anyhow::bail!("{}", cannot_mount_message()),
+            None => return Err(MountError(cannot_mount_message())),
         },
     };
     let session = Session::new(fs, fd, opts.threads.max(1), opts.uring);

@@ -18,7 +18,7 @@ use crate::git::{self, MODE_TREE};
 use crate::ino;
 use crate::lease::State;
 use crate::lifecycle::create::{self, CreateRequest};
-use crate::store::{RepoRow, Store, WorktreeRow};
+use crate::store::{RepoRow, Store, StoreResult, WorktreeRow};
 
 use super::catalog::{repo_ino, REPO_INO_BASE};
 
@@ -26,7 +26,7 @@ use super::catalog::{repo_ino, REPO_INO_BASE};
 /// holds the repository's directory while it waits) before it answers EBUSY.
 const MKDIR_BUSY_TIMEOUT: Duration = Duration::from_millis(500);
 use super::control::{CONTROL_INO, CONTROL_NAME};
-use super::error::{FsError, FsResult};
+use super::error::{ErrorKind, FsError, FsResult};
 use super::journal::WorktreeJournal;
 use super::nodes::{Node, NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::{BaseRef, Overlay, WtCtx};
@@ -36,16 +36,21 @@ use super::types::{systime, Attr, Caller, Entry, FType, Inval};
 use super::view::View;
 
 impl View {
-    pub(super) fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> anyhow::Result<WtCtx> {
+    pub(super) fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> FsResult<WtCtx> {
         let upper = self.state.upper(row.id);
         let work = self.state.work(row.id);
         // A worktree whose directory is gone (being removed, or removed by hand) is not
         // made again here.
-        if !self.state.worktree_dir(row.id).is_dir() {
-            anyhow::bail!("{} is missing", self.state.worktree_dir(row.id).display());
+        let dir = self.state.worktree_dir(row.id);
+        if !dir.is_dir() {
+            return Err(FsError::new(
+                ErrorKind::NotFound,
+                format!("{} is missing", dir.display()),
+            ));
         }
-        fs::create_dir_all(&upper)?;
-        fs::create_dir_all(&work)?;
+        for d in [&upper, &work] {
+            fs::create_dir_all(d).map_err(|e| FsError::io(format!("making {}", d.display()), e))?;
+        }
         let (upper_fd, work_fd, whiteouts, migrated) = open_layers(&upper, &work)?;
         if migrated > 0 {
             tracing::info!(
@@ -67,7 +72,8 @@ impl View {
             repo: row.repo.clone(),
             name: row.name.clone(),
             gitdir: repo.gitdir.clone(),
-            base_tree: Oid::from_str(&row.base_tree)?,
+            base_tree: Oid::from_str(&row.base_tree)
+                .map_err(|e| FsError::git("its base tree", e))?,
             base_mtime: systime(row.base_mtime, 0),
             uid: row.uid,
             gid: row.gid,
@@ -81,7 +87,12 @@ impl View {
             journal: WorktreeJournal::default(),
             warm: match (row.warm, &row.warm_manifest) {
                 (Some(id), Some(manifest)) => Some(self.warm_snapshot(id, manifest)?),
-                (Some(id), None) => anyhow::bail!("its warm snapshot {id} is not in the store"),
+                (Some(id), None) => {
+                    return Err(FsError::new(
+                        ErrorKind::Store,
+                        format!("its warm snapshot {id} is not in the store"),
+                    ))
+                }
                 _ => None,
             },
             conversions,
@@ -98,11 +109,7 @@ impl View {
 
     /// Warm snapshot `id`, read from its manifest the first time a worktree shows it (the
     /// sizes of its files are its own: `View::base_size`).
-    fn warm_snapshot(
-        &self,
-        id: i64,
-        manifest: &str,
-    ) -> anyhow::Result<Arc<crate::git::warm::Snapshot>> {
+    fn warm_snapshot(&self, id: i64, manifest: &str) -> FsResult<Arc<crate::git::warm::Snapshot>> {
         let mut map = self.warm.lock();
         if let Some(s) = map.get(&id).and_then(|w| w.upgrade()) {
             return Ok(s);
@@ -110,7 +117,7 @@ impl View {
         map.retain(|_, w| w.strong_count() > 0);
         let snap = Arc::new(
             crate::git::warm::Snapshot::load(id, &self.state.warm().join(manifest))
-                .map_err(|e| anyhow::anyhow!("its warm snapshot {id}: {e}"))?,
+                .map_err(|e| FsError::internal(format!("its warm snapshot {id}: {e}")))?,
         );
         map.insert(id, Arc::downgrade(&snap));
         drop(map);
@@ -121,7 +128,7 @@ impl View {
     }
 
     /// Reloads repositories and worktrees when another connection changed the store.
-    pub(super) fn refresh_catalog(&self, force: bool) -> anyhow::Result<()> {
+    pub(super) fn refresh_catalog(&self, force: bool) -> StoreResult<()> {
         let store = self.store.lock();
         let version = store.data_version()?;
         if !force && self.catalog.data_version() == version {
@@ -516,29 +523,35 @@ impl crate::lifecycle::Mounted for View {
 pub(super) fn open_layers(
     upper: &std::path::Path,
     work: &std::path::Path,
-) -> anyhow::Result<(
+) -> FsResult<(
     std::os::fd::OwnedFd,
     std::os::fd::OwnedFd,
     crate::layout::Whiteouts,
     usize,
 )> {
-    let upper_fd = crate::beneath::open_root(upper)?;
-    let work_fd = crate::beneath::open_root(work)?;
-    let whiteouts = crate::layout::Whiteouts::open(work_fd.as_fd())?;
+    let open = |d: &std::path::Path| {
+        crate::beneath::open_root(d).map_err(|e| FsError::io(format!("opening {}", d.display()), e))
+    };
+    let upper_fd = open(upper)?;
+    let work_fd = open(work)?;
+    let whiteouts = crate::layout::Whiteouts::open(work_fd.as_fd())
+        .map_err(|e| FsError::io(format!("opening the whiteouts of {}", work.display()), e))?;
     let migrated = crate::layout::migrate(upper_fd.as_fd(), work_fd.as_fd(), &whiteouts)
-        .map_err(|e| anyhow::anyhow!("migrating the upper layer {}: {e}", upper.display()))?;
+        .map_err(|e| FsError::io(format!("migrating the upper layer {}", upper.display()), e))?;
     Ok((upper_fd, work_fd, whiteouts, migrated))
 }
 
 /// A worktree's list of converted base files, if it has one.
 pub(super) fn read_conversions(
     path: &std::path::Path,
-) -> anyhow::Result<Option<Arc<crate::git::checkout::Conversions>>> {
+) -> FsResult<Option<Arc<crate::git::checkout::Conversions>>> {
     match fs::read(path) {
         Ok(bytes) => crate::git::checkout::Conversions::decode(&bytes)
             .map(|c| Some(Arc::new(c)))
-            .ok_or_else(|| anyhow::anyhow!("{} is not a list of conversions", path.display())),
+            .ok_or_else(|| {
+                FsError::internal(format!("{} is not a list of conversions", path.display()))
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(anyhow::anyhow!("reading {}: {e}", path.display())),
+        Err(e) => Err(FsError::io(format!("reading {}", path.display()), e)),
     }
 }

@@ -109,19 +109,19 @@ impl View {
         });
         use crate::bounded::Bounded;
         let made = match making {
-            Bounded::Done(made) => made,
-            Bounded::TimedOut => Err(anyhow::anyhow!(
+            Bounded::Done(made) => made.map_err(|e| format!("{e:#}")),
+            Bounded::TimedOut => Err(format!(
                 "not made within {} s (something in its repository blocks reading: a FIFO or a file of a filesystem that hangs?)",
                 limit.as_secs_f64()
             )),
-            Bounded::StillBlocked(since) => Err(anyhow::anyhow!(
+            Bounded::StillBlocked(since) => Err(format!(
                 "an earlier making of it is still blocked ({} s: something in its repository blocks reading, a FIFO or a file of a filesystem that hangs?)",
                 since.as_secs()
             )),
-            Bounded::TooMany(n) => Err(anyhow::anyhow!(
+            Bounded::TooMany(n) => Err(format!(
                 "{n} makings of submodule views are blocked (something in their repositories blocks reading); none more starts until they end"
             )),
-            Bounded::Failed => Err(anyhow::anyhow!("its making failed unexpectedly (see the log)")),
+            Bounded::Failed => Err("its making failed unexpectedly (see the log)".to_string()),
         };
         let (dir, record) = match made {
             Ok(Some(made)) => made,
@@ -130,12 +130,12 @@ impl View {
             // submodule from then on.
             Err(e) => {
                 return Err(FsError::eio(
-                    format!("submodule {what}: its view could not be made ({e:#})"),
+                    format!("submodule {what}: its view could not be made ({e})"),
                     std::io::Error::other("submodule view"),
                 ))
             }
         };
-        let ctx = (|| -> anyhow::Result<WtCtx> {
+        let ctx = (|| -> FsResult<WtCtx> {
             let upper = dir.join("upper");
             let work = dir.join("work");
             let (upper_fd, work_fd, whiteouts, _) = super::namespace::open_layers(&upper, &work)?;
@@ -145,7 +145,8 @@ impl View {
                 repo: wt.repo.clone(),
                 name: what.clone(),
                 gitdir: record.gitdir.clone(),
-                base_tree: Oid::from_str(&record.tree)?,
+                base_tree: Oid::from_str(&record.tree)
+                    .map_err(|e| FsError::git("its record's tree", e))?,
                 base_mtime: std::time::UNIX_EPOCH
                     + std::time::Duration::from_secs(record.base_mtime.max(0) as u64),
                 uid: wt.uid,
@@ -284,9 +285,9 @@ impl View {
                 e,
             )
         };
-        let refused = |e: anyhow::Error| {
+        let refused = |e: String| {
             FsError::eio(
-                format!("submodule {}: {e:#}", sub.name),
+                format!("submodule {}: {e}", sub.name),
                 std::io::Error::other("moving a submodule view"),
             )
         };
@@ -297,7 +298,8 @@ impl View {
                 .map_err(|e| failed("its record", std::io::Error::other(e)))?
         };
         let place = format!("{}/{}", owner.repo, owner.worktree_name());
-        subs::entry_is_ours(&self.state, &record, &place, owner.uid).map_err(refused)?;
+        subs::entry_is_ours(&self.state, &record, &place, owner.uid)
+            .map_err(|e| refused(format!("{e:#}")))?;
         // 2. The stub at the new name; the gitlink at the old one hidden.
         self.ensure_upper_dir(parent)?;
         self.ensure_upper_dir(newparent)?;

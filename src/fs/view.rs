@@ -155,8 +155,8 @@ impl View {
         self.gate.clone()
     }
 
-    pub fn new(state: StateDir, mountpoint: PathBuf) -> anyhow::Result<View> {
-        let store = Store::open(&state.root)?;
+    pub fn new(state: StateDir, mountpoint: PathBuf) -> FsResult<View> {
+        let store = Store::open(&state.root).map_err(|e| FsError::store("opening the store", e))?;
         let events = crate::store::EventQueue::new(state.root.clone());
         let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
         let root = (ROOT_INO, NodeKind::Root, ROOT_INO, "");
@@ -193,7 +193,8 @@ impl View {
             ),
             stats: Stats::default(),
         };
-        view.refresh_catalog(true)?;
+        view.refresh_catalog(true)
+            .map_err(|e| FsError::store("reading the store", e))?;
         Ok(view)
     }
 
