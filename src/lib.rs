@@ -13,6 +13,7 @@
 //!    layout, filecopy   the upper layer's format (read through `beneath`); copying a
 //!                       file's data by reflink or copy_file_range
 //! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
+//!    failure (an error with a kind and a chain),
 //!    heap, target, table, fuse (the FUSE protocol), asked, mounttable, process (/proc, pidfds,
 //!    the tree below a command)
 //! ```
@@ -25,6 +26,7 @@ pub mod beneath;
 pub mod bounded;
 pub mod daemon;
 pub mod durable;
+pub mod failure;
 pub mod filecopy;
 pub mod fs;
 pub mod fuse;

@@ -412,7 +412,10 @@ mod tests {
             ),
             FsError::internal_from("encoding", "bad"),
             FsError::creation("mkdir r/w", CreateError::Internal("disk".into())),
-            FsError::removal("r/w", RequestError::Other(anyhow::anyhow!("boom"))),
+            FsError::removal(
+                "r/w",
+                RequestError::Other(crate::lifecycle::error::failed("boom")),
+            ),
             FsError::removal_failed("r/w", "parking failed"),
         ];
         for e in eio {

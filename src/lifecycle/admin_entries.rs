@@ -6,6 +6,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use crate::git::{self, admin::ADMIN_MARKER};
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::Store;
 
@@ -17,7 +18,7 @@ pub fn repoint_admin_entries(
     state: &StateDir,
     store: &Store,
     mountpoint: &Path,
-) -> anyhow::Result<()> {
+) -> LifecycleResult<()> {
     for w in store.worktrees()? {
         let Some(repo) = store.repo_by_id(w.repo_id)? else {
             continue;

@@ -9,6 +9,7 @@
 pub mod admin_entries;
 pub mod cleanup;
 pub mod create;
+pub mod error;
 pub mod fork;
 pub mod gate;
 pub mod holders;

@@ -19,6 +19,7 @@ use git2::{Oid, Repository};
 use serde::{Deserialize, Serialize};
 
 use crate::git;
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 
 /// One submodule's view, as recorded when it was made.
@@ -302,7 +303,7 @@ pub fn ensure(
     path: &[u8],
     commit: Oid,
     via_stub: bool,
-) -> anyhow::Result<Option<(PathBuf, SubRecord)>> {
+) -> LifecycleResult<Option<(PathBuf, SubRecord)>> {
     let (Ok(origin_s), Ok(path_s)) = (std::str::from_utf8(origin), std::str::from_utf8(path))
     else {
         return Ok(None);
@@ -317,10 +318,10 @@ pub fn ensure(
             // Checked again at each use: the repository's directories may have been
             // replaced (by a symlink, say) since the view was made.
             if module_dir(p.common_dir, &r.name).as_deref() != Some(r.gitdir.as_path()) {
-                anyhow::bail!(
+                return Err(crate::lifecycle::error::refused(format!(
                     "the submodule's repository {} is no longer a directory of the repository's owner under modules/",
                     r.gitdir.display()
-                );
+                )));
             }
             if r.removed {
                 return Ok(None);
@@ -399,10 +400,12 @@ pub fn ensure(
         EntryIs::Ours(_, false) | EntryIs::Absent => {
             make_admin_entry(state, p, &dir, &record, &place)?
         }
-        EntryIs::Other(why) => anyhow::bail!(
-            "{} exists and is not this worktree's entry ({why}); it is left alone",
-            admin.display()
-        ),
+        EntryIs::Other(why) => {
+            return Err(crate::lifecycle::error::refused(format!(
+                "{} exists and is not this worktree's entry ({why}); it is left alone",
+                admin.display()
+            )))
+        }
     }
     Ok(Some((dir, record)))
 }
@@ -421,9 +424,9 @@ pub fn move_view(
     dir: &Path,
     mut r: SubRecord,
     to: &str,
-) -> anyhow::Result<SubRecord> {
+) -> LifecycleResult<SubRecord> {
     let record_path = dir.join("record");
-    let write = |r: &SubRecord| -> anyhow::Result<()> {
+    let write = |r: &SubRecord| -> LifecycleResult<()> {
         crate::durable::write_file_synced(&record_path, &serde_json::to_vec_pretty(r)?)?;
         Ok(())
     };
@@ -446,8 +449,12 @@ pub fn move_view(
                 for p in &named {
                     checked = checked.or_else(|_| entry.check(ours, &format!("{place}/{p}"), uid));
                 }
-                checked
-                    .map_err(|why| anyhow::anyhow!("{} {why}; left alone", r.admin().display()))?;
+                checked.map_err(|why| {
+                    crate::lifecycle::error::refused(format!(
+                        "{} {why}; left alone",
+                        r.admin().display()
+                    ))
+                })?;
                 let gitfile = mountpoint.join(&new).join(".git");
                 crate::beneath::replace_file_at(
                     entry.fd(),
@@ -455,10 +462,20 @@ pub fn move_view(
                     format!("{}\n", gitfile.display()).as_bytes(),
                     0o644,
                 )
-                .map_err(|e| anyhow::anyhow!("pointing {} at {new}: {e}", r.admin().display()))?;
+                .map_err(|e| {
+                    crate::lifecycle::error::failed(format!(
+                        "pointing {} at {new}: {e}",
+                        r.admin().display()
+                    ))
+                })?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => anyhow::bail!("opening {}: {e}", r.admin().display()),
+            Err(e) => {
+                return Err(crate::lifecycle::error::failed(format!(
+                    "opening {}: {e}",
+                    r.admin().display()
+                )))
+            }
         }
     }
     if let Some(from) = r.moving_from.take() {
@@ -471,9 +488,17 @@ pub fn move_view(
 /// Whether the git entry of the view recorded as `r` (of the worktree at `place`, owned
 /// by `uid`) is this state directory's own for it (or absent): checked before the view
 /// moves, so that a move that cannot be finished changes nothing.
-pub fn entry_is_ours(state: &StateDir, r: &SubRecord, place: &str, uid: u32) -> anyhow::Result<()> {
+pub fn entry_is_ours(
+    state: &StateDir,
+    r: &SubRecord,
+    place: &str,
+    uid: u32,
+) -> LifecycleResult<()> {
     match entry_is(state, r, place, uid).1 {
-        EntryIs::Other(why) => anyhow::bail!("{} {why}; left alone", r.admin().display()),
+        EntryIs::Other(why) => Err(crate::lifecycle::error::refused(format!(
+            "{} {why}; left alone",
+            r.admin().display()
+        ))),
         _ => Ok(()),
     }
 }
@@ -483,7 +508,12 @@ pub fn entry_is_ours(state: &StateDir, r: &SubRecord, place: &str, uid: u32) -> 
 /// empty directory, and loses nothing), or, with `removed` false, takes that back.
 ///
 /// `origin` is the path in the worktree the view was made at (which names its record).
-pub fn mark_removed(state: &StateDir, id: i64, origin: &[u8], removed: bool) -> anyhow::Result<()> {
+pub fn mark_removed(
+    state: &StateDir,
+    id: i64,
+    origin: &[u8],
+    removed: bool,
+) -> LifecycleResult<()> {
     let record_path = state.subs(id).join(key_of(origin)).join("record");
     let mut r: SubRecord = serde_json::from_slice(&fs::read(&record_path)?)?;
     r.removed = removed;
@@ -499,7 +529,7 @@ fn make_admin_entry(
     dir: &Path,
     record: &SubRecord,
     place: &str,
-) -> anyhow::Result<()> {
+) -> LifecycleResult<()> {
     let sub = Repository::open_bare(&record.gitdir)?;
     let tree = Oid::from_str(&record.tree)?;
     let setting = git::checkout::Setting::of(p.uid, p.gid, &record.gitdir);
@@ -512,7 +542,7 @@ fn make_admin_entry(
         p.gid,
         &setting,
     )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    .map_err(|e| crate::lifecycle::error::failed(format!("{e}")))?;
     let conversions = dir.join(crate::state::CONVERSIONS_FILE);
     if !conversions.exists() {
         index.place_conversions(&conversions)?;

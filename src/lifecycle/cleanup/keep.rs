@@ -12,6 +12,7 @@ use std::path::Path;
 
 use git2::{Oid, Repository};
 
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::{now_secs, KeptRow, NewKept, Store, StoreResult};
 
@@ -233,7 +234,7 @@ fn keep_objects(
     index: Option<Vec<u8>>,
     index_clean: bool,
     what: &str,
-) -> anyhow::Result<Option<Oid>> {
+) -> LifecycleResult<Option<Oid>> {
     let (dir, name, what, head) = (
         gitdir.to_path_buf(),
         name.to_string(),
@@ -272,10 +273,11 @@ fn keep_objects(
                 )?
             }
         };
-        anyhow::ensure!(
-            !late.load(std::sync::atomic::Ordering::SeqCst),
-            "given up: the removal went on without it"
-        );
+        if late.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(crate::lifecycle::error::failed(
+                "given up: the removal went on without it",
+            ));
+        }
         repo.reference(&name, target, true, "worktreefs: kept at removal")?;
         Ok(tip)
     });
@@ -289,7 +291,7 @@ fn keep_objects(
 /// where it cannot be one tree (a conflict's stages), a flat tree holding every blob it
 /// names. Read from a file of this thread's own identity (libgit2 reads an index from
 /// a path).
-fn index_tree(repo: &Repository, bytes: &[u8]) -> anyhow::Result<Oid> {
+fn index_tree(repo: &Repository, bytes: &[u8]) -> LifecycleResult<Oid> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = std::env::temp_dir().join(format!(
@@ -326,7 +328,7 @@ fn index_tree(repo: &Repository, bytes: &[u8]) -> anyhow::Result<Oid> {
 }
 
 /// Deletes the ref `name` of the repository at `gitdir`, as its owner.
-fn drop_ref(gitdir: &Path, name: &str) -> anyhow::Result<()> {
+fn drop_ref(gitdir: &Path, name: &str) -> LifecycleResult<()> {
     let (dir, name) = (gitdir.to_path_buf(), name.to_string());
     crate::git::owner::as_owner_of(gitdir, move || {
         let repo = Repository::open(&dir)?;
@@ -338,11 +340,12 @@ fn drop_ref(gitdir: &Path, name: &str) -> anyhow::Result<()> {
 }
 
 /// Deletes the ref `name` (under [`REMOVED_REF_PREFIX`]) that keeps a removal's objects.
-pub fn delete_ref(gitdir: &Path, name: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        name.starts_with(REMOVED_REF_PREFIX),
-        "{name} is not a kept removal's ref"
-    );
+pub fn delete_ref(gitdir: &Path, name: &str) -> LifecycleResult<()> {
+    if !(name.starts_with(REMOVED_REF_PREFIX)) {
+        return Err(crate::lifecycle::error::refused(format!(
+            "{name} is not a kept removal's ref"
+        )));
+    }
     drop_ref(gitdir, name)
 }
 
@@ -496,7 +499,12 @@ pub(super) fn kept_record(state: &StateDir, t: &Target, how: &str) -> Result<New
 /// Deletes one kept copy: its directory, its ref, then its row (with an event saying
 /// `why`). Under the worktree's cleanup lock (a restore of it holds that lock): Ok(false)
 /// when someone holds it.
-pub fn purge_kept(state: &StateDir, store: &mut Store, id: i64, why: &str) -> anyhow::Result<bool> {
+pub fn purge_kept(
+    state: &StateDir,
+    store: &mut Store,
+    id: i64,
+    why: &str,
+) -> LifecycleResult<bool> {
     let Some(_lock) = try_lock(state, id) else {
         return Ok(false);
     };
@@ -530,7 +538,11 @@ pub fn purge_kept(state: &StateDir, store: &mut Store, id: i64, why: &str) -> an
     if dir.exists() {
         let _ = fs::remove_dir_all(&doomed);
         fs::rename(&dir, &doomed).map_err(|e| {
-            anyhow::anyhow!("moving {} to {}: {e}", dir.display(), doomed.display())
+            crate::lifecycle::error::failed(format!(
+                "moving {} to {}: {e}",
+                dir.display(),
+                doomed.display()
+            ))
         })?;
     }
     if let Some(name) = &row.tip_ref {
@@ -594,7 +606,7 @@ pub fn purge_due(state: &StateDir, store: &mut Store, policy: &KeepPolicy) -> us
 }
 
 /// Purges every kept copy of repository `repo_id` (before it is unregistered).
-pub fn purge_repo(state: &StateDir, store: &mut Store, repo: &str) -> anyhow::Result<usize> {
+pub fn purge_repo(state: &StateDir, store: &mut Store, repo: &str) -> LifecycleResult<usize> {
     let mut n = 0;
     for r in store.kept()?.into_iter().filter(|r| r.repo == repo) {
         if purge_kept(
@@ -605,11 +617,11 @@ pub fn purge_repo(state: &StateDir, store: &mut Store, repo: &str) -> anyhow::Re
         )? {
             n += 1;
         } else {
-            anyhow::bail!(
+            return Err(crate::lifecycle::error::refused(format!(
                 "the kept copy of {}/{} is being restored or purged right now; try again in a moment",
                 r.repo,
                 r.worktree
-            );
+            )));
         }
     }
     Ok(n)

@@ -96,6 +96,7 @@ use std::path::Path;
 use git2::Oid;
 
 use crate::lease::State;
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::{BeginError, Store, StoreError, WorktreeRow};
 
@@ -161,7 +162,7 @@ pub fn finish(
     row: &WorktreeRow,
     mountpoint: &Path,
     how: &Inspection,
-) -> anyhow::Result<Outcome> {
+) -> LifecycleResult<Outcome> {
     let t = target_of(state, store, row, mountpoint)?;
     if let Some(removal) = &row.removal {
         tracing::info!(worktree = %t.path.display(), "finishing a removal begun before ({removal})");
@@ -204,7 +205,7 @@ pub enum RequestError {
     HoldsWork(String),
     /// Already removed.
     Gone(String),
-    Other(anyhow::Error),
+    Other(crate::lifecycle::error::LifecycleError),
 }
 
 impl fmt::Display for RequestError {
@@ -218,8 +219,8 @@ impl fmt::Display for RequestError {
     }
 }
 
-impl From<anyhow::Error> for RequestError {
-    fn from(e: anyhow::Error) -> Self {
+impl From<crate::lifecycle::error::LifecycleError> for RequestError {
+    fn from(e: crate::lifecycle::error::LifecycleError) -> Self {
         RequestError::Other(e)
     }
 }

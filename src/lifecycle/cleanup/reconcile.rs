@@ -12,6 +12,7 @@ use super::remove::{gone_by_hand, Removal};
 use super::target::{target_of, Outcome};
 use super::{finish, Inspection};
 use crate::lease::State;
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::{Store, WorktreeRow};
 
@@ -22,7 +23,7 @@ pub fn finish_all_deleting(
     mountpoint: &Path,
     how: &Inspection,
     gate: Option<&crate::lifecycle::gate::Gate>,
-) -> Vec<(WorktreeRow, anyhow::Result<Outcome>)> {
+) -> Vec<(WorktreeRow, LifecycleResult<Outcome>)> {
     let mut out = Vec::new();
     for row in store.worktrees_in(State::Deleting).unwrap_or_default() {
         // While the daemon serves: closed to new leases until its cleanup is over (a
@@ -64,7 +65,7 @@ pub fn reconcile_at_boot(
     state: &StateDir,
     mountpoint: &Path,
     how: &Inspection,
-) -> anyhow::Result<()> {
+) -> LifecycleResult<()> {
     let mut store = Store::open(&state.root)?;
     restore_or_purge_parked(state, &store);
     // Kept copies whose directory is gone (deleted by hand) leave the store; the others
@@ -312,7 +313,7 @@ pub fn reclaim_at_unmount(
     mountpoint: &Path,
     how: &Inspection,
     keep_sessions: bool,
-) -> anyhow::Result<()> {
+) -> LifecycleResult<()> {
     let mut store = Store::open(&state.root)?;
     let released = if keep_sessions {
         store.release_process_leases("unmount (named leases kept for the next mount)")?

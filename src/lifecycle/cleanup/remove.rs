@@ -8,6 +8,7 @@ use std::path::Path;
 
 use git2::{Oid, Repository};
 
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::Store;
 
@@ -378,7 +379,7 @@ pub(super) fn run_removal(
     store: &mut Store,
     t: &Target,
     how: &Removal,
-) -> anyhow::Result<Outcome> {
+) -> LifecycleResult<Outcome> {
     let mut recorded = String::from("remove");
     if how.delete_branch {
         recorded.push_str("+branch");
@@ -495,7 +496,7 @@ pub(super) fn gone_by_hand(
     state: &StateDir,
     store: &mut Store,
     t: &Target,
-) -> anyhow::Result<Outcome> {
+) -> LifecycleResult<Outcome> {
     let mut r = FsRemover {
         state,
         t,

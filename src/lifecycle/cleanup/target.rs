@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::{RepoRow, Store, WorktreeRow};
 
@@ -102,10 +103,10 @@ pub(super) fn target_of(
     store: &Store,
     row: &WorktreeRow,
     mountpoint: &Path,
-) -> anyhow::Result<Target> {
-    let repo = store
-        .repo_by_id(row.repo_id)?
-        .ok_or_else(|| anyhow::anyhow!("repository of worktree {} is gone", row.id))?;
+) -> LifecycleResult<Target> {
+    let repo = store.repo_by_id(row.repo_id)?.ok_or_else(|| {
+        crate::lifecycle::error::failed(format!("repository of worktree {} is gone", row.id))
+    })?;
     let mut t = Target::new(state, row, &repo, mountpoint);
     // Its branch renamed with `git branch -m` (as doctor advises for a name git forbids)
     // is still its branch: followed, and recorded.

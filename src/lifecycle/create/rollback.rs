@@ -8,6 +8,7 @@ use std::path::Path;
 use git2::{BranchType, Repository};
 
 use crate::git::{self};
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::{CreationRow, Store, StoreResult};
 
@@ -50,7 +51,7 @@ pub fn roll_back_creation(
     store: &mut Store,
     gitdir: &Path,
     c: &CreationRow,
-) -> anyhow::Result<()> {
+) -> LifecycleResult<()> {
     roll_back(state, store, gitdir, c, None)
 }
 
@@ -91,8 +92,8 @@ pub(crate) fn roll_back(
     gitdir: &Path,
     c: &CreationRow,
     made: Option<&Made>,
-) -> anyhow::Result<()> {
-    use anyhow::Context;
+) -> LifecycleResult<()> {
+    use crate::lifecycle::error::Context;
     let what = format!("creation of worktree {} (id {})", c.name, c.worktree_id);
     // A live worktree of this repository that has the admin entry or the branch the
     // record names (another creation finished with them) keeps them.
@@ -266,7 +267,10 @@ pub(crate) fn roll_back(
                 });
                 if made_here && tip.as_deref() == Some(c.base_commit.as_str()) && !checked_out {
                     br.delete().map_err(|e| {
-                        anyhow::anyhow!("{what}: deleting branch {b}: {}", e.message())
+                        crate::lifecycle::error::failed(format!(
+                            "{what}: deleting branch {b}: {}",
+                            e.message()
+                        ))
                     })?;
                 } else {
                     tracing::warn!("{what}: branch {b} moved or is checked out since; kept");
@@ -280,7 +284,7 @@ pub(crate) fn roll_back(
 }
 
 /// At every mount: creations whose creator is gone are rolled back.
-pub fn roll_back_dead_creations(state: &StateDir, store: &mut Store) -> anyhow::Result<usize> {
+pub fn roll_back_dead_creations(state: &StateDir, store: &mut Store) -> LifecycleResult<usize> {
     let mut n = 0;
     for c in store.creations()? {
         if creator_alive(&c) {

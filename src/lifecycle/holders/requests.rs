@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
+use crate::lifecycle::error::LifecycleResult;
 use crate::process::info::{command_line, proc_info, tgid_of, ProcInfo};
 use crate::process::inside::{is_inside, processes_inside};
 use crate::process::pidfd::pidfd_open;
@@ -16,7 +17,7 @@ use super::tracker::{active_none, active_now, now_ms, Active, Op, Tracker, Watch
 impl Tracker {
     /// Boot reconcile: process leases whose process is gone (or whose pid now names
     /// another process) are swept; live ones are watched again.
-    pub fn reconcile(&self, mountpoint: &Path) -> anyhow::Result<()> {
+    pub fn reconcile(&self, mountpoint: &Path) -> LifecycleResult<()> {
         self.watch_recorded(mountpoint, "process gone at boot")?;
         (self.on_change)();
         Ok(())
@@ -27,7 +28,7 @@ impl Tracker {
     /// swept (`reason`) when their process is gone. Run by the sweeper every second, so
     /// such a lease ends within about a second of its process, however it ends. Returns
     /// how many were swept.
-    pub fn watch_recorded(&self, mountpoint: &Path, reason: &str) -> anyhow::Result<usize> {
+    pub fn watch_recorded(&self, mountpoint: &Path, reason: &str) -> LifecycleResult<usize> {
         if self.stopped.load(Ordering::Acquire) {
             return Ok(0);
         }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::lifecycle::error::LifecycleResult;
 use crate::process::info::ProcInfo;
 use crate::state::StateDir;
 use crate::store::{NewLease, Store};
@@ -111,7 +112,7 @@ impl Tracker {
         state: &StateDir,
         gate: Arc<Gate>,
         on_change: Box<dyn Fn() + Send + Sync>,
-    ) -> anyhow::Result<Arc<Tracker>> {
+    ) -> LifecycleResult<Arc<Tracker>> {
         let store = Store::open(&state.root)?;
         let fast = Store::open(&state.root)?;
         fast.set_busy_timeout(REQUEST_BUSY_TIMEOUT)?;

@@ -6,10 +6,10 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use anyhow::Context;
 use git2::Oid;
 
 use crate::git::warm::Kind;
+use crate::lifecycle::error::{Context, LifecycleResult};
 use crate::report::human_bytes;
 use crate::state::StateDir;
 use crate::store::{Store, WarmRow};
@@ -76,7 +76,7 @@ pub fn journals(state: &StateDir) -> Vec<std::ffi::OsString> {
 /// repository that cannot be read), no content is deleted. None: a snapshot is being
 /// taken (its contents are in the cache before its row is in the store); the next prune
 /// does it.
-pub fn prune(state: &StateDir, store: &mut Store) -> anyhow::Result<Option<Pruned>> {
+pub fn prune(state: &StateDir, store: &mut Store) -> LifecycleResult<Option<Pruned>> {
     let Some(_lock) = lock(state, libc::LOCK_EX | libc::LOCK_NB)
         .with_context(|| format!("locking {}", state.warm().join(LOCK_FILE).display()))?
     else {

@@ -3,6 +3,7 @@
 
 use std::fs;
 
+use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::{RepoRow, Store, StoreResult, WarmRow};
 
@@ -29,7 +30,7 @@ pub fn ensure(
     repo: &RepoRow,
     uid: u32,
     gid: u32,
-) -> anyhow::Result<(WarmRow, Option<Taken>)> {
+) -> LifecycleResult<(WarmRow, Option<Taken>)> {
     if let Some(row) = latest(state, store, repo.id, uid)? {
         return Ok((row, None));
     }

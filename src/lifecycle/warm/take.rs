@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
 use git2::Oid;
 
 use crate::beneath::{self, Stat};
 use crate::git::filters::{run_git, Owner, RunError};
 use crate::git::warm::{Kind, Record};
+use crate::lifecycle::error::{Context, LifecycleResult};
 use crate::report::human_bytes;
 use crate::state::StateDir;
 use crate::store::{NewWarm, RepoRow, Store, WarmRow};
@@ -47,7 +47,7 @@ pub(super) struct AsUser {
 }
 
 impl AsUser {
-    fn start(owner: &Owner) -> anyhow::Result<AsUser> {
+    fn start(owner: &Owner) -> LifecycleResult<AsUser> {
         let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
         let (ready_tx, ready) = mpsc::sync_channel(1);
         let (uid, gid, groups) = (owner.uid, owner.gid, owner.groups.clone());
@@ -64,19 +64,22 @@ impl AsUser {
                 }
             })?;
         if !ready.recv().unwrap_or(false) {
-            bail!("could not take the identity {uid}:{gid} to read the source checkout");
+            return Err(crate::lifecycle::error::failed(format!(
+                "could not take the identity {uid}:{gid} to read the source checkout"
+            )));
         }
         Ok(AsUser { jobs })
     }
 
-    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
+    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> LifecycleResult<T> {
         let (tx, rx) = mpsc::sync_channel(1);
         self.jobs
             .send(Box::new(move || {
                 let _ = tx.send(f());
             }))
-            .map_err(|_| anyhow!("the reading thread ended"))?;
-        rx.recv().map_err(|_| anyhow!("the reading thread ended"))
+            .map_err(|_| crate::lifecycle::error::failed("the reading thread ended"))?;
+        rx.recv()
+            .map_err(|_| crate::lifecycle::error::failed("the reading thread ended"))
     }
 }
 
@@ -152,7 +155,7 @@ pub(super) fn patterns(
     root: &std::sync::Arc<OwnedFd>,
     repo: &RepoRow,
     notes: &mut Vec<(String, String)>,
-) -> anyhow::Result<Vec<String>> {
+) -> LifecycleResult<Vec<String>> {
     let r = root.clone();
     let file = user.run(move || {
         beneath::read_regular(r.as_fd(), INCLUDE_FILE.as_bytes(), 1 << 20).map(|(b, _)| b)
@@ -180,7 +183,7 @@ pub(super) fn ls_files(
     repo: &RepoRow,
     patterns: &[String],
     directory: bool,
-) -> anyhow::Result<Vec<Vec<u8>>> {
+) -> LifecycleResult<Vec<Vec<u8>>> {
     let out = crate::git::blobcache::memfd(c"wtfs-warm-ls", b"")?;
     let mut args: Vec<std::ffi::OsString> = vec![
         format!("--work-tree={}", repo.path.display()).into(),
@@ -202,14 +205,14 @@ pub(super) fn ls_files(
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
     let copy = out.try_clone()?;
     run_git(owner, &repo.gitdir, &args, None, copy).map_err(|e| {
-        anyhow!(
+        crate::lifecycle::error::failed(format!(
             "listing what the patterns match in {}: {}",
             repo.path.display(),
             match e {
                 RunError::Spawn(s) | RunError::Failed(s) | RunError::NoSpace(s) => s,
                 RunError::TimedOut => "git ran past its time limit".into(),
             }
-        )
+        ))
     })?;
     let mut out = out;
     let mut bytes = Vec::new();
@@ -231,7 +234,7 @@ pub(super) struct Journal {
 }
 
 impl Journal {
-    fn create(state: &StateDir, manifest: &str) -> anyhow::Result<Journal> {
+    fn create(state: &StateDir, manifest: &str) -> LifecycleResult<Journal> {
         fs::create_dir_all(state.warm())?;
         let path = state.warm().join(format!("{manifest}{JOURNAL}"));
         let file = fs::OpenOptions::new()
@@ -244,7 +247,7 @@ impl Journal {
 
     /// Writes `oid` down, before its content is placed (a crash between the two leaves a
     /// line for a content that is not there: harmless).
-    fn note(&mut self, oid: Oid) -> anyhow::Result<()> {
+    fn note(&mut self, oid: Oid) -> LifecycleResult<()> {
         use std::io::Write;
         self.file
             .write_all(format!("{oid}\n").as_bytes())
@@ -260,13 +263,13 @@ pub(super) fn store_blob(
     journal: &mut Journal,
     src: &fs::File,
     st: &Stat,
-) -> anyhow::Result<Option<Oid>> {
+) -> LifecycleResult<Option<Oid>> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = state
         .blobs_tmp()
         .join(format!("warm-{}-{n}", std::process::id()));
-    let result = (|| -> anyhow::Result<Option<Oid>> {
+    let result = (|| -> LifecycleResult<Option<Oid>> {
         let dst = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -286,8 +289,9 @@ pub(super) fn store_blob(
         }
         dst.sync_all()?;
         drop(dst);
-        let oid = Oid::hash_file(git2::ObjectType::Blob, &tmp)
-            .map_err(|e| anyhow!("hashing {}: {}", tmp.display(), e.message()))?;
+        let oid = Oid::hash_file(git2::ObjectType::Blob, &tmp).map_err(|e| {
+            crate::lifecycle::error::failed(format!("hashing {}: {}", tmp.display(), e.message()))
+        })?;
         let path = blob_path(state, oid);
         let present =
             fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == st.st_size as u64);
@@ -314,7 +318,7 @@ pub fn take(
     repo: &RepoRow,
     uid: u32,
     gid: u32,
-) -> anyhow::Result<Taken> {
+) -> LifecycleResult<Taken> {
     let taken = take_held(state, store, repo, uid, gid);
     if taken.is_err() && !journals(state).is_empty() {
         // The lock this take held shared may still be held for an instant by a child any
@@ -344,7 +348,7 @@ pub(super) fn take_held(
     repo: &RepoRow,
     uid: u32,
     gid: u32,
-) -> anyhow::Result<Taken> {
+) -> LifecycleResult<Taken> {
     let started = Instant::now();
     // Held until the row is in the store: a prune never deletes a content this stored,
     // nor its manifest, before then.
@@ -366,12 +370,12 @@ pub(super) fn take_held(
     let mut skipped = Vec::new();
     let patterns = patterns(&user, &root, repo, &mut skipped)?;
     if patterns.is_empty() {
-        bail!(
+        return Err(crate::lifecycle::error::refused(format!(
             "repository {} names nothing for warm worktrees to inherit: put gitignore patterns (node_modules/, target/, .env) in {} or run `worktreefs repo set {} --include PATTERN…`",
             repo.name,
             repo.path.join(INCLUDE_FILE).display(),
             repo.name
-        );
+        )));
     }
     let listed = ls_files(&owner, repo, &patterns, false)?;
     let mut unmatched = Vec::new();
@@ -425,7 +429,7 @@ pub(super) fn take_held(
         .map(|s| s.blocks_available() * s.fragment_size())
         .with_context(|| format!("reading the free space of {}", state.blobs().display()))?;
     if need > free {
-        bail!(
+        return Err(crate::lifecycle::error::refused(format!(
             "the warm snapshot of {} needs {} ({files} files) and the state directory's disk ({}) has {} free: free some space, or narrow the patterns ({} in {}, `worktreefs repo set {} --include`)",
             repo.name,
             human_bytes(need),
@@ -434,7 +438,7 @@ pub(super) fn take_held(
             INCLUDE_FILE,
             repo.path.display(),
             repo.name
-        );
+        )));
     }
 
     let mut records: Vec<Record> = Vec::with_capacity(found.len() + dirs.len());
@@ -539,7 +543,7 @@ pub(super) fn take_held(
         .map_err(|e| {
             let _ = fs::remove_file(&mpath);
             let _ = fs::remove_file(dirs_path(state, &manifest));
-            anyhow!("recording the warm snapshot: {e}")
+            crate::lifecycle::error::failed(format!("recording the warm snapshot: {e}"))
         })?;
     // The row holds the contents now (a journal left by a crash here is harmless: the
     // prune keeps what a manifest names).
