@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# POSIX conformance (issue 14): runs the crates.io pjdfstest (0.2.x) with one configuration
+# POSIX conformance: runs the crates.io pjdfstest (0.2.x) with one configuration
 # (tests/pjdfstest/pjdfstest.toml) in a mounted worktree and in a plain directory of the
 # machine's own filesystem, in the same run, and compares each with its expected failures
 # (tests/pjdfstest/expected-failures.txt: "<where> <test>  # why"). Exits non-zero on an
