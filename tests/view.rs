@@ -4,34 +4,53 @@
 
 mod common;
 
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::fs;
-use std::path::Path;
+use std::fs::{self, File};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use worktreefs::fs::{Caller, FType, View, ROOT_INO};
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use worktreefs::fs::{Attr, Caller, FType, SetAttr, View, ROOT_INO};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
 const ME: Caller = Caller { uid: 0, gid: 0 };
 
+/// A tree's content by path, as `snapshot` gives it.
+type Contents = BTreeMap<String, Option<Vec<u8>>>;
+/// A tree's attributes by path.
+type Attrs = BTreeMap<String, Meta>;
+
 struct Core {
-    _env: Env,
+    _env: Rc<Env>,
     view: View,
     root: u64,
 }
 
 fn core() -> Core {
-    let env = Env::new();
+    let env = Rc::new(Env::new());
     let state = StateDir::open(&env.state()).unwrap();
     let mut store = Store::open(&state.root).unwrap();
-    create_at_head(&state, &mut store, "w");
+    core_in(&env, &mut store, "w")
+}
+
+/// A view of a new worktree `name` of `env`'s repository, rooted at the worktree.
+fn core_in(env: &Rc<Env>, store: &mut Store, name: &str) -> Core {
+    let state = StateDir::open(&env.state()).unwrap();
+    create_at_head(&state, store, name);
     let view = View::new(state, env.mountpoint()).unwrap();
     let repo = view.lookup(ROOT_INO, OsStr::new("repo")).unwrap().attr.ino;
-    let root = view.lookup(repo, OsStr::new("w")).unwrap().attr.ino;
+    let root = view.lookup(repo, OsStr::new(name)).unwrap().attr.ino;
     Core {
-        _env: env,
+        _env: env.clone(),
         view,
         root,
     }
@@ -100,13 +119,15 @@ impl Core {
         r
     }
 
-    fn tree(&self) -> BTreeMap<String, Option<Vec<u8>>> {
-        let mut out = BTreeMap::new();
+    /// The whole tree as `snapshot` gives a plain directory's (content by path), and every
+    /// entry's attributes as the view reports them.
+    fn tree(&self) -> (Contents, Attrs) {
+        let mut out = (BTreeMap::new(), BTreeMap::new());
         self.walk(self.root, "", &mut out);
         out
     }
 
-    fn walk(&self, ino: u64, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
+    fn walk(&self, ino: u64, prefix: &str, out: &mut (Contents, Attrs)) {
         let fh = self.view.opendir(ino).unwrap().0;
         let entries = self.view.readdir(fh, 0).unwrap();
         self.view.release(fh);
@@ -115,20 +136,25 @@ impl Core {
             if name == "." || name == ".." || (prefix.is_empty() && name == ".git") {
                 continue;
             }
-            let path = format!("{prefix}{name}");
-            let child = self.view.lookup(ino, &e.name).unwrap().attr.ino;
-            match e.kind {
+            let mut path = format!("{prefix}{name}");
+            let attr = self.view.lookup(ino, &e.name).unwrap().attr;
+            let content = match e.kind {
                 FType::Dir => {
-                    out.insert(format!("{path}/"), None);
-                    self.walk(child, &format!("{path}/"), out);
+                    path.push('/');
+                    self.walk(attr.ino, &path, out);
+                    None
                 }
-                FType::Symlink => {
-                    out.insert(path, Some(self.view.readlink(child).unwrap()));
-                }
+                FType::Symlink => Some(self.view.readlink(attr.ino).unwrap()),
                 _ => {
-                    out.insert(path.clone(), Some(self.read(&path).unwrap()));
+                    let fh = self.view.open(attr.ino, libc::O_RDONLY).unwrap().0;
+                    // One byte past the size: a file longer than it says shows.
+                    let data = self.view.read(fh, 0, attr.size as u32 + 1).unwrap();
+                    self.view.release(fh);
+                    Some(data)
                 }
-            }
+            };
+            out.1.insert(path.clone(), Meta::of_view(&attr));
+            out.0.insert(path, content);
         }
     }
 }
@@ -179,106 +205,1048 @@ fn direct_calls_read_the_base_and_write_the_upper_layer() {
     );
 }
 
-/// Applies one operation to a plain directory; returns the errno (0 on success).
-fn apply_plain(root: &Path, op: &Op) -> i32 {
-    let p = |s: &str| root.join(s);
-    let r: std::io::Result<()> = match op {
-        Op::Write(path, data) => fs::write(p(path), data),
-        Op::Unlink(path) => fs::remove_file(p(path)),
-        Op::Mkdir(path) => fs::create_dir(p(path)),
-        Op::Rmdir(path) => fs::remove_dir(p(path)),
-        Op::Rename(a, b) => fs::rename(p(a), p(b)),
-    };
-    r.err().map(|e| e.raw_os_error().unwrap_or(-1)).unwrap_or(0)
+// The reference model: random operation sequences run against the view and against a
+// plain directory (a checkout of the same commit on the machine's own filesystem), and
+// after every step both must agree: each operation's errno, each read's bytes, the whole
+// tree's content, every entry's type, mode, size and link count, explicitly set mtimes,
+// and what the open handles read and report. proptest generates the sequences and, on a
+// failure, shrinks the sequence to a minimal one.
+//
+// Where the kernel answers a request itself before the filesystem is asked (the VFS's
+// path walk, its existence and ancestry checks, an access mode a handle was not opened
+// with), the model answers as the kernel does and the view is not called: a direct call
+// has no kernel in front of it.
+
+/// The paths operations name: the shared model paths, a base symlink, an executable, the
+/// empty directory of a submodule, and more names the base does not have.
+fn model_paths() -> Vec<&'static str> {
+    MODEL_PATHS
+        .iter()
+        .copied()
+        .chain([
+            "link-to-readme",
+            "build.sh",
+            "vendor/sub",
+            "y.txt",
+            "docs/y.txt",
+        ])
+        .collect()
 }
 
-fn apply_view(c: &Core, op: &Op) -> i32 {
-    let r: Result<(), i32> = match op {
-        Op::Write(path, data) => c.write(path, data),
-        Op::Unlink(path) => c
-            .dir_of(path)
-            .and_then(|(d, n)| c.view.unlink(d, OsStr::new(&n)).map_err(|e| e.errno())),
-        Op::Mkdir(path) => c.dir_of(path).and_then(|(d, n)| {
-            c.view
-                .mkdir(d, OsStr::new(&n), 0o755, 0, ME)
-                .map(|_| ())
-                .map_err(|e| e.errno())
-        }),
-        Op::Rmdir(path) => c
-            .dir_of(path)
-            .and_then(|(d, n)| c.view.rmdir(d, OsStr::new(&n)).map_err(|e| e.errno())),
-        Op::Rename(a, b) => c.dir_of(a).and_then(|(d1, n1)| {
-            let (d2, n2) = c.dir_of(b)?;
-            // The kernel checks this before asking the filesystem.
-            if b.starts_with(&format!("{a}/")) {
-                return Err(libc::EINVAL);
-            }
-            c.view
-                .rename(d1, OsStr::new(&n1), d2, OsStr::new(&n2), 0)
-                .map_err(|e| e.errno())
-        }),
-    };
-    r.err().unwrap_or(0)
+/// What new symlinks point at: relative names that exist, may exist later, or never do
+/// (and a link named `x.txt` that points at itself). None climbs out with `..`.
+const LINK_TARGETS: [&str; 7] = [
+    "README.md",
+    "src",
+    "src/main.rs",
+    "new/a",
+    "x.txt",
+    "nowhere",
+    "lib",
+];
+
+/// Open handles live in this many slots; an operation names its handle by slot.
+const SLOTS: usize = 3;
+
+/// An mtime before this is one the test set (utimens); a file changed since has "now".
+const SET_TIMES_BEFORE: u64 = 1_500_000_000;
+
+/// A mode, shown in octal.
+#[derive(Clone, Copy, PartialEq)]
+struct Perm(u32);
+
+impl std::fmt::Debug for Perm {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "0o{:o}", self.0)
+    }
 }
 
-#[derive(Debug)]
+/// How a handle is opened.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Read,
+    Write,
+    ReadWrite,
+    Trunc,
+    Append,
+    /// O_RDWR | O_CREAT: created when the name does not exist.
+    Create,
+}
+
+impl Mode {
+    fn flags(self) -> i32 {
+        match self {
+            Mode::Read => libc::O_RDONLY,
+            Mode::Write => libc::O_WRONLY,
+            Mode::ReadWrite | Mode::Create => libc::O_RDWR,
+            Mode::Trunc => libc::O_RDWR | libc::O_TRUNC,
+            Mode::Append => libc::O_RDWR | libc::O_APPEND,
+        }
+    }
+
+    fn reads(self) -> bool {
+        self != Mode::Write
+    }
+
+    fn writes(self) -> bool {
+        self != Mode::Read
+    }
+
+    fn options(self) -> fs::OpenOptions {
+        let mut o = fs::OpenOptions::new();
+        match self {
+            Mode::Read => o.read(true),
+            Mode::Write => o.write(true),
+            Mode::ReadWrite => o.read(true).write(true),
+            Mode::Trunc => o.read(true).write(true).truncate(true),
+            Mode::Append => o.read(true).append(true),
+            Mode::Create => o.read(true).write(true).create(true),
+        };
+        o
+    }
+}
+
+#[derive(Debug, Clone)]
 enum Op {
-    Write(String, Vec<u8>),
-    Unlink(String),
-    Mkdir(String),
-    Rmdir(String),
-    Rename(String, String),
+    /// Writes the whole file, creating it if needed (`fs::write`).
+    Write(&'static str, String),
+    Unlink(&'static str),
+    Mkdir(&'static str),
+    Rmdir(&'static str),
+    Rename(&'static str, &'static str),
+    /// A hard link: (existing, new name).
+    Link(&'static str, &'static str),
+    /// A symlink: (target, new name).
+    Symlink(&'static str, &'static str),
+    Readlink(&'static str),
+    /// truncate(2) by path, shrinking or growing.
+    Truncate(&'static str, u64),
+    Chmod(&'static str, Perm),
+    /// utimensat(2) of the mtime (seconds, nanoseconds); the atime is left alone.
+    Utimens(&'static str, u64, u32),
+    /// Opens a handle into a slot (releasing the one there first).
+    Open(usize, &'static str, Mode),
+    /// pread through a handle (`Model::pick` says which): (slot, offset, length).
+    Read(usize, u64, u32),
+    /// pwrite through a handle: (slot, offset, data).
+    WriteAt(usize, u64, String),
+    /// ftruncate through a handle.
+    Ftruncate(usize, u64),
+    /// Releases a handle: the first open at the slot or after it.
+    Release(usize),
 }
 
-#[test]
-fn random_operations_agree_with_a_plain_directory() {
-    let paths = MODEL_PATHS;
-    for seed in 1..=12u64 {
-        let c = core();
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let path = || select(model_paths());
+    let data = || "[a-z]{1,6}";
+    let slot = || 0..SLOTS;
+    let size = || prop_oneof![0..48u64, Just(5000u64)];
+    let mode = select(vec![
+        Mode::Read,
+        Mode::Write,
+        Mode::ReadWrite,
+        Mode::Trunc,
+        Mode::Append,
+        Mode::Create,
+    ]);
+    let perm = select(vec![0o644, 0o600, 0o755, 0o400, 0o2755, 0o1700]).prop_map(Perm);
+    prop_oneof![
+        3 => (path(), data()).prop_map(|(p, d)| Op::Write(p, d)),
+        2 => path().prop_map(Op::Unlink),
+        2 => path().prop_map(Op::Mkdir),
+        2 => path().prop_map(Op::Rmdir),
+        3 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
+        2 => (path(), path()).prop_map(|(a, b)| Op::Link(a, b)),
+        2 => (select(LINK_TARGETS.to_vec()), path()).prop_map(|(t, p)| Op::Symlink(t, p)),
+        1 => path().prop_map(Op::Readlink),
+        1 => (path(), size()).prop_map(|(p, s)| Op::Truncate(p, s)),
+        1 => (path(), perm).prop_map(|(p, m)| Op::Chmod(p, m)),
+        1 => (path(), 1_000_000_000..1_000_000_010u64, select(vec![0u32, 123_456_789]))
+            .prop_map(|(p, s, ns)| Op::Utimens(p, s, ns)),
+        5 => (slot(), path(), mode).prop_map(|(s, p, m)| Op::Open(s, p, m)),
+        3 => (slot(), 0..24u64, 0..40u32).prop_map(|(s, o, n)| Op::Read(s, o, n)),
+        3 => (slot(), 0..24u64, data()).prop_map(|(s, o, d)| Op::WriteAt(s, o, d)),
+        2 => (slot(), size()).prop_map(|(s, n)| Op::Ftruncate(s, n)),
+        1 => slot().prop_map(Op::Release),
+    ]
+}
+
+/// The process's umask, which the plain directory's creations get; the view's are given
+/// the same.
+fn umask() -> u32 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+    u32::from_str_radix(line["Umask:".len()..].trim(), 8).unwrap()
+}
+
+/// Where a path leads in the view, as the kernel's path walk finds it: the directories
+/// walked through (the root first, the last name's directory last), the last name, and
+/// the entry there (inode, type), if any.
+struct Walked {
+    dirs: Vec<u64>,
+    name: String,
+    found: Option<(u64, FType)>,
+}
+
+impl Walked {
+    fn parent(&self) -> u64 {
+        *self.dirs.last().unwrap()
+    }
+
+    fn name(&self) -> &OsStr {
+        OsStr::new(&self.name)
+    }
+}
+
+impl Core {
+    /// The kernel's path walk through the view: every name looked up, symlinks followed
+    /// on the way (and at the end with `follow`), at most 40 of them (ELOOP).
+    fn walk_path(&self, path: &str, follow: bool) -> Result<Walked, i32> {
+        let mut dirs = vec![self.root];
+        let mut names: std::collections::VecDeque<String> = path
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect();
+        let mut links = 0;
+        while let Some(name) = names.pop_front() {
+            let last = names.is_empty();
+            let dir = *dirs.last().unwrap();
+            if name == ".." {
+                // Only the base's `docs/src-link` (`../src`) names `..`, never at the top
+                // nor last. The plain directory's parent holds nothing else: ENOENT too.
+                assert!(!last, "a path ending in ..: {path}");
+                if dirs.len() == 1 {
+                    return Err(libc::ENOENT);
+                }
+                dirs.pop();
+                continue;
+            }
+            let entry = match self.view.lookup(dir, OsStr::new(&name)) {
+                Ok(e) => e,
+                Err(e) if e.errno() == libc::ENOENT && last => {
+                    return Ok(Walked {
+                        dirs,
+                        name,
+                        found: None,
+                    })
+                }
+                Err(e) => return Err(e.errno()),
+            };
+            let (ino, kind) = (entry.attr.ino, entry.attr.kind);
+            if kind == FType::Symlink && (!last || follow) {
+                links += 1;
+                if links > 40 {
+                    return Err(libc::ELOOP);
+                }
+                let target = self.view.readlink(ino).map_err(|e| e.errno())?;
+                let target = String::from_utf8(target).unwrap();
+                assert!(!target.starts_with('/'), "absolute target {target}");
+                for part in target.split('/').filter(|p| !p.is_empty()).rev() {
+                    names.push_front(part.to_string());
+                }
+                continue;
+            }
+            if last {
+                return Ok(Walked {
+                    dirs,
+                    name,
+                    found: Some((ino, kind)),
+                });
+            }
+            if kind != FType::Dir {
+                return Err(libc::ENOTDIR);
+            }
+            dirs.push(ino);
+        }
+        // An empty path: no operation names one.
+        unreachable!("empty path {path:?}")
+    }
+}
+
+/// What is compared of an entry's attributes: what ext4 and the view both define the
+/// same way. A directory's size and link count are the filesystem's own; an mtime only
+/// when the test set it (a change gives each side its own "now"), and a file's only: a
+/// copy-up moves its directory's (`a_copy_up_leaves_its_directory_s_mtime_alone`, a known
+/// bug), which would fail nearly every sequence that sets a directory's mtime.
+#[derive(Debug, PartialEq)]
+struct Meta {
+    kind: FType,
+    perm: Perm,
+    size: Option<u64>,
+    nlink: Option<u32>,
+    set_mtime: Option<SystemTime>,
+}
+
+impl Meta {
+    fn new(kind: FType, perm: u32, size: u64, nlink: u32, mtime: SystemTime) -> Meta {
+        let not_dir = kind != FType::Dir;
+        let set_before = UNIX_EPOCH + Duration::from_secs(SET_TIMES_BEFORE);
+        Meta {
+            kind,
+            perm: Perm(perm & 0o7777),
+            size: not_dir.then_some(size),
+            nlink: not_dir.then_some(nlink),
+            set_mtime: (not_dir && mtime < set_before).then_some(mtime),
+        }
+    }
+
+    fn of_view(a: &Attr) -> Meta {
+        Meta::new(a.kind, a.perm as u32, a.size, a.nlink, a.mtime)
+    }
+
+    fn of_plain(m: &fs::Metadata) -> Meta {
+        let ft = m.file_type();
+        let kind = if ft.is_dir() {
+            FType::Dir
+        } else if ft.is_symlink() {
+            FType::Symlink
+        } else {
+            FType::File
+        };
+        Meta::new(
+            kind,
+            m.mode(),
+            m.len(),
+            m.nlink() as u32,
+            m.modified().unwrap(),
+        )
+    }
+}
+
+fn plain_meta(root: &Path) -> Attrs {
+    fn walk(dir: &Path, prefix: &str, out: &mut Attrs) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if prefix.is_empty() && name == ".git" {
+                continue;
+            }
+            let m = fs::symlink_metadata(e.path()).unwrap();
+            let mut path = format!("{prefix}{name}");
+            if m.is_dir() {
+                path.push('/');
+                walk(&e.path(), &path, out);
+            }
+            out.insert(path, Meta::of_plain(&m));
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, "", &mut out);
+    out
+}
+
+/// How often each operation succeeded, failed (by errno) or did not apply, over a run:
+/// what the generated sequences exercised.
+#[derive(Default)]
+struct Tally {
+    results: BTreeMap<String, BTreeMap<String, u32>>,
+    /// Checks of open handles on files with no name left.
+    unnamed: u32,
+}
+
+impl Tally {
+    /// Counts `op`'s result; `over` says a rename's new name existed.
+    fn count(&mut self, op: &Op, over: bool, errno: Option<i32>) {
+        let kind = format!("{op:?}");
+        let mut kind = kind.split('(').next().unwrap().to_string();
+        if over {
+            kind.push_str(" over an entry");
+        }
+        let result = match errno {
+            None => "n/a".to_string(),
+            Some(0) => "ok".to_string(),
+            Some(e) => std::io::Error::from_raw_os_error(e)
+                .kind()
+                .to_string()
+                .replace(' ', "-"),
+        };
+        *self
+            .results
+            .entry(kind)
+            .or_default()
+            .entry(result)
+            .or_default() += 1;
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        writeln!(f, "operations run (by the plain directory's answer):")?;
+        for (kind, results) in &self.results {
+            let results: Vec<String> = results.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            writeln!(f, "  {kind}: {}", results.join(", "))?;
+        }
+        write!(
+            f,
+            "checks of a handle on a file with no name: {}",
+            self.unnamed
+        )
+    }
+}
+
+/// A handle open on both sides.
+struct Slot {
+    fh: u64,
+    ino: u64,
+    dir: bool,
+    mode: Mode,
+    file: File,
+}
+
+/// One sequence's two sides: a fresh worktree (in a fresh view) and a fresh plain
+/// directory, with the handles open on both.
+struct Model {
+    c: Core,
+    _plain: tempfile::TempDir,
+    root: PathBuf,
+    slots: Vec<Option<Slot>>,
+    umask: u32,
+}
+
+/// What an operation gave: its errno (0 for success) and what it read.
+#[derive(PartialEq)]
+struct Outcome {
+    errno: i32,
+    data: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match (self.errno, &self.data) {
+            (0, None) => write!(f, "ok"),
+            (0, Some(data)) => write!(f, "ok {}", shown(data)),
+            (errno, _) => write!(f, "{}", errno_name(errno)),
+        }
+    }
+}
+
+/// Text shown as it is.
+#[derive(PartialEq)]
+struct Text(String);
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Bytes as text, cut after 80 characters.
+fn shown(data: &[u8]) -> String {
+    let text = String::from_utf8_lossy(data);
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &text[..cut], data.len()),
+        None => format!("{text:?}"),
+    }
+}
+
+fn errno_name(errno: i32) -> String {
+    let names = [
+        (libc::EPERM, "EPERM"),
+        (libc::ENOENT, "ENOENT"),
+        (libc::EIO, "EIO"),
+        (libc::EBADF, "EBADF"),
+        (libc::EACCES, "EACCES"),
+        (libc::EEXIST, "EEXIST"),
+        (libc::EXDEV, "EXDEV"),
+        (libc::ENOTDIR, "ENOTDIR"),
+        (libc::EISDIR, "EISDIR"),
+        (libc::EINVAL, "EINVAL"),
+        (libc::ENOTEMPTY, "ENOTEMPTY"),
+        (libc::ELOOP, "ELOOP"),
+    ];
+    match names.iter().find(|(e, _)| *e == errno) {
+        Some((_, name)) => name.to_string(),
+        None => format!("errno {errno}"),
+    }
+}
+
+fn errno_of(e: std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(-1)
+}
+
+fn outcome(r: Result<Option<Vec<u8>>, i32>) -> Outcome {
+    match r {
+        Ok(data) => Outcome { errno: 0, data },
+        Err(errno) => Outcome { errno, data: None },
+    }
+}
+
+/// pread until `len` bytes or the end, as the view's read does; at least once (a
+/// directory's answers EISDIR even for no bytes).
+fn pread(file: &File, offset: u64, len: u32) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len as usize];
+    let mut done = file.read_at(&mut buf, offset)?;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64)? {
+            0 => break,
+            n => done += n,
+        }
+    }
+    buf.truncate(done);
+    Ok(buf)
+}
+
+fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn libc_result(r: libc::c_int) -> Result<(), i32> {
+    match r {
+        0 => Ok(()),
+        _ => Err(errno_of(std::io::Error::last_os_error())),
+    }
+}
+
+fn mtime(secs: u64, nsecs: u32) -> SystemTime {
+    UNIX_EPOCH + Duration::new(secs, nsecs)
+}
+
+impl Model {
+    fn new(env: &Rc<Env>, store: &mut Store, name: &str) -> Model {
+        let c = core_in(env, store, name);
         let plain = tempfile::tempdir().unwrap();
-        // The plain directory starts as a checkout of the same commit.
+        // One level down: the parent holds nothing a `..` could find.
+        let root = plain.path().join("w");
+        fs::create_dir(&root).unwrap();
+        // The plain directory starts as a checkout of the same commit, with the empty
+        // directory a checkout leaves for the submodule, and the modes git records
+        // whatever the umask.
         run_ok(
             "git",
             &[
                 "--work-tree",
-                plain.path().to_str().unwrap(),
+                root.to_str().unwrap(),
                 "checkout",
                 "HEAD",
                 "--",
                 ".",
             ],
-            &c._env.repo.path(),
+            &env.repo.path(),
         );
-        fs::create_dir_all(plain.path().join("vendor/sub")).unwrap();
-        let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let mut log = Vec::new();
-        for step in 0..60 {
-            let op = match rng.next() % 5 {
-                0 => Op::Write(
-                    rng.pick(&paths).into(),
-                    format!("{seed}-{step}").into_bytes(),
-                ),
-                1 => Op::Unlink(rng.pick(&paths).into()),
-                2 => Op::Mkdir(rng.pick(&paths).into()),
-                3 => Op::Rmdir(rng.pick(&paths).into()),
-                _ => Op::Rename(rng.pick(&paths).into(), rng.pick(&paths).into()),
-            };
-            let want = apply_plain(plain.path(), &op);
-            let got = apply_view(&c, &op);
-            log.push(format!("{op:?} -> plain {want}, view {got}"));
-            assert_eq!(
-                got == 0,
-                want == 0,
-                "seed {seed}, step {step}: {op:?}\n{}",
-                log.join("\n")
-            );
-            assert_eq!(
-                c.tree(),
-                snapshot(plain.path()),
-                "seed {seed}, step {step}\n{}",
-                log.join("\n")
-            );
+        fs::create_dir_all(root.join("vendor/sub")).unwrap();
+        normalize_modes(&root);
+        Model {
+            c,
+            _plain: plain,
+            root,
+            slots: (0..SLOTS).map(|_| None).collect(),
+            umask: umask(),
         }
+    }
+
+    /// Runs `ops`, checking after each step; the error names the step and the log so far.
+    fn run(&mut self, ops: &[Op], tally: &mut Tally) -> Result<(), String> {
+        let mut log = Vec::new();
+        for (step, op) in ops.iter().enumerate() {
+            let over = match op {
+                Op::Rename(_, b) => fs::symlink_metadata(self.root.join(b)).is_ok(),
+                _ => false,
+            };
+            let outcome = self.step(op);
+            tally.count(op, over, outcome.as_ref().map(|(want, _)| want.errno));
+            let Some((want, got)) = outcome else {
+                log.push(format!("{step}: {op:?} -> not applicable"));
+                continue;
+            };
+            log.push(format!("{step}: {op:?} -> plain {want:?}, view {got:?}"));
+            let failed =
+                |what: String| format!("step {step}, {op:?}: {what}\nsteps:\n{}", log.join("\n"));
+            if want != got {
+                return Err(failed(format!("plain {want:?}, view {got:?}")));
+            }
+            self.check().map_err(failed)?;
+            // Handles whose file has no name left, checked (read, fstat) like the others.
+            let unnamed = self.slots.iter().flatten();
+            let unnamed = unnamed.filter(|s| s.file.metadata().is_ok_and(|m| m.nlink() == 0));
+            tally.unnamed += unnamed.count() as u32;
+        }
+        Ok(())
+    }
+
+    /// Both sides' views of the whole state: the tree's content, every entry's
+    /// attributes, and each open handle's size and first bytes.
+    fn check(&self) -> Result<(), String> {
+        let ((view, view_meta), plain) = (self.c.tree(), snapshot(&self.root));
+        if view != plain {
+            let text = |tree: Contents| -> BTreeMap<String, Text> {
+                let text =
+                    |data: Option<Vec<u8>>| Text(data.map_or("a directory".into(), |d| shown(&d)));
+                tree.into_iter().map(|(k, v)| (k, text(v))).collect()
+            };
+            let (view, plain) = (text(view), text(plain));
+            return Err(format!("trees differ:\n{}", diff(&view, &plain)));
+        }
+        let (view, plain) = (view_meta, plain_meta(&self.root));
+        if view != plain {
+            return Err(format!("attributes differ:\n{}", diff(&view, &plain)));
+        }
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(s) = s.as_ref().filter(|s| !s.dir) else {
+                continue;
+            };
+            let view = self
+                .c
+                .view
+                .getattr(s.ino, Some(s.fh))
+                .map(|e| Meta::of_view(&e.attr));
+            let plain = s.file.metadata().map(|m| Meta::of_plain(&m));
+            let (view, plain) = (view.map_err(|e| e.errno()), plain.map_err(errno_of));
+            if view != plain {
+                return Err(format!("handle {i}: fstat: plain {plain:?}, view {view:?}"));
+            }
+            if !s.mode.reads() {
+                continue;
+            }
+            let view = outcome(self.c.view.read(s.fh, 0, 4096).map(Some).map_err(view_err));
+            let plain = outcome(pread(&s.file, 0, 4096).map(Some).map_err(errno_of));
+            if view != plain {
+                return Err(format!("handle {i} reads: plain {plain:?}, view {view:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the view answered: its errno on failure.
+fn view_err(e: worktreefs::fs::error::FsError) -> i32 {
+    e.errno()
+}
+
+impl Model {
+    fn release(&mut self, slot: usize) -> bool {
+        match self.slots[slot].take() {
+            Some(s) => {
+                self.c.view.release(s.fh);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The handle an operation on slot `k` uses: the first open at `k` or after it (round
+    /// the slots) that allows it. A dir handle is opened for reading only.
+    fn pick(&self, k: usize, allows: impl Fn(&Slot) -> bool) -> Option<&Slot> {
+        (0..SLOTS)
+            .filter_map(|i| self.slots[(k + i) % SLOTS].as_ref())
+            .find(|s| allows(s))
+    }
+
+    /// Applies one operation to both sides: (plain, view); None where it does not apply
+    /// (an empty slot, a read or write the handle's mode refuses, which the kernel answers
+    /// itself).
+    fn step(&mut self, op: &Op) -> Option<(Outcome, Outcome)> {
+        let root = self.root.clone();
+        let p = |s: &str| root.join(s);
+        let done = |r: std::io::Result<()>| outcome(r.map(|_| None).map_err(errno_of));
+        let c = &self.c;
+        let (plain, view) = match op {
+            Op::Write(path, data) => (
+                done(fs::write(p(path), data)),
+                outcome(self.view_write(path, data.as_bytes()).map(|_| None)),
+            ),
+            Op::Unlink(path) => (
+                done(fs::remove_file(p(path))),
+                outcome(c.walk_path(path, false).and_then(|w| {
+                    match w.found {
+                        Some(_) => c
+                            .view
+                            .unlink(w.parent(), w.name())
+                            .map(|_| None)
+                            .map_err(view_err),
+                        None => Err(libc::ENOENT),
+                    }
+                })),
+            ),
+            Op::Mkdir(path) => (
+                done(fs::create_dir(p(path))),
+                outcome(c.walk_path(path, false).and_then(|w| {
+                    match w.found {
+                        Some(_) => Err(libc::EEXIST),
+                        None => c
+                            .view
+                            .mkdir(w.parent(), w.name(), 0o777, self.umask, ME)
+                            .map(|_| None)
+                            .map_err(view_err),
+                    }
+                })),
+            ),
+            Op::Rmdir(path) => (
+                done(fs::remove_dir(p(path))),
+                outcome(c.walk_path(path, false).and_then(|w| {
+                    match w.found {
+                        Some(_) => c
+                            .view
+                            .rmdir(w.parent(), w.name())
+                            .map(|_| None)
+                            .map_err(view_err),
+                        None => Err(libc::ENOENT),
+                    }
+                })),
+            ),
+            Op::Rename(a, b) => (
+                done(fs::rename(p(a), p(b))),
+                outcome(self.view_rename(a, b).map(|_| None)),
+            ),
+            Op::Link(a, b) => (
+                done(fs::hard_link(p(a), p(b))),
+                outcome(self.view_link(a, b).map(|_| None)),
+            ),
+            Op::Symlink(target, path) => (
+                done(std::os::unix::fs::symlink(target, p(path))),
+                outcome(c.walk_path(path, false).and_then(|w| {
+                    match w.found {
+                        Some(_) => Err(libc::EEXIST),
+                        None => c
+                            .view
+                            .symlink(w.parent(), w.name(), Path::new(target), ME)
+                            .map(|_| None)
+                            .map_err(view_err),
+                    }
+                })),
+            ),
+            Op::Readlink(path) => (
+                outcome(
+                    fs::read_link(p(path))
+                        .map(|t| Some(t.into_os_string().into_encoded_bytes()))
+                        .map_err(errno_of),
+                ),
+                outcome(c.walk_path(path, false).and_then(|w| match w.found {
+                    Some((ino, _)) => c.view.readlink(ino).map(Some).map_err(view_err),
+                    None => Err(libc::ENOENT),
+                })),
+            ),
+            Op::Truncate(path, size) => (
+                // SAFETY: a NUL-terminated path.
+                outcome(
+                    libc_result(unsafe { libc::truncate(cpath(&p(path)).as_ptr(), *size as i64) })
+                        .map(|_| None),
+                ),
+                outcome(self.view_setattr(
+                    path,
+                    SetAttr {
+                        size: Some(*size),
+                        ..SetAttr::default()
+                    },
+                )),
+            ),
+            Op::Chmod(path, perm) => (
+                done(fs::set_permissions(
+                    p(path),
+                    fs::Permissions::from_mode(perm.0),
+                )),
+                outcome(self.view_setattr(
+                    path,
+                    SetAttr {
+                        mode: Some(perm.0),
+                        ..SetAttr::default()
+                    },
+                )),
+            ),
+            Op::Utimens(path, secs, nsecs) => {
+                let times = [
+                    libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: libc::UTIME_OMIT,
+                    },
+                    libc::timespec {
+                        tv_sec: *secs as libc::time_t,
+                        tv_nsec: *nsecs as libc::c_long,
+                    },
+                ];
+                // SAFETY: a NUL-terminated path and two timespecs.
+                let r = unsafe {
+                    libc::utimensat(libc::AT_FDCWD, cpath(&p(path)).as_ptr(), times.as_ptr(), 0)
+                };
+                let set = SetAttr {
+                    mtime: Some(Some(mtime(*secs, *nsecs))),
+                    ..SetAttr::default()
+                };
+                (
+                    outcome(libc_result(r).map(|_| None)),
+                    outcome(self.view_setattr(path, set)),
+                )
+            }
+            Op::Open(slot, path, mode) => {
+                self.release(*slot);
+                let plain = mode.options().mode(0o666).open(p(path)).map_err(errno_of);
+                let view = self.view_open(path, *mode);
+                let result = (
+                    outcome(plain.as_ref().map(|_| None).map_err(|e| *e)),
+                    outcome(view.map(|_| None)),
+                );
+                match (plain, view) {
+                    (Ok(file), Ok((fh, ino, dir))) => {
+                        self.slots[*slot] = Some(Slot {
+                            fh,
+                            ino,
+                            dir,
+                            mode: *mode,
+                            file,
+                        })
+                    }
+                    (_, Ok((fh, _, _))) => self.c.view.release(fh),
+                    _ => {}
+                }
+                result
+            }
+            Op::Read(slot, offset, len) => {
+                let s = self.pick(*slot, |s| s.mode.reads())?;
+                (
+                    outcome(pread(&s.file, *offset, *len).map(Some).map_err(errno_of)),
+                    outcome(c.view.read(s.fh, *offset, *len).map(Some).map_err(view_err)),
+                )
+            }
+            Op::WriteAt(slot, offset, data) => {
+                let s = self.pick(*slot, |s| s.mode.writes())?;
+                let plain = done(s.file.write_all_at(data.as_bytes(), *offset));
+                // With O_APPEND the kernel writes at the end of the file as it knows it.
+                let offset = match s.mode {
+                    Mode::Append => match c.view.getattr(s.ino, Some(s.fh)) {
+                        Ok(e) => e.attr.size,
+                        Err(e) => return Some((plain, outcome(Err(e.errno())))),
+                    },
+                    _ => *offset,
+                };
+                let view = c
+                    .view
+                    .write(s.fh, offset, data.as_bytes())
+                    .map_err(view_err);
+                let view = view
+                    .map(|n| (n as usize != data.len()).then(|| format!("wrote {n}").into_bytes()));
+                (plain, outcome(view))
+            }
+            Op::Ftruncate(slot, size) => {
+                let s = self.pick(*slot, |s| s.mode.writes())?;
+                let set = SetAttr {
+                    size: Some(*size),
+                    fh: Some(s.fh),
+                    ..SetAttr::default()
+                };
+                (
+                    done(s.file.set_len(*size)),
+                    outcome(c.view.setattr(s.ino, set).map(|_| None).map_err(view_err)),
+                )
+            }
+            Op::Release(slot) => {
+                let i = (0..SLOTS)
+                    .map(|i| (slot + i) % SLOTS)
+                    .find(|&i| self.slots[i].is_some())?;
+                self.release(i);
+                (outcome(Ok(None)), outcome(Ok(None)))
+            }
+        };
+        Some((plain, view))
+    }
+
+    /// `fs::write`: open(O_WRONLY | O_CREAT | O_TRUNC), following a symlink at the end
+    /// (creating its missing target), then one write.
+    fn view_write(&self, path: &str, data: &[u8]) -> Result<(), i32> {
+        let c = &self.c;
+        let w = c.walk_path(path, true)?;
+        let fh = match w.found {
+            Some((ino, _)) => {
+                c.view
+                    .open(ino, libc::O_WRONLY | libc::O_TRUNC)
+                    .map_err(view_err)?
+                    .0
+            }
+            None => {
+                c.view
+                    .create(
+                        w.parent(),
+                        w.name(),
+                        libc::S_IFREG | 0o666,
+                        self.umask,
+                        libc::O_WRONLY,
+                        ME,
+                    )
+                    .map_err(view_err)?
+                    .1
+            }
+        };
+        let r = c.view.write(fh, 0, data).map(|_| ()).map_err(view_err);
+        c.view.release(fh);
+        r
+    }
+
+    /// open(2) of `path`, following a symlink at the end: (handle, inode, whether it is a
+    /// directory's). A directory opened read-only is the kernel's OPENDIR.
+    fn view_open(&self, path: &str, mode: Mode) -> Result<(u64, u64, bool), i32> {
+        let c = &self.c;
+        let w = c.walk_path(path, true)?;
+        match w.found {
+            Some((ino, FType::Dir)) if mode == Mode::Read => {
+                Ok((c.view.opendir(ino).map_err(view_err)?.0, ino, true))
+            }
+            Some((ino, _)) => Ok((
+                c.view.open(ino, mode.flags()).map_err(view_err)?.0,
+                ino,
+                false,
+            )),
+            None if mode == Mode::Create => {
+                let (e, fh) = c
+                    .view
+                    .create(
+                        w.parent(),
+                        w.name(),
+                        libc::S_IFREG | 0o666,
+                        self.umask,
+                        mode.flags(),
+                        ME,
+                    )
+                    .map_err(view_err)?;
+                Ok((fh, e.attr.ino, false))
+            }
+            None => Err(libc::ENOENT),
+        }
+    }
+
+    /// rename(2): the kernel's own checks first (a missing source; a directory moved
+    /// below itself, EINVAL; over one of its own ancestors, ENOTEMPTY; two names of one
+    /// inode, nothing to do), then the view's.
+    fn view_rename(&self, a: &str, b: &str) -> Result<(), i32> {
+        let c = &self.c;
+        let (wa, wb) = (c.walk_path(a, false)?, c.walk_path(b, false)?);
+        let Some((src, _)) = wa.found else {
+            return Err(libc::ENOENT);
+        };
+        if wb.dirs.contains(&src) {
+            return Err(libc::EINVAL);
+        }
+        if let Some((dst, _)) = wb.found {
+            if wa.dirs.contains(&dst) {
+                return Err(libc::ENOTEMPTY);
+            }
+            if dst == src {
+                return Ok(());
+            }
+        }
+        c.view
+            .rename(wa.parent(), wa.name(), wb.parent(), wb.name(), 0)
+            .map_err(view_err)
+    }
+
+    /// link(2), which follows no symlink: a missing source is ENOENT and an existing new
+    /// name EEXIST, both answered by the kernel.
+    fn view_link(&self, a: &str, b: &str) -> Result<(), i32> {
+        let c = &self.c;
+        let Some((ino, _)) = c.walk_path(a, false)?.found else {
+            return Err(libc::ENOENT);
+        };
+        let wb = c.walk_path(b, false)?;
+        if wb.found.is_some() {
+            return Err(libc::EEXIST);
+        }
+        c.view
+            .link(ino, wb.parent(), wb.name())
+            .map(|_| ())
+            .map_err(view_err)
+    }
+
+    /// A setattr by path (truncate, chmod, utimensat), following a symlink at the end.
+    fn view_setattr(&self, path: &str, set: SetAttr) -> Result<Option<Vec<u8>>, i32> {
+        let c = &self.c;
+        match c.walk_path(path, true)?.found {
+            Some((ino, _)) => c.view.setattr(ino, set).map(|_| None).map_err(view_err),
+            None => Err(libc::ENOENT),
+        }
+    }
+}
+
+/// Sets the modes git records (0644, 0755 for an executable, 0755 for a directory), which
+/// a checkout gives only under the umask 022.
+fn normalize_modes(dir: &Path) {
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let m = fs::symlink_metadata(e.path()).unwrap();
+        let mode = if m.is_dir() {
+            normalize_modes(&e.path());
+            0o755
+        } else if m.is_symlink() {
+            continue;
+        } else if m.mode() & 0o100 != 0 {
+            0o755
+        } else {
+            0o644
+        };
+        fs::set_permissions(e.path(), fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+/// The entries where two maps differ, one a line.
+fn diff<V: PartialEq + std::fmt::Debug>(
+    view: &BTreeMap<String, V>,
+    plain: &BTreeMap<String, V>,
+) -> String {
+    let mut keys: Vec<&String> = view.keys().chain(plain.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| view.get(*k) != plain.get(*k))
+        .map(|k| {
+            let at = |m: &BTreeMap<String, V>| match m.get(k) {
+                Some(v) => format!("{v:?}"),
+                None => "absent".to_string(),
+            };
+            format!("  {k}: plain {}, view {}", at(plain), at(view))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Random sequences of up to 40 operations, 128 of them (`PROPTEST_CASES` sets another
+/// number; about 10 s in a debug build), from a fixed seed unless `PROPTEST_RNG_SEED`
+/// gives one, so CI runs the same sequences each time. Each runs in a fresh worktree of
+/// one repository, in a fresh view, beside a fresh plain directory. A failure is shrunk to
+/// a minimal sequence, which the panic shows; no failure is persisted (a failing sequence
+/// worth keeping becomes a test of its own). `--nocapture` shows what the sequences did.
+#[test]
+fn random_operations_agree_with_a_plain_directory() {
+    let env = Rc::new(Env::new());
+    let state = StateDir::open(&env.state()).unwrap();
+    let store = RefCell::new(Store::open(&state.root).unwrap());
+    let made = Cell::new(0);
+    // The length of the first sequence that failed, before shrinking.
+    let first_failure = Cell::new(0);
+    let tally = RefCell::new(Tally::default());
+    let mut config = Config {
+        failure_persistence: None,
+        max_shrink_iters: 2048,
+        ..Config::default()
+    };
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = 128;
+    }
+    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        config.rng_seed = RngSeed::Fixed(0x7767_6673);
+    }
+    let mut runner = TestRunner::new(config);
+    let sequences = proptest::collection::vec(op_strategy(), 1..=40);
+    let result = runner.run(&sequences, |ops| {
+        made.set(made.get() + 1);
+        let name = format!("m{}", made.get());
+        let mut model = Model::new(&env, &mut store.borrow_mut(), &name);
+        let result = model.run(&ops, &mut tally.borrow_mut());
+        if result.is_err() && first_failure.get() == 0 {
+            first_failure.set(ops.len());
+        }
+        result.map_err(TestCaseError::fail)
+    });
+    eprintln!("{}", tally.borrow());
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, ops)) => {
+            let listed: Vec<String> = ops.iter().map(|o| format!("  {o:?},")).collect();
+            panic!(
+                "the view disagrees with a plain directory\n\
+                 minimal sequence ({} steps, shrunk from {}):\n{}\n{why}",
+                ops.len(),
+                first_failure.get(),
+                listed.join("\n")
+            )
+        }
+        Err(e) => panic!("{e}"),
     }
 }
 
@@ -519,4 +1487,38 @@ fn rename_and_link_across_worktrees_answer_exdev() {
     // Within one worktree, as before.
     assert_eq!(rename(a, "README.md", src, "README.md"), Ok(()));
     assert_eq!(link(look(src, "README.md").unwrap(), a, "again.md"), Ok(()));
+}
+
+/// A copy-up adds the file to its directory's upper copy, but on ext4 truncating (or
+/// chmod-ing, or opening for writing) a file leaves its directory's mtime alone: the view
+/// shows the upper directory's mtime, which the copy-up moved to "now". Found by
+/// `random_operations_agree_with_a_plain_directory`, which for this reason compares no
+/// directory's mtime.
+#[test]
+#[ignore = "known bug: a copy-up changes the mtime the view shows for the file's directory"]
+fn a_copy_up_leaves_its_directory_s_mtime_alone() {
+    let c = core();
+    let set = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let (_, src) = c.resolve("src").unwrap();
+    c.view
+        .setattr(
+            src,
+            SetAttr {
+                mtime: Some(Some(set)),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(c.view.getattr(src, None).unwrap().attr.mtime, set);
+    let (_, main) = c.resolve("src/main.rs").unwrap();
+    c.view
+        .setattr(
+            main,
+            SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(c.view.getattr(src, None).unwrap().attr.mtime, set);
 }
