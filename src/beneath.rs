@@ -393,6 +393,15 @@ pub fn proc_path(fd: BorrowedFd) -> CString {
     cstr(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_bytes()).expect("no NUL in a number")
 }
 
+/// Sets the access and modification times of the file `fd` refers to (an `O_PATH`
+/// descriptor too: through its `/proc/self/fd` link, which needs no read access).
+pub fn set_times(fd: BorrowedFd, atime: libc::timespec, mtime: libc::timespec) -> io::Result<()> {
+    let p = proc_path(fd);
+    let times = [atime, mtime];
+    // SAFETY: a NUL-terminated path and two timespecs.
+    check(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) })
+}
+
 /// Opens the file `fd` (an `O_PATH` descriptor of a file that is not a symlink) anew with
 /// `flags`.
 pub fn reopen(fd: BorrowedFd, flags: i32) -> io::Result<File> {

@@ -18,7 +18,7 @@ use super::error::{FsError, FsResult};
 use super::handles::Converted;
 use super::nodes::ROOT_INO;
 use super::overlay::{BaseRef, WtCtx};
-use super::types::FType;
+use super::types::{systime, FType};
 use super::view::{marker, View};
 
 /// FICLONE where the filesystem shares extents, else copy_file_range (std::io::copy uses it).
@@ -138,7 +138,10 @@ impl View {
         } else {
             self.ensure_upper_dir(parent)?;
             let dir = self.upper_dir(parent)?;
-            if let Err(e) = beneath::rename_at(work, &tmp, dir.as_fd(), &name, 0) {
+            let renamed = keeping_times(dir.as_fd(), || {
+                beneath::rename_at(work, &tmp, dir.as_fd(), &name, 0)
+            });
+            if let Err(e) = renamed {
                 let _ = beneath::remove_tree(work, &tmp);
                 // A directory made by an earlier copy-up that did not finish (a crash)
                 // stays: it is what the entry is.
@@ -179,11 +182,15 @@ impl View {
         let work = wt.work_fd.as_fd();
         match ftype {
             FType::Dir => {
-                // An inherited directory keeps its mode (a 0700 one stays private).
+                // An inherited directory keeps its mode (a 0700 one stays private), and
+                // every directory the time the view showed for it.
                 let perm = self.warm_dir(wt, &base).map_or(0o755, |d| d.perm);
                 beneath::mkdir_at(work, tmp, 0o700)
                     .map_err(|e| FsError::io("mkdir in work dir", e))?;
-                own_dir(work, tmp, wt.uid, wt.gid, perm)
+                let ino = own_dir(work, tmp, wt.uid, wt.gid, perm)?;
+                let t = timespec_of(self.base_dir_time(wt, &base));
+                let _ = beneath::entry(work, tmp).and_then(|d| beneath::set_times(d.as_fd(), t, t));
+                Ok(ino)
             }
             FType::File => self.copy_blob_to(wt, base, work, tmp, with_data, converted.as_ref()),
             FType::Symlink => {
@@ -194,6 +201,12 @@ impl View {
             }
             _ => Err(FsError::internal("unexpected base entry type")),
         }
+    }
+
+    /// The time the view shows for the base directory `base` (as `base_attr` does).
+    fn base_dir_time(&self, wt: &WtCtx, base: &BaseRef) -> std::time::SystemTime {
+        self.warm_dir(wt, base)
+            .map_or(wt.base_mtime, |d| systime(d.mtime.0, d.mtime.1 as i64))
     }
 
     /// Writes the blob `base` (as a checkout converts it, with `converted`) as the new file
@@ -321,8 +334,19 @@ impl View {
     }
 
     /// As `copy_up_tree`, for the upper directory `dir` at path `rel` (known only in a
-    /// worktree with converted files) over base tree `base`.
+    /// worktree with converted files) over base tree `base`. The directory keeps its
+    /// times, and each directory made below gets the time the view showed for it.
     pub(super) fn copy_up_tree_at(
+        &self,
+        wt: &WtCtx,
+        dir: BorrowedFd,
+        base: Option<BaseRef>,
+        rel: &[u8],
+    ) -> FsResult<()> {
+        keeping_times(dir, || self.fill_tree_at(wt, dir, base, rel))
+    }
+
+    fn fill_tree_at(
         &self,
         wt: &WtCtx,
         dir: BorrowedFd,
@@ -381,8 +405,11 @@ impl View {
                         let d = sub(&e.name)?;
                         write_stub(d.as_fd(), &rel, e.oid)?;
                     }
-                    self.copy_up_tree_at(wt, sub(&e.name)?.as_fd(), Some(child_base), &rel)?;
+                    let made = sub(&e.name)?;
+                    self.copy_up_tree_at(wt, made.as_fd(), Some(child_base), &rel)?;
                     own_dir(dir, &e.name, wt.uid, wt.gid, perm)?;
+                    let t = timespec_of(self.base_dir_time(wt, &child_base));
+                    let _ = beneath::set_times(made.as_fd(), t, t);
                 }
                 MODE_LINK => {
                     let target = self.link_target(wt, &child_base)?;
@@ -425,6 +452,39 @@ pub(super) fn write_stub(dir: BorrowedFd, origin: &[u8], commit: git2::Oid) -> F
     )
     .and_then(|_| f.sync_all())
     .map_err(|e| FsError::io("writing a submodule view's stub", e))
+}
+
+/// Runs `change`, which adds entries to the upper directory `dir`, then puts the
+/// directory's access and modification times back: a copy-up is no change of the
+/// directory to the view (on ext4 a change to a file leaves its directory's times alone;
+/// overlayfs does the same). Callers hold `mutate`, so no other change of the directory
+/// comes in between.
+fn keeping_times<R>(dir: BorrowedFd, change: impl FnOnce() -> R) -> R {
+    let before = beneath::fstat(dir).ok();
+    let r = change();
+    if let Some(st) = before {
+        let at = |sec, nsec| libc::timespec {
+            tv_sec: sec,
+            tv_nsec: nsec,
+        };
+        if let Err(e) = beneath::set_times(
+            dir,
+            at(st.st_atime, st.st_atime_nsec),
+            at(st.st_mtime, st.st_mtime_nsec),
+        ) {
+            tracing::warn!("a directory's times could not be put back after a copy-up: {e}");
+        }
+    }
+    r
+}
+
+/// `t` as the kernel takes a time.
+fn timespec_of(t: std::time::SystemTime) -> libc::timespec {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
 }
 
 /// As `own`, for a directory copied up from the base, given mode `perm` as the base showed
