@@ -2,20 +2,20 @@
 //! attributes, listings, sizes and link targets, and a child resolved across the upper
 //! layer and the base.
 
-use super::error::{FsError, FsResult};
-use super::nodes::NodeKind;
-use super::overlay::{BaseRef, Overlay, UpperDir, WtCtx};
-use super::types::GITFILE_NAME;
-use super::types::{Attr, FType};
-use super::view::View;
-use crate::beneath;
-use crate::git::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
-use crate::layout::OPAQUE_MARKER;
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+use super::error::{FsError, FsResult};
+use super::nodes::NodeKind;
+use super::overlay::{BaseRef, Overlay, UpperDir, WtCtx};
+use super::types::{Attr, FType, GITFILE_NAME};
+use super::view::View;
+use crate::beneath;
+use crate::git::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
+use crate::layout::OPAQUE_MARKER;
 
 impl View {
     /// The attributes of base entry `ino`, at `path()` (asked only in a worktree with

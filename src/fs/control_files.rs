@@ -2,16 +2,16 @@
 //! worktrees, turns and the daemon's counters, read from the store and from what the
 //! daemon keeps in memory, and who owns each file.
 
+use std::ffi::OsStr;
+use std::sync::atomic::Ordering;
+
 use super::control::{control_file_attr, ControlDir, LAYOUT, REFRESH_NAME, STATS, STATUS};
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::{control_ino, NodeKind};
-use super::ttl::ttl_of;
-use super::ttl::CONTROL_TTL;
+use super::ttl::{ttl_of, CONTROL_TTL};
 use super::types::Entry;
 use super::view::View;
 use crate::store::StoreError;
-use std::ffi::OsStr;
-use std::sync::atomic::Ordering;
 
 /// How long a refresh waits for the change requests that began before a guard to end.
 const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -1,6 +1,14 @@
 //! Reading and writing through handles: open (a base blob, an upper file, a converted
 //! file), read, write, fsync and release, and the paths a handle records.
 
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
 use super::control::ControlDir;
 use super::error::{FsError, FsResult};
 use super::handles::{
@@ -10,12 +18,6 @@ use super::nodes::NodeKind;
 use super::overlay::WtCtx;
 use super::types::{Backing, FType};
 use super::view::View;
-use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::fs::File;
-use std::io;
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 impl View {
     /// A handle on the upper file `file`, or (with `blob`) on a base file, opened at its

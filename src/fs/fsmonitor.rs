@@ -2,6 +2,12 @@
 //! changes noted in the journal, a query answered from the journal or, when it cannot
 //! answer exactly, from the upper layer itself.
 
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use git2::Oid;
+
 use super::error::{FsError, FsResult};
 use super::journal::Since;
 use super::nodes::join_rel;
@@ -11,10 +17,6 @@ use super::view::View;
 use crate::beneath;
 use crate::git::{self, MODE_TREE};
 use crate::layout::UpperDir;
-use git2::Oid;
-use std::ffi::OsStr;
-use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::ffi::OsStrExt;
 
 impl View {
     /// Records that the entry `ino` changed.

@@ -16,12 +16,9 @@ use super::catalog::repo_ino;
 use super::control::{is_control_dir, ControlDir, CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::HandleKind;
-use super::nodes::control_ino;
-use super::nodes::join_rel;
-use super::nodes::{NodeKind, NodeTable, ROOT_INO};
+use super::nodes::{control_ino, join_rel, NodeKind, NodeTable, ROOT_INO};
 use super::place::{held, is_changing, stale_io};
-use super::types::GITFILE_NAME;
-use super::types::{DirEntry, FType};
+use super::types::{DirEntry, FType, GITFILE_NAME};
 use super::view::View;
 
 impl View {

@@ -30,8 +30,7 @@ use super::error::{ErrorKind, FsError, FsResult};
 use super::journal::WorktreeJournal;
 use super::nodes::{Node, NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::{BaseRef, Overlay, WtCtx};
-use super::ttl::CONTROL_TTL;
-use super::ttl::TOP_TTL;
+use super::ttl::{CONTROL_TTL, TOP_TTL};
 use super::types::{systime, Attr, Caller, Entry, FType, Inval};
 use super::view::View;
 

@@ -13,8 +13,7 @@ use crate::git::{self};
 use crate::layout::Whiteouts;
 
 use super::journal::WorktreeJournal;
-use super::types::FType;
-use super::types::GITFILE_NAME;
+use super::types::{FType, GITFILE_NAME};
 
 /// A directory's upper directory as a lookup found it: its descriptor once opened, and
 /// whether a whiteout holds the name looked up (a removed base entry's; a new entry goes

@@ -5,8 +5,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 
 use crate::beneath;
-use crate::layout::UpperDir;
-use crate::layout::OPAQUE_MARKER;
+use crate::layout::{UpperDir, OPAQUE_MARKER};
 
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;

@@ -1,12 +1,13 @@
 //! Reaching a node's place in the upper layer: found from the node table, retried while
 //! a rename or removal under way settles.
 
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
 use super::error::{FsError, FsResult};
 use super::place::{held, is_changing, stale_io, Place};
 use super::view::View;
-use crate::beneath::{self};
-use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use crate::beneath;
 
 impl View {
     /// Where node `ino`'s upper file is.

@@ -34,10 +34,8 @@ use crate::store::Store;
 
 use super::catalog::Catalog;
 use super::error::{FsError, FsResult};
-use super::handles::Listings;
-use super::handles::{opened, HandleKind, Handles};
-use super::nodes::fixed_nodes;
-use super::nodes::{NodeKind, NodeTable, Nodes, ROOT_INO};
+use super::handles::{opened, HandleKind, Handles, Listings};
+use super::nodes::{fixed_nodes, NodeKind, NodeTable, Nodes, ROOT_INO};
 use super::place::{held, is_changing, Place};
 use super::types::{
     Attr, Entry, FType, Invalidator, LeaseActivity, PendingLeases, Statfs, GITFILE_NAME,
