@@ -3,6 +3,11 @@
 use crate::store::{LeaseRow, WorktreeRow};
 use crate::table::Table;
 
+pub mod shapes;
+mod times;
+
+pub use times::{parse_rfc3339, rfc3339};
+
 /// The table `list`, `status` and `.control/status` show: every worktree, its state, its
 /// leases and, where `inside` says (`list`, `status`), the processes inside it that hold
 /// none (a shell that `cd`-ed in and made no request yet); then every lease.
@@ -87,103 +92,6 @@ pub fn age(secs: i64) -> String {
         7200..=172_799 => format!("{} h", s / 3600),
         _ => format!("{} d", s / 86_400),
     }
-}
-
-/// Unix seconds as RFC 3339 in local time with its offset (`2026-12-03T14:02:11+01:00`):
-/// the JSON `*_at` fields and the times people read.
-pub fn rfc3339(secs: i64) -> String {
-    // SAFETY: localtime_r writes only the `tm` it is given.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let t = secs as libc::time_t;
-    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
-        tm = utc_tm(secs);
-    }
-    let off = tm.tm_gmtoff;
-    let (sign, off) = if off < 0 { ('-', -off) } else { ('+', off) };
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{sign}{:02}:{:02}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-        off / 3600,
-        off / 60 % 60
-    )
-}
-
-/// The broken-down UTC time of `secs` (days to civil date, Howard Hinnant's algorithm).
-/// The Unix seconds of an RFC 3339 time as `rfc3339` writes it
-/// (`2026-12-03T14:02:11+01:00`, or `Z`); None for anything else.
-pub fn parse_rfc3339(t: &str) -> Option<i64> {
-    let b = t.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b'T'
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let s = t.get(r)?;
-        s.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| s.parse().ok())?
-    };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    let off = match &t[19..] {
-        "Z" => 0,
-        z if z.len() == 6 && (z.starts_with('+') || z.starts_with('-')) && &z[3..4] == ":" => {
-            let v = num(20..22)? * 3600 + num(23..25)? * 60;
-            if z.starts_with('-') {
-                -v
-            } else {
-                v
-            }
-        }
-        _ => return None,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let (y, m) = if mo <= 2 {
-        (y - 1, mo + 9)
-    } else {
-        (y, mo - 3)
-    };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + mi * 60 + s - off)
-}
-
-fn utc_tm(secs: i64) -> libc::tm {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    // SAFETY: a plain C struct; every field used is set below.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    tm.tm_year = (year - 1900) as i32;
-    tm.tm_mon = (month - 1) as i32;
-    tm.tm_mday = day as i32;
-    tm.tm_hour = (rem / 3600) as i32;
-    tm.tm_min = (rem / 60 % 60) as i32;
-    tm.tm_sec = (rem % 60) as i32;
-    tm
 }
 
 /// A past moment for people: `14:02:11 (3 min ago)`, with the date when not today.
@@ -404,17 +312,7 @@ pub fn unleasable(repo: &str, name: &str, state: Option<crate::lease::State>) ->
 
 /// A running turn as JSON (`.control/turns`, `turns --json`, a busy refusal).
 pub fn turn_json(t: &crate::store::TurnRow, mountpoint: &std::path::Path) -> serde_json::Value {
-    serde_json::json!({
-        "worktree": format!("{}/{}", t.repo, t.worktree),
-        "repo": t.repo,
-        "name": t.worktree,
-        "path": mountpoint.join(&t.repo).join(&t.worktree),
-        "session": t.session,
-        "pid": t.pid,
-        "command": t.command,
-        "guard": t.guard,
-        "started_at": rfc3339(t.started_at),
-    })
+    shapes::value(shapes::TurnJson::of(t, Some(mountpoint)))
 }
 
 /// The refusal of a turn on `repo/name` while `turn` runs there: its session, command and
@@ -451,10 +349,7 @@ pub fn busy(
         "\nways out: wait for it (`--wait SECS`), end it by releasing its session (`worktreefs lease release {target} --session {}`), or work in another worktree (`worktreefs new {}/<name>`)",
         turn.session, turn.repo
     ));
-    let mut t = turn_json(turn, mountpoint.unwrap_or(std::path::Path::new("")));
-    if mountpoint.is_none() {
-        t["path"] = serde_json::Value::Null;
-    }
+    let t = shapes::value(shapes::TurnJson::of(turn, mountpoint));
     Refusal {
         json: serde_json::json!({
             "error": "busy",
@@ -557,71 +452,23 @@ pub fn worktree_json(
     w: &crate::store::WorktreeRow,
     mountpoint: &std::path::Path,
 ) -> serde_json::Value {
-    serde_json::json!({
-        "id": w.id,
-        "worktree": format!("{}/{}", w.repo, w.name),
-        "repo": w.repo,
-        "name": w.name,
-        "path": mountpoint.join(&w.repo).join(&w.name),
-        "state": w.state.as_str(),
-        "branch": w.branch,
-        "branch_created": w.branch_created,
-        "base_commit": w.base_commit,
-        "warm_snapshot": w.warm,
-        "created_at": rfc3339(w.created_at),
-        "state_changed_at": rfc3339(w.state_changed_at),
-    })
+    shapes::value(shapes::WorktreeJson::of(w, mountpoint))
 }
 
 /// A lease (`leases --json`, `.control/leases`, `status --json`), with the names the
 /// occupancy refusal gives its holders.
 pub fn lease_json(l: &LeaseRow) -> serde_json::Value {
-    serde_json::json!({
-        "worktree": format!("{}/{}", l.repo, l.worktree),
-        "repo": l.repo,
-        "name": l.worktree,
-        "holder": l.holder,
-        "kind": l.holder_kind,
-        "session": l.session,
-        "pid": l.pid,
-        "command": l.command,
-        "exclusive": l.exclusive,
-        "acquired_at": rfc3339(l.acquired_at),
-        "last_active_at": rfc3339(l.last_active()),
-    })
+    shapes::value(shapes::LeaseJson::of(l))
 }
 
 /// An event (`events --json`, one per line).
 pub fn event_json(e: &crate::store::EventRow) -> serde_json::Value {
-    serde_json::json!({
-        "id": e.id,
-        "at": rfc3339(e.at),
-        "worktree": match (&e.repo, &e.worktree) {
-            (Some(r), Some(w)) => Some(format!("{r}/{w}")),
-            _ => None,
-        },
-        "repo": e.repo,
-        "name": e.worktree,
-        "kind": e.kind,
-        "holder": e.holder,
-        "reason": e.reason,
-    })
+    shapes::value(shapes::EventJson::of(e))
 }
 
 /// A retained worktree (`retained --json`, `.control/retained`).
 pub fn retained_json(r: &crate::store::RetainedRow) -> serde_json::Value {
-    serde_json::json!({
-        "id": r.worktree_id,
-        "worktree": format!("{}/{}", r.repo, r.worktree),
-        "repo": r.repo,
-        "name": r.worktree,
-        "path": r.path,
-        "branch": r.branch,
-        "base_commit": r.base_commit,
-        "reason": r.reason,
-        "holder_reason": r.holder_reason,
-        "retained_at": rfc3339(r.entered_at),
-    })
+    shapes::value(shapes::RetainedJson::of(r))
 }
 
 /// A kept removal (`removed --json`, `.control/removed`): when it goes, and where its
@@ -631,51 +478,17 @@ pub fn kept_json(
     keep_secs: i64,
     kept_dir: Option<&std::path::Path>,
 ) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "id": k.worktree_id,
-        "worktree": format!("{}/{}", k.repo, k.worktree),
-        "repo": k.repo,
-        "name": k.worktree,
-        "branch": k.branch,
-        "base_commit": k.base_commit,
-        "head": k.head,
-        "tip": k.tip,
-        "tip_ref": k.tip_ref,
-        "bytes": k.bytes,
-        "how": k.how,
-        "removed_at": rfc3339(k.kept_at),
-        "expires_at": rfc3339(k.kept_at + keep_secs),
-    });
-    if let Some(d) = kept_dir {
-        v["kept_dir"] = d.display().to_string().into();
-    }
-    v
+    shapes::value(shapes::KeptJson::of(k, keep_secs, kept_dir))
 }
 
 /// A registered repository (`repo list --json`).
 pub fn repo_json(r: &crate::store::RepoRow) -> serde_json::Value {
-    serde_json::json!({
-        "id": r.id,
-        "repo": r.name,
-        "path": r.path,
-        "gitdir": r.gitdir,
-        "include": r.include,
-        "warm_default": r.warm_default,
-        "added_at": rfc3339(r.added_at),
-    })
+    shapes::value(shapes::RepoJson::of(r))
 }
 
 /// A warm snapshot (`warm --json`, `new --json`).
 pub fn snapshot_json(w: &crate::store::WarmRow) -> serde_json::Value {
-    serde_json::json!({
-        "id": w.id,
-        "uid": w.uid,
-        "files": w.files,
-        "bytes": w.bytes,
-        "took_ms": w.took_ms,
-        "skipped_count": w.skipped,
-        "taken_at": rfc3339(w.taken_at),
-    })
+    shapes::value(shapes::SnapshotJson::of(w))
 }
 
 /// A message as people read it: without libgit2's internals, the `; class=Os (2)` and

@@ -1,0 +1,394 @@
+//! The JSON shapes the rows are printed in (`--json`, `.control/`), one type each, so the
+//! shapes `docs/cli.md` shows are checked against them (the tests below read it). Each
+//! is made from its row and printed through `serde_json`; fields are named as printed.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::times::rfc3339;
+use crate::store::WorktreeRow;
+use crate::store::{EventRow, KeptRow, LeaseRow, RepoRow, RetainedRow, TurnRow, WarmRow};
+
+/// A worktree (`new`, `list`, `status`, `lease acquire|release`, `reclaim`,
+/// `.control/worktrees`, the refusals that carry the worktree).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeJson {
+    pub id: i64,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub path: PathBuf,
+    pub state: String,
+    pub branch: Option<String>,
+    pub branch_created: bool,
+    pub base_commit: String,
+    pub warm_snapshot: Option<i64>,
+    pub created_at: String,
+    pub state_changed_at: String,
+}
+
+impl WorktreeJson {
+    /// Worktree `w`, at its path under `mountpoint`.
+    pub fn of(w: &WorktreeRow, mountpoint: &Path) -> WorktreeJson {
+        WorktreeJson {
+            id: w.id,
+            worktree: format!("{}/{}", w.repo, w.name),
+            repo: w.repo.clone(),
+            name: w.name.clone(),
+            path: mountpoint.join(&w.repo).join(&w.name),
+            state: w.state.as_str().to_string(),
+            branch: w.branch.clone(),
+            branch_created: w.branch_created,
+            base_commit: w.base_commit.clone(),
+            warm_snapshot: w.warm,
+            created_at: rfc3339(w.created_at),
+            state_changed_at: rfc3339(w.state_changed_at),
+        }
+    }
+}
+
+/// A lease (`leases`, `status`, `.control/leases`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseJson {
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub holder: String,
+    pub kind: String,
+    pub session: Option<String>,
+    pub pid: Option<i64>,
+    pub command: Option<String>,
+    pub exclusive: bool,
+    pub acquired_at: String,
+    pub last_active_at: String,
+}
+
+impl LeaseJson {
+    pub fn of(l: &LeaseRow) -> LeaseJson {
+        LeaseJson {
+            worktree: format!("{}/{}", l.repo, l.worktree),
+            repo: l.repo.clone(),
+            name: l.worktree.clone(),
+            holder: l.holder.clone(),
+            kind: l.holder_kind.clone(),
+            session: l.session.clone(),
+            pid: l.pid,
+            command: l.command.clone(),
+            exclusive: l.exclusive,
+            acquired_at: rfc3339(l.acquired_at),
+            last_active_at: rfc3339(l.last_active()),
+        }
+    }
+}
+
+/// An event (`events --json`, one per line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventJson {
+    pub id: i64,
+    pub at: String,
+    pub worktree: Option<String>,
+    pub repo: Option<String>,
+    pub name: Option<String>,
+    pub kind: String,
+    pub holder: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl EventJson {
+    pub fn of(e: &EventRow) -> EventJson {
+        EventJson {
+            id: e.id,
+            at: rfc3339(e.at),
+            worktree: match (&e.repo, &e.worktree) {
+                (Some(r), Some(w)) => Some(format!("{r}/{w}")),
+                _ => None,
+            },
+            repo: e.repo.clone(),
+            name: e.worktree.clone(),
+            kind: e.kind.clone(),
+            holder: e.holder.clone(),
+            reason: e.reason.clone(),
+        }
+    }
+}
+
+/// A retained worktree (`retained --json`, `.control/retained`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetainedJson {
+    pub id: i64,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub path: String,
+    pub branch: Option<String>,
+    pub base_commit: String,
+    pub reason: String,
+    pub holder_reason: Option<String>,
+    pub retained_at: String,
+}
+
+impl RetainedJson {
+    pub fn of(r: &RetainedRow) -> RetainedJson {
+        RetainedJson {
+            id: r.worktree_id,
+            worktree: format!("{}/{}", r.repo, r.worktree),
+            repo: r.repo.clone(),
+            name: r.worktree.clone(),
+            path: r.path.clone(),
+            branch: r.branch.clone(),
+            base_commit: r.base_commit.clone(),
+            reason: r.reason.clone(),
+            holder_reason: r.holder_reason.clone(),
+            retained_at: rfc3339(r.entered_at),
+        }
+    }
+}
+
+/// A kept removal (`removed --json`, `.control/removed`): `kept_dir` only where the
+/// copy's place is said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeptJson {
+    pub id: i64,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub branch: Option<String>,
+    pub base_commit: String,
+    pub head: String,
+    pub tip: Option<String>,
+    pub tip_ref: Option<String>,
+    pub bytes: i64,
+    pub how: String,
+    pub removed_at: String,
+    pub expires_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_dir: Option<String>,
+}
+
+impl KeptJson {
+    /// Kept copy `k`, gone `keep_secs` after it was kept, in `kept_dir` when given.
+    pub fn of(k: &KeptRow, keep_secs: i64, kept_dir: Option<&Path>) -> KeptJson {
+        KeptJson {
+            id: k.worktree_id,
+            worktree: format!("{}/{}", k.repo, k.worktree),
+            repo: k.repo.clone(),
+            name: k.worktree.clone(),
+            branch: k.branch.clone(),
+            base_commit: k.base_commit.clone(),
+            head: k.head.clone(),
+            tip: k.tip.clone(),
+            tip_ref: k.tip_ref.clone(),
+            bytes: k.bytes,
+            how: k.how.clone(),
+            removed_at: rfc3339(k.kept_at),
+            expires_at: rfc3339(k.kept_at + keep_secs),
+            kept_dir: kept_dir.map(|d| d.display().to_string()),
+        }
+    }
+}
+
+/// A registered repository (`repo list --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoJson {
+    pub id: i64,
+    pub repo: String,
+    pub path: PathBuf,
+    pub gitdir: PathBuf,
+    pub include: Vec<String>,
+    pub warm_default: bool,
+    pub added_at: String,
+}
+
+impl RepoJson {
+    pub fn of(r: &RepoRow) -> RepoJson {
+        RepoJson {
+            id: r.id,
+            repo: r.name.clone(),
+            path: r.path.clone(),
+            gitdir: r.gitdir.clone(),
+            include: r.include.clone(),
+            warm_default: r.warm_default,
+            added_at: rfc3339(r.added_at),
+        }
+    }
+}
+
+/// A warm snapshot (`warm --json`, `new --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotJson {
+    pub id: i64,
+    pub uid: u32,
+    pub files: u64,
+    pub bytes: u64,
+    pub took_ms: u64,
+    pub skipped_count: u64,
+    pub taken_at: String,
+}
+
+impl SnapshotJson {
+    pub fn of(w: &WarmRow) -> SnapshotJson {
+        SnapshotJson {
+            id: w.id,
+            uid: w.uid,
+            files: w.files,
+            bytes: w.bytes,
+            took_ms: w.took_ms,
+            skipped_count: w.skipped,
+            taken_at: rfc3339(w.taken_at),
+        }
+    }
+}
+
+/// A running turn (`turns --json`, `.control/turns`, a busy refusal): `path` is null
+/// where no mountpoint is known.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnJson {
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub path: Option<PathBuf>,
+    pub session: String,
+    pub pid: i64,
+    pub command: String,
+    pub guard: bool,
+    pub started_at: String,
+}
+
+impl TurnJson {
+    /// Turn `t`, its worktree's path under `mountpoint` when one is known.
+    pub fn of(t: &TurnRow, mountpoint: Option<&Path>) -> TurnJson {
+        TurnJson {
+            worktree: format!("{}/{}", t.repo, t.worktree),
+            repo: t.repo.clone(),
+            name: t.worktree.clone(),
+            path: mountpoint.map(|m| m.join(&t.repo).join(&t.worktree)),
+            session: t.session.clone(),
+            pid: t.pid,
+            command: t.command.clone(),
+            guard: t.guard,
+            started_at: rfc3339(t.started_at),
+        }
+    }
+}
+
+/// `shape` as a JSON value (the shapes hold strings, numbers and paths: always encodable).
+pub fn value(shape: impl Serialize) -> serde_json::Value {
+    serde_json::to_value(shape).expect("a shape of plain values encodes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::DeserializeOwned;
+    use serde_json::Value;
+
+    /// The examples of `docs/cli.md` under the heading that starts with `heading`: each
+    /// code block up to the next heading of its level or above, parsed (a block of one
+    /// object per line gives each line). An array's `"…"` (more of the same) is dropped.
+    fn examples(heading: &str) -> Vec<Value> {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md"))
+            .expect("docs/cli.md");
+        let start = doc
+            .lines()
+            .position(|l| l.starts_with(heading))
+            .unwrap_or_else(|| panic!("docs/cli.md has no heading {heading:?}"));
+        let level = heading.split(' ').next().unwrap().len();
+        let mut out = Vec::new();
+        let mut block: Option<Vec<&str>> = None;
+        for line in doc.lines().skip(start + 1) {
+            let hashes = line.chars().take_while(|&c| c == '#').count();
+            if block.is_none() && hashes > 0 && hashes <= level {
+                break;
+            }
+            match (&mut block, line.starts_with("```")) {
+                (None, true) => block = Some(Vec::new()),
+                (Some(lines), true) => {
+                    let text = lines.join("\n");
+                    if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                        out.push(v);
+                    } else {
+                        // One object per line (`events`, `.control` files), or not JSON
+                        // (a command, a table): only what parses counts.
+                        out.extend(
+                            lines
+                                .iter()
+                                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                                .filter(Value::is_object),
+                        );
+                    }
+                    block = None;
+                }
+                (Some(lines), false) => lines.push(line),
+                (None, false) => {}
+            }
+        }
+        out.into_iter()
+            .flat_map(|v| match v {
+                Value::Array(items) => items
+                    .into_iter()
+                    .filter(|i| i.as_str() != Some("…"))
+                    .collect(),
+                other => vec![other],
+            })
+            .collect()
+    }
+
+    /// Every example under `heading` is a `T` to the field, and prints back as shown.
+    fn shows<T: DeserializeOwned + Serialize>(heading: &str) -> usize {
+        let found = examples(heading);
+        assert!(!found.is_empty(), "no example under {heading:?}");
+        for example in &found {
+            let typed: T = serde_json::from_value(example.clone()).unwrap_or_else(|e| {
+                panic!(
+                    "{heading}: the example is not a {}: {e}\n{example:#}",
+                    std::any::type_name::<T>()
+                )
+            });
+            assert_eq!(
+                &value(&typed),
+                example,
+                "{heading}: printed back differently"
+            );
+        }
+        found.len()
+    }
+
+    #[test]
+    fn the_shared_shapes_in_the_docs_are_the_types() {
+        assert_eq!(shows::<WorktreeJson>("### The worktree object"), 2);
+        assert_eq!(shows::<LeaseJson>("### The lease object"), 2);
+        assert!(shows::<LeaseJson>("## `leases --json`") >= 2);
+        assert!(shows::<RetainedJson>("## `retained --json`") >= 1);
+        assert!(shows::<KeptJson>("## `removed --json`") >= 1);
+        assert!(shows::<RepoJson>("## `repo list --json`") >= 1);
+        assert!(shows::<EventJson>("## `events --json`") >= 2);
+    }
+
+    /// The check itself: a field the type lacks, or one it has that the example lacks,
+    /// is found.
+    #[test]
+    fn a_shape_that_differs_from_its_type_is_found() {
+        let w = serde_json::json!({
+            "id": 1, "worktree": "r/a", "repo": "r", "name": "a", "path": "/m/r/a",
+            "state": "ready", "branch": null, "branch_created": false, "base_commit": "c",
+            "warm_snapshot": null, "created_at": "t", "state_changed_at": "t"
+        });
+        let typed: WorktreeJson = serde_json::from_value(w.clone()).unwrap();
+        assert_eq!(value(&typed), w);
+        let mut extra = w.clone();
+        extra["processes_inside"] = 0.into();
+        assert!(serde_json::from_value::<WorktreeJson>(extra).is_err());
+        let mut missing = w;
+        missing.as_object_mut().unwrap().remove("state");
+        assert!(serde_json::from_value::<WorktreeJson>(missing).is_err());
+    }
+}
