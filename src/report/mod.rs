@@ -240,17 +240,17 @@ pub fn occupied(
                 l.pid.unwrap_or(0)
             )),
         }
-        holders.push(serde_json::json!({
-            "holder": l.holder,
-            "kind": l.holder_kind,
-            "session": l.session,
-            "pid": l.pid,
-            "command": cmd.or_else(|| l.command.clone()),
-            "exclusive": l.exclusive,
-            "acquired_at": rfc3339(l.acquired_at),
-            "last_active_at": rfc3339(l.last_active()),
-            "unchecked": o.unchecked,
-        }));
+        holders.push(shapes::HolderJson {
+            holder: l.holder.clone(),
+            kind: l.holder_kind.clone(),
+            session: l.session.clone(),
+            pid: l.pid,
+            command: cmd.or_else(|| l.command.clone()),
+            exclusive: l.exclusive,
+            acquired_at: rfc3339(l.acquired_at),
+            last_active_at: rfc3339(l.last_active()),
+            unchecked: o.unchecked.clone(),
+        });
     }
     if let Some(w) = waited {
         message.push_str(&format!("\n(waited {w} s for them to go)"));
@@ -260,18 +260,18 @@ pub fn occupied(
         releases.join("; ")
     ));
     Refusal {
-        json: serde_json::json!({
-            "error": "occupied",
-            "worktree": target,
-            "repo": repo,
-            "name": name,
-            "exclusive": exclusive,
-            "holders": holders,
-            "waited_secs": waited,
-            "ways_out": {
-                "new": format!("worktreefs new {repo}/<name>"),
-                "release": releases,
-                "wait": "--wait SECS",
+        json: shapes::value(shapes::OccupiedJson {
+            error: "occupied".into(),
+            worktree: target,
+            repo: repo.to_string(),
+            name: name.to_string(),
+            exclusive,
+            holders,
+            waited_secs: waited,
+            ways_out: shapes::WaysOut {
+                new: format!("worktreefs new {repo}/<name>"),
+                release: releases,
+                wait: "--wait SECS".into(),
             },
         }),
         message,

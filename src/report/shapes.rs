@@ -280,6 +280,45 @@ impl TurnJson {
     }
 }
 
+/// A holder in an `occupied` refusal: as a lease, with why its process could not be
+/// checked (then it counts as holding).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HolderJson {
+    pub holder: String,
+    pub kind: String,
+    pub session: Option<String>,
+    pub pid: Option<i64>,
+    pub command: Option<String>,
+    pub exclusive: bool,
+    pub acquired_at: String,
+    pub last_active_at: String,
+    pub unchecked: Option<String>,
+}
+
+/// The ways out of a refusal of a worktree somebody holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaysOut {
+    pub new: String,
+    pub release: Vec<String>,
+    pub wait: String,
+}
+
+/// The refusal of a lease on a worktree others hold (`occupied`, exit 3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OccupiedJson {
+    pub error: String,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub exclusive: bool,
+    pub holders: Vec<HolderJson>,
+    pub waited_secs: Option<u64>,
+    pub ways_out: WaysOut,
+}
+
 /// `shape` as a JSON value (the shapes hold strings, numbers and paths: always encodable).
 pub fn value(shape: impl Serialize) -> serde_json::Value {
     serde_json::to_value(shape).expect("a shape of plain values encodes")
@@ -371,6 +410,7 @@ mod tests {
         assert!(shows::<KeptJson>("## `removed --json`") >= 1);
         assert!(shows::<RepoJson>("## `repo list --json`") >= 1);
         assert!(shows::<EventJson>("## `events --json`") >= 2);
+        assert_eq!(shows::<OccupiedJson>("### Refusal `occupied`"), 1);
     }
 
     /// The check itself: a field the type lacks, or one it has that the example lacks,
