@@ -2,13 +2,11 @@
 //! package) when it is installed, with no FUSE passthrough; without it the mount is
 //! refused, naming what is missing, and leaves no registration behind.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 
 /// /dev/fuse open to users while the test runs (mode 0666, as distributions make it and
 /// fusermount3 needs), its mode put back however the test ends.

@@ -1,12 +1,10 @@
 //! The command line without a mount: creation, listings, and bad input that must leave
 //! nothing half-created (no row, no directory, no git worktree entry, no branch).
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

@@ -1,13 +1,11 @@
 //! Cleanup's inspection and removal called directly, with no mount: the upper layer is
 //! written by hand in the documented on-disk format, the repository is real.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 use worktreefs::lifecycle::cleanup::{self, ChangeKind, Findings, Head, Outcome, Target};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;

@@ -3,12 +3,10 @@
 //! refused before anything is mounted where it cannot be had. The same work gives the
 //! same results on both, and `.control/stats` says which one a mount uses.
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// Whether this machine's kernel offers io_uring (its fuse module's switch is on).
 fn uring_here() -> bool {

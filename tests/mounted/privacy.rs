@@ -3,13 +3,11 @@
 //! repository's worktrees are no more open than its own directory. Mounted tests are
 //! bounded by the mount's watchdog and unmounted by their guards.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 /// The test's temporary directory opened, so that only the state directory's own modes
 /// keep nobody out.

@@ -3,8 +3,6 @@
 //! makes the filesystem refuse writes from outside the turn's process tree. Mounted, real
 //! processes, real git.
 
-mod common;
-
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -12,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// A `turn` running in the background, killed (SIGKILL, by pid) if the test ends first.
 struct Background(Option<Child>);

@@ -1,12 +1,10 @@
 //! Running under systemd: a `Type=notify` unit learns the mount is ready from the daemon
 //! (READY=1 and its pid on $NOTIFY_SOCKET), only once the mount answers.
 
-mod common;
-
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn the_foreground_daemon_tells_systemd_when_the_mount_is_ready() {

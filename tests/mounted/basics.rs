@@ -1,14 +1,12 @@
 //! Mounted tests: a real daemon, a real repository, the real `git`, ordinary std::fs calls.
 
-mod common;
-
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirEntryExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 fn porcelain(dir: &Path) -> String {
     git(dir, &["status", "--porcelain", "--untracked-files=all"])

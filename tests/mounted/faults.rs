@@ -1,15 +1,13 @@
 //! Faults: a full disk, a database held by another process. Mounted, with a
 //! real repository; each test bounded by the mount's watchdog and unmounted by its guard.
 
-mod common;
-
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// A small tmpfs at a path, detached when dropped (declare it before the mount it holds,
 /// so it goes last).

@@ -3,12 +3,10 @@
 //! takes no lease), and with no target means the worktree the current directory is in;
 //! `reclaim` always needs one. Mounted, real git.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

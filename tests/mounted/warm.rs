@@ -2,14 +2,12 @@
 //! ignored and untracked files (`.worktreeinclude`, `repo set --include`, `new --warm`,
 //! `warm REPO`) — mounted, with a real repository and the real `git` binary.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// Every entry below `dir` with its type, mode and content (read by a child
 /// process), `.git` and `.worktreeinclude` aside.

@@ -6,11 +6,9 @@
 //! attributes. The same script runs in a view and in a plain directory holding the same
 //! files; their outputs must agree.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 /// What the script says of the files below `dir`, which holds README.md (a base file in a
 /// view) as the repository has it.

@@ -1,14 +1,12 @@
 //! Forks of a live worktree: `new REPO/CHILD --from REPO/PARENT` — mounted,
 //! with a real repository and the real `git` binary.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// An agent: a shell that works inside the worktree and exits.
 fn agent(dir: &Path, script: &str) -> String {

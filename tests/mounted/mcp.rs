@@ -3,9 +3,7 @@
 //! create a worktree, lease it (a second exclusive lease refused as a tool error with the
 //! CLI's message), run a turn, release it. Mounted, real git.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// The `worktreefs mcp` processes serving `state` (by their command lines).
 fn servers_of(state: &std::path::Path) -> Vec<i32> {

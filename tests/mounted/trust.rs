@@ -2,8 +2,6 @@
 //! whatever holds its name now. Mounted, with a real repository; each test bounded by the
 //! mount's watchdog and unmounted by its guard.
 
-mod common;
-
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
@@ -14,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// The test's directories, which nobody must be able to walk through to the mount.
 /// (The mount must be made with `--allow-other` too: it is private to root otherwise.)

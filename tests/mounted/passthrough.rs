@@ -1,14 +1,12 @@
 //! File data through FUSE passthrough (the kernel reads and writes the backing file), and
 //! the same behaviour through the daemon where passthrough is off.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn passthrough_opens(m: &Mounted) -> u64 {
     m.stats()["passthrough_opens"].as_u64().unwrap()

@@ -1,13 +1,11 @@
 //! Named leases and the lifecycle they drive, through the CLI and `.control`, with a real
 //! daemon.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {

@@ -1,15 +1,13 @@
 //! Cleanup after the last release, the retained store, unmount and reclaim — mounted, with
 //! a real repository, a real bare remote and the real `git` binary.
 
-mod common;
-
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn rows(env: &Env) -> Vec<serde_json::Value> {
     let json: serde_json::Value =

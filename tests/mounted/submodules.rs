@@ -2,13 +2,11 @@
 //! at its recorded commit, git works inside it, cleanup counts what it holds as the
 //! worktree's work and removes its git entry with the worktree.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// A library repository, added to the test repository as the submodule `vendor/lib`
 /// (initialized in the source checkout: its repository is `.git/modules/vendor/lib`).

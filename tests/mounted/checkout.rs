@@ -2,12 +2,10 @@
 //! encodings, autocrlf) hold what `git worktree add` writes, byte for byte; cleanup calls
 //! a file modified exactly when `git status` does.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 /// Writes `files` into the source checkout, commits them with message `msg`.
 fn commit_files(repo: &Path, files: &[(&str, &[u8])], msg: &str) {

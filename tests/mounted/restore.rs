@@ -3,13 +3,11 @@
 //! purged after their time or when the disk is low — mounted, with a real repository and
 //! the real `git` binary.
 
-mod common;
-
 use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn removed(env: &Env) -> Vec<serde_json::Value> {
     let json: serde_json::Value =

@@ -2,14 +2,12 @@
 //! do, a hung daemon that fails its check within the time limit, a dead mount found, and
 //! disk use counted per worktree without ever walking the mount. Mounted, real git.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn doctor(state: &Path) -> (Option<i32>, Vec<serde_json::Value>) {
     let o = wtfs(state, &["doctor", "--json"]);

@@ -1,0 +1,766 @@
+//! Helpers for tests: real git repositories made with the real `git`, and a mount that is
+//! bounded in time and always unmounted, even when the test fails or hangs.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_worktreefs");
+
+/// Every path below `root` (directories with a trailing `/`) with its content (a
+/// symlink's target), through ordinary std::fs calls; `.git` at the top is left out.
+pub fn snapshot(root: &Path) -> std::collections::BTreeMap<String, Option<Vec<u8>>> {
+    fn walk(
+        dir: &Path,
+        prefix: &str,
+        out: &mut std::collections::BTreeMap<String, Option<Vec<u8>>>,
+    ) {
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if prefix.is_empty() && name == ".git" {
+                continue;
+            }
+            let path = format!("{prefix}{name}");
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                out.insert(format!("{path}/"), None);
+                walk(&e.path(), &format!("{path}/"), out);
+            } else if ft.is_symlink() {
+                let target = fs::read_link(e.path()).unwrap();
+                out.insert(path, Some(target.into_os_string().into_encoded_bytes()));
+            } else {
+                out.insert(path, Some(fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, "", &mut out);
+    out
+}
+
+/// The paths the reference-model tests operate on: base files and directories of
+/// `TestRepo`, and names that do not exist there.
+pub const MODEL_PATHS: [&str; 14] = [
+    "README.md",
+    "src",
+    "src/main.rs",
+    "src/lib",
+    "src/lib/mod.rs",
+    "src/lib/util.rs",
+    "docs",
+    "new",
+    "new/a",
+    "x.txt",
+    "src/x.txt",
+    "empty.txt",
+    "assets",
+    "src/lib/x.txt",
+];
+
+/// Runs a command with a time limit; panics with its output if it fails.
+pub fn run_ok(cmd: &str, args: &[&str], cwd: &Path) -> String {
+    let out = run(cmd, args, cwd);
+    assert!(
+        out.status.success(),
+        "`{cmd} {}` in {} failed ({}):\nstdout: {}\nstderr: {}",
+        args.join(" "),
+        cwd.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command with a time limit (60 s) and returns its output.
+pub fn run(cmd: &str, args: &[&str], cwd: &Path) -> Output {
+    Command::new("timeout")
+        .arg("-k")
+        .arg("5")
+        .arg("60")
+        .arg(cmd)
+        .args(args)
+        .current_dir(cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.com")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.com")
+        .env("HOME", std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn")
+}
+
+pub fn git(cwd: &Path, args: &[&str]) -> String {
+    run_ok("git", args, cwd)
+}
+
+pub fn wtfs(state: &Path, args: &[&str]) -> Output {
+    let mut full = vec!["--state-dir", state.to_str().unwrap()];
+    full.extend_from_slice(args);
+    run(BIN, &full, Path::new("/"))
+}
+
+pub fn wtfs_ok(state: &Path, args: &[&str]) -> String {
+    let out = wtfs(state, args);
+    assert!(
+        out.status.success(),
+        "worktreefs {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A repository with the shapes real trees have: executable files, symlinks, an empty
+/// blob, a large file, a deep path, non-ASCII names, a gitlink and an ignore file.
+pub struct TestRepo {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestRepo {
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("repo")
+    }
+
+    pub fn new() -> TestRepo {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        let w = |rel: &str, content: &[u8]| {
+            let p = repo.join(rel);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, content).unwrap();
+        };
+        w("README.md", b"# test repository\n");
+        w("src/main.rs", b"fn main() { println!(\"hi\"); }\n");
+        w("src/lib/mod.rs", b"pub mod util;\n");
+        w("src/lib/util.rs", b"pub fn one() -> u32 { 1 }\n");
+        w("empty.txt", b"");
+        w("build.sh", b"#!/bin/sh\necho building\n");
+        fs::set_permissions(repo.join("build.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+        let large: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        w("assets/large.bin", &large);
+        let deep = (0..24)
+            .map(|i| format!("d{i}"))
+            .collect::<Vec<_>>()
+            .join("/");
+        w(&format!("{deep}/leaf.txt"), b"deep leaf\n");
+        w("docs/naïve café.md", "non-ASCII name\n".as_bytes());
+        w("docs/日本語.txt", "こんにちは\n".as_bytes());
+        w(".gitignore", b"target/\n*.o\n");
+        std::os::unix::fs::symlink("README.md", repo.join("link-to-readme")).unwrap();
+        std::os::unix::fs::symlink("../src", repo.join("docs/src-link")).unwrap();
+        git(&repo, &["add", "-A"]);
+        // A gitlink (submodule entry) pointing at some commit id.
+        git(
+            &repo,
+            &[
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                "160000,1111111111111111111111111111111111111111,vendor/sub",
+            ],
+        );
+        git(&repo, &["commit", "-q", "-m", "initial"]);
+        // A checkout has an empty directory where an uninitialised submodule goes.
+        fs::create_dir_all(repo.join("vendor/sub")).unwrap();
+        TestRepo { dir }
+    }
+
+    pub fn head(&self) -> String {
+        git(&self.path(), &["rev-parse", "HEAD"]).trim().to_string()
+    }
+}
+
+/// A running daemon on a temporary mountpoint. Dropping it unmounts and ends the daemon.
+/// A watchdog detaches the mount if the test runs longer than its limit, so a hang fails
+/// instead of blocking.
+pub struct Mounted {
+    pub state: PathBuf,
+    pub mountpoint: PathBuf,
+    child: Option<Child>,
+    done: Arc<AtomicBool>,
+    /// The mount's device, to abort its connection if the daemon hangs.
+    dev: u64,
+}
+
+pub fn is_mounted(path: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let want = path.to_string_lossy().replace(' ', "\\040");
+    mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+}
+
+/// Aborts a FUSE connection (its id is the minor number of the mount's device): requests
+/// stuck in the kernel fail at once, so a hung daemon cannot hang the test run.
+fn abort_connection(dev: u64) {
+    let minor = libc::minor(dev);
+    let dir = Path::new("/sys/fs/fuse/connections");
+    if !dir.join(minor.to_string()).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "none", "/sys/fs/fuse/connections"])
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = fs::write(dir.join(minor.to_string()).join("abort"), "1");
+}
+
+pub fn detach(path: &Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid path.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+}
+
+impl Mounted {
+    pub fn start(state: &Path, mountpoint: &Path) -> Mounted {
+        Self::start_limited(state, mountpoint, Duration::from_secs(240))
+    }
+
+    /// With a long grace period, so no worktree starts cleanup while a test still uses it
+    /// between two commands (tests of the lifecycle pass their own `--linger`).
+    pub fn start_limited(state: &Path, mountpoint: &Path, limit: Duration) -> Mounted {
+        Self::start_with(state, mountpoint, limit, &["--linger", "600"])
+    }
+
+    /// Starts a daemon with extra `mount` arguments (e.g. `--linger 1`).
+    pub fn start_with(state: &Path, mountpoint: &Path, limit: Duration, extra: &[&str]) -> Mounted {
+        Self::start_env(state, mountpoint, limit, extra, "worktreefs=debug")
+    }
+
+    /// As `start_with`, with the daemon's `RUST_LOG`.
+    pub fn start_env(
+        state: &Path,
+        mountpoint: &Path,
+        limit: Duration,
+        extra: &[&str],
+        rust_log: &str,
+    ) -> Mounted {
+        Self::start_program(Path::new(BIN), state, mountpoint, limit, extra, rust_log)
+    }
+
+    /// As `start_env`, the daemon run from the binary `program` (a copy of worktreefs
+    /// under another name).
+    pub fn start_program(
+        program: &Path,
+        state: &Path,
+        mountpoint: &Path,
+        limit: Duration,
+        extra: &[&str],
+        rust_log: &str,
+    ) -> Mounted {
+        Self::start_full(program, state, mountpoint, limit, extra, rust_log, &[])
+    }
+
+    /// As `start_with`, with `envs` in the daemon's environment only (never this test
+    /// process's, which the other tests of its binary share).
+    pub fn start_with_envs(
+        state: &Path,
+        mountpoint: &Path,
+        extra: &[&str],
+        envs: &[(&str, &std::ffi::OsStr)],
+    ) -> Mounted {
+        Self::start_full(
+            Path::new(BIN),
+            state,
+            mountpoint,
+            Duration::from_secs(240),
+            extra,
+            "worktreefs=debug",
+            envs,
+        )
+    }
+
+    fn start_full(
+        program: &Path,
+        state: &Path,
+        mountpoint: &Path,
+        limit: Duration,
+        extra: &[&str],
+        rust_log: &str,
+        envs: &[(&str, &std::ffi::OsStr)],
+    ) -> Mounted {
+        // Exists already, or is a dead mount (which cannot be stat'ed): both fine.
+        let _ = fs::create_dir(mountpoint);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(state.join("test-daemon.log"))
+            .unwrap();
+        // Whether a removal keeps a copy must not depend on the machine's free disk (the
+        // default policy keeps nothing below 5% or 2 GiB free, and a test machine near
+        // that retained what the tests expect removed and kept): no threshold, unless the
+        // test sets one.
+        let free_disk: &[&str] = if extra.iter().any(|a| a.starts_with("--keep-min-free")) {
+            &[]
+        } else {
+            &["--keep-min-free-percent", "0", "--keep-min-free-gib", "0"]
+        };
+        let child = Command::new(program)
+            .arg("mount")
+            .arg(mountpoint)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--foreground")
+            .args(free_disk)
+            .args(extra)
+            .env("RUST_LOG", rust_log)
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut m = Mounted {
+            state: state.to_path_buf(),
+            // Not canonicalize(mountpoint): a dead mount there cannot be stat'ed.
+            mountpoint: fs::canonicalize(mountpoint.parent().unwrap())
+                .unwrap()
+                .join(mountpoint.file_name().unwrap()),
+            child: Some(child),
+            done: Arc::new(AtomicBool::new(false)),
+            dev: 0,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Served by a live daemon: `.control/stats` is generated on every read, so unlike a
+        // stat (which the kernel may answer from its cache of a dead mount) reading it
+        // needs the daemon.
+        while !(is_mounted(&m.mountpoint)
+            && fs::read_to_string(m.mountpoint.join(".control/stats")).is_ok())
+        {
+            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited before mounting ({status}): {}", m.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mount did not appear: {}",
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m.dev = std::os::unix::fs::MetadataExt::dev(&fs::metadata(&m.mountpoint).unwrap());
+        let done = m.done.clone();
+        let mp = m.mountpoint.clone();
+        let dev = m.dev;
+        std::thread::spawn(move || {
+            let end = Instant::now() + limit;
+            while Instant::now() < end {
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            eprintln!(
+                "watchdog: test exceeded {limit:?}; aborting and detaching {}",
+                mp.display()
+            );
+            abort_connection(dev);
+            detach(&mp);
+        });
+        m
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.state.join("test-daemon.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn wt(&self, repo: &str, name: &str) -> PathBuf {
+        self.mountpoint.join(repo).join(name)
+    }
+
+    pub fn stats(&self) -> serde_json::Value {
+        let text = fs::read_to_string(self.mountpoint.join(".control/stats")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Unmounts through the CLI and waits for the daemon to exit.
+    /// The paths whose content the daemon has read (its `content_paths` counter).
+    pub fn content_paths(&self) -> Vec<String> {
+        self.stats()["content_paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    pub fn unmount(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if is_mounted(&self.mountpoint) {
+            let out = wtfs(&self.state, &["unmount"]);
+            if !out.status.success() {
+                eprintln!(
+                    "unmount failed, detaching: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                detach(&self.mountpoint);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                _ if Instant::now() > deadline => {
+                    abort_connection(self.dev);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        if is_mounted(&self.mountpoint) {
+            detach(&self.mountpoint);
+        }
+    }
+
+    /// Kills the daemon with SIGKILL and leaves its dead mount behind, as a crash would.
+    /// The next `mount` must cope; the mountpoint is detached at the end of the test in
+    /// any case by `Env`'s guard.
+    pub fn kill9(mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A state directory with one registered repository named `repo`.
+pub struct Env {
+    pub repo: TestRepo,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        // Whatever a test left mounted (a killed daemon's mount) goes with it.
+        let mp = self.mountpoint();
+        if let Ok(parent) = fs::canonicalize(mp.parent().unwrap()) {
+            let mp = parent.join(mp.file_name().unwrap());
+            if is_mounted(&mp) {
+                detach(&mp);
+            }
+        }
+    }
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env::in_dir(tempfile::tempdir().unwrap())
+    }
+
+    /// An `Env` in `dir` (whose `state` may be prepared first: a small disk, say).
+    pub fn in_dir(dir: tempfile::TempDir) -> Env {
+        let repo = TestRepo::new();
+        let env = Env { repo, dir };
+        wtfs_ok(
+            &env.state(),
+            &[
+                "repo",
+                "add",
+                env.repo.path().to_str().unwrap(),
+                "--name",
+                "repo",
+            ],
+        );
+        env
+    }
+    pub fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    pub fn mountpoint(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+    /// Registers a second repository (a new test repository) under `name`.
+    pub fn add_repo(&self, name: &str) -> TestRepo {
+        let other = TestRepo::new();
+        wtfs_ok(
+            &self.state(),
+            &[
+                "repo",
+                "add",
+                other.path().to_str().unwrap(),
+                "--name",
+                name,
+            ],
+        );
+        other
+    }
+
+    pub fn mount(&self) -> Mounted {
+        Mounted::start(&self.state(), &self.mountpoint())
+    }
+    pub fn mount_with(&self, extra: &[&str]) -> Mounted {
+        Mounted::start_with(
+            &self.state(),
+            &self.mountpoint(),
+            Duration::from_secs(240),
+            extra,
+        )
+    }
+}
+
+/// Creates worktree `repo/<name>` at HEAD, owned by root, with no mount (the library call
+/// the `new` command makes).
+pub fn create_at_head(
+    state: &worktreefs::state::StateDir,
+    store: &mut worktreefs::store::Store,
+    name: &str,
+) -> worktreefs::store::WorktreeRow {
+    create_in(state, store, "repo", name)
+}
+
+/// Creates worktree `name` of repository `repo` at its HEAD, without a mount.
+pub fn create_in(
+    state: &worktreefs::state::StateDir,
+    store: &mut worktreefs::store::Store,
+    repo: &str,
+    name: &str,
+) -> worktreefs::store::WorktreeRow {
+    worktreefs::lifecycle::create::create_worktree(
+        state,
+        store,
+        &worktreefs::lifecycle::create::CreateRequest {
+            repo,
+            name,
+            base: None,
+            branch: None,
+            uid: 0,
+            gid: 0,
+            submodules: false,
+            warm: None,
+            progress: None,
+        },
+    )
+    .unwrap()
+}
+
+/// A worktree's state from `worktreefs list`; `list` leaves removed worktrees out, so a
+/// worktree not listed is "removed".
+pub fn state_of(env: &Env, name: &str) -> String {
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
+    json.as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name)
+        .map(|w| w["state"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| "removed".into())
+}
+
+/// Waits until `f` holds; fails naming `what` if it does not by `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < end, "{what} not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until a worktree is in state `want`; fails with the event log if it is not by
+/// `limit`.
+pub fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
+    let end = Instant::now() + limit;
+    loop {
+        let now = state_of(env, name);
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "{name} did not become {want} within {limit:?} (is {now}); events:\n{}",
+            wtfs_ok(&env.state(), &["events"])
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `reclaim` of `REPO/NAME` that keeps the worktree, bounded by `limit` (a hang fails
+/// the test instead of blocking it): asserts it exits 1 and returns what it said.
+pub fn reclaim_kept(env: &Env, target: &str, limit: Duration) -> String {
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "--state-dir",
+            env.state().to_str().unwrap(),
+            "reclaim",
+            target,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("reclaim {target} did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "reclaim {target}: {said}");
+    said
+}
+
+/// A small deterministic generator (64-bit LCG, high bits), so a random sequence in a
+/// model test reproduces from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// Unmounts a daemon started in the background (`worktreefs mount` without
+/// `--foreground`) when dropped, even when the test fails: through the CLI, then by
+/// detaching whatever is still mounted.
+pub struct UnmountOnDrop {
+    pub state: PathBuf,
+    pub mountpoint: PathBuf,
+}
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        let _ = wtfs(&self.state, &["unmount"]);
+        if is_mounted(&self.mountpoint) {
+            detach(&self.mountpoint);
+        }
+    }
+}
+
+pub const NOBODY: u32 = 65534;
+
+/// Runs `script` with `sh` as the unprivileged user nobody, in `dir` (entered as root
+/// first, so the directories above it need not let nobody through).
+pub fn as_nobody(dir: &Path, script: &str) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script).current_dir(dir);
+    // SAFETY: setgroups, setgid and setuid are async-signal-safe; nothing else runs here.
+    unsafe {
+        cmd.pre_exec(|| {
+            let groups = [NOBODY];
+            if libc::setgroups(1, groups.as_ptr()) != 0
+                || libc::setgid(NOBODY) != 0
+                || libc::setuid(NOBODY) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().unwrap()
+}
+
+/// The store's row of `repo/<name>` as cleanup sees it, under the mount `m`.
+pub fn target_of(env: &Env, m: &Mounted, name: &str) -> worktreefs::lifecycle::cleanup::Target {
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let store = worktreefs::store::Store::open(&state.root).unwrap();
+    let row = store.worktree("repo", name).unwrap().unwrap();
+    let repo = store.repo_by_id(row.repo_id).unwrap().unwrap();
+    worktreefs::lifecycle::cleanup::Target::new(&state, &row, &repo, &m.mountpoint)
+}
+
+/// git's own verdict: the paths `git status --porcelain --untracked-files=all` lists.
+pub fn git_dirty_paths(wt: &Path) -> Vec<String> {
+    git(
+        wt,
+        &[
+            "-c",
+            "core.quotePath=false",
+            "status",
+            "--porcelain",
+            "--untracked-files=all",
+            "--no-renames",
+        ],
+    )
+    .lines()
+    .map(|l| l[3..].trim_matches('"').to_string())
+    .collect()
+}
+
+/// Creates worktree `repo/<name>` at HEAD owned by `uid` (its group the same number),
+/// with no mount, as `mkdir` through the mount does for that user.
+pub fn create_owned_by(env: &Env, name: &str, uid: u32, submodules: bool) {
+    let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
+    let mut store = worktreefs::store::Store::open(&state.root).unwrap();
+    worktreefs::lifecycle::create::create_worktree(
+        &state,
+        &mut store,
+        &worktreefs::lifecycle::create::CreateRequest {
+            repo: "repo",
+            name,
+            base: None,
+            branch: None,
+            uid,
+            gid: uid,
+            submodules,
+            warm: None,
+            progress: None,
+        },
+    )
+    .unwrap();
+}
+
+/// The seed of a randomized test: `WTFS_SEED=<n>` runs another sequence.
+pub fn seed_or(default: u64) -> u64 {
+    std::env::var("WTFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `text` with each line's runs of blanks made one space (a table's columns read as words).
+pub fn squeezed(text: &str) -> String {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
