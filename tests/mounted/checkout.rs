@@ -844,10 +844,7 @@ fn a_repository_of_another_user_has_its_filters_left_out() {
     // modified, and one git would call clean through its clean side counts as modified
     // (kept: nothing is lost). The daemon opens such repositories with libgit2's owner
     // check off, as this does.
-    // SAFETY: set before this test opens the repository; no other test reads the option.
-    unsafe {
-        git2::opts::set_verify_owner_validation(false).unwrap();
-    }
+    libgit2_owner_check_off();
     run_ok(
         "sh",
         &[

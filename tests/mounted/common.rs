@@ -561,6 +561,20 @@ pub fn create_in(
     .unwrap()
 }
 
+/// Turns libgit2's check of a repository's owner off in this process, as the daemon does
+/// at its start, for a test that opens another user's repository in-process. The setting
+/// is the whole process's and stays: every test of the binary shares it, none needs the
+/// check on, and it is written once, however many tests ask.
+pub fn libgit2_owner_check_off() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: libgit2 keeps the setting in one global integer, written here once
+        // (from on to off, never back) while other tests' threads may read it; they read
+        // either value, and no test opens another user's repository before asking for this.
+        unsafe { git2::opts::set_verify_owner_validation(false) }.unwrap();
+    });
+}
+
 /// A worktree's state from `worktreefs list`; `list` leaves removed worktrees out, so a
 /// worktree not listed is "removed".
 pub fn state_of(env: &Env, name: &str) -> String {

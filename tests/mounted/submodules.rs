@@ -348,10 +348,7 @@ fn a_submodule_of_a_users_worktree_is_the_users_to_commit_in() {
     );
     assert!(chown.status.success(), "{chown:?}");
     // The daemon opens users' repositories with libgit2's owner check off; so does this.
-    // SAFETY: set before this test opens the repository; no other test reads the option.
-    unsafe {
-        git2::opts::set_verify_owner_validation(false).unwrap();
-    }
+    libgit2_owner_check_off();
     create_owned_by(&env, "mine", NOBODY, true);
     let m = env.mount_with(&["--linger", "600", "--allow-other"]);
     let sub = m.wt("repo", "mine").join("vendor/lib");
