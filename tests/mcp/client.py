@@ -1,6 +1,6 @@
 """A real MCP client (the Python `mcp` package) against `worktreefs mcp`: initialize,
 list the tools, create a worktree, lease it, run a turn, release it, and a refused call.
-Prints one JSON object with what it saw; tests/mcp.rs checks it.
+Prints one JSON object with what it saw; tests/mounted/mcp.rs checks it.
 
 usage: client.py WORKTREEFS STATE_DIR
 """

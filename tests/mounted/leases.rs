@@ -85,7 +85,7 @@ fn named_leases_are_listed_survive_a_restart_and_drive_the_lifecycle() {
     // Deleting, then (clean, nothing new on its branch) removed at once.
     wait_for_state(&env, "w", "removed", Duration::from_secs(4));
     // A removed worktree is refused: a typed conflict on the CLI, ENOENT from the mount
-    // (EBUSY while deleting is tested in tests/cleanup.rs).
+    // (EBUSY while deleting is tested in cleanup.rs).
     let out = wtfs(
         &env.state(),
         &["lease", "acquire", "repo/w", "--session", "s3"],

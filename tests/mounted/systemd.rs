@@ -14,8 +14,8 @@ fn the_foreground_daemon_tells_systemd_when_the_mount_is_ready() {
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    // In the daemon's environment only: this process's is shared by the other test of
-    // this binary, which runs processes of its own meanwhile.
+    // In the daemon's environment only: this process's is shared by every test of the
+    // harness, which run processes of their own meanwhile.
     let m = Mounted::start_with_envs(
         &env.state(),
         &env.mountpoint(),
