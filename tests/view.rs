@@ -1417,6 +1417,7 @@ fn rename_and_link_across_worktrees_answer_exdev() {
             submodules: false,
             warm: None,
             progress: None,
+            filter_timeout: worktreefs::git::filters::DEFAULT_TIMEOUT,
         },
     )
     .unwrap();

@@ -143,8 +143,8 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // What an earlier `worktreefs unmount` said and no daemon read is not this one's.
     let _ = fs::remove_file(req.state.unmount_mode_file());
     // Before anything runs a filter or an inspection (boot reconcile does both).
-    crate::git::filters::set_timeout(req.filter_timeout);
-    let inspection = crate::lifecycle::cleanup::Inspection::new(req.inspect_timeout);
+    let inspection =
+        crate::lifecycle::cleanup::Inspection::new(req.inspect_timeout, req.filter_timeout);
     {
         let store = Store::open_described(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;

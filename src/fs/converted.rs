@@ -220,7 +220,7 @@ impl View {
             .conversions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if c.conv.runs_git() {
-            let owner = Owner::of(wt.uid, wt.gid);
+            let owner = Owner::of(wt.uid, wt.gid, self.filter_timeout());
             // The filter's processes run on every CPU, not on the one a queue's thread
             // answering this request is pinned to.
             let smudged = crate::fuse::uring::unpinned(|| {

@@ -436,6 +436,7 @@ impl View {
                         submodules: false,
                         warm: warm.as_ref(),
                         progress: None,
+                        filter_timeout: self.filter_timeout(),
                     },
                 )
             })

@@ -79,6 +79,7 @@ impl View {
         // (which would hold this FUSE worker, and, one lookup at a time, all of them).
         static GATE: crate::bounded::Gate<(i64, String)> = crate::bounded::Gate::new();
         let limit = self.inspection().request_timeout();
+        let filter_timeout = self.filter_timeout();
         let (state, mountpoint) = (self.state.clone(), self.mountpoint.clone());
         let (repo, admin_name, common_dir) =
             (wt.repo.clone(), wt.admin_name.clone(), wt.gitdir.clone());
@@ -104,6 +105,7 @@ impl View {
                 uid,
                 gid,
                 mountpoint: &mountpoint,
+                filter_timeout,
             };
             ensure(&state, &parent, &from, &at, commit, via_stub)
         });

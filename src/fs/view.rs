@@ -281,6 +281,13 @@ impl View {
         self.inspection.get().cloned().unwrap_or_default()
     }
 
+    /// How long one run of git as a worktree's owner may take (`mount --filter-timeout`,
+    /// given with the inspection's settings): a filter, the reading of the configuration
+    /// that decides a checkout's conversions.
+    pub(super) fn filter_timeout(&self) -> std::time::Duration {
+        self.inspection().filter_timeout
+    }
+
     /// Where `.control/leases` learns each process holder's last activity.
     pub fn set_lease_activity(&self, f: LeaseActivity) {
         let _ = self.lease_activity.set(f);

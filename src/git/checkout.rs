@@ -158,9 +158,11 @@ pub struct Setting {
 }
 
 impl Setting {
-    pub fn of(uid: u32, gid: u32, common_dir: &Path) -> Setting {
+    /// The setting for `uid:gid`'s worktrees of the repository at `common_dir`; each run
+    /// of git for it may take `limit`.
+    pub fn of(uid: u32, gid: u32, common_dir: &Path, limit: std::time::Duration) -> Setting {
         use std::os::unix::fs::MetadataExt;
-        let owner = Owner::of(uid, gid);
+        let owner = Owner::of(uid, gid, limit);
         let trusted = std::fs::metadata(common_dir).is_ok_and(|m| m.uid() == uid || m.uid() == 0);
         let mut config = ConvConfig::default();
         let mut attributes_file = None;

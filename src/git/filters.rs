@@ -24,17 +24,9 @@ use parking_lot::Mutex;
 
 use super::convert::{AttrValue, ConvConfig, PathAttrs, ATTR_NAMES};
 
-/// How long one run of git (and the filters it starts) may take before it is ended, in
-/// milliseconds (`mount --filter-timeout`).
-static TIMEOUT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(120_000);
-
-pub fn timeout() -> Duration {
-    Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
-}
-
-pub fn set_timeout(d: Duration) {
-    TIMEOUT_MS.store((d.as_millis() as u64).max(1), Ordering::Relaxed);
-}
+/// How long one run of git (and the filters it starts) may take before it is ended,
+/// unless told otherwise (`mount --filter-timeout`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The user a worktree belongs to, as git must run for them.
 #[derive(Debug, Clone)]
@@ -44,12 +36,22 @@ pub struct Owner {
     pub groups: Vec<u32>,
     pub home: PathBuf,
     pub name: String,
+    /// How long one run of git for them may take before it is ended.
+    pub limit: Duration,
 }
 
 impl Owner {
     /// From the user database (cached); a uid it does not know gets `/` as its home and no
-    /// supplementary groups.
-    pub fn of(uid: u32, gid: u32) -> Owner {
+    /// supplementary groups. Each run of git for them may take `limit` (at least a
+    /// millisecond).
+    pub fn of(uid: u32, gid: u32, limit: Duration) -> Owner {
+        Owner {
+            limit: limit.max(Duration::from_millis(1)),
+            ..Owner::looked_up(uid, gid)
+        }
+    }
+
+    fn looked_up(uid: u32, gid: u32) -> Owner {
         // Kept a minute: a change of someone's groups reaches their filters soon.
         type Cache = Mutex<HashMap<(u32, u32), (Instant, Owner)>>;
         static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -82,6 +84,7 @@ impl Owner {
             groups,
             home,
             name,
+            limit: DEFAULT_TIMEOUT,
         };
         cache.lock().insert((uid, gid), (Instant::now(), o.clone()));
         o
@@ -225,8 +228,8 @@ fn parent_of(pid: i32) -> Option<i32> {
 pub enum RunError {
     /// It could not start (no git, no way to become the owner).
     Spawn(String),
-    /// It ran past the timeout and was ended.
-    TimedOut,
+    /// It ran past its time limit (this long) and was ended.
+    TimedOut(Duration),
     /// It failed; what it wrote on stderr.
     Failed(String),
     /// Its output found no room (the disk of the cache): not the filter's fault.
@@ -237,8 +240,8 @@ impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RunError::Spawn(e) => write!(f, "git could not be started: {e}"),
-            RunError::TimedOut => {
-                write!(f, "git did not finish within {:?} and was ended", timeout())
+            RunError::TimedOut(limit) => {
+                write!(f, "git did not finish within {limit:?} and was ended")
             }
             RunError::Failed(e) | RunError::NoSpace(e) => write!(f, "{}", e.trim()),
         }
@@ -336,7 +339,7 @@ pub fn run_git(
     }
     running().lock().insert(pid);
     RUNNING_COUNT.fetch_add(1, Ordering::Relaxed);
-    let deadline = Instant::now() + timeout();
+    let deadline = Instant::now() + owner.limit;
     let mut pause = Duration::from_millis(1);
     // Exit is seen without reaping (WNOWAIT): the pid, and so the group's id, stays ours
     // until the group is ended and the child reaped.
@@ -374,7 +377,7 @@ pub fn run_git(
     running().lock().remove(&pid);
     RUNNING_COUNT.fetch_sub(1, Ordering::Relaxed);
     let status = if timed_out {
-        Err(RunError::TimedOut)
+        Err(RunError::TimedOut(owner.limit))
     } else {
         status
     };

@@ -260,6 +260,8 @@ pub struct Parent<'a> {
     pub uid: u32,
     pub gid: u32,
     pub mountpoint: &'a Path,
+    /// How long one run of git as the owner may take (`mount --filter-timeout`).
+    pub filter_timeout: std::time::Duration,
 }
 
 /// A path in a view `within` a submodule's (or the worktree's, for None) as a path in the
@@ -532,7 +534,7 @@ fn make_admin_entry(
 ) -> LifecycleResult<()> {
     let sub = Repository::open_bare(&record.gitdir)?;
     let tree = Oid::from_str(&record.tree)?;
-    let setting = git::checkout::Setting::of(p.uid, p.gid, &record.gitdir);
+    let setting = git::checkout::Setting::of(p.uid, p.gid, &record.gitdir, p.filter_timeout);
     let index = super::create::index_cache::cached_index(
         state,
         &sub,

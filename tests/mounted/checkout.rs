@@ -459,8 +459,12 @@ fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
             history.push(format!("{round}: {s}"));
         }
         let truth = git_dirty_paths(&wt);
-        let f = worktreefs::lifecycle::cleanup::inspect_asking(&target, Some(answers.as_ref()))
-            .unwrap();
+        let f = worktreefs::lifecycle::cleanup::inspect_asking(
+            &target,
+            Some(answers.as_ref()),
+            worktreefs::git::filters::DEFAULT_TIMEOUT,
+        )
+        .unwrap();
         let mut ours: Vec<String> = f.changes.iter().map(|c| c.path.clone()).collect();
         ours.sort();
         ours.dedup();

@@ -556,6 +556,7 @@ pub fn create_in(
             submodules: false,
             warm: None,
             progress: None,
+            filter_timeout: worktreefs::git::filters::DEFAULT_TIMEOUT,
         },
     )
     .unwrap()
@@ -758,6 +759,7 @@ pub fn create_owned_by(env: &Env, name: &str, uid: u32, submodules: bool) {
             submodules,
             warm: None,
             progress: None,
+            filter_timeout: worktreefs::git::filters::DEFAULT_TIMEOUT,
         },
     )
     .unwrap();

@@ -101,6 +101,7 @@ pub fn run(state: &StateDir, args: NewArgs) -> anyhow::Result<()> {
             submodules,
             warm: snapshot.as_ref(),
             progress: Some(&note),
+            filter_timeout: worktreefs::git::filters::DEFAULT_TIMEOUT,
         },
     );
     slow.finish(row.is_ok());

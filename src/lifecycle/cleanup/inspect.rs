@@ -62,14 +62,16 @@ fn read_head(t: &Target) -> Result<Head, String> {
 /// (every racily clean entry is looked at). Errors say what could not be read; the caller
 /// retains on any.
 pub fn inspect(t: &Target) -> Result<Findings, String> {
-    inspect_asking(t, None)
+    inspect_asking(t, None, crate::git::filters::DEFAULT_TIMEOUT)
 }
 
 /// [`inspect`], trusting the index entries git trusts by what `answers` (the mounted
-/// view) says its fsmonitor hook would answer.
+/// view) says its fsmonitor hook would answer; each run of git (the clean side of a file
+/// a checkout converts) may take `filters`.
 pub fn inspect_asking(
     t: &Target,
     answers: Option<&dyn FsmonitorAnswers>,
+    filters: std::time::Duration,
 ) -> Result<Findings, String> {
     let repo = Repository::open(&t.gitdir)
         .map_err(|e| format!("opening {}: {}", t.gitdir.display(), e.message()))?;
@@ -137,6 +139,7 @@ pub fn inspect_asking(
         gid: t.gid,
         common_dir: t.gitdir.clone(),
         head_tree: head_tree.id(),
+        limit: filters,
         decided: std::cell::OnceCell::new(),
     };
     // git's stat rules, which decide before any content is read (see `IndexStat`).

@@ -13,6 +13,8 @@ pub struct Inspection {
     /// How long one inspection may take before the worktree is retained for it
     /// (`mount --inspect-timeout`).
     pub timeout: Duration,
+    /// How long one run of git for it may take (`mount --filter-timeout`).
+    pub filter_timeout: Duration,
     /// The mounted view, while there is one: inspection then trusts the index entries git
     /// trusts (see `fsmonitor_valid`).
     answers: Option<Weak<dyn FsmonitorAnswers>>,
@@ -22,10 +24,12 @@ impl Inspection {
     /// The default of `mount --inspect-timeout`.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
-    /// Inspections bounded by `timeout` (at least a millisecond), with no view to ask.
-    pub fn new(timeout: Duration) -> Inspection {
+    /// Inspections bounded by `timeout` (at least a millisecond), each run of git in them
+    /// by `filter_timeout`, with no view to ask.
+    pub fn new(timeout: Duration, filter_timeout: Duration) -> Inspection {
         Inspection {
             timeout: timeout.max(Duration::from_millis(1)),
+            filter_timeout,
             answers: None,
         }
     }
@@ -52,7 +56,10 @@ impl Inspection {
 
 impl Default for Inspection {
     fn default() -> Inspection {
-        Inspection::new(Inspection::DEFAULT_TIMEOUT)
+        Inspection::new(
+            Inspection::DEFAULT_TIMEOUT,
+            crate::git::filters::DEFAULT_TIMEOUT,
+        )
     }
 }
 
@@ -60,6 +67,7 @@ impl std::fmt::Debug for Inspection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Inspection")
             .field("timeout", &self.timeout)
+            .field("filter_timeout", &self.filter_timeout)
             .field("asking_a_view", &self.answers.is_some())
             .finish()
     }
@@ -80,7 +88,7 @@ mod tests {
     #[test]
     fn the_view_is_asked_while_it_lives_and_not_after() {
         let view = Arc::new(Answers(vec![b"a".to_vec()]));
-        let how = Inspection::new(Duration::from_secs(5)).asking(&view);
+        let how = Inspection::new(Duration::from_secs(5), Duration::from_secs(1)).asking(&view);
         let asked = how.answers().and_then(|w| w.upgrade()).unwrap();
         assert_eq!(asked.changed_since(1, "t"), Some(vec![b"a".to_vec()]));
         drop(asked);
@@ -96,11 +104,11 @@ mod tests {
             Duration::from_secs(60)
         );
         assert_eq!(
-            Inspection::new(Duration::from_secs(5)).request_timeout(),
+            Inspection::new(Duration::from_secs(5), Duration::from_secs(1)).request_timeout(),
             Duration::from_secs(5)
         );
         assert_eq!(
-            Inspection::new(Duration::ZERO).timeout,
+            Inspection::new(Duration::ZERO, Duration::from_secs(1)).timeout,
             Duration::from_millis(1)
         );
     }

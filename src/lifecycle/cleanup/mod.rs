@@ -111,6 +111,7 @@ pub(crate) fn inspect_bounded(t: &Target, how: &Inspection) -> Result<Findings, 
     static GATE: crate::bounded::Gate<i64> = crate::bounded::Gate::new();
     let target = t.clone();
     let answers = how.answers();
+    let filters = how.filter_timeout;
     use crate::bounded::Bounded;
     match GATE.run(
         t.id,
@@ -118,7 +119,7 @@ pub(crate) fn inspect_bounded(t: &Target, how: &Inspection) -> Result<Findings, 
         how.timeout,
         move || {
             let answers = answers.as_ref().and_then(std::sync::Weak::upgrade);
-            inspect::inspect_asking(&target, answers.as_deref())
+            inspect::inspect_asking(&target, answers.as_deref(), filters)
         },
     ) {
         Bounded::Done(found) => found,

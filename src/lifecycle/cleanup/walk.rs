@@ -35,6 +35,8 @@ pub(super) struct LazyCleanSide {
     pub(super) gid: u32,
     pub(super) common_dir: PathBuf,
     pub(super) head_tree: Oid,
+    /// How long one run of git for the clean side may take.
+    pub(super) limit: std::time::Duration,
     pub(super) decided: std::cell::OnceCell<Option<CleanSide>>,
 }
 
@@ -42,8 +44,12 @@ impl LazyCleanSide {
     fn get(&self, repo: &Repository) -> Option<&CleanSide> {
         self.decided
             .get_or_init(|| {
-                let setting =
-                    crate::git::checkout::Setting::of(self.uid, self.gid, &self.common_dir);
+                let setting = crate::git::checkout::Setting::of(
+                    self.uid,
+                    self.gid,
+                    &self.common_dir,
+                    self.limit,
+                );
                 let tree = repo.find_tree(self.head_tree).ok()?;
                 setting.may_clean(repo, &tree).then(|| CleanSide {
                     owner: setting.owner.clone(),

@@ -32,6 +32,9 @@ pub struct CreateRequest<'a> {
     /// Told what the creation is doing at each step that can take a while (the CLI says
     /// it when the creation takes over a second).
     pub progress: Option<&'a (dyn Fn(&str) + Sync)>,
+    /// How long one run of git as the owner may take (reading their configuration for
+    /// the conversions a checkout makes): `mount --filter-timeout` in the daemon.
+    pub filter_timeout: std::time::Duration,
 }
 
 /// Creates worktree `repo/name`. On any error nothing is left behind: no row, no
@@ -106,7 +109,12 @@ pub fn create_worktree(
     // Index, built once per (tree, stat data) and kept in the state dir's cache.
     let base_mtime = view_mtime(base.commit_time, now_secs());
     // What a checkout would convert is decided with the index (once per tree and setting).
-    let setting = crate::git::checkout::Setting::of(req.uid, req.gid, &git::common_dir(&repo));
+    let setting = crate::git::checkout::Setting::of(
+        req.uid,
+        req.gid,
+        &git::common_dir(&repo),
+        req.filter_timeout,
+    );
     if let Some(p) = req.progress {
         let short = &base.commit.to_string()[..12];
         let key = index_cache_key(state, base.tree, base_mtime, req.uid, req.gid, &setting);

@@ -210,7 +210,7 @@ pub(super) fn ls_files(
             repo.path.display(),
             match e {
                 RunError::Spawn(s) | RunError::Failed(s) | RunError::NoSpace(s) => s,
-                RunError::TimedOut => "git ran past its time limit".into(),
+                RunError::TimedOut(_) => "git ran past its time limit".into(),
             }
         ))
     })?;
@@ -354,7 +354,8 @@ pub(super) fn take_held(
     // nor its manifest, before then.
     let _lock = lock(state, libc::LOCK_SH)
         .with_context(|| format!("locking {}", state.warm().join(LOCK_FILE).display()))?;
-    let owner = Owner::of(uid, gid);
+    // Taken by the command line, whose git runs have the default time.
+    let owner = Owner::of(uid, gid, crate::git::filters::DEFAULT_TIMEOUT);
     let user = AsUser::start(&owner)?;
     let path = repo.path.clone();
     let root = user
