@@ -461,7 +461,7 @@ fn inspection_agrees_with_git_status_with_conversions_in_the_mix() {
         let truth = git_dirty_paths(&wt);
         let f = worktreefs::lifecycle::cleanup::inspect_asking(
             &target,
-            Some(answers.as_ref()),
+            Some(&std::sync::Arc::downgrade(&answers)),
             worktreefs::git::filters::DEFAULT_TIMEOUT,
         )
         .unwrap();

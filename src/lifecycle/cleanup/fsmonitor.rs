@@ -25,7 +25,7 @@ pub(super) fn fsmonitor_valid(
     t: &Target,
     raw_index: &[u8],
     index: &git2::Index,
-    answers: Option<&dyn FsmonitorAnswers>,
+    answers: Option<&std::sync::Weak<dyn FsmonitorAnswers>>,
 ) -> BTreeSet<Vec<u8>> {
     let mut out = BTreeSet::new();
     if t.submodule.is_some() {
@@ -38,7 +38,12 @@ pub(super) fn fsmonitor_valid(
     if m.entries != index.len() || !index.iter().zip(&m.paths).all(|(e, p)| e.path == *p) {
         return out;
     }
-    let Some(changed) = answers.and_then(|a| a.changed_since(t.id, &m.token)) else {
+    // The view is held only while it answers (an inspection blocked for good must not
+    // keep it alive).
+    let answered = answers
+        .and_then(std::sync::Weak::upgrade)
+        .and_then(|a| a.changed_since(t.id, &m.token));
+    let Some(changed) = answered else {
         return out;
     };
     // A reported path is the entry of that path and everything below it.

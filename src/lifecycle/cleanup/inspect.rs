@@ -16,6 +16,7 @@ use super::target::Target;
 use super::walk::{IndexStat, LazyCleanSide, Walker, VROOT};
 use crate::beneath;
 use crate::git::MODE_GITLINK;
+use std::sync::Weak;
 
 /// The largest index read (git's own are far below: 100 MB for a tree of two million
 /// files).
@@ -70,7 +71,7 @@ pub fn inspect(t: &Target) -> Result<Findings, String> {
 /// a checkout converts) may take `filters`.
 pub fn inspect_asking(
     t: &Target,
-    answers: Option<&dyn FsmonitorAnswers>,
+    answers: Option<&Weak<dyn FsmonitorAnswers>>,
     filters: std::time::Duration,
 ) -> Result<Findings, String> {
     let repo = Repository::open(&t.gitdir)
@@ -334,7 +335,8 @@ pub fn inspect_asking(
         if r.removed && !(r.gitdir.is_dir() && r.admin().is_dir()) {
             continue;
         }
-        let mut found = inspect(&sub).map_err(|e| format!("submodule {}: {e}", r.path))?;
+        let mut found = inspect_asking(&sub, answers, filters)
+            .map_err(|e| format!("submodule {}: {e}", r.path))?;
         let at = match &found.head {
             Head::Detached(o) => Some(*o),
             Head::Branch(b) => Repository::open(&r.gitdir)

@@ -117,10 +117,7 @@ pub(crate) fn inspect_bounded(t: &Target, how: &Inspection) -> Result<Findings, 
         t.id,
         format!("inspect-{}", t.id),
         how.timeout,
-        move || {
-            let answers = answers.as_ref().and_then(std::sync::Weak::upgrade);
-            inspect::inspect_asking(&target, answers.as_deref(), filters)
-        },
+        move || inspect::inspect_asking(&target, answers.as_ref(), filters),
     ) {
         Bounded::Done(found) => found,
         Bounded::StillBlocked(since) => Err(format!(
