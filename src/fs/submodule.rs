@@ -180,7 +180,7 @@ impl View {
                 moving: Default::default(),
             })
         })()
-        .map_err(|e| FsError::internal(format!("submodule {what}: {e:#}")))?;
+        .map_err(|e| FsError::internal(format!("submodule {what}: {}", e.message)))?;
         if ctx.conversions.is_some() {
             self.conversions_in_use
                 .store(true, std::sync::atomic::Ordering::Relaxed);

@@ -153,8 +153,8 @@ impl View {
         self.gate.clone()
     }
 
-    pub fn new(state: StateDir, mountpoint: PathBuf) -> FsResult<View> {
-        let store = Store::open(&state.root).map_err(|e| FsError::store("opening the store", e))?;
+    pub fn new(state: StateDir, mountpoint: PathBuf) -> crate::store::StoreResult<View> {
+        let store = Store::open(&state.root)?;
         let events = crate::store::EventQueue::new(state.root.clone());
         let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
         let root = (ROOT_INO, NodeKind::Root, ROOT_INO, "");
@@ -191,8 +191,7 @@ impl View {
             ),
             stats: Stats::default(),
         };
-        view.refresh_catalog(true)
-            .map_err(|e| FsError::store("reading the store", e))?;
+        view.refresh_catalog(true)?;
         Ok(view)
     }
 

@@ -125,7 +125,16 @@ impl From<rusqlite::Error> for StoreError {
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.source.fmt(f)
+        self.source.fmt(f)?;
+        // `{:#}`: the whole chain, as anyhow shows one.
+        if f.alternate() {
+            let mut next = std::error::Error::source(self);
+            while let Some(e) = next {
+                write!(f, ": {e}")?;
+                next = e.source();
+            }
+        }
+        Ok(())
     }
 }
 
@@ -167,5 +176,16 @@ mod tests {
             e.to_string(),
             rusqlite::Error::QueryReturnedNoRows.to_string()
         );
+        // `{:#}` and anyhow's `{:#}` give the whole chain, as anyhow gave it of SQLite's.
+        let make = || {
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                None,
+            )
+        };
+        let e: StoreError = make().into();
+        let theirs = format!("{:#}", anyhow::Error::from(make()));
+        assert_eq!(format!("{e:#}"), theirs);
+        assert_eq!(format!("{:#}", anyhow::Error::from(e)), theirs);
     }
 }
