@@ -332,7 +332,8 @@ mod tests {
 
     /// The examples of `docs/cli.md` under the heading that starts with `heading`: each
     /// code block up to the next heading of its level or above, parsed (a block of one
-    /// object per line gives each line). An array's `"…"` (more of the same) is dropped.
+    /// object per line gives each line; a block marked `json` must parse whole). An
+    /// array's `"…"` (more of the same) is dropped.
     fn examples(heading: &str) -> Vec<Value> {
         let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md"))
             .expect("docs/cli.md");
@@ -343,17 +344,23 @@ mod tests {
         let level = heading.split(' ').next().unwrap().len();
         let mut out = Vec::new();
         let mut block: Option<Vec<&str>> = None;
+        let mut marked_json = false;
         for line in doc.lines().skip(start + 1) {
             let hashes = line.chars().take_while(|&c| c == '#').count();
             if block.is_none() && hashes > 0 && hashes <= level {
                 break;
             }
             match (&mut block, line.starts_with("```")) {
-                (None, true) => block = Some(Vec::new()),
+                (None, true) => {
+                    block = Some(Vec::new());
+                    marked_json = line.trim() == "```json";
+                }
                 (Some(lines), true) => {
                     let text = lines.join("\n");
                     if let Ok(v) = serde_json::from_str::<Value>(&text) {
                         out.push(v);
+                    } else if marked_json {
+                        panic!("{heading}: a block marked json does not parse:\n{text}");
                     } else {
                         // One object per line (`events`, `.control` files), or not JSON
                         // (a command, a table): only what parses counts.
@@ -411,6 +418,7 @@ mod tests {
         assert!(shows::<RepoJson>("## `repo list --json`") >= 1);
         assert!(shows::<EventJson>("## `events --json`") >= 2);
         assert_eq!(shows::<OccupiedJson>("### Refusal `occupied`"), 1);
+        assert_eq!(shows::<TurnJson>("## `turns --json`"), 1);
     }
 
     /// The check itself: a field the type lacks, or one it has that the example lacks,
