@@ -297,12 +297,14 @@ pub fn unleasable(repo: &str, name: &str, state: Option<crate::lease::State>) ->
         )),
     };
     Refusal {
-        json: serde_json::json!({
-            "error": kind,
-            "worktree": target,
-            "repo": repo,
-            "name": name,
-            "state": state.map(|s| s.as_str()),
+        json: shapes::value(shapes::UnleasableJson {
+            error: kind.into(),
+            worktree: target,
+            repo: repo.to_string(),
+            name: name.to_string(),
+            state: state.map(|s| s.as_str().to_string()),
+            did_you_mean: None,
+            session: None,
         }),
         message,
         json_to: None,
@@ -349,20 +351,23 @@ pub fn busy(
         "\nways out: wait for it (`--wait SECS`), end it by releasing its session (`worktreefs lease release {target} --session {}`), or work in another worktree (`worktreefs new {}/<name>`)",
         turn.session, turn.repo
     ));
-    let t = shapes::value(shapes::TurnJson::of(turn, mountpoint));
+    let t = shapes::TurnJson::of(turn, mountpoint);
     Refusal {
-        json: serde_json::json!({
-            "error": "busy",
-            "worktree": target,
-            "repo": turn.repo,
-            "name": turn.worktree,
-            "turn": t,
-            "unchecked": unchecked,
-            "waited_secs": waited,
-            "ways_out": {
-                "wait": "--wait SECS",
-                "release": [format!("worktreefs lease release {target} --session {}", turn.session)],
-                "new": format!("worktreefs new {}/<name>", turn.repo),
+        json: shapes::value(shapes::BusyJson {
+            error: "busy".into(),
+            worktree: target.clone(),
+            repo: turn.repo.clone(),
+            name: turn.worktree.clone(),
+            turn: t,
+            unchecked: unchecked.map(str::to_string),
+            waited_secs: waited,
+            ways_out: shapes::WaysOut {
+                wait: "--wait SECS".into(),
+                release: vec![format!(
+                    "worktreefs lease release {target} --session {}",
+                    turn.session
+                )],
+                new: format!("worktreefs new {}/<name>", turn.repo),
             },
         }),
         message,
@@ -404,17 +409,22 @@ pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
         "\nways out: close those files or end those processes, wait for them (`--wait SECS`), or run the turn without `--guard`",
     );
     Refusal {
-        json: serde_json::json!({
-            "error": "writers-inside",
-            "worktree": target,
-            "repo": repo,
-            "name": name,
-            "writers": writers.iter().map(|w| serde_json::json!({
-                "pid": w.pid,
-                "command": w.command,
-                "path": w.path,
-                "how": w.how,
-            })).collect::<Vec<_>>(),
+        json: shapes::value(shapes::WritersInsideJson {
+            error: "writers-inside".into(),
+            worktree: target,
+            repo: repo.to_string(),
+            name: name.to_string(),
+            writers: writers
+                .iter()
+                .map(|w| shapes::WriterJson {
+                    pid: w.pid,
+                    command: w.command.clone(),
+                    path: w.path.clone(),
+                    how: w.how.to_string(),
+                })
+                .collect(),
+            open_for_writing: None,
+            waited_secs: None,
         }),
         message,
         json_to: None,

@@ -319,6 +319,64 @@ pub struct OccupiedJson {
     pub ways_out: WaysOut,
 }
 
+/// The refusal of a worktree that cannot be had: `not-found` (with `did_you_mean` when a
+/// worktree of the repository has a close name), `removed`, `deleting`; `lease release`
+/// adds the `session`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnleasableJson {
+    pub error: String,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub did_you_mean: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// The refusal of a turn while another runs in the worktree (`busy`, exit 3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BusyJson {
+    pub error: String,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub turn: TurnJson,
+    pub unchecked: Option<String>,
+    pub waited_secs: Option<u64>,
+    pub ways_out: WaysOut,
+}
+
+/// A process outside a guarded turn that writes in its worktree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriterJson {
+    pub pid: i32,
+    pub command: String,
+    pub path: PathBuf,
+    pub how: String,
+}
+
+/// The refusal of a guarded turn while processes outside it write there
+/// (`writers-inside`, exit 3); the command line adds `open_for_writing` and
+/// `waited_secs` when they apply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WritersInsideJson {
+    pub error: String,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub writers: Vec<WriterJson>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_for_writing: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_secs: Option<u64>,
+}
+
 /// `shape` as a JSON value (the shapes hold strings, numbers and paths: always encodable).
 pub fn value(shape: impl Serialize) -> serde_json::Value {
     serde_json::to_value(shape).expect("a shape of plain values encodes")
@@ -390,7 +448,15 @@ mod tests {
 
     /// Every example under `heading` is a `T` to the field, and prints back as shown.
     fn shows<T: DeserializeOwned + Serialize>(heading: &str) -> usize {
-        let found = examples(heading);
+        shows_where::<T>(heading, |_| true)
+    }
+
+    /// As [`shows`], for the examples under `heading` that `pick` picks.
+    fn shows_where<T: DeserializeOwned + Serialize>(
+        heading: &str,
+        pick: impl Fn(&Value) -> bool,
+    ) -> usize {
+        let found: Vec<Value> = examples(heading).into_iter().filter(|v| pick(v)).collect();
         assert!(!found.is_empty(), "no example under {heading:?}");
         for example in &found {
             let typed: T = serde_json::from_value(example.clone()).unwrap_or_else(|e| {
@@ -419,6 +485,23 @@ mod tests {
         assert!(shows::<EventJson>("## `events --json`") >= 2);
         assert_eq!(shows::<OccupiedJson>("### Refusal `occupied`"), 1);
         assert_eq!(shows::<TurnJson>("## `turns --json`"), 1);
+        let error = |e: &'static str| move |v: &Value| v["error"] == e;
+        assert_eq!(
+            shows::<UnleasableJson>("### The unknown-worktree refusal"),
+            1
+        );
+        assert_eq!(
+            shows::<UnleasableJson>("### Refusals `not-found`, `removed`"),
+            1
+        );
+        assert_eq!(
+            shows_where::<BusyJson>("## `turn --json`", error("busy")),
+            1
+        );
+        assert_eq!(
+            shows_where::<WritersInsideJson>("## `turn --json`", error("writers-inside")),
+            1
+        );
     }
 
     /// The check itself: a field the type lacks, or one it has that the example lacks,
