@@ -49,18 +49,6 @@ impl<K: Copy + fmt::Debug + Send + Sync + 'static> Failure<K> {
         }
     }
 
-    /// A failure of another kind (another layer's, say) beneath `what`, as kind `kind`.
-    pub fn beneath<J: Copy + fmt::Debug + Send + Sync + 'static>(
-        kind: K,
-        what: impl fmt::Display,
-        inner: Failure<J>,
-    ) -> Failure<K> {
-        Failure {
-            kind,
-            said: Said::Context(what.to_string(), Box::new(inner)),
-        }
-    }
-
     /// Another layer's failure `inner`, as it is, as kind `kind`.
     pub fn within<J: Copy + fmt::Debug + Send + Sync + 'static>(
         kind: K,
@@ -256,7 +244,7 @@ mod tests {
     #[test]
     fn a_failure_of_another_layer_stays_readable_beneath() {
         let inner = Failure::caused(Kind::Inner, full_disk()).context("writing HEAD");
-        let e: Failure<u8> = Failure::beneath(7, "creating the entry", inner);
+        let e: Failure<u8> = Failure::within(7, inner).context("creating the entry");
         assert_eq!(e.kind(), 7);
         assert_eq!(
             format!("{e:#}"),
