@@ -27,6 +27,9 @@ pub struct WorktreeJson {
     pub warm_snapshot: Option<i64>,
     pub created_at: String,
     pub state_changed_at: String,
+    /// How many processes are inside it (`list` alone says it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_inside: Option<u64>,
 }
 
 impl WorktreeJson {
@@ -45,8 +48,22 @@ impl WorktreeJson {
             warm_snapshot: w.warm,
             created_at: rfc3339(w.created_at),
             state_changed_at: rfc3339(w.state_changed_at),
+            processes_inside: None,
         }
     }
+}
+
+/// `status --json`: the state dir, the daemon serving it (none, or detached from its
+/// mount), every worktree and every lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusJson {
+    pub state_dir: PathBuf,
+    pub mountpoint: Option<PathBuf>,
+    pub detached: bool,
+    pub daemon_pid: Option<i32>,
+    pub worktrees: Vec<WorktreeJson>,
+    pub leases: Vec<LeaseJson>,
 }
 
 /// A lease (`leases`, `status`, `.control/leases`).
@@ -485,6 +502,8 @@ mod tests {
         assert!(shows::<EventJson>("## `events --json`") >= 2);
         assert_eq!(shows::<OccupiedJson>("### Refusal `occupied`"), 1);
         assert_eq!(shows::<TurnJson>("## `turns --json`"), 1);
+        assert!(shows::<WorktreeJson>("## `list --json`") >= 1);
+        assert!(shows::<StatusJson>("## `status --json`") >= 2);
         let error = |e: &'static str| move |v: &Value| v["error"] == e;
         assert_eq!(
             shows::<UnleasableJson>("### The unknown-worktree refusal"),
@@ -516,7 +535,7 @@ mod tests {
         let typed: WorktreeJson = serde_json::from_value(w.clone()).unwrap();
         assert_eq!(value(&typed), w);
         let mut extra = w.clone();
-        extra["processes_inside"] = 0.into();
+        extra["size"] = 0.into();
         assert!(serde_json::from_value::<WorktreeJson>(extra).is_err());
         let mut missing = w;
         missing.as_object_mut().unwrap().remove("state");

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use worktreefs::lifecycle::create;
-use worktreefs::report;
+use worktreefs::report::shapes::WorktreeJson;
 use worktreefs::state::StateDir;
 
 use crate::cli::output::inside_counts;
@@ -24,10 +24,9 @@ pub fn run(state: &StateDir, args: ListArgs) -> anyhow::Result<()> {
     if json {
         let out: Vec<_> = rows
             .iter()
-            .map(|w| {
-                let mut v = report::worktree_json(w, &mountpoint);
-                v["processes_inside"] = inside(w).into();
-                v
+            .map(|w| WorktreeJson {
+                processes_inside: Some(inside(w) as u64),
+                ..WorktreeJson::of(w, &mountpoint)
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&out)?);

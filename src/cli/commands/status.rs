@@ -3,7 +3,7 @@
 use clap::Args;
 use worktreefs::daemon;
 use worktreefs::lifecycle::create;
-use worktreefs::report;
+use worktreefs::report::shapes;
 use worktreefs::state::StateDir;
 
 use crate::cli::output::inside_counts;
@@ -24,13 +24,19 @@ pub fn run(state: &StateDir, args: StatusArgs) -> anyhow::Result<()> {
     let detached = daemon.as_ref().is_some_and(|d| daemon::detached(state, d));
     if json {
         let at = create::mountpoint_of(state, &store);
-        let v = serde_json::json!({
-            "state_dir": state.root,
-            "mountpoint": daemon.as_ref().filter(|_| !detached).map(|d| d.mountpoint.clone()),
-            "detached": detached,
-            "daemon_pid": daemon.as_ref().map(|d| d.pid),
-            "worktrees": rows.iter().map(|w| report::worktree_json(w, &at)).collect::<Vec<_>>(),
-            "leases": store.leases()?.iter().map(report::lease_json).collect::<Vec<_>>(),
+        let v = shapes::value(shapes::StatusJson {
+            state_dir: state.root.clone(),
+            mountpoint: daemon
+                .as_ref()
+                .filter(|_| !detached)
+                .map(|d| d.mountpoint.clone()),
+            detached,
+            daemon_pid: daemon.as_ref().map(|d| d.pid),
+            worktrees: rows
+                .iter()
+                .map(|w| shapes::WorktreeJson::of(w, &at))
+                .collect(),
+            leases: store.leases()?.iter().map(shapes::LeaseJson::of).collect(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
