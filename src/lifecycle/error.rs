@@ -15,8 +15,9 @@ pub enum LifecycleErrorKind {
     Git,
     /// The file system.
     Io,
-    /// Something found is not what the step may act on (another user's entry, a
-    /// repository with live worktrees): left alone.
+    /// Something found is not what the step may act on (an entry not this worktree's, a
+    /// kept copy being restored right now, a repository that names nothing to inherit):
+    /// left alone.
     Refused,
     /// Anything else (a thread that ended, a record that does not read back).
     Failed,
