@@ -110,13 +110,8 @@ impl<K: Copy + fmt::Debug + Send + Sync + 'static> fmt::Display for Failure<K> {
             Said::Message(m) | Said::Context(m, _) => f.write_str(m)?,
             Said::Within(inner) => write!(f, "{inner}")?,
         }
-        // `{:#}`: the whole chain, as anyhow shows one.
         if f.alternate() {
-            let mut next = self.source();
-            while let Some(c) = next {
-                write!(f, ": {c}")?;
-                next = c.source();
-            }
+            write_causes(f, self)?;
         }
         Ok(())
     }
@@ -142,6 +137,17 @@ impl<K: Copy + fmt::Debug + Send + Sync + 'static> StdError for Failure<K> {
             Said::Within(inner) => inner.source(),
         }
     }
+}
+
+/// Writes `err`'s causes, each after `: `, as anyhow's `{:#}` ends an error's words: what
+/// an error's own `{:#}` adds to its `{}`.
+pub fn write_causes(f: &mut impl fmt::Write, err: &(dyn StdError + 'static)) -> fmt::Result {
+    let mut next = err.source();
+    while let Some(c) = next {
+        write!(f, ": {c}")?;
+        next = c.source();
+    }
+    Ok(())
 }
 
 /// Declares `$name`, the trait that gives results whose error becomes a

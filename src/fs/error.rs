@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::lease::Conflict;
 use crate::lifecycle::cleanup::RequestError;
 use crate::lifecycle::create::CreateError;
-use crate::store::LeaseError;
+use crate::store::{LeaseError, StoreError};
 
 /// What kind of failure an error is. Expected outcomes of what the caller asked come
 /// first, then refusals of what this filesystem does not allow, then faults.
@@ -265,17 +265,9 @@ impl FsError {
     }
 
     /// A failure to answer from the store, or to re-read it.
-    pub fn store(
-        context: impl Into<String>,
-        err: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
+    pub fn store(context: impl Into<String>, err: StoreError) -> Self {
         // The whole chain, as a person reads it.
-        let mut message = format!("{}: {err}", context.into());
-        let mut next = err.source();
-        while let Some(e) = next {
-            message.push_str(&format!(": {e}"));
-            next = e.source();
-        }
+        let message = format!("{}: {err:#}", context.into());
         FsError::with_source(ErrorKind::Store, message, err)
     }
 

@@ -128,11 +128,7 @@ impl fmt::Display for StoreError {
         self.source.fmt(f)?;
         // `{:#}`: the whole chain, as anyhow shows one.
         if f.alternate() {
-            let mut next = std::error::Error::source(self);
-            while let Some(e) = next {
-                write!(f, ": {e}")?;
-                next = e.source();
-            }
+            crate::failure::write_causes(f, self)?;
         }
         Ok(())
     }
