@@ -57,6 +57,18 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The top-level module a source file (its path below `src/`) belongs to: `fs` for
+/// `fs/view.rs`, `lease` for `lease.rs`.
+fn top_module(rel: &Path) -> String {
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
 /// The code of a file without its comments (line comments, doc comments).
 fn code(text: &str) -> String {
     text.lines()
@@ -91,14 +103,7 @@ fn every_module_names_only_modules_below_it() {
     let mut wrong = Vec::new();
     for file in &files {
         let rel = file.strip_prefix(&src).unwrap();
-        let top = rel
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
+        let top = top_module(rel);
         // The binary's own files (main.rs, the command line, the MCP server it serves,
         // the completion of names it prints, its logging) are above all.
         if BINARY.contains(&top.as_str()) || top == "lib" {
@@ -167,14 +172,8 @@ fn only_its_owner_names_an_owned_library() {
     let mut wrong = Vec::new();
     for file in &files {
         let rel = file.strip_prefix(&src).unwrap();
-        let top = rel
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy();
-        let top = top.trim_end_matches(".rs");
-        for lib in foreign_libraries(&fs::read_to_string(file).unwrap(), top) {
+        let top = top_module(rel);
+        for lib in foreign_libraries(&fs::read_to_string(file).unwrap(), &top) {
             wrong.push(format!("{} names {lib}", rel.display()));
         }
     }
@@ -208,13 +207,7 @@ fn only_the_top_uses_anyhow() {
     let mut left_using: Vec<String> = Vec::new();
     for file in &files {
         let rel = file.strip_prefix(&src).unwrap();
-        let top = rel
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy();
-        let top = top.trim_end_matches(".rs").to_string();
+        let top = top_module(rel);
         if ANYHOW_ALLOWED.contains(&top.as_str()) || top == "lib" {
             continue;
         }
