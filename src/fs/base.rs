@@ -5,16 +5,15 @@
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use super::error::{FsError, FsResult};
 use super::nodes::NodeKind;
-use super::overlay::{BaseRef, Overlay, UpperDir, WtCtx};
+use super::overlay::{BaseRef, Overlay, UpperDir};
 use super::types::{Attr, FType, GITFILE_NAME};
 use super::view::View;
+use super::worktree::WtCtx;
 use crate::beneath;
-use crate::git::{self, MODE_EXEC, MODE_LINK, MODE_TREE};
+use crate::git::{MODE_EXEC, MODE_LINK, MODE_TREE};
 use crate::layout::OPAQUE_MARKER;
 
 impl View {
@@ -31,8 +30,8 @@ impl View {
             .base
             .ok_or_else(|| FsError::internal("base entry without object"))?;
         let warm_time = |t: (i64, u32)| super::types::systime(t.0, t.1 as i64);
-        if let Some(f) = self.warm_file(wt, &base) {
-            let (size, perm) = match wt.warm.as_ref().and_then(|s| s.link(f)) {
+        if let Some(f) = wt.base.warm_file(&base) {
+            let (size, perm) = match wt.base.warm_link_of(f) {
                 Some(l) => (l.len() as u64, 0o777),
                 None => (f.size, f.perm as u16),
             };
@@ -47,12 +46,12 @@ impl View {
                 kind: ov.ftype,
                 perm,
                 nlink: 1,
-                uid: wt.uid,
-                gid: wt.gid,
+                uid: wt.ident.uid,
+                gid: wt.ident.gid,
                 rdev: 0,
             });
         }
-        if let Some(d) = self.warm_dir(wt, &base) {
+        if let Some(d) = wt.base.warm_dir(&base) {
             let t = warm_time(d.mtime);
             return Ok(Attr {
                 ino,
@@ -64,27 +63,27 @@ impl View {
                 kind: FType::Dir,
                 perm: d.perm as u16,
                 nlink: 2,
-                uid: wt.uid,
-                gid: wt.gid,
+                uid: wt.ident.uid,
+                gid: wt.ident.gid,
                 rdev: 0,
             });
         }
         let (size, perm, nlink) = match ov.ftype {
             FType::Dir => (4096, 0o755, 2),
             FType::Symlink | FType::File => {
-                if !wt.sizes_seeded.swap(true, Ordering::Relaxed) {
-                    self.objects
-                        .seed_sizes_from_index_cache(&self.state.index_cache(), wt.base_tree);
-                }
-                let converted = match (&wt.conversions, ov.ftype) {
-                    (Some(_), FType::File) => self.conversion(wt, &path()?, base.oid),
+                wt.base.seed_sizes(&self.objects, &self.state.index_cache());
+                let converted = match (wt.base.converts(), ov.ftype) {
+                    (true, FType::File) => {
+                        wt.base
+                            .conversion(&path()?, base.oid, wt.ident.uid, wt.ident.gid)
+                    }
                     _ => None,
                 };
                 let size = match converted {
                     Some(c) => self.converted_size(wt, &c, base.oid)?,
                     None => self
                         .objects
-                        .blob_size(&wt.gitdir, base.oid)
+                        .blob_size(&wt.base.gitdir, base.oid)
                         .map_err(|e| FsError::git(format!("size of blob {}", base.oid), e))?,
                 };
                 let perm = match base.mode {
@@ -100,101 +99,16 @@ impl View {
             ino,
             size,
             blocks: size.div_ceil(512),
-            atime: wt.base_mtime,
-            mtime: wt.base_mtime,
-            ctime: wt.base_mtime,
+            atime: wt.base.mtime,
+            mtime: wt.base.mtime,
+            ctime: wt.base.mtime,
             kind: ov.ftype,
             perm,
             nlink,
-            uid: wt.uid,
-            gid: wt.gid,
+            uid: wt.ident.uid,
+            gid: wt.ident.gid,
             rdev: 0,
         })
-    }
-
-    pub(super) fn base_tree_of(
-        &self,
-        wt: &WtCtx,
-        ov: &Overlay,
-    ) -> FsResult<Option<Arc<git::TreeListing>>> {
-        match ov.base {
-            Some(b) if b.mode == MODE_TREE && ov.ftype == FType::Dir => {
-                self.listing_of(wt, b).map(Some)
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// The listing of base directory `b`: its tree's, with the warm snapshot's directory
-    /// merged where it has one.
-    pub(super) fn listing_of(&self, wt: &WtCtx, b: BaseRef) -> FsResult<Arc<git::TreeListing>> {
-        let tree = if b.oid == git::warm::no_tree() {
-            None
-        } else {
-            Some(
-                self.objects
-                    .tree(&wt.gitdir, b.oid)
-                    .map_err(|e| FsError::git(format!("reading tree {}", b.oid), e))?,
-            )
-        };
-        match (&wt.warm, b.warm, tree) {
-            (Some(snap), w, tree) if w != 0 => Ok(snap.merged(b.oid, tree.as_deref(), w)),
-            (_, _, Some(tree)) => Ok(tree),
-            _ => Err(FsError::internal(
-                "a directory with neither tree nor snapshot",
-            )),
-        }
-    }
-
-    /// The warm snapshot's file behind base entry `b`, if it is one.
-    pub(super) fn warm_file<'a>(
-        &self,
-        wt: &'a WtCtx,
-        b: &BaseRef,
-    ) -> Option<&'a crate::git::warm::File> {
-        match (&wt.warm, b.mode) {
-            (_, MODE_TREE) => None,
-            (Some(s), _) => s.file(b.warm),
-            (None, _) => None,
-        }
-    }
-
-    /// The target of the warm snapshot's symlink behind base entry `b`, if it is one.
-    pub(super) fn warm_link<'a>(&self, wt: &'a WtCtx, b: &BaseRef) -> Option<&'a [u8]> {
-        let f = self.warm_file(wt, b)?;
-        wt.warm.as_ref()?.link(f)
-    }
-
-    /// The size of base file `b`: the warm snapshot's record, else the object's (its
-    /// content is in the blob cache, not always in the repository).
-    pub(super) fn base_size(&self, wt: &WtCtx, b: &BaseRef) -> FsResult<u64> {
-        if let Some(f) = self.warm_file(wt, b) {
-            return Ok(f.size);
-        }
-        self.objects
-            .blob_size(&wt.gitdir, b.oid)
-            .map_err(|e| FsError::git("blob size", e))
-    }
-
-    /// The warm snapshot's directory behind base directory `b` when only the snapshot has
-    /// it (a tracked directory keeps a checkout's attributes).
-    pub(super) fn warm_dir<'a>(
-        &self,
-        wt: &'a WtCtx,
-        b: &BaseRef,
-    ) -> Option<&'a crate::git::warm::Dir> {
-        match &wt.warm {
-            Some(s) if b.mode == MODE_TREE && b.oid == git::warm::no_tree() => s.dir(b.warm),
-            _ => None,
-        }
-    }
-
-    /// A base symlink's target.
-    pub(super) fn link_target(&self, wt: &WtCtx, b: &BaseRef) -> FsResult<Vec<u8>> {
-        if let Some(link) = self.warm_link(wt, b) {
-            return Ok(link.to_vec());
-        }
-        git::read_blob(&wt.gitdir, b.oid).map_err(|e| FsError::git("reading symlink target", e))
     }
 
     /// What the name `name` in worktree directory `dir` is, from the layers on disk.
@@ -209,7 +123,7 @@ impl View {
         dir_upper: impl FnOnce() -> FsResult<OwnedFd>,
         name: &OsStr,
     ) -> FsResult<Option<Overlay>> {
-        let base_listing = self.base_tree_of(wt, dir_ov)?;
+        let base_listing = wt.base.tree_of(&self.objects, dir_ov)?;
         let base_entry = base_listing.as_ref().and_then(|l| l.get(name)).cloned();
         if dir_ov.in_upper {
             if upper.fd.is_none() {
@@ -217,7 +131,7 @@ impl View {
             }
             let dir = upper.fd.as_ref().expect("just opened");
             match beneath::stat_at(dir.as_fd(), name) {
-                Ok(st) if wt.whiteouts.is(&st) => {
+                Ok(st) if wt.upper.whiteouts.is(&st) => {
                     upper.whiteout_at_name = true;
                     return Ok(None);
                 }
@@ -243,7 +157,7 @@ impl View {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => {
                     return Err(FsError::io(
-                        format!("stat {}/{}", wt.name, name.to_string_lossy()),
+                        format!("stat {}/{}", wt.ident.name, name.to_string_lossy()),
                         e,
                     ))
                 }
@@ -311,8 +225,9 @@ impl View {
             let (wt, ov, _) = t.wt_of(parent)?;
             (wt, ov)
         };
-        Ok(self
-            .base_tree_of(&wt, &ov)?
+        Ok(wt
+            .base
+            .tree_of(&self.objects, &ov)?
             .map(|l| l.get(name).is_some())
             .unwrap_or(false))
     }

@@ -16,7 +16,7 @@ use super::error::FsResult;
 use crate::lease::State;
 use crate::store::{RepoRow, WorktreeRow};
 
-use super::overlay::WtCtx;
+use super::worktree::WtCtx;
 
 /// The inode of repository `id`'s directory at the top of the mount.
 pub(super) const REPO_INO_BASE: u64 = 1 << 61;
@@ -102,13 +102,13 @@ impl Catalog {
         let c = self.contents.read();
         c.worktrees
             .values()
-            .find(|w| w.repo == repo && w.name == name)
+            .find(|w| w.ident.repo == repo && w.ident.name == name)
             .cloned()
     }
 
     pub(super) fn worktree_by_id(&self, id: i64) -> Option<Arc<WtCtx>> {
         let c = self.contents.read();
-        c.worktrees.values().find(|w| w.id == id).cloned()
+        c.worktrees.values().find(|w| w.ident.id == id).cloned()
     }
 
     /// Every worktree served, in no order.
@@ -125,7 +125,7 @@ impl Catalog {
         let c = self.contents.read();
         c.worktrees
             .values()
-            .filter_map(|w| Some((*c.idle_since.get(&w.id)?, w.clone())))
+            .filter_map(|w| Some((*c.idle_since.get(&w.ident.id)?, w.clone())))
             .collect()
     }
 
@@ -159,13 +159,13 @@ impl Catalog {
                 // Gone from the catalog (removed) without being seen deleting.
                 cat.worktrees
                     .iter()
-                    .filter(|(_, w)| !states.contains_key(&w.id))
+                    .filter(|(_, w)| !states.contains_key(&w.ident.id))
                     .map(|((repo_id, name), _)| (repo_ino(*repo_id), OsString::from(name))),
             )
             .collect();
         for row in rows {
             let key = (row.repo_id, row.name.clone());
-            if let Some(existing) = cat.worktrees.get(&key).filter(|w| w.id == row.id) {
+            if let Some(existing) = cat.worktrees.get(&key).filter(|w| w.ident.id == row.id) {
                 worktrees.insert(key, existing.clone());
                 continue;
             }
@@ -217,6 +217,8 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::base_layer::Base;
+    use crate::fs::worktree::{Identity, UpperLayer};
     use std::path::{Path, PathBuf};
 
     fn repo(id: i64) -> RepoRow {
@@ -261,33 +263,34 @@ mod tests {
             ));
         }
         Ok(WtCtx {
-            id: row.id,
-            repo_id: row.repo_id,
-            repo: row.repo.clone(),
-            name: row.name.clone(),
-            gitdir: PathBuf::new(),
-            base_tree: git2::Oid::zero(),
-            base_mtime: SystemTime::UNIX_EPOCH,
-            uid: 0,
-            gid: 0,
-            upper: PathBuf::new(),
-            work: PathBuf::new(),
-            upper_fd: crate::beneath::open_root(Path::new("/")).unwrap(),
-            work_fd: crate::beneath::open_root(Path::new("/")).unwrap(),
-            whiteouts: crate::layout::Whiteouts::empty(),
-            gitfile: Vec::new(),
-            sizes_seeded: false.into(),
+            ident: Identity {
+                id: row.id,
+                repo_id: row.repo_id,
+                repo: row.repo.clone(),
+                name: row.name.clone(),
+                uid: 0,
+                gid: 0,
+                admin_name: String::new(),
+                gitfile: Vec::new(),
+                ino_id: row.id,
+                lease_id: row.id,
+            },
+            upper: UpperLayer {
+                path: PathBuf::new(),
+                work: PathBuf::new(),
+                fd: crate::beneath::open_root(Path::new("/")).unwrap(),
+                work_fd: crate::beneath::open_root(Path::new("/")).unwrap(),
+                whiteouts: crate::layout::Whiteouts::empty(),
+            },
+            base: Base::new(
+                PathBuf::new(),
+                git2::Oid::zero(),
+                SystemTime::UNIX_EPOCH,
+                None,
+                None,
+            ),
             journal: Default::default(),
-            warm: None,
-            conversions: None,
-            ino_id: row.id,
-            lease_id: row.id,
-            sub_of: None,
-            moving: Default::default(),
-            submodules: false,
-            admin_name: String::new(),
-            subs: Default::default(),
-            making: Default::default(),
+            nested: Default::default(),
         })
     }
 
@@ -307,7 +310,7 @@ mod tests {
         assert!(first.now_deleting.is_empty());
         assert_eq!(cat.data_version(), 1);
         let a = cat.worktree(1, "a").unwrap();
-        let idle: Vec<(i64, i64)> = cat.idle().iter().map(|(s, w)| (*s, w.id)).collect();
+        let idle: Vec<(i64, i64)> = cat.idle().iter().map(|(s, w)| (*s, w.ident.id)).collect();
         assert_eq!(idle, vec![(12, 2)], "only the ready one is idle");
 
         // Same set, b now deleting: not a change of the set, but b must be looked up again.
@@ -344,9 +347,9 @@ mod tests {
         assert_eq!(fourth.now_deleting, vec![(repo_ino(1), "b".into())]);
         assert!(cat.worktree(1, "broken").is_none());
         assert_eq!(cat.worktrees().len(), 1);
-        assert_eq!(cat.worktree_named("r1", "a").map(|w| w.id), Some(1));
+        assert_eq!(cat.worktree_named("r1", "a").map(|w| w.ident.id), Some(1));
         assert_eq!(
-            cat.worktree_by_id(1).map(|w| w.name.clone()),
+            cat.worktree_by_id(1).map(|w| w.ident.name.clone()),
             Some("a".into())
         );
         assert_eq!(cat.repo_named(b"r1").map(|r| r.id), Some(1));

@@ -27,7 +27,7 @@ impl View {
         let (wt, _) = rest.rsplit_once('@')?;
         self.catalog
             .worktree_named(repo, wt)
-            .map(|w| (w.uid, w.gid))
+            .map(|w| (w.ident.uid, w.ident.gid))
     }
 }
 
@@ -56,8 +56,8 @@ impl View {
             };
             let c = lease.columns();
             rows.push(LeaseRow {
-                repo: wt.repo.clone(),
-                worktree: wt.name.clone(),
+                repo: wt.ident.repo.clone(),
+                worktree: wt.ident.name.clone(),
                 worktree_id,
                 holder_kind: c.kind.into(),
                 holder,
@@ -92,7 +92,7 @@ impl View {
                     .catalog
                     .worktrees()
                     .iter()
-                    .map(|w| format!("{}:{}", w.repo, w.name))
+                    .map(|w| format!("{}:{}", w.ident.repo, w.ident.name))
                     .collect();
                 names.sort();
                 Ok(names)

@@ -14,45 +14,14 @@ use std::io::Write;
 
 use git2::Oid;
 
-use super::handles::Converted;
+use super::base_layer::Converted;
 use crate::git::filters::{self, Owner};
 
 use super::error::{FsError, FsResult};
-use super::overlay::WtCtx;
 use super::view::View;
+use super::worktree::WtCtx;
 
 impl View {
-    /// The conversion a checkout applies to the base file at `path` (blob `oid`) of `wt`,
-    /// if any.
-    pub(super) fn conversion(&self, wt: &WtCtx, path: &[u8], oid: Oid) -> Option<Converted> {
-        let list = wt.conversions.as_ref()?;
-        let conv = list.get(path)?.clone();
-        use sha1::Digest;
-        let mut h = sha1::Sha1::new();
-        h.update(b"worktreefs conversion 1\0");
-        h.update(oid.as_bytes());
-        h.update(conv.encode().as_bytes());
-        if conv.runs_git() {
-            // A program's output may depend on the path, the user and the configuration.
-            h.update([0]);
-            h.update(path);
-            h.update(
-                format!(
-                    "\0{}\0{}\0{}\0{}\0",
-                    wt.uid, wt.gid, list.fingerprint, wt.base_tree
-                )
-                .as_bytes(),
-            );
-            h.update(wt.gitdir.as_os_str().as_encoded_bytes());
-        }
-        let key = Oid::from_bytes(&h.finalize()[..20]).ok()?;
-        Some(Converted {
-            conv,
-            path: path.to_vec(),
-            key,
-        })
-    }
-
     /// The size of converted base file `c`: the LFS pointer's word, or the converted
     /// content's (made now). A failed conversion gives the blob's own size.
     pub(super) fn converted_size(&self, wt: &WtCtx, c: &Converted, oid: Oid) -> FsResult<u64> {
@@ -77,7 +46,7 @@ impl View {
             Err(_) => {
                 let size = self
                     .objects
-                    .blob_size(&wt.gitdir, oid)
+                    .blob_size(&wt.base.gitdir, oid)
                     .map_err(|e| FsError::git(format!("size of blob {oid}"), e))?;
                 if self.conv_failed.lock().contains(&c.key) {
                     self.conv_sizes.lock().insert(c.key, size);
@@ -91,7 +60,7 @@ impl View {
     /// a checkout converts it: called before any lock of the node table is taken, since a
     /// filter may take long and may itself look into the view.
     pub(super) fn prepare_converted(&self, wt: &WtCtx, path: &[u8], oid: Oid) {
-        if let Some(c) = self.conversion(wt, path, oid) {
+        if let Some(c) = wt.base.conversion(path, oid, wt.ident.uid, wt.ident.gid) {
             let _ = self.converted_size(wt, &c, oid);
         }
     }
@@ -104,7 +73,7 @@ impl View {
         let Some((wt, oid, path)) = self.converted_base_file(ino) else {
             return;
         };
-        if let Some(c) = self.conversion(&wt, &path, oid) {
+        if let Some(c) = wt.base.conversion(&path, oid, wt.ident.uid, wt.ident.gid) {
             let _ = self.open_converted(&wt, &c, oid);
         }
     }
@@ -121,9 +90,7 @@ impl View {
         let t = self.nodes.read();
         match t.kind(ino) {
             Some(super::nodes::NodeKind::Wt { wt, ov, .. })
-                if wt.conversions.is_some()
-                    && !ov.in_upper
-                    && ov.ftype == super::types::FType::File =>
+                if wt.base.converts() && !ov.in_upper && ov.ftype == super::types::FType::File =>
             {
                 Some((wt.clone(), ov.base?.oid, t.rel_path(ino).ok()?))
             }
@@ -151,7 +118,7 @@ impl View {
             let in_memory = !c.conv.runs_git()
                 && self
                     .objects
-                    .blob_size(&wt.gitdir, oid)
+                    .blob_size(&wt.base.gitdir, oid)
                     .is_ok_and(|s| s <= 32 << 20);
             self.blobs
                 .open_converted(c.key, in_memory, &|out| self.convert_into(wt, c, oid, out))
@@ -172,7 +139,7 @@ impl View {
         if let Some(e) = &e {
             if crate::git::blobcache::is_out_of_space(e) {
                 return Err(FsError::io(
-                    format!("converting {}/{path}", wt.name),
+                    format!("converting {}/{path}", wt.ident.name),
                     clone_io(e),
                 ));
             }
@@ -181,12 +148,12 @@ impl View {
             if c.conv.required {
                 tracing::warn!(
                     "{}/{path}: the required {what} failed ({e}); reads of the file fail (EIO) until it is fixed and the daemon restarts",
-                    wt.name
+                    wt.ident.name
                 );
             } else {
                 tracing::warn!(
                     "{}/{path}: {what} failed ({e}); the file shows the blob as committed, as a checkout would",
-                    wt.name
+                    wt.ident.name
                 );
             }
         }
@@ -194,17 +161,17 @@ impl View {
             return Err(FsError::eio(
                 format!(
                     "{}/{path}: the required {what} failed (see the log line above); fix it, then remount",
-                    wt.name
+                    wt.ident.name
                 ),
                 std::io::Error::other("conversion failed"),
             ));
         }
         let size = self
             .objects
-            .blob_size(&wt.gitdir, oid)
+            .blob_size(&wt.base.gitdir, oid)
             .map_err(|e| FsError::git("blob size", e))?;
         self.blobs
-            .open(&wt.gitdir, oid, size)
+            .open(&wt.base.gitdir, oid, size)
             .map_err(|e| FsError::eio(format!("materializing blob {oid}"), e))
     }
 
@@ -220,18 +187,18 @@ impl View {
             .conversions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if c.conv.runs_git() {
-            let owner = Owner::of(wt.uid, wt.gid, self.filter_timeout());
+            let owner = Owner::of(wt.ident.uid, wt.ident.gid, self.filter_timeout());
             // The filter's processes run on every CPU, not on the one a queue's thread
             // answering this request is pinned to.
             let smudged = crate::fuse::uring::unpinned(|| {
-                filters::smudge(&owner, &wt.gitdir, wt.base_tree, &c.path, oid, out)
+                filters::smudge(&owner, &wt.base.gitdir, wt.base.tree, &c.path, oid, out)
             });
             return smudged.map_err(|e| match e {
                 filters::RunError::NoSpace(_) => std::io::Error::from_raw_os_error(libc::ENOSPC),
                 e => std::io::Error::other(e.to_string()),
             });
         }
-        let blob = crate::git::read_blob(&wt.gitdir, oid)
+        let blob = crate::git::read_blob(&wt.base.gitdir, oid)
             .map_err(|e| std::io::Error::other(format!("reading blob {oid}: {}", e.message())))?;
         out.write_all(&c.conv.apply(oid, &blob))
     }

@@ -14,12 +14,13 @@ use crate::beneath;
 use crate::git::{MODE_EXEC, MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::layout::OPAQUE_MARKER;
 
+use super::base_layer::Converted;
 use super::error::{FsError, FsResult};
-use super::handles::Converted;
 use super::nodes::ROOT_INO;
-use super::overlay::{BaseRef, WtCtx};
+use super::overlay::BaseRef;
 use super::types::{systime, FType};
 use super::view::{marker, View};
+use super::worktree::WtCtx;
 
 /// FICLONE where the filesystem shares extents, else copy_file_range (std::io::copy uses it).
 pub(super) fn clone_or_copy(src: &File, dst: &File) -> io::Result<()> {
@@ -104,8 +105,8 @@ impl View {
             let n = t.get(ino).ok_or_else(|| FsError::stale(ino))?;
             // The path says which conversion a checkout applies (a base entry is where
             // its base has it: a directory that moves is copied up first).
-            let path = match (&wt.conversions, ov.ftype) {
-                (Some(_), FType::File) => Some(t.rel_path(ino)?),
+            let path = match (wt.base.converts(), ov.ftype) {
+                (true, FType::File) => Some(t.rel_path(ino)?),
                 _ => None,
             };
             (
@@ -121,8 +122,9 @@ impl View {
             .base
             .ok_or_else(|| FsError::internal("copy-up of an entry with no base"))?;
         let tmp = Self::work_tmp("copyup");
-        let work = wt.work_fd.as_fd();
-        let converted = path.and_then(|p| self.conversion(&wt, &p, base.oid));
+        let work = wt.upper.work_fd.as_fd();
+        let converted =
+            path.and_then(|p| wt.base.conversion(&p, base.oid, wt.ident.uid, wt.ident.gid));
         let built = self.build_in_work(&wt, ov.ftype, base, &tmp, with_data, converted);
         let upper_ino = match built {
             Ok(ino) => ino,
@@ -156,7 +158,7 @@ impl View {
                     }
                     _ => {
                         return Err(FsError::io(
-                            format!("copy-up of {}/{}", wt.name, name.to_string_lossy()),
+                            format!("copy-up of {}/{}", wt.ident.name, name.to_string_lossy()),
                             e,
                         ))
                     }
@@ -179,25 +181,25 @@ impl View {
         with_data: bool,
         converted: Option<Converted>,
     ) -> FsResult<u64> {
-        let work = wt.work_fd.as_fd();
+        let work = wt.upper.work_fd.as_fd();
         match ftype {
             FType::Dir => {
                 // An inherited directory keeps its mode (a 0700 one stays private), and
                 // every directory the time the view showed for it.
-                let perm = self.warm_dir(wt, &base).map_or(0o755, |d| d.perm);
+                let perm = wt.base.warm_dir(&base).map_or(0o755, |d| d.perm);
                 beneath::mkdir_at(work, tmp, 0o700)
                     .map_err(|e| FsError::io("mkdir in work dir", e))?;
-                let ino = own_dir(work, tmp, wt.uid, wt.gid, perm)?;
+                let ino = own_dir(work, tmp, wt.ident.uid, wt.ident.gid, perm)?;
                 let t = timespec_of(self.base_dir_time(wt, &base));
                 let _ = beneath::entry(work, tmp).and_then(|d| beneath::set_times(d.as_fd(), t, t));
                 Ok(ino)
             }
             FType::File => self.copy_blob_to(wt, base, work, tmp, with_data, converted.as_ref()),
             FType::Symlink => {
-                let target = self.link_target(wt, &base)?;
+                let target = wt.base.link_target(&base)?;
                 beneath::symlink_at(&target, work, tmp)
                     .map_err(|e| FsError::io("creating symlink in work dir", e))?;
-                own(work, tmp, wt.uid, wt.gid)
+                own(work, tmp, wt.ident.uid, wt.ident.gid)
             }
             _ => Err(FsError::internal("unexpected base entry type")),
         }
@@ -205,8 +207,9 @@ impl View {
 
     /// The time the view shows for the base directory `base` (as `base_attr` does).
     fn base_dir_time(&self, wt: &WtCtx, base: &BaseRef) -> std::time::SystemTime {
-        self.warm_dir(wt, base)
-            .map_or(wt.base_mtime, |d| systime(d.mtime.0, d.mtime.1 as i64))
+        wt.base
+            .warm_dir(base)
+            .map_or(wt.base.mtime, |d| systime(d.mtime.0, d.mtime.1 as i64))
     }
 
     /// Writes the blob `base` (as a checkout converts it, with `converted`) as the new file
@@ -234,9 +237,9 @@ impl View {
             let src = match converted {
                 Some(c) => self.open_converted(wt, c, base.oid)?,
                 None => {
-                    let size = self.base_size(wt, &base)?;
+                    let size = wt.base.size(&self.objects, &base)?;
                     self.blobs
-                        .open(&wt.gitdir, base.oid, size)
+                        .open(&wt.base.gitdir, base.oid, size)
                         .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?
                 }
             };
@@ -245,11 +248,11 @@ impl View {
         // Owner first: a chown clears set-id bits, and the mode is the last word.
         let _ = nix::unistd::fchown(
             dst.as_raw_fd(),
-            Some(nix::unistd::Uid::from_raw(wt.uid)),
-            Some(nix::unistd::Gid::from_raw(wt.gid)),
+            Some(nix::unistd::Uid::from_raw(wt.ident.uid)),
+            Some(nix::unistd::Gid::from_raw(wt.ident.gid)),
         );
         // An inherited file keeps its mode and time (a build compares times).
-        let warm = self.warm_file(wt, &base);
+        let warm = wt.base.warm_file(&base);
         let perm = match warm {
             Some(f) => f.perm & 0o7777,
             None if base.mode == MODE_EXEC => 0o755,
@@ -260,7 +263,7 @@ impl View {
         let t = match warm {
             Some(f) => nix::sys::time::TimeSpec::new(f.mtime.0, f.mtime.1 as i64),
             None => nix::sys::time::TimeSpec::from(
-                wt.base_mtime.duration_since(UNIX_EPOCH).unwrap_or_default(),
+                wt.base.mtime.duration_since(UNIX_EPOCH).unwrap_or_default(),
             ),
         };
         let _ = nix::sys::stat::futimens(dst.as_raw_fd(), &t, &t);
@@ -275,7 +278,7 @@ impl View {
         let (wt, ov, rel) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
-            let rel = if wt.conversions.is_some() || wt.submodules {
+            let rel = if wt.base.converts() || wt.nested.shown {
                 t.rel_path(ino)?
             } else {
                 Vec::new()
@@ -359,7 +362,7 @@ impl View {
         if beneath::stat_at(dir, OsStr::new(OPAQUE_MARKER)).is_ok() {
             return Ok(());
         }
-        let listing = self.listing_of(wt, base)?;
+        let listing = wt.base.listing(&self.objects, base)?;
         let sub = |name: &OsStr| {
             beneath::dir(dir, name.as_bytes())
                 .map_err(|e| FsError::io(format!("opening {}", name.to_string_lossy()), e))
@@ -371,7 +374,7 @@ impl View {
             }
             let child_base = BaseRef::of(e);
             match beneath::stat_at(dir, &e.name) {
-                Ok(st) if wt.whiteouts.is(&st) => continue,
+                Ok(st) if wt.upper.whiteouts.is(&st) => continue,
                 Ok(st) => {
                     if FType::from_mode(st.st_mode) == FType::Dir && e.mode == MODE_TREE {
                         let d = sub(&e.name)?;
@@ -394,12 +397,12 @@ impl View {
             match e.mode {
                 MODE_TREE | MODE_GITLINK => {
                     // Made writable for what goes in it, given its mode last.
-                    let perm = self.warm_dir(wt, &child_base).map_or(0o755, |d| d.perm);
+                    let perm = wt.base.warm_dir(&child_base).map_or(0o755, |d| d.perm);
                     beneath::mkdir_at(dir, &e.name, 0o700).map_err(|err| {
                         FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
                     })?;
                     let rel = super::nodes::join_rel(rel, e.name.as_bytes());
-                    if e.mode == MODE_GITLINK && wt.submodules {
+                    if e.mode == MODE_GITLINK && wt.nested.shown {
                         // Where submodules are views: a stub stands for the gitlink (see
                         // `layout::SUBMODULE_MARKER`), so its view moves with the tree.
                         let d = sub(&e.name)?;
@@ -407,23 +410,27 @@ impl View {
                     }
                     let made = sub(&e.name)?;
                     self.copy_up_tree_at(wt, made.as_fd(), Some(child_base), &rel)?;
-                    own_dir(dir, &e.name, wt.uid, wt.gid, perm)?;
+                    own_dir(dir, &e.name, wt.ident.uid, wt.ident.gid, perm)?;
                     let t = timespec_of(self.base_dir_time(wt, &child_base));
                     let _ = beneath::set_times(made.as_fd(), t, t);
                 }
                 MODE_LINK => {
-                    let target = self.link_target(wt, &child_base)?;
+                    let target = wt.base.link_target(&child_base)?;
                     beneath::symlink_at(&target, dir, &e.name)
                         .map_err(|err| FsError::io("symlink", err))?;
-                    own(dir, &e.name, wt.uid, wt.gid)?;
+                    own(dir, &e.name, wt.ident.uid, wt.ident.gid)?;
                 }
                 _ => {
                     let tmp = Self::work_tmp("copyup");
-                    let work = wt.work_fd.as_fd();
-                    let converted = wt.conversions.as_ref().and_then(|_| {
-                        let rel = super::nodes::join_rel(rel, e.name.as_bytes());
-                        self.conversion(wt, &rel, e.oid)
-                    });
+                    let work = wt.upper.work_fd.as_fd();
+                    let converted = wt
+                        .base
+                        .converts()
+                        .then(|| {
+                            let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                            wt.base.conversion(&rel, e.oid, wt.ident.uid, wt.ident.gid)
+                        })
+                        .flatten();
                     self.copy_blob_to(wt, child_base, work, &tmp, true, converted.as_ref())?;
                     beneath::rename_at(work, &tmp, dir, &e.name, 0)
                         .map_err(|err| FsError::io("rename", err))?;

@@ -15,9 +15,9 @@ use super::handles::{
     opened, plain_read_write, upper_flags, BaseBlob, HandleKind, MAX_RECORDED_PATHS,
 };
 use super::nodes::NodeKind;
-use super::overlay::WtCtx;
 use super::types::{Backing, FType};
 use super::view::View;
+use super::worktree::WtCtx;
 
 impl View {
     /// A handle on the upper file `file`, or (with `blob`) on a base file, opened at its
@@ -144,7 +144,7 @@ impl View {
                         "the worktree's .git file is managed by worktreefs",
                     ));
                 }
-                Ok(self.add_handle(HandleKind::Memory(wt.gitfile.clone())))
+                Ok(self.add_handle(HandleKind::Memory(wt.ident.gitfile.clone())))
             }
             NodeKind::ControlFile(dir, name) => {
                 if writing {
@@ -165,9 +165,12 @@ impl View {
                     // The converted content made before `mutate` is taken (a filter may
                     // take long): the copy-up then finds it in the cache.
                     if !ov.in_upper && flags & libc::O_TRUNC == 0 {
-                        if let (Some(_), Some(base)) = (&wt.conversions, ov.base) {
+                        if let (true, Some(base)) = (wt.base.converts(), ov.base) {
                             let path = self.nodes.read().rel_path(ino)?;
-                            if let Some(c) = self.conversion(&wt, &path, base.oid) {
+                            if let Some(c) =
+                                wt.base
+                                    .conversion(&path, base.oid, wt.ident.uid, wt.ident.gid)
+                            {
                                 let _ = self.open_converted(&wt, &c, base.oid);
                             }
                         }
@@ -187,13 +190,14 @@ impl View {
                     .ok_or_else(|| FsError::internal("file without object"))?;
                 // The blob is read at the first READ; a missing object (a partial clone, a
                 // pruned one) still fails here, from the size cache the attributes filled.
-                let size = self.base_size(&wt, &base)?;
-                let converted = match &wt.conversions {
-                    Some(_) => {
+                let size = wt.base.size(&self.objects, &base)?;
+                let converted = match wt.base.converts() {
+                    true => {
                         let path = self.nodes.read().rel_path(ino)?;
-                        self.conversion(&wt, &path, base.oid)
+                        wt.base
+                            .conversion(&path, base.oid, wt.ident.uid, wt.ident.gid)
                     }
-                    None => None,
+                    false => None,
                 };
                 let blob = BaseBlob {
                     wt,
@@ -250,7 +254,7 @@ impl View {
                 Ok(buf)
             }
             HandleKind::GitFileWrite(wt) => {
-                let data = &wt.gitfile;
+                let data = &wt.ident.gitfile;
                 let start = (offset as usize).min(data.len());
                 let end = (start + size as usize).min(data.len());
                 Ok(data[start..end].to_vec())
@@ -271,7 +275,12 @@ impl View {
                 return;
             };
             let rel = t.rel_path(ino).unwrap_or_default();
-            format!("{}/{}/{}", wt.repo, wt.name, String::from_utf8_lossy(&rel))
+            format!(
+                "{}/{}/{}",
+                wt.ident.repo,
+                wt.ident.name,
+                String::from_utf8_lossy(&rel)
+            )
         };
         let mut paths = self.stats.content_paths.lock();
         if paths.len() < MAX_RECORDED_PATHS && !paths.contains(&p) {
@@ -303,7 +312,7 @@ impl View {
                 Some(c) => self.open_converted(wt, c, *oid)?,
                 None => self
                     .blobs
-                    .open(&wt.gitdir, *oid, *size)
+                    .open(&wt.base.gitdir, *oid, *size)
                     .map_err(|e| FsError::eio(format!("materializing blob {oid}"), e))?,
             };
             *slot = Some(file);
@@ -364,7 +373,7 @@ impl View {
                 }
                 Err(FsError::not_permitted(format!(
                     "{}/.git names the view's git entry and nothing else (written: {:?})",
-                    wt.name,
+                    wt.ident.name,
                     String::from_utf8_lossy(&data[..data.len().min(200)])
                 )))
             }
@@ -383,7 +392,7 @@ impl View {
         else {
             return false;
         };
-        let Some(own) = std::str::from_utf8(&wt.gitfile)
+        let Some(own) = std::str::from_utf8(&wt.ident.gitfile)
             .ok()
             .and_then(|t| t.strip_prefix("gitdir: "))
             .map(|t| std::path::PathBuf::from(t.trim_end_matches('\n')))
@@ -395,7 +404,7 @@ impl View {
         };
         let root = self
             .mountpoint
-            .join(&wt.repo)
+            .join(&wt.ident.repo)
             .join(wt.worktree_name())
             .join(at);
         // By name only: resolving the entry's path would follow what the repository's

@@ -11,9 +11,9 @@ use git2::Oid;
 use super::error::{FsError, FsResult};
 use super::journal::Since;
 use super::nodes::join_rel;
-use super::overlay::WtCtx;
 use super::types::GITFILE_NAME;
 use super::view::View;
+use super::worktree::WtCtx;
 use crate::beneath;
 use crate::git::{self, MODE_TREE};
 use crate::layout::UpperDir;
@@ -43,7 +43,7 @@ impl View {
     /// Records every path below the upper directory `dir` (at `rel` in the worktree) under
     /// both `rel` and `old_rel`: a directory moved from `old_rel`.
     pub(super) fn note_moved_tree(&self, wt: &WtCtx, dir: BorrowedFd, rel: &[u8], old_rel: &[u8]) {
-        let Ok(upper) = UpperDir::read(dir, &wt.whiteouts) else {
+        let Ok(upper) = UpperDir::read(dir, &wt.upper.whiteouts) else {
             return;
         };
         for e in &upper.entries {
@@ -77,7 +77,7 @@ impl View {
         use crate::git::fsmonitor::{encode_response, parse_token, token as make_token};
         let (seq, since) = wt
             .journal
-            .begin_query(parse_token(token, &self.instance, wt.id));
+            .begin_query(parse_token(token, &self.instance, wt.ident.id));
         let paths = self.answer_paths(&wt, since)?;
         tracing::debug!(
             repo,
@@ -87,7 +87,7 @@ impl View {
             "fsmonitor query"
         );
         Ok(encode_response(
-            &make_token(&self.instance, wt.id, seq),
+            &make_token(&self.instance, wt.ident.id, seq),
             &paths,
         ))
     }
@@ -100,17 +100,19 @@ impl View {
             Since::Unknown => {
                 // Everything that differs from the base is in the upper layer.
                 let mut out = Vec::new();
-                self.upper_paths(wt, wt.upper_fd.as_fd(), b"", Some(wt.base_tree), &mut out)?;
+                self.upper_paths(wt, wt.upper.fd.as_fd(), b"", Some(wt.base.tree), &mut out)?;
                 // A submodule view's changes are in its own layers: its path says so.
                 out.extend(
-                    crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
-                        .into_iter()
-                        .map(|(_, r)| r.path.into_bytes()),
+                    crate::lifecycle::submodules::readable_records(
+                        &self.state.worktree_dir(wt.ident.id),
+                    )
+                    .into_iter()
+                    .map(|(_, r)| r.path.into_bytes()),
                 );
                 // Files whose blob does not survive a checkout and a clean: git lists them
                 // as modified once it looks at them, as in a checkout whose files were
                 // touched (their index entries carry no size, so it reads them).
-                if let Some(c) = &wt.conversions {
+                if let Some(c) = wt.base.conversions() {
                     out.extend(c.dirty().map(<[u8]>::to_vec));
                 }
                 out.sort();
@@ -128,7 +130,7 @@ impl View {
         // Files open for writing may change at any moment without a request reaching us
         // (in a submodule's view too: its path then).
         // (The lock is held only to look up or insert a view, never while one is made.)
-        for (path, sub) in wt.subs.lock().iter() {
+        for (path, sub) in wt.nested.views.lock().iter() {
             if writing_in(sub) {
                 paths.push(path.clone());
             }
@@ -146,11 +148,11 @@ impl View {
     /// Whether worktree `wt`'s root shows `name`: in its upper layer, or in its base tree
     /// and not deleted (a worktree's root is never opaque).
     fn root_has(&self, wt: &WtCtx, name: &OsStr) -> bool {
-        match beneath::stat_at(wt.upper_fd.as_fd(), name) {
-            Ok(st) => !wt.whiteouts.is(&st),
+        match beneath::stat_at(wt.upper.fd.as_fd(), name) {
+            Ok(st) => !wt.upper.whiteouts.is(&st),
             Err(_) => self
                 .objects
-                .tree(&wt.gitdir, wt.base_tree)
+                .tree(&wt.base.gitdir, wt.base.tree)
                 .is_ok_and(|l| l.get(name).is_some()),
         }
     }
@@ -166,16 +168,16 @@ impl View {
         out: &mut Vec<Vec<u8>>,
     ) -> FsResult<()> {
         let join = |name: &[u8]| join_rel(rel, name);
-        let upper = UpperDir::read(dir, &wt.whiteouts).map_err(|e| {
+        let upper = UpperDir::read(dir, &wt.upper.whiteouts).map_err(|e| {
             FsError::io(
-                format!("listing {}/{}", wt.name, String::from_utf8_lossy(rel)),
+                format!("listing {}/{}", wt.ident.name, String::from_utf8_lossy(rel)),
                 e,
             )
         })?;
         let listing = match base {
             Some(tree) => Some(
                 self.objects
-                    .tree(&wt.gitdir, tree)
+                    .tree(&wt.base.gitdir, tree)
                     .map_err(|e| FsError::git("reading tree", e))?,
             ),
             None => None,
@@ -236,7 +238,7 @@ impl View {
         if entry.mode == MODE_TREE {
             let l = self
                 .objects
-                .tree(&wt.gitdir, entry.oid)
+                .tree(&wt.base.gitdir, entry.oid)
                 .map_err(|e| FsError::git("reading tree", e))?;
             for e in &l.entries {
                 self.base_paths(wt, e, &join_rel(path, e.name.as_bytes()), out)?;
@@ -249,7 +251,12 @@ impl View {
 /// Whether a file is open for writing in the submodule view `sub` or one below it.
 fn writing_in(sub: &WtCtx) -> bool {
     !sub.journal.open_writers().is_empty()
-        || sub.subs.lock().values().any(|below| writing_in(below))
+        || sub
+            .nested
+            .views
+            .lock()
+            .values()
+            .any(|below| writing_in(below))
 }
 
 /// Cleanup's inspection trusts what git trusts: the answer git would get now.

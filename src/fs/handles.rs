@@ -2,7 +2,6 @@
 //! blob, a converted file, a `.control` file), and the listings handle-less readdir is
 //! reading. Opening, reading and writing through them is `file_io.rs`.
 
-use crate::git::convert::Conv;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -13,8 +12,8 @@ use git2::Oid;
 use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 
 use super::error::{FsError, FsResult};
-use super::overlay::WtCtx;
 use super::types::DirEntry;
+use super::worktree::WtCtx;
 
 pub(super) const MAX_RECORDED_PATHS: usize = 64;
 
@@ -51,7 +50,7 @@ pub(super) struct BaseBlob {
     pub(super) oid: Oid,
     pub(super) size: u64,
     /// What a checkout makes of it, when it converts it.
-    pub(super) converted: Option<super::handles::Converted>,
+    pub(super) converted: Option<super::base_layer::Converted>,
 }
 
 /// A duplicate of `file` when it is opened for reading and writing and with no flag that
@@ -133,8 +132,8 @@ impl Handles {
             .filter_map(|h| match &**h {
                 HandleKind::File {
                     ino, wt: Some(w), ..
-                } if w.lease_id == worktree => Some(*ino),
-                HandleKind::GitFileWrite(w) if w.lease_id == worktree => Some(0),
+                } if w.ident.lease_id == worktree => Some(*ino),
+                HandleKind::GitFileWrite(w) if w.ident.lease_id == worktree => Some(0),
                 _ => None,
             })
             .collect()
@@ -148,14 +147,6 @@ impl Handles {
     pub(super) fn copy_up_epoch(&self) -> u64 {
         self.copy_ups.load(Ordering::Acquire)
     }
-}
-
-/// A base file's conversion: what, for which path, and the cache key of its result.
-#[derive(Debug, Clone)]
-pub(super) struct Converted {
-    pub(super) conv: Conv,
-    pub(super) path: Vec<u8>,
-    pub(super) key: Oid,
 }
 
 /// Listings being read by handle-less readdir (see `View::readdir_ino`), by directory.

@@ -28,7 +28,7 @@ impl View {
             return Err(FsError::not_dir());
         }
         let rel = t.rel_path(ino)?;
-        let child_ino = |name: &[u8]| ino::path_ino(wt.ino_id, &join_rel(&rel, name));
+        let child_ino = |name: &[u8]| ino::path_ino(wt.ident.ino_id, &join_rel(&rel, name));
         let mut names: BTreeMap<OsString, DirEntry> = BTreeMap::new();
         let mut upper = UpperDir::default();
         if t.get(ino).is_some_and(|n| n.is_unlinked()) {
@@ -37,7 +37,7 @@ impl View {
         }
         if ov.in_upper {
             let (_, rel, expect) = t.dir_spec(ino)?;
-            let dir = beneath::dir(wt.upper_fd.as_fd(), &rel).and_then(|d| {
+            let dir = beneath::dir(wt.upper.fd.as_fd(), &rel).and_then(|d| {
                 if expect != 0 && beneath::fstat(d.as_fd())?.st_ino != expect {
                     return Err(stale_io());
                 }
@@ -45,12 +45,16 @@ impl View {
             });
             let listed = |e| {
                 FsError::io(
-                    format!("listing {}/{}", wt.name, String::from_utf8_lossy(&rel)),
+                    format!(
+                        "listing {}/{}",
+                        wt.ident.name,
+                        String::from_utf8_lossy(&rel)
+                    ),
                     e,
                 )
             };
             let dir = dir.map_err(listed)?;
-            upper = UpperDir::read(dir.as_fd(), &wt.whiteouts).map_err(listed)?;
+            upper = UpperDir::read(dir.as_fd(), &wt.upper.whiteouts).map_err(listed)?;
             for e in &upper.entries {
                 let name = &e.name;
                 if is_root && name == GITFILE_NAME {
@@ -78,7 +82,7 @@ impl View {
                 );
             }
         }
-        if let Some(listing) = self.base_tree_of(&wt, &ov)? {
+        if let Some(listing) = wt.base.tree_of(&self.objects, &ov)? {
             for e in &listing.entries {
                 if names.contains_key(&e.name) || upper.whiteouts.contains(&e.name) {
                     continue;
@@ -95,7 +99,7 @@ impl View {
         }
         let mut out = Vec::with_capacity(names.len() + 1);
         let gitfile = DirEntry {
-            ino: ino::path_ino(wt.ino_id, b".git"),
+            ino: ino::path_ino(wt.ident.ino_id, b".git"),
             kind: FType::File,
             name: GITFILE_NAME.into(),
         };
@@ -141,11 +145,11 @@ impl View {
                     .catalog
                     .worktrees()
                     .iter()
-                    .filter(|w| w.repo_id == repo_id)
+                    .filter(|w| w.ident.repo_id == repo_id)
                     .map(|w| DirEntry {
-                        ino: ino::path_ino(w.id, b""),
+                        ino: ino::path_ino(w.ident.id, b""),
                         kind: FType::Dir,
-                        name: w.name.clone().into(),
+                        name: w.ident.name.clone().into(),
                     })
                     .collect();
                 out.sort_by(|a, b| a.name.cmp(&b.name));

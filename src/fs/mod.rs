@@ -12,6 +12,7 @@
 
 pub mod adapter;
 mod base;
+mod base_layer;
 mod catalog;
 mod control;
 mod control_files;
@@ -38,6 +39,7 @@ mod ttl;
 mod types;
 mod upper_access;
 mod view;
+mod worktree;
 pub(crate) mod xattr;
 
 pub use control::{CONTROL_NAME, REFRESH_NAME};

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use git2::Oid;
 
-use crate::git::{self, MODE_TREE};
+use crate::git;
 use crate::ino;
 use crate::lease::State;
 use crate::lifecycle::create::{self, CreateRequest};
@@ -25,14 +25,16 @@ use super::catalog::{repo_ino, REPO_INO_BASE};
 /// How long `mkdir` of a worktree waits for a database another process holds (the kernel
 /// holds the repository's directory while it waits) before it answers EBUSY.
 const MKDIR_BUSY_TIMEOUT: Duration = Duration::from_millis(500);
+use super::base_layer::Base;
 use super::control::{CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
 use super::journal::WorktreeJournal;
 use super::nodes::{Node, NodeKind, DYNAMIC_INO_BIT, ROOT_INO};
-use super::overlay::{BaseRef, Overlay, WtCtx};
+use super::overlay::Overlay;
 use super::ttl::{CONTROL_TTL, TOP_TTL};
 use super::types::{systime, Attr, Caller, Entry, FType, Inval};
 use super::view::View;
+use super::worktree::{Identity, Nested, UpperLayer, WtCtx};
 
 impl View {
     pub(super) fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> FsResult<WtCtx> {
@@ -65,49 +67,54 @@ impl View {
             self.conversions_in_use
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        let warm = match (row.warm, &row.warm_manifest) {
+            (Some(id), Some(manifest)) => Some(self.warm_snapshot(id, manifest)?),
+            (Some(id), None) => {
+                return Err(FsError::new(
+                    ErrorKind::Store,
+                    format!("its warm snapshot {id} is not in the store"),
+                ))
+            }
+            _ => None,
+        };
+        let tree = Oid::from_str(&row.base_tree).map_err(|e| FsError::git("its base tree", e))?;
         Ok(WtCtx {
-            id: row.id,
-            repo_id: row.repo_id,
-            repo: row.repo.clone(),
-            name: row.name.clone(),
-            gitdir: repo.gitdir.clone(),
-            base_tree: Oid::from_str(&row.base_tree)
-                .map_err(|e| FsError::git("its base tree", e))?,
-            base_mtime: systime(row.base_mtime, 0),
-            uid: row.uid,
-            gid: row.gid,
-            upper,
-            work,
-            upper_fd,
-            work_fd,
-            whiteouts,
-            gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
-            sizes_seeded: false.into(),
-            journal: WorktreeJournal::default(),
-            warm: match (row.warm, &row.warm_manifest) {
-                (Some(id), Some(manifest)) => Some(self.warm_snapshot(id, manifest)?),
-                (Some(id), None) => {
-                    return Err(FsError::new(
-                        ErrorKind::Store,
-                        format!("its warm snapshot {id} is not in the store"),
-                    ))
-                }
-                _ => None,
+            ident: Identity {
+                id: row.id,
+                repo_id: row.repo_id,
+                repo: row.repo.clone(),
+                name: row.name.clone(),
+                uid: row.uid,
+                gid: row.gid,
+                admin_name: row.admin_name.clone(),
+                gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
+                ino_id: row.id,
+                lease_id: row.id,
             },
-            conversions,
-            ino_id: row.id,
-            lease_id: row.id,
-            sub_of: None,
-            moving: Default::default(),
-            submodules: self.state.submodules_marker(row.id).exists(),
-            admin_name: row.admin_name.clone(),
-            subs: Default::default(),
-            making: Default::default(),
+            upper: UpperLayer {
+                path: upper,
+                work,
+                fd: upper_fd,
+                work_fd,
+                whiteouts,
+            },
+            base: Base::new(
+                repo.gitdir.clone(),
+                tree,
+                systime(row.base_mtime, 0),
+                warm,
+                conversions,
+            ),
+            journal: WorktreeJournal::default(),
+            nested: Nested {
+                shown: self.state.submodules_marker(row.id).exists(),
+                ..Nested::default()
+            },
         })
     }
 
     /// Warm snapshot `id`, read from its manifest the first time a worktree shows it (the
-    /// sizes of its files are its own: `View::base_size`).
+    /// sizes of its files are its own: `Base::size`).
     fn warm_snapshot(&self, id: i64, manifest: &str) -> FsResult<Arc<crate::git::warm::Snapshot>> {
         let mut map = self.warm.lock();
         if let Some(s) = map.get(&id).and_then(|w| w.upgrade()) {
@@ -199,21 +206,28 @@ impl View {
         // The catalog first, released before the table is read: the lock order is `nodes`
         // then `catalog` (a lookup at the top holds the table while it reads the catalog),
         // and holding both the other way round deadlocks once a catalog writer queues.
-        let idle_now: Vec<(i64, Arc<super::overlay::WtCtx>)> = self
+        let idle_now: Vec<(i64, Arc<super::worktree::WtCtx>)> = self
             .catalog
             .idle()
             .into_iter()
-            .filter(|(_, w)| !pending.contains(&w.id))
+            .filter(|(_, w)| !pending.contains(&w.ident.id))
             .collect();
         // A worktree in use since it was shed is asked again as soon as it is idle again
         // (its caches filled meanwhile); one still idle, only after `again`.
         recently.retain(|id, at| {
-            now.duration_since(*at) < again && idle_now.iter().any(|(_, w)| w.id == *id)
+            now.duration_since(*at) < again && idle_now.iter().any(|(_, w)| w.ident.id == *id)
         });
         let candidates: Vec<(i64, i64, u64, OsString)> = idle_now
             .into_iter()
-            .filter(|(_, w)| !recently.contains_key(&w.id))
-            .map(|(since, w)| (since, w.id, repo_ino(w.repo_id), OsString::from(&w.name)))
+            .filter(|(_, w)| !recently.contains_key(&w.ident.id))
+            .map(|(since, w)| {
+                (
+                    since,
+                    w.ident.id,
+                    repo_ino(w.ident.repo_id),
+                    OsString::from(&w.ident.name),
+                )
+            })
             .collect();
         let mut idle: Vec<(i64, i64, u64, OsString)> = {
             let t = self.nodes.read();
@@ -236,7 +250,7 @@ impl View {
     pub fn worktree_path(&self, id: i64) -> Option<PathBuf> {
         self.catalog
             .worktree_by_id(id)
-            .map(|w| self.mountpoint.join(&w.repo).join(&w.name))
+            .map(|w| self.mountpoint.join(&w.ident.repo).join(&w.ident.name))
     }
 
     pub(super) fn refresh(&self) -> FsResult<()> {
@@ -326,22 +340,22 @@ impl View {
         name: &OsStr,
     ) -> FsResult<Entry> {
         let wt = self.worktree_ctx(repo_id, name)?;
-        if self.catalog.state(wt.lease_id) == Some(State::Deleting) {
+        if self.catalog.state(wt.ident.lease_id) == Some(State::Deleting) {
             return Err(FsError::conflict(
                 format!(
                     "worktree {}/{} is deleting (no lease, cleanup begun): not entered",
-                    wt.repo, wt.name
+                    wt.ident.repo, wt.ident.name
                 ),
                 crate::lease::Conflict::Deleting,
             ));
         }
         let mut t = self.nodes.write();
-        let natural = ino::path_ino(wt.id, b"");
+        let natural = ino::path_ino(wt.ident.id, b"");
         // A worktree re-created under the same name is a different worktree: replace the
         // stale mapping.
         if let Some(old) = t.child(parent, name) {
             let stale = match t.kind(old) {
-                Some(NodeKind::Wt { wt: w, .. }) => w.id != wt.id,
+                Some(NodeKind::Wt { wt: w, .. }) => w.ident.id != wt.ident.id,
                 _ => true,
             };
             if stale {
@@ -356,14 +370,7 @@ impl View {
                 wt: wt.clone(),
                 ov: Overlay {
                     ftype: FType::Dir,
-                    base: Some(BaseRef {
-                        oid: wt.base_tree,
-                        mode: MODE_TREE,
-                        warm: match wt.warm {
-                            Some(_) => crate::git::warm::Snapshot::ROOT,
-                            None => 0,
-                        },
-                    }),
+                    base: Some(wt.base.root()),
                     in_upper: true,
                     // The worktree's directory is its upper directory's descriptor itself.
                     upper_ino: 0,
@@ -453,18 +460,18 @@ impl View {
     pub(super) fn rmdir_worktree(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<()> {
         use crate::lifecycle::cleanup::{request_removal_gated, Outcome};
         let wt = self.worktree_ctx(repo_id, name)?;
-        let label = format!("{}/{}", wt.repo, wt.name);
+        let label = format!("{}/{}", wt.ident.repo, wt.ident.name);
         let mut store =
             Store::open(&self.state.root).map_err(|e| FsError::store("opening the store", e))?;
         let row = store
-            .worktree_by_id(wt.id)
+            .worktree_by_id(wt.ident.id)
             .map_err(|e| FsError::store("reading the worktree", e))?
             .ok_or_else(|| FsError::not_found(&label))?;
         // A holder that has exited or left holds nothing by the time rmdir asks: wait
         // (up to `occupancy::SETTLE`) for the tracker to release such leases, as
         // `reclaim` does, rather than answer EBUSY for a process that is gone. Who
         // still holds it is decided below, where the refusal is made.
-        let path = self.mountpoint.join(&wt.repo).join(&wt.name);
+        let path = self.mountpoint.join(&wt.ident.repo).join(&wt.ident.name);
         crate::lifecycle::occupancy::holders_now(&mut store, &row, &path, 0, false)
             .map_err(|e| FsError::store("reading the leases", e))?;
         // git's processes of the cleanup run on every CPU (see `mkdir_worktree`).

@@ -15,7 +15,8 @@ use crate::ino;
 use super::control::{ControlDir, CONTROL_INO, CONTROL_NAME, LAYOUT};
 use super::error::{FsError, FsResult};
 use super::inomap::{ChildIndex, InoMap};
-use super::overlay::{Overlay, WtCtx};
+use super::overlay::Overlay;
+use super::worktree::WtCtx;
 
 pub const ROOT_INO: u64 = 1;
 pub(super) const DYNAMIC_INO_BIT: u64 = 1 << 62;
@@ -204,7 +205,7 @@ impl NodeTable {
             // The context itself, not its inode-number seed (a submodule view's is a
             // hash, which a crafted path could make another view's).
             NodeKind::Wt { wt, .. } | NodeKind::GitFile(wt) => {
-                Domain::Worktree(wt.ino_id, Arc::as_ptr(wt) as usize)
+                Domain::Worktree(wt.ident.ino_id, Arc::as_ptr(wt) as usize)
             }
         })
     }
@@ -382,7 +383,7 @@ impl NodeTable {
         wt: Arc<WtCtx>,
         ov: Overlay,
     ) -> FsResult<u64> {
-        let natural = ino::path_ino(wt.ino_id, &self.child_rel_path(parent, name)?);
+        let natural = ino::path_ino(wt.ident.ino_id, &self.child_rel_path(parent, name)?);
         let kind = NodeKind::Wt {
             wt,
             ov,

@@ -17,11 +17,12 @@ use crate::layout::OPAQUE_MARKER;
 use super::error::{ErrorKind, FsError, FsResult};
 use super::handles::{opened, HandleKind};
 use super::nodes::NodeKind;
-use super::overlay::{Overlay, UpperDir, WtCtx};
+use super::overlay::{Overlay, UpperDir};
 use super::place::Place;
 use super::ttl::ttl_of;
 use super::types::{Attr, Caller, Entry, FType, SetAttr};
 use super::view::{check_name, marker, not_supported, View};
+use super::worktree::WtCtx;
 
 /// The owner of a new entry made by `caller` in a directory with attributes `dir`, and
 /// whether it gets the set-group-id bit: as ext4 gives them, the caller's uid, and the
@@ -123,6 +124,7 @@ impl NewAt<'_> {
         };
         let placed = built.and_then(|ino| {
             self.wt
+                .upper
                 .whiteouts
                 .install(self.dir, &self.name, dir, name, is_dir)
                 .map_err(io_err("installing", name))
@@ -199,7 +201,7 @@ impl View {
             _ => {
                 self.ensure_upper_dir(parent)?;
                 let (dir, st) = self.upper_dir_stat(parent)?;
-                let over = wt.whiteouts.at(dir.as_fd(), name);
+                let over = wt.upper.whiteouts.at(dir.as_fd(), name);
                 (dir, st, over)
             }
         };
@@ -218,7 +220,7 @@ impl View {
         if p.over_whiteout {
             NewAt {
                 wt: &p.wt,
-                dir: p.wt.work_fd.as_fd(),
+                dir: p.wt.upper.work_fd.as_fd(),
                 name: Self::work_tmp("new").into(),
                 target: Some((p.dir.as_fd(), name)),
             }
@@ -308,8 +310,10 @@ impl View {
             is_root: false,
         };
         // The number is the table's to give: no path names this file.
-        let natural =
-            crate::ino::path_ino(wt.ino_id, format!("\0tmpfile/{}", st.st_ino).as_bytes());
+        let natural = crate::ino::path_ino(
+            wt.ident.ino_id,
+            format!("\0tmpfile/{}", st.st_ino).as_bytes(),
+        );
         let entry = {
             let mut t = self.nodes.write();
             let ino = t.insert_nameless(parent, natural, kind, kept.into());
@@ -428,7 +432,7 @@ impl View {
         let base = ov
             .base
             .ok_or_else(|| FsError::internal("symlink without object"))?;
-        self.link_target(&wt, &base)
+        wt.base.link_target(&base)
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Entry> {

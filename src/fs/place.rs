@@ -24,7 +24,7 @@ use crate::beneath::{self, Stat};
 
 use super::error::{FsError, FsResult};
 use super::nodes::NodeTable;
-use super::overlay::WtCtx;
+use super::worktree::WtCtx;
 
 /// What the node table says about where a node's file is (computed under its lock,
 /// resolved on disk after it).
@@ -95,7 +95,7 @@ impl Place {
                 name,
                 expect,
             } => Place::Named {
-                dir: beneath::dir(wt.upper_fd.as_fd(), &dir_rel)
+                dir: beneath::dir(wt.upper.fd.as_fd(), &dir_rel)
                     .map_err(|e| upper_error(&wt, &dir_rel, e))?,
                 name,
                 expect,
@@ -113,7 +113,7 @@ impl Place {
                 }
                 Ok(Fd::Owned(fd))
             }
-            Place::Root(wt) => Ok(Fd::Borrowed(wt.upper_fd.as_fd())),
+            Place::Root(wt) => Ok(Fd::Borrowed(wt.upper.fd.as_fd())),
             Place::Orphan(fd) => Ok(Fd::Borrowed(fd.as_fd())),
         }
     }
@@ -127,7 +127,7 @@ impl Place {
                 }
                 Ok(st)
             }
-            Place::Root(wt) => beneath::fstat(wt.upper_fd.as_fd()),
+            Place::Root(wt) => beneath::fstat(wt.upper.fd.as_fd()),
             Place::Orphan(fd) => beneath::fstat(fd.as_fd()),
         }
     }
@@ -200,10 +200,10 @@ fn upper_error(wt: &WtCtx, rel: &[u8], e: io::Error) -> FsError {
     FsError::io(
         format!(
             "{}/{}: upper directory {:?} in {}",
-            wt.repo,
-            wt.name,
+            wt.ident.repo,
+            wt.ident.name,
             String::from_utf8_lossy(rel),
-            wt.upper.display()
+            wt.upper.path.display()
         ),
         e,
     )

@@ -83,7 +83,9 @@ impl View {
             }
             // Generated content (a `.control` file, a submodule's `.git`): all data.
             HandleKind::Memory(data) => memory_seek(data.len() as u64, offset, whence),
-            HandleKind::GitFileWrite(wt) => memory_seek(wt.gitfile.len() as u64, offset, whence),
+            HandleKind::GitFileWrite(wt) => {
+                memory_seek(wt.ident.gitfile.len() as u64, offset, whence)
+            }
             HandleKind::Dir(_) => Err(FsError::is_dir()),
         }
     }

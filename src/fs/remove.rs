@@ -9,10 +9,11 @@ use crate::layout::{UpperDir, OPAQUE_MARKER};
 
 use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;
-use super::overlay::{Overlay, WtCtx};
+use super::overlay::Overlay;
 use super::place::Fd;
 use super::types::FType;
 use super::view::{check_name, marker, not_supported, View};
+use super::worktree::WtCtx;
 
 impl View {
     pub(super) fn remove_checks(
@@ -46,7 +47,7 @@ impl View {
         let (wt, rel) = {
             let t = self.nodes.read();
             let (wt, _, _) = t.wt_of(parent)?;
-            if !wt.submodules {
+            if !wt.nested.shown {
                 return Ok(());
             }
             (wt, t.child_rel_path(parent, name)?)
@@ -54,7 +55,7 @@ impl View {
         let mut prefix = self.full_sub_path(&wt, &rel);
         prefix.push(b'/');
         let nested =
-            crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
+            crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.ident.id))
                 .into_iter()
                 .any(|(_, r)| {
                     !r.removed && r.within.is_some() && r.path.as_bytes().starts_with(&prefix)
@@ -62,7 +63,7 @@ impl View {
         if nested {
             return Err(FsError::cross_device(format!(
                 "{}/{} holds views of a submodule's own submodules, which do not move with it (mv copies it instead)",
-                wt.name,
+                wt.ident.name,
                 String::from_utf8_lossy(&rel)
             )));
         }
@@ -84,7 +85,7 @@ impl View {
     /// their records and git entries say so. A record or entry that cannot be changed is
     /// only logged: its view's next lookup tries again (its stub says where it is).
     pub(super) fn move_views_below(&self, wt: &WtCtx, old: &[u8], new: &[u8]) {
-        if !wt.submodules || wt.is_submodule() {
+        if !wt.nested.shown || wt.is_submodule() {
             return;
         }
         let mut prefix = old.to_vec();
@@ -98,8 +99,8 @@ impl View {
         };
         // In memory first (lookups meanwhile find the views at their new paths), then on
         // disk; one step for a view being made (see `moving`).
-        let _moving = wt.moving.lock();
-        let mut subs = wt.subs.lock();
+        let _moving = wt.nested.moving.lock();
+        let mut subs = wt.nested.views.lock();
         let paths: Vec<Vec<u8>> = subs
             .keys()
             .filter(|p| moved(p).is_some())
@@ -107,16 +108,16 @@ impl View {
             .collect();
         for p in paths {
             if let (Some(to), Some(ctx)) = (moved(&p), subs.remove(&p)) {
-                if let Some(of) = &ctx.sub_of {
+                if let Some(of) = &ctx.nested.of {
                     *of.path.lock() = to.clone();
                 }
                 subs.insert(to, ctx);
             }
         }
         drop(subs);
-        let place = format!("{}/{}", wt.repo, wt.worktree_name());
+        let place = format!("{}/{}", wt.ident.repo, wt.worktree_name());
         for (dir, r) in
-            crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.id))
+            crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.ident.id))
         {
             let Some(to) = moved(r.path.as_bytes()) else {
                 continue;
@@ -127,7 +128,7 @@ impl View {
                 &self.state,
                 &self.mountpoint,
                 &place,
-                wt.uid,
+                wt.ident.uid,
                 &dir,
                 r,
                 &to,
@@ -152,15 +153,16 @@ impl View {
     /// root says so; the git entry it named stays until the worktree goes.
     fn unlink_sub_gitfile(&self, root: u64, sub: &WtCtx) -> FsResult<()> {
         if sub.gitfile_removed() {
-            return Err(FsError::not_found(format!("{}/.git", sub.name)));
+            return Err(FsError::not_found(format!("{}/.git", sub.ident.name)));
         }
         let name = OsStr::new(super::types::GITFILE_NAME);
-        sub.whiteouts
-            .link(sub.work_fd.as_fd(), sub.upper_fd.as_fd(), name)
-            .map_err(|e| FsError::io(format!("unlink {}/.git", sub.name), e))?;
+        sub.upper
+            .whiteouts
+            .link(sub.upper.work_fd.as_fd(), sub.upper.fd.as_fd(), name)
+            .map_err(|e| FsError::io(format!("unlink {}/.git", sub.ident.name), e))?;
         sub.record_change(b".git");
         self.nodes.write().detach_keeping(root, name, None);
-        tracing::info!("submodule {}: its .git file removed", sub.name);
+        tracing::info!("submodule {}: its .git file removed", sub.ident.name);
         Ok(())
     }
 
@@ -174,10 +176,14 @@ impl View {
             !self.merged_listing(&t, root)?.is_empty()
         };
         if nonempty {
-            return Err(FsError::not_empty(format!("{} is not empty", sub.name)));
+            return Err(FsError::not_empty(format!(
+                "{} is not empty",
+                sub.ident.name
+            )));
         }
         let Some((owner, path)) = sub
-            .sub_of
+            .nested
+            .of
             .as_ref()
             .and_then(|of| Some((of.parent.upgrade()?, of.path())))
         else {
@@ -195,44 +201,47 @@ impl View {
         let record = |removed: bool| {
             crate::lifecycle::submodules::mark_removed(
                 &self.state,
-                owner.id,
+                owner.ident.id,
                 full.as_bytes(),
                 removed,
             )
             .map_err(|e| {
                 FsError::eio(
-                    format!("submodule {}: {e:#}", sub.name),
+                    format!("submodule {}: {e:#}", sub.ident.name),
                     std::io::Error::other("submodule record"),
                 )
             })
         };
         record(true)?;
-        let work = owner.work_fd.as_fd();
+        let work = owner.upper.work_fd.as_fd();
         let gone = match (stub, hide) {
             // Moved here: its stub goes (exchanged with a whiteout when the base has the
             // name too).
             (true, true) => {
                 let tmp = Self::work_tmp("trash");
-                let r = owner.whiteouts.replace(work, dir.as_fd(), name, &tmp, true);
+                let r = owner
+                    .upper
+                    .whiteouts
+                    .replace(work, dir.as_fd(), name, &tmp, true);
                 if r.is_ok() {
                     let _ = beneath::remove_tree(work, &tmp);
                 }
                 Some(r)
             }
             (true, false) => Some(self.to_trash(&owner, dir.as_fd(), name)),
-            (false, true) => Some(owner.whiteouts.link(work, dir.as_fd(), name)),
+            (false, true) => Some(owner.upper.whiteouts.link(work, dir.as_fd(), name)),
             (false, false) => None,
         };
         if let Some(Err(e)) = gone {
             if let Err(back) = record(false) {
                 tracing::warn!("{back}");
             }
-            return Err(FsError::io(format!("rmdir {}", sub.name), e));
+            return Err(FsError::io(format!("rmdir {}", sub.ident.name), e));
         }
-        owner.subs.lock().remove(&path);
+        owner.nested.views.lock().remove(&path);
         self.note_child(parent, name);
         self.nodes.write().detach_keeping(parent, name, None);
-        tracing::info!("submodule {}: its directory removed", sub.name);
+        tracing::info!("submodule {}: its directory removed", sub.ident.name);
         Ok(())
     }
 
@@ -279,13 +288,15 @@ impl View {
         let dir = self.upper_dir(parent)?;
         let kept = self.keep(parent, name)?;
         let wt = self.nodes.read().wt_of(parent)?.0;
-        let work = wt.work_fd.as_fd();
+        let work = wt.upper.work_fd.as_fd();
         let gone = match (self.base_has(parent, name)?, ov.in_upper) {
             (true, true) => {
                 let tmp = Self::work_tmp("whiteout");
-                wt.whiteouts.replace(work, dir.as_fd(), name, &tmp, false)
+                wt.upper
+                    .whiteouts
+                    .replace(work, dir.as_fd(), name, &tmp, false)
             }
-            (true, false) => wt.whiteouts.link(work, dir.as_fd(), name),
+            (true, false) => wt.upper.whiteouts.link(work, dir.as_fd(), name),
             (false, _) => beneath::unlink_at(dir.as_fd(), name, false),
         };
         gone.map_err(|e| FsError::io(format!("unlink {}", name.to_string_lossy()), e))?;
@@ -318,14 +329,14 @@ impl View {
                 let upper = if ov.in_upper {
                     let dir = self.upper_dir(parent)?;
                     beneath::dir(dir.as_fd(), name.as_bytes())
-                        .and_then(|d| UpperDir::read(d.as_fd(), &wt.whiteouts))
+                        .and_then(|d| UpperDir::read(d.as_fd(), &wt.upper.whiteouts))
                         .map_err(|e| {
                             FsError::io(format!("listing {}", name.to_string_lossy()), e)
                         })?
                 } else {
                     UpperDir::default()
                 };
-                let base_has = match self.base_tree_of(&wt, &ov)? {
+                let base_has = match wt.base.tree_of(&self.objects, &ov)? {
                     Some(l) => l.entries.iter().any(|e| upper.shows_base(&e.name)),
                     None => false,
                 };
@@ -342,24 +353,27 @@ impl View {
         self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
         let kept = self.keep(parent, name)?;
-        let work = wt.work_fd.as_fd();
+        let work = wt.upper.work_fd.as_fd();
         let gone = match (self.base_has(parent, name)?, ov.in_upper) {
             (true, true) => {
                 // Exchanged with a whiteout in one rename, then deleted out of the view.
                 let tmp = Self::work_tmp("trash");
-                let r = wt.whiteouts.replace(work, dir.as_fd(), name, &tmp, true);
+                let r = wt
+                    .upper
+                    .whiteouts
+                    .replace(work, dir.as_fd(), name, &tmp, true);
                 if r.is_ok() {
                     if let Err(e) = beneath::remove_tree(work, &tmp) {
                         tracing::warn!(
                             "could not empty {}/{}: {e}",
-                            wt.work.display(),
+                            wt.upper.work.display(),
                             tmp.to_string_lossy()
                         );
                     }
                 }
                 r
             }
-            (true, false) => wt.whiteouts.link(work, dir.as_fd(), name),
+            (true, false) => wt.upper.whiteouts.link(work, dir.as_fd(), name),
             (false, _) => self.to_trash(&wt, dir.as_fd(), name),
         };
         gone.map_err(|e| FsError::io(format!("rmdir {}", name.to_string_lossy()), e))?;
@@ -377,12 +391,12 @@ impl View {
         name: &OsStr,
     ) -> std::io::Result<()> {
         let trash = Self::work_tmp("trash");
-        let work = wt.work_fd.as_fd();
+        let work = wt.upper.work_fd.as_fd();
         beneath::rename_at(dir, name, work, &trash, 0)?;
         if let Err(e) = beneath::remove_tree(work, &trash) {
             tracing::warn!(
                 "could not empty {}/{}: {e}",
-                wt.work.display(),
+                wt.upper.work.display(),
                 trash.to_string_lossy()
             );
         }
@@ -423,7 +437,7 @@ impl View {
             if let Some(sub) = self.sub_root(ino) {
                 return Err(FsError::cross_device(format!(
                     "{} is a submodule's view: nothing replaces it by a rename",
-                    sub.name
+                    sub.ident.name
                 )));
             }
         }
@@ -495,7 +509,7 @@ impl View {
                 t.child_rel_path(parent, name),
                 t.child_rel_path(newparent, newname),
             ) {
-                (Ok((wt, _, _)), Ok(old), Ok(new)) if wt.submodules => Some((wt, old, new)),
+                (Ok((wt, _, _)), Ok(old), Ok(new)) if wt.nested.shown => Some((wt, old, new)),
                 _ => None,
             }
         } else {
@@ -565,9 +579,9 @@ impl View {
                 e,
             )
         };
-        let work = wt.work_fd.as_fd();
+        let work = wt.upper.work_fd.as_fd();
         let source_hidden = self.base_has(parent, name)?;
-        let onto_whiteout = dst.is_none() && wt.whiteouts.at(to_dir, newname);
+        let onto_whiteout = dst.is_none() && wt.upper.whiteouts.at(to_dir, newname);
         if src.ftype == FType::Dir && onto_whiteout {
             // A directory cannot replace a file: exchanged with the whiteout, which then
             // hides the base entry at the old name, or goes.
@@ -578,7 +592,10 @@ impl View {
                     beneath::unlink_at(to_dir, newname, false).map_err(moved)?;
                     beneath::rename_at(from_dir, name, to_dir, newname, 0).map_err(moved)?;
                     if source_hidden {
-                        wt.whiteouts.link(work, from_dir, name).map_err(moved)?;
+                        wt.upper
+                            .whiteouts
+                            .link(work, from_dir, name)
+                            .map_err(moved)?;
                     }
                 }
                 Err(e) => return Err(moved(e)),
@@ -588,7 +605,10 @@ impl View {
             // After the move, not before: a crash between the two shows the base entry at
             // its old name again beside the moved one, and loses nothing.
             if source_hidden {
-                wt.whiteouts.link(work, from_dir, name).map_err(moved)?;
+                wt.upper
+                    .whiteouts
+                    .link(work, from_dir, name)
+                    .map_err(moved)?;
             }
         }
         // The table learns the move at once (readers meanwhile look again under `mutate`);

@@ -9,9 +9,10 @@ use git2::Oid;
 
 use crate::lifecycle::submodules::{ensure, Parent};
 
+use super::base_layer::Base;
 use super::error::{FsError, FsResult};
-use super::overlay::WtCtx;
 use super::view::View;
+use super::worktree::{Identity, Nested, SubOf, UpperLayer, WtCtx};
 
 /// The number a submodule view's inode numbers are made from: bit 30 set (no worktree
 /// id reaches it), the rest from the parent view's number and the path.
@@ -34,20 +35,26 @@ impl View {
         path: &[u8],
         commit: Oid,
     ) -> FsResult<Option<Arc<WtCtx>>> {
-        if !wt.submodules {
+        if !wt.nested.shown {
             return Ok(None);
         }
-        if let Some(s) = wt.subs.lock().get(path) {
+        if let Some(s) = wt.nested.views.lock().get(path) {
             return Ok(Some(s.clone()));
         }
         // Made once: a second lookup of this path waits for the first; lookups of other
         // paths do not (making one may take a while: its index, its conversions).
-        let slot = wt.making.lock().entry(path.to_vec()).or_default().clone();
+        let slot = wt
+            .nested
+            .making
+            .lock()
+            .entry(path.to_vec())
+            .or_default()
+            .clone();
         let _making = slot.lock();
         let made = self.make_submodule_view(wt, stub, path, commit);
         // This path's slot goes once nobody else waits on it (one that waits makes, or
         // finds, the view with this same slot: never two makers of one path at once).
-        let mut making = wt.making.lock();
+        let mut making = wt.nested.making.lock();
         if making
             .get(path)
             .is_some_and(|s| Arc::ptr_eq(s, &slot) && Arc::strong_count(s) == 2)
@@ -65,7 +72,7 @@ impl View {
         commit: Oid,
     ) -> FsResult<Option<Arc<WtCtx>>> {
         let origin = stub.unwrap_or(path);
-        if let Some(s) = wt.subs.lock().get(path) {
+        if let Some(s) = wt.nested.views.lock().get(path) {
             return Ok(Some(s.clone())); // made while this one waited
         }
         let (within, worktree) = (wt.sub_path(), wt.worktree_name());
@@ -73,7 +80,7 @@ impl View {
             // The view above is being let go (its worktree's context is gone).
             return Ok(None);
         }
-        let what = format!("{}/{}", wt.name, String::from_utf8_lossy(path));
+        let what = format!("{}/{}", wt.ident.name, String::from_utf8_lossy(path));
         // Made on a thread of its own, waited for a bounded time: the submodule's
         // repository is its owner's, who may have put a FIFO where libgit2 opens a file
         // (which would hold this FUSE worker, and, one lookup at a time, all of them).
@@ -81,9 +88,12 @@ impl View {
         let limit = self.inspection().request_timeout();
         let filter_timeout = self.filter_timeout();
         let (state, mountpoint) = (self.state.clone(), self.mountpoint.clone());
-        let (repo, admin_name, common_dir) =
-            (wt.repo.clone(), wt.admin_name.clone(), wt.gitdir.clone());
-        let (id, base_tree, uid, gid) = (wt.id, wt.base_tree, wt.uid, wt.gid);
+        let (repo, admin_name, common_dir) = (
+            wt.ident.repo.clone(),
+            wt.ident.admin_name.clone(),
+            wt.base.gitdir.clone(),
+        );
+        let (id, base_tree, uid, gid) = (wt.ident.id, wt.base.tree, wt.ident.uid, wt.ident.gid);
         let (from, at, via_stub) = (origin.to_vec(), path.to_vec(), stub.is_some());
         // Keyed by the view's record (its origin path), whatever path it shows at.
         let key = crate::lifecycle::submodules::key_of(
@@ -93,22 +103,27 @@ impl View {
             )
             .as_bytes(),
         );
-        let making = GATE.run((wt.id, key), format!("submodule-{id}"), limit, move || {
-            let parent = Parent {
-                id,
-                repo: &repo,
-                name: &worktree,
-                within: within.as_deref(),
-                admin_name: &admin_name,
-                common_dir: &common_dir,
-                base_tree,
-                uid,
-                gid,
-                mountpoint: &mountpoint,
-                filter_timeout,
-            };
-            ensure(&state, &parent, &from, &at, commit, via_stub)
-        });
+        let making = GATE.run(
+            (wt.ident.id, key),
+            format!("submodule-{id}"),
+            limit,
+            move || {
+                let parent = Parent {
+                    id,
+                    repo: &repo,
+                    name: &worktree,
+                    within: within.as_deref(),
+                    admin_name: &admin_name,
+                    common_dir: &common_dir,
+                    base_tree,
+                    uid,
+                    gid,
+                    mountpoint: &mountpoint,
+                    filter_timeout,
+                };
+                ensure(&state, &parent, &from, &at, commit, via_stub)
+            },
+        );
         use crate::bounded::Bounded;
         let made = match making {
             Bounded::Done(made) => made.map_err(|e| format!("{e:#}")),
@@ -142,54 +157,57 @@ impl View {
             let work = dir.join("work");
             let (upper_fd, work_fd, whiteouts, _) = super::namespace::open_layers(&upper, &work)?;
             Ok(WtCtx {
-                id: wt.id,
-                repo_id: wt.repo_id,
-                repo: wt.repo.clone(),
-                name: what.clone(),
-                gitdir: record.gitdir.clone(),
-                base_tree: Oid::from_str(&record.tree)
-                    .map_err(|e| FsError::git("its record's tree", e))?,
-                base_mtime: std::time::UNIX_EPOCH
-                    + std::time::Duration::from_secs(record.base_mtime.max(0) as u64),
-                uid: wt.uid,
-                gid: wt.gid,
-                upper,
-                work,
-                upper_fd,
-                work_fd,
-                whiteouts,
-                gitfile: format!("gitdir: {}\n", record.admin().display()).into_bytes(),
-                sizes_seeded: false.into(),
+                ident: Identity {
+                    id: wt.ident.id,
+                    repo_id: wt.ident.repo_id,
+                    repo: wt.ident.repo.clone(),
+                    name: what.clone(),
+                    uid: wt.ident.uid,
+                    gid: wt.ident.gid,
+                    admin_name: record.admin_name.clone(),
+                    gitfile: format!("gitdir: {}\n", record.admin().display()).into_bytes(),
+                    ino_id: sub_ino_id(wt.ident.ino_id, path),
+                    lease_id: wt.ident.lease_id,
+                },
+                upper: UpperLayer {
+                    path: upper,
+                    work,
+                    fd: upper_fd,
+                    work_fd,
+                    whiteouts,
+                },
+                base: Base::new(
+                    record.gitdir.clone(),
+                    Oid::from_str(&record.tree)
+                        .map_err(|e| FsError::git("its record's tree", e))?,
+                    std::time::UNIX_EPOCH
+                        + std::time::Duration::from_secs(record.base_mtime.max(0) as u64),
+                    None,
+                    super::namespace::read_conversions(&dir.join(crate::state::CONVERSIONS_FILE))?,
+                ),
                 journal: Default::default(),
-                warm: None,
-                conversions: super::namespace::read_conversions(
-                    &dir.join(crate::state::CONVERSIONS_FILE),
-                )?,
-                ino_id: sub_ino_id(wt.ino_id, path),
-                lease_id: wt.lease_id,
-                sub_of: Some(super::overlay::SubOf {
-                    parent: Arc::downgrade(wt),
-                    path: parking_lot::Mutex::new(path.to_vec()),
-                    origin: origin.to_vec(),
-                    commit,
-                }),
-                submodules: true,
-                admin_name: record.admin_name.clone(),
-                subs: Default::default(),
-                making: Default::default(),
-                moving: Default::default(),
+                nested: Nested {
+                    of: Some(SubOf {
+                        parent: Arc::downgrade(wt),
+                        path: parking_lot::Mutex::new(path.to_vec()),
+                        origin: origin.to_vec(),
+                        commit,
+                    }),
+                    shown: true,
+                    ..Nested::default()
+                },
             })
         })()
         .map_err(|e| FsError::internal(format!("submodule {what}: {}", e.message)))?;
-        if ctx.conversions.is_some() {
+        if ctx.base.converts() {
             self.conversions_in_use
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         // Shown at the path its record names now: a rename of a directory above it while
         // it was made moved it (moves hold `moving` while they change records and
-        // `subs`). One made meanwhile by another lookup is the one shown (never two
+        // `nested.views`). One made meanwhile by another lookup is the one shown (never two
         // contexts over one layer).
-        let _moving = wt.moving.lock();
+        let _moving = wt.nested.moving.lock();
         let now = std::fs::read(dir.join("record"))
             .ok()
             .and_then(|b| {
@@ -206,10 +224,16 @@ impl View {
                 .to_vec(),
             None => now.into_bytes(),
         };
-        if let Some(of) = &ctx.sub_of {
+        if let Some(of) = &ctx.nested.of {
             *of.path.lock() = key.clone();
         }
-        let ctx = wt.subs.lock().entry(key).or_insert(Arc::new(ctx)).clone();
+        let ctx = wt
+            .nested
+            .views
+            .lock()
+            .entry(key)
+            .or_insert(Arc::new(ctx))
+            .clone();
         tracing::info!(
             "submodule {what}: shown at {} ({})",
             record.commit,
@@ -257,7 +281,7 @@ impl View {
         use crate::beneath;
         use crate::lifecycle::submodules as subs;
         use std::os::fd::AsFd;
-        let Some(of) = sub.sub_of.as_ref() else {
+        let Some(of) = sub.nested.of.as_ref() else {
             return Err(FsError::stale(root));
         };
         let Some(owner) = of.parent.upgrade() else {
@@ -275,13 +299,13 @@ impl View {
         };
         let dir = self
             .state
-            .subs(owner.id)
+            .subs(owner.ident.id)
             .join(subs::key_of(origin.as_bytes()));
         let failed = |what: &str, e: std::io::Error| {
             FsError::io(
                 format!(
                     "rename of submodule {} to {}: {what}",
-                    sub.name,
+                    sub.ident.name,
                     String::from_utf8_lossy(&new_rel)
                 ),
                 e,
@@ -289,7 +313,7 @@ impl View {
         };
         let refused = |e: String| {
             FsError::eio(
-                format!("submodule {}: {e}", sub.name),
+                format!("submodule {}: {e}", sub.ident.name),
                 std::io::Error::other("moving a submodule view"),
             )
         };
@@ -299,8 +323,8 @@ impl View {
             serde_json::from_slice::<subs::SubRecord>(&bytes)
                 .map_err(|e| failed("its record", std::io::Error::other(e)))?
         };
-        let place = format!("{}/{}", owner.repo, owner.worktree_name());
-        subs::entry_is_ours(&self.state, &record, &place, owner.uid)
+        let place = format!("{}/{}", owner.ident.repo, owner.worktree_name());
+        subs::entry_is_ours(&self.state, &record, &place, owner.ident.uid)
             .map_err(|e| refused(format!("{e:#}")))?;
         // 2. The stub at the new name; the gitlink at the old one hidden.
         self.ensure_upper_dir(parent)?;
@@ -308,7 +332,7 @@ impl View {
         let from_dir = self.upper_dir(parent)?;
         let to_dir = self.upper_dir(newparent)?;
         let (from_dir, to_dir) = (from_dir.as_fd(), to_dir.as_fd());
-        let work = owner.work_fd.as_fd();
+        let work = owner.upper.work_fd.as_fd();
         let hide_old = self.base_has(parent, name)?;
         if let Some(d) = dst {
             if d.in_upper && d.ftype == super::types::FType::Dir {
@@ -316,7 +340,7 @@ impl View {
                     .map_err(|e| failed("moving the replaced directory out", e))?;
             }
         }
-        let onto_whiteout = owner.whiteouts.at(to_dir, newname);
+        let onto_whiteout = owner.upper.whiteouts.at(to_dir, newname);
         let stub_here = self.stub_at(from_dir, name).is_some();
         // Over a base directory at the new name (one the user removed): opaque, so
         // nothing of it merges in (a copy-up of the tree above never descends into it).
@@ -348,7 +372,7 @@ impl View {
                     )?;
                 }
                 beneath::chmod(d.as_fd(), 0o755).map_err(|e| failed("making its stub", e))?;
-                let _ = beneath::chown(d.as_fd(), Some(owner.uid), Some(owner.gid));
+                let _ = beneath::chown(d.as_fd(), Some(owner.ident.uid), Some(owner.ident.gid));
                 Ok(())
             })();
             if let Err(e) = made {
@@ -387,7 +411,7 @@ impl View {
         }
         .and_then(|_| {
             if hide_old && !(exchanged && stub_here) {
-                owner.whiteouts.link(work, from_dir, name)
+                owner.upper.whiteouts.link(work, from_dir, name)
             } else {
                 Ok(())
             }
@@ -411,27 +435,27 @@ impl View {
                 (false, false) => self.to_trash(&owner, to_dir, newname),
             };
             if let Err(b) = back {
-                tracing::warn!("submodule {}: taking its stub back: {b}", sub.name);
+                tracing::warn!("submodule {}: taking its stub back: {b}", sub.ident.name);
             }
             return Err(failed("hiding its old path", e));
         }
         // 3. Its record and git entry (a failure here is finished at the next lookup
         // through the stub), and 4. in memory, as one step for a view being made.
-        let _moving = owner.moving.lock();
+        let _moving = owner.nested.moving.lock();
         if let Err(e) = subs::move_view(
             &self.state,
             &self.mountpoint,
             &place,
-            owner.uid,
+            owner.ident.uid,
             &dir,
             record,
             &to,
         ) {
-            tracing::warn!("submodule {}: {e:#}", sub.name);
+            tracing::warn!("submodule {}: {e:#}", sub.ident.name);
         }
         // 4. In memory.
         {
-            let mut subs = owner.subs.lock();
+            let mut subs = owner.nested.views.lock();
             let old = of.path();
             if let Some(s) = subs.remove(&old) {
                 subs.insert(new_rel.clone(), s);
@@ -445,7 +469,7 @@ impl View {
         self.note_child(newparent, newname);
         tracing::info!(
             "submodule {}: moved to {}",
-            sub.name,
+            sub.ident.name,
             String::from_utf8_lossy(&new_rel)
         );
         Ok(())

@@ -56,7 +56,7 @@ impl View {
     pub(super) fn upper_dir_stat(&self, ino: u64) -> FsResult<(OwnedFd, beneath::Stat)> {
         self.settled(|| {
             let (wt, rel, expect) = self.nodes.read().dir_spec(ino)?;
-            Ok(beneath::dir(wt.upper_fd.as_fd(), &rel).and_then(|fd| {
+            Ok(beneath::dir(wt.upper.fd.as_fd(), &rel).and_then(|fd| {
                 let st = beneath::fstat(fd.as_fd())?;
                 if expect != 0 && st.st_ino != expect {
                     return Err(stale_io());

@@ -207,9 +207,9 @@ impl View {
         match t.kind(ino) {
             // A submodule's view is covered by its parent worktree's leases.
             Some(NodeKind::Wt { wt, is_root, .. }) => {
-                Some((wt.lease_id, *is_root && !wt.is_submodule()))
+                Some((wt.ident.lease_id, *is_root && !wt.is_submodule()))
             }
-            Some(NodeKind::GitFile(wt)) => Some((wt.lease_id, false)),
+            Some(NodeKind::GitFile(wt)) => Some((wt.ident.lease_id, false)),
             _ => None,
         }
     }
@@ -309,10 +309,10 @@ impl View {
             }
             NodeKind::GitFile(wt) => Ok(Attr::memory(
                 ino,
-                wt.gitfile.len(),
-                wt.base_mtime,
-                wt.uid,
-                wt.gid,
+                wt.ident.gitfile.len(),
+                wt.base.mtime,
+                wt.ident.uid,
+                wt.ident.gid,
             )),
             NodeKind::Wt { wt, ov, .. } => {
                 if ov.in_upper {
@@ -402,9 +402,9 @@ impl View {
                 }
                 if is_root && name == GITFILE_NAME {
                     if wt.gitfile_removed() {
-                        return Err(FsError::not_found(format!("{}/.git", wt.name)));
+                        return Err(FsError::not_found(format!("{}/.git", wt.ident.name)));
                     }
-                    let natural = ino::path_ino(wt.ino_id, b".git");
+                    let natural = ino::path_ino(wt.ident.ino_id, b".git");
                     let mut t = self.nodes.write();
                     let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));
                     return self.counted_entry(t, ino);
@@ -416,8 +416,11 @@ impl View {
                 let child = self
                     .resolve_child(&wt, &ov, &mut Default::default(), dir_upper, name)?
                     .ok_or_else(|| {
-                        let mut e =
-                            FsError::not_found(format!("{}/{}", wt.name, name.to_string_lossy()));
+                        let mut e = FsError::not_found(format!(
+                            "{}/{}",
+                            wt.ident.name,
+                            name.to_string_lossy()
+                        ));
                         // Not the hour of present names: a lookup inside a directory
                         // being renamed (whose new path the table learns after the
                         // rename on disk) answers "absent" for that moment.
@@ -426,7 +429,7 @@ impl View {
                     })?;
                 // A submodule shown as a view of its own: its root, at its gitlink or
                 // moved here (a stub in the upper layer says from where).
-                let at = match (wt.submodules, child.base, child.in_upper) {
+                let at = match (wt.nested.shown, child.base, child.in_upper) {
                     (true, Some(base), false) if base.mode == crate::git::MODE_GITLINK => {
                         Some((None, base.oid))
                     }
@@ -444,14 +447,10 @@ impl View {
                             self.submodule_view(&wt, origin.as_deref(), &path, commit)?
                         {
                             // The number a listing of the parent gives the name.
-                            let natural = ino::path_ino(wt.ino_id, &path);
+                            let natural = ino::path_ino(wt.ident.ino_id, &path);
                             let root = super::overlay::Overlay {
                                 ftype: FType::Dir,
-                                base: Some(super::overlay::BaseRef {
-                                    oid: sub.base_tree,
-                                    mode: crate::git::MODE_TREE,
-                                    warm: 0,
-                                }),
+                                base: Some(sub.base.root()),
                                 in_upper: true,
                                 upper_ino: 0,
                             };
@@ -470,8 +469,8 @@ impl View {
                         }
                     }
                 }
-                if let (Some(_), FType::File, Some(base), false) =
-                    (&wt.conversions, child.ftype, child.base, child.in_upper)
+                if let (true, FType::File, Some(base), false) =
+                    (wt.base.converts(), child.ftype, child.base, child.in_upper)
                 {
                     let path = self.nodes.read().child_rel_path(parent, name)?;
                     self.prepare_converted(&wt, &path, base.oid);
