@@ -16,7 +16,7 @@ use crate::layout::OPAQUE_MARKER;
 
 use super::base_layer::Converted;
 use super::error::{FsError, FsResult};
-use super::nodes::ROOT_INO;
+use super::inodes::{join_rel, ROOT_INO};
 use super::overlay::BaseRef;
 use super::types::{systime, FType};
 use super::view::{marker, View};
@@ -380,7 +380,7 @@ impl View {
                         let d = sub(&e.name)?;
                         // A submodule view's stub over a base directory: the view's.
                         if crate::layout::read_stub(d.as_fd()).is_none() {
-                            let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                            let rel = join_rel(rel, e.name.as_bytes());
                             self.copy_up_tree_at(wt, d.as_fd(), Some(child_base), &rel)?;
                         }
                     }
@@ -401,7 +401,7 @@ impl View {
                     beneath::mkdir_at(dir, &e.name, 0o700).map_err(|err| {
                         FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
                     })?;
-                    let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                    let rel = join_rel(rel, e.name.as_bytes());
                     if e.mode == MODE_GITLINK && wt.nested.shown {
                         // Where submodules are views: a stub stands for the gitlink (see
                         // `layout::SUBMODULE_MARKER`), so its view moves with the tree.
@@ -427,7 +427,7 @@ impl View {
                         .base
                         .converts()
                         .then(|| {
-                            let rel = super::nodes::join_rel(rel, e.name.as_bytes());
+                            let rel = join_rel(rel, e.name.as_bytes());
                             wt.base.conversion(&rel, e.oid, wt.ident.uid, wt.ident.gid)
                         })
                         .flatten();

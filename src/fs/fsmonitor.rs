@@ -9,8 +9,8 @@ use std::os::unix::ffi::OsStrExt;
 use git2::Oid;
 
 use super::error::{FsError, FsResult};
+use super::inodes::join_rel;
 use super::journal::Since;
-use super::nodes::join_rel;
 use super::types::GITFILE_NAME;
 use super::view::View;
 use super::worktree::WtCtx;

@@ -22,6 +22,7 @@ pub mod error;
 mod file_io;
 mod fsmonitor;
 mod handles;
+mod inodes;
 mod inomap;
 mod journal;
 mod listing;
@@ -43,7 +44,7 @@ mod worktree;
 pub(crate) mod xattr;
 
 pub use control::{CONTROL_NAME, REFRESH_NAME};
-pub use nodes::ROOT_INO;
+pub use inodes::ROOT_INO;
 pub use types::{
     Attr, Backing, Caller, DirEntry, Entry, FType, Inval, Invalidator, LeaseActivity,
     PendingLeases, SetAttr, Statfs,

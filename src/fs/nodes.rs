@@ -1,25 +1,25 @@
-//! The inode table: every node the kernel knows, its lookup count, and the names that
-//! lead to it (mountpoint-s3's superblock, fuse-backend-rs's inode store).
+//! What a node of the view is (`NodeKind`): the top, `.control` and its files, a
+//! repository's directory, a worktree entry with its place in the layers, a worktree's
+//! `.git` file; the part of the mount it belongs to (`Domain`), and the fixed nodes of
+//! `.control`. The table that holds them is `inodes.rs`.
 
-use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::ino;
 
 use super::control::{ControlDir, CONTROL_INO, CONTROL_NAME, LAYOUT};
 use super::error::{FsError, FsResult};
-use super::inomap::{ChildIndex, InoMap};
+use super::inodes::{self, InodeTable, Inodes, PathStep, Step};
+use super::inodes::{DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::Overlay;
 use super::worktree::WtCtx;
 
-pub const ROOT_INO: u64 = 1;
-pub(super) const DYNAMIC_INO_BIT: u64 = 1 << 62;
+/// The view's inode table and its nodes.
+pub(super) type NodeTable = InodeTable<NodeKind>;
+pub(super) type Nodes = Inodes<NodeKind>;
+pub(super) type Node = inodes::Node<NodeKind>;
 
 #[derive(Debug, Clone)]
 pub(super) enum NodeKind {
@@ -36,56 +36,14 @@ pub(super) enum NodeKind {
     GitFile(Arc<WtCtx>),
 }
 
-#[derive(Debug)]
-pub(super) struct Node {
-    kind: NodeKind,
-    parent: u64,
-    name: Box<OsStr>,
-    /// The kernel's lookup count. Atomic so a lookup of a known name counts it under the
-    /// table's read lock; `forget` (write lock) is the only one that lowers it.
-    lookups: AtomicU64,
-    unlinked: bool,
-}
-
-impl Node {
-    pub(super) fn kind(&self) -> &NodeKind {
-        &self.kind
-    }
-
-    pub(super) fn parent(&self) -> u64 {
-        self.parent
-    }
-
-    pub(super) fn name(&self) -> &OsStr {
-        &self.name
-    }
-
-    /// Whether its last name was removed (it lives on while the kernel knows it).
-    pub(super) fn is_unlinked(&self) -> bool {
-        self.unlinked
-    }
-
-    pub(super) fn new(kind: NodeKind, parent: u64, name: &OsStr, lookups: u64) -> Node {
-        Node {
-            kind,
-            parent,
-            name: name.into(),
-            lookups: AtomicU64::new(lookups),
-            unlinked: false,
+impl PathStep for NodeKind {
+    fn path_step(&self) -> Step {
+        match self {
+            NodeKind::Wt { is_root: true, .. } => Step::Start,
+            NodeKind::Wt { .. } => Step::Inside,
+            _ => Step::Outside,
         }
     }
-}
-
-/// The path `name` in the directory at `rel` (both relative to the worktree; `rel` empty
-/// for the worktree's own directory).
-pub(super) fn join_rel(rel: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = Vec::with_capacity(rel.len() + 1 + name.len());
-    p.extend_from_slice(rel);
-    if !p.is_empty() {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
-    p
 }
 
 /// The part of the mount a node belongs to. Names never move between two parts: a rename
@@ -103,100 +61,7 @@ pub(super) enum Domain {
     Worktree(i64, usize),
 }
 
-/// The inode table. Memory per node bounds a mount with many worktrees (see
-/// `fs/inomap.rs`): nodes live in a slab, and the name index keeps no copy of the names.
-pub(super) struct NodeTable {
-    nodes: InoMap<Node>,
-    children: ChildIndex,
-    /// Further names of hard-linked upper files (rare), by inode.
-    aliases: HashMap<u64, Vec<(u64, OsString)>>,
-    /// The deleted-but-open set: upper files of nodes whose last name is gone, held open
-    /// (`O_PATH`) until the kernel forgets the node (see `fs/place.rs`).
-    orphans: HashMap<u64, Arc<OwnedFd>>,
-    /// `orphans.len()`, readable without the lock (the stats file).
-    kept: Arc<AtomicUsize>,
-    next_dynamic: u64,
-    /// `nodes.len()`, readable without the table's lock (the stats file and the sweeper
-    /// read it; a request that holds the lock must never take it again).
-    count: Arc<AtomicUsize>,
-}
-
-/// The node table and its lock. Lock order (see `View`): after `mutate`, before the
-/// handles and the catalog. Read-locked by lookups, getattr and path resolution;
-/// write-locked to add, move or forget nodes.
-pub(super) struct Nodes {
-    table: RwLock<NodeTable>,
-    count: Arc<AtomicUsize>,
-    kept: Arc<AtomicUsize>,
-}
-
-impl Nodes {
-    /// A table holding the fixed nodes `(ino, kind, parent, name)`, whose lookup counts
-    /// are never used up.
-    pub(super) fn new<'a>(fixed: impl IntoIterator<Item = (u64, NodeKind, u64, &'a str)>) -> Nodes {
-        let count = Arc::new(AtomicUsize::new(0));
-        let mut table = NodeTable::new(count.clone());
-        for (ino, kind, parent, name) in fixed {
-            table.insert_node(ino, Node::new(kind, parent, OsStr::new(name), u64::MAX / 2));
-        }
-        Nodes {
-            kept: table.kept.clone(),
-            table: RwLock::new(table),
-            count,
-        }
-    }
-
-    pub(super) fn read(&self) -> RwLockReadGuard<'_, NodeTable> {
-        self.table.read()
-    }
-
-    pub(super) fn write(&self) -> RwLockWriteGuard<'_, NodeTable> {
-        self.table.write()
-    }
-
-    /// How many nodes the table holds, without its lock.
-    pub(super) fn len(&self) -> usize {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// How many removed files are kept open (the deleted-but-open set), without the lock.
-    pub(super) fn kept_open(&self) -> usize {
-        self.kept.load(Ordering::Relaxed)
-    }
-}
-
 impl NodeTable {
-    pub(super) fn new(count: Arc<AtomicUsize>) -> NodeTable {
-        NodeTable {
-            nodes: InoMap::default(),
-            children: ChildIndex::default(),
-            aliases: HashMap::new(),
-            orphans: HashMap::new(),
-            kept: Arc::new(AtomicUsize::new(0)),
-            next_dynamic: 0,
-            count,
-        }
-    }
-
-    pub(super) fn assign_ino(&mut self, natural: u64) -> u64 {
-        if natural > ROOT_INO && !self.nodes.contains_key(&natural) {
-            return natural;
-        }
-        // Collision (or a still-open unlinked entry at the same path): keep the low 32 bits
-        // git compares, change the high ones.
-        loop {
-            self.next_dynamic += 1;
-            let candidate = DYNAMIC_INO_BIT | (self.next_dynamic << 32) | (natural & 0xffff_ffff);
-            if !self.nodes.contains_key(&candidate) {
-                return candidate;
-            }
-        }
-    }
-
-    pub(super) fn get(&self, ino: u64) -> Option<&Node> {
-        self.nodes.get(&ino)
-    }
-
     pub(super) fn domain(&self, ino: u64) -> FsResult<Domain> {
         Ok(match self.kind(ino).ok_or_else(|| FsError::stale(ino))? {
             NodeKind::Root => Domain::Top,
@@ -224,154 +89,10 @@ impl NodeTable {
 
     /// The overlay state of worktree entry `ino`, to change it (copy-up, rename).
     pub(super) fn overlay_mut(&mut self, ino: u64) -> Option<&mut Overlay> {
-        match self.nodes.get_mut(&ino).map(|n| &mut n.kind) {
+        match self.kind_mut(ino) {
             Some(NodeKind::Wt { ov, .. }) => Some(ov),
             _ => None,
         }
-    }
-
-    /// The kernel learned of `ino` once more (a lookup, a link, a listing's entry). Under
-    /// the read lock: a forget needs the write lock, so it cannot drop the node meanwhile.
-    pub(super) fn count_lookup(&self, ino: u64) {
-        if let Some(n) = self.nodes.get(&ino) {
-            n.lookups.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// The kernel forgot `nlookup` of its lookups of `ino`; the node goes with the last.
-    pub(super) fn forget(&mut self, ino: u64, nlookup: u64) -> bool {
-        let Some(node) = self.nodes.get_mut(&ino) else {
-            return false;
-        };
-        // The write lock excludes every increment (they hold the read lock).
-        let left = node.lookups.load(Ordering::Relaxed).saturating_sub(nlookup);
-        node.lookups.store(left, Ordering::Relaxed);
-        if left == 0 {
-            self.remove_node(ino);
-        }
-        left == 0
-    }
-
-    pub(super) fn contains(&self, ino: u64) -> bool {
-        self.nodes.contains_key(&ino)
-    }
-
-    pub(super) fn kind(&self, ino: u64) -> Option<&NodeKind> {
-        self.nodes.get(&ino).map(|n| &n.kind)
-    }
-
-    /// Every node below directory `ino` (not `ino` itself).
-    pub(super) fn below(&self, ino: u64) -> Vec<u64> {
-        self.nodes
-            .keys()
-            .copied()
-            .filter(|&n| self.is_below(n, ino))
-            .collect()
-    }
-
-    /// Moves the name `(parent, name)` of `ino` to `(newparent, newname)`, replacing
-    /// whatever had that name (a rename): the node's own name, or one of its links.
-    pub(super) fn move_name(
-        &mut self,
-        ino: u64,
-        parent: u64,
-        name: &OsStr,
-        newparent: u64,
-        newname: &OsStr,
-        kept: Option<(u64, OwnedFd)>,
-    ) {
-        self.detach_keeping(newparent, newname, kept);
-        self.unmap_child(parent, name);
-        let own_name = self
-            .nodes
-            .get(&ino)
-            .is_some_and(|n| n.parent == parent && &*n.name == name);
-        if own_name {
-            if let Some(node) = self.nodes.get_mut(&ino) {
-                node.parent = newparent;
-                node.name = newname.into();
-            }
-            self.map_child(newparent, newname, ino);
-        } else if self.nodes.contains_key(&ino) {
-            if let Some(v) = self.aliases.get_mut(&ino) {
-                v.retain(|(p, n)| !(*p == parent && n == name));
-            }
-            self.add_alias(ino, newparent, newname);
-        }
-        if let Some(node) = self.nodes.get_mut(&ino) {
-            node.unlinked = false;
-        }
-    }
-
-    /// The inode named `name` in `parent`.
-    pub(super) fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
-        let (nodes, aliases) = (&self.nodes, &self.aliases);
-        self.children
-            .get(parent, name, |i| has_name(nodes, aliases, i, parent, name))
-    }
-
-    /// Maps `(parent, name)` to `ino` (whose node says so already, or will at once).
-    pub(super) fn map_child(&mut self, parent: u64, name: &OsStr, ino: u64) {
-        // Another name of this inode in this directory with the same hash would share the
-        // slot, and one slot cannot tell two names of one inode apart: map it exactly.
-        // (Hashed only when there is such a name, a rename's or a link's: not for a new
-        // node, which `insert_node` maps before the table holds it.)
-        let own = self.nodes.get(&ino).map(|n| (n.parent, &*n.name));
-        let links = self.aliases.get(&ino).into_iter().flatten();
-        let twin = own
-            .into_iter()
-            .chain(links.map(|(p, n)| (*p, n.as_os_str())))
-            .any(|(p, n)| {
-                p == parent && n != name && self.children.hash(n) == self.children.hash(name)
-            });
-        if twin {
-            self.children.insert_exact(parent, name, ino);
-            return;
-        }
-        let (nodes, aliases) = (&self.nodes, &self.aliases);
-        // The slot may be taken over from a node that is gone or has this very name.
-        self.children.insert(parent, name, ino, |i| {
-            !nodes.contains_key(&i) || has_name(nodes, aliases, i, parent, name)
-        });
-    }
-
-    /// Unmaps `(parent, name)`, returning the inode; the node keeps its fields.
-    pub(super) fn unmap_child(&mut self, parent: u64, name: &OsStr) -> Option<u64> {
-        let (nodes, aliases) = (&self.nodes, &self.aliases);
-        self.children
-            .remove(parent, name, |i| has_name(nodes, aliases, i, parent, name))
-    }
-
-    /// Adds a node under its own name (`node.parent`, `node.name`).
-    /// `ino` is new to the table: its name is mapped first, so no copy of it is needed.
-    pub(super) fn insert_node(&mut self, ino: u64, node: Node) {
-        debug_assert!(
-            !self.nodes.contains_key(&ino),
-            "inode {ino} is in the table"
-        );
-        if ino != ROOT_INO {
-            self.map_child(node.parent, &node.name, ino);
-        }
-        self.nodes.insert(ino, node);
-        self.count.store(self.nodes.len(), Ordering::Relaxed);
-    }
-
-    pub(super) fn insert_child(
-        &mut self,
-        parent: u64,
-        name: &OsStr,
-        natural: u64,
-        kind: NodeKind,
-    ) -> u64 {
-        if let Some(existing) = self.child(parent, name) {
-            if let Some(n) = self.nodes.get_mut(&existing) {
-                n.lookups.fetch_add(1, Ordering::Relaxed);
-                return existing;
-            }
-        }
-        let ino = self.assign_ino(natural);
-        self.insert_node(ino, Node::new(kind, parent, name, 1));
-        ino
     }
 
     /// Adds (or counts once more) the worktree entry `name` of directory `parent`, with
@@ -392,231 +113,12 @@ impl NodeTable {
         Ok(self.insert_child(parent, name, natural, kind))
     }
 
-    /// Adds a node with no name, an `O_TMPFILE` file made in directory `parent`: unlinked
-    /// from the start, its file `fd` kept until a link names it (`name_nameless`) or the
-    /// kernel forgets it.
-    pub(super) fn insert_nameless(
-        &mut self,
-        parent: u64,
-        natural: u64,
-        kind: NodeKind,
-        fd: OwnedFd,
-    ) -> u64 {
-        let ino = self.assign_ino(natural);
-        let mut node = Node::new(kind, parent, OsStr::new(""), 1);
-        node.unlinked = true;
-        self.nodes.insert(ino, node);
-        self.count.store(self.nodes.len(), Ordering::Relaxed);
-        self.orphans.insert(ino, Arc::new(fd));
-        self.kept.store(self.orphans.len(), Ordering::Relaxed);
-        ino
-    }
-
-    /// Gives node `ino`, which has no name, its first: `(parent, name)` (a link of an
-    /// `O_TMPFILE` file). Its file is found by that name from now on.
-    pub(super) fn name_nameless(&mut self, ino: u64, parent: u64, name: &OsStr) {
-        let Some(node) = self.nodes.get_mut(&ino) else {
-            return;
-        };
-        node.parent = parent;
-        node.name = name.into();
-        node.unlinked = false;
-        self.map_child(parent, name, ino);
-        if self.orphans.remove(&ino).is_some() {
-            self.kept.store(self.orphans.len(), Ordering::Relaxed);
-        }
-    }
-
-    /// Gives `ino` the further name `(parent, name)` (a hard link, or a rename of one).
-    pub(super) fn add_alias(&mut self, ino: u64, parent: u64, name: &OsStr) {
-        self.aliases
-            .entry(ino)
-            .or_default()
-            .push((parent, name.to_os_string()));
-        self.map_child(parent, name, ino);
-    }
-
-    /// Drops the name `(parent, name)`; the node stays while the kernel still knows it.
-    pub(super) fn detach_name(&mut self, parent: u64, name: &OsStr) {
-        self.detach_keeping(parent, name, None)
-    }
-
-    /// As `detach_name`; `kept` is the file that had the name, held open (see
-    /// `View::keep`), which the node keeps if this was its last name.
-    pub(super) fn detach_keeping(
-        &mut self,
-        parent: u64,
-        name: &OsStr,
-        kept: Option<(u64, OwnedFd)>,
-    ) {
-        let Some(ino) = self.unmap_child(parent, name) else {
-            return;
-        };
-        let Some(node) = self.nodes.get_mut(&ino) else {
-            return;
-        };
-        if node.parent == parent && &*node.name == name {
-            let next = self.aliases.get_mut(&ino).and_then(|v| v.pop());
-            if let Some((p, n)) = next {
-                node.parent = p;
-                node.name = n.into();
-            } else {
-                node.unlinked = true;
-                if let Some((_, fd)) = kept.filter(|(k, _)| *k == ino) {
-                    self.orphans.insert(ino, Arc::new(fd));
-                    self.kept.store(self.orphans.len(), Ordering::Relaxed);
-                }
-            }
-        } else if let Some(v) = self.aliases.get_mut(&ino) {
-            v.retain(|(p, n)| !(*p == parent && n == name));
-        }
-        if self.aliases.get(&ino).is_some_and(|v| v.is_empty()) {
-            self.aliases.remove(&ino);
-        }
-    }
-
-    /// The kept file of node `ino`, whose last name is gone.
-    pub(super) fn orphan(&self, ino: u64) -> Option<Arc<OwnedFd>> {
-        self.orphans.get(&ino).cloned()
-    }
-
-    /// Node `ino`, whose last name is gone, now has its own file `fd` (a copy-up of a
-    /// removed base file).
-    pub(super) fn set_orphan(&mut self, ino: u64, fd: OwnedFd) {
-        self.orphans.insert(ino, Arc::new(fd));
-        self.kept.store(self.orphans.len(), Ordering::Relaxed);
-    }
-
-    /// Whether `(parent, name)` is the last name of node `ino` (removing it orphans it).
-    pub(super) fn is_last_name(&self, ino: u64, parent: u64, name: &OsStr) -> bool {
-        self.nodes
-            .get(&ino)
-            .is_some_and(|n| n.parent == parent && &*n.name == name)
-            && self.aliases.get(&ino).is_none_or(|v| v.is_empty())
-    }
-
-    /// Removes a node the kernel has forgotten, with every name still mapped to it.
-    pub(super) fn remove_node(&mut self, ino: u64) {
-        let Some(node) = self.nodes.get(&ino) else {
-            return;
-        };
-        let mut names = vec![(node.parent, node.name.to_os_string())];
-        names.extend(self.aliases.get(&ino).cloned().unwrap_or_default());
-        for (p, n) in &names {
-            if self.child(*p, n) == Some(ino) {
-                self.unmap_child(*p, n);
-            }
-        }
-        self.aliases.remove(&ino);
-        if self.orphans.remove(&ino).is_some() {
-            self.kept.store(self.orphans.len(), Ordering::Relaxed);
-        }
-        self.nodes.remove(&ino);
-        self.count.store(self.nodes.len(), Ordering::Relaxed);
-    }
-}
-
-/// Whether `ino` is called `name` in `parent` (its own name or one of its links).
-pub(super) fn has_name(
-    nodes: &InoMap<Node>,
-    aliases: &HashMap<u64, Vec<(u64, OsString)>>,
-    ino: u64,
-    parent: u64,
-    name: &OsStr,
-) -> bool {
-    nodes
-        .get(&ino)
-        .is_some_and(|n| n.parent == parent && &*n.name == name)
-        || aliases
-            .get(&ino)
-            .is_some_and(|v| v.iter().any(|(p, n)| *p == parent && n == name))
-}
-
-impl NodeTable {
-    /// The path of a worktree entry relative to its worktree (empty for the root).
-    pub(super) fn rel_path(&self, ino: u64) -> FsResult<Vec<u8>> {
-        let mut parts: Vec<&OsStr> = Vec::new();
-        let mut cur = ino;
-        loop {
-            let node = self.nodes.get(&cur).ok_or_else(|| FsError::stale(cur))?;
-            match &node.kind {
-                NodeKind::Wt { is_root: true, .. } => break,
-                NodeKind::Wt { .. } => {
-                    parts.push(&node.name);
-                    cur = node.parent;
-                }
-                _ => return Err(FsError::invalid("not a worktree entry")),
-            }
-        }
-        let mut out = Vec::new();
-        for (i, p) in parts.iter().rev().enumerate() {
-            if i > 0 {
-                out.push(b'/');
-            }
-            out.extend_from_slice(p.as_bytes());
-        }
-        Ok(out)
-    }
-
-    /// Every path of node `ino` relative to its worktree: its name's, then its hard
-    /// links' the table knows (a change to the file is a change at each).
-    pub(super) fn rel_paths(&self, ino: u64) -> Vec<Vec<u8>> {
-        // A file made with no name (O_TMPFILE, not linked yet) has no path at all.
-        let named = self.nodes.get(&ino).is_none_or(|n| !n.name.is_empty());
-        let mut out: Vec<Vec<u8>> = self.rel_path(ino).into_iter().filter(|_| named).collect();
-        for (p, n) in self.aliases.get(&ino).into_iter().flatten() {
-            if let Ok(rel) = self.child_rel_path(*p, n) {
-                out.push(rel);
-            }
-        }
-        out
-    }
-
-    /// The path of the name `name` in directory `parent`, relative to its worktree.
-    pub(super) fn child_rel_path(&self, parent: u64, name: &OsStr) -> FsResult<Vec<u8>> {
-        Ok(join_rel(&self.rel_path(parent)?, name.as_bytes()))
-    }
-
     pub(super) fn wt_of(&self, ino: u64) -> FsResult<(Arc<WtCtx>, Overlay, bool)> {
-        match self.nodes.get(&ino).map(|n| &n.kind) {
+        match self.kind(ino) {
             Some(NodeKind::Wt { wt, ov, is_root }) => Ok((wt.clone(), *ov, *is_root)),
             Some(_) => Err(FsError::not_permitted("not a worktree entry")),
             None => Err(FsError::stale(ino)),
         }
-    }
-
-    /// As `rel_path`, for reaching the upper layer: ENOENT when the node or an ancestor
-    /// has lost its last name (nothing below a removed directory has a path).
-    pub(super) fn live_rel_path(&self, ino: u64) -> FsResult<Vec<u8>> {
-        let mut cur = ino;
-        loop {
-            let node = self.nodes.get(&cur).ok_or_else(|| FsError::stale(cur))?;
-            if node.unlinked {
-                return Err(FsError::not_found(format!("inode {cur} was removed")));
-            }
-            match &node.kind {
-                NodeKind::Wt { is_root: true, .. } => break,
-                NodeKind::Wt { .. } => cur = node.parent,
-                _ => return Err(FsError::invalid("not a worktree entry")),
-            }
-        }
-        self.rel_path(ino)
-    }
-
-    pub(super) fn is_below(&self, mut n: u64, ancestor: u64) -> bool {
-        for _ in 0..4096 {
-            let Some(node) = self.nodes.get(&n) else {
-                return false;
-            };
-            if !matches!(node.kind, NodeKind::Wt { is_root: false, .. }) {
-                return false;
-            }
-            if node.parent == ancestor {
-                return true;
-            }
-            n = node.parent;
-        }
-        false
     }
 }
 
@@ -641,66 +143,4 @@ pub(super) fn fixed_nodes() -> impl Iterator<Item = (u64, NodeKind, u64, &'stati
 /// The inode a generated `.control` entry is given (unless taken: see `assign_ino`).
 pub(super) fn control_ino(dir: ControlDir, name: &OsStr) -> u64 {
     DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(name.as_bytes()) as u64 | ((dir as u64) << 32)
-}
-
-#[cfg(test)]
-mod node_table_tests {
-    use super::*;
-
-    /// Every name resolves to its inode and nothing else does, with a hash of 1 bit so
-    /// that names of one directory, and names of one hard-linked inode, collide.
-    #[test]
-    fn names_resolve_through_links_unlinks_and_forgets_when_hashes_collide() {
-        for order in 0..4usize {
-            let mut t = NodeTable::new(Arc::new(AtomicUsize::new(0)));
-            t.children = ChildIndex::colliding_often(1);
-            let d = 7u64;
-            let others: Vec<u64> = ["b", "c", "d"]
-                .iter()
-                .enumerate()
-                .map(|(i, n)| t.insert_child(d, OsStr::new(n), 200 + i as u64, NodeKind::Repo(0)))
-                .collect();
-            let a = t.insert_child(d, OsStr::new("a"), 100, NodeKind::Repo(0));
-            // Hard links of "a": with one bit of hash, several share a slot with it.
-            let mut names: Vec<String> = vec!["a".into()];
-            for i in 0..8 {
-                let l = format!("a{i}");
-                t.detach_name(d, OsStr::new(&l));
-                t.add_alias(a, d, OsStr::new(&l));
-                names.push(l);
-            }
-            let check = |t: &NodeTable, live: &[String]| {
-                for n in live {
-                    assert_eq!(t.child(d, OsStr::new(n)), Some(a), "order {order}: {n}");
-                }
-                for (n, ino) in ["b", "c", "d"].iter().zip(&others) {
-                    assert_eq!(t.child(d, OsStr::new(n)), Some(*ino), "order {order}: {n}");
-                }
-            };
-            check(&t, &names);
-            // Unlink the names one by one, in a different order each round.
-            let k = names.len();
-            let mut live = names.clone();
-            for step in 0..k - 1 {
-                let victim = live.remove((step * (order + 1) + order) % live.len());
-                t.detach_name(d, OsStr::new(&victim));
-                assert_eq!(
-                    t.child(d, OsStr::new(&victim)),
-                    None,
-                    "order {order}: {victim}"
-                );
-                check(&t, &live);
-            }
-            // Forgetting the inodes leaves no name behind.
-            t.remove_node(a);
-            for ino in others {
-                t.remove_node(ino);
-            }
-            for n in names.iter().map(String::as_str).chain(["b", "c", "d"]) {
-                assert_eq!(t.child(d, OsStr::new(n)), None, "order {order}: {n}");
-            }
-            assert!(t.children.is_empty(), "{} names left", t.children.len());
-            assert!(t.nodes.is_empty());
-        }
-    }
 }

@@ -35,7 +35,8 @@ use crate::store::Store;
 use super::catalog::Catalog;
 use super::error::{FsError, FsResult};
 use super::handles::{opened, HandleKind, Handles, Listings};
-use super::nodes::{fixed_nodes, NodeKind, NodeTable, Nodes, ROOT_INO};
+use super::inodes::ROOT_INO;
+use super::nodes::{fixed_nodes, NodeKind, NodeTable, Nodes};
 use super::place::{held, is_changing, Place};
 use super::types::{
     Attr, Entry, FType, Invalidator, LeaseActivity, PendingLeases, Statfs, GITFILE_NAME,
