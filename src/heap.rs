@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// startup, before other threads exist.
 ///
 /// glibc otherwise raises the first bar to the size of every mapped block freed (up to
-/// 32 MiB): a 16 MiB block (each FUSE worker's request buffer, allocated at the mount,
-/// while the arenas are small) then comes from an arena, and a zeroed one is written over
-/// in full where the arena's pages had been handed back, so 16 MiB of zeros sit in the
-/// resident size, or not, depending on what ran before. Fixing the bar fixes glibc's
+/// 32 MiB): a large block (each FUSE worker's request buffer, `fuse::session::BUFFER_SIZE`,
+/// allocated at the mount, while the arenas are small) then comes from an arena, and a
+/// zeroed one is written over in full where the arena's pages had been handed back, so
+/// its zeros sit in the resident size, or not, depending on what ran before. Fixing the bar fixes glibc's
 /// trim threshold too (at 128 KiB, where it would have moved up): a read's 1 MiB buffer
 /// freed at an arena's top would be handed back at every read, hence `KEEP_TOP`.
 pub fn large_blocks_apart() {

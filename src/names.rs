@@ -1,5 +1,5 @@
 //! Names of repositories and worktrees: `[A-Za-z0-9._-]`, 1..64 characters, not starting
-//! with `.` or `-` (docs/contract.md, "Namespace").
+//! with `.` or `-` (docs/contract.md, "Namespace of a mount").
 
 pub const MAX_NAME_LEN: usize = 64;
 

@@ -55,8 +55,8 @@ pub fn settle(command: &Command, log_level: Option<&str>) {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
     if is_daemon {
-        // Each FUSE worker's 16 MiB request buffer mapped apart: untouched, not resident,
-        // until a request that big comes.
+        // Each FUSE worker's request buffer (`fuse::session::BUFFER_SIZE`) mapped apart:
+        // untouched, not resident, until a request that big comes.
         worktreefs::heap::large_blocks_apart();
         // SAFETY: set before any repository is opened, as libgit2 requires.
         unsafe {

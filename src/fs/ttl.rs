@@ -27,7 +27,7 @@ pub(super) const CONTROL_TTL: Duration = Duration::ZERO;
 pub(super) fn ttl_of(t: &NodeTable, ino: u64) -> Duration {
     match t.kind(ino) {
         // A worktree's own directory goes away through cleanup, which another process
-        // may run: its entry is re-checked as before.
+        // may run: its entry gets the shorter `WT_TTL`, not the stable one.
         Some(NodeKind::Wt { is_root: true, .. }) => WT_TTL,
         Some(NodeKind::Wt { ov, .. }) if ov.in_upper && ov.ftype == FType::File => WT_TTL,
         Some(NodeKind::Wt { .. }) | Some(NodeKind::GitFile(_)) => WT_STABLE_TTL,

@@ -1,6 +1,7 @@
 //! The plain values the core answers with: attributes, entries, what a caller asked; the
 //! name of a worktree's `.git` file.
-//! The FUSE adapter copies them into fuser's types; nothing here names fuser.
+//! The FUSE adapter copies them into the protocol's structures (`crate::fuse`); nothing
+//! here names the protocol.
 
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -41,7 +42,7 @@ impl FType {
     }
 }
 
-/// What `stat` reports; the FUSE adapter copies it into fuser's struct.
+/// What `stat` reports; the FUSE adapter copies it into the protocol's attributes.
 #[derive(Debug, Clone, Copy)]
 pub struct Attr {
     pub ino: u64,

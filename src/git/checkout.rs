@@ -384,7 +384,7 @@ impl Setting {
         if conv.runs_git() {
             // A driver that failed (or timed out) once is not run again for this tree,
             // and all of them together get a bounded time: the index is built during a
-            // creation. A file not checked is taken as coming back (as before).
+            // creation. A file not checked is taken as coming back from a checkout unchanged.
             let driver = conv.filter.clone().unwrap_or_default();
             if budget.failed.contains(&driver) || budget.spent() {
                 return false;
@@ -470,7 +470,7 @@ impl RoundTripBudget {
 }
 
 /// Blobs read whole to find a CRLF or an `$Id: … $`: up to 16 MiB (a larger one is taken
-/// as coming back from a checkout, as before such blobs were looked for).
+/// as coming back from a checkout unchanged, unread).
 fn small_blob(repo: &Repository, oid: Oid) -> bool {
     repo.odb()
         .and_then(|o| o.read_header(oid))

@@ -261,7 +261,7 @@ pub fn include_path(gitdir: &Path) -> PathBuf {
 /// directory is in the repository, its owner's to make anything: it is reached through
 /// no symlink, what is there is read only when it is a regular file (a FIFO would hold
 /// the mount), and each file is replaced, never written through (a symlink there to a
-/// file of root's stays untouched; before, root truncated and overwrote it).
+/// file of root's stays untouched, never truncated or overwritten by root).
 fn install_files(gitdir: &Path) -> GitResult<()> {
     use crate::beneath;
     use std::ffi::OsStr;
