@@ -24,12 +24,14 @@ use std::os::unix::ffi::OsStrExt;
 
 use crate::beneath::{self, Listed};
 
+pub mod submodules;
+
 pub const RESERVED_PREFIX: &[u8] = b".wtfs-";
 /// Format 1's whiteout names (`.wtfs-wh.N`), read and migrated, never written.
 pub const OLD_WHITEOUT_PREFIX: &str = ".wtfs-wh.";
 pub const OPAQUE_MARKER: &str = ".wtfs-opaque";
 /// In a directory of the upper layer: a submodule's view moved here (a rename), and
-/// which one (`lifecycle::submodules::stub_text`).
+/// which one (`submodules::stub_text`).
 pub const SUBMODULE_MARKER: &str = ".wtfs-submodule";
 const WHITEOUT_FILE: &str = "whiteout-";
 const FORMAT_MARKER: &str = "format-2";

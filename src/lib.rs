@@ -10,7 +10,8 @@
 //!                       its own trait `lifecycle::Mounted`, which `fs::View` implements
 //! 2  report             the status table, from store rows
 //! 1  git/, store/,      the repository; the SQLite store;
-//!    layout, filecopy   the upper layer's format (read through `beneath`); copying a
+//!    layout, filecopy   the on-disk formats of the upper layer and of submodule views
+//!                       (read through `beneath`); copying a
 //!                       file's data by reflink or copy_file_range
 //! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
 //!    failure (an error with a kind and a chain),

@@ -455,7 +455,7 @@ pub(super) fn write_stub(dir: BorrowedFd, origin: &[u8], commit: git2::Oid) -> F
     let mut f = std::fs::File::from(f);
     io::Write::write_all(
         &mut f,
-        &crate::lifecycle::submodules::stub_text(origin, commit),
+        &crate::layout::submodules::stub_text(origin, commit),
     )
     .and_then(|_| f.sync_all())
     .map_err(|e| FsError::io("writing a submodule view's stub", e))

@@ -103,7 +103,7 @@ impl View {
                 self.upper_paths(wt, wt.upper.fd.as_fd(), b"", Some(wt.base.tree), &mut out)?;
                 // A submodule view's changes are in its own layers: its path says so.
                 out.extend(
-                    crate::lifecycle::submodules::readable_records(
+                    crate::layout::submodules::readable_records(
                         &self.state.worktree_dir(wt.ident.id),
                     )
                     .into_iter()

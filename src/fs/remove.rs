@@ -55,7 +55,7 @@ impl View {
         let mut prefix = self.full_sub_path(&wt, &rel);
         prefix.push(b'/');
         let nested =
-            crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.ident.id))
+            crate::layout::submodules::readable_records(&self.state.worktree_dir(wt.ident.id))
                 .into_iter()
                 .any(|(_, r)| {
                     !r.removed && r.within.is_some() && r.path.as_bytes().starts_with(&prefix)
@@ -73,7 +73,7 @@ impl View {
     /// The path in the worktree of `rel` in view `wt` (a submodule view's paths are
     /// below its own).
     fn full_sub_path(&self, wt: &WtCtx, rel: &[u8]) -> Vec<u8> {
-        crate::lifecycle::submodules::full_path(
+        crate::layout::submodules::full_path(
             wt.sub_path().as_deref(),
             &String::from_utf8_lossy(rel),
         )
@@ -117,7 +117,7 @@ impl View {
         drop(subs);
         let place = format!("{}/{}", wt.ident.repo, wt.worktree_name());
         for (dir, r) in
-            crate::lifecycle::submodules::readable_records(&self.state.worktree_dir(wt.ident.id))
+            crate::layout::submodules::readable_records(&self.state.worktree_dir(wt.ident.id))
         {
             let Some(to) = moved(r.path.as_bytes()) else {
                 continue;

@@ -96,8 +96,8 @@ impl View {
         let (id, base_tree, uid, gid) = (wt.ident.id, wt.base.tree, wt.ident.uid, wt.ident.gid);
         let (from, at, via_stub) = (origin.to_vec(), path.to_vec(), stub.is_some());
         // Keyed by the view's record (its origin path), whatever path it shows at.
-        let key = crate::lifecycle::submodules::key_of(
-            crate::lifecycle::submodules::full_path(
+        let key = crate::layout::submodules::key_of(
+            crate::layout::submodules::full_path(
                 within.as_deref(),
                 &String::from_utf8_lossy(origin),
             )
@@ -210,9 +210,7 @@ impl View {
         let _moving = wt.nested.moving.lock();
         let now = std::fs::read(dir.join("record"))
             .ok()
-            .and_then(|b| {
-                serde_json::from_slice::<crate::lifecycle::submodules::SubRecord>(&b).ok()
-            })
+            .and_then(|b| serde_json::from_slice::<crate::layout::submodules::SubRecord>(&b).ok())
             .map(|r| r.path)
             .unwrap_or_else(|| record.path.clone());
         let key = match &wt.sub_path() {
@@ -255,7 +253,7 @@ impl View {
         use std::os::unix::ffi::OsStrExt;
         let d = crate::beneath::dir(dir, name.as_bytes()).ok()?;
         let b = crate::layout::read_stub(d.as_fd())?;
-        crate::lifecycle::submodules::parse_stub(&b)
+        crate::layout::submodules::parse_stub(&b)
     }
 
     /// `rename` of a submodule view's root (`git mv vendor/lib lib`, `mv`): its git entry
@@ -279,6 +277,7 @@ impl View {
         dst: Option<super::overlay::Overlay>,
     ) -> FsResult<()> {
         use crate::beneath;
+        use crate::layout::submodules as records;
         use crate::lifecycle::submodules as subs;
         use std::os::fd::AsFd;
         let Some(of) = sub.nested.of.as_ref() else {
@@ -293,14 +292,14 @@ impl View {
                 "a submodule's view moves only to a UTF-8 path (its record names it)",
             ));
         };
-        let to = subs::full_path(owner.sub_path().as_deref(), new_s);
+        let to = records::full_path(owner.sub_path().as_deref(), new_s);
         let Some(origin) = sub.sub_origin() else {
             return Err(FsError::stale(root));
         };
         let dir = self
             .state
             .subs(owner.ident.id)
-            .join(subs::key_of(origin.as_bytes()));
+            .join(records::key_of(origin.as_bytes()));
         let failed = |what: &str, e: std::io::Error| {
             FsError::io(
                 format!(
@@ -320,7 +319,7 @@ impl View {
         // 1. Its record, and its git entry checked.
         let record = {
             let bytes = std::fs::read(dir.join("record")).map_err(|e| failed("its record", e))?;
-            serde_json::from_slice::<subs::SubRecord>(&bytes)
+            serde_json::from_slice::<records::SubRecord>(&bytes)
                 .map_err(|e| failed("its record", std::io::Error::other(e)))?
         };
         let place = format!("{}/{}", owner.ident.repo, owner.worktree_name());

@@ -122,7 +122,7 @@ impl WtCtx {
         let path = of.path();
         let path = String::from_utf8_lossy(&path);
         let parent = of.parent.upgrade()?;
-        Some(crate::lifecycle::submodules::full_path(
+        Some(crate::layout::submodules::full_path(
             parent.sub_path().as_deref(),
             &path,
         ))
@@ -133,7 +133,7 @@ impl WtCtx {
     pub(super) fn sub_origin(&self) -> Option<String> {
         let of = self.nested.of.as_ref()?;
         let parent = of.parent.upgrade()?;
-        Some(crate::lifecycle::submodules::full_path(
+        Some(crate::layout::submodules::full_path(
             parent.sub_path().as_deref(),
             &String::from_utf8_lossy(&of.origin),
         ))

@@ -304,7 +304,7 @@ fn a_submodule_entry_someone_else_made_is_left_alone() {
     let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
     let store = worktreefs::store::Store::open(&state.root).unwrap();
     let row = store.worktree("repo", "o").unwrap().unwrap();
-    let key = worktreefs::lifecycle::submodules::key_of(b"vendor/lib");
+    let key = worktreefs::layout::submodules::key_of(b"vendor/lib");
     let name = format!("{}-{}-{}", row.admin_name, row.id, &key[..8]);
     let foreign = repo.join(".git/modules/vendor/lib/worktrees").join(&name);
     fs::create_dir_all(&foreign).unwrap();

@@ -302,7 +302,7 @@ pub fn inspect_asking(
     // Each shown submodule's repository and HEAD, by path.
     let mut heads: std::collections::HashMap<String, (PathBuf, Option<Oid>)> =
         std::collections::HashMap::new();
-    for (dir, r) in crate::lifecycle::submodules::records(&t.dir)? {
+    for (dir, r) in crate::layout::submodules::records(&t.dir)? {
         // Recorded but its git entry never made (a crash just after the record): nothing
         // can have been done in it, unless its layer holds something.
         if !r.admin().join("index").exists()

@@ -206,7 +206,7 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
                     // told to be theirs, so nothing is deleted (the records that name
                     // those entries stay with it).
                     None => {
-                        if !crate::lifecycle::submodules::readable_records(&e.path()).is_empty() {
+                        if !crate::layout::submodules::readable_records(&e.path()).is_empty() {
                             tracing::warn!(
                                 "{}: no record of its worktree; kept, with its submodule views' records (their git entries are left)",
                                 e.path().display()
