@@ -20,6 +20,22 @@ fn doctor(state: &Path) -> (Option<i32>, Vec<serde_json::Value>) {
     (o.status.code(), v.as_array().unwrap().clone())
 }
 
+/// Doctor passed, all but `stale-mounts` over mounts of other tests: that check looks at
+/// the whole machine, where a test running alongside may have just killed its daemon
+/// (the kill -9 tests), its mount stale until that test unmounts it. `ours` is this
+/// test's mountpoint, never to be among them.
+fn passed(code: Option<i32>, checks: &[serde_json::Value], ours: &Path) -> bool {
+    let failed: Vec<&serde_json::Value> = checks.iter().filter(|c| c["status"] == "fail").collect();
+    let others_stale = failed.iter().all(|c| {
+        c["check"] == "stale-mounts"
+            && !c["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&*ours.to_string_lossy())
+    });
+    others_stale && (code == Some(0)) == failed.is_empty()
+}
+
 fn find<'a>(checks: &'a [serde_json::Value], name: &str) -> &'a serde_json::Value {
     checks
         .iter()
@@ -33,7 +49,7 @@ fn doctor_checks_the_machine_the_daemon_and_each_repository() {
     let empty = tempfile::tempdir().unwrap();
     let none = empty.path().join("state");
     let (code, checks) = doctor(&none);
-    assert_eq!(code, Some(0), "{checks:?}");
+    assert!(passed(code, &checks, &none), "{checks:?}");
     assert!(find(&checks, "state-dir")["detail"]
         .as_str()
         .unwrap()
@@ -49,7 +65,7 @@ fn doctor_checks_the_machine_the_daemon_and_each_repository() {
     wtfs_ok(&env.state(), &["new", "repo/t"]);
     let m = env.mount();
     let (code, checks) = doctor(&env.state());
-    assert_eq!(code, Some(0), "{checks:?}");
+    assert!(passed(code, &checks, &env.mountpoint()), "{checks:?}");
     let d = find(&checks, "daemon");
     assert_eq!(d["status"], "ok", "{d}");
     assert!(d["detail"].as_str().unwrap().contains("answers"), "{d}");
@@ -60,7 +76,7 @@ fn doctor_checks_the_machine_the_daemon_and_each_repository() {
     assert_eq!(find(&checks, "repo repo")["status"], "ok", "{checks:?}");
     assert_eq!(find(&checks, "state-dir")["status"], "ok", "{checks:?}");
     // The table: one line per check, what to do under a failing one.
-    let text = wtfs_ok(&env.state(), &["doctor"]);
+    let text = String::from_utf8_lossy(&wtfs(&env.state(), &["doctor"]).stdout).into_owned();
     assert!(text.lines().any(|l| l.starts_with("ok   daemon")), "{text}");
 
     // Bad settings are named with the way out.
@@ -75,7 +91,10 @@ fn doctor_checks_the_machine_the_daemon_and_each_repository() {
         ],
     );
     let (code, checks) = doctor(&env.state());
-    assert_eq!(code, Some(0), "warnings are not failures: {checks:?}");
+    assert!(
+        passed(code, &checks, &env.mountpoint()),
+        "warnings are not failures: {checks:?}"
+    );
     let s = find(&checks, "state-dir");
     assert_eq!(s["status"], "warn", "{s}");
     assert!(s["fix"].as_str().unwrap().contains("chmod 700"), "{s}");
