@@ -10,10 +10,10 @@
 //!                       its own trait `lifecycle::Mounted`, which `fs::View` implements
 //! 2  report             the status table, from store rows
 //! 1  git/, store/,      the repository; the SQLite store;
-//!    layout, filecopy   the on-disk formats of the upper layer and of submodule views
-//!                       (read through `beneath`); copying a
-//!                       file's data by reflink or copy_file_range
-//! 0  beneath, bounded, lease, names, ino, state, durable,  leaves: name nothing of the crate
+//!    layout, filecopy,  the on-disk formats of the upper layer and of submodule views
+//!    state              (read through `beneath`); copying a file's data by reflink or
+//!                       copy_file_range; the state directory's layout
+//! 0  beneath, bounded, lease, names, ids, ino, durable,  leaves: name nothing of the crate
 //!    failure (an error with a kind and a chain),
 //!    heap, target, table, fuse (the FUSE protocol), asked, mounttable, process (/proc, pidfds,
 //!    the tree below a command)
@@ -33,6 +33,7 @@ pub mod fs;
 pub mod fuse;
 pub mod git;
 pub mod heap;
+pub mod ids;
 pub mod ino;
 pub mod layout;
 pub mod lease;

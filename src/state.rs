@@ -25,6 +25,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::ids::WorktreeId;
+
 /// A worktree's list of converted files (`git::checkout::Conversions`), beside its layers.
 pub const CONVERSIONS_FILE: &str = "conversions";
 
@@ -99,37 +101,37 @@ impl StateDir {
     pub fn index_cache(&self) -> PathBuf {
         self.root.join("index-cache")
     }
-    pub fn worktree_dir(&self, id: i64) -> PathBuf {
+    pub fn worktree_dir(&self, id: WorktreeId) -> PathBuf {
         self.root.join("worktrees").join(id.to_string())
     }
-    pub fn upper(&self, id: i64) -> PathBuf {
+    pub fn upper(&self, id: WorktreeId) -> PathBuf {
         self.worktree_dir(id).join("upper")
     }
-    pub fn work(&self, id: i64) -> PathBuf {
+    pub fn work(&self, id: WorktreeId) -> PathBuf {
         self.worktree_dir(id).join("work")
     }
-    pub fn conversions(&self, id: i64) -> PathBuf {
+    pub fn conversions(&self, id: WorktreeId) -> PathBuf {
         self.worktree_dir(id).join(CONVERSIONS_FILE)
     }
     /// Present when the worktree shows its initialized submodules (`new --submodules`).
-    pub fn submodules_marker(&self, id: i64) -> PathBuf {
+    pub fn submodules_marker(&self, id: WorktreeId) -> PathBuf {
         self.worktree_dir(id).join("submodules")
     }
     /// The views of a worktree's submodules: `subs/<key>/{record,upper,work}`.
-    pub fn subs(&self, id: i64) -> PathBuf {
+    pub fn subs(&self, id: WorktreeId) -> PathBuf {
         self.worktree_dir(id).join("subs")
     }
     /// Where removals park a worktree's directory, and keep it for `worktreefs restore`.
     pub fn removed(&self) -> PathBuf {
         self.root.join("removed")
     }
-    pub fn removed_dir(&self, id: i64) -> PathBuf {
+    pub fn removed_dir(&self, id: WorktreeId) -> PathBuf {
         self.removed().join(id.to_string())
     }
     pub fn trash(&self) -> PathBuf {
         self.root.join("trash")
     }
-    pub fn cleanup_lock(&self, id: i64) -> PathBuf {
+    pub fn cleanup_lock(&self, id: WorktreeId) -> PathBuf {
         self.root.join("locks").join(id.to_string())
     }
     /// Where `mount` mounts when no mountpoint is given: `<state>-mnt`, next to the state

@@ -586,7 +586,7 @@ impl std::fmt::Display for Tally {
 
 /// A handle open on both sides.
 struct Slot {
-    fh: u64,
+    fh: worktreefs::fs::Fh,
     ino: u64,
     dir: bool,
     mode: Mode,
@@ -1071,7 +1071,7 @@ impl Model {
 
     /// open(2) of `path`, following a symlink at the end: (handle, inode, whether it is a
     /// directory's). A directory opened read-only is the kernel's OPENDIR.
-    fn view_open(&self, path: &str, mode: Mode) -> Result<(u64, u64, bool), i32> {
+    fn view_open(&self, path: &str, mode: Mode) -> Result<(worktreefs::fs::Fh, u64, bool), i32> {
         let c = &self.c;
         let w = c.walk_path(path, true)?;
         match w.found {

@@ -17,12 +17,13 @@ use crate::lease::State;
 use crate::store::{RepoRow, WorktreeRow};
 
 use super::worktree::WtCtx;
+use crate::ids::{RepoId, WorktreeId};
 
 /// The inode of repository `id`'s directory at the top of the mount.
 pub(super) const REPO_INO_BASE: u64 = 1 << 61;
 
-pub(super) fn repo_ino(repo_id: i64) -> u64 {
-    REPO_INO_BASE + repo_id as u64
+pub(super) fn repo_ino(repo_id: RepoId) -> u64 {
+    REPO_INO_BASE + repo_id.0 as u64
 }
 
 pub(super) struct Catalog {
@@ -35,11 +36,11 @@ struct Contents {
     /// directories, which the kernel compares to decide whether its cached listing holds.
     changed_at: SystemTime,
     repos: Vec<RepoRow>,
-    worktrees: HashMap<(i64, String), Arc<WtCtx>>,
+    worktrees: HashMap<(RepoId, String), Arc<WtCtx>>,
     /// Lifecycle state by worktree id.
-    states: HashMap<i64, State>,
+    states: HashMap<WorktreeId, State>,
     /// Worktrees without a lease (ready, lingering, retained) and since when.
-    idle_since: HashMap<i64, i64>,
+    idle_since: HashMap<WorktreeId, i64>,
 }
 
 /// What an update changed, for the kernel's caches.
@@ -48,7 +49,7 @@ pub(super) struct Update {
     /// The set of repositories or worktrees changed: the top listings are stale.
     pub(super) changed: bool,
     /// Every repository now known.
-    pub(super) repo_ids: Vec<i64>,
+    pub(super) repo_ids: Vec<RepoId>,
     /// (repository directory inode, worktree name) of worktrees that just began deleting
     /// or are gone: the kernel must ask again before anyone enters them.
     pub(super) now_deleting: Vec<(u64, OsString)>,
@@ -86,13 +87,13 @@ impl Catalog {
         c.repos.iter().find(|r| r.name.as_bytes() == name).cloned()
     }
 
-    pub(super) fn repo(&self, id: i64) -> Option<RepoRow> {
+    pub(super) fn repo(&self, id: RepoId) -> Option<RepoRow> {
         let c = self.contents.read();
         c.repos.iter().find(|r| r.id == id).cloned()
     }
 
     /// Worktree `name` of repository `repo_id`.
-    pub(super) fn worktree(&self, repo_id: i64, name: &str) -> Option<Arc<WtCtx>> {
+    pub(super) fn worktree(&self, repo_id: RepoId, name: &str) -> Option<Arc<WtCtx>> {
         let c = self.contents.read();
         c.worktrees.get(&(repo_id, name.to_string())).cloned()
     }
@@ -106,7 +107,7 @@ impl Catalog {
             .cloned()
     }
 
-    pub(super) fn worktree_by_id(&self, id: i64) -> Option<Arc<WtCtx>> {
+    pub(super) fn worktree_by_id(&self, id: WorktreeId) -> Option<Arc<WtCtx>> {
         let c = self.contents.read();
         c.worktrees.values().find(|w| w.ident.id == id).cloned()
     }
@@ -116,7 +117,7 @@ impl Catalog {
         self.contents.read().worktrees.values().cloned().collect()
     }
 
-    pub(super) fn state(&self, id: i64) -> Option<State> {
+    pub(super) fn state(&self, id: WorktreeId) -> Option<State> {
         self.contents.read().states.get(&id).copied()
     }
 
@@ -141,8 +142,8 @@ impl Catalog {
     ) -> Update {
         let mut cat = self.contents.write();
         let mut worktrees = HashMap::new();
-        let states: HashMap<i64, State> = rows.iter().map(|r| (r.id, r.state)).collect();
-        let idle_since: HashMap<i64, i64> = rows
+        let states: HashMap<WorktreeId, State> = rows.iter().map(|r| (r.id, r.state)).collect();
+        let idle_since: HashMap<WorktreeId, i64> = rows
             .iter()
             .filter(|r| matches!(r.state, State::Ready | State::Lingering | State::Retained))
             .map(|r| (r.id, r.state_changed_at))
@@ -197,7 +198,7 @@ impl Catalog {
             .ne(repos.iter().map(|r| r.id))
             || cat.worktrees.len() != worktrees.len()
             || worktrees.keys().any(|k| !cat.worktrees.contains_key(k));
-        let repo_ids: Vec<i64> = repos.iter().map(|r| r.id).collect();
+        let repo_ids: Vec<RepoId> = repos.iter().map(|r| r.id).collect();
         cat.repos = repos;
         cat.worktrees = worktrees;
         cat.states = states;
@@ -223,7 +224,7 @@ mod tests {
 
     fn repo(id: i64) -> RepoRow {
         RepoRow {
-            id,
+            id: RepoId(id),
             name: format!("r{id}"),
             path: PathBuf::from("/nowhere"),
             gitdir: PathBuf::from("/nowhere/.git"),
@@ -235,8 +236,8 @@ mod tests {
 
     fn row(id: i64, name: &str, state: State) -> WorktreeRow {
         WorktreeRow {
-            id,
-            repo_id: 1,
+            id: WorktreeId(id),
+            repo_id: RepoId(1),
             repo: "r1".into(),
             name: name.into(),
             branch: None,
@@ -272,7 +273,7 @@ mod tests {
                 gid: 0,
                 admin_name: String::new(),
                 gitfile: Vec::new(),
-                ino_id: row.id,
+                ino_id: row.id.0,
                 lease_id: row.id,
             },
             upper: UpperLayer {
@@ -306,11 +307,11 @@ mod tests {
             ctx,
         );
         assert!(first.changed);
-        assert_eq!(first.repo_ids, vec![1]);
+        assert_eq!(first.repo_ids, vec![RepoId(1)]);
         assert!(first.now_deleting.is_empty());
         assert_eq!(cat.data_version(), 1);
-        let a = cat.worktree(1, "a").unwrap();
-        let idle: Vec<(i64, i64)> = cat.idle().iter().map(|(s, w)| (*s, w.ident.id)).collect();
+        let a = cat.worktree(RepoId(1), "a").unwrap();
+        let idle: Vec<(i64, i64)> = cat.idle().iter().map(|(s, w)| (*s, w.ident.id.0)).collect();
         assert_eq!(idle, vec![(12, 2)], "only the ready one is idle");
 
         // Same set, b now deleting: not a change of the set, but b must be looked up again.
@@ -321,12 +322,12 @@ mod tests {
             ctx,
         );
         assert!(!second.changed);
-        assert_eq!(second.now_deleting, vec![(repo_ino(1), "b".into())]);
+        assert_eq!(second.now_deleting, vec![(repo_ino(RepoId(1)), "b".into())]);
         assert!(
-            Arc::ptr_eq(&a, &cat.worktree(1, "a").unwrap()),
+            Arc::ptr_eq(&a, &cat.worktree(RepoId(1), "a").unwrap()),
             "context kept"
         );
-        assert_eq!(cat.state(2), Some(State::Deleting));
+        assert_eq!(cat.state(WorktreeId(2)), Some(State::Deleting));
 
         // Still deleting: nothing new to forget. Then b goes, and a worktree that cannot be
         // served is left out.
@@ -344,14 +345,18 @@ mod tests {
             ctx,
         );
         assert!(fourth.changed);
-        assert_eq!(fourth.now_deleting, vec![(repo_ino(1), "b".into())]);
-        assert!(cat.worktree(1, "broken").is_none());
+        assert_eq!(fourth.now_deleting, vec![(repo_ino(RepoId(1)), "b".into())]);
+        assert!(cat.worktree(RepoId(1), "broken").is_none());
         assert_eq!(cat.worktrees().len(), 1);
-        assert_eq!(cat.worktree_named("r1", "a").map(|w| w.ident.id), Some(1));
         assert_eq!(
-            cat.worktree_by_id(1).map(|w| w.ident.name.clone()),
+            cat.worktree_named("r1", "a").map(|w| w.ident.id),
+            Some(WorktreeId(1))
+        );
+        assert_eq!(
+            cat.worktree_by_id(WorktreeId(1))
+                .map(|w| w.ident.name.clone()),
             Some("a".into())
         );
-        assert_eq!(cat.repo_named(b"r1").map(|r| r.id), Some(1));
+        assert_eq!(cat.repo_named(b"r1").map(|r| r.id), Some(RepoId(1)));
     }
 }

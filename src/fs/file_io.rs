@@ -12,7 +12,7 @@ use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard, RwLockWriteGua
 use super::control::ControlDir;
 use super::error::{FsError, FsResult};
 use super::handles::{
-    opened, plain_read_write, upper_flags, BaseBlob, HandleKind, MAX_RECORDED_PATHS,
+    opened, plain_read_write, upper_flags, BaseBlob, Fh, HandleKind, MAX_RECORDED_PATHS,
 };
 use super::nodes::NodeKind;
 use super::types::{Backing, FType};
@@ -28,7 +28,7 @@ impl View {
         wt: Option<Arc<WtCtx>>,
         file: Option<File>,
         blob: Option<BaseBlob>,
-    ) -> u64 {
+    ) -> Fh {
         let on_base = blob.is_some();
         if let Some(w) = &wt {
             w.journal.writer_opened(ino);
@@ -45,17 +45,17 @@ impl View {
         })
     }
 
-    pub(super) fn add_handle(&self, kind: HandleKind) -> u64 {
+    pub(super) fn add_handle(&self, kind: HandleKind) -> Fh {
         self.handles.add(kind)
     }
 
-    pub(super) fn handle(&self, fh: u64) -> FsResult<Arc<HandleKind>> {
+    pub(super) fn handle(&self, fh: Fh) -> FsResult<Arc<HandleKind>> {
         self.handles
             .get(fh)
             .ok_or_else(|| FsError::bad_handle(format!("file handle {fh} is not open")))
     }
 
-    pub fn release(&self, fh: u64) {
+    pub fn release(&self, fh: Fh) {
         let h = self.handles.remove(fh);
         if let Some(HandleKind::File {
             ino, wt: Some(wt), ..
@@ -69,7 +69,7 @@ impl View {
     }
 
     /// For an open file handle: its inode and whether it reads the base (the blob cache).
-    pub fn handle_io(&self, fh: u64) -> Option<(u64, bool)> {
+    pub fn handle_io(&self, fh: Fh) -> Option<(u64, bool)> {
         match &*self.handle(fh).ok()? {
             HandleKind::File { ino, on_base, .. } => Some((*ino, on_base.load(Ordering::Acquire))),
             _ => None,
@@ -80,7 +80,7 @@ impl View {
     /// the cached blob, read-only, for a base file; the upper file, read-write, otherwise.
     /// With it, its identity (device, inode): every passthrough open of one inode must use
     /// the same backing file. None for generated content.
-    pub fn backing_for(&self, fh: u64) -> FsResult<Option<Backing>> {
+    pub fn backing_for(&self, fh: Fh) -> FsResult<Option<Backing>> {
         let h = self.handle(fh)?;
         let HandleKind::File {
             ino,
@@ -120,12 +120,12 @@ impl View {
 
     /// Opens a file. The flag says the content is generated (`.git`, `.control`): the
     /// kernel must read it directly rather than trust a cached size.
-    pub fn open(&self, ino: u64, flags: i32) -> FsResult<(u64, bool)> {
+    pub fn open(&self, ino: u64, flags: i32) -> FsResult<(Fh, bool)> {
         let generated = matches!(self.nodes.read().kind(ino), Some(NodeKind::ControlFile(..)));
         self.open_inner(ino, flags).map(|fh| (fh, generated))
     }
 
-    pub(super) fn open_inner(&self, ino: u64, flags: i32) -> FsResult<u64> {
+    pub(super) fn open_inner(&self, ino: u64, flags: i32) -> FsResult<Fh> {
         let kind = self
             .nodes
             .read()
@@ -211,7 +211,7 @@ impl View {
         }
     }
 
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+    pub fn read(&self, fh: Fh, offset: u64, size: u32) -> FsResult<Vec<u8>> {
         let h = self.handle(fh)?;
         match &*h {
             HandleKind::Memory(data) => {
@@ -342,7 +342,7 @@ impl View {
         Ok(())
     }
 
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+    pub fn write(&self, fh: Fh, offset: u64, data: &[u8]) -> FsResult<u32> {
         let h = self.handle(fh)?;
         match &*h {
             HandleKind::File {
@@ -413,7 +413,7 @@ impl View {
         lexical(&root.join(named)) == lexical(&own)
     }
 
-    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+    pub fn fsync(&self, fh: Fh, datasync: bool) -> FsResult<()> {
         let h = self.handle(fh)?;
         if let HandleKind::File { file, on_base, .. } = &*h {
             if !on_base.load(Ordering::Acquire) {

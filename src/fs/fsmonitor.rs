@@ -16,6 +16,7 @@ use super::view::View;
 use super::worktree::WtCtx;
 use crate::beneath;
 use crate::git::{self, MODE_TREE};
+use crate::ids::WorktreeId;
 use crate::layout::UpperDir;
 
 impl View {
@@ -261,7 +262,7 @@ fn writing_in(sub: &WtCtx) -> bool {
 
 /// Cleanup's inspection trusts what git trusts: the answer git would get now.
 impl crate::lifecycle::cleanup::FsmonitorAnswers for View {
-    fn changed_since(&self, worktree: i64, token: &str) -> Option<Vec<Vec<u8>>> {
+    fn changed_since(&self, worktree: WorktreeId, token: &str) -> Option<Vec<Vec<u8>>> {
         let wt = self.catalog.worktree_by_id(worktree)?;
         let seq = crate::git::fsmonitor::parse_token(token, &self.instance, worktree)?;
         match wt.journal.peek(seq) {

@@ -14,6 +14,7 @@ use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 use super::error::{FsError, FsResult};
 use super::types::DirEntry;
 use super::worktree::WtCtx;
+use crate::ids::WorktreeId;
 
 pub(super) const MAX_RECORDED_PATHS: usize = 64;
 
@@ -90,10 +91,21 @@ pub(super) fn upper_flags(flags: i32) -> i32 {
         & (libc::O_APPEND | libc::O_TRUNC | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC))
 }
 
+/// A handle's number: what `open`, `opendir` and `create` answer and every later request
+/// on the handle names (`fh` in the protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fh(pub u64);
+
+impl std::fmt::Display for Fh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// The open handles, files and directories, by handle number, and the copy-up epoch
 /// their reads check. Lock order: after the node table.
 pub(super) struct Handles {
-    open: Mutex<HashMap<u64, Arc<HandleKind>>>,
+    open: Mutex<HashMap<Fh, Arc<HandleKind>>>,
     next_fh: AtomicU64,
     /// Bumped by every copy-up: a read on a handle opened on a base blob checks whether its
     /// file was copied up only when this moved since the handle last looked.
@@ -109,23 +121,23 @@ impl Handles {
         }
     }
 
-    pub(super) fn add(&self, kind: HandleKind) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+    pub(super) fn add(&self, kind: HandleKind) -> Fh {
+        let fh = Fh(self.next_fh.fetch_add(1, Ordering::Relaxed));
         self.open.lock().insert(fh, Arc::new(kind));
         fh
     }
 
-    pub(super) fn get(&self, fh: u64) -> Option<Arc<HandleKind>> {
+    pub(super) fn get(&self, fh: Fh) -> Option<Arc<HandleKind>> {
         self.open.lock().get(&fh).cloned()
     }
 
-    pub(super) fn remove(&self, fh: u64) -> Option<Arc<HandleKind>> {
+    pub(super) fn remove(&self, fh: Fh) -> Option<Arc<HandleKind>> {
         self.open.lock().remove(&fh)
     }
 
     /// The inodes of the handles open for writing in worktree `worktree` (a submodule's
     /// view counts as its worktree's).
-    pub(super) fn writable_in(&self, worktree: i64) -> Vec<u64> {
+    pub(super) fn writable_in(&self, worktree: WorktreeId) -> Vec<u64> {
         self.open
             .lock()
             .values()

@@ -15,7 +15,7 @@ use crate::layout::UpperDir;
 use super::catalog::repo_ino;
 use super::control::{is_control_dir, ControlDir, CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
-use super::handles::HandleKind;
+use super::handles::{Fh, HandleKind};
 use super::inodes::{join_rel, ROOT_INO};
 use super::nodes::{control_ino, NodeKind, NodeTable};
 use super::place::{held, is_changing, stale_io};
@@ -148,7 +148,7 @@ impl View {
                     .iter()
                     .filter(|w| w.ident.repo_id == repo_id)
                     .map(|w| DirEntry {
-                        ino: ino::path_ino(w.ident.id, b""),
+                        ino: ino::path_ino(w.ident.id.0, b""),
                         kind: FType::Dir,
                         name: w.ident.name.clone().into(),
                     })
@@ -198,7 +198,7 @@ impl View {
     /// Opens a directory listing. The flag says whether the kernel may keep the listing
     /// across opens: true inside worktrees, whose directories change only through requests
     /// the kernel makes (and then drops its copy), false at the top of the mount.
-    pub fn opendir(&self, ino: u64) -> FsResult<(u64, bool)> {
+    pub fn opendir(&self, ino: u64) -> FsResult<(Fh, bool)> {
         self.stats.opendirs.fetch_add(1, Ordering::Relaxed);
         let cacheable = matches!(self.nodes.read().kind(ino), Some(NodeKind::Wt { .. }));
         let entries = self.listing_with_dots(ino)?;
@@ -224,7 +224,7 @@ impl View {
     }
 
     /// Entries from `offset` on; each entry's offset for the next call is its index + 1.
-    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+    pub fn readdir(&self, fh: Fh, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
         self.stats.readdirs.fetch_add(1, Ordering::Relaxed);
         let h = self.handle(fh)?;
         match &*h {

@@ -36,6 +36,7 @@ use super::ttl::{CONTROL_TTL, TOP_TTL};
 use super::types::{systime, Attr, Caller, Entry, FType, Inval};
 use super::view::View;
 use super::worktree::{Identity, Nested, UpperLayer, WtCtx};
+use crate::ids::{RepoId, WorktreeId};
 
 impl View {
     pub(super) fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> FsResult<WtCtx> {
@@ -89,7 +90,7 @@ impl View {
                 gid: row.gid,
                 admin_name: row.admin_name.clone(),
                 gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
-                ino_id: row.id,
+                ino_id: row.id.0,
                 lease_id: row.id,
             },
             upper: UpperLayer {
@@ -184,7 +185,7 @@ impl View {
     pub fn shed_idle(
         &self,
         budget: usize,
-        recently: &mut HashMap<i64, std::time::Instant>,
+        recently: &mut HashMap<WorktreeId, std::time::Instant>,
         again: Duration,
     ) -> usize {
         if self.node_count() <= budget {
@@ -196,7 +197,7 @@ impl View {
         let now = std::time::Instant::now();
         // Leases taken but not yet in the store: their worktrees are in use, whatever the
         // catalog (read from the store) says.
-        let pending: std::collections::HashSet<i64> = self
+        let pending: std::collections::HashSet<WorktreeId> = self
             .pending_leases
             .get()
             .map(|f| f())
@@ -218,7 +219,7 @@ impl View {
         recently.retain(|id, at| {
             now.duration_since(*at) < again && idle_now.iter().any(|(_, w)| w.ident.id == *id)
         });
-        let candidates: Vec<(i64, i64, u64, OsString)> = idle_now
+        let candidates: Vec<(i64, WorktreeId, u64, OsString)> = idle_now
             .into_iter()
             .filter(|(_, w)| !recently.contains_key(&w.ident.id))
             .map(|(since, w)| {
@@ -230,7 +231,7 @@ impl View {
                 )
             })
             .collect();
-        let mut idle: Vec<(i64, i64, u64, OsString)> = {
+        let mut idle: Vec<(i64, WorktreeId, u64, OsString)> = {
             let t = self.nodes.read();
             candidates
                 .into_iter()
@@ -248,7 +249,7 @@ impl View {
     }
 
     /// Where worktree `id` is under the mount.
-    pub fn worktree_path(&self, id: i64) -> Option<PathBuf> {
+    pub fn worktree_path(&self, id: WorktreeId) -> Option<PathBuf> {
         self.catalog
             .worktree_by_id(id)
             .map(|w| self.mountpoint.join(&w.ident.repo).join(&w.ident.name))
@@ -274,7 +275,7 @@ impl View {
         // directory lets them (a repository kept 0700 keeps its worktrees to its owner).
         let (uid, gid, perm) = if is_repo {
             self.catalog
-                .repo((ino - REPO_INO_BASE) as i64)
+                .repo(RepoId((ino - REPO_INO_BASE) as i64))
                 .and_then(|r| fs::metadata(&r.path).ok())
                 .map(|m| (m.uid(), m.gid(), 0o700 | (m.mode() & 0o055) as u16))
                 .unwrap_or((0, 0, 0o700))
@@ -327,7 +328,7 @@ impl View {
         })
     }
 
-    pub(super) fn worktree_ctx(&self, repo_id: i64, name: &OsStr) -> FsResult<Arc<WtCtx>> {
+    pub(super) fn worktree_ctx(&self, repo_id: RepoId, name: &OsStr) -> FsResult<Arc<WtCtx>> {
         self.refresh()?;
         self.catalog
             .worktree(repo_id, &name.to_string_lossy())
@@ -337,7 +338,7 @@ impl View {
     pub(super) fn lookup_repo_child(
         &self,
         parent: u64,
-        repo_id: i64,
+        repo_id: RepoId,
         name: &OsStr,
     ) -> FsResult<Entry> {
         let wt = self.worktree_ctx(repo_id, name)?;
@@ -351,7 +352,7 @@ impl View {
             ));
         }
         let mut t = self.nodes.write();
-        let natural = ino::path_ino(wt.ident.id, b"");
+        let natural = ino::path_ino(wt.ident.id.0, b"");
         // A worktree re-created under the same name is a different worktree: replace the
         // stale mapping.
         if let Some(old) = t.child(parent, name) {
@@ -392,7 +393,7 @@ impl View {
     pub(super) fn mkdir_worktree(
         &self,
         parent: u64,
-        repo_id: i64,
+        repo_id: RepoId,
         name: &OsStr,
         caller: Caller,
     ) -> FsResult<Entry> {
@@ -458,7 +459,12 @@ impl View {
 
     /// `rmdir <mount>/<repo>/<wt>`: the same removal as `worktreefs reclaim`. EBUSY while
     /// leased or in use, ENOTEMPTY while it holds work (its files stay).
-    pub(super) fn rmdir_worktree(&self, parent: u64, repo_id: i64, name: &OsStr) -> FsResult<()> {
+    pub(super) fn rmdir_worktree(
+        &self,
+        parent: u64,
+        repo_id: RepoId,
+        name: &OsStr,
+    ) -> FsResult<()> {
         use crate::lifecycle::cleanup::{request_removal_gated, Outcome};
         let wt = self.worktree_ctx(repo_id, name)?;
         let label = format!("{}/{}", wt.ident.repo, wt.ident.name);
@@ -515,7 +521,7 @@ impl crate::lifecycle::Mounted for View {
     fn shed_idle(
         &self,
         budget: usize,
-        recently: &mut HashMap<i64, std::time::Instant>,
+        recently: &mut HashMap<WorktreeId, std::time::Instant>,
         again: Duration,
     ) -> usize {
         View::shed_idle(self, budget, recently, again)

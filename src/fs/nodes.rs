@@ -15,6 +15,7 @@ use super::inodes::{self, InodeTable, Inodes, PathStep, Step};
 use super::inodes::{DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::Overlay;
 use super::worktree::WtCtx;
+use crate::ids::RepoId;
 
 /// The view's inode table and its nodes.
 pub(super) type NodeTable = InodeTable<NodeKind>;
@@ -26,7 +27,7 @@ pub(super) enum NodeKind {
     Root,
     ControlDir(ControlDir),
     ControlFile(ControlDir, String),
-    Repo(i64),
+    Repo(RepoId),
     /// A worktree entry; `is_root` for the worktree's own directory.
     Wt {
         wt: Arc<WtCtx>,
@@ -55,7 +56,7 @@ pub(super) enum Domain {
     Top,
     Control,
     /// A repository's directory (where its worktrees are).
-    Repo(i64),
+    Repo(RepoId),
     /// Everything inside one worktree (or submodule view), its own directory included:
     /// its inode-number seed and its context's address (unique while a node holds it).
     Worktree(i64, usize),

@@ -15,7 +15,7 @@ use crate::beneath;
 use crate::layout::OPAQUE_MARKER;
 
 use super::error::{ErrorKind, FsError, FsResult};
-use super::handles::{opened, HandleKind};
+use super::handles::{opened, Fh, HandleKind};
 use super::nodes::NodeKind;
 use super::overlay::{Overlay, UpperDir};
 use super::place::Place;
@@ -242,7 +242,7 @@ impl View {
         umask: u32,
         flags: i32,
         caller: Caller,
-    ) -> FsResult<(Entry, u64)> {
+    ) -> FsResult<(Entry, Fh)> {
         let _m = self.mutate.lock();
         let p = self.prepare_create(parent, name)?;
         let extra = flags & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC);
@@ -283,7 +283,7 @@ impl View {
         umask: u32,
         flags: i32,
         caller: Caller,
-    ) -> FsResult<(Entry, u64)> {
+    ) -> FsResult<(Entry, Fh)> {
         let wt = match self.nodes.read().wt_of(parent) {
             Ok((_, ov, _)) if ov.ftype != FType::Dir => return Err(FsError::not_dir()),
             Ok((wt, _, _)) => wt,

@@ -14,18 +14,19 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::error::FsResult;
+use super::handles::Fh;
 use super::types::Backing;
 
 /// Backing files registered with the kernel, and which inodes have handles doing I/O
 /// through the daemon.
 pub(super) struct Backings<B> {
     /// Handle -> its inode and backing.
-    by_fh: HashMap<u64, (u64, Arc<B>)>,
+    by_fh: HashMap<Fh, (u64, Arc<B>)>,
     /// Inode -> its backing (while any handle holds it) and the backing file's identity;
     /// the entry goes with the inode's last handle, which closes the backing.
     by_ino: HashMap<u64, (Arc<B>, (u64, u64))>,
     /// Handles doing I/O through the daemon, and how many each inode has.
-    cached_fh: HashMap<u64, u64>,
+    cached_fh: HashMap<Fh, u64>,
     cached: HashMap<u64, usize>,
 }
 
@@ -62,7 +63,7 @@ impl<B> Backings<B> {
             && (on_base || self.cached.get(&ino).copied().unwrap_or(0) > 0)
     }
 
-    fn through_daemon(&mut self, fh: u64, ino: u64) -> Decision<B> {
+    fn through_daemon(&mut self, fh: Fh, ino: u64) -> Decision<B> {
         self.cached_fh.insert(fh, ino);
         *self.cached.entry(ino).or_insert(0) += 1;
         Decision::Daemon
@@ -70,7 +71,7 @@ impl<B> Backings<B> {
 
     /// Handle `fh` is closed: its share of a backing file, or of the inode's handles
     /// through the daemon, goes.
-    pub(super) fn release(&mut self, fh: u64) {
+    pub(super) fn release(&mut self, fh: Fh) {
         if let Some((ino, id)) = self.by_fh.remove(&fh) {
             // Ours and the inode entry's: the last handle of this inode.
             if Arc::strong_count(&id) == 2 {
@@ -113,7 +114,7 @@ impl<B> Backings<B> {
 pub(super) fn decide<B>(
     backings: &Mutex<Backings<B>>,
     enabled: &AtomicBool,
-    fh: u64,
+    fh: Fh,
     ino: u64,
     on_base: bool,
     open_backing: impl FnOnce() -> FsResult<Option<Backing>>,
@@ -207,7 +208,7 @@ mod tests {
             let d = decide(
                 &self.backings,
                 &self.enabled,
-                fh,
+                Fh(fh),
                 ino,
                 on_base,
                 || {
@@ -229,7 +230,7 @@ mod tests {
         }
 
         fn release(&self, fh: u64) {
-            self.backings.lock().release(fh);
+            self.backings.lock().release(Fh(fh));
         }
     }
 
@@ -321,7 +322,7 @@ mod tests {
             decide(
                 &k.backings,
                 &k.enabled,
-                fh,
+                Fh(fh),
                 ino,
                 false,
                 || Err(FsError::not_found("upper file")),
@@ -340,7 +341,7 @@ mod tests {
         let d = decide(
             &k.backings,
             &k.enabled,
-            1,
+            Fh(1),
             7,
             false,
             || {

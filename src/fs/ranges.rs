@@ -9,14 +9,14 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
 use super::error::{FsError, FsResult};
-use super::handles::HandleKind;
+use super::handles::{Fh, HandleKind};
 use super::view::View;
 
 impl View {
     /// `fallocate(2)` on handle `fh` (open for writing: the kernel sends it for no other).
     /// Every mode is the upper filesystem's to answer (ext4: allocate, keep the size, punch
     /// a hole, zero a range; EOPNOTSUPP for what it lacks).
-    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: u32) -> FsResult<()> {
+    pub fn fallocate(&self, fh: Fh, offset: u64, length: u64, mode: u32) -> FsResult<()> {
         let h = self.handle(fh)?;
         let HandleKind::File {
             ino, file, on_base, ..
@@ -51,7 +51,7 @@ impl View {
 
     /// `lseek(2)` with SEEK_DATA or SEEK_HOLE (the kernel answers the other whences
     /// itself): where the next data or hole at or after `offset` is, ENXIO past the end.
-    pub fn lseek(&self, fh: u64, offset: u64, whence: u32) -> FsResult<u64> {
+    pub fn lseek(&self, fh: Fh, offset: u64, whence: u32) -> FsResult<u64> {
         let whence = whence as i32;
         if whence != libc::SEEK_DATA && whence != libc::SEEK_HOLE {
             return Err(FsError::invalid(format!("lseek whence {whence}")));
@@ -95,9 +95,9 @@ impl View {
     /// reflink or a copy in the kernel); how many bytes it copied.
     pub fn copy_file_range(
         &self,
-        fh_in: u64,
+        fh_in: Fh,
         off_in: u64,
-        fh_out: u64,
+        fh_out: Fh,
         off_out: u64,
         len: u64,
     ) -> FsResult<u64> {

@@ -13,6 +13,7 @@ use super::base_layer::Base;
 use super::error::{FsError, FsResult};
 use super::view::View;
 use super::worktree::{Identity, Nested, SubOf, UpperLayer, WtCtx};
+use crate::ids::WorktreeId;
 
 /// The number a submodule view's inode numbers are made from: bit 30 set (no worktree
 /// id reaches it), the rest from the parent view's number and the path.
@@ -84,7 +85,7 @@ impl View {
         // Made on a thread of its own, waited for a bounded time: the submodule's
         // repository is its owner's, who may have put a FIFO where libgit2 opens a file
         // (which would hold this FUSE worker, and, one lookup at a time, all of them).
-        static GATE: crate::bounded::Gate<(i64, String)> = crate::bounded::Gate::new();
+        static GATE: crate::bounded::Gate<(WorktreeId, String)> = crate::bounded::Gate::new();
         let limit = self.inspection().request_timeout();
         let filter_timeout = self.filter_timeout();
         let (state, mountpoint) = (self.state.clone(), self.mountpoint.clone());

@@ -9,6 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::git::{MODE_GITLINK, MODE_LINK, MODE_TREE};
+use crate::ids::WorktreeId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FType {
@@ -80,7 +81,7 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<Option<SystemTime>>,
     pub mtime: Option<Option<SystemTime>>,
-    pub fh: Option<u64>,
+    pub fh: Option<super::handles::Fh>,
 }
 
 pub struct Statfs {
@@ -121,11 +122,12 @@ pub enum Inval {
 pub type Invalidator = Box<dyn Fn(Inval) + Send + Sync>;
 
 /// The leases kept in memory, (worktree id, lease, since), as the tracker lists them.
-pub type PendingLeases = Box<dyn Fn() -> Vec<(i64, crate::store::NewLease, i64)> + Send + Sync>;
+pub type PendingLeases =
+    Box<dyn Fn() -> Vec<(WorktreeId, crate::store::NewLease, i64)> + Send + Sync>;
 
 /// The last activity of process holders, (worktree id, holder key, unix seconds), as the
 /// tracker keeps it in memory.
-pub type LeaseActivity = Box<dyn Fn() -> Vec<(i64, String, i64)> + Send + Sync>;
+pub type LeaseActivity = Box<dyn Fn() -> Vec<(WorktreeId, String, i64)> + Send + Sync>;
 
 pub(super) fn systime(secs: i64, nsecs: i64) -> SystemTime {
     if secs >= 0 {

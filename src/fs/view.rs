@@ -34,13 +34,14 @@ use crate::store::Store;
 
 use super::catalog::Catalog;
 use super::error::{FsError, FsResult};
-use super::handles::{opened, HandleKind, Handles, Listings};
+use super::handles::{opened, Fh, HandleKind, Handles, Listings};
 use super::inodes::ROOT_INO;
 use super::nodes::{fixed_nodes, NodeKind, NodeTable, Nodes};
 use super::place::{held, is_changing, Place};
 use super::types::{
     Attr, Entry, FType, Invalidator, LeaseActivity, PendingLeases, Statfs, GITFILE_NAME,
 };
+use crate::ids::WorktreeId;
 
 /// The daemon's counters, shown in `.control/stats`.
 #[derive(Default)]
@@ -203,7 +204,7 @@ impl View {
     /// The worktree an inode belongs to, as (id, whether the inode is the worktree's own
     /// directory). None for the top of the mount and `.control`. On every request: no
     /// allocation.
-    pub fn worktree_of(&self, ino: u64) -> Option<(i64, bool)> {
+    pub fn worktree_of(&self, ino: u64) -> Option<(WorktreeId, bool)> {
         let t = self.nodes.read();
         match t.kind(ino) {
             // A submodule's view is covered by its parent worktree's leases.
@@ -511,7 +512,7 @@ impl View {
         self.nodes.write().forget(ino, nlookup)
     }
 
-    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> FsResult<Entry> {
+    pub fn getattr(&self, ino: u64, fh: Option<Fh>) -> FsResult<Entry> {
         self.stats.getattrs.fetch_add(1, Ordering::Relaxed);
         if let Some(fh) = fh {
             if let Some(h) = self.handles.get(fh) {

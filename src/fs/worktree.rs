@@ -16,6 +16,7 @@ use crate::layout::Whiteouts;
 use super::base_layer::Base;
 use super::journal::WorktreeJournal;
 use super::types::GITFILE_NAME;
+use crate::ids::{RepoId, WorktreeId};
 
 /// A worktree as the view needs it, built from its row (or a submodule's record).
 #[derive(Debug)]
@@ -31,8 +32,8 @@ pub struct WtCtx {
 /// Who a worktree is: its row's names and numbers, its owner and git's entry for it.
 #[derive(Debug)]
 pub struct Identity {
-    pub id: i64,
-    pub repo_id: i64,
+    pub id: WorktreeId,
+    pub repo_id: RepoId,
     pub repo: String,
     /// Its name (a submodule view's: its path below the worktree's).
     pub name: String,
@@ -46,7 +47,7 @@ pub struct Identity {
     /// for a submodule's view a number of its own.
     pub ino_id: i64,
     /// The worktree whose leases cover this one: itself, or a submodule's parent.
-    pub lease_id: i64,
+    pub lease_id: WorktreeId,
 }
 
 /// A worktree's upper layer: the upper and work directories, their paths for messages,

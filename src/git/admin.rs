@@ -406,9 +406,10 @@ impl Entry {
 /// The text of the `locked` file of every admin entry worktreefs writes starts so.
 pub const ADMIN_MARKER: &str = "managed by worktreefs";
 
-/// The `locked` file of an admin entry this state directory's worktreefs writes.
-pub fn admin_lock_text(state: &crate::state::StateDir) -> String {
-    format!("{ADMIN_MARKER} (state dir {})\n", state.root.display())
+/// The `locked` file of an admin entry the worktreefs of the state directory at
+/// `state_root` writes.
+pub fn admin_lock_text(state_root: &Path) -> String {
+    format!("{ADMIN_MARKER} (state dir {})\n", state_root.display())
 }
 
 /// Writes `want` into the `gitdir` file of git's entry `admin_name` of the repository

@@ -21,18 +21,19 @@ use std::path::{Path, PathBuf};
 
 use super::error::{GitContext, GitError, GitResult};
 use super::owner::{as_owner_of, pinned};
+use crate::ids::WorktreeId;
 
 /// The token in the index written at creation: "no change since the worktree was made".
 pub const CREATED_TOKEN: &str = "wtfs-created";
 /// A token this daemon hands out for worktree `id`'s journal: `wtfs:<instance>:<id>:<seq>`
 /// (the worktree in it: git run with one worktree's git dir over another's files puts
 /// the other's token in its index, which then names no position in its own journal).
-pub fn token(instance: &str, id: i64, seq: u64) -> String {
+pub fn token(instance: &str, id: WorktreeId, seq: u64) -> String {
     format!("wtfs:{instance}:{id}:{seq}")
 }
 
 /// The sequence number in `token` if it is one of `instance`'s for worktree `id`.
-pub fn parse_token(token: &str, instance: &str, id: i64) -> Option<u64> {
+pub fn parse_token(token: &str, instance: &str, id: WorktreeId) -> Option<u64> {
     let rest = token.strip_prefix("wtfs:")?;
     let (rest, seq) = rest.rsplit_once(':')?;
     let (inst, of) = rest.rsplit_once(':')?;
@@ -384,13 +385,21 @@ mod tests {
 
     #[test]
     fn tokens_belong_to_one_instance() {
-        let t = token("abc", 7, 42);
-        assert_eq!(parse_token(&t, "abc", 7), Some(42));
-        assert_eq!(parse_token(&t, "abc", 8), None, "another worktree's");
-        assert_eq!(parse_token(&t, "other", 7), None);
-        assert_eq!(parse_token("wtfs:abc:42", "abc", 7), None, "the old form");
-        assert_eq!(parse_token(CREATED_TOKEN, "abc", 7), None);
-        assert_eq!(parse_token("", "abc", 7), None);
+        let t = token("abc", WorktreeId(7), 42);
+        assert_eq!(parse_token(&t, "abc", WorktreeId(7)), Some(42));
+        assert_eq!(
+            parse_token(&t, "abc", WorktreeId(8)),
+            None,
+            "another worktree's"
+        );
+        assert_eq!(parse_token(&t, "other", WorktreeId(7)), None);
+        assert_eq!(
+            parse_token("wtfs:abc:42", "abc", WorktreeId(7)),
+            None,
+            "the old form"
+        );
+        assert_eq!(parse_token(CREATED_TOKEN, "abc", WorktreeId(7)), None);
+        assert_eq!(parse_token("", "abc", WorktreeId(7)), None);
     }
 
     /// An index of `n` entries (named e0, e1, …) with an FSMN extension of `ewah`.

@@ -16,6 +16,7 @@ use std::time::Instant;
 use git2::{BranchType, Repository};
 
 use crate::git;
+use crate::ids::WorktreeId;
 use crate::lease::State;
 use crate::lifecycle::cleanup::{keep, Target};
 use crate::lifecycle::create::error::{internal, io_failure, CreateError};
@@ -123,7 +124,7 @@ pub fn fork_worktree(
 
     let me = crate::process::info::proc_info(std::process::id() as i32);
     let mut record = CreationRow {
-        worktree_id: 0,
+        worktree_id: WorktreeId(0),
         repo_id: repo_row.id,
         name: req.name.to_string(),
         branch: Some(branch_name.clone()),

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::ids::WorktreeId;
 use crate::lease::Conflict;
 
 /// How long a new lease waits for a closed gate to open (a move to `deleting` being
@@ -36,22 +37,22 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Inner {
-    worktrees: HashMap<i64, Entry>,
+    worktrees: HashMap<WorktreeId, Entry>,
     /// Worktrees the store said were deleting, as last read.
-    from_store: HashSet<i64>,
+    from_store: HashSet<WorktreeId>,
     /// Worktrees a closer marked deleting, with the number of store reads begun by then:
     /// kept until a read begun later shows otherwise (an older read cannot undo a mark).
-    marked: HashMap<i64, u64>,
+    marked: HashMap<WorktreeId, u64>,
     /// Store reads begun.
     reads: u64,
 }
 
 impl Inner {
-    fn deleting(&self, id: i64) -> bool {
+    fn deleting(&self, id: WorktreeId) -> bool {
         self.from_store.contains(&id) || self.marked.contains_key(&id)
     }
 
-    fn tidy(&mut self, id: i64) {
+    fn tidy(&mut self, id: WorktreeId) {
         if self
             .worktrees
             .get(&id)
@@ -77,7 +78,7 @@ impl Gate {
     /// A new lease is being taken on worktree `id`: counted as pending until
     /// [`Gate::recorded`]. Refused (as deleting) when the worktree is deleting, or still
     /// closed after a brief wait for the decision under way.
-    pub fn enter(&self, id: i64) -> Result<(), Conflict> {
+    pub fn enter(&self, id: WorktreeId) -> Result<(), Conflict> {
         let mut g = self.inner.lock();
         let deadline = std::time::Instant::now() + WAIT_FOR_DECISION;
         loop {
@@ -103,7 +104,7 @@ impl Gate {
     /// A lease passed on from a holder that exited to a process still inside: it
     /// continues a lease that exists, so a closed gate does not refuse it (the closer's
     /// transaction sees the old lease or this one); a deleting worktree does.
-    pub fn enter_continuing(&self, id: i64) -> Result<(), Conflict> {
+    pub fn enter_continuing(&self, id: WorktreeId) -> Result<(), Conflict> {
         let mut g = self.inner.lock();
         if g.deleting(id) {
             return Err(Conflict::Deleting);
@@ -113,7 +114,7 @@ impl Gate {
     }
 
     /// A lease counted by [`Gate::enter`] is in SQLite now, or was refused there.
-    pub fn recorded(&self, id: i64) {
+    pub fn recorded(&self, id: WorktreeId) {
         let mut g = self.inner.lock();
         if let Some(e) = g.worktrees.get_mut(&id) {
             e.pending = e.pending.saturating_sub(1);
@@ -122,7 +123,7 @@ impl Gate {
     }
 
     /// Leases of worktree `id` held in memory only.
-    pub fn pending(&self, id: i64) -> usize {
+    pub fn pending(&self, id: WorktreeId) -> usize {
         self.inner
             .lock()
             .worktrees
@@ -132,7 +133,7 @@ impl Gate {
 
     /// Closes worktree `id` to new leases while the guard lives: None while a lease is
     /// pending. Guards nest (the sweeper and an rmdir at once each hold their own).
-    pub fn close(&self, id: i64) -> Option<Closed<'_>> {
+    pub fn close(&self, id: WorktreeId) -> Option<Closed<'_>> {
         let mut g = self.inner.lock();
         let e = g.worktrees.entry(id).or_default();
         if e.pending > 0 {
@@ -151,7 +152,7 @@ impl Gate {
 
     /// The worktrees read `read` (from [`Gate::begin_read`]) found deleting. A closer's
     /// mark goes only when a read begun after it no longer shows the worktree deleting.
-    pub fn set_deleting(&self, read: u64, ids: impl IntoIterator<Item = i64>) {
+    pub fn set_deleting(&self, read: u64, ids: impl IntoIterator<Item = WorktreeId>) {
         let mut g = self.inner.lock();
         g.from_store = ids.into_iter().collect();
         let Inner {
@@ -165,7 +166,7 @@ impl Gate {
 #[derive(Debug)]
 pub struct Closed<'a> {
     gate: &'a Gate,
-    id: i64,
+    id: WorktreeId,
 }
 
 impl Closed<'_> {
@@ -200,39 +201,45 @@ mod tests {
     #[test]
     fn a_pending_lease_keeps_the_gate_open_and_a_closed_gate_refuses_leases() {
         let g = Gate::new();
-        g.enter(1).unwrap();
-        assert!(g.close(1).is_none(), "closed over a pending lease");
-        assert!(g.close(2).is_some(), "another worktree is not held");
-        g.recorded(1);
-        let first = g.close(1).expect("no lease pending");
-        assert_eq!(g.enter(1), Err(Conflict::Deleting));
-        let second = g.close(1).expect("guards nest");
+        g.enter(WorktreeId(1)).unwrap();
+        assert!(
+            g.close(WorktreeId(1)).is_none(),
+            "closed over a pending lease"
+        );
+        assert!(
+            g.close(WorktreeId(2)).is_some(),
+            "another worktree is not held"
+        );
+        g.recorded(WorktreeId(1));
+        let first = g.close(WorktreeId(1)).expect("no lease pending");
+        assert_eq!(g.enter(WorktreeId(1)), Err(Conflict::Deleting));
+        let second = g.close(WorktreeId(1)).expect("guards nest");
         drop(first);
         assert_eq!(
-            g.enter(1),
+            g.enter(WorktreeId(1)),
             Err(Conflict::Deleting),
             "one closer opened the other's gate"
         );
         // An heir continues a lease that exists: let in, and counted.
-        g.enter_continuing(1).unwrap();
-        assert_eq!(g.pending(1), 1);
-        g.recorded(1);
+        g.enter_continuing(WorktreeId(1)).unwrap();
+        assert_eq!(g.pending(WorktreeId(1)), 1);
+        g.recorded(WorktreeId(1));
         drop(second);
-        g.enter(1).unwrap();
-        g.recorded(1);
+        g.enter(WorktreeId(1)).unwrap();
+        g.recorded(WorktreeId(1));
         assert!(empty(&g), "nothing left behind");
     }
 
     #[test]
     fn a_lease_waits_for_a_decision_that_keeps_the_worktree() {
         let g = std::sync::Arc::new(Gate::new());
-        let closed = g.close(1).unwrap();
+        let closed = g.close(WorktreeId(1)).unwrap();
         let g2 = g.clone();
-        let t = std::thread::spawn(move || g2.enter(1));
+        let t = std::thread::spawn(move || g2.enter(WorktreeId(1)));
         std::thread::sleep(Duration::from_millis(50));
         drop(closed);
         assert_eq!(t.join().unwrap(), Ok(()), "refused after the gate opened");
-        g.recorded(1);
+        g.recorded(WorktreeId(1));
         assert!(empty(&g));
     }
 
@@ -240,22 +247,22 @@ mod tests {
     fn a_mark_outlives_reads_begun_before_it_and_goes_with_a_later_one() {
         let g = Gate::new();
         let stale = g.begin_read();
-        let closed = g.close(3).unwrap();
+        let closed = g.close(WorktreeId(3)).unwrap();
         closed.deleting();
         drop(closed);
-        assert_eq!(g.enter(3), Err(Conflict::Deleting));
+        assert_eq!(g.enter(WorktreeId(3)), Err(Conflict::Deleting));
         // A read begun before the mark, applied after it, does not undo it.
         g.set_deleting(stale, []);
-        assert_eq!(g.enter(3), Err(Conflict::Deleting));
+        assert_eq!(g.enter(WorktreeId(3)), Err(Conflict::Deleting));
         // A read begun later that shows it deleting keeps it so; one that does not
         // (the cleanup retained it) lets leases in again.
         let r = g.begin_read();
-        g.set_deleting(r, [3]);
-        assert_eq!(g.enter_continuing(3), Err(Conflict::Deleting));
+        g.set_deleting(r, [WorktreeId(3)]);
+        assert_eq!(g.enter_continuing(WorktreeId(3)), Err(Conflict::Deleting));
         let r = g.begin_read();
         g.set_deleting(r, []);
-        g.enter(3).unwrap();
-        g.recorded(3);
+        g.enter(WorktreeId(3)).unwrap();
+        g.recorded(WorktreeId(3));
         assert!(empty(&g));
     }
 }

@@ -8,6 +8,7 @@ use std::fs;
 use git2::{BranchType, Oid, Repository};
 
 use crate::git;
+use crate::ids::WorktreeId;
 use crate::lifecycle::cleanup::keep::{self, KEPT_DIR};
 use crate::lifecycle::create::error::{internal, io_failure, CreateError};
 use crate::lifecycle::create::rollback::roll_back;
@@ -22,7 +23,7 @@ pub struct RestoreRequest<'a> {
     /// Restore under this name instead (`--as`).
     pub as_name: Option<&'a str>,
     /// Which kept copy, when the name was removed more than once (default: the newest).
-    pub id: Option<i64>,
+    pub id: Option<WorktreeId>,
 }
 
 /// A restore done: the worktree as it now is, the copy it came from, and what the user
@@ -181,7 +182,7 @@ pub fn restore_worktree(
 
     let me = crate::process::info::proc_info(std::process::id() as i32);
     let mut record = CreationRow {
-        worktree_id: 0,
+        worktree_id: WorktreeId(0),
         repo_id: repo_row.id,
         name: new_name.to_string(),
         branch: remake.as_ref().map(|(b, _)| b.clone()),

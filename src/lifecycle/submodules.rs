@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use git2::{Oid, Repository};
 
 use crate::git;
+use crate::ids::WorktreeId;
 use crate::layout::submodules::{full_path, key_of, readable_records, SubRecord};
 use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
@@ -56,7 +57,7 @@ fn entry_is(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => EntryIs::Absent,
         Err(e) => EntryIs::Other(format!("cannot be opened: {e}")),
         Ok(entry) => {
-            let lock = crate::git::admin::admin_lock_text(state);
+            let lock = crate::git::admin::admin_lock_text(&state.root);
             let ours = |b: &[u8]| b == lock.as_bytes();
             // Under its path, or (a move not finished) the one it was moved from.
             let mut checked = entry.check(ours, &format!("{place}/{}", r.path), uid);
@@ -157,7 +158,7 @@ fn name_is_safe(name: &str) -> bool {
 /// The view a submodule view is in: a worktree, or a submodule's view.
 pub struct Parent<'a> {
     /// The worktree's id, repository and name (of the worktree, for a nested one too).
-    pub id: i64,
+    pub id: WorktreeId,
     pub repo: &'a str,
     pub name: &'a str,
     /// For a submodule's view: its path in the worktree.
@@ -328,7 +329,7 @@ pub fn move_view(
     if let Some(w) = git::worktrees_dir(&r.gitdir) {
         match git::Entry::open(w.as_fd(), std::ffi::OsStr::new(&r.admin_name)) {
             Ok(entry) => {
-                let lock = crate::git::admin::admin_lock_text(state);
+                let lock = crate::git::admin::admin_lock_text(&state.root);
                 let ours = |b: &[u8]| b == lock.as_bytes();
                 let mut checked = entry.check(ours, &new, uid);
                 for p in &named {
@@ -395,7 +396,7 @@ pub fn entry_is_ours(
 /// `origin` is the path in the worktree the view was made at (which names its record).
 pub fn mark_removed(
     state: &StateDir,
-    id: i64,
+    id: WorktreeId,
     origin: &[u8],
     removed: bool,
 ) -> LifecycleResult<()> {
@@ -452,7 +453,7 @@ fn make_admin_entry(
         &record.commit,
         &worktree_path.join(".git"),
         |out| index.write_for(out, &worktree_path, &record.gitdir, None),
-        &crate::git::admin::admin_lock_text(state),
+        &crate::git::admin::admin_lock_text(&state.root),
     )?;
     Ok(())
 }
@@ -460,7 +461,7 @@ fn make_admin_entry(
 /// Points each submodule view's admin entry of worktree `dir` at `worktree_path` (its
 /// place under the mount), at mount.
 pub fn repoint(state: &StateDir, dir: &Path, place: &str, uid: u32, worktree_path: &Path) {
-    let lock = crate::git::admin::admin_lock_text(state);
+    let lock = crate::git::admin::admin_lock_text(&state.root);
     for (sub_dir, r) in readable_records(dir) {
         if r.moving_from.is_some() {
             // A move not finished (a crash): finished now, pointing the entry here.
@@ -497,7 +498,7 @@ pub fn remove_entries_by_name(
     state: &StateDir,
     gitdir: &Path,
     admin_name: &str,
-    id: i64,
+    id: WorktreeId,
     place: &str,
     worktree_path: &Path,
     uid: u32,
@@ -532,7 +533,7 @@ pub fn remove_entries_by_name(
                 }
             })
     };
-    let lock = crate::git::admin::admin_lock_text(state);
+    let lock = crate::git::admin::admin_lock_text(&state.root);
     let lead = format!("{}/", worktree_path.display());
     // Directories to look in: a repository's own `worktrees/` and `modules/` are looked
     // in, anything else is walked through (the parts of a module name such as

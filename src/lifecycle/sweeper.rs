@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::ids::WorktreeId;
 use crate::lease::State;
 use crate::lifecycle::cleanup;
 use crate::lifecycle::gate::Gate;
@@ -28,7 +29,7 @@ pub trait Mounted: Send + Sync {
     fn shed_idle(
         &self,
         budget: usize,
-        recently: &mut HashMap<i64, Instant>,
+        recently: &mut HashMap<WorktreeId, Instant>,
         again: Duration,
     ) -> usize;
     /// The running turns the filesystem knows (its gate's table).

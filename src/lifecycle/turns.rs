@@ -14,13 +14,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::ids::WorktreeId;
 use crate::process;
 use crate::store::TurnRow;
 
 /// The running turns, by worktree.
 #[derive(Default)]
 pub struct Turns {
-    running: RwLock<HashMap<i64, Running>>,
+    running: RwLock<HashMap<WorktreeId, Running>>,
     /// How many of them are guarded: while none is, no request pays anything.
     guarded: AtomicUsize,
     /// Requests that change something in a worktree, in progress, counted by the epoch
@@ -38,7 +39,7 @@ struct Epochs {
     now: u64,
     /// Requests in progress, by the epoch they began in and their worktree (no entry:
     /// none).
-    by_epoch: std::collections::BTreeMap<(u64, i64), usize>,
+    by_epoch: std::collections::BTreeMap<(u64, WorktreeId), usize>,
 }
 
 /// The most refusals of one turn recorded as events (each process's first); past that,
@@ -59,7 +60,7 @@ struct Running {
 pub struct Change<'a> {
     turns: &'a Turns,
     /// (epoch, worktree), when counted.
-    key: Option<(u64, i64)>,
+    key: Option<(u64, WorktreeId)>,
 }
 
 impl Drop for Change<'_> {
@@ -136,7 +137,7 @@ impl Turns {
     /// A request that changes something in `worktree` (None: in none) begins: counted
     /// until the token is dropped (after the request is answered), so `settle` can wait
     /// for those that began before a guard. Counted before the guard is looked at.
-    pub fn begin_change(&self, worktree: Option<i64>) -> Change<'_> {
+    pub fn begin_change(&self, worktree: Option<WorktreeId>) -> Change<'_> {
         let Some(w) = worktree else {
             return Change {
                 turns: self,
@@ -155,7 +156,7 @@ impl Turns {
     /// Waits (up to `limit`) until every change request in one of `worktrees` that began
     /// before now has ended: those still in progress when a guard was set may have been
     /// let through before it. True when they all ended.
-    pub fn settle(&self, worktrees: &HashSet<i64>, limit: std::time::Duration) -> bool {
+    pub fn settle(&self, worktrees: &HashSet<WorktreeId>, limit: std::time::Duration) -> bool {
         let old = {
             let mut e = self.in_flight.lock();
             e.now += 1;
@@ -167,7 +168,7 @@ impl Turns {
                 .in_flight
                 .lock()
                 .by_epoch
-                .range(..=(old, i64::MAX))
+                .range(..=(old, WorktreeId(i64::MAX)))
                 .any(|((_, w), _)| worktrees.contains(w));
             if !older {
                 return true;
@@ -185,7 +186,7 @@ impl Turns {
     /// first's settle and sees its turns marked.
     pub fn settle_new(&self, limit: std::time::Duration) -> bool {
         let _one = self.settling.lock();
-        let unsettled = |map: &HashMap<i64, Running>| {
+        let unsettled = |map: &HashMap<WorktreeId, Running>| {
             map.values()
                 .filter(|r| r.turn.guard && !r.settled.load(Ordering::Acquire))
                 .map(|r| r.turn.clone())
@@ -195,7 +196,7 @@ impl Turns {
         if due.is_empty() {
             return true;
         }
-        let worktrees: HashSet<i64> = due.iter().map(|t| t.worktree_id).collect();
+        let worktrees: HashSet<WorktreeId> = due.iter().map(|t| t.worktree_id).collect();
         if !self.settle(&worktrees, limit) {
             return false;
         }
@@ -210,7 +211,7 @@ impl Turns {
 
     /// Whether the thread `tid` may change worktree `worktree_id` now: always, unless a
     /// guarded turn runs there and `tid` is outside its process tree (or cannot be told).
-    pub fn may_change(&self, worktree_id: i64, tid: u32) -> Result<(), Box<Refusal>> {
+    pub fn may_change(&self, worktree_id: WorktreeId, tid: u32) -> Result<(), Box<Refusal>> {
         if !self.any_guarded() {
             return Ok(());
         }
@@ -326,7 +327,7 @@ mod tests {
         TurnRow {
             repo: "r".into(),
             worktree: format!("w{worktree_id}"),
-            worktree_id,
+            worktree_id: WorktreeId(worktree_id),
             session: "s".into(),
             pid,
             pid_start: start,
@@ -343,12 +344,12 @@ mod tests {
         let parent = process::info::proc_info(me.ppid).unwrap();
         let turns = Turns::default();
         // Nothing running, or not guarded: everyone may.
-        assert!(turns.may_change(1, me.pid as u32).is_ok());
+        assert!(turns.may_change(WorktreeId(1), me.pid as u32).is_ok());
         turns.set(vec![row(1, me.pid as i64, me.start as i64, false)]);
-        assert!(turns.may_change(1, parent.pid as u32).is_ok());
+        assert!(turns.may_change(WorktreeId(1), parent.pid as u32).is_ok());
         // Guarded by this process: it and its threads may, its parent may not.
         turns.set(vec![row(1, me.pid as i64, me.start as i64, true)]);
-        assert!(turns.may_change(1, me.pid as u32).is_ok());
+        assert!(turns.may_change(WorktreeId(1), me.pid as u32).is_ok());
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
@@ -356,12 +357,16 @@ mod tests {
             let _ = done_rx.recv();
         });
         assert!(
-            turns.may_change(1, rx.recv().unwrap() as u32).is_ok(),
+            turns
+                .may_change(WorktreeId(1), rx.recv().unwrap() as u32)
+                .is_ok(),
             "its thread"
         );
         drop(done_tx);
         t.join().unwrap();
-        let r = turns.may_change(1, parent.pid as u32).unwrap_err();
+        let r = turns
+            .may_change(WorktreeId(1), parent.pid as u32)
+            .unwrap_err();
         assert!(r.first);
         assert!(
             r.message.contains("outside its process tree"),
@@ -369,56 +374,62 @@ mod tests {
             r.message
         );
         assert!(r.message.contains("session s"), "{}", r.message);
-        assert!(!turns.may_change(1, parent.pid as u32).unwrap_err().first);
+        assert!(
+            !turns
+                .may_change(WorktreeId(1), parent.pid as u32)
+                .unwrap_err()
+                .first
+        );
         // Another worktree is not gated.
-        assert!(turns.may_change(2, parent.pid as u32).is_ok());
+        assert!(turns.may_change(WorktreeId(2), parent.pid as u32).is_ok());
         // A child of this process is inside.
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()
             .unwrap();
-        assert!(turns.may_change(1, child.id()).is_ok());
+        assert!(turns.may_change(WorktreeId(1), child.id()).is_ok());
         child.kill().unwrap();
         child.wait().unwrap();
         // A pid that cannot be read is refused (fail closed).
-        let gone = turns.may_change(1, child.id()).unwrap_err();
+        let gone = turns.may_change(WorktreeId(1), child.id()).unwrap_err();
         assert!(gone.message.contains("cannot be told"), "{}", gone.message);
         // A reused pid is not the turn's: another start time.
         turns.set(vec![row(1, me.pid as i64, me.start as i64 + 1, true)]);
-        assert!(turns.may_change(1, me.pid as u32).is_err());
+        assert!(turns.may_change(WorktreeId(1), me.pid as u32).is_err());
         turns.set(Vec::new());
-        assert!(turns.may_change(1, parent.pid as u32).is_ok());
+        assert!(turns.may_change(WorktreeId(1), parent.pid as u32).is_ok());
     }
 
     #[test]
     fn settle_waits_for_the_changes_that_began_before_it_in_its_worktree_and_only_those() {
         let turns = std::sync::Arc::new(Turns::default());
-        let one: HashSet<i64> = [1].into();
+        let one: HashSet<WorktreeId> = [WorktreeId(1)].into();
         let limit = std::time::Duration::from_millis(20);
         assert!(turns.settle(&one, limit));
-        let before = turns.begin_change(Some(1));
+        let before = turns.begin_change(Some(WorktreeId(1)));
         assert!(!turns.settle(&one, limit), "one in flight");
         // A change in another worktree, or in none, does not hold it up.
-        let elsewhere = turns.begin_change(Some(2));
+        let elsewhere = turns.begin_change(Some(WorktreeId(2)));
         let nowhere = turns.begin_change(None);
         let t = turns.clone();
-        let waiter =
-            std::thread::spawn(move || t.settle(&[1].into(), std::time::Duration::from_secs(5)));
+        let waiter = std::thread::spawn(move || {
+            t.settle(&[WorktreeId(1)].into(), std::time::Duration::from_secs(5))
+        });
         std::thread::sleep(limit);
         // One that begins now does not hold the settle up.
-        let after = turns.begin_change(Some(1));
+        let after = turns.begin_change(Some(WorktreeId(1)));
         std::thread::sleep(limit);
         drop(before);
         assert!(waiter.join().unwrap());
         assert!(
-            !turns.settle(&[2].into(), limit),
+            !turns.settle(&[WorktreeId(2)].into(), limit),
             "worktree 2's is in flight"
         );
         drop(after);
         assert!(turns.settle(&one, limit));
         drop(elsewhere);
         drop(nowhere);
-        assert!(turns.settle(&[1, 2].into(), limit));
+        assert!(turns.settle(&[WorktreeId(1), WorktreeId(2)].into(), limit));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::times::rfc3339;
+use crate::ids::{RepoId, WorktreeId};
 use crate::store::WorktreeRow;
 use crate::store::{EventRow, KeptRow, LeaseRow, RepoRow, RetainedRow, TurnRow, WarmRow};
 
@@ -15,7 +16,7 @@ use crate::store::{EventRow, KeptRow, LeaseRow, RepoRow, RetainedRow, TurnRow, W
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorktreeJson {
-    pub id: i64,
+    pub id: WorktreeId,
     pub worktree: String,
     pub repo: String,
     pub name: String,
@@ -137,7 +138,7 @@ impl EventJson {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetainedJson {
-    pub id: i64,
+    pub id: WorktreeId,
     pub worktree: String,
     pub repo: String,
     pub name: String,
@@ -171,7 +172,7 @@ impl RetainedJson {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeptJson {
-    pub id: i64,
+    pub id: WorktreeId,
     pub worktree: String,
     pub repo: String,
     pub name: String,
@@ -214,7 +215,7 @@ impl KeptJson {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepoJson {
-    pub id: i64,
+    pub id: RepoId,
     pub repo: String,
     pub path: PathBuf,
     pub gitdir: PathBuf,

@@ -9,10 +9,11 @@ use crate::lease::State;
 
 use super::steps::parse_state;
 use super::*;
+use crate::ids::{RepoId, WorktreeId};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RepoRow {
-    pub id: i64,
+    pub id: RepoId,
     pub name: String,
     pub path: PathBuf,
     pub gitdir: PathBuf,
@@ -26,8 +27,8 @@ pub struct RepoRow {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct WorktreeRow {
-    pub id: i64,
-    pub repo_id: i64,
+    pub id: WorktreeId,
+    pub repo_id: RepoId,
     pub repo: String,
     pub name: String,
     pub branch: Option<String>,
@@ -52,7 +53,7 @@ pub struct WorktreeRow {
 }
 
 pub struct NewWorktree<'a> {
-    pub repo_id: i64,
+    pub repo_id: RepoId,
     pub name: &'a str,
     pub branch: Option<&'a str>,
     pub branch_created: bool,
@@ -122,14 +123,14 @@ impl Store {
                 now_secs()
             ],
         )?;
-        let id = self.conn.last_insert_rowid();
+        let id = RepoId(self.conn.last_insert_rowid());
         self.repo_by_id(id)?
             .ok_or(rusqlite::Error::QueryReturnedNoRows.into())
     }
 
     /// Unregisters a repository that has no live worktree; the rows of its removed
     /// worktrees go with it (their events stay, without names).
-    pub fn remove_repo(&mut self, id: i64) -> StoreResult<()> {
+    pub fn remove_repo(&mut self, id: RepoId) -> StoreResult<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
             &format!("DELETE FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}'"),
@@ -141,7 +142,7 @@ impl Store {
     }
 
     /// Records that worktree `id` is on branch `branch` now (git renamed the one it had).
-    pub fn set_worktree_branch(&self, id: i64, branch: &str) -> StoreResult<()> {
+    pub fn set_worktree_branch(&self, id: WorktreeId, branch: &str) -> StoreResult<()> {
         self.conn.execute(
             "UPDATE worktrees SET branch = ?1 WHERE id = ?2",
             rusqlite::params![branch, id],
@@ -167,7 +168,7 @@ impl Store {
             .optional()?)
     }
 
-    pub fn repo_by_id(&self, id: i64) -> StoreResult<Option<RepoRow>> {
+    pub fn repo_by_id(&self, id: RepoId) -> StoreResult<Option<RepoRow>> {
         Ok(self.conn
             .query_row(
                 "SELECT id, name, path, gitdir, added_at, include, warm_default FROM repos WHERE id = ?1",
@@ -189,7 +190,7 @@ impl Store {
 
     /// Inserts a worktree in state `ready` and records the creation as an event, in one
     /// transaction. Fails on a duplicate (repo, name).
-    pub fn insert_worktree(&mut self, w: &NewWorktree<'_>) -> StoreResult<i64> {
+    pub fn insert_worktree(&mut self, w: &NewWorktree<'_>) -> StoreResult<WorktreeId> {
         self.insert_worktree_as(None, w)
     }
 
@@ -209,7 +210,7 @@ impl Store {
         &mut self,
         record: Option<&super::CreationRow>,
         w: &NewWorktree<'_>,
-    ) -> StoreResult<i64> {
+    ) -> StoreResult<WorktreeId> {
         let id = record.map(|r| r.worktree_id);
         let now = now_secs();
         let tx = self.conn.transaction()?;
@@ -235,7 +236,7 @@ impl Store {
                 w.warm
             ],
         )?;
-        let id = tx.last_insert_rowid();
+        let id = WorktreeId(tx.last_insert_rowid());
         // Its snapshot still there: a prune ([`Store::prune_warm`]) is a transaction too,
         // so either it saw this worktree or this sees the snapshot gone.
         if let Some(warm) = w.warm {
@@ -300,7 +301,7 @@ impl Store {
     }
 
     /// Removes a row that never became a usable worktree (creation failed after the insert).
-    pub fn delete_worktree_row(&self, id: i64) -> StoreResult<()> {
+    pub fn delete_worktree_row(&self, id: WorktreeId) -> StoreResult<()> {
         self.conn
             .execute("DELETE FROM events WHERE worktree_id = ?1", [id])?;
         self.conn
@@ -308,14 +309,14 @@ impl Store {
         Ok(())
     }
 
-    pub fn worktree_count(&self, repo_id: i64) -> StoreResult<i64> {
+    pub fn worktree_count(&self, repo_id: RepoId) -> StoreResult<i64> {
         Ok(self.conn.query_row(
             &format!("SELECT count(*) FROM worktrees WHERE repo_id = ?1 AND state != '{REMOVED}'"),
             [repo_id],
             |r| r.get(0),
         )?)
     }
-    pub fn worktree_by_id(&self, id: i64) -> StoreResult<Option<WorktreeRow>> {
+    pub fn worktree_by_id(&self, id: WorktreeId) -> StoreResult<Option<WorktreeRow>> {
         let sql = format!(
             "SELECT {WORKTREE_COLUMNS} FROM worktrees w JOIN repos r ON r.id = w.repo_id
              WHERE w.id = ?1"

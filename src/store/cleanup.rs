@@ -6,11 +6,12 @@ use serde::Serialize;
 
 use super::steps::{event, lease_count, set_state, state_of};
 use super::*;
+use crate::ids::WorktreeId;
 
 /// A worktree cleanup kept because removing it would lose work (docs/contract.md, "Cleanup").
 #[derive(Debug, Clone, Serialize)]
 pub struct RetainedRow {
-    pub worktree_id: i64,
+    pub worktree_id: WorktreeId,
     pub repo: String,
     pub worktree: String,
     pub path: String,
@@ -55,7 +56,7 @@ impl From<StoreError> for BeginError {
 /// The move to `removed`, inside `tx`.
 pub(super) fn removed_in(
     tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
+    worktree_id: WorktreeId,
     reason: &str,
 ) -> StoreResult<()> {
     tx.execute("DELETE FROM retained WHERE worktree_id = ?1", [worktree_id])?;
@@ -75,7 +76,7 @@ impl Store {
     /// had, to go back to when the removal is refused.
     pub fn begin_deleting(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         from: &[crate::lease::State],
         reason: &str,
     ) -> Result<crate::lease::State, BeginError> {
@@ -99,7 +100,7 @@ impl Store {
     /// A removal that was refused: the worktree goes back to the state it had.
     pub fn end_deleting(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         back_to: crate::lease::State,
         reason: &str,
     ) -> StoreResult<()> {
@@ -119,7 +120,7 @@ impl Store {
 
     /// Records that the removal of a deleting worktree has begun (what it will do), so a
     /// daemon that dies in the middle finishes it at the next mount.
-    pub fn set_removal(&self, worktree_id: i64, removal: &str) -> StoreResult<()> {
+    pub fn set_removal(&self, worktree_id: WorktreeId, removal: &str) -> StoreResult<()> {
         self.conn.execute(
             &format!("UPDATE worktrees SET removal = ?1 WHERE id = ?2 AND state = '{DELETING}'"),
             params![removal, worktree_id],
@@ -129,7 +130,7 @@ impl Store {
 
     /// The worktree is gone: state `removed`, out of the retained store, its leases (if any
     /// were left) released. One transaction.
-    pub fn mark_removed(&mut self, worktree_id: i64, reason: &str) -> StoreResult<()> {
+    pub fn mark_removed(&mut self, worktree_id: WorktreeId, reason: &str) -> StoreResult<()> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -139,7 +140,7 @@ impl Store {
 
     /// The worktree holds work (or its cleanup failed): state `retained` and an entry in the
     /// retained store saying why. One transaction.
-    pub fn retain(&mut self, worktree_id: i64, path: &str, reason: &str) -> StoreResult<()> {
+    pub fn retain(&mut self, worktree_id: WorktreeId, path: &str, reason: &str) -> StoreResult<()> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

@@ -6,13 +6,14 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::{now_secs, Store, StoreError, StoreResult, REMOVED};
+use crate::ids::{RepoId, WorktreeId};
 
 /// A creation in progress, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreationRow {
     /// The id reserved for the worktree: its directory is `<state>/worktrees/<id>`.
-    pub worktree_id: i64,
-    pub repo_id: i64,
+    pub worktree_id: WorktreeId,
+    pub repo_id: RepoId,
     pub name: String,
     /// A branch this creation makes (None: it uses one that exists).
     pub branch: Option<String>,
@@ -25,7 +26,7 @@ pub struct CreationRow {
     pub started_at: i64,
     /// A restore (`worktreefs restore`): the removed worktree whose kept copy it brings
     /// back. Its rollback puts the copy back where it was kept, never deletes it.
-    pub restored_from: Option<i64>,
+    pub restored_from: Option<WorktreeId>,
 }
 
 /// Why a creation could not be recorded.
@@ -71,7 +72,7 @@ impl Store {
     /// Records a creation before its first step, in one transaction that finds no live
     /// worktree and no other creation of that name; reserves and returns the worktree's
     /// id (above every worktree's and every recorded creation's).
-    pub fn begin_creation(&mut self, c: &CreationRow) -> Result<i64, BeginCreation> {
+    pub fn begin_creation(&mut self, c: &CreationRow) -> Result<WorktreeId, BeginCreation> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -99,7 +100,7 @@ impl Store {
         }
         // Never an id used before, by a worktree or a creation (one rolled back included):
         // a rollback working from an old record must not find a newer creation's files.
-        let id: i64 = tx.query_row(
+        let id: WorktreeId = tx.query_row(
             "SELECT 1 + MAX(COALESCE((SELECT MAX(id) FROM worktrees), 0),
                             COALESCE((SELECT MAX(worktree_id) FROM creations), 0),
                             COALESCE((SELECT CAST(value AS INTEGER) FROM meta
@@ -143,7 +144,7 @@ impl Store {
     }
 
     /// Admin entry names recorded by creations of repository `repo_id`.
-    pub fn creation_admin_names(&self, repo_id: i64) -> StoreResult<Vec<String>> {
+    pub fn creation_admin_names(&self, repo_id: RepoId) -> StoreResult<Vec<String>> {
         let mut stmt = self
             .conn
             .prepare("SELECT admin_name FROM creations WHERE repo_id = ?1")?;
@@ -179,7 +180,7 @@ impl Store {
 
     /// An event of worktree `id` of a kind only one part of the lifecycle records (a
     /// fork's "forked").
-    pub fn add_event(&self, id: i64, kind: &str, reason: &str) -> StoreResult<()> {
+    pub fn add_event(&self, id: WorktreeId, kind: &str, reason: &str) -> StoreResult<()> {
         self.conn.execute(
             "INSERT INTO events(at, worktree_id, kind, reason) VALUES (?1, ?2, ?3, ?4)",
             params![crate::store::now_secs(), id, kind, reason],
@@ -202,9 +203,9 @@ mod tests {
     use super::*;
     use crate::store::NewWorktree;
 
-    fn record(repo_id: i64, name: &str, pid: i32) -> CreationRow {
+    fn record(repo_id: RepoId, name: &str, pid: i32) -> CreationRow {
         CreationRow {
-            worktree_id: 0,
+            worktree_id: WorktreeId(0),
             repo_id,
             name: name.into(),
             branch: Some(name.into()),
@@ -217,7 +218,7 @@ mod tests {
         }
     }
 
-    fn worktree<'a>(repo_id: i64, name: &'a str) -> NewWorktree<'a> {
+    fn worktree<'a>(repo_id: RepoId, name: &'a str) -> NewWorktree<'a> {
         NewWorktree {
             repo_id,
             name,

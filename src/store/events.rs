@@ -8,9 +8,10 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, OnceLock};
 
 use super::Store;
+use crate::ids::WorktreeId;
 
 struct Event {
-    worktree_id: i64,
+    worktree_id: WorktreeId,
     kind: String,
     holder: Option<String>,
     reason: String,
@@ -31,7 +32,7 @@ impl EventQueue {
     }
 
     /// Queues one event; never waits for the database.
-    pub fn note(&self, worktree_id: i64, kind: &str, holder: Option<&str>, reason: &str) {
+    pub fn note(&self, worktree_id: WorktreeId, kind: &str, holder: Option<&str>, reason: &str) {
         let tx = self.tx.get_or_init(|| Mutex::new(self.start()));
         let ev = Event {
             worktree_id,

@@ -7,11 +7,12 @@ use serde::Serialize;
 
 use super::steps::event;
 use super::*;
+use crate::ids::WorktreeId;
 
 /// A removed worktree whose copy is kept.
 #[derive(Debug, Clone, Serialize)]
 pub struct KeptRow {
-    pub worktree_id: i64,
+    pub worktree_id: WorktreeId,
     pub repo: String,
     pub worktree: String,
     pub branch: Option<String>,
@@ -71,7 +72,7 @@ impl Store {
     /// and the kept row, in one transaction.
     pub fn mark_removed_kept(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         reason: &str,
         kept: &NewKept,
     ) -> StoreResult<()> {
@@ -107,7 +108,7 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    pub fn kept_by_id(&self, worktree_id: i64) -> StoreResult<Option<KeptRow>> {
+    pub fn kept_by_id(&self, worktree_id: WorktreeId) -> StoreResult<Option<KeptRow>> {
         Ok(self
             .conn
             .query_row(
@@ -120,7 +121,7 @@ impl Store {
 
     /// A kept copy purged (its files are gone already): its row goes, with an event that
     /// says why. False when there was none.
-    pub fn drop_kept(&mut self, worktree_id: i64, reason: &str) -> StoreResult<bool> {
+    pub fn drop_kept(&mut self, worktree_id: WorktreeId, reason: &str) -> StoreResult<bool> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -133,7 +134,11 @@ impl Store {
     }
 
     /// The reason the newest event of `kind` of a worktree gave.
-    pub fn last_event_reason(&self, worktree_id: i64, kind: &str) -> StoreResult<Option<String>> {
+    pub fn last_event_reason(
+        &self,
+        worktree_id: WorktreeId,
+        kind: &str,
+    ) -> StoreResult<Option<String>> {
         Ok(self
             .conn
             .query_row(
@@ -156,8 +161,8 @@ pub const RESTORED: &str = "restored";
 /// `ErrorKind::NotFound`, when it is gone: purged meanwhile), with an event on it.
 pub(super) fn take_kept_in(
     tx: &rusqlite::Transaction<'_>,
-    from: i64,
-    to: i64,
+    from: WorktreeId,
+    to: WorktreeId,
     place: &str,
 ) -> StoreResult<()> {
     let n = tx.execute("DELETE FROM kept WHERE worktree_id = ?1", [from])?;

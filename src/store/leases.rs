@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::steps::{event, lease_count, release_in, set_state, state_of};
 use super::*;
+use crate::ids::WorktreeId;
 
 /// A lease to record: who holds it.
 #[derive(Debug, Clone)]
@@ -68,7 +69,7 @@ impl NewLease {
 pub struct LeaseRow {
     pub repo: String,
     pub worktree: String,
-    pub worktree_id: i64,
+    pub worktree_id: WorktreeId,
     pub holder_kind: String,
     pub holder: String,
     pub pid: Option<i64>,
@@ -183,7 +184,7 @@ impl Store {
     /// already had it. Occupancy is not looked at: a process entering is never refused.
     pub fn acquire_lease(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         lease: &NewLease,
         reason: &str,
     ) -> Result<bool, LeaseError> {
@@ -196,7 +197,7 @@ impl Store {
     /// all. A holder that already has it and asks exclusive has it so from now on.
     pub fn acquire_named(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         lease: &NewLease,
         reason: &str,
         ask: &Ask<'_>,
@@ -207,7 +208,7 @@ impl Store {
     /// The holders other than `holder` that refuse what `ask` asks.
     fn occupants(
         tx: &rusqlite::Transaction<'_>,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         holder: &str,
         ask: &Ask<'_>,
     ) -> StoreResult<Vec<Occupant>> {
@@ -243,7 +244,7 @@ impl Store {
 
     fn acquire(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         lease: &NewLease,
         reason: &str,
         ask: Option<&Ask<'_>>,
@@ -323,7 +324,7 @@ impl Store {
     /// lease exclusive gives it back as it was). True when its row changed.
     pub fn set_exclusive(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         holder: &str,
         exclusive: bool,
     ) -> StoreResult<bool> {
@@ -337,7 +338,7 @@ impl Store {
     /// the same transaction. Returns false when there was no such lease.
     pub fn release_lease(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         holder: &str,
         kind: &str,
         reason: &str,
@@ -363,7 +364,7 @@ impl Store {
     /// retained entry if it is retained. As [`Store::release_lease`] otherwise.
     pub fn release_with_reason(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         holder: &str,
         reason: &str,
     ) -> StoreResult<bool> {
@@ -397,8 +398,8 @@ impl Store {
     /// For every lingering worktree whose grace period is over and which has no lease:
     /// the `deleting` mark, written in the same transaction that finds no lease. Returns
     /// the ids marked.
-    pub fn mark_deleting_after_grace(&mut self, linger: i64) -> StoreResult<Vec<i64>> {
-        let ids: Vec<i64> = {
+    pub fn mark_deleting_after_grace(&mut self, linger: i64) -> StoreResult<Vec<WorktreeId>> {
+        let ids: Vec<WorktreeId> = {
             let mut stmt = self.conn.prepare(&format!(
                 "SELECT id FROM worktrees WHERE state = '{LINGERING}'"
             ))?;
@@ -416,7 +417,11 @@ impl Store {
 
     /// Worktree `id`, when it is lingering past its grace period with no lease: the
     /// `deleting` mark, in the transaction that finds no lease. True when marked.
-    pub fn mark_deleting_if_grace_over(&mut self, id: i64, linger: i64) -> StoreResult<bool> {
+    pub fn mark_deleting_if_grace_over(
+        &mut self,
+        id: WorktreeId,
+        linger: i64,
+    ) -> StoreResult<bool> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -437,7 +442,7 @@ impl Store {
     }
 
     /// Lingering worktrees whose grace period is over: (id, repo, name).
-    pub fn lingering_past(&self, linger: i64) -> StoreResult<Vec<(i64, String, String)>> {
+    pub fn lingering_past(&self, linger: i64) -> StoreResult<Vec<(WorktreeId, String, String)>> {
         let mut stmt = self.conn.prepare(&format!(
             "SELECT w.id, r.name, w.name FROM worktrees w JOIN repos r ON r.id = w.repo_id
              WHERE w.state = '{LINGERING}' AND ?1 - w.state_changed_at >= ?2"

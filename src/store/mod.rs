@@ -23,6 +23,7 @@ mod cleanup;
 mod creations;
 mod error;
 mod events;
+mod ids;
 mod kept;
 mod leases;
 mod schema;
@@ -270,7 +271,7 @@ mod tests {
         assert!(store.worktree("r", "b").unwrap().is_none());
     }
 
-    pub(super) fn store_with_worktree() -> (tempfile::TempDir, Store, i64) {
+    pub(super) fn store_with_worktree() -> (tempfile::TempDir, Store, crate::ids::WorktreeId) {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(dir.path()).unwrap();
         let repo = store

@@ -7,10 +7,11 @@ use rusqlite::params;
 use crate::lease::State;
 
 use super::now_secs;
+use crate::ids::WorktreeId;
 
 pub(super) fn event(
     tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
+    worktree_id: WorktreeId,
     kind: &str,
     holder: Option<&str>,
     reason: &str,
@@ -24,7 +25,7 @@ pub(super) fn event(
 
 pub(super) fn state_of(
     tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
+    worktree_id: WorktreeId,
 ) -> rusqlite::Result<State> {
     let s: String = tx.query_row(
         "SELECT state FROM worktrees WHERE id = ?1",
@@ -36,7 +37,7 @@ pub(super) fn state_of(
 
 pub(super) fn lease_count(
     tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
+    worktree_id: WorktreeId,
 ) -> rusqlite::Result<usize> {
     tx.query_row(
         "SELECT count(*) FROM leases WHERE worktree_id = ?1",
@@ -48,7 +49,7 @@ pub(super) fn lease_count(
 
 pub(super) fn set_state(
     tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
+    worktree_id: WorktreeId,
     state: State,
 ) -> rusqlite::Result<()> {
     tx.execute(
@@ -62,7 +63,7 @@ pub(super) fn set_state(
 /// worktree to `lingering`. False when there was no such lease.
 pub(super) fn release_in(
     tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
+    worktree_id: WorktreeId,
     holder: &str,
     kind: &str,
     reason: &str,
@@ -98,7 +99,7 @@ pub(super) fn parse_state(s: String) -> rusqlite::Result<State> {
 /// caller's transaction.
 pub(super) fn end_turn_of_session(
     tx: &rusqlite::Transaction<'_>,
-    worktree_id: i64,
+    worktree_id: WorktreeId,
     holder: &str,
     reason: &str,
 ) -> rusqlite::Result<bool> {

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::steps::{event, release_in, state_of};
 use super::*;
+use crate::ids::WorktreeId;
 use crate::process::info::Liveness;
 
 /// A turn to begin.
@@ -27,7 +28,7 @@ pub struct NewTurn {
 pub struct TurnRow {
     pub repo: String,
     pub worktree: String,
-    pub worktree_id: i64,
+    pub worktree_id: WorktreeId,
     pub session: String,
     pub pid: i64,
     pub pid_start: i64,
@@ -94,7 +95,10 @@ fn turn_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TurnRow> {
     })
 }
 
-fn turn_of(tx: &rusqlite::Transaction<'_>, worktree_id: i64) -> StoreResult<Option<TurnRow>> {
+fn turn_of(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: WorktreeId,
+) -> StoreResult<Option<TurnRow>> {
     Ok(tx
         .query_row(
             &format!(
@@ -131,7 +135,7 @@ impl Store {
     /// a lease on the worktree and the worktree is active.
     pub fn begin_turn(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         turn: &NewTurn,
         liveness: &dyn Fn(i64, i64) -> Liveness,
     ) -> Result<TurnRow, TurnError> {
@@ -205,7 +209,7 @@ impl Store {
     /// ended meanwhile, and another begun since, are left alone). True when it ended.
     pub fn end_turn(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         (pid, start): (i64, i64),
         reason: &str,
     ) -> StoreResult<bool> {
@@ -257,7 +261,7 @@ impl Store {
     /// Writes one event outside any other change (a refusal the filesystem made).
     pub fn note_event(
         &mut self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         kind: &str,
         holder: Option<&str>,
         reason: &str,

@@ -3,11 +3,12 @@
 use rusqlite::{params, OptionalExtension};
 
 use super::{now_secs, Store, StoreResult};
+use crate::ids::RepoId;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct WarmRow {
     pub id: i64,
-    pub repo_id: i64,
+    pub repo_id: RepoId,
     /// Whose permissions it was taken with.
     pub uid: u32,
     pub taken_at: i64,
@@ -20,7 +21,7 @@ pub struct WarmRow {
 }
 
 pub struct NewWarm<'a> {
-    pub repo_id: i64,
+    pub repo_id: RepoId,
     pub uid: u32,
     pub manifest: &'a str,
     pub files: u64,
@@ -151,7 +152,7 @@ impl Store {
     }
 
     /// The newest snapshot of repository `repo_id` taken with `uid`'s permissions.
-    pub fn latest_warm(&self, repo_id: i64, uid: u32) -> StoreResult<Option<WarmRow>> {
+    pub fn latest_warm(&self, repo_id: RepoId, uid: u32) -> StoreResult<Option<WarmRow>> {
         Ok(self
             .conn
             .query_row(
@@ -168,7 +169,7 @@ impl Store {
     /// Sets repository `id`'s include patterns and whether `new` is warm by default.
     pub fn set_repo_warm(
         &self,
-        id: i64,
+        id: RepoId,
         include: Option<&[String]>,
         warm_default: Option<bool>,
     ) -> StoreResult<()> {

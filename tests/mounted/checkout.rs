@@ -298,7 +298,11 @@ struct HookAnswers {
 }
 
 impl worktreefs::lifecycle::cleanup::FsmonitorAnswers for HookAnswers {
-    fn changed_since(&self, _worktree: i64, token: &str) -> Option<Vec<Vec<u8>>> {
+    fn changed_since(
+        &self,
+        _worktree: worktreefs::ids::WorktreeId,
+        token: &str,
+    ) -> Option<Vec<Vec<u8>>> {
         let answer = fs::read(
             self.mountpoint
                 .join(format!(".control/fsmonitor/repo:{}@{token}", self.name)),

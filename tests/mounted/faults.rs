@@ -538,7 +538,7 @@ fn a_rollback_touches_only_what_its_creation_made() {
     // state directory's worktreefs the admin entry the other one chose.
     for (name, admin) in [("mine", "wtfs-mine"), ("theirs", "wtfs-theirs")] {
         let r = CreationRow {
-            worktree_id: 0,
+            worktree_id: worktreefs::ids::WorktreeId(0),
             repo_id: repo.id,
             name: name.into(),
             branch: Some(name.into()),

@@ -368,7 +368,7 @@ fn a_restore_killed_half_way_puts_the_copy_back() {
     // the kept directory where the restore had put it.
     let repo = store.repo_by_name("repo").unwrap().unwrap();
     let record = CreationRow {
-        worktree_id: 0,
+        worktree_id: worktreefs::ids::WorktreeId(0),
         repo_id: repo.id,
         name: "w".into(),
         branch: None,

@@ -193,7 +193,7 @@ impl Walk {
 /// One worktree's usage.
 #[derive(Debug, Serialize)]
 pub struct WorktreeUsage {
-    pub id: i64,
+    pub id: worktreefs::ids::WorktreeId,
     pub worktree: String,
     pub repo: String,
     pub name: String,
@@ -205,7 +205,7 @@ pub struct WorktreeUsage {
 /// One kept removal's usage.
 #[derive(Debug, Serialize)]
 pub struct KeptUsage {
-    pub id: i64,
+    pub id: worktreefs::ids::WorktreeId,
     pub worktree: String,
     pub repo: String,
     pub name: String,

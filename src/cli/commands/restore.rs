@@ -51,7 +51,7 @@ fn cmd_restore(
             repo,
             name,
             as_name,
-            id,
+            id: id.map(worktreefs::ids::WorktreeId),
         },
     )?;
     daemon::poke(state);
@@ -59,7 +59,7 @@ fn cmd_restore(
     let path = mountpoint.join(&done.row.repo).join(&done.row.name);
     if json {
         let mut v = report::worktree_json(&done.row, &mountpoint);
-        v["restored_from"] = done.from.worktree_id.into();
+        v["restored_from"] = done.from.worktree_id.0.into();
         v["notes"] = done.notes.clone().into();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());

@@ -94,7 +94,7 @@ struct TurnAsk<'a> {
 fn end_own_turn(
     state: &StateDir,
     store: &mut Store,
-    id: i64,
+    id: worktreefs::ids::WorktreeId,
     me: &worktreefs::process::info::ProcInfo,
     reason: &str,
 ) -> anyhow::Result<bool> {

@@ -4,6 +4,7 @@ use super::abi_out::*;
 use super::errors::*;
 use super::worktree_fs::WorktreeFs;
 use crate::fs::error::FsError;
+use crate::fs::Fh;
 use crate::fuse::{Answer, DirBuf};
 
 impl WorktreeFs {
@@ -18,7 +19,7 @@ impl WorktreeFs {
         if fh == 0 {
             self.view.readdir_ino(ino, offset)
         } else {
-            self.view.readdir(fh, offset)
+            self.view.readdir(Fh(fh), offset)
         }
     }
 

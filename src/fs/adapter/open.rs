@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::worktree_fs::WorktreeFs;
 use crate::fs::passthrough::{self, Decision};
+use crate::fs::Fh;
 use crate::fuse::abi::{self, fopen};
 use crate::fuse::{BackingId, Device};
 
@@ -24,7 +25,7 @@ impl WorktreeFs {
     /// inode from one backing file to another. For the same reason an upper file whose
     /// inode still has handles through the daemon (opened before its copy-up) is served
     /// through the daemon too, until they are closed.
-    pub(super) fn open_mode(&self, fh: u64, generated: bool, device: &Arc<Device>) -> OpenMode {
+    pub(super) fn open_mode(&self, fh: Fh, generated: bool, device: &Arc<Device>) -> OpenMode {
         if generated {
             return OpenMode::Daemon(fopen::DIRECT_IO);
         }
@@ -49,15 +50,15 @@ impl WorktreeFs {
     }
 
     /// The open reply for handle `fh` answered as `mode`.
-    pub(super) fn opened(fh: u64, mode: OpenMode) -> abi::OpenOut {
+    pub(super) fn opened(fh: Fh, mode: OpenMode) -> abi::OpenOut {
         match mode {
             OpenMode::Passthrough(id) => abi::OpenOut {
-                fh,
+                fh: fh.0,
                 open_flags: fopen::PASSTHROUGH,
                 backing_id: id.id(),
             },
             OpenMode::Daemon(flags) => abi::OpenOut {
-                fh,
+                fh: fh.0,
                 open_flags: flags,
                 backing_id: 0,
             },

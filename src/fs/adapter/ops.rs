@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::abi_out::*;
 use super::errors::*;
 use super::worktree_fs::WorktreeFs;
-use crate::fs::{Caller, FType, SetAttr};
+use crate::fs::{Caller, FType, Fh, SetAttr};
 use crate::fuse::abi::{self, fopen};
 use crate::fuse::reply::valid;
 use crate::fuse::{Answer, Device, DirBuf, Header, Op, SetTime};
@@ -77,7 +77,7 @@ impl WorktreeFs {
             Op::Getattr { fh } => {
                 span!("getattr");
                 enter!(ino, false);
-                match self.view.getattr(ino, fh) {
+                match self.view.getattr(ino, fh.map(Fh)) {
                     Ok(e) => Answer::Attr(attr_out(&e)),
                     Err(e) => errno("getattr", e),
                 }
@@ -99,7 +99,7 @@ impl WorktreeFs {
                     size: a.size,
                     atime: time(a.atime),
                     mtime: time(a.mtime),
-                    fh: a.fh,
+                    fh: a.fh.map(Fh),
                 };
                 match self.view.setattr(ino, set) {
                     Ok(e) => Answer::Attr(attr_out(&e)),
@@ -213,14 +213,14 @@ impl WorktreeFs {
             }
             Op::Read { fh, offset, size } => {
                 span!("read");
-                match self.view.read(fh, offset, size) {
+                match self.view.read(Fh(fh), offset, size) {
                     Ok(d) => Answer::Data(d),
                     Err(e) => errno("read", e),
                 }
             }
             Op::Write { fh, offset, data } => {
                 span!("write");
-                match self.view.write(fh, offset, data) {
+                match self.view.write(Fh(fh), offset, data) {
                     Ok(n) => Answer::Write(abi::WriteOut {
                         size: n,
                         padding: 0,
@@ -236,13 +236,13 @@ impl WorktreeFs {
             // `isatty()` (Python's `open`, for one) asks TCGETS of each file it opens.
             Op::Ioctl => Answer::Error(libc::ENOTTY),
             Op::Release { fh } => {
-                self.backings.lock().release(fh);
-                self.view.release(fh);
+                self.backings.lock().release(Fh(fh));
+                self.view.release(Fh(fh));
                 Answer::Empty
             }
             Op::Fsync { fh, datasync } => {
                 span!("fsync");
-                match self.view.fsync(fh, datasync) {
+                match self.view.fsync(Fh(fh), datasync) {
                     Ok(()) => Answer::Empty,
                     Err(e) => errno("fsync", e),
                 }
@@ -255,7 +255,7 @@ impl WorktreeFs {
                 }
                 match self.view.opendir(ino) {
                     Ok((fh, cacheable)) => Answer::Open(abi::OpenOut {
-                        fh,
+                        fh: fh.0,
                         open_flags: if cacheable {
                             fopen::CACHE_DIR | fopen::KEEP_CACHE
                         } else {
@@ -288,7 +288,7 @@ impl WorktreeFs {
                 self.listing_plus(ino, fh, offset, size)
             }
             Op::Releasedir { fh } => {
-                self.view.release(fh);
+                self.view.release(Fh(fh));
                 Answer::Empty
             }
             Op::Fsyncdir { .. } => Answer::Empty,
@@ -397,14 +397,14 @@ impl WorktreeFs {
                 mode,
             } => {
                 span!("fallocate");
-                match self.view.fallocate(fh, offset, length, mode) {
+                match self.view.fallocate(Fh(fh), offset, length, mode) {
                     Ok(()) => Answer::Empty,
                     Err(e) => errno("fallocate", e),
                 }
             }
             Op::Lseek { fh, offset, whence } => {
                 span!("lseek");
-                match self.view.lseek(fh, offset, whence) {
+                match self.view.lseek(Fh(fh), offset, whence) {
                     Ok(offset) => Answer::Lseek(abi::LseekOut { offset }),
                     Err(e) => errno("lseek", e),
                 }
@@ -413,10 +413,13 @@ impl WorktreeFs {
                 span!("copy_file_range");
                 enter!(c.nodeid_out, true);
                 let _change = guard!(c.nodeid_out, "copy_file_range");
-                match self
-                    .view
-                    .copy_file_range(c.fh_in, c.off_in, c.fh_out, c.off_out, c.len)
-                {
+                match self.view.copy_file_range(
+                    Fh(c.fh_in),
+                    c.off_in,
+                    Fh(c.fh_out),
+                    c.off_out,
+                    c.len,
+                ) {
                     // The reply counts bytes in 32 bits: a copy is at most 4 GiB - 1 a
                     // request (the kernel asks again for the rest).
                     Ok(n) => Answer::Write(abi::WriteOut {

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use super::target::Target;
 use crate::git::MODE_GITLINK;
+use crate::ids::WorktreeId;
 
 /// What the mounted filesystem's fsmonitor hook would answer, asked without counting as
 /// a query (the lifecycle does not name the filesystem: the daemon hands its view to
@@ -13,7 +14,7 @@ pub trait FsmonitorAnswers: Send + Sync {
     /// The paths worktree `worktree`'s hook would report as changed since `token`; None
     /// when it would not answer exactly (a token of another instance, a journal that no
     /// longer reaches back): then git looks at every file again.
-    fn changed_since(&self, worktree: i64, token: &str) -> Option<Vec<Vec<u8>>>;
+    fn changed_since(&self, worktree: WorktreeId, token: &str) -> Option<Vec<Vec<u8>>>;
 }
 
 /// The index entries git takes as unchanged without looking at the file: valid in the

@@ -76,11 +76,12 @@ impl std::fmt::Debug for Inspection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::WorktreeId;
 
     struct Answers(Vec<Vec<u8>>);
 
     impl FsmonitorAnswers for Answers {
-        fn changed_since(&self, _: i64, _: &str) -> Option<Vec<Vec<u8>>> {
+        fn changed_since(&self, _: WorktreeId, _: &str) -> Option<Vec<Vec<u8>>> {
             Some(self.0.clone())
         }
     }
@@ -90,7 +91,10 @@ mod tests {
         let view = Arc::new(Answers(vec![b"a".to_vec()]));
         let how = Inspection::new(Duration::from_secs(5), Duration::from_secs(1)).asking(&view);
         let asked = how.answers().and_then(|w| w.upgrade()).unwrap();
-        assert_eq!(asked.changed_since(1, "t"), Some(vec![b"a".to_vec()]));
+        assert_eq!(
+            asked.changed_since(WorktreeId(1), "t"),
+            Some(vec![b"a".to_vec()])
+        );
         drop(asked);
         drop(view);
         assert!(how.answers().and_then(|w| w.upgrade()).is_none());

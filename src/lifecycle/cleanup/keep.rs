@@ -19,6 +19,7 @@ use crate::store::{now_secs, KeptRow, NewKept, Store, StoreResult};
 use super::lock::try_lock;
 use super::target::Target;
 use crate::git::admin::AdminDirs;
+use crate::ids::WorktreeId;
 
 /// The directory in a worktree's own directory that holds what was copied from git's
 /// entry at its removal.
@@ -502,7 +503,7 @@ pub(super) fn kept_record(state: &StateDir, t: &Target, how: &str) -> Result<New
 pub fn purge_kept(
     state: &StateDir,
     store: &mut Store,
-    id: i64,
+    id: WorktreeId,
     why: &str,
 ) -> LifecycleResult<bool> {
     let Some(_lock) = try_lock(state, id) else {

@@ -95,6 +95,7 @@ use std::path::Path;
 
 use git2::Oid;
 
+use crate::ids::WorktreeId;
 use crate::lease::State;
 use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
@@ -108,7 +109,7 @@ use crate::store::{BeginError, Store, StoreError, WorktreeRow};
 /// blocked, no other inspection of that worktree starts (one thread per worktree at
 /// most, however often the sweeper or a user asks).
 pub(crate) fn inspect_bounded(t: &Target, how: &Inspection) -> Result<Findings, String> {
-    static GATE: crate::bounded::Gate<i64> = crate::bounded::Gate::new();
+    static GATE: crate::bounded::Gate<WorktreeId> = crate::bounded::Gate::new();
     let target = t.clone();
     let answers = how.answers();
     let filters = how.filter_timeout;

@@ -11,6 +11,7 @@ use super::lock::try_lock;
 use super::remove::{gone_by_hand, Removal};
 use super::target::{target_of, Outcome};
 use super::{finish, Inspection};
+use crate::ids::WorktreeId;
 use crate::lease::State;
 use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
@@ -71,7 +72,7 @@ pub fn reconcile_at_boot(
     // Kept copies whose directory is gone (deleted by hand) leave the store; the others
     // go when their time is over or the disk is low.
     // (One a restore killed half-way holds is put back by that restore's rollback.)
-    let restoring: Vec<i64> = store
+    let restoring: Vec<WorktreeId> = store
         .creations()
         .unwrap_or_default()
         .iter()
@@ -145,7 +146,7 @@ pub fn reconcile_at_boot(
 /// `<gitdir>/worktreefs/removing`) of removals that did not finish: deleted when their
 /// worktree is removed, put back when its removal was never recorded as decided.
 fn restore_or_purge_parked(state: &StateDir, store: &Store) {
-    let decide_for = |id: i64| -> Option<bool> {
+    let decide_for = |id: WorktreeId| -> Option<bool> {
         // Some(true): delete; Some(false): put back; None: leave (removal to finish).
         match store.worktree_by_id(id).ok()? {
             None => Some(true),
@@ -156,7 +157,7 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
     };
     // Which copies are kept: when that cannot be read, `removed/` is left as it is (fail
     // closed: a kept copy is never deleted for want of its row).
-    let kept: Option<std::collections::HashSet<i64>> = store
+    let kept: Option<std::collections::HashSet<WorktreeId>> = store
         .kept()
         .ok()
         .map(|rows| rows.iter().map(|k| k.worktree_id).collect());
@@ -177,7 +178,11 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
         .chain(removed_dirs.into_iter().flatten())
         .flatten();
     for e in parked {
-        let Some(id) = e.file_name().to_str().and_then(|n| n.parse::<i64>().ok()) else {
+        let Some(id) = e
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<WorktreeId>().ok())
+        else {
             continue;
         };
         // Kept for a restore: its row says so. The git entries of its submodule views
@@ -241,7 +246,7 @@ fn restore_or_purge_parked(state: &StateDir, store: &Store) {
             let path = dir.join(&e.name);
             let Some((id, admin)) = name
                 .split_once('-')
-                .and_then(|(i, a)| Some((i.parse::<i64>().ok()?, a.to_string())))
+                .and_then(|(i, a)| Some((i.parse::<WorktreeId>().ok()?, a.to_string())))
             else {
                 continue;
             };

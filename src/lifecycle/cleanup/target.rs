@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::ids::WorktreeId;
 use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::{RepoRow, Store, WorktreeRow};
@@ -10,7 +11,7 @@ use crate::store::{RepoRow, Store, WorktreeRow};
 /// Everything cleanup needs to know of one worktree.
 #[derive(Debug, Clone)]
 pub struct Target {
-    pub id: i64,
+    pub id: WorktreeId,
     pub repo: String,
     pub name: String,
     /// The repository's common git dir.

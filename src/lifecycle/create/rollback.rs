@@ -161,7 +161,7 @@ pub(crate) fn roll_back(
     {
         // Ours: its `locked` file is exactly what this state directory writes, or it was
         // killed while writing that file (a part of it, nothing else in the entry yet).
-        let expected = crate::git::admin::admin_lock_text(state);
+        let expected = crate::git::admin::admin_lock_text(&state.root);
         let locked = entry
             .read("locked")
             .map(|b| String::from_utf8_lossy(&b).into_owned());

@@ -12,6 +12,7 @@ use crate::store::{BeginCreation, CreationRow, ErrorKind, Store};
 
 use super::error::{db_failure, git_failure, internal, CreateError};
 use super::mountpoint::gitfile_path;
+use crate::ids::WorktreeId;
 
 /// Records creation `record` (its admin entry name picked here, one no other entry or
 /// creation has) and returns the worktree id reserved for it.
@@ -20,7 +21,7 @@ pub(crate) fn record_creation(
     gitdir: &Path,
     record: &mut CreationRow,
     repo: &str,
-) -> Result<i64, CreateError> {
+) -> Result<WorktreeId, CreateError> {
     // Two creations at once may pick one admin name (`foo` and `foo1` both choosing
     // `wtfs-foo1`, say): the second's record is refused by the name's uniqueness, and it
     // picks again.
@@ -60,7 +61,7 @@ pub(crate) fn make_branch(
     repo: &Repository,
     branch_name: &str,
     commit: git2::Oid,
-    id: i64,
+    id: WorktreeId,
 ) -> Result<(), CreateError> {
     // With a reflog message of this creation's own: a rollback deletes the branch only
     // if its whole history is this one entry (no one else made or moved it).
@@ -128,7 +129,7 @@ pub(crate) fn write_entry(
         head,
         &gitfile_path(mountpoint, repo, &record.name),
         write_index,
-        &crate::git::admin::admin_lock_text(state),
+        &crate::git::admin::admin_lock_text(&state.root),
     )
     .map_err(|e| {
         // Not made (an entry of someone else's already there, a `worktrees/` that cannot
@@ -141,11 +142,11 @@ pub(crate) fn write_entry(
 }
 
 /// The reflog message of a branch creation `id` makes.
-pub(crate) fn branch_log_message(id: i64) -> String {
+pub(crate) fn branch_log_message(id: WorktreeId) -> String {
     format!("worktreefs: created for worktree {id}")
 }
 
-pub(crate) fn staging_dir(state: &StateDir, id: i64) -> PathBuf {
+pub(crate) fn staging_dir(state: &StateDir, id: WorktreeId) -> PathBuf {
     state.root.join("worktrees").join(format!(".new-{id}"))
 }
 

@@ -16,6 +16,7 @@ use super::preconditions::{
 };
 use super::rollback::roll_back;
 use super::steps::{make_branch, record_creation, staging_dir, write_entry, Made};
+use crate::ids::WorktreeId;
 
 pub struct CreateRequest<'a> {
     pub repo: &'a str,
@@ -136,7 +137,7 @@ pub fn create_worktree(
     let gitdir = git::common_dir(&repo);
     let me = crate::process::info::proc_info(std::process::id() as i32);
     let mut record = CreationRow {
-        worktree_id: 0,
+        worktree_id: WorktreeId(0),
         repo_id: repo_row.id,
         name: req.name.to_string(),
         branch: existing_branch.is_none().then(|| branch_name.clone()),

@@ -6,12 +6,13 @@ use std::sync::atomic::Ordering;
 use crate::store::{LeaseError, NewLease};
 
 use super::tracker::{Op, Tracker};
+use crate::ids::WorktreeId;
 
 impl Tracker {
     /// The leases kept in memory, not yet in SQLite: (worktree, lease, since), for
     /// `.control/leases` (who holds what, whether or not the database could say so).
-    pub fn pending_leases(&self) -> Vec<(i64, NewLease, i64)> {
-        let mut out: Vec<(i64, NewLease, i64)> = Vec::new();
+    pub fn pending_leases(&self) -> Vec<(WorktreeId, NewLease, i64)> {
+        let mut out: Vec<(WorktreeId, NewLease, i64)> = Vec::new();
         for op in self.queue.lock().iter() {
             match op {
                 Op::Acquire {
@@ -59,7 +60,7 @@ impl Tracker {
                         // Only this daemon moves a worktree to deleting, and never over a
                         // pending lease: this means someone else did.
                         tracing::error!(
-                            worktree_id,
+                            worktree_id = %worktree_id,
                             "a lease kept in memory could not be recorded: the worktree is {state} ({c:?})"
                         );
                         Ok(())

@@ -13,6 +13,7 @@ use crate::process::pidfd::pidfd_open;
 use crate::store::{LeaseError, NewLease};
 
 use super::tracker::{active_none, active_now, now_ms, Active, Op, Tracker, Watched};
+use crate::ids::WorktreeId;
 
 impl Tracker {
     /// Boot reconcile: process leases whose process is gone (or whose pid now names
@@ -101,7 +102,7 @@ impl Tracker {
     /// Err when the worktree cannot be leased (deleting, removed) or the lease not recorded.
     pub fn touch(
         &self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         worktree_path: impl FnOnce() -> Option<PathBuf>,
         tid: u32,
     ) -> Result<(), LeaseError> {
@@ -200,7 +201,7 @@ impl Tracker {
 
     pub(super) fn take(
         &self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         worktree_path: &Path,
         info: ProcInfo,
         reason: &str,
@@ -238,7 +239,7 @@ impl Tracker {
     /// written never fails the request.
     pub(super) fn record(
         &self,
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         lease: NewLease,
         reason: &str,
     ) -> Result<(), LeaseError> {
@@ -277,7 +278,7 @@ impl Tracker {
                 }
                 Err(LeaseError::Db(e)) => {
                     tracing::warn!(
-                        worktree_id,
+                        worktree_id = %worktree_id,
                         "the lease of {holder} is kept in memory until the database can be written: {e}"
                     );
                     format!("recorded late: {e}")
@@ -295,7 +296,7 @@ impl Tracker {
 
     /// Before a worktree may start deleting: a process inside it that never made a request
     /// the kernel could not answer from its caches gets its lease now.
-    pub fn adopt_processes_inside(&self, worktree_id: i64, worktree_path: &Path) -> bool {
+    pub fn adopt_processes_inside(&self, worktree_id: WorktreeId, worktree_path: &Path) -> bool {
         let mut any = false;
         for pid in processes_inside(worktree_path, 0) {
             if let Some(info) = proc_info(pid) {

@@ -14,11 +14,12 @@ use crate::process::info::ProcInfo;
 use crate::state::StateDir;
 use crate::store::{NewLease, Store};
 
+use crate::ids::WorktreeId;
 use crate::lifecycle::gate::Gate;
 
 /// A lease held by a live process, watched through its pidfd.
 pub(super) struct Watched {
-    pub(super) worktree_id: i64,
+    pub(super) worktree_id: WorktreeId,
     pub(super) worktree_path: PathBuf,
     pub(super) info: ProcInfo,
     pub(super) pidfd: OwnedFd,
@@ -56,14 +57,14 @@ pub(super) fn active_none() -> Active {
 pub(super) enum Op {
     /// Counted in the gate as pending until written.
     Acquire {
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         lease: NewLease,
         reason: String,
         /// When it was taken (unix seconds).
         since: i64,
     },
     Release {
-        worktree_id: i64,
+        worktree_id: WorktreeId,
         holder: String,
         kind: &'static str,
         reason: String,
@@ -92,7 +93,7 @@ pub struct Tracker {
     pub(super) stopped: std::sync::atomic::AtomicBool,
     /// Processes known covered, per worktree, each with the activity of the holder that
     /// covers it: the fast path of every request.
-    pub(super) covered: RwLock<HashMap<i64, HashMap<i32, Active>>>,
+    pub(super) covered: RwLock<HashMap<WorktreeId, HashMap<i32, Active>>>,
     /// How many times a worktree's covered set was dropped (a holder exited); bumped
     /// under `covered`'s write lock, so a request that began its walk before a drop
     /// cannot put back what the drop removed.
@@ -100,7 +101,7 @@ pub struct Tracker {
     pub(super) watched: Mutex<Vec<Watched>>,
     /// Holders whose exit is being handled (no longer watched, lease not yet passed on or
     /// released): (worktree, pid, start).
-    pub(super) exiting: Mutex<HashSet<(i64, i32, u64)>>,
+    pub(super) exiting: Mutex<HashSet<(WorktreeId, i32, u64)>>,
     /// Written to wake the watcher when a holder is added.
     pub(super) wake: (OwnedFd, OwnedFd),
     /// Called when the store changed (so the view re-reads states).
@@ -136,7 +137,7 @@ impl Tracker {
 
     /// Each watched holder's last activity: (worktree, holder key, unix seconds), for those
     /// a request was seen from since it was watched.
-    pub fn activity(&self) -> Vec<(i64, String, i64)> {
+    pub fn activity(&self) -> Vec<(WorktreeId, String, i64)> {
         self.watched
             .lock()
             .iter()
@@ -159,7 +160,13 @@ impl Tracker {
     /// `seen` (read before the walk that found them covered): that walk may have seen a
     /// holder that has exited since, and a covered process also covers its descendants.
     /// Not remembered, the next request walks again.
-    pub(super) fn mark_covered(&self, worktree_id: i64, seen: u64, pids: &[i32], active: &Active) {
+    pub(super) fn mark_covered(
+        &self,
+        worktree_id: WorktreeId,
+        seen: u64,
+        pids: &[i32],
+        active: &Active,
+    ) {
         let mut covered = self.covered.write();
         if self.drops.load(Ordering::Acquire) != seen {
             return;
@@ -171,7 +178,7 @@ impl Tracker {
     }
 
     /// A holder of `worktree_id` exited: nobody is known covered there any more.
-    pub(super) fn drop_covered(&self, worktree_id: i64) {
+    pub(super) fn drop_covered(&self, worktree_id: WorktreeId) {
         let mut covered = self.covered.write();
         self.drops.fetch_add(1, Ordering::AcqRel);
         covered.remove(&worktree_id);
@@ -195,22 +202,22 @@ mod tests {
         let covered = |pid| {
             t.covered
                 .read()
-                .get(&7)
+                .get(&WorktreeId(7))
                 .is_some_and(|s| s.contains_key(&pid))
         };
         let a = active_none();
         let seen = t.drops.load(Ordering::Acquire);
-        t.mark_covered(7, seen, &[100, 101], &a);
+        t.mark_covered(WorktreeId(7), seen, &[100, 101], &a);
         assert!(covered(100) && covered(101));
         // A walk starts, then a holder of the worktree exits: what the walk found must not
         // come back after the drop (a covered process covers its descendants too).
         let seen = t.drops.load(Ordering::Acquire);
-        t.drop_covered(7);
+        t.drop_covered(WorktreeId(7));
         assert!(!covered(100));
-        t.mark_covered(7, seen, &[200], &a);
+        t.mark_covered(WorktreeId(7), seen, &[200], &a);
         assert!(!covered(200));
         // A walk that starts after the drop is remembered again.
-        t.mark_covered(7, t.drops.load(Ordering::Acquire), &[200], &a);
+        t.mark_covered(WorktreeId(7), t.drops.load(Ordering::Acquire), &[200], &a);
         assert!(covered(200));
     }
 }

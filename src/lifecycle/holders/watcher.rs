@@ -13,6 +13,7 @@ use crate::process::pidfd::pidfd_open;
 use crate::store::NewLease;
 
 use super::tracker::{active_none, now_ms, Active, Op, Tracker, Watched};
+use crate::ids::WorktreeId;
 
 impl Tracker {
     /// Watches a holder's exit, once per (worktree, process); its activity cell (the one
@@ -55,7 +56,7 @@ impl Tracker {
         // for a second: one at work, whatever its working directory (a program writing
         // through absolute paths), is not let go between its requests.
         let now = now_ms();
-        let holders: Vec<(i64, ProcInfo, PathBuf)> = self
+        let holders: Vec<(WorktreeId, ProcInfo, PathBuf)> = self
             .watched
             .lock()
             .iter()
@@ -231,7 +232,7 @@ impl Tracker {
                 // Who each descriptor polled is: another thread (a holder that left) may
                 // close one meanwhile and a new holder get its number, so what fired is
                 // told by who was polled, not by the number.
-                let polled: Vec<(i64, ProcInfo)> = {
+                let polled: Vec<(WorktreeId, ProcInfo)> = {
                     let watched = me.watched.lock();
                     fds.extend(watched.iter().map(|w| libc::pollfd {
                         fd: w.pidfd.as_raw_fd(),
@@ -252,7 +253,7 @@ impl Tracker {
                     let mut buf = [0u8; 64];
                     let _ = nix::unistd::read(me.wake.0.as_raw_fd(), &mut buf);
                 }
-                let fired: Vec<&(i64, ProcInfo)> = fds[1..]
+                let fired: Vec<&(WorktreeId, ProcInfo)> = fds[1..]
                     .iter()
                     .zip(&polled)
                     .filter(|(p, _)| p.revents != 0)

@@ -9,13 +9,14 @@ use crate::store::{RepoRow, Store, StoreResult, WarmRow};
 
 use super::cache::{dirs_path, manifest_path};
 use super::take::{take, Taken};
+use crate::ids::RepoId;
 
 /// The newest snapshot of repository `repo_id` taken with `uid`'s permissions whose
 /// manifest is in place.
 pub fn latest(
     state: &StateDir,
     store: &Store,
-    repo_id: i64,
+    repo_id: RepoId,
     uid: u32,
 ) -> StoreResult<Option<WarmRow>> {
     Ok(store
