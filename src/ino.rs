@@ -8,6 +8,16 @@
 //! (the node does); a collision with a live node keeps the low 32 bits and changes the
 //! high ones (`fs/nodes.rs`, `NodeTable::assign_ino`).
 
+/// A node's inode number: the FUSE node id the kernel names it by, and its `st_ino`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Ino(pub u64);
+
+impl std::fmt::Display for Ino {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 pub fn fnv1a32(bytes: &[u8]) -> u32 {
     let mut hash: u32 = 0x811c_9dc5;
     for b in bytes {

@@ -19,6 +19,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use worktreefs::fs::{Attr, Caller, FType, SetAttr, View, ROOT_INO};
+use worktreefs::ino::Ino;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
@@ -32,7 +33,7 @@ type Attrs = BTreeMap<String, Meta>;
 struct Core {
     _env: Rc<Env>,
     view: View,
-    root: u64,
+    root: Ino,
 }
 
 fn core() -> Core {
@@ -58,7 +59,7 @@ fn core_in(env: &Rc<Env>, store: &mut Store, name: &str) -> Core {
 
 impl Core {
     /// Resolves a relative path to (parent inode, inode) by lookups.
-    fn resolve(&self, path: &str) -> Result<(u64, u64), i32> {
+    fn resolve(&self, path: &str) -> Result<(Ino, Ino), i32> {
         let mut parent = self.root;
         let mut cur = self.root;
         for part in path.split('/').filter(|p| !p.is_empty()) {
@@ -73,7 +74,7 @@ impl Core {
         Ok((parent, cur))
     }
 
-    fn dir_of(&self, path: &str) -> Result<(u64, String), i32> {
+    fn dir_of(&self, path: &str) -> Result<(Ino, String), i32> {
         let (dir, name) = match path.rsplit_once('/') {
             Some((d, n)) => (d, n),
             None => ("", path),
@@ -127,7 +128,7 @@ impl Core {
         out
     }
 
-    fn walk(&self, ino: u64, prefix: &str, out: &mut (Contents, Attrs)) {
+    fn walk(&self, ino: Ino, prefix: &str, out: &mut (Contents, Attrs)) {
         let fh = self.view.opendir(ino).unwrap().0;
         let entries = self.view.readdir(fh, 0).unwrap();
         self.view.release(fh);
@@ -383,13 +384,13 @@ fn umask() -> u32 {
 /// walked through (the root first, the last name's directory last), the last name, and
 /// the entry there (inode, type), if any.
 struct Walked {
-    dirs: Vec<u64>,
+    dirs: Vec<Ino>,
     name: String,
-    found: Option<(u64, FType)>,
+    found: Option<(Ino, FType)>,
 }
 
 impl Walked {
-    fn parent(&self) -> u64 {
+    fn parent(&self) -> Ino {
         *self.dirs.last().unwrap()
     }
 
@@ -587,7 +588,7 @@ impl std::fmt::Display for Tally {
 /// A handle open on both sides.
 struct Slot {
     fh: worktreefs::fs::Fh,
-    ino: u64,
+    ino: Ino,
     dir: bool,
     mode: Mode,
     file: File,
@@ -1071,7 +1072,7 @@ impl Model {
 
     /// open(2) of `path`, following a symlink at the end: (handle, inode, whether it is a
     /// directory's). A directory opened read-only is the kernel's OPENDIR.
-    fn view_open(&self, path: &str, mode: Mode) -> Result<(worktreefs::fs::Fh, u64, bool), i32> {
+    fn view_open(&self, path: &str, mode: Mode) -> Result<(worktreefs::fs::Fh, Ino, bool), i32> {
         let c = &self.c;
         let w = c.walk_path(path, true)?;
         match w.found {
@@ -1422,7 +1423,7 @@ fn rename_and_link_across_worktrees_answer_exdev() {
     )
     .unwrap();
     let view = View::new(state, env.mountpoint()).unwrap();
-    let look = |dir: u64, name: &str| view.lookup(dir, OsStr::new(name)).map(|e| e.attr.ino);
+    let look = |dir: Ino, name: &str| view.lookup(dir, OsStr::new(name)).map(|e| e.attr.ino);
     let repo = look(ROOT_INO, "repo").unwrap();
     let other_repo = look(ROOT_INO, "other").unwrap();
     let (a, b) = (look(repo, "a").unwrap(), look(repo, "b").unwrap());
@@ -1430,11 +1431,11 @@ fn rename_and_link_across_worktrees_answer_exdev() {
     let control = look(ROOT_INO, ".control").unwrap();
     let src = look(a, "src").unwrap();
     let readme = look(a, "README.md").unwrap();
-    let rename = |from: u64, name: &str, to: u64, newname: &str| {
+    let rename = |from: Ino, name: &str, to: Ino, newname: &str| {
         view.rename(from, OsStr::new(name), to, OsStr::new(newname), 0)
             .map_err(|e| e.errno())
     };
-    let link = |ino: u64, to: u64, newname: &str| {
+    let link = |ino: Ino, to: Ino, newname: &str| {
         view.link(ino, to, OsStr::new(newname))
             .map(|_| ())
             .map_err(|e| e.errno())

@@ -14,6 +14,7 @@ use super::view::View;
 use super::worktree::WtCtx;
 use crate::beneath;
 use crate::git::{MODE_EXEC, MODE_LINK, MODE_TREE};
+use crate::ino::Ino;
 use crate::layout::OPAQUE_MARKER;
 
 impl View {
@@ -21,7 +22,7 @@ impl View {
     /// converted files).
     pub(super) fn base_attr(
         &self,
-        ino: u64,
+        ino: Ino,
         wt: &WtCtx,
         ov: &Overlay,
         path: impl FnOnce() -> FsResult<Vec<u8>>,
@@ -181,9 +182,9 @@ impl View {
     /// The overlay entry currently at `(parent, name)`, from the table or from disk.
     pub(super) fn child_state(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
-    ) -> FsResult<Option<(Option<u64>, Overlay)>> {
+    ) -> FsResult<Option<(Option<Ino>, Overlay)>> {
         self.child_state_in(parent, name, &mut UpperDir::default())
     }
 
@@ -191,10 +192,10 @@ impl View {
     /// says whether a whiteout holds the name there.
     pub(super) fn child_state_in(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
         upper: &mut UpperDir,
-    ) -> FsResult<Option<(Option<u64>, Overlay)>> {
+    ) -> FsResult<Option<(Option<Ino>, Overlay)>> {
         let t = self.nodes.read();
         if let Some(ino) = t.child(parent, name) {
             if let Some(NodeKind::Wt { ov, .. }) = t.kind(ino) {
@@ -219,7 +220,7 @@ impl View {
             .map(|o| (None, o)))
     }
 
-    pub(super) fn base_has(&self, parent: u64, name: &OsStr) -> FsResult<bool> {
+    pub(super) fn base_has(&self, parent: Ino, name: &OsStr) -> FsResult<bool> {
         let (wt, ov) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(parent)?;

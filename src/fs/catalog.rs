@@ -18,12 +18,13 @@ use crate::store::{RepoRow, WorktreeRow};
 
 use super::worktree::WtCtx;
 use crate::ids::{RepoId, WorktreeId};
+use crate::ino::Ino;
 
 /// The inode of repository `id`'s directory at the top of the mount.
 pub(super) const REPO_INO_BASE: u64 = 1 << 61;
 
-pub(super) fn repo_ino(repo_id: RepoId) -> u64 {
-    REPO_INO_BASE + repo_id.0 as u64
+pub(super) fn repo_ino(repo_id: RepoId) -> Ino {
+    Ino(REPO_INO_BASE + repo_id.0 as u64)
 }
 
 pub(super) struct Catalog {
@@ -52,7 +53,7 @@ pub(super) struct Update {
     pub(super) repo_ids: Vec<RepoId>,
     /// (repository directory inode, worktree name) of worktrees that just began deleting
     /// or are gone: the kernel must ask again before anyone enters them.
-    pub(super) now_deleting: Vec<(u64, OsString)>,
+    pub(super) now_deleting: Vec<(Ino, OsString)>,
 }
 
 impl Catalog {
@@ -150,7 +151,7 @@ impl Catalog {
             .collect();
         // Worktrees that just started deleting: the kernel must ask again before anyone
         // enters them, and then hears EBUSY.
-        let now_deleting: Vec<(u64, OsString)> = rows
+        let now_deleting: Vec<(Ino, OsString)> = rows
             .iter()
             .filter(|r| {
                 r.state == State::Deleting && cat.states.get(&r.id) != Some(&State::Deleting)

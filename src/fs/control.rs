@@ -4,8 +4,9 @@
 use std::time::SystemTime;
 
 use super::types::Attr;
+use crate::ino::Ino;
 
-pub(super) const CONTROL_INO: u64 = 2;
+pub(super) const CONTROL_INO: Ino = Ino(2);
 pub const CONTROL_NAME: &str = ".control";
 /// Looking up `.control/refresh` makes the daemon re-read the store at once.
 pub const REFRESH_NAME: &str = "refresh";
@@ -33,16 +34,16 @@ pub(super) const STATS: &str = "stats";
 /// What `.control` itself holds, stated once: inode, name, and the directory it is (None:
 /// a generated file of `.control` itself). The view's fixed nodes, the listing of
 /// `.control` and its names all come from here.
-pub(super) const LAYOUT: [(u64, &str, Option<ControlDir>); 8] = [
-    (3, "leases", Some(ControlDir::Leases)),
-    (4, "worktrees", Some(ControlDir::Worktrees)),
-    (5, "retained", Some(ControlDir::Retained)),
-    (9, "removed", Some(ControlDir::Removed)),
-    (10, "turns", Some(ControlDir::Turns)),
-    (6, STATUS, None),
-    (7, STATS, None),
+pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 8] = [
+    (Ino(3), "leases", Some(ControlDir::Leases)),
+    (Ino(4), "worktrees", Some(ControlDir::Worktrees)),
+    (Ino(5), "retained", Some(ControlDir::Retained)),
+    (Ino(9), "removed", Some(ControlDir::Removed)),
+    (Ino(10), "turns", Some(ControlDir::Turns)),
+    (Ino(6), STATUS, None),
+    (Ino(7), STATS, None),
     (
-        8,
+        Ino(8),
         crate::git::fsmonitor::CONTROL_DIR,
         Some(ControlDir::FsMonitor),
     ),
@@ -52,7 +53,7 @@ pub(super) const LAYOUT: [(u64, &str, Option<ControlDir>); 8] = [
 /// command line: on a mount other users may use (`--allow-other`), only the mount's owner
 /// lists and reads it; others may only pass through to `fsmonitor/`, whose answers git's
 /// hook reads by name for the worktrees it works in.
-pub(super) fn control_dir_perm(ino: u64) -> u16 {
+pub(super) fn control_dir_perm(ino: Ino) -> u16 {
     let dir = LAYOUT
         .iter()
         .find(|&&(i, _, _)| i == ino)
@@ -68,7 +69,7 @@ pub(super) fn control_dir_perm(ino: u64) -> u16 {
 /// A generated file of `.control`, 0400: the mount owner's (the daemon's user), except
 /// that an fsmonitor answer belongs to the owner of the worktree it is about (`owner`),
 /// the user whose git asks for it.
-pub(super) fn control_file_attr(ino: u64, len: usize, owner: Option<(u32, u32)>) -> Attr {
+pub(super) fn control_file_attr(ino: Ino, len: usize, owner: Option<(u32, u32)>) -> Attr {
     let (uid, gid) = owner.unwrap_or_else(|| {
         (
             nix::unistd::geteuid().as_raw(),

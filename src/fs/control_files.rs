@@ -11,6 +11,7 @@ use super::nodes::{control_ino, NodeKind};
 use super::ttl::{ttl_of, CONTROL_TTL};
 use super::types::Entry;
 use super::view::View;
+use crate::ino::Ino;
 use crate::store::StoreError;
 
 /// How long a refresh waits for the change requests that began before a guard to end.
@@ -226,7 +227,7 @@ impl View {
 
     pub(super) fn lookup_control(
         &self,
-        parent: u64,
+        parent: Ino,
         dir: ControlDir,
         name: &OsStr,
         listed: bool,
@@ -254,7 +255,7 @@ impl View {
         // times): its TTL is 0, so the kernel asks again (LOOKUP by path, GETATTR on an
         // open file; both generate it) before it uses the attributes for anything.
         let owner = self.control_file_owner(dir, &name_s);
-        let listed_file = move |ino: u64| control_file_attr(ino, 0, owner);
+        let listed_file = move |ino: Ino| control_file_attr(ino, 0, owner);
         if dir == ControlDir::Top {
             // Fixed nodes: their lookup counts are never used up.
             let t = self.nodes.read();
@@ -275,7 +276,7 @@ impl View {
         }
         let natural = control_ino(dir, name);
         let mut t = self.nodes.write();
-        let ino = t.insert_child(parent, name, natural, NodeKind::ControlFile(dir, name_s));
+        let ino = t.insert_child(parent, name, natural.0, NodeKind::ControlFile(dir, name_s));
         if listed {
             return Ok(Entry {
                 attr: listed_file(ino),

@@ -20,6 +20,7 @@ use crate::git::filters::{self, Owner};
 use super::error::{FsError, FsResult};
 use super::view::View;
 use super::worktree::WtCtx;
+use crate::ino::Ino;
 
 impl View {
     /// The size of converted base file `c`: the LFS pointer's word, or the converted
@@ -69,7 +70,7 @@ impl View {
     /// `mutate` is taken for a change that copies it up: the copy-up then finds it made.
     /// A directory's files are not made ahead (a rename of a directory converts under
     /// `mutate`).
-    pub(super) fn prepare_content(&self, ino: u64) {
+    pub(super) fn prepare_content(&self, ino: Ino) {
         let Some((wt, oid, path)) = self.converted_base_file(ino) else {
             return;
         };
@@ -80,7 +81,7 @@ impl View {
 
     /// The worktree, blob and path of node `ino` when it is a base file of a worktree
     /// with converted files (none looked for until some worktree has them).
-    fn converted_base_file(&self, ino: u64) -> Option<(std::sync::Arc<WtCtx>, Oid, Vec<u8>)> {
+    fn converted_base_file(&self, ino: Ino) -> Option<(std::sync::Arc<WtCtx>, Oid, Vec<u8>)> {
         if !self
             .conversions_in_use
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -99,7 +100,7 @@ impl View {
     }
 
     /// As `prepare_converted`, for node `ino` when it is a converted base file.
-    pub(super) fn prepare_node(&self, ino: u64) {
+    pub(super) fn prepare_node(&self, ino: Ino) {
         let Some((wt, oid, path)) = self.converted_base_file(ino) else {
             return;
         };

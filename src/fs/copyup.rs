@@ -21,6 +21,7 @@ use super::overlay::BaseRef;
 use super::types::{systime, FType};
 use super::view::{marker, View};
 use super::worktree::WtCtx;
+use crate::ino::Ino;
 
 /// FICLONE where the filesystem shares extents, else copy_file_range (std::io::copy uses it).
 pub(super) fn clone_or_copy(src: &File, dst: &File) -> io::Result<()> {
@@ -38,7 +39,7 @@ pub(super) fn clone_or_copy(src: &File, dst: &File) -> io::Result<()> {
 
 impl View {
     /// Makes sure the directory `ino` exists in the upper layer (parents first).
-    pub(super) fn ensure_upper_dir(&self, ino: u64) -> FsResult<()> {
+    pub(super) fn ensure_upper_dir(&self, ino: Ino) -> FsResult<()> {
         let mut chain = Vec::new();
         {
             let t = self.nodes.read();
@@ -66,7 +67,7 @@ impl View {
 
     /// Node `ino` is in the upper layer now, as the file with inode number `upper_ino`
     /// (`base`: its base changes too).
-    pub(super) fn set_in_upper(&self, ino: u64, base: Option<Option<BaseRef>>, upper_ino: u64) {
+    pub(super) fn set_in_upper(&self, ino: Ino, base: Option<Option<BaseRef>>, upper_ino: u64) {
         let mut t = self.nodes.write();
         if let Some(ov) = t.overlay_mut(ino) {
             ov.in_upper = true;
@@ -95,7 +96,7 @@ impl View {
     /// Atomic: built in the work directory, fsync'd, renamed into place. An entry whose
     /// last name is gone (a removed base file still open) is built the same way and kept
     /// open instead, with no name.
-    pub(super) fn copy_up(&self, ino: u64, with_data: bool) -> FsResult<()> {
+    pub(super) fn copy_up(&self, ino: Ino, with_data: bool) -> FsResult<()> {
         let (wt, ov, parent, name, unlinked, path) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
@@ -274,7 +275,7 @@ impl View {
 
     /// Copies every base entry below directory `ino` into the upper layer and marks it
     /// opaque, so the directory can move without its base (used by rename of directories).
-    pub(super) fn copy_up_tree(&self, ino: u64) -> FsResult<()> {
+    pub(super) fn copy_up_tree(&self, ino: Ino) -> FsResult<()> {
         let (wt, ov, rel) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
@@ -297,7 +298,7 @@ impl View {
         // base; one whose file cannot be found is left as it is (its next use says why).
         // Nodes of a submodule's view below are that view's, in its own layers: not
         // touched (its stub moves with the directory).
-        let below: Vec<u64> = {
+        let below: Vec<Ino> = {
             let t = self.nodes.read();
             t.below(ino)
                 .into_iter()

@@ -12,6 +12,7 @@ use std::fmt;
 use std::io;
 use std::time::Duration;
 
+use crate::ino::Ino;
 use crate::lease::Conflict;
 use crate::lifecycle::cleanup::RequestError;
 use crate::lifecycle::create::CreateError;
@@ -198,7 +199,7 @@ impl FsError {
     }
 
     /// An inode the kernel named that this daemon does not know (any more).
-    pub fn stale(ino: u64) -> Self {
+    pub fn stale(ino: Ino) -> Self {
         FsError::new(ErrorKind::Stale, format!("inode {ino} is not known"))
     }
 

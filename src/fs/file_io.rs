@@ -12,19 +12,21 @@ use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard, RwLockWriteGua
 use super::control::ControlDir;
 use super::error::{FsError, FsResult};
 use super::handles::{
-    opened, plain_read_write, upper_flags, BaseBlob, Fh, HandleKind, MAX_RECORDED_PATHS,
+    opened, plain_read_write, upper_flags, BaseBlob, HandleKind, MAX_RECORDED_PATHS,
 };
 use super::nodes::NodeKind;
+use super::types::Fh;
 use super::types::{Backing, FType};
 use super::view::View;
 use super::worktree::WtCtx;
+use crate::ino::Ino;
 
 impl View {
     /// A handle on the upper file `file`, or (with `blob`) on a base file, opened at its
     /// first read.
     pub(super) fn file_handle(
         &self,
-        ino: u64,
+        ino: Ino,
         wt: Option<Arc<WtCtx>>,
         file: Option<File>,
         blob: Option<BaseBlob>,
@@ -69,7 +71,7 @@ impl View {
     }
 
     /// For an open file handle: its inode and whether it reads the base (the blob cache).
-    pub fn handle_io(&self, fh: Fh) -> Option<(u64, bool)> {
+    pub fn handle_io(&self, fh: Fh) -> Option<(Ino, bool)> {
         match &*self.handle(fh).ok()? {
             HandleKind::File { ino, on_base, .. } => Some((*ino, on_base.load(Ordering::Acquire))),
             _ => None,
@@ -120,12 +122,12 @@ impl View {
 
     /// Opens a file. The flag says the content is generated (`.git`, `.control`): the
     /// kernel must read it directly rather than trust a cached size.
-    pub fn open(&self, ino: u64, flags: i32) -> FsResult<(Fh, bool)> {
+    pub fn open(&self, ino: Ino, flags: i32) -> FsResult<(Fh, bool)> {
         let generated = matches!(self.nodes.read().kind(ino), Some(NodeKind::ControlFile(..)));
         self.open_inner(ino, flags).map(|fh| (fh, generated))
     }
 
-    pub(super) fn open_inner(&self, ino: u64, flags: i32) -> FsResult<Fh> {
+    pub(super) fn open_inner(&self, ino: Ino, flags: i32) -> FsResult<Fh> {
         let kind = self
             .nodes
             .read()
@@ -263,7 +265,7 @@ impl View {
         }
     }
 
-    pub(super) fn record_content_path(&self, ino: u64) {
+    pub(super) fn record_content_path(&self, ino: Ino) {
         if self.stats.content_paths.lock().len() >= MAX_RECORDED_PATHS {
             return;
         }
@@ -325,7 +327,7 @@ impl View {
     /// every reader sees changes made through the view.
     pub(super) fn follow_copy_up(
         &self,
-        ino: u64,
+        ino: Ino,
         file: &RwLock<Option<File>>,
         on_base: &std::sync::atomic::AtomicBool,
     ) -> FsResult<()> {

@@ -17,11 +17,12 @@ use super::worktree::WtCtx;
 use crate::beneath;
 use crate::git::{self, MODE_TREE};
 use crate::ids::WorktreeId;
+use crate::ino::Ino;
 use crate::layout::UpperDir;
 
 impl View {
     /// Records that the entry `ino` changed.
-    pub(super) fn note_node(&self, ino: u64) {
+    pub(super) fn note_node(&self, ino: Ino) {
         let t = self.nodes.read();
         if let Ok((wt, _, _)) = t.wt_of(ino) {
             let paths = t.rel_paths(ino);
@@ -33,7 +34,7 @@ impl View {
     }
 
     /// Records that the name `name` in directory `parent` changed (created or removed).
-    pub(super) fn note_child(&self, parent: u64, name: &OsStr) {
+    pub(super) fn note_child(&self, parent: Ino, name: &OsStr) {
         let t = self.nodes.read();
         if let (Ok((wt, _, _)), Ok(rel)) = (t.wt_of(parent), t.child_rel_path(parent, name)) {
             drop(t);

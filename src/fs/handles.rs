@@ -13,14 +13,16 @@ use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 
 use super::error::{FsError, FsResult};
 use super::types::DirEntry;
+use super::types::Fh;
 use super::worktree::WtCtx;
 use crate::ids::WorktreeId;
+use crate::ino::Ino;
 
 pub(super) const MAX_RECORDED_PATHS: usize = 64;
 
 pub(super) enum HandleKind {
     File {
-        ino: u64,
+        ino: Ino,
         /// The worktree, and the fsmonitor query epoch in which this handle last recorded
         /// its path as changed (writable handles only).
         wt: Option<Arc<WtCtx>>,
@@ -91,17 +93,6 @@ pub(super) fn upper_flags(flags: i32) -> i32 {
         & (libc::O_APPEND | libc::O_TRUNC | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC))
 }
 
-/// A handle's number: what `open`, `opendir` and `create` answer and every later request
-/// on the handle names (`fh` in the protocol).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fh(pub u64);
-
-impl std::fmt::Display for Fh {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
 /// The open handles, files and directories, by handle number, and the copy-up epoch
 /// their reads check. Lock order: after the node table.
 pub(super) struct Handles {
@@ -137,7 +128,7 @@ impl Handles {
 
     /// The inodes of the handles open for writing in worktree `worktree` (a submodule's
     /// view counts as its worktree's).
-    pub(super) fn writable_in(&self, worktree: WorktreeId) -> Vec<u64> {
+    pub(super) fn writable_in(&self, worktree: WorktreeId) -> Vec<Ino> {
         self.open
             .lock()
             .values()
@@ -145,7 +136,7 @@ impl Handles {
                 HandleKind::File {
                     ino, wt: Some(w), ..
                 } if w.ident.lease_id == worktree => Some(*ino),
-                HandleKind::GitFileWrite(w) if w.ident.lease_id == worktree => Some(0),
+                HandleKind::GitFileWrite(w) if w.ident.lease_id == worktree => Some(Ino(0)),
                 _ => None,
             })
             .collect()
@@ -162,7 +153,7 @@ impl Handles {
 }
 
 /// Listings being read by handle-less readdir (see `View::readdir_ino`), by directory.
-pub(super) struct Listings(Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>);
+pub(super) struct Listings(Mutex<HashMap<Ino, Arc<Vec<DirEntry>>>>);
 
 impl Listings {
     pub(super) fn new() -> Listings {
@@ -170,15 +161,15 @@ impl Listings {
     }
 
     /// The listing of `ino` a pass is reading.
-    pub(super) fn continued(&self, ino: u64) -> Option<Arc<Vec<DirEntry>>> {
+    pub(super) fn continued(&self, ino: Ino) -> Option<Arc<Vec<DirEntry>>> {
         self.0.lock().get(&ino).cloned()
     }
 
-    pub(super) fn started(&self, ino: u64, listing: Arc<Vec<DirEntry>>) {
+    pub(super) fn started(&self, ino: Ino, listing: Arc<Vec<DirEntry>>) {
         self.0.lock().insert(ino, listing);
     }
 
-    pub(super) fn finished(&self, ino: u64) {
+    pub(super) fn finished(&self, ino: Ino) {
         self.0.lock().remove(&ino);
     }
 }

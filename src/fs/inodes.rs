@@ -14,8 +14,9 @@ use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::error::{FsError, FsResult};
 use super::inomap::{ChildIndex, InoMap};
+use crate::ino::Ino;
 
-pub const ROOT_INO: u64 = 1;
+pub const ROOT_INO: Ino = Ino(1);
 pub(super) const DYNAMIC_INO_BIT: u64 = 1 << 62;
 
 /// Where a node stands on the paths inside a worktree (which are relative to it).
@@ -37,7 +38,7 @@ pub(super) trait PathStep {
 #[derive(Debug)]
 pub(super) struct Node<K> {
     kind: K,
-    parent: u64,
+    parent: Ino,
     name: Box<OsStr>,
     /// The kernel's lookup count. Atomic so a lookup of a known name counts it under the
     /// table's read lock; `forget` (write lock) is the only one that lowers it.
@@ -50,7 +51,7 @@ impl<K> Node<K> {
         &self.kind
     }
 
-    pub(super) fn parent(&self) -> u64 {
+    pub(super) fn parent(&self) -> Ino {
         self.parent
     }
 
@@ -63,7 +64,7 @@ impl<K> Node<K> {
         self.unlinked
     }
 
-    pub(super) fn new(kind: K, parent: u64, name: &OsStr, lookups: u64) -> Node<K> {
+    pub(super) fn new(kind: K, parent: Ino, name: &OsStr, lookups: u64) -> Node<K> {
         Node {
             kind,
             parent,
@@ -92,10 +93,10 @@ pub(super) struct InodeTable<K> {
     nodes: InoMap<Node<K>>,
     children: ChildIndex,
     /// Further names of hard-linked upper files (rare), by inode.
-    aliases: HashMap<u64, Vec<(u64, OsString)>>,
+    aliases: HashMap<Ino, Vec<(Ino, OsString)>>,
     /// The deleted-but-open set: upper files of nodes whose last name is gone, held open
     /// (`O_PATH`) until the kernel forgets the node (see `fs/place.rs`).
-    orphans: HashMap<u64, Arc<OwnedFd>>,
+    orphans: HashMap<Ino, Arc<OwnedFd>>,
     /// `orphans.len()`, readable without the lock (the stats file).
     kept: Arc<AtomicUsize>,
     next_dynamic: u64,
@@ -116,7 +117,7 @@ pub(super) struct Inodes<K> {
 impl<K> Inodes<K> {
     /// A table holding the fixed nodes `(ino, kind, parent, name)`, whose lookup counts
     /// are never used up.
-    pub(super) fn new<'a>(fixed: impl IntoIterator<Item = (u64, K, u64, &'a str)>) -> Inodes<K> {
+    pub(super) fn new<'a>(fixed: impl IntoIterator<Item = (Ino, K, Ino, &'a str)>) -> Inodes<K> {
         let count = Arc::new(AtomicUsize::new(0));
         let mut table = InodeTable::new(count.clone());
         for (ino, kind, parent, name) in fixed {
@@ -161,35 +162,36 @@ impl<K> InodeTable<K> {
         }
     }
 
-    pub(super) fn assign_ino(&mut self, natural: u64) -> u64 {
-        if natural > ROOT_INO && !self.nodes.contains_key(&natural) {
-            return natural;
+    pub(super) fn assign_ino(&mut self, natural: u64) -> Ino {
+        if natural > ROOT_INO.0 && !self.nodes.contains_key(&Ino(natural)) {
+            return Ino(natural);
         }
         // Collision (or a still-open unlinked entry at the same path): keep the low 32 bits
         // git compares, change the high ones.
         loop {
             self.next_dynamic += 1;
-            let candidate = DYNAMIC_INO_BIT | (self.next_dynamic << 32) | (natural & 0xffff_ffff);
+            let candidate =
+                Ino(DYNAMIC_INO_BIT | (self.next_dynamic << 32) | (natural & 0xffff_ffff));
             if !self.nodes.contains_key(&candidate) {
                 return candidate;
             }
         }
     }
 
-    pub(super) fn get(&self, ino: u64) -> Option<&Node<K>> {
+    pub(super) fn get(&self, ino: Ino) -> Option<&Node<K>> {
         self.nodes.get(&ino)
     }
 
     /// The kernel learned of `ino` once more (a lookup, a link, a listing's entry). Under
     /// the read lock: a forget needs the write lock, so it cannot drop the node meanwhile.
-    pub(super) fn count_lookup(&self, ino: u64) {
+    pub(super) fn count_lookup(&self, ino: Ino) {
         if let Some(n) = self.nodes.get(&ino) {
             n.lookups.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// The kernel forgot `nlookup` of its lookups of `ino`; the node goes with the last.
-    pub(super) fn forget(&mut self, ino: u64, nlookup: u64) -> bool {
+    pub(super) fn forget(&mut self, ino: Ino, nlookup: u64) -> bool {
         let Some(node) = self.nodes.get_mut(&ino) else {
             return false;
         };
@@ -202,15 +204,15 @@ impl<K> InodeTable<K> {
         left == 0
     }
 
-    pub(super) fn contains(&self, ino: u64) -> bool {
+    pub(super) fn contains(&self, ino: Ino) -> bool {
         self.nodes.contains_key(&ino)
     }
 
-    pub(super) fn kind_mut(&mut self, ino: u64) -> Option<&mut K> {
+    pub(super) fn kind_mut(&mut self, ino: Ino) -> Option<&mut K> {
         self.nodes.get_mut(&ino).map(|n| &mut n.kind)
     }
 
-    pub(super) fn kind(&self, ino: u64) -> Option<&K> {
+    pub(super) fn kind(&self, ino: Ino) -> Option<&K> {
         self.nodes.get(&ino).map(|n| &n.kind)
     }
 
@@ -218,12 +220,12 @@ impl<K> InodeTable<K> {
     /// whatever had that name (a rename): the node's own name, or one of its links.
     pub(super) fn move_name(
         &mut self,
-        ino: u64,
-        parent: u64,
+        ino: Ino,
+        parent: Ino,
         name: &OsStr,
-        newparent: u64,
+        newparent: Ino,
         newname: &OsStr,
-        kept: Option<(u64, OwnedFd)>,
+        kept: Option<(Ino, OwnedFd)>,
     ) {
         self.detach_keeping(newparent, newname, kept);
         self.unmap_child(parent, name);
@@ -249,14 +251,14 @@ impl<K> InodeTable<K> {
     }
 
     /// The inode named `name` in `parent`.
-    pub(super) fn child(&self, parent: u64, name: &OsStr) -> Option<u64> {
+    pub(super) fn child(&self, parent: Ino, name: &OsStr) -> Option<Ino> {
         let (nodes, aliases) = (&self.nodes, &self.aliases);
         self.children
             .get(parent, name, |i| has_name(nodes, aliases, i, parent, name))
     }
 
     /// Maps `(parent, name)` to `ino` (whose node says so already, or will at once).
-    pub(super) fn map_child(&mut self, parent: u64, name: &OsStr, ino: u64) {
+    pub(super) fn map_child(&mut self, parent: Ino, name: &OsStr, ino: Ino) {
         // Another name of this inode in this directory with the same hash would share the
         // slot, and one slot cannot tell two names of one inode apart: map it exactly.
         // (Hashed only when there is such a name, a rename's or a link's: not for a new
@@ -281,7 +283,7 @@ impl<K> InodeTable<K> {
     }
 
     /// Unmaps `(parent, name)`, returning the inode; the node keeps its fields.
-    pub(super) fn unmap_child(&mut self, parent: u64, name: &OsStr) -> Option<u64> {
+    pub(super) fn unmap_child(&mut self, parent: Ino, name: &OsStr) -> Option<Ino> {
         let (nodes, aliases) = (&self.nodes, &self.aliases);
         self.children
             .remove(parent, name, |i| has_name(nodes, aliases, i, parent, name))
@@ -289,7 +291,7 @@ impl<K> InodeTable<K> {
 
     /// Adds a node under its own name (`node.parent`, `node.name`).
     /// `ino` is new to the table: its name is mapped first, so no copy of it is needed.
-    pub(super) fn insert_node(&mut self, ino: u64, node: Node<K>) {
+    pub(super) fn insert_node(&mut self, ino: Ino, node: Node<K>) {
         debug_assert!(
             !self.nodes.contains_key(&ino),
             "inode {ino} is in the table"
@@ -301,7 +303,7 @@ impl<K> InodeTable<K> {
         self.count.store(self.nodes.len(), Ordering::Relaxed);
     }
 
-    pub(super) fn insert_child(&mut self, parent: u64, name: &OsStr, natural: u64, kind: K) -> u64 {
+    pub(super) fn insert_child(&mut self, parent: Ino, name: &OsStr, natural: u64, kind: K) -> Ino {
         if let Some(existing) = self.child(parent, name) {
             if let Some(n) = self.nodes.get_mut(&existing) {
                 n.lookups.fetch_add(1, Ordering::Relaxed);
@@ -318,11 +320,11 @@ impl<K> InodeTable<K> {
     /// kernel forgets it.
     pub(super) fn insert_nameless(
         &mut self,
-        parent: u64,
+        parent: Ino,
         natural: u64,
         kind: K,
         fd: OwnedFd,
-    ) -> u64 {
+    ) -> Ino {
         let ino = self.assign_ino(natural);
         let mut node = Node::new(kind, parent, OsStr::new(""), 1);
         node.unlinked = true;
@@ -335,7 +337,7 @@ impl<K> InodeTable<K> {
 
     /// Gives node `ino`, which has no name, its first: `(parent, name)` (a link of an
     /// `O_TMPFILE` file). Its file is found by that name from now on.
-    pub(super) fn name_nameless(&mut self, ino: u64, parent: u64, name: &OsStr) {
+    pub(super) fn name_nameless(&mut self, ino: Ino, parent: Ino, name: &OsStr) {
         let Some(node) = self.nodes.get_mut(&ino) else {
             return;
         };
@@ -349,7 +351,7 @@ impl<K> InodeTable<K> {
     }
 
     /// Gives `ino` the further name `(parent, name)` (a hard link, or a rename of one).
-    pub(super) fn add_alias(&mut self, ino: u64, parent: u64, name: &OsStr) {
+    pub(super) fn add_alias(&mut self, ino: Ino, parent: Ino, name: &OsStr) {
         self.aliases
             .entry(ino)
             .or_default()
@@ -358,7 +360,7 @@ impl<K> InodeTable<K> {
     }
 
     /// Drops the name `(parent, name)`; the node stays while the kernel still knows it.
-    pub(super) fn detach_name(&mut self, parent: u64, name: &OsStr) {
+    pub(super) fn detach_name(&mut self, parent: Ino, name: &OsStr) {
         self.detach_keeping(parent, name, None)
     }
 
@@ -366,9 +368,9 @@ impl<K> InodeTable<K> {
     /// `View::keep`), which the node keeps if this was its last name.
     pub(super) fn detach_keeping(
         &mut self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
-        kept: Option<(u64, OwnedFd)>,
+        kept: Option<(Ino, OwnedFd)>,
     ) {
         let Some(ino) = self.unmap_child(parent, name) else {
             return;
@@ -397,19 +399,19 @@ impl<K> InodeTable<K> {
     }
 
     /// The kept file of node `ino`, whose last name is gone.
-    pub(super) fn orphan(&self, ino: u64) -> Option<Arc<OwnedFd>> {
+    pub(super) fn orphan(&self, ino: Ino) -> Option<Arc<OwnedFd>> {
         self.orphans.get(&ino).cloned()
     }
 
     /// Node `ino`, whose last name is gone, now has its own file `fd` (a copy-up of a
     /// removed base file).
-    pub(super) fn set_orphan(&mut self, ino: u64, fd: OwnedFd) {
+    pub(super) fn set_orphan(&mut self, ino: Ino, fd: OwnedFd) {
         self.orphans.insert(ino, Arc::new(fd));
         self.kept.store(self.orphans.len(), Ordering::Relaxed);
     }
 
     /// Whether `(parent, name)` is the last name of node `ino` (removing it orphans it).
-    pub(super) fn is_last_name(&self, ino: u64, parent: u64, name: &OsStr) -> bool {
+    pub(super) fn is_last_name(&self, ino: Ino, parent: Ino, name: &OsStr) -> bool {
         self.nodes
             .get(&ino)
             .is_some_and(|n| n.parent == parent && &*n.name == name)
@@ -417,7 +419,7 @@ impl<K> InodeTable<K> {
     }
 
     /// Removes a node the kernel has forgotten, with every name still mapped to it.
-    pub(super) fn remove_node(&mut self, ino: u64) {
+    pub(super) fn remove_node(&mut self, ino: Ino) {
         let Some(node) = self.nodes.get(&ino) else {
             return;
         };
@@ -440,9 +442,9 @@ impl<K> InodeTable<K> {
 /// Whether `ino` is called `name` in `parent` (its own name or one of its links).
 pub(super) fn has_name<K>(
     nodes: &InoMap<Node<K>>,
-    aliases: &HashMap<u64, Vec<(u64, OsString)>>,
-    ino: u64,
-    parent: u64,
+    aliases: &HashMap<Ino, Vec<(Ino, OsString)>>,
+    ino: Ino,
+    parent: Ino,
     name: &OsStr,
 ) -> bool {
     nodes
@@ -455,7 +457,7 @@ pub(super) fn has_name<K>(
 
 impl<K: PathStep> InodeTable<K> {
     /// Every node below directory `ino` (not `ino` itself).
-    pub(super) fn below(&self, ino: u64) -> Vec<u64> {
+    pub(super) fn below(&self, ino: Ino) -> Vec<Ino> {
         self.nodes
             .keys()
             .copied()
@@ -464,7 +466,7 @@ impl<K: PathStep> InodeTable<K> {
     }
 
     /// The path of a worktree entry relative to its worktree (empty for the root).
-    pub(super) fn rel_path(&self, ino: u64) -> FsResult<Vec<u8>> {
+    pub(super) fn rel_path(&self, ino: Ino) -> FsResult<Vec<u8>> {
         let mut parts: Vec<&OsStr> = Vec::new();
         let mut cur = ino;
         loop {
@@ -490,7 +492,7 @@ impl<K: PathStep> InodeTable<K> {
 
     /// Every path of node `ino` relative to its worktree: its name's, then its hard
     /// links' the table knows (a change to the file is a change at each).
-    pub(super) fn rel_paths(&self, ino: u64) -> Vec<Vec<u8>> {
+    pub(super) fn rel_paths(&self, ino: Ino) -> Vec<Vec<u8>> {
         // A file made with no name (O_TMPFILE, not linked yet) has no path at all.
         let named = self.nodes.get(&ino).is_none_or(|n| !n.name.is_empty());
         let mut out: Vec<Vec<u8>> = self.rel_path(ino).into_iter().filter(|_| named).collect();
@@ -503,13 +505,13 @@ impl<K: PathStep> InodeTable<K> {
     }
 
     /// The path of the name `name` in directory `parent`, relative to its worktree.
-    pub(super) fn child_rel_path(&self, parent: u64, name: &OsStr) -> FsResult<Vec<u8>> {
+    pub(super) fn child_rel_path(&self, parent: Ino, name: &OsStr) -> FsResult<Vec<u8>> {
         Ok(join_rel(&self.rel_path(parent)?, name.as_bytes()))
     }
 
     /// As `rel_path`, for reaching the upper layer: ENOENT when the node or an ancestor
     /// has lost its last name (nothing below a removed directory has a path).
-    pub(super) fn live_rel_path(&self, ino: u64) -> FsResult<Vec<u8>> {
+    pub(super) fn live_rel_path(&self, ino: Ino) -> FsResult<Vec<u8>> {
         let mut cur = ino;
         loop {
             let node = self.nodes.get(&cur).ok_or_else(|| FsError::stale(cur))?;
@@ -525,7 +527,7 @@ impl<K: PathStep> InodeTable<K> {
         self.rel_path(ino)
     }
 
-    pub(super) fn is_below(&self, mut n: u64, ancestor: u64) -> bool {
+    pub(super) fn is_below(&self, mut n: Ino, ancestor: Ino) -> bool {
         for _ in 0..4096 {
             let Some(node) = self.nodes.get(&n) else {
                 return false;
@@ -553,8 +555,8 @@ mod node_table_tests {
         for order in 0..4usize {
             let mut t = InodeTable::<()>::new(Arc::new(AtomicUsize::new(0)));
             t.children = ChildIndex::colliding_often(1);
-            let d = 7u64;
-            let others: Vec<u64> = ["b", "c", "d"]
+            let d = Ino(7);
+            let others: Vec<Ino> = ["b", "c", "d"]
                 .iter()
                 .enumerate()
                 .map(|(i, n)| t.insert_child(d, OsStr::new(n), 200 + i as u64, ()))

@@ -14,6 +14,7 @@
 //!   inode (a hard link) whose hash equals that of its other name in the same directory,
 //!   since one slot cannot tell two names of the same inode apart.
 
+use crate::ino::Ino;
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::hash::{BuildHasher, Hasher};
@@ -21,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 
 /// Inode number → `V`, values in a slab.
 pub struct InoMap<V> {
-    index: HashMap<u64, u32>,
+    index: HashMap<Ino, u32>,
     slots: Vec<Option<V>>,
     free: Vec<u32>,
 }
@@ -47,33 +48,33 @@ impl<V> InoMap<V> {
     }
 
     #[cfg(test)]
-    pub fn get_or_insert_with(&mut self, ino: u64, make: impl FnOnce() -> V) -> &mut V {
+    pub fn get_or_insert_with(&mut self, ino: Ino, make: impl FnOnce() -> V) -> &mut V {
         if !self.index.contains_key(&ino) {
             self.insert(ino, make());
         }
         self.get_mut(&ino).expect("just inserted")
     }
 
-    pub fn contains_key(&self, ino: &u64) -> bool {
+    pub fn contains_key(&self, ino: &Ino) -> bool {
         self.index.contains_key(ino)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &u64> {
+    pub fn keys(&self) -> impl Iterator<Item = &Ino> {
         self.index.keys()
     }
 
-    pub fn get(&self, ino: &u64) -> Option<&V> {
+    pub fn get(&self, ino: &Ino) -> Option<&V> {
         let slot = *self.index.get(ino)?;
         self.slots[slot as usize].as_ref()
     }
 
-    pub fn get_mut(&mut self, ino: &u64) -> Option<&mut V> {
+    pub fn get_mut(&mut self, ino: &Ino) -> Option<&mut V> {
         let slot = *self.index.get(ino)?;
         self.slots[slot as usize].as_mut()
     }
 
     /// Inserts or replaces; returns the value replaced.
-    pub fn insert(&mut self, ino: u64, value: V) -> Option<V> {
+    pub fn insert(&mut self, ino: Ino, value: V) -> Option<V> {
         if let Some(&slot) = self.index.get(&ino) {
             return self.slots[slot as usize].replace(value);
         }
@@ -92,7 +93,7 @@ impl<V> InoMap<V> {
         None
     }
 
-    pub fn remove(&mut self, ino: &u64) -> Option<V> {
+    pub fn remove(&mut self, ino: &Ino) -> Option<V> {
         let slot = self.index.remove(ino)?;
         let value = self.slots[slot as usize].take();
         self.free.push(slot);
@@ -108,9 +109,9 @@ impl<V> InoMap<V> {
 
 /// `(parent, name)` → inode, storing no name (see the module's text).
 pub struct ChildIndex {
-    hashed: HashMap<(u64, u64), u64>,
+    hashed: HashMap<(Ino, u64), Ino>,
     /// Names whose `(parent, hash)` slot is taken by another name.
-    colliding: HashMap<(u64, OsString), u64>,
+    colliding: HashMap<(Ino, OsString), Ino>,
     hasher: FixedSip,
     /// The hash's bits kept: all of them, but for tests of the colliding path.
     mask: u64,
@@ -157,13 +158,13 @@ impl ChildIndex {
     /// Maps `(parent, name)` exactly, outside the hashed slots: for a second name of an
     /// inode whose other name in `parent` has the same hash (one slot cannot tell them
     /// apart).
-    pub fn insert_exact(&mut self, parent: u64, name: &OsStr, ino: u64) {
+    pub fn insert_exact(&mut self, parent: Ino, name: &OsStr, ino: Ino) {
         self.colliding.insert((parent, name.to_os_string()), ino);
     }
 
     /// The inode at `(parent, name)`. `named(ino)` says whether that inode has this name
     /// in this parent (the caller's table holds the names).
-    pub fn get(&self, parent: u64, name: &OsStr, named: impl Fn(u64) -> bool) -> Option<u64> {
+    pub fn get(&self, parent: Ino, name: &OsStr, named: impl Fn(Ino) -> bool) -> Option<Ino> {
         if let Some(&ino) = self.hashed.get(&(parent, self.hash(name))) {
             if named(ino) {
                 return Some(ino);
@@ -177,7 +178,7 @@ impl ChildIndex {
 
     /// Maps `(parent, name)` to `ino`, replacing what it mapped to. `named` as for `get`,
     /// asked of the inode currently in the name's slot.
-    pub fn insert(&mut self, parent: u64, name: &OsStr, ino: u64, named: impl Fn(u64) -> bool) {
+    pub fn insert(&mut self, parent: Ino, name: &OsStr, ino: Ino, named: impl Fn(Ino) -> bool) {
         let key = (parent, self.hash(name));
         match self.hashed.get(&key) {
             Some(&other) if other != ino && !named(other) => {
@@ -196,10 +197,10 @@ impl ChildIndex {
     /// Unmaps `(parent, name)`; returns the inode it mapped to.
     pub fn remove(
         &mut self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
-        named: impl Fn(u64) -> bool,
-    ) -> Option<u64> {
+        named: impl Fn(Ino) -> bool,
+    ) -> Option<Ino> {
         // An exact entry first: its hashed slot, if any, may hold another name of the same
         // inode.
         if !self.colliding.is_empty() {
@@ -236,26 +237,26 @@ mod tests {
     fn slots_are_reused_and_values_follow_their_inode() {
         let mut m = InoMap::default();
         for i in 0..100u64 {
-            assert!(m.insert(i << 32 | 7, i).is_none());
+            assert!(m.insert(Ino(i << 32 | 7), i).is_none());
         }
         assert_eq!(m.len(), 100);
         for i in (0..100u64).step_by(2) {
-            assert_eq!(m.remove(&(i << 32 | 7)), Some(i));
+            assert_eq!(m.remove(&Ino(i << 32 | 7)), Some(i));
         }
-        assert_eq!(m.remove(&7), None, "removed already");
+        assert_eq!(m.remove(&Ino(7)), None, "removed already");
         for i in 100..150u64 {
-            m.insert(i << 32 | 7, i);
+            m.insert(Ino(i << 32 | 7), i);
         }
         assert_eq!(m.slots.len(), 100, "freed slots were not reused");
         for i in (1..100u64).step_by(2).chain(100..150) {
-            assert_eq!(m.get(&(i << 32 | 7)), Some(&i));
+            assert_eq!(m.get(&Ino(i << 32 | 7)), Some(&i));
         }
-        assert_eq!(m.insert(1 << 32 | 7, 1000), Some(1));
-        *m.get_mut(&(1 << 32 | 7)).unwrap() += 1;
-        assert_eq!(m.get(&(1 << 32 | 7)), Some(&1001));
-        assert_eq!(*m.get_or_insert_with(5, || 55), 55);
-        assert_eq!(*m.get_or_insert_with(5, || 66), 55);
-        let keys: Vec<u64> = m.index.keys().copied().collect();
+        assert_eq!(m.insert(Ino(1 << 32 | 7), 1000), Some(1));
+        *m.get_mut(&Ino(1 << 32 | 7)).unwrap() += 1;
+        assert_eq!(m.get(&Ino(1 << 32 | 7)), Some(&1001));
+        assert_eq!(*m.get_or_insert_with(Ino(5), || 55), 55);
+        assert_eq!(*m.get_or_insert_with(Ino(5), || 66), 55);
+        let keys: Vec<Ino> = m.index.keys().copied().collect();
         for k in keys {
             m.remove(&k);
         }
@@ -264,9 +265,9 @@ mod tests {
     }
 
     /// Names and their owners, as the view's node table would hold them.
-    struct Names(HashMap<u64, Vec<(u64, OsString)>>);
+    struct Names(HashMap<Ino, Vec<(Ino, OsString)>>);
     impl Names {
-        fn named(&self, parent: u64, name: &str) -> impl Fn(u64) -> bool + '_ {
+        fn named(&self, parent: Ino, name: &str) -> impl Fn(Ino) -> bool + '_ {
             let name = OsString::from(name);
             move |ino| {
                 self.0
@@ -280,45 +281,81 @@ mod tests {
     fn names_are_confirmed_by_their_owner_and_collisions_kept_apart() {
         let mut names = Names(HashMap::new());
         let mut c = ChildIndex::default();
-        names.0.insert(10, vec![(1, "a".into())]);
-        names
-            .0
-            .insert(11, vec![(1, "b".into()), (2, "b-link".into())]);
-        c.insert(1, OsStr::new("a"), 10, names.named(1, "a"));
-        c.insert(1, OsStr::new("b"), 11, names.named(1, "b"));
-        c.insert(2, OsStr::new("b-link"), 11, names.named(2, "b-link"));
-        assert_eq!(c.get(1, OsStr::new("a"), names.named(1, "a")), Some(10));
-        assert_eq!(
-            c.get(2, OsStr::new("b-link"), names.named(2, "b-link")),
-            Some(11)
+        names.0.insert(Ino(10), vec![(Ino(1), "a".into())]);
+        names.0.insert(
+            Ino(11),
+            vec![(Ino(1), "b".into()), (Ino(2), "b-link".into())],
         );
-        assert_eq!(c.get(2, OsStr::new("a"), names.named(2, "a")), None);
+        c.insert(Ino(1), OsStr::new("a"), Ino(10), names.named(Ino(1), "a"));
+        c.insert(Ino(1), OsStr::new("b"), Ino(11), names.named(Ino(1), "b"));
+        c.insert(
+            Ino(2),
+            OsStr::new("b-link"),
+            Ino(11),
+            names.named(Ino(2), "b-link"),
+        );
+        assert_eq!(
+            c.get(Ino(1), OsStr::new("a"), names.named(Ino(1), "a")),
+            Some(Ino(10))
+        );
+        assert_eq!(
+            c.get(Ino(2), OsStr::new("b-link"), names.named(Ino(2), "b-link")),
+            Some(Ino(11))
+        );
+        assert_eq!(
+            c.get(Ino(2), OsStr::new("a"), names.named(Ino(2), "a")),
+            None
+        );
         // A slot whose owner no longer has the name answers nothing.
-        names.0.insert(10, vec![(1, "renamed".into())]);
-        assert_eq!(c.get(1, OsStr::new("a"), names.named(1, "a")), None);
-        names.0.insert(10, vec![(1, "a".into())]);
+        names.0.insert(Ino(10), vec![(Ino(1), "renamed".into())]);
+        assert_eq!(
+            c.get(Ino(1), OsStr::new("a"), names.named(Ino(1), "a")),
+            None
+        );
+        names.0.insert(Ino(10), vec![(Ino(1), "a".into())]);
 
         // A collision: force one by hashing into a slot held by another name.
         let hb = c.hash(OsStr::new("b"));
-        c.hashed.insert((3, hb), 11); // "b" of node 11 claims (3, hash(b))
-        names.0.get_mut(&11).unwrap().push((3, "b".into()));
-        names.0.insert(12, vec![(3, "other".into())]);
+        c.hashed.insert((Ino(3), hb), Ino(11)); // "b" of node 11 claims (3, hash(b))
+        names
+            .0
+            .get_mut(&Ino(11))
+            .unwrap()
+            .push((Ino(3), "b".into()));
+        names.0.insert(Ino(12), vec![(Ino(3), "other".into())]);
         // Pretend "other" hashes like "b": insert it into that slot's parent directly.
-        let key_other = (3, c.hash(OsStr::new("other")));
-        c.hashed.insert(key_other, 11); // slot taken by a node without that name
-        c.insert(3, OsStr::new("other"), 12, names.named(3, "other"));
+        let key_other = (Ino(3), c.hash(OsStr::new("other")));
+        c.hashed.insert(key_other, Ino(11)); // slot taken by a node without that name
+        c.insert(
+            Ino(3),
+            OsStr::new("other"),
+            Ino(12),
+            names.named(Ino(3), "other"),
+        );
         assert_eq!(c.colliding.len(), 1, "went to the exact map");
         assert_eq!(
-            c.get(3, OsStr::new("other"), names.named(3, "other")),
-            Some(12)
+            c.get(Ino(3), OsStr::new("other"), names.named(Ino(3), "other")),
+            Some(Ino(12))
         );
-        assert_eq!(c.get(3, OsStr::new("b"), names.named(3, "b")), Some(11));
         assert_eq!(
-            c.remove(3, OsStr::new("other"), names.named(3, "other")),
-            Some(12)
+            c.get(Ino(3), OsStr::new("b"), names.named(Ino(3), "b")),
+            Some(Ino(11))
         );
-        assert_eq!(c.get(3, OsStr::new("other"), names.named(3, "other")), None);
-        assert_eq!(c.remove(1, OsStr::new("a"), names.named(1, "a")), Some(10));
-        assert_eq!(c.remove(1, OsStr::new("a"), names.named(1, "a")), None);
+        assert_eq!(
+            c.remove(Ino(3), OsStr::new("other"), names.named(Ino(3), "other")),
+            Some(Ino(12))
+        );
+        assert_eq!(
+            c.get(Ino(3), OsStr::new("other"), names.named(Ino(3), "other")),
+            None
+        );
+        assert_eq!(
+            c.remove(Ino(1), OsStr::new("a"), names.named(Ino(1), "a")),
+            Some(Ino(10))
+        );
+        assert_eq!(
+            c.remove(Ino(1), OsStr::new("a"), names.named(Ino(1), "a")),
+            None
+        );
     }
 }

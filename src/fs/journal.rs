@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 
+use crate::ino::Ino;
 use parking_lot::Mutex;
 
 /// How many changes a worktree's journal keeps before older tokens get the full answer.
@@ -77,7 +78,7 @@ pub(super) struct WorktreeJournal {
     /// Inodes open for writing, with how many handles: every fsmonitor query reports them
     /// as changed, since with FUSE passthrough their writes never reach the daemon. Each is
     /// recorded in the journal again when its last writer closes.
-    open_writers: Mutex<HashMap<u64, usize>>,
+    open_writers: Mutex<HashMap<Ino, usize>>,
 }
 
 impl WorktreeJournal {
@@ -109,12 +110,12 @@ impl WorktreeJournal {
     }
 
     /// A handle opened `ino` for writing.
-    pub(super) fn writer_opened(&self, ino: u64) {
+    pub(super) fn writer_opened(&self, ino: Ino) {
         *self.open_writers.lock().entry(ino).or_insert(0) += 1;
     }
 
     /// A writing handle of `ino` closed; true when it was the last.
-    pub(super) fn writer_closed(&self, ino: u64) -> bool {
+    pub(super) fn writer_closed(&self, ino: Ino) -> bool {
         let mut w = self.open_writers.lock();
         match w.get_mut(&ino) {
             Some(n) if *n > 1 => {
@@ -129,7 +130,7 @@ impl WorktreeJournal {
     }
 
     /// Inodes open for writing now.
-    pub(super) fn open_writers(&self) -> Vec<u64> {
+    pub(super) fn open_writers(&self) -> Vec<Ino> {
         self.open_writers.lock().keys().copied().collect()
     }
 }

@@ -15,15 +15,17 @@ use crate::layout::UpperDir;
 use super::catalog::repo_ino;
 use super::control::{is_control_dir, ControlDir, CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
-use super::handles::{Fh, HandleKind};
+use super::handles::HandleKind;
 use super::inodes::{join_rel, ROOT_INO};
 use super::nodes::{control_ino, NodeKind, NodeTable};
 use super::place::{held, is_changing, stale_io};
+use super::types::Fh;
 use super::types::{DirEntry, FType, GITFILE_NAME};
 use super::view::View;
+use crate::ino::Ino;
 
 impl View {
-    pub(super) fn merged_listing(&self, t: &NodeTable, ino: u64) -> FsResult<Vec<DirEntry>> {
+    pub(super) fn merged_listing(&self, t: &NodeTable, ino: Ino) -> FsResult<Vec<DirEntry>> {
         let (wt, ov, is_root) = t.wt_of(ino)?;
         if ov.ftype != FType::Dir {
             return Err(FsError::not_dir());
@@ -76,7 +78,7 @@ impl View {
                 names.insert(
                     name.clone(),
                     DirEntry {
-                        ino: child_ino(name.as_bytes()),
+                        ino: Ino(child_ino(name.as_bytes())),
                         kind,
                         name: name.clone(),
                     },
@@ -91,7 +93,7 @@ impl View {
                 names.insert(
                     e.name.clone(),
                     DirEntry {
-                        ino: child_ino(e.name.as_bytes()),
+                        ino: Ino(child_ino(e.name.as_bytes())),
                         kind: FType::from_git_mode(e.mode),
                         name: e.name.clone(),
                     },
@@ -100,7 +102,7 @@ impl View {
         }
         let mut out = Vec::with_capacity(names.len() + 1);
         let gitfile = DirEntry {
-            ino: ino::path_ino(wt.ident.ino_id, b".git"),
+            ino: Ino(ino::path_ino(wt.ident.ino_id, b".git")),
             kind: FType::File,
             name: GITFILE_NAME.into(),
         };
@@ -118,7 +120,7 @@ impl View {
         Ok(out)
     }
 
-    pub(super) fn listing(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+    pub(super) fn listing(&self, ino: Ino) -> FsResult<Vec<DirEntry>> {
         let kind = {
             let t = self.nodes.read();
             t.kind(ino).cloned().ok_or_else(|| FsError::stale(ino))?
@@ -148,7 +150,7 @@ impl View {
                     .iter()
                     .filter(|w| w.ident.repo_id == repo_id)
                     .map(|w| DirEntry {
-                        ino: ino::path_ino(w.ident.id.0, b""),
+                        ino: Ino(ino::path_ino(w.ident.id.0, b"")),
                         kind: FType::Dir,
                         name: w.ident.name.clone().into(),
                     })
@@ -198,7 +200,7 @@ impl View {
     /// Opens a directory listing. The flag says whether the kernel may keep the listing
     /// across opens: true inside worktrees, whose directories change only through requests
     /// the kernel makes (and then drops its copy), false at the top of the mount.
-    pub fn opendir(&self, ino: u64) -> FsResult<(Fh, bool)> {
+    pub fn opendir(&self, ino: Ino) -> FsResult<(Fh, bool)> {
         self.stats.opendirs.fetch_add(1, Ordering::Relaxed);
         let cacheable = matches!(self.nodes.read().kind(ino), Some(NodeKind::Wt { .. }));
         let entries = self.listing_with_dots(ino)?;
@@ -206,7 +208,7 @@ impl View {
     }
 
     /// `.`, `..` and the directory's entries, in the order readdir offsets refer to.
-    pub(super) fn listing_with_dots(&self, ino: u64) -> FsResult<Vec<DirEntry>> {
+    pub(super) fn listing_with_dots(&self, ino: Ino) -> FsResult<Vec<DirEntry>> {
         let mut entries = vec![
             DirEntry {
                 ino,
@@ -241,7 +243,7 @@ impl View {
     /// Readdir without an open handle (the kernel skips opendir when the filesystem
     /// declines it, and caches listings itself). A pass starts at offset 0, which lists
     /// afresh; later offsets continue that listing.
-    pub fn readdir_ino(&self, ino: u64, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
+    pub fn readdir_ino(&self, ino: Ino, offset: u64) -> FsResult<Vec<(u64, DirEntry)>> {
         self.stats.readdirs.fetch_add(1, Ordering::Relaxed);
         let listing = {
             let cached = if offset > 0 {

@@ -44,10 +44,9 @@ mod worktree;
 pub(crate) mod xattr;
 
 pub use control::{CONTROL_NAME, REFRESH_NAME};
-pub use handles::Fh;
 pub use inodes::ROOT_INO;
 pub use types::{
-    Attr, Backing, Caller, DirEntry, Entry, FType, Inval, Invalidator, LeaseActivity,
+    Attr, Backing, Caller, DirEntry, Entry, FType, Fh, Inval, Invalidator, LeaseActivity,
     PendingLeases, SetAttr, Statfs,
 };
 pub use view::{Stats, View};

@@ -345,8 +345,8 @@ pub fn mount(
         .spawn(move || {
             for what in inval_rx {
                 let result = match &what {
-                    Inval::Inode(ino) => notifier.inval_inode(*ino),
-                    Inval::Entry(parent, name) => notifier.inval_entry(*parent, name),
+                    Inval::Inode(ino) => notifier.inval_inode(ino.0),
+                    Inval::Entry(parent, name) => notifier.inval_entry(parent.0, name),
                 };
                 // ENOENT: the kernel had nothing cached; nothing to drop.
                 if let Err(e) = result {

@@ -37,6 +37,7 @@ use super::types::{systime, Attr, Caller, Entry, FType, Inval};
 use super::view::View;
 use super::worktree::{Identity, Nested, UpperLayer, WtCtx};
 use crate::ids::{RepoId, WorktreeId};
+use crate::ino::Ino;
 
 impl View {
     pub(super) fn wt_ctx(&self, row: &WorktreeRow, repo: &RepoRow) -> FsResult<WtCtx> {
@@ -219,7 +220,7 @@ impl View {
         recently.retain(|id, at| {
             now.duration_since(*at) < again && idle_now.iter().any(|(_, w)| w.ident.id == *id)
         });
-        let candidates: Vec<(i64, WorktreeId, u64, OsString)> = idle_now
+        let candidates: Vec<(i64, WorktreeId, Ino, OsString)> = idle_now
             .into_iter()
             .filter(|(_, w)| !recently.contains_key(&w.ident.id))
             .map(|(since, w)| {
@@ -231,7 +232,7 @@ impl View {
                 )
             })
             .collect();
-        let mut idle: Vec<(i64, WorktreeId, u64, OsString)> = {
+        let mut idle: Vec<(i64, WorktreeId, Ino, OsString)> = {
             let t = self.nodes.read();
             candidates
                 .into_iter()
@@ -260,11 +261,11 @@ impl View {
             .map_err(|e| FsError::store("reading the store", e))
     }
 
-    pub(super) fn top_dir_attr(&self, ino: u64) -> Attr {
+    pub(super) fn top_dir_attr(&self, ino: Ino) -> Attr {
         // Root and repository directories change when the catalog does; `.control`
         // directories with every lease, so they always look new.
         let now = SystemTime::now();
-        let is_repo = (REPO_INO_BASE..DYNAMIC_INO_BIT).contains(&ino);
+        let is_repo = (REPO_INO_BASE..DYNAMIC_INO_BIT).contains(&ino.0);
         let mtime = if ino == ROOT_INO || is_repo {
             self.catalog.changed_at()
         } else {
@@ -275,7 +276,7 @@ impl View {
         // directory lets them (a repository kept 0700 keeps its worktrees to its owner).
         let (uid, gid, perm) = if is_repo {
             self.catalog
-                .repo(RepoId((ino - REPO_INO_BASE) as i64))
+                .repo(RepoId((ino.0 - REPO_INO_BASE) as i64))
                 .and_then(|r| fs::metadata(&r.path).ok())
                 .map(|m| (m.uid(), m.gid(), 0o700 | (m.mode() & 0o055) as u16))
                 .unwrap_or((0, 0, 0o700))
@@ -337,7 +338,7 @@ impl View {
 
     pub(super) fn lookup_repo_child(
         &self,
-        parent: u64,
+        parent: Ino,
         repo_id: RepoId,
         name: &OsStr,
     ) -> FsResult<Entry> {
@@ -383,7 +384,7 @@ impl View {
         self.counted_entry(t, ino)
     }
 
-    pub(super) fn is_repo(&self, ino: u64) -> bool {
+    pub(super) fn is_repo(&self, ino: Ino) -> bool {
         matches!(
             self.nodes.read().kind(ino),
             Some(NodeKind::Repo(_)) | Some(NodeKind::Root) | Some(NodeKind::ControlDir(_)) | None
@@ -392,7 +393,7 @@ impl View {
 
     pub(super) fn mkdir_worktree(
         &self,
-        parent: u64,
+        parent: Ino,
         repo_id: RepoId,
         name: &OsStr,
         caller: Caller,
@@ -461,7 +462,7 @@ impl View {
     /// leased or in use, ENOTEMPTY while it holds work (its files stay).
     pub(super) fn rmdir_worktree(
         &self,
-        parent: u64,
+        parent: Ino,
         repo_id: RepoId,
         name: &OsStr,
     ) -> FsResult<()> {

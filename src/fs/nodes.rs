@@ -16,6 +16,7 @@ use super::inodes::{DYNAMIC_INO_BIT, ROOT_INO};
 use super::overlay::Overlay;
 use super::worktree::WtCtx;
 use crate::ids::RepoId;
+use crate::ino::Ino;
 
 /// The view's inode table and its nodes.
 pub(super) type NodeTable = InodeTable<NodeKind>;
@@ -63,7 +64,7 @@ pub(super) enum Domain {
 }
 
 impl NodeTable {
-    pub(super) fn domain(&self, ino: u64) -> FsResult<Domain> {
+    pub(super) fn domain(&self, ino: Ino) -> FsResult<Domain> {
         Ok(match self.kind(ino).ok_or_else(|| FsError::stale(ino))? {
             NodeKind::Root => Domain::Top,
             NodeKind::ControlDir(_) | NodeKind::ControlFile(..) => Domain::Control,
@@ -78,7 +79,7 @@ impl NodeTable {
 
     /// Refuses a rename or link from `from` into directory `to` when they are in two
     /// isolated parts of the mount (see `Domain`).
-    pub(super) fn same_domain(&self, from: u64, to: u64, what: &str) -> FsResult<()> {
+    pub(super) fn same_domain(&self, from: Ino, to: Ino, what: &str) -> FsResult<()> {
         let (a, b) = (self.domain(from)?, self.domain(to)?);
         if a == b {
             return Ok(());
@@ -89,7 +90,7 @@ impl NodeTable {
     }
 
     /// The overlay state of worktree entry `ino`, to change it (copy-up, rename).
-    pub(super) fn overlay_mut(&mut self, ino: u64) -> Option<&mut Overlay> {
+    pub(super) fn overlay_mut(&mut self, ino: Ino) -> Option<&mut Overlay> {
         match self.kind_mut(ino) {
             Some(NodeKind::Wt { ov, .. }) => Some(ov),
             _ => None,
@@ -100,11 +101,11 @@ impl NodeTable {
     /// the inode number its path gives (see `ino::path_ino`).
     pub(super) fn insert_entry(
         &mut self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
         wt: Arc<WtCtx>,
         ov: Overlay,
-    ) -> FsResult<u64> {
+    ) -> FsResult<Ino> {
         let natural = ino::path_ino(wt.ident.ino_id, &self.child_rel_path(parent, name)?);
         let kind = NodeKind::Wt {
             wt,
@@ -114,7 +115,7 @@ impl NodeTable {
         Ok(self.insert_child(parent, name, natural, kind))
     }
 
-    pub(super) fn wt_of(&self, ino: u64) -> FsResult<(Arc<WtCtx>, Overlay, bool)> {
+    pub(super) fn wt_of(&self, ino: Ino) -> FsResult<(Arc<WtCtx>, Overlay, bool)> {
         match self.kind(ino) {
             Some(NodeKind::Wt { wt, ov, is_root }) => Ok((wt.clone(), *ov, *is_root)),
             Some(_) => Err(FsError::not_permitted("not a worktree entry")),
@@ -125,7 +126,7 @@ impl NodeTable {
 
 /// The nodes of `.control` and what it holds, `(ino, kind, parent, name)`, as the node
 /// table is built with them.
-pub(super) fn fixed_nodes() -> impl Iterator<Item = (u64, NodeKind, u64, &'static str)> {
+pub(super) fn fixed_nodes() -> impl Iterator<Item = (Ino, NodeKind, Ino, &'static str)> {
     let top = (
         CONTROL_INO,
         NodeKind::ControlDir(ControlDir::Top),
@@ -142,6 +143,6 @@ pub(super) fn fixed_nodes() -> impl Iterator<Item = (u64, NodeKind, u64, &'stati
 }
 
 /// The inode a generated `.control` entry is given (unless taken: see `assign_ino`).
-pub(super) fn control_ino(dir: ControlDir, name: &OsStr) -> u64 {
-    DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(name.as_bytes()) as u64 | ((dir as u64) << 32)
+pub(super) fn control_ino(dir: ControlDir, name: &OsStr) -> Ino {
+    Ino(DYNAMIC_INO_BIT | (1 << 61) | ino::fnv1a32(name.as_bytes()) as u64 | ((dir as u64) << 32))
 }

@@ -15,14 +15,16 @@ use crate::beneath;
 use crate::layout::OPAQUE_MARKER;
 
 use super::error::{ErrorKind, FsError, FsResult};
-use super::handles::{opened, Fh, HandleKind};
+use super::handles::{opened, HandleKind};
 use super::nodes::NodeKind;
 use super::overlay::{Overlay, UpperDir};
 use super::place::Place;
 use super::ttl::ttl_of;
+use super::types::Fh;
 use super::types::{Attr, Caller, Entry, FType, SetAttr};
 use super::view::{check_name, marker, not_supported, View};
 use super::worktree::WtCtx;
+use crate::ino::Ino;
 
 /// The owner of a new entry made by `caller` in a directory with attributes `dir`, and
 /// whether it gets the set-group-id bit: as ext4 gives them, the caller's uid, and the
@@ -142,7 +144,7 @@ fn io_err<'a>(what: &'a str, name: &'a OsStr) -> impl FnOnce(io::Error) -> FsErr
 }
 
 impl View {
-    pub(super) fn new_entry(&self, parent: u64, name: &OsStr, ov: Overlay) -> FsResult<Entry> {
+    pub(super) fn new_entry(&self, parent: Ino, name: &OsStr, ov: Overlay) -> FsResult<Entry> {
         let mut t = self.nodes.write();
         let (wt, _, _) = t.wt_of(parent)?;
         t.detach_name(parent, name);
@@ -154,7 +156,7 @@ impl View {
     /// change (they are not read again).
     pub(super) fn new_entry_of(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
         ov: Overlay,
         st: &beneath::Stat,
@@ -173,7 +175,7 @@ impl View {
     /// and the parent directory present in the upper layer. The parent's upper directory
     /// is opened and its entry at `name` looked at once, here, for everything the creation
     /// needs to know of them.
-    pub(super) fn prepare_create(&self, parent: u64, name: &OsStr) -> FsResult<Prepared> {
+    pub(super) fn prepare_create(&self, parent: Ino, name: &OsStr) -> FsResult<Prepared> {
         check_name(name)?;
         let mut upper = UpperDir::default();
         let mut dir_attr = None;
@@ -236,7 +238,7 @@ impl View {
 
     pub fn create(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -278,7 +280,7 @@ impl View {
     /// on ext4, `O_EXCL` makes a file no link can name.
     pub fn tmpfile(
         &self,
-        parent: u64,
+        parent: Ino,
         mode: u32,
         umask: u32,
         flags: i32,
@@ -328,7 +330,7 @@ impl View {
 
     pub fn mknod(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -357,7 +359,7 @@ impl View {
 
     pub fn mkdir(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -401,7 +403,7 @@ impl View {
 
     pub fn symlink(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
         target: &Path,
         caller: Caller,
@@ -421,7 +423,7 @@ impl View {
         self.new_entry(parent, name, Overlay::upper(FType::Symlink, upper_ino))
     }
 
-    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+    pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
         let (wt, ov, _) = self.nodes.read().wt_of(ino)?;
         if ov.ftype != FType::Symlink {
             return Err(FsError::invalid("not a symlink"));
@@ -435,7 +437,7 @@ impl View {
         wt.base.link_target(&base)
     }
 
-    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> FsResult<Entry> {
+    pub fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr) -> FsResult<Entry> {
         self.nodes.read().same_domain(ino, newparent, "link")?;
         self.prepare_content(ino);
         let _m = self.mutate.lock();
@@ -484,7 +486,7 @@ impl View {
         self.counted_entry(t, ino)
     }
 
-    pub fn setattr(&self, ino: u64, set: SetAttr) -> FsResult<Entry> {
+    pub fn setattr(&self, ino: Ino, set: SetAttr) -> FsResult<Entry> {
         if set.size != Some(0) {
             self.prepare_content(ino);
         }

@@ -14,20 +14,21 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::error::FsResult;
-use super::handles::Fh;
 use super::types::Backing;
+use super::types::Fh;
+use crate::ino::Ino;
 
 /// Backing files registered with the kernel, and which inodes have handles doing I/O
 /// through the daemon.
 pub(super) struct Backings<B> {
     /// Handle -> its inode and backing.
-    by_fh: HashMap<Fh, (u64, Arc<B>)>,
+    by_fh: HashMap<Fh, (Ino, Arc<B>)>,
     /// Inode -> its backing (while any handle holds it) and the backing file's identity;
     /// the entry goes with the inode's last handle, which closes the backing.
-    by_ino: HashMap<u64, (Arc<B>, (u64, u64))>,
+    by_ino: HashMap<Ino, (Arc<B>, (u64, u64))>,
     /// Handles doing I/O through the daemon, and how many each inode has.
-    cached_fh: HashMap<Fh, u64>,
-    cached: HashMap<u64, usize>,
+    cached_fh: HashMap<Fh, Ino>,
+    cached: HashMap<Ino, usize>,
 }
 
 impl<B> Default for Backings<B> {
@@ -58,12 +59,12 @@ impl<B> Backings<B> {
     /// Whether an open of `ino` must go through the daemon: no handle of it passes
     /// through, and it reads the base (a copy-up while open would need another backing
     /// file), or another handle of it goes through the daemon.
-    fn must_use_daemon(&self, ino: u64, on_base: bool) -> bool {
+    fn must_use_daemon(&self, ino: Ino, on_base: bool) -> bool {
         !self.by_ino.contains_key(&ino)
             && (on_base || self.cached.get(&ino).copied().unwrap_or(0) > 0)
     }
 
-    fn through_daemon(&mut self, fh: Fh, ino: u64) -> Decision<B> {
+    fn through_daemon(&mut self, fh: Fh, ino: Ino) -> Decision<B> {
         self.cached_fh.insert(fh, ino);
         *self.cached.entry(ino).or_insert(0) += 1;
         Decision::Daemon
@@ -92,7 +93,7 @@ impl<B> Backings<B> {
     /// node at once). What its handles held goes now, not at their releases, which the
     /// daemon may process later than the forget: a new node with this number starts with
     /// no backing file and no handle through the daemon.
-    pub(super) fn forgotten(&mut self, ino: u64) {
+    pub(super) fn forgotten(&mut self, ino: Ino) {
         self.by_ino.remove(&ino);
         self.cached.remove(&ino);
         self.by_fh.retain(|_, (i, _)| *i != ino);
@@ -115,7 +116,7 @@ pub(super) fn decide<B>(
     backings: &Mutex<Backings<B>>,
     enabled: &AtomicBool,
     fh: Fh,
-    ino: u64,
+    ino: Ino,
     on_base: bool,
     open_backing: impl FnOnce() -> FsResult<Option<Backing>>,
     register: impl FnOnce(&File) -> std::io::Result<B>,
@@ -204,7 +205,7 @@ mod tests {
 
         /// Opens handle `fh` of `ino` whose backing file is `key` (None: no backing file,
         /// generated content; Some(Err): opening it fails).
-        fn open(&self, fh: u64, ino: u64, on_base: bool, key: Option<(u64, u64)>) -> String {
+        fn open(&self, fh: u64, ino: Ino, on_base: bool, key: Option<(u64, u64)>) -> String {
             let d = decide(
                 &self.backings,
                 &self.enabled,
@@ -239,9 +240,9 @@ mod tests {
     #[test]
     fn opens_of_one_inode_share_one_backing_file_until_the_last_closes() {
         let k = Kernel::new();
-        assert_eq!(k.open(1, 7, false, UPPER), "pass 1");
+        assert_eq!(k.open(1, Ino(7), false, UPPER), "pass 1");
         assert_eq!(
-            k.open(2, 7, false, UPPER),
+            k.open(2, Ino(7), false, UPPER),
             "pass 1",
             "shared, not registered again"
         );
@@ -250,7 +251,7 @@ mod tests {
         k.release(2);
         assert_eq!(k.backings.lock().inodes_passing_through(), 0);
         assert_eq!(
-            k.open(3, 7, false, UPPER),
+            k.open(3, Ino(7), false, UPPER),
             "pass 2",
             "a new backing after the last"
         );
@@ -259,28 +260,28 @@ mod tests {
     #[test]
     fn a_base_file_goes_through_the_daemon_and_so_do_later_opens_of_its_inode() {
         let k = Kernel::new();
-        assert_eq!(k.open(1, 7, true, UPPER), "daemon");
+        assert_eq!(k.open(1, Ino(7), true, UPPER), "daemon");
         // Copied up meanwhile: the next open is of the upper file, but a handle of the
         // inode still goes through the daemon, and the kernel allows no mix.
-        assert_eq!(k.open(2, 7, false, UPPER), "daemon");
+        assert_eq!(k.open(2, Ino(7), false, UPPER), "daemon");
         k.release(1);
         assert_eq!(
-            k.open(3, 7, false, UPPER),
+            k.open(3, Ino(7), false, UPPER),
             "daemon",
             "handle 2 is still open"
         );
         k.release(2);
         k.release(3);
-        assert_eq!(k.open(4, 7, false, UPPER), "pass 1");
+        assert_eq!(k.open(4, Ino(7), false, UPPER), "pass 1");
         // An inode that passes through takes a base open too (it has its backing).
-        assert_eq!(k.open(5, 7, true, UPPER), "pass 1");
+        assert_eq!(k.open(5, Ino(7), true, UPPER), "pass 1");
     }
 
     #[test]
     fn another_backing_file_for_an_open_inode_is_served_direct() {
         let k = Kernel::new();
-        assert_eq!(k.open(1, 7, false, UPPER), "pass 1");
-        assert_eq!(k.open(2, 7, false, Some((1, 200))), "direct");
+        assert_eq!(k.open(1, Ino(7), false, UPPER), "pass 1");
+        assert_eq!(k.open(2, Ino(7), false, Some((1, 200))), "direct");
         assert_eq!(k.registered.get(), 1);
     }
 
@@ -290,24 +291,28 @@ mod tests {
     #[test]
     fn an_inode_number_given_again_after_a_forget_starts_afresh() {
         let k = Kernel::new();
-        assert_eq!(k.open(1, 7, false, UPPER), "pass 1");
-        assert_eq!(k.open(2, 8, true, UPPER), "daemon");
-        k.backings.lock().forgotten(7);
-        k.backings.lock().forgotten(8);
-        assert_eq!(k.open(3, 7, false, Some((1, 200))), "pass 2", "a new file");
+        assert_eq!(k.open(1, Ino(7), false, UPPER), "pass 1");
+        assert_eq!(k.open(2, Ino(8), true, UPPER), "daemon");
+        k.backings.lock().forgotten(Ino(7));
+        k.backings.lock().forgotten(Ino(8));
         assert_eq!(
-            k.open(4, 8, false, UPPER),
+            k.open(3, Ino(7), false, Some((1, 200))),
+            "pass 2",
+            "a new file"
+        );
+        assert_eq!(
+            k.open(4, Ino(8), false, UPPER),
             "pass 3",
             "no handle through the daemon"
         );
         k.release(1);
         k.release(2);
         assert_eq!(
-            k.open(5, 7, false, Some((1, 200))),
+            k.open(5, Ino(7), false, Some((1, 200))),
             "pass 2",
             "still shared"
         );
-        assert_eq!(k.open(6, 8, false, UPPER), "pass 3");
+        assert_eq!(k.open(6, Ino(8), false, UPPER), "pass 3");
         for fh in 3..=6 {
             k.release(fh);
         }
@@ -317,7 +322,7 @@ mod tests {
     #[test]
     fn no_backing_file_or_a_failed_open_goes_through_the_daemon() {
         let k = Kernel::new();
-        assert_eq!(k.open(1, 7, false, None), "daemon");
+        assert_eq!(k.open(1, Ino(7), false, None), "daemon");
         let failing = |fh, ino| {
             decide(
                 &k.backings,
@@ -329,10 +334,10 @@ mod tests {
                 |_| Ok(0),
             )
         };
-        assert!(matches!(failing(2, 8), Decision::Daemon));
+        assert!(matches!(failing(2, Ino(8)), Decision::Daemon));
         // The same failure for an inode that passes through: direct, no mix.
-        assert_eq!(k.open(3, 9, false, UPPER), "pass 1");
-        assert!(matches!(failing(4, 9), Decision::DirectIo));
+        assert_eq!(k.open(3, Ino(9), false, UPPER), "pass 1");
+        assert!(matches!(failing(4, Ino(9)), Decision::DirectIo));
     }
 
     #[test]
@@ -342,7 +347,7 @@ mod tests {
             &k.backings,
             &k.enabled,
             Fh(1),
-            7,
+            Ino(7),
             false,
             || {
                 Ok(Some(Backing {
@@ -354,7 +359,7 @@ mod tests {
         );
         assert!(matches!(d, Decision::Daemon));
         assert!(!k.enabled.load(Ordering::Relaxed));
-        assert_eq!(k.open(2, 8, false, UPPER), "daemon");
+        assert_eq!(k.open(2, Ino(8), false, UPPER), "daemon");
         assert_eq!(k.registered.get(), 0);
     }
 }

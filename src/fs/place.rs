@@ -25,6 +25,7 @@ use crate::beneath::{self, Stat};
 use super::error::{FsError, FsResult};
 use super::nodes::NodeTable;
 use super::worktree::WtCtx;
+use crate::ino::Ino;
 
 /// What the node table says about where a node's file is (computed under its lock,
 /// resolved on disk after it).
@@ -212,7 +213,7 @@ fn upper_error(wt: &WtCtx, rel: &[u8], e: io::Error) -> FsError {
 impl NodeTable {
     /// Where node `ino`'s upper file is: by name in its parent, or its kept descriptor.
     /// ENOENT when its name, or an ancestor's, is gone and nothing keeps the file.
-    pub(super) fn place_spec(&self, ino: u64) -> FsResult<(Arc<WtCtx>, Spec)> {
+    pub(super) fn place_spec(&self, ino: Ino) -> FsResult<(Arc<WtCtx>, Spec)> {
         let (wt, ov, is_root) = self.wt_of(ino)?;
         let node = self.get(ino).ok_or_else(|| FsError::stale(ino))?;
         if node.is_unlinked() {
@@ -238,7 +239,7 @@ impl NodeTable {
     /// The path of directory node `ino` relative to its worktree's upper directory, and
     /// the inode number its file must have (0: not known). ENOENT when it, or an
     /// ancestor, was removed.
-    pub(super) fn dir_spec(&self, ino: u64) -> FsResult<(Arc<WtCtx>, Vec<u8>, u64)> {
+    pub(super) fn dir_spec(&self, ino: Ino) -> FsResult<(Arc<WtCtx>, Vec<u8>, u64)> {
         let (wt, ov, _) = self.wt_of(ino)?;
         let rel = self.live_rel_path(ino)?;
         Ok((wt, rel, ov.upper_ino))

@@ -9,7 +9,8 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
 use super::error::{FsError, FsResult};
-use super::handles::{Fh, HandleKind};
+use super::handles::HandleKind;
+use super::types::Fh;
 use super::view::View;
 
 impl View {

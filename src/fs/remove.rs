@@ -14,13 +14,14 @@ use super::place::Fd;
 use super::types::FType;
 use super::view::{check_name, marker, not_supported, View};
 use super::worktree::WtCtx;
+use crate::ino::Ino;
 
 impl View {
     pub(super) fn remove_checks(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
-    ) -> FsResult<(Option<u64>, Overlay)> {
+    ) -> FsResult<(Option<Ino>, Overlay)> {
         let kind = self.nodes.read().kind(parent).cloned();
         match kind {
             Some(NodeKind::Wt { .. }) => {}
@@ -43,7 +44,7 @@ impl View {
     /// through it. Views of the worktree's own submodules move with a directory above
     /// them ([`View::move_views_below`]), and a view's root moves itself
     /// (`rename_submodule`).
-    fn refuse_moving_submodules(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+    fn refuse_moving_submodules(&self, parent: Ino, name: &OsStr) -> FsResult<()> {
         let (wt, rel) = {
             let t = self.nodes.read();
             let (wt, _, _) = t.wt_of(parent)?;
@@ -139,7 +140,7 @@ impl View {
     }
 
     /// The submodule view whose root is node `ino`, if it is one.
-    fn sub_root(&self, ino: u64) -> Option<std::sync::Arc<WtCtx>> {
+    fn sub_root(&self, ino: Ino) -> Option<std::sync::Arc<WtCtx>> {
         match self.nodes.read().kind(ino) {
             Some(NodeKind::Wt {
                 wt, is_root: true, ..
@@ -151,7 +152,7 @@ impl View {
     /// `unlink <submodule>/.git`: the first step of `git rm` and `git submodule deinit`
     /// (they remove the directory's contents, then it). A whiteout in the view's upper
     /// root says so; the git entry it named stays until the worktree goes.
-    fn unlink_sub_gitfile(&self, root: u64, sub: &WtCtx) -> FsResult<()> {
+    fn unlink_sub_gitfile(&self, root: Ino, sub: &WtCtx) -> FsResult<()> {
         if sub.gitfile_removed() {
             return Err(FsError::not_found(format!("{}/.git", sub.ident.name)));
         }
@@ -170,7 +171,7 @@ impl View {
     /// superproject's path goes, as in a checkout; the record says so first, so the view
     /// is not made again and cleanup counts no deleted file of it as work (its commits
     /// still are).
-    fn rmdir_submodule(&self, parent: u64, name: &OsStr, root: u64, sub: &WtCtx) -> FsResult<()> {
+    fn rmdir_submodule(&self, parent: Ino, name: &OsStr, root: Ino, sub: &WtCtx) -> FsResult<()> {
         let nonempty = {
             let t = self.nodes.read();
             !self.merged_listing(&t, root)?.is_empty()
@@ -249,7 +250,7 @@ impl View {
     /// of a node the kernel knows: the node keeps it (the deleted-but-open set). Callers
     /// hold `mutate`. An error (no descriptor left, say) fails the removal: the file must
     /// not lose its name while it cannot be kept.
-    pub(super) fn keep(&self, parent: u64, name: &OsStr) -> FsResult<Option<(u64, OwnedFd)>> {
+    pub(super) fn keep(&self, parent: Ino, name: &OsStr) -> FsResult<Option<(Ino, OwnedFd)>> {
         let ino = {
             let t = self.nodes.read();
             let Some(ino) = t.child(parent, name) else {
@@ -273,7 +274,7 @@ impl View {
         }
     }
 
-    pub fn unlink(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+    pub fn unlink(&self, parent: Ino, name: &OsStr) -> FsResult<()> {
         let _m = self.mutate.lock();
         if name == super::types::GITFILE_NAME {
             if let Some(sub) = self.sub_root(parent) {
@@ -305,7 +306,7 @@ impl View {
         Ok(())
     }
 
-    pub fn rmdir(&self, parent: u64, name: &OsStr) -> FsResult<()> {
+    pub fn rmdir(&self, parent: Ino, name: &OsStr) -> FsResult<()> {
         let parent_kind = self.nodes.read().kind(parent).cloned();
         if let Some(NodeKind::Repo(repo_id)) = parent_kind {
             return self.rmdir_worktree(parent, repo_id, name);
@@ -405,9 +406,9 @@ impl View {
 
     pub fn rename(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
-        newparent: u64,
+        newparent: Ino,
         newname: &OsStr,
         flags: u32,
     ) -> FsResult<()> {
@@ -536,11 +537,11 @@ impl View {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rename_inner(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &OsStr,
-        newparent: u64,
+        newparent: Ino,
         newname: &OsStr,
-        src_ino: u64,
+        src_ino: Ino,
         src: Overlay,
         dst: Option<Overlay>,
     ) -> FsResult<()> {
@@ -625,7 +626,7 @@ impl View {
         self.note_child(parent, name);
         self.note_child(newparent, newname);
         if src.ftype == FType::Dir {
-            let rel_of = |p: u64, n: &OsStr| self.nodes.read().child_rel_path(p, n);
+            let rel_of = |p: Ino, n: &OsStr| self.nodes.read().child_rel_path(p, n);
             if let (Ok(new_rel), Ok(old_rel)) = (rel_of(newparent, newname), rel_of(parent, name)) {
                 if let Ok(moved) = beneath::dir(to_dir, newname.as_bytes()) {
                     self.note_moved_tree(&wt, moved.as_fd(), &new_rel, &old_rel);

@@ -14,6 +14,7 @@ use super::error::{FsError, FsResult};
 use super::view::View;
 use super::worktree::{Identity, Nested, SubOf, UpperLayer, WtCtx};
 use crate::ids::WorktreeId;
+use crate::ino::Ino;
 
 /// The number a submodule view's inode numbers are made from: bit 30 set (no worktree
 /// id reaches it), the rest from the parent view's number and the path.
@@ -269,11 +270,11 @@ impl View {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rename_submodule(
         &self,
-        parent: u64,
+        parent: Ino,
         name: &std::ffi::OsStr,
-        newparent: u64,
+        newparent: Ino,
         newname: &std::ffi::OsStr,
-        root: u64,
+        root: Ino,
         sub: &Arc<WtCtx>,
         dst: Option<super::overlay::Overlay>,
     ) -> FsResult<()> {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::nodes::{NodeKind, NodeTable};
 use super::types::FType;
+use crate::ino::Ino;
 
 /// Worktree entries (the worktree's own directory included) change only through this
 /// daemon, and every such change is a request the kernel makes and so accounts for: the
@@ -24,7 +25,7 @@ pub(super) const TOP_TTL: Duration = Duration::from_secs(1);
 pub(super) const CONTROL_TTL: Duration = Duration::ZERO;
 
 /// How long the kernel may keep what it learned of `ino`.
-pub(super) fn ttl_of(t: &NodeTable, ino: u64) -> Duration {
+pub(super) fn ttl_of(t: &NodeTable, ino: Ino) -> Duration {
     match t.kind(ino) {
         // A worktree's own directory goes away through cleanup, which another process
         // may run: its entry gets the shorter `WT_TTL`, not the stable one.

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::git::{MODE_GITLINK, MODE_LINK, MODE_TREE};
 use crate::ids::WorktreeId;
+use crate::ino::Ino;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FType {
@@ -43,10 +44,21 @@ impl FType {
     }
 }
 
+/// A handle's number: what `open`, `opendir` and `create` answer and every later request
+/// on the handle names (`fh` in the protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fh(pub u64);
+
+impl std::fmt::Display for Fh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// What `stat` reports; the FUSE adapter copies it into the protocol's attributes.
 #[derive(Debug, Clone, Copy)]
 pub struct Attr {
-    pub ino: u64,
+    pub ino: Ino,
     pub size: u64,
     pub blocks: u64,
     pub atime: SystemTime,
@@ -68,7 +80,7 @@ pub struct Entry {
 
 #[derive(Debug, Clone)]
 pub struct DirEntry {
-    pub ino: u64,
+    pub ino: Ino,
     pub kind: FType,
     pub name: OsString,
 }
@@ -81,7 +93,7 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<Option<SystemTime>>,
     pub mtime: Option<Option<SystemTime>>,
-    pub fh: Option<super::handles::Fh>,
+    pub fh: Option<Fh>,
 }
 
 pub struct Statfs {
@@ -112,9 +124,9 @@ pub struct Backing {
 /// What the kernel should forget.
 pub enum Inval {
     /// An inode's attributes and listing.
-    Inode(u64),
+    Inode(Ino),
     /// The name `name` in directory `parent`.
-    Entry(u64, OsString),
+    Entry(Ino, OsString),
 }
 
 /// Tells the kernel to drop what it cached. Set by the daemon once the FUSE session exists;
@@ -139,7 +151,7 @@ pub(super) fn systime(secs: i64, nsecs: i64) -> SystemTime {
 
 impl Attr {
     /// A generated file (`.git`, `.control`): read-only, `len` bytes.
-    pub fn memory(ino: u64, len: usize, mtime: SystemTime, uid: u32, gid: u32) -> Attr {
+    pub fn memory(ino: Ino, len: usize, mtime: SystemTime, uid: u32, gid: u32) -> Attr {
         Attr {
             ino,
             size: len as u64,
@@ -156,7 +168,7 @@ impl Attr {
         }
     }
 
-    pub fn from_stat(ino: u64, st: &crate::beneath::Stat) -> Attr {
+    pub fn from_stat(ino: Ino, st: &crate::beneath::Stat) -> Attr {
         Attr {
             ino,
             size: st.st_size as u64,
@@ -173,7 +185,7 @@ impl Attr {
         }
     }
 
-    pub fn from_meta(ino: u64, m: &fs::Metadata) -> Attr {
+    pub fn from_meta(ino: Ino, m: &fs::Metadata) -> Attr {
         Attr {
             ino,
             size: m.len(),

@@ -8,10 +8,11 @@ use super::error::{FsError, FsResult};
 use super::place::{held, is_changing, stale_io, Place};
 use super::view::View;
 use crate::beneath;
+use crate::ino::Ino;
 
 impl View {
     /// Where node `ino`'s upper file is.
-    pub(super) fn place(&self, ino: u64) -> FsResult<Place> {
+    pub(super) fn place(&self, ino: Ino) -> FsResult<Place> {
         let (wt, spec) = self.nodes.read().place_spec(ino)?;
         Place::find(wt, spec)
     }
@@ -38,7 +39,7 @@ impl View {
     /// flight, and is done then.
     pub(super) fn at_place<T>(
         &self,
-        ino: u64,
+        ino: Ino,
         what: &str,
         f: impl Fn(&Place) -> io::Result<T>,
     ) -> FsResult<T> {
@@ -48,12 +49,12 @@ impl View {
 
     /// The upper directory that directory node `ino` is, as an `O_PATH` descriptor,
     /// checked as `at_place` checks.
-    pub(super) fn upper_dir(&self, ino: u64) -> FsResult<OwnedFd> {
+    pub(super) fn upper_dir(&self, ino: Ino) -> FsResult<OwnedFd> {
         self.upper_dir_stat(ino).map(|(fd, _)| fd)
     }
 
     /// As `upper_dir`, with the directory's attributes.
-    pub(super) fn upper_dir_stat(&self, ino: u64) -> FsResult<(OwnedFd, beneath::Stat)> {
+    pub(super) fn upper_dir_stat(&self, ino: Ino) -> FsResult<(OwnedFd, beneath::Stat)> {
         self.settled(|| {
             let (wt, rel, expect) = self.nodes.read().dir_spec(ino)?;
             Ok(beneath::dir(wt.upper.fd.as_fd(), &rel).and_then(|fd| {

@@ -34,14 +34,16 @@ use crate::store::Store;
 
 use super::catalog::Catalog;
 use super::error::{FsError, FsResult};
-use super::handles::{opened, Fh, HandleKind, Handles, Listings};
+use super::handles::{opened, HandleKind, Handles, Listings};
 use super::inodes::ROOT_INO;
 use super::nodes::{fixed_nodes, NodeKind, NodeTable, Nodes};
 use super::place::{held, is_changing, Place};
+use super::types::Fh;
 use super::types::{
     Attr, Entry, FType, Invalidator, LeaseActivity, PendingLeases, Statfs, GITFILE_NAME,
 };
 use crate::ids::WorktreeId;
+use crate::ino::Ino;
 
 /// The daemon's counters, shown in `.control/stats`.
 #[derive(Default)]
@@ -204,7 +206,7 @@ impl View {
     /// The worktree an inode belongs to, as (id, whether the inode is the worktree's own
     /// directory). None for the top of the mount and `.control`. On every request: no
     /// allocation.
-    pub fn worktree_of(&self, ino: u64) -> Option<(WorktreeId, bool)> {
+    pub fn worktree_of(&self, ino: Ino) -> Option<(WorktreeId, bool)> {
         let t = self.nodes.read();
         match t.kind(ino) {
             // A submodule's view is covered by its parent worktree's leases.
@@ -246,7 +248,7 @@ impl View {
     /// The request is counted from before the gate is looked at until the token returned
     /// is dropped (after its answer): a guarded turn's command starts only once every
     /// change that began before its gate has ended (`Turns::settle`).
-    pub fn may_change(&self, ino: u64, tid: u32) -> FsResult<crate::lifecycle::turns::Change<'_>> {
+    pub fn may_change(&self, ino: Ino, tid: u32) -> FsResult<crate::lifecycle::turns::Change<'_>> {
         // Its worktree first (an inode's worktree never changes), so the count is by
         // worktree and a guard waits only for the changes in its own.
         let worktree = self.worktree_of(ino).map(|(w, _)| w);
@@ -298,7 +300,7 @@ impl View {
         let _ = self.invalidator.set(f);
     }
 
-    pub(super) fn node_attr(&self, t: &NodeTable, ino: u64) -> FsResult<Attr> {
+    pub(super) fn node_attr(&self, t: &NodeTable, ino: Ino) -> FsResult<Attr> {
         let node = t.get(ino).ok_or_else(|| FsError::stale(ino))?;
         match node.kind() {
             NodeKind::Root | NodeKind::ControlDir(_) | NodeKind::Repo(_) => {
@@ -336,7 +338,7 @@ impl View {
 
     /// The attributes and TTL of `ino`; when its name held another file (a change in
     /// flight), asked again once that change is done.
-    pub(super) fn settled_attr(&self, ino: u64) -> FsResult<(Attr, Duration)> {
+    pub(super) fn settled_attr(&self, ino: Ino) -> FsResult<(Attr, Duration)> {
         self.prepare_node(ino);
         let once = || {
             let t = self.nodes.read();
@@ -351,7 +353,7 @@ impl View {
         }
     }
 
-    pub fn lookup(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+    pub fn lookup(&self, parent: Ino, name: &OsStr) -> FsResult<Entry> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
         check_len(name)?;
         self.lookup_in(parent, name, false)
@@ -362,11 +364,11 @@ impl View {
     /// looked-up name. Counted as a lookup of the node, not in the LOOKUP statistics; a
     /// `.control` name is not checked against its directory again (the listing was), and
     /// a generated file's size is left 0 (see `lookup_control`).
-    pub fn lookup_listed(&self, parent: u64, name: &OsStr) -> FsResult<Entry> {
+    pub fn lookup_listed(&self, parent: Ino, name: &OsStr) -> FsResult<Entry> {
         self.lookup_in(parent, name, true)
     }
 
-    pub(super) fn lookup_in(&self, parent: u64, name: &OsStr, listed: bool) -> FsResult<Entry> {
+    pub(super) fn lookup_in(&self, parent: Ino, name: &OsStr, listed: bool) -> FsResult<Entry> {
         let parent_kind = {
             let t = self.nodes.read();
             let kind = t
@@ -491,7 +493,7 @@ impl View {
     pub(super) fn counted_entry(
         &self,
         t: RwLockWriteGuard<'_, NodeTable>,
-        ino: u64,
+        ino: Ino,
     ) -> FsResult<Entry> {
         match self.node_attr(&t, ino) {
             Ok(attr) => Ok(Entry {
@@ -508,11 +510,11 @@ impl View {
 
     /// The kernel forgot `nlookup` of its lookups of `ino`; true when the node went with
     /// them (its number may be given to a new node from now on).
-    pub fn forget(&self, ino: u64, nlookup: u64) -> bool {
+    pub fn forget(&self, ino: Ino, nlookup: u64) -> bool {
         self.nodes.write().forget(ino, nlookup)
     }
 
-    pub fn getattr(&self, ino: u64, fh: Option<Fh>) -> FsResult<Entry> {
+    pub fn getattr(&self, ino: Ino, fh: Option<Fh>) -> FsResult<Entry> {
         self.stats.getattrs.fetch_add(1, Ordering::Relaxed);
         if let Some(fh) = fh {
             if let Some(h) = self.handles.get(fh) {
@@ -545,7 +547,7 @@ impl View {
         })
     }
 
-    pub fn access(&self, ino: u64) -> FsResult<()> {
+    pub fn access(&self, ino: Ino) -> FsResult<()> {
         if self.nodes.read().contains(ino) {
             Ok(())
         } else {

@@ -14,6 +14,7 @@ use super::error::{ErrorKind, FsError, FsResult};
 use super::nodes::NodeKind;
 use super::types::FType;
 use super::view::View;
+use crate::ino::Ino;
 
 /// What a GETXATTR or LISTXATTR is answered with: the size asked for (size 0), or the
 /// bytes.
@@ -39,7 +40,7 @@ fn no_data(name: &OsStr) -> FsError {
 
 impl View {
     /// Whether `ino` is an entry of a worktree, and its type.
-    fn xattr_target(&self, ino: u64) -> FsResult<FType> {
+    fn xattr_target(&self, ino: Ino) -> FsResult<FType> {
         let t = self.nodes.read();
         match t.kind(ino) {
             Some(NodeKind::Wt { .. }) => {}
@@ -51,7 +52,7 @@ impl View {
 
     /// The upper entry of `ino`, opened for its attributes (None: it has none in the
     /// upper layer, so no attributes).
-    fn xattr_file(&self, ino: u64, ftype: FType) -> FsResult<Option<std::fs::File>> {
+    fn xattr_file(&self, ino: Ino, ftype: FType) -> FsResult<Option<std::fs::File>> {
         let in_upper = self.nodes.read().wt_of(ino)?.1.in_upper;
         if !in_upper {
             return Ok(None);
@@ -64,7 +65,7 @@ impl View {
             .map(Some)
     }
 
-    pub fn getxattr(&self, ino: u64, name: &OsStr, size: u32) -> FsResult<Xattr> {
+    pub fn getxattr(&self, ino: Ino, name: &OsStr, size: u32) -> FsResult<Xattr> {
         let ftype = self.xattr_target(ino)?;
         if !name.as_bytes().starts_with(USER) || !matches!(ftype, FType::File | FType::Dir) {
             return Err(no_data(name));
@@ -98,7 +99,7 @@ impl View {
     }
 
     /// The `user.` names of `ino`, each NUL-terminated.
-    pub fn listxattr(&self, ino: u64, size: u32) -> FsResult<Xattr> {
+    pub fn listxattr(&self, ino: Ino, size: u32) -> FsResult<Xattr> {
         let ftype = self.xattr_target(ino)?;
         let mut names = Vec::new();
         if matches!(ftype, FType::File | FType::Dir) {
@@ -130,7 +131,7 @@ impl View {
         Ok(Xattr::Data(names))
     }
 
-    pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: u32) -> FsResult<()> {
+    pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: u32) -> FsResult<()> {
         let ftype = self.xattr_target(ino)?;
         self.writable_namespace(name, ftype)?;
         let _m = self.mutate.lock();
@@ -157,7 +158,7 @@ impl View {
         Ok(())
     }
 
-    pub fn removexattr(&self, ino: u64, name: &OsStr) -> FsResult<()> {
+    pub fn removexattr(&self, ino: Ino, name: &OsStr) -> FsResult<()> {
         let ftype = self.xattr_target(ino)?;
         self.writable_namespace(name, ftype)?;
         let _m = self.mutate.lock();

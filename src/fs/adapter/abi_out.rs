@@ -27,7 +27,7 @@ pub(super) fn fattr(a: &Attr) -> abi::Attr {
     let (mtime, mtimensec) = secs_nsecs(a.mtime);
     let (ctime, ctimensec) = secs_nsecs(a.ctime);
     abi::Attr {
-        ino: a.ino,
+        ino: a.ino.0,
         size: a.size,
         blocks: a.blocks,
         atime,
@@ -49,7 +49,7 @@ pub(super) fn fattr(a: &Attr) -> abi::Attr {
 pub(super) fn entry_out(e: &Entry) -> abi::EntryOut {
     let (secs, nsecs) = valid(e.ttl);
     abi::EntryOut {
-        nodeid: e.attr.ino,
+        nodeid: e.attr.ino.0,
         generation: 0,
         entry_valid: secs,
         attr_valid: secs,
@@ -88,13 +88,14 @@ pub(super) fn bare_entry(ino: u64, kind: FType) -> abi::EntryOut {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ino::Ino;
 
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     #[test]
     fn attributes_carry_type_and_permissions_in_the_mode() {
         let a = Attr {
-            ino: 5,
+            ino: Ino(5),
             size: 10,
             blocks: 1,
             atime: UNIX_EPOCH + Duration::new(1, 2),

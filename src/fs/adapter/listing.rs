@@ -6,6 +6,7 @@ use super::worktree_fs::WorktreeFs;
 use crate::fs::error::FsError;
 use crate::fs::Fh;
 use crate::fuse::{Answer, DirBuf};
+use crate::ino::Ino;
 
 impl WorktreeFs {
     /// A listing's entries from `offset` on: from the handle opendir made, or from the
@@ -17,7 +18,7 @@ impl WorktreeFs {
         offset: u64,
     ) -> Result<Vec<(u64, crate::fs::DirEntry)>, FsError> {
         if fh == 0 {
-            self.view.readdir_ino(ino, offset)
+            self.view.readdir_ino(Ino(ino), offset)
         } else {
             self.view.readdir(Fh(fh), offset)
         }
@@ -34,11 +35,11 @@ impl WorktreeFs {
         for (sent, (next, e)) in entries.into_iter().enumerate() {
             let added = if e.name == "." || e.name == ".." {
                 // The kernel links neither: it reads only the inode number and type.
-                buf.add_plus(&bare_entry(e.ino, e.kind), next, dtype(e.kind), &e.name)
+                buf.add_plus(&bare_entry(e.ino.0, e.kind), next, dtype(e.kind), &e.name)
             } else {
                 // The kernel links every other entry it is given, as if it had looked
                 // the name up, and forgets it later: the lookup is done and counted here.
-                match self.view.lookup_listed(ino, &e.name) {
+                match self.view.lookup_listed(Ino(ino), &e.name) {
                     Ok(found) => {
                         let added = buf.add_plus(&entry_out(&found), next, dtype(e.kind), &e.name);
                         if !added {

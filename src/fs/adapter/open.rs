@@ -9,6 +9,7 @@ use crate::fs::passthrough::{self, Decision};
 use crate::fs::Fh;
 use crate::fuse::abi::{self, fopen};
 use crate::fuse::{BackingId, Device};
+use crate::ino::Ino;
 
 /// How an open is answered.
 pub(super) enum OpenMode {
@@ -37,7 +38,7 @@ impl WorktreeFs {
             &self.backings,
             &self.passthrough,
             fh,
-            ino,
+            Ino(ino.0),
             on_base,
             || self.view.backing_for(fh),
             |f: &File| device.open_backing(f),

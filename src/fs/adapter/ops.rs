@@ -10,6 +10,7 @@ use crate::fs::{Caller, FType, Fh, SetAttr};
 use crate::fuse::abi::{self, fopen};
 use crate::fuse::reply::valid;
 use crate::fuse::{Answer, Device, DirBuf, Header, Op, SetTime};
+use crate::ino::Ino;
 
 impl WorktreeFs {
     /// Serves one request (the protocol's own requests, INIT and INTERRUPT, are the
@@ -49,7 +50,7 @@ impl WorktreeFs {
             Op::Lookup { name } => {
                 span!("lookup");
                 enter!(ino, true);
-                match self.view.lookup(ino, name) {
+                match self.view.lookup(Ino(ino), name) {
                     Ok(e) => Answer::Entry(entry_out(&e)),
                     Err(e) => match e.negative_ttl {
                         Some(ttl) if e.errno() == libc::ENOENT => {
@@ -77,7 +78,7 @@ impl WorktreeFs {
             Op::Getattr { fh } => {
                 span!("getattr");
                 enter!(ino, false);
-                match self.view.getattr(ino, fh.map(Fh)) {
+                match self.view.getattr(Ino(ino), fh.map(Fh)) {
                     Ok(e) => Answer::Attr(attr_out(&e)),
                     Err(e) => errno("getattr", e),
                 }
@@ -85,7 +86,7 @@ impl WorktreeFs {
             Op::Setattr(a) => {
                 span!("setattr");
                 enter!(ino, true);
-                let _change = guard!(ino, "setattr");
+                let _change = guard!(Ino(ino), "setattr");
                 let time = |t: Option<SetTime>| {
                     t.map(|t| match t {
                         SetTime::Now => None,
@@ -101,7 +102,7 @@ impl WorktreeFs {
                     mtime: time(a.mtime),
                     fh: a.fh.map(Fh),
                 };
-                match self.view.setattr(ino, set) {
+                match self.view.setattr(Ino(ino), set) {
                     Ok(e) => Answer::Attr(attr_out(&e)),
                     Err(e) => errno("setattr", e),
                 }
@@ -109,7 +110,7 @@ impl WorktreeFs {
             Op::Readlink => {
                 span!("readlink");
                 enter!(ino, false);
-                match self.view.readlink(ino) {
+                match self.view.readlink(Ino(ino)) {
                     Ok(d) => Answer::Data(d),
                     Err(e) => errno("readlink", e),
                 }
@@ -122,8 +123,8 @@ impl WorktreeFs {
             } => {
                 span!("mknod");
                 enter!(ino, true);
-                let _change = guard!(ino, "mknod");
-                match self.view.mknod(ino, name, mode, umask, rdev, caller) {
+                let _change = guard!(Ino(ino), "mknod");
+                match self.view.mknod(Ino(ino), name, mode, umask, rdev, caller) {
                     Ok(e) => Answer::Entry(entry_out(&e)),
                     Err(e) => errno("mknod", e),
                 }
@@ -131,8 +132,8 @@ impl WorktreeFs {
             Op::Mkdir { name, mode, umask } => {
                 span!("mkdir");
                 enter!(ino, true);
-                let _change = guard!(ino, "mkdir");
-                match self.view.mkdir(ino, name, mode, umask, caller) {
+                let _change = guard!(Ino(ino), "mkdir");
+                match self.view.mkdir(Ino(ino), name, mode, umask, caller) {
                     Ok(e) => Answer::Entry(entry_out(&e)),
                     Err(e) => errno("mkdir", e),
                 }
@@ -140,8 +141,8 @@ impl WorktreeFs {
             Op::Unlink { name } => {
                 span!("unlink");
                 enter!(ino, true);
-                let _change = guard!(ino, "unlink");
-                match self.view.unlink(ino, name) {
+                let _change = guard!(Ino(ino), "unlink");
+                match self.view.unlink(Ino(ino), name) {
                     Ok(()) => Answer::Empty,
                     Err(e) => errno("unlink", e),
                 }
@@ -149,8 +150,8 @@ impl WorktreeFs {
             Op::Rmdir { name } => {
                 span!("rmdir");
                 enter!(ino, true);
-                let _change = guard!(ino, "rmdir");
-                match self.view.rmdir(ino, name) {
+                let _change = guard!(Ino(ino), "rmdir");
+                match self.view.rmdir(Ino(ino), name) {
                     Ok(()) => Answer::Empty,
                     Err(e) => errno("rmdir", e),
                 }
@@ -158,10 +159,10 @@ impl WorktreeFs {
             Op::Symlink { name, target } => {
                 span!("symlink");
                 enter!(ino, true);
-                let _change = guard!(ino, "symlink");
+                let _change = guard!(Ino(ino), "symlink");
                 match self
                     .view
-                    .symlink(ino, name, std::path::Path::new(target), caller)
+                    .symlink(Ino(ino), name, std::path::Path::new(target), caller)
                 {
                     Ok(e) => Answer::Entry(entry_out(&e)),
                     Err(e) => errno("symlink", e),
@@ -176,9 +177,12 @@ impl WorktreeFs {
                 span!("rename");
                 enter!(ino, true);
                 enter!(newdir, true);
-                let _from = guard!(ino, "rename");
-                let _to = guard!(newdir, "rename");
-                match self.view.rename(ino, name, newdir, newname, flags) {
+                let _from = guard!(Ino(ino), "rename");
+                let _to = guard!(Ino(newdir), "rename");
+                match self
+                    .view
+                    .rename(Ino(ino), name, Ino(newdir), newname, flags)
+                {
                     Ok(()) => Answer::Empty,
                     Err(e) => errno("rename", e),
                 }
@@ -187,9 +191,9 @@ impl WorktreeFs {
                 let ino = oldnodeid;
                 span!("link");
                 enter!(h.nodeid, true);
-                let _into = guard!(h.nodeid, "link");
-                let _linked = guard!(ino, "link");
-                match self.view.link(ino, h.nodeid, newname) {
+                let _into = guard!(Ino(h.nodeid), "link");
+                let _linked = guard!(Ino(ino), "link");
+                match self.view.link(Ino(ino), Ino(h.nodeid), newname) {
                     Ok(e) => Answer::Entry(entry_out(&e)),
                     Err(e) => errno("link", e),
                 }
@@ -201,10 +205,10 @@ impl WorktreeFs {
                 let writes =
                     flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
                 let _change = match writes {
-                    true => Some(guard!(ino, "open")),
+                    true => Some(guard!(Ino(ino), "open")),
                     false => None,
                 };
-                match self.view.open(ino, flags) {
+                match self.view.open(Ino(ino), flags) {
                     Ok((fh, generated)) => {
                         Answer::Open(Self::opened(fh, self.open_mode(fh, generated, device)))
                     }
@@ -253,7 +257,7 @@ impl WorktreeFs {
                     // Declined once, the kernel stops asking and caches listings (see init).
                     return Answer::Error(libc::ENOSYS);
                 }
-                match self.view.opendir(ino) {
+                match self.view.opendir(Ino(ino)) {
                     Ok((fh, cacheable)) => Answer::Open(abi::OpenOut {
                         fh: fh.0,
                         open_flags: if cacheable {
@@ -273,7 +277,7 @@ impl WorktreeFs {
                     Ok(entries) => {
                         let mut buf = DirBuf::new(size);
                         for (next, e) in entries {
-                            if !buf.add(e.ino, next, dtype(e.kind), &e.name) {
+                            if !buf.add(e.ino.0, next, dtype(e.kind), &e.name) {
                                 break;
                             }
                         }
@@ -324,9 +328,9 @@ impl WorktreeFs {
             Op::Setxattr { name, value, flags } => {
                 span!("setxattr");
                 enter!(ino, true);
-                let _change = guard!(ino, "setxattr");
+                let _change = guard!(Ino(ino), "setxattr");
                 self.count_xattr();
-                match self.view.setxattr(ino, name, value, flags) {
+                match self.view.setxattr(Ino(ino), name, value, flags) {
                     Ok(()) => Answer::Empty,
                     Err(e) => errno("setxattr", e),
                 }
@@ -334,26 +338,26 @@ impl WorktreeFs {
             Op::Getxattr { name, size } => {
                 span!("getxattr");
                 self.count_xattr();
-                xattr_answer("getxattr", self.view.getxattr(ino, name, size))
+                xattr_answer("getxattr", self.view.getxattr(Ino(ino), name, size))
             }
             Op::Listxattr { size } => {
                 span!("listxattr");
                 self.count_xattr();
-                xattr_answer("listxattr", self.view.listxattr(ino, size))
+                xattr_answer("listxattr", self.view.listxattr(Ino(ino), size))
             }
             Op::Removexattr { name } => {
                 span!("removexattr");
                 enter!(ino, true);
-                let _change = guard!(ino, "removexattr");
+                let _change = guard!(Ino(ino), "removexattr");
                 self.count_xattr();
-                match self.view.removexattr(ino, name) {
+                match self.view.removexattr(Ino(ino), name) {
                     Ok(()) => Answer::Empty,
                     Err(e) => errno("removexattr", e),
                 }
             }
             Op::Access { .. } => {
                 span!("access");
-                match self.view.access(ino) {
+                match self.view.access(Ino(ino)) {
                     Ok(()) => Answer::Empty,
                     Err(e) => errno("access", e),
                 }
@@ -366,10 +370,10 @@ impl WorktreeFs {
             } => {
                 span!("create");
                 enter!(ino, true);
-                let _change = guard!(ino, "create");
+                let _change = guard!(Ino(ino), "create");
                 match self
                     .view
-                    .create(ino, name, mode, umask, flags as i32, caller)
+                    .create(Ino(ino), name, mode, umask, flags as i32, caller)
                 {
                     Ok((e, fh)) => Answer::Create(
                         entry_out(&e),
@@ -381,8 +385,11 @@ impl WorktreeFs {
             Op::Tmpfile { mode, umask, flags } => {
                 span!("tmpfile");
                 enter!(ino, true);
-                let _change = guard!(ino, "tmpfile");
-                match self.view.tmpfile(ino, mode, umask, flags as i32, caller) {
+                let _change = guard!(Ino(ino), "tmpfile");
+                match self
+                    .view
+                    .tmpfile(Ino(ino), mode, umask, flags as i32, caller)
+                {
                     Ok((e, fh)) => Answer::Create(
                         entry_out(&e),
                         Self::opened(fh, self.open_mode(fh, false, device)),
@@ -412,7 +419,7 @@ impl WorktreeFs {
             Op::CopyFileRange(c) => {
                 span!("copy_file_range");
                 enter!(c.nodeid_out, true);
-                let _change = guard!(c.nodeid_out, "copy_file_range");
+                let _change = guard!(Ino(c.nodeid_out), "copy_file_range");
                 match self.view.copy_file_range(
                     Fh(c.fh_in),
                     c.off_in,

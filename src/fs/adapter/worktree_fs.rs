@@ -12,6 +12,7 @@ use crate::fs::passthrough::Backings;
 use crate::fs::View;
 use crate::fuse::abi::init;
 use crate::fuse::{Answer, BackingId, Device, Filesystem, Header, InitChoice, KernelInit, Op};
+use crate::ino::Ino;
 use crate::lifecycle::holders::Tracker;
 
 pub struct WorktreeFs {
@@ -69,7 +70,7 @@ impl WorktreeFs {
         let Some(tracker) = &self.tracker else {
             return Ok(());
         };
-        let Some((worktree, is_root)) = self.view.worktree_of(ino) else {
+        let Some((worktree, is_root)) = self.view.worktree_of(Ino(ino)) else {
             return Ok(());
         };
         if is_root && !own_dir {
@@ -154,8 +155,8 @@ impl WorktreeFs {
         // with this number between the node's end and the end of its bookkeeping (lock
         // order: backings, then the node table; nothing takes them the other way).
         let mut b = self.backings.lock();
-        if self.view.forget(ino, nlookup) {
-            b.forgotten(ino);
+        if self.view.forget(Ino(ino), nlookup) {
+            b.forgotten(Ino(ino));
         }
     }
 }
