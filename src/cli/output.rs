@@ -1,5 +1,5 @@
-//! What several commands print alike: where to go next, how to run this program again,
-//! who is inside each worktree, a warm snapshot taken.
+//! What several commands print alike: a JSON shape, where to go next, how to run this
+//! program again, who is inside each worktree, a warm snapshot taken.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,6 +9,13 @@ use worktreefs::lifecycle::warm;
 use worktreefs::report::shell_word;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
+
+/// Prints `shape` as `--json` prints: pretty, its keys in alphabetical order whatever
+/// order its type declares its fields in (as docs/cli.md says; through
+/// `serde_json::Value`, whose objects keep their keys sorted).
+pub fn print_json(shape: impl serde::Serialize) {
+    println!("{:#}", worktreefs::report::shapes::value(shape));
+}
 
 /// How many processes are inside each worktree of the mount serving `state` (working
 /// directory, open file…, as unmount counts them; a bare `cd` takes no lease): 0 for all

@@ -882,6 +882,33 @@ fn failures_of_json_commands_are_json_too() {
     assert!(stderr(&o).starts_with("worktreefs: "), "{}", stderr(&o));
 }
 
+/// The objects `--json` prints have their keys in alphabetical order (docs/cli.md's
+/// conventions: `du` and `doctor` aside), whatever order a type declares its fields in:
+/// each output is what its JSON, read and printed again in that order, is.
+#[test]
+fn json_outputs_have_their_keys_in_alphabetical_order() {
+    let env = Env::new();
+    let commands: &[&[&str]] = &[
+        &["new", "repo/task-1", "--json"],
+        &["list", "--json"],
+        &["status", "--json"],
+        &["repo", "list", "--json"],
+        &["leases", "--json"],
+        &["retained", "--json"],
+        &["removed", "--json"],
+        &["turns", "--json"],
+    ];
+    for args in commands {
+        let out = wtfs_ok(&env.state(), args);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            out.trim_end(),
+            serde_json::to_string_pretty(&v).unwrap(),
+            "{args:?}: keys out of order"
+        );
+    }
+}
+
 /// A creation that takes long says what it is doing (on stderr: stdout stays the
 /// result's), from the threshold on: the first worktree at a commit builds the tree's
 /// index, a later one reads it back. A quick one says nothing.

@@ -5,7 +5,7 @@ use worktreefs::lifecycle::create;
 use worktreefs::report::shapes::WorktreeJson;
 use worktreefs::state::StateDir;
 
-use crate::cli::output::inside_counts;
+use crate::cli::output::{inside_counts, print_json};
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -29,7 +29,7 @@ pub fn run(state: &StateDir, args: ListArgs) -> anyhow::Result<()> {
                 ..WorktreeJson::of(w, &mountpoint)
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        print_json(out);
     } else {
         print!(
             "{}",
