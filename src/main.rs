@@ -31,8 +31,9 @@ fn main() -> ExitCode {
     let json_to = cli.command.json_to();
     if let Command::Turn(turn) = &cli.command {
         if let Some(path) = &turn.report {
-            if let Err(code) = cli::report_file::hold_report(path, json_to) {
-                return code;
+            // As any failure of `turn`: with --json, the JSON is all stderr says.
+            if let Err(e) = cli::report_file::hold_report(path) {
+                return cli::exit::finish(Err(e.into()), json_to);
             }
         }
     }

@@ -9,13 +9,14 @@ use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
-/// What a named acquisition asks: exclusive or not, how long to wait for the holders to
-/// go, and where a refusal's JSON goes.
+use crate::cli::exit::Failed;
+
+/// What a named acquisition asks: exclusive or not, and how long to wait for the holders
+/// to go.
 #[derive(Clone, Copy)]
 pub struct Want {
     pub exclusive: bool,
     pub wait: Option<u64>,
-    pub json_to: Option<report::JsonTo>,
 }
 
 /// How often a `--wait` looks again.
@@ -32,13 +33,9 @@ pub fn acquire_named(
     lease: &worktreefs::store::NewLease,
     reason: &str,
     want: &Want,
-) -> anyhow::Result<bool> {
+) -> Result<bool, Failed> {
     use worktreefs::store::{Ask, LeaseError};
-    let Want {
-        exclusive,
-        wait,
-        json_to,
-    } = *want;
+    let Want { exclusive, wait } = *want;
     let liveness = worktreefs::process::info::liveness_for(std::process::id() as i32);
     let ask = Ask {
         exclusive,
@@ -74,7 +71,7 @@ pub fn acquire_named(
                     }
                 }
                 let command_now = |pid: i64| worktreefs::process::info::command_line(pid as i32);
-                let mut r = report::occupied(
+                return Err(report::occupied(
                     repo,
                     name,
                     &o,
@@ -82,14 +79,11 @@ pub fn acquire_named(
                     wait.map(|_| started.elapsed().as_secs()),
                     worktreefs::store::now_secs(),
                     &command_now,
-                );
-                r.json_to = json_to;
-                return Err(r.into());
+                )
+                .into());
             }
             Err(LeaseError::Conflict(_, st)) => {
-                let mut r = report::unleasable(repo, name, Some(st));
-                r.json_to = json_to;
-                return Err(r.into());
+                return Err(report::unleasable(repo, name, Some(st)).into());
             }
             Err(LeaseError::Db(e)) => return Err(e.into()),
         }

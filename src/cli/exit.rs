@@ -1,77 +1,211 @@
 //! How a command ends: its exit code and, when JSON was asked for, its failure as JSON.
+//!
+//! A command returns `Result<(), Failed>`. A [`Failed`] holds what ended the command as
+//! a `dyn` [`Exit`], and that trait says how it ends: the exit code, the sentence people
+//! get, and what it prints as JSON (a typed refusal its own object, any other failure
+//! the failure object, or nothing when what failed was printed already). Each error type
+//! a command meets implements it: `report::Refusal` (its code and its JSON), `RunError`
+//! (a shell's 127 or 126 for a command that could not be started), and the failures of
+//! each layer (`anyhow::Error`, `StoreError`, `io::Error`, …: exit 1, the failure
+//! object). So `?` turns any of them into a `Failed`, and `finish` asks the trait: no
+//! caller looks inside an error to tell what it was. Where the JSON goes is the command
+//! line's to say ([`JsonTo`], from `--json`), not the error's.
 
+use std::fmt;
 use std::process::ExitCode;
 
 use worktreefs::process::supervise::{exit_code, RunError};
 use worktreefs::report;
+use worktreefs::report::shapes::FailedJson;
 
 use crate::cli::report_file::{write_report, REPORT};
 
 /// The exit codes, as `--help` ends with them (and the README gives them).
 pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the request could not be carried out (the message names the thing, its state and the way out); 2 bad usage; 3 a typed conflict: the worktree cannot be had now (lease acquire, run, turn: somebody else holds it, another turn runs there, processes outside a guarded turn write there, or it is deleting, removed or unknown). run and turn otherwise exit with their command's status (127 not found, 126 not executable, 128+N ended by signal N); 124 a turn's command ran past turn --timeout and was ended.";
 
+/// How a failure ends the command it ended.
+pub trait Exit: Send + Sync {
+    /// The exit code ([`EXIT_CODES`]): 1 unless the failure says otherwise.
+    fn exit_code(&self) -> u8 {
+        1
+    }
+
+    /// The sentence people get on stderr, with its causes after it.
+    fn message(&self) -> String;
+
+    /// What it prints when JSON was asked for.
+    fn json(&self) -> AsJson {
+        AsJson::Failure
+    }
+}
+
+/// What a failure prints as JSON.
+pub enum AsJson {
+    /// The failure object, `{"error": "failed", "message": …}`, with the message.
+    Failure,
+    /// A typed refusal's own object.
+    Refusal(serde_json::Value),
+    /// Nothing: what failed was printed already (`doctor --json`'s checks).
+    Printed,
+}
+
+/// Where a failure's JSON goes: stdout for a command whose output is ours, stderr for one
+/// whose stdout is its command's (`run`, `turn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonTo {
+    Stdout,
+    Stderr,
+}
+
+/// What ended a command that failed.
+pub struct Failed(Box<dyn Exit>);
+
+impl<E: Exit + 'static> From<E> for Failed {
+    fn from(e: E) -> Failed {
+        Failed(Box::new(e))
+    }
+}
+
+impl Failed {
+    /// This failure, said after `what` (as anyhow's context is), ending as it would.
+    pub fn within(self, what: impl fmt::Display) -> Failed {
+        Within(what.to_string(), self).into()
+    }
+}
+
+impl fmt::Debug for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.message())
+    }
+}
+
+/// A failure said after what was being done.
+struct Within(String, Failed);
+
+impl Exit for Within {
+    fn exit_code(&self) -> u8 {
+        self.1 .0.exit_code()
+    }
+
+    fn message(&self) -> String {
+        format!("{}: {}", self.0, self.1 .0.message())
+    }
+
+    fn json(&self) -> AsJson {
+        self.1 .0.json()
+    }
+}
+
+impl Exit for report::Refusal {
+    fn exit_code(&self) -> u8 {
+        self.code
+    }
+
+    fn message(&self) -> String {
+        self.message.clone()
+    }
+
+    fn json(&self) -> AsJson {
+        AsJson::Refusal(self.json.clone())
+    }
+}
+
+/// A command that could not be started exits as a shell's would (127, 126).
+impl Exit for RunError {
+    fn exit_code(&self) -> u8 {
+        self.shell_code().unwrap_or(1)
+    }
+
+    fn message(&self) -> String {
+        with_causes(self)
+    }
+}
+
+impl Exit for anyhow::Error {
+    fn message(&self) -> String {
+        format!("{self:#}")
+    }
+}
+
+/// The failures of the layers below, which end a command as any failure does (exit 1,
+/// the failure object), said as anyhow says an error: it, then each cause after `: `.
+macro_rules! plain_failures {
+    ($($t:ty),* $(,)?) => {
+        $(impl Exit for $t {
+            fn message(&self) -> String {
+                with_causes(self)
+            }
+        })*
+    };
+}
+
+plain_failures!(
+    std::io::Error,
+    serde_json::Error,
+    worktreefs::store::StoreError,
+    worktreefs::lifecycle::create::CreateError,
+);
+
+/// A layer's failure of its own kinds (`GitError`, `LifecycleError`), as any failure.
+impl<K: Copy + fmt::Debug + Send + Sync + 'static> Exit for worktreefs::failure::Failure<K> {
+    fn message(&self) -> String {
+        with_causes(self)
+    }
+}
+
+/// `e` and its causes, each after `: `.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 /// Exits with the command's status: its code, or 128 + the signal that ended it.
-pub fn exit_as(status: std::process::ExitStatus) -> anyhow::Result<()> {
+pub fn exit_as(status: std::process::ExitStatus) -> Result<(), Failed> {
     match exit_code(status) {
         0 => Ok(()),
         code => std::process::exit(code),
     }
 }
 
+/// The failure object: `{"error": "failed", "message": …}`.
+pub fn failure_json(message: &str) -> serde_json::Value {
+    report::shapes::value(FailedJson {
+        error: "failed".into(),
+        message: message.to_string(),
+    })
+}
+
 /// The exit code of a command that ended with `result`; a failure said on stderr as a
 /// sentence, or as JSON where `json_to` says (a typed refusal with its own JSON, any
 /// other failure as `failed`), and written into a turn's `--report` file.
-pub fn finish(result: anyhow::Result<()>, json_to: Option<report::JsonTo>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // Any other failure of a command asked for JSON is JSON too: `failed`, with
-            // the message people get (a typed refusal says more, with its own `error`).
-            let failed;
-            let mut refusal = e.downcast_ref::<report::Refusal>();
-            if refusal.is_none() && json_to.is_some() {
-                let message = report::for_people(&format!("{e:#}"));
-                failed = report::Refusal {
-                    json: serde_json::json!({"error": "failed", "message": message}),
-                    message,
-                    json_to,
-                    code: e
-                        .downcast_ref::<RunError>()
-                        .and_then(RunError::shell_code)
-                        .unwrap_or(1),
-                };
-                refusal = Some(&failed);
-            }
-            // A refusal as JSON on stderr (`run --json`) is all stderr says: parseable.
-            if refusal.is_none_or(|r| r.json_to != Some(report::JsonTo::Stderr)) {
-                tracing::debug!("{e:#}");
-                eprintln!("worktreefs: {}", report::for_people(&format!("{e:#}")));
-            }
-            if REPORT.get().is_some() {
-                let v = match refusal {
-                    Some(r) if !r.json.is_null() => r.json.clone(),
-                    _ => serde_json::json!({
-                        "error": "failed",
-                        "message": report::for_people(&format!("{e:#}")),
-                    }),
-                };
-                write_report(&v);
-            }
-            match refusal {
-                Some(r) => {
-                    match r.json_to {
-                        Some(report::JsonTo::Stdout) => println!("{:#}", r.json),
-                        Some(report::JsonTo::Stderr) => eprintln!("{:#}", r.json),
-                        None => {}
-                    }
-                    ExitCode::from(r.code)
-                }
-                None => ExitCode::from(
-                    e.downcast_ref::<RunError>()
-                        .and_then(RunError::shell_code)
-                        .unwrap_or(1),
-                ),
-            }
-        }
+pub fn finish(result: Result<(), Failed>, json_to: Option<JsonTo>) -> ExitCode {
+    let Err(Failed(failure)) = result else {
+        return ExitCode::SUCCESS;
+    };
+    let message = report::for_people(&failure.message());
+    // JSON on stderr (`run --json`) is all stderr says: parseable.
+    if json_to != Some(JsonTo::Stderr) {
+        tracing::debug!("{}", failure.message());
+        eprintln!("worktreefs: {message}");
     }
+    let json = match failure.json() {
+        AsJson::Failure => Some(failure_json(&message)),
+        AsJson::Refusal(v) => Some(v),
+        AsJson::Printed => None,
+    };
+    if REPORT.get().is_some() {
+        write_report(&json.clone().unwrap_or_else(|| failure_json(&message)));
+    }
+    match (json, json_to) {
+        (Some(v), Some(JsonTo::Stdout)) => println!("{v:#}"),
+        (Some(v), Some(JsonTo::Stderr)) => eprintln!("{v:#}"),
+        _ => {}
+    }
+    ExitCode::from(failure.exit_code())
 }

@@ -25,10 +25,11 @@ pub mod target;
 use std::fs;
 use std::path::PathBuf;
 
-use anyhow::bail;
+use anyhow::anyhow;
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use worktreefs::report;
 use worktreefs::state::StateDir;
+
+use crate::cli::exit::{Failed, JsonTo};
 
 #[derive(Parser)]
 #[command(
@@ -187,7 +188,7 @@ impl Command {
     /// Where a failure's JSON goes: `--json` was given (before any `--`, after which the
     /// arguments are the command's), on stderr for `run` and `turn` (their stdout is the
     /// command's), else on stdout.
-    pub fn json_to(&self) -> Option<report::JsonTo> {
+    pub fn json_to(&self) -> Option<JsonTo> {
         let asked = std::env::args()
             .skip(1)
             .take_while(|a| a != "--")
@@ -196,8 +197,8 @@ impl Command {
             return None;
         }
         Some(match self {
-            Command::Run(_) | Command::Turn(_) => report::JsonTo::Stderr,
-            _ => report::JsonTo::Stdout,
+            Command::Run(_) | Command::Turn(_) => JsonTo::Stderr,
+            _ => JsonTo::Stdout,
         })
     }
 }
@@ -205,7 +206,7 @@ impl Command {
 /// Runs the command `cli` names: those that need no state directory at once, the rest
 /// in the state directory they open (made by `mount` and `repo add` only, and removed
 /// again when the command that made it is refused).
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub fn run(cli: Cli) -> Result<(), Failed> {
     // These need (and make) no state directory.
     match &cli.command {
         Command::Completions(_) | Command::Names(_) | Command::Man(_) | Command::Doctor(_) => {
@@ -229,10 +230,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         let root = StateDir::resolve(cli.global.state_dir.clone());
         if let Err(e) = fs::symlink_metadata(&root) {
             if e.kind() == std::io::ErrorKind::NotFound {
-                bail!(
+                return Err(anyhow!(
                     "state dir {} does not exist: nothing is registered or mounted there yet; start with `worktreefs mount` inside a repository (or `worktreefs repo add PATH`), or pass the state dir you use with --state-dir",
                     root.display()
-                );
+                )
+                .into());
             }
         }
     }
@@ -254,7 +256,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// `run`, once the state directory is open.
-fn run_in(cli: Cli, state: &StateDir) -> anyhow::Result<()> {
+fn run_in(cli: Cli, state: &StateDir) -> Result<(), Failed> {
     match cli.command {
         Command::Mount(a) => commands::mount::run(state, a, cli.global.log_level.as_deref()),
         Command::Unmount(a) => commands::unmount::run(state, a),
@@ -274,7 +276,7 @@ fn run_in(cli: Cli, state: &StateDir) -> anyhow::Result<()> {
         Command::Leases(a) => commands::leases::run(state, a),
         Command::Events(a) => commands::events::run(state, a),
         Command::Du(a) => commands::du::run(state, a),
-        Command::Mcp => crate::mcp::serve(state.root.clone()),
+        Command::Mcp => Ok(crate::mcp::serve(state.root.clone())?),
         Command::Completions(_) | Command::Man(_) | Command::Doctor(_) | Command::Names(_) => {
             unreachable!("answered before a state directory is opened")
         }

@@ -7,6 +7,8 @@ use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
+use crate::cli::exit::Failed;
+
 /// " (did you mean REPO/W?)" when a worktree of `repo` that is not removed has a name
 /// close to `name`, else "".
 pub fn did_you_mean(store: &Store, repo: &str, name: &str) -> String {
@@ -45,13 +47,10 @@ pub fn runnable_worktree(
     store: &Store,
     repo: &str,
     name: &str,
-    json_to: Option<report::JsonTo>,
-) -> anyhow::Result<worktreefs::store::WorktreeRow> {
-    let row = leasable_worktree(store, repo, name, json_to)?;
+) -> Result<worktreefs::store::WorktreeRow, Failed> {
+    let row = leasable_worktree(store, repo, name)?;
     if matches!(row.state, State::Removed | State::Deleting) {
-        let mut r = report::unleasable(repo, name, Some(row.state));
-        r.json_to = json_to;
-        return Err(r.into());
+        return Err(report::unleasable(repo, name, Some(row.state)).into());
     }
     Ok(row)
 }
@@ -61,15 +60,10 @@ pub fn leasable_worktree(
     store: &Store,
     repo: &str,
     name: &str,
-    json_to: Option<report::JsonTo>,
-) -> anyhow::Result<worktreefs::store::WorktreeRow> {
+) -> Result<worktreefs::store::WorktreeRow, Failed> {
     match store.worktree(repo, name)? {
         Some(row) => Ok(row),
-        None => {
-            let mut r = not_found(store, repo, name);
-            r.json_to = json_to;
-            Err(r.into())
-        }
+        None => Err(not_found(store, repo, name).into()),
     }
 }
 
@@ -80,7 +74,6 @@ pub fn not_mounted(
     store: &Store,
     row: &worktreefs::store::WorktreeRow,
     session: Option<&str>,
-    json_to: Option<report::JsonTo>,
 ) -> report::Refusal {
     let at = create::mountpoint_of(state, store);
     report::refused(
@@ -94,6 +87,5 @@ pub fn not_mounted(
             row.repo,
             row.name
         ),
-        json_to,
     )
 }

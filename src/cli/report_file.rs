@@ -6,7 +6,6 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use worktreefs::report;
 
 /// `turn --report FILE`, opened at the start (see `main`).
 pub static REPORT: std::sync::OnceLock<fs::File> = std::sync::OnceLock::new();
@@ -72,29 +71,8 @@ pub fn write_report(v: &serde_json::Value) {
 
 /// Opens `turn --report FILE` before anything else happens (before the turn enters the
 /// worktree, so a relative path is the caller's); it is written through that one
-/// descriptor at the end, whatever becomes of the name meanwhile. Err: the exit code,
-/// the failure said (as JSON on stderr where `json_to` says).
-pub fn hold_report(
-    path: &Path,
-    json_to: Option<report::JsonTo>,
-) -> Result<(), std::process::ExitCode> {
-    match open_report(path) {
-        Ok(f) => {
-            let _ = REPORT.set(f);
-        }
-        Err(e) => {
-            // As any failure of `turn`: with --json, the JSON is all stderr says.
-            let message = report::for_people(&format!("{e:#}"));
-            if json_to.is_some() {
-                eprintln!(
-                    "{:#}",
-                    serde_json::json!({"error": "failed", "message": message})
-                );
-            } else {
-                eprintln!("worktreefs: {message}");
-            }
-            return Err(std::process::ExitCode::from(1));
-        }
-    }
+/// descriptor at the end, whatever becomes of the name meanwhile.
+pub fn hold_report(path: &Path) -> anyhow::Result<()> {
+    let _ = REPORT.set(open_report(path)?);
     Ok(())
 }

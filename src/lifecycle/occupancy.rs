@@ -238,7 +238,6 @@ pub fn refusal(
             },
         }),
         message,
-        json_to: None,
         code: crate::report::EXIT_CONFLICT,
     }
 }

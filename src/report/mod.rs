@@ -154,21 +154,12 @@ pub fn human_bytes(n: u64) -> String {
 /// it, or it is deleting, removed or unknown). `1` stays for a request that failed.
 pub const EXIT_CONFLICT: u8 = 3;
 
-/// Where a refusal's JSON goes: stdout for a command whose output is ours, stderr for one
-/// whose stdout is its command's (`run`, `turn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JsonTo {
-    Stdout,
-    Stderr,
-}
-
-/// A typed refusal: its message (for people, on stderr), its JSON (when asked for), and
-/// the exit code.
+/// A typed refusal: its message (for people, on stderr), its JSON (when asked for: one
+/// of the shapes of [`shapes`]), and the exit code.
 #[derive(Debug)]
 pub struct Refusal {
     pub message: String,
     pub json: serde_json::Value,
-    pub json_to: Option<JsonTo>,
     pub code: u8,
 }
 
@@ -275,7 +266,6 @@ pub fn occupied(
             },
         }),
         message,
-        json_to: None,
         code: EXIT_CONFLICT,
     }
 }
@@ -307,7 +297,6 @@ pub fn unleasable(repo: &str, name: &str, state: Option<crate::lease::State>) ->
             session: None,
         }),
         message,
-        json_to: None,
         code: EXIT_CONFLICT,
     }
 }
@@ -371,7 +360,6 @@ pub fn busy(
             },
         }),
         message,
-        json_to: None,
         code: EXIT_CONFLICT,
     }
 }
@@ -427,7 +415,6 @@ pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
             waited_secs: None,
         }),
         message,
-        json_to: None,
         code: EXIT_CONFLICT,
     }
 }
@@ -440,7 +427,6 @@ pub fn refused(
     error: &str,
     session: Option<&str>,
     message: String,
-    json_to: Option<JsonTo>,
 ) -> Refusal {
     let mut json = worktree_json(w, mountpoint);
     json["error"] = error.into();
@@ -450,7 +436,6 @@ pub fn refused(
     Refusal {
         message,
         json,
-        json_to,
         code: 1,
     }
 }

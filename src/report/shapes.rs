@@ -395,6 +395,14 @@ pub struct WritersInsideJson {
     pub waited_secs: Option<u64>,
 }
 
+/// Any failure that is not a typed refusal (`failed`): the message people get.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailedJson {
+    pub error: String,
+    pub message: String,
+}
+
 /// `shape` as a JSON value (the shapes hold strings, numbers and paths: always encodable).
 pub fn value(shape: impl Serialize) -> serde_json::Value {
     serde_json::to_value(shape).expect("a shape of plain values encodes")
@@ -503,6 +511,7 @@ mod tests {
         assert!(shows::<EventJson>("## `events --json`") >= 2);
         assert_eq!(shows::<OccupiedJson>("### Refusal `occupied`"), 1);
         assert_eq!(shows::<TurnJson>("## `turns --json`"), 1);
+        assert_eq!(shows::<FailedJson>("### The failure object"), 1);
         assert!(shows::<WorktreeJson>("## `list --json`") >= 1);
         assert!(shows::<StatusJson>("## `status --json`") >= 2);
         let error = |e: &'static str| move |v: &Value| v["error"] == e;

@@ -6,6 +6,8 @@ use clap::Args;
 
 use crate::completion;
 
+use crate::cli::exit::Failed;
+
 #[derive(Args)]
 pub struct CompletionsArgs {
     /// bash, zsh, fish, elvish or powershell.
@@ -19,7 +21,7 @@ pub struct NamesArgs {
 }
 
 /// `cli`: the whole command line's definition, which the script completes.
-pub fn run(args: CompletionsArgs, mut cli: clap::Command) -> anyhow::Result<()> {
+pub fn run(args: CompletionsArgs, mut cli: clap::Command) -> Result<(), Failed> {
     let mut clap_script = Vec::new();
     clap_complete::generate(args.shell, &mut cli, "worktreefs", &mut clap_script);
     print!(
@@ -34,7 +36,7 @@ pub fn run(args: CompletionsArgs, mut cli: clap::Command) -> anyhow::Result<()> 
 
 /// `__names`: the names the completion scripts offer, from the state directory `root`
 /// (nothing when there is none).
-pub fn run_names(root: &Path, args: NamesArgs) -> anyhow::Result<()> {
+pub fn run_names(root: &Path, args: NamesArgs) -> Result<(), Failed> {
     completion::print_names(root, args.kind);
     Ok(())
 }

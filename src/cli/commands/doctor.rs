@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
-use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
+
+use crate::cli::exit::{AsJson, Exit, Failed};
 
 #[derive(Args)]
 pub struct DoctorArgs {
@@ -19,7 +20,7 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-pub fn run(root: &Path, args: DoctorArgs) -> anyhow::Result<()> {
+pub fn run(root: &Path, args: DoctorArgs) -> Result<(), Failed> {
     let json = args.json;
     let checks = checks(root);
     if json {
@@ -32,22 +33,29 @@ pub fn run(root: &Path, args: DoctorArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let failed: Vec<&str> = checks
+    let failed: Vec<String> = checks
         .iter()
         .filter(|c| c.status == Status::Fail)
-        .map(|c| c.check.as_str())
+        .map(|c| c.check.clone())
         .collect();
     if failed.is_empty() {
         return Ok(());
     }
-    // Said already, check by check: the exit code is what is left to say.
-    Err(report::Refusal {
-        message: format!("{} check(s) failed: {}", failed.len(), failed.join(", ")),
-        json: serde_json::Value::Null,
-        json_to: None,
-        code: 1,
+    Err(ChecksFailed(failed).into())
+}
+
+/// The checks that failed: said already, check by check (and as JSON with `--json`), so
+/// the exit code is what is left to say.
+struct ChecksFailed(Vec<String>);
+
+impl Exit for ChecksFailed {
+    fn message(&self) -> String {
+        format!("{} check(s) failed: {}", self.0.len(), self.0.join(", "))
     }
-    .into())
+
+    fn json(&self) -> AsJson {
+        AsJson::Printed
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

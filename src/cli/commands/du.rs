@@ -18,6 +18,7 @@ use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 use worktreefs::table::Table;
 
+use crate::cli::exit::Failed;
 use crate::cli::state::open_store;
 use crate::cli::target::which;
 
@@ -31,8 +32,8 @@ pub struct DuArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: DuArgs) -> anyhow::Result<()> {
-    cmd_du(state, args.target.as_deref(), args.json)
+pub fn run(state: &StateDir, args: DuArgs) -> Result<(), Failed> {
+    Ok(cmd_du(state, args.target.as_deref(), args.json)?)
 }
 
 fn cmd_du(state: &StateDir, target: Option<&str>, json: bool) -> anyhow::Result<()> {

@@ -8,6 +8,7 @@ use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::table::Table;
 
+use crate::cli::exit::Failed;
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -23,7 +24,7 @@ pub struct EventsArgs {
     pub last: i64,
 }
 
-pub fn run(state: &StateDir, args: EventsArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: EventsArgs) -> Result<(), Failed> {
     let EventsArgs { json, follow, last } = args;
     let store = open_store(state)?;
     // `--last 0`: no past event (with --follow, only those from now on).

@@ -8,6 +8,7 @@ use worktreefs::report;
 use worktreefs::state::StateDir;
 
 use crate::cli::acquire::{acquire_named, Want};
+use crate::cli::exit::Failed;
 use crate::cli::refusals::{leasable_worktree, not_found};
 use crate::cli::state::open_store;
 use crate::cli::target::{split_target, which};
@@ -54,7 +55,7 @@ pub enum LeaseCmd {
     },
 }
 
-pub fn run(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, cmd: LeaseCmd) -> Result<(), Failed> {
     let (target, session) = match &cmd {
         LeaseCmd::Acquire {
             target, session, ..
@@ -77,8 +78,7 @@ pub fn run(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
         ..
     } = cmd
     {
-        let json_to = json.then_some(report::JsonTo::Stdout);
-        let row = leasable_worktree(&store, repo, name, json_to)?;
+        let row = leasable_worktree(&store, repo, name)?;
         let reason = if exclusive {
             "named lease, exclusive"
         } else {
@@ -90,11 +90,7 @@ pub fn run(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
             (repo, name, &row),
             &lease,
             reason,
-            &Want {
-                exclusive,
-                wait,
-                json_to,
-            },
+            &Want { exclusive, wait },
         )?;
         daemon::poke(state);
         if json {
@@ -131,7 +127,6 @@ pub fn run(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
         // somebody else has; see the README's exit codes).
         let mut r = not_found(&store, repo, name);
         r.json["session"] = session.as_str().into();
-        r.json_to = json.then_some(report::JsonTo::Stdout);
         r.code = 1;
         return Err(r.into());
     };
@@ -152,8 +147,7 @@ pub fn run(state: &StateDir, cmd: LeaseCmd) -> anyhow::Result<()> {
             row.state
         );
         let at = create::mountpoint_of(state, &store);
-        let json_to = json.then_some(report::JsonTo::Stdout);
-        return Err(report::refused(&row, &at, "not-held", Some(session), message, json_to).into());
+        return Err(report::refused(&row, &at, "not-held", Some(session), message).into());
     }
     if json {
         daemon::poke(state);

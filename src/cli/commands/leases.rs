@@ -5,6 +5,7 @@ use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::table::Table;
 
+use crate::cli::exit::Failed;
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -14,7 +15,7 @@ pub struct LeasesArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: LeasesArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: LeasesArgs) -> Result<(), Failed> {
     let LeasesArgs { json } = args;
     let store = open_store(state)?;
     let rows = store.leases()?;

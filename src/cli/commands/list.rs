@@ -5,6 +5,7 @@ use worktreefs::lifecycle::create;
 use worktreefs::report::shapes::WorktreeJson;
 use worktreefs::state::StateDir;
 
+use crate::cli::exit::Failed;
 use crate::cli::output::{inside_counts, print_json};
 use crate::cli::state::open_store;
 
@@ -15,7 +16,7 @@ pub struct ListArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: ListArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: ListArgs) -> Result<(), Failed> {
     let ListArgs { json } = args;
     let store = open_store(state)?;
     let rows = store.worktrees()?;

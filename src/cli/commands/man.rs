@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 
+use crate::cli::exit::Failed;
+
 #[derive(Args)]
 pub struct ManArgs {
     /// Where the pages go.
@@ -13,8 +15,8 @@ pub struct ManArgs {
 }
 
 /// `cli`: the whole command line's definition, each command of which gets a page.
-pub fn run(args: ManArgs, cli: clap::Command) -> anyhow::Result<()> {
-    write_man_pages(&args.dir, cli)
+pub fn run(args: ManArgs, cli: clap::Command) -> Result<(), Failed> {
+    Ok(write_man_pages(&args.dir, cli)?)
 }
 
 /// The manual pages, generated from the command definitions: `worktreefs.1`, and one per

@@ -17,6 +17,7 @@ use worktreefs::state::StateDir;
 use worktreefs::table::Table;
 
 use crate::cli::commands::repo::add_repo_here;
+use crate::cli::exit::Failed;
 use crate::cli::output::invocation;
 use crate::cli::state::open_store;
 
@@ -105,12 +106,12 @@ pub struct MountArgs {
     pub umount_keeps_sessions: bool,
 }
 
-pub fn run(state: &StateDir, args: MountArgs, log_level: Option<&str>) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: MountArgs, log_level: Option<&str>) -> Result<(), Failed> {
     let req = request(state, &args)?;
     if args.foreground {
-        return daemon::serve(req, daemon::ready_fd_from_env());
+        return Ok(daemon::serve(req, daemon::ready_fd_from_env())?);
     }
-    cmd_mount(state, req, args.json, log_level)
+    Ok(cmd_mount(state, req, args.json, log_level)?)
 }
 
 /// What `args` ask of the daemon, each value checked.

@@ -9,6 +9,7 @@ use worktreefs::lifecycle::warm;
 use worktreefs::report;
 use worktreefs::state::StateDir;
 
+use crate::cli::exit::Failed;
 use crate::cli::output::{print_cd, print_taken};
 use crate::cli::progress::Slow;
 use crate::cli::state::open_store;
@@ -50,7 +51,7 @@ pub struct NewArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: NewArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     let NewArgs {
         target,
         base,
@@ -66,7 +67,7 @@ pub fn run(state: &StateDir, args: NewArgs) -> anyhow::Result<()> {
         anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
     })?;
     if let Some(from) = from {
-        return cmd_fork(state, repo, name, &from, branch.as_deref(), json);
+        return Ok(cmd_fork(state, repo, name, &from, branch.as_deref(), json)?);
     }
     let mut store = open_store(state)?;
     let (uid, gid) = (

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::anyhow;
 use clap::Args;
 use worktreefs::daemon;
 use worktreefs::lease::State;
@@ -12,6 +12,7 @@ use worktreefs::report;
 use worktreefs::state::StateDir;
 
 use crate::cli::acquire::WAIT_POLL;
+use crate::cli::exit::Failed;
 use crate::cli::refusals::{did_you_mean, did_you_mean_field};
 use crate::cli::state::open_store;
 use crate::cli::target::{split_target, which};
@@ -32,7 +33,7 @@ pub struct ReclaimArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: ReclaimArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: ReclaimArgs) -> Result<(), Failed> {
     let target = which(state, Some(&args.target), true)?;
     cmd_reclaim(state, &target, args.discard, args.wait, args.json)
 }
@@ -43,7 +44,7 @@ fn cmd_reclaim(
     discard: bool,
     wait: Option<u64>,
     json: bool,
-) -> anyhow::Result<()> {
+) -> Result<(), Failed> {
     use worktreefs::daemon::socket::Answer;
     let (repo, name) = split_target(target)?;
     let mut store = open_store(state)?;
@@ -76,15 +77,14 @@ fn cmd_reclaim(
                 std::thread::sleep(WAIT_POLL);
                 continue;
             }
-            let mut r = occupancy::refusal(
+            return Err(occupancy::refusal(
                 repo,
                 name,
                 &held,
                 wait.map(|_| started.elapsed().as_secs()),
                 worktreefs::store::now_secs(),
-            );
-            r.json_to = json.then_some(report::JsonTo::Stdout);
-            return Err(r.into());
+            )
+            .into());
         }
     }
     // Through the live daemon when one serves this state dir (it alone sees the leases
@@ -124,16 +124,14 @@ fn cmd_reclaim(
         }
         v
     };
-    let refusal = |what: &str, detail: &str, message: String| -> anyhow::Error {
+    let refusal = |what: &str, detail: &str, message: String| {
         let mut v = outcome(what, Some(detail));
         v["error"] = what.into();
         report::Refusal {
             message,
             json: v,
-            json_to: json.then_some(report::JsonTo::Stdout),
             code: 1,
         }
-        .into()
     };
     match &result {
         Some(Answer::Removed { detail }) => {
@@ -144,14 +142,14 @@ fn cmd_reclaim(
             }
             Ok(())
         }
-        Some(Answer::Retained { reason }) => Err(refusal("retained", reason, format!(
+        Some(Answer::Retained { reason }) => Err(Failed::from(refusal("retained", reason, format!(
             "worktree '{repo}/{name}' could not be removed and is retained with its files: {reason}; see {}",
             state.log_file().display()
-        ))),
-        Some(Answer::HoldsWork { reason }) => Err(refusal("holds-work", reason, format!(
+        )))),
+        Some(Answer::HoldsWork { reason }) => Err(Failed::from(refusal("holds-work", reason, format!(
             "worktree '{repo}/{name}' holds work and stays: {reason}; commit and push it (cd {}), or throw it away with `worktreefs reclaim {repo}/{name} --discard`",
             mountpoint.join(repo).join(name).display()
-        ))),
+        )))),
         // Named as every other command names them: `not-found` (with the close name in
         // `did_you_mean`) or `removed`; nothing to reclaim is not a conflict (exit 1).
         Some(Answer::Gone { message }) => {
@@ -160,31 +158,28 @@ fn cmd_reclaim(
                 .worktree(repo, name)?
                 .is_some_and(|w| w.state == State::Removed);
             if removed {
-                let e = refusal("removed", message, format!(
+                let mut r = refusal("removed", message, format!(
                     "worktree '{repo}/{name}' is already removed, so there is nothing to reclaim; bring it back with `worktreefs restore {repo}/{name}` (see `worktreefs removed`)"
                 ));
                 // `error` as every command names a removed worktree; `outcome` never
                 // reads as this call's removal.
-                let mut r = e.downcast::<report::Refusal>().expect("a refusal");
                 r.json["outcome"] = "already-removed".into();
                 r.json["detail"] = format!("worktree {repo}/{name} is already removed").into();
                 return Err(r.into());
             }
             let hint = did_you_mean(&now, repo, name);
-            let e = refusal("not-found", message, format!(
+            let mut r = refusal("not-found", message, format!(
                 "worktree '{repo}/{name}' does not exist{hint}; see `worktreefs list` and `worktreefs retained`"
             ));
-            if hint.is_empty() {
-                return Err(e);
+            if !hint.is_empty() {
+                r.json["did_you_mean"] = did_you_mean_field(&hint).into();
             }
-            let mut r = e.downcast::<report::Refusal>().expect("a refusal");
-            r.json["did_you_mean"] = did_you_mean_field(&hint).into();
             Err(r.into())
         }
-        Some(Answer::Busy { message }) => Err(refusal("busy", message, message.clone())),
-        Some(Answer::Error { message }) => Err(refusal("error", message, message.clone())),
+        Some(Answer::Busy { message }) => Err(refusal("busy", message, message.clone()).into()),
+        Some(Answer::Error { message }) => Err(refusal("error", message, message.clone()).into()),
         Some(Answer::Discarding { .. }) | None => {
-            bail!("reclaim of {repo}/{name} ended without an answer")
+            Err(anyhow!("reclaim of {repo}/{name} ended without an answer").into())
         }
     }
 }

@@ -5,6 +5,7 @@ use worktreefs::lifecycle::cleanup::keep::KeepPolicy;
 use worktreefs::report;
 use worktreefs::state::StateDir;
 
+use crate::cli::exit::Failed;
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -14,8 +15,8 @@ pub struct RemovedArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: RemovedArgs) -> anyhow::Result<()> {
-    cmd_removed(state, args.json)
+pub fn run(state: &StateDir, args: RemovedArgs) -> Result<(), Failed> {
+    Ok(cmd_removed(state, args.json)?)
 }
 
 /// The kept removals as JSON objects: the row and where the copy is, when it goes.

@@ -15,6 +15,7 @@ use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 use worktreefs::table::Table;
 
+use crate::cli::exit::Failed;
 use crate::cli::output::prune_warm;
 use crate::cli::state::open_store;
 
@@ -72,7 +73,7 @@ pub enum RepoCmd {
     },
 }
 
-pub fn run(state: &StateDir, cmd: RepoCmd) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
     match cmd {
         RepoCmd::Add {
             path,
@@ -116,7 +117,7 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> anyhow::Result<()> {
                 anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
             })?;
             if include.is_empty() && !no_include && warm_default.is_none() {
-                bail!("nothing to set for '{name}': give --include PATTERN…, --no-include or --warm-default true|false");
+                return Err(anyhow!("nothing to set for '{name}': give --include PATTERN…, --no-include or --warm-default true|false").into());
             }
             let patterns = (!include.is_empty() || no_include).then_some(&include[..]);
             store.set_repo_warm(repo.id, patterns, warm_default)?;
@@ -181,7 +182,6 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> anyhow::Result<()> {
                         if n == 1 { "it" } else { "them" }
                     ),
                     json: v,
-                    json_to: json.then_some(report::JsonTo::Stdout),
                     code: 1,
                 }
                 .into());

@@ -7,6 +7,7 @@ use worktreefs::lifecycle::create;
 use worktreefs::report;
 use worktreefs::state::StateDir;
 
+use crate::cli::exit::Failed;
 use crate::cli::output::print_cd;
 use crate::cli::state::open_store;
 use crate::cli::target::which;
@@ -27,9 +28,15 @@ pub struct RestoreArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: RestoreArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: RestoreArgs) -> Result<(), Failed> {
     let target = which(state, Some(&args.target), true)?;
-    cmd_restore(state, &target, args.as_name.as_deref(), args.id, args.json)
+    Ok(cmd_restore(
+        state,
+        &target,
+        args.as_name.as_deref(),
+        args.id,
+        args.json,
+    )?)
 }
 
 fn cmd_restore(

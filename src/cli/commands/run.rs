@@ -1,15 +1,14 @@
 //! `worktreefs run`: a command run inside a worktree, holding a lease for exactly its
 //! lifetime.
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use clap::Args;
 use worktreefs::daemon;
 use worktreefs::process::supervise::{run_below, Below};
-use worktreefs::report;
 use worktreefs::state::StateDir;
 
 use crate::cli::acquire::{acquire_named, Want};
-use crate::cli::exit::exit_as;
+use crate::cli::exit::{exit_as, Failed};
 use crate::cli::refusals::{not_mounted, runnable_worktree};
 use crate::cli::state::open_store;
 use crate::cli::target::{split_target, which};
@@ -36,13 +35,14 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-pub fn run(state: &StateDir, args: RunArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: RunArgs) -> Result<(), Failed> {
     let RunArgs {
         target,
         session,
         exclusive,
         wait,
-        json,
+        // Where a refusal's JSON goes is the command line's (`Command::json_to`).
+        json: _,
         command,
     } = args;
     let target = which(state, target.as_deref(), false)?;
@@ -50,7 +50,6 @@ pub fn run(state: &StateDir, args: RunArgs) -> anyhow::Result<()> {
         session: session.as_deref(),
         exclusive,
         wait,
-        json,
     };
     cmd_run(state, &target, &ask, &command)
 }
@@ -60,7 +59,6 @@ struct RunAsk<'a> {
     session: Option<&'a str>,
     exclusive: bool,
     wait: Option<u64>,
-    json: bool,
 }
 
 fn cmd_run(
@@ -68,13 +66,12 @@ fn cmd_run(
     target: &str,
     ask: &RunAsk<'_>,
     command: &[String],
-) -> anyhow::Result<()> {
+) -> Result<(), Failed> {
     let (repo, name) = split_target(target)?;
     let mut store = open_store(state)?;
-    let json_to = ask.json.then_some(report::JsonTo::Stderr);
-    let row = runnable_worktree(&store, repo, name, json_to)?;
+    let row = runnable_worktree(&store, repo, name)?;
     let Some(daemon) = daemon::running_daemon(state) else {
-        return Err(not_mounted(state, &store, &row, ask.session, json_to).into());
+        return Err(not_mounted(state, &store, &row, ask.session).into());
     };
     let dir = daemon.mountpoint.join(repo).join(name);
     let reason = if ask.exclusive {
@@ -101,7 +98,6 @@ fn cmd_run(
                 &Want {
                     exclusive: ask.exclusive,
                     wait: ask.wait,
-                    json_to,
                 },
             )?;
             if ask.exclusive && was_plain {
@@ -134,7 +130,6 @@ fn cmd_run(
             &Want {
                 exclusive: true,
                 wait: ask.wait,
-                json_to,
             },
         )?;
         daemon::poke(state);
@@ -143,7 +138,7 @@ fn cmd_run(
     // (the daemon notices when it exits, however it exits); the command runs below it.
     let status = run_below(&dir, command, Below::Run)
         .map(|ended| ended.status)
-        .with_context(|| format!("in {} (state {})", dir.display(), row.state));
+        .map_err(|e| Failed::from(e).within(format!("in {} (state {})", dir.display(), row.state)));
     if let Some(lease) = named {
         let _ = store.release_lease(row.id, &lease.holder(), "released", "worktreefs run ended");
     }

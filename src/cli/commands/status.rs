@@ -6,6 +6,7 @@ use worktreefs::lifecycle::create;
 use worktreefs::report::shapes;
 use worktreefs::state::StateDir;
 
+use crate::cli::exit::Failed;
 use crate::cli::output::inside_counts;
 use crate::cli::state::open_store;
 
@@ -16,7 +17,7 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: StatusArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: StatusArgs) -> Result<(), Failed> {
     let StatusArgs { json } = args;
     let store = open_store(state)?;
     let rows = store.worktrees()?;

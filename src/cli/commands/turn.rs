@@ -17,6 +17,7 @@ use worktreefs::store::Store;
 
 use crate::cli::acquire::{acquire_named, Want, WAIT_POLL};
 use crate::cli::exit::exit_as;
+use crate::cli::exit::Failed;
 use crate::cli::refusals::{not_mounted, runnable_worktree};
 use crate::cli::report_file::write_report;
 use crate::cli::state::open_store;
@@ -57,7 +58,7 @@ pub struct TurnArgs {
     pub command: Vec<String>,
 }
 
-pub fn run(state: &StateDir, args: TurnArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: TurnArgs) -> Result<(), Failed> {
     let TurnArgs {
         target,
         session,
@@ -109,21 +110,20 @@ fn cmd_turn(
     target: &str,
     ask: &TurnAsk<'_>,
     command: &[String],
-) -> anyhow::Result<()> {
+) -> Result<(), Failed> {
     use worktreefs::lifecycle::turns::writers_inside;
     use worktreefs::process::info::Liveness;
     use worktreefs::store::{NewLease, NewTurn, TurnError};
     let (repo, name) = split_target(target)?;
     worktreefs::lease::validate_session(ask.session).map_err(|e| anyhow!(e))?;
     let mut store = open_store(state)?;
-    let json_to = ask.json.then_some(report::JsonTo::Stderr);
-    let row = runnable_worktree(&store, repo, name, json_to)?;
+    let row = runnable_worktree(&store, repo, name)?;
     let at = create::mountpoint_of(state, &store);
-    let plain = |error: &str, message: String| -> anyhow::Error {
-        report::refused(&row, &at, error, Some(ask.session), message, json_to).into()
+    let plain = |error: &str, message: String| -> Failed {
+        report::refused(&row, &at, error, Some(ask.session), message).into()
     };
     let Some(daemon) = daemon::running_daemon(state) else {
-        return Err(not_mounted(state, &store, &row, Some(ask.session), json_to).into());
+        return Err(not_mounted(state, &store, &row, Some(ask.session)).into());
     };
     same_pid_namespace(&daemon).map_err(|e| plain("other-namespace", e.to_string()))?;
     let dir = daemon.mountpoint.join(repo).join(name);
@@ -138,18 +138,15 @@ fn cmd_turn(
     });
     let waiting = || deadline.is_some_and(|d| std::time::Instant::now() < d);
     let waited = || ask.wait.map(|_| started.elapsed().as_secs());
-    let refuse = |mut r: report::Refusal| -> anyhow::Error {
-        r.json_to = json_to;
-        r.into()
-    };
-    let busy = |t: &worktreefs::store::TurnRow, unchecked: Option<&str>| {
-        refuse(report::busy(
+    let busy = |t: &worktreefs::store::TurnRow, unchecked: Option<&str>| -> Failed {
+        report::busy(
             t,
             unchecked,
             waited(),
             worktreefs::store::now_secs(),
             Some(&daemon.mountpoint),
-        ))
+        )
+        .into()
     };
     let lease = NewLease::Session {
         id: ask.session.to_string(),
@@ -186,7 +183,7 @@ fn cmd_turn(
                     std::thread::sleep(WAIT_POLL);
                     continue;
                 }
-                return Err(refuse(writers_refusal(repo, name, &writers, 0, waited())));
+                return Err(writers_refusal(repo, name, &writers, 0, waited()).into());
             }
         }
         let left = deadline.map(|d| {
@@ -202,7 +199,6 @@ fn cmd_turn(
             &Want {
                 exclusive: false,
                 wait: left,
-                json_to,
             },
         )?;
         let turn = NewTurn {
@@ -243,7 +239,7 @@ fn cmd_turn(
             }
             Err(TurnError::State(st)) => {
                 give_back(&mut store);
-                return Err(refuse(report::unleasable(repo, name, Some(st))));
+                return Err(report::unleasable(repo, name, Some(st)).into());
             }
             Err(TurnError::Db(e)) => {
                 give_back(&mut store);
@@ -263,17 +259,14 @@ fn cmd_turn(
             "its guard could not be put in place",
         )?;
         return Err(match e {
-            GuardNotReady::Writers(writers, through_mount) => refuse(writers_refusal(
-                repo,
-                name,
-                &writers,
-                through_mount,
-                waited(),
-            )),
+            GuardNotReady::Writers(writers, through_mount) => {
+                writers_refusal(repo, name, &writers, through_mount, waited()).into()
+            }
             GuardNotReady::Other(msg) => anyhow!(
                 "the guard of this turn on {repo}/{name} could not be put in place: {msg}; nothing was started — see the daemon's log ({}), or run the turn without --guard",
                 state.root.join("daemon.log").display()
-            ),
+            )
+            .into(),
         });
     }
     let limit = ask.timeout.map(Duration::from_secs);

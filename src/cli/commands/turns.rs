@@ -11,7 +11,8 @@ use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 use worktreefs::table::Table;
 
-use crate::cli::refusals::leasable_worktree;
+use crate::cli::exit::Failed;
+use crate::cli::refusals::not_found;
 use crate::cli::state::open_store;
 use crate::cli::target::{split_target, which};
 
@@ -24,7 +25,7 @@ pub struct TurnsArgs {
     pub action: Option<TurnsCmd>,
 }
 
-pub fn run(state: &StateDir, args: TurnsArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: TurnsArgs) -> Result<(), Failed> {
     let TurnsArgs { json, action } = args;
     if let Some(TurnsCmd::End {
         target,
@@ -92,27 +93,22 @@ fn cmd_turn_end(
     session: Option<&str>,
     wait: u64,
     json: bool,
-) -> anyhow::Result<()> {
+) -> Result<(), Failed> {
     let (repo, name) = split_target(target)?;
     if let Some(s) = session {
         worktreefs::lease::validate_session(s).map_err(|e| anyhow!(e))?;
     }
     let mut store = open_store(state)?;
-    let json_to = json.then_some(report::JsonTo::Stdout);
     // Nothing to end is exit 1, as for a release (not a conflict: nothing was asked that
     // somebody else has).
-    let row = leasable_worktree(&store, repo, name, json_to).map_err(|e| match e
-        .downcast::<report::Refusal>()
-    {
-        Ok(mut r) => {
-            r.code = 1;
-            anyhow::Error::from(r)
-        }
-        Err(e) => e,
-    })?;
+    let Some(row) = store.worktree(repo, name)? else {
+        let mut r = not_found(&store, repo, name);
+        r.code = 1;
+        return Err(r.into());
+    };
     let at = create::mountpoint_of(state, &store);
-    let not = |error: &str, message: String| -> anyhow::Error {
-        report::refused(&row, &at, error, session, message, json_to).into()
+    let not = |error: &str, message: String| -> Failed {
+        report::refused(&row, &at, error, session, message).into()
     };
     let Some(turn) = store.turns()?.into_iter().find(|t| t.worktree_id == row.id) else {
         return Err(not(

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, Context};
 use clap::Args;
 use worktreefs::daemon::{self, detached, detached_message, mountpoint, running_daemon, AtUnmount};
 use worktreefs::lease::State;
@@ -14,6 +14,7 @@ use worktreefs::report;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
+use crate::cli::exit::Failed;
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -33,7 +34,7 @@ pub struct UnmountArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: UnmountArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: UnmountArgs) -> Result<(), Failed> {
     cmd_unmount(state, args.lazy, args.keep_sessions, args.json)
 }
 
@@ -45,7 +46,7 @@ fn cmd_unmount(
     lazy: bool,
     keep_sessions: bool,
     json: bool,
-) -> anyhow::Result<()> {
+) -> Result<(), Failed> {
     let store = open_store(state)?;
     let since = store.last_event_id()?;
     drop(store);
@@ -115,14 +116,7 @@ fn cmd_unmount(
         lazy,
         daemon::AtUnmount::from_keep_sessions(keep_sessions),
         Duration::from_secs(300),
-    )
-    .map_err(|e| match e.downcast::<report::Refusal>() {
-        Ok(mut r) => {
-            r.json_to = json.then_some(report::JsonTo::Stdout);
-            r.into()
-        }
-        Err(e) => e,
-    });
+    );
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let cleaned = progress.join().unwrap_or_default();
     if json {
@@ -167,7 +161,7 @@ pub enum Unmounted {
 
 /// Unmount's typed refusal (exit 1): `not-mounted`, or `in-use` naming the processes
 /// inside (`--json` gives them as `inside`).
-fn refused(error: &str, mountpoint: &Path, inside: &[String], message: String) -> anyhow::Error {
+fn refused(error: &str, mountpoint: &Path, inside: &[String], message: String) -> Failed {
     worktreefs::report::Refusal {
         message,
         json: serde_json::json!({
@@ -175,7 +169,6 @@ fn refused(error: &str, mountpoint: &Path, inside: &[String], message: String) -
             "mountpoint": mountpoint,
             "inside": inside,
         }),
-        json_to: None,
         code: 1,
     }
     .into()
@@ -189,7 +182,7 @@ pub fn unmount(
     lazy: bool,
     at: AtUnmount,
     timeout: Duration,
-) -> anyhow::Result<Unmounted> {
+) -> Result<Unmounted, Failed> {
     let holder = running_daemon(state);
     let mountpoint = match &holder {
         Some(h) => h.mountpoint.clone(),
@@ -296,10 +289,11 @@ pub fn unmount(
     };
     match nix::mount::umount2(&mountpoint, flags) {
         Ok(()) => {}
-        Err(nix::errno::Errno::EBUSY) => bail!(
+        Err(nix::errno::Errno::EBUSY) => return Err(anyhow!(
             "{} is busy (something the process scan could not name holds it, such as a mount below it or a mapped file); leave it and run `worktreefs unmount` again, or `worktreefs unmount --lazy`",
             mountpoint.display()
-        ),
+        )
+        .into()),
         Err(nix::errno::Errno::EPERM) => {
             let status = Command::new("fusermount3")
                 .arg("-u")
@@ -307,22 +301,23 @@ pub fn unmount(
                 .status()
                 .context("running fusermount3 -u")?;
             if !status.success() {
-                bail!("fusermount3 -u {} failed", mountpoint.display());
+                return Err(anyhow!("fusermount3 -u {} failed", mountpoint.display()).into());
             }
         }
-        Err(e) => bail!("unmounting {} failed: {e}", mountpoint.display()),
+        Err(e) => return Err(anyhow!("unmounting {} failed: {e}", mountpoint.display()).into()),
     }
     told.done();
     let deadline = Instant::now() + timeout;
     while running_daemon(state).is_some() {
         if Instant::now() > deadline {
-            bail!(
+            return Err(anyhow!(
                 "{} was unmounted but the daemon (pid {}) has not exited after {:?}; see {}",
                 mountpoint.display(),
                 holder.map(|h| h.pid).unwrap_or(0),
                 timeout,
                 state.log_file().display()
-            );
+            )
+            .into());
         }
         std::thread::sleep(Duration::from_millis(20));
     }

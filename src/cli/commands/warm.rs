@@ -6,6 +6,7 @@ use worktreefs::lifecycle::warm;
 use worktreefs::report;
 use worktreefs::state::StateDir;
 
+use crate::cli::exit::Failed;
 use crate::cli::output::{print_taken, prune_warm};
 use crate::cli::state::open_store;
 
@@ -19,7 +20,7 @@ pub struct WarmArgs {
     pub json: bool,
 }
 
-pub fn run(state: &StateDir, args: WarmArgs) -> anyhow::Result<()> {
+pub fn run(state: &StateDir, args: WarmArgs) -> Result<(), Failed> {
     let WarmArgs { repo, json } = args;
     let mut store = open_store(state)?;
     let row = store.repo_by_name(&repo)?.ok_or_else(|| {
