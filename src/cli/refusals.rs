@@ -4,40 +4,48 @@
 use worktreefs::lease::State;
 use worktreefs::lifecycle::create;
 use worktreefs::report;
+use worktreefs::report::shapes;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
 use crate::cli::exit::Failed;
 
-/// " (did you mean REPO/W?)" when a worktree of `repo` that is not removed has a name
-/// close to `name`, else "".
-pub fn did_you_mean(store: &Store, repo: &str, name: &str) -> String {
+/// The worktree of `repo` that is not removed whose name is closest to `name`, as
+/// REPO/W, if one is close.
+pub fn did_you_mean(store: &Store, repo: &str, name: &str) -> Option<String> {
     let rows = store.worktrees().unwrap_or_default();
     let names = rows
         .iter()
         .filter(|w| w.repo == repo && w.state != State::Removed)
         .map(|w| w.name.as_str());
-    match worktreefs::names::closest(name, names) {
-        Some(c) => format!(" (did you mean {repo}/{c}?)"),
-        None => String::new(),
-    }
+    worktreefs::names::closest(name, names).map(|c| format!("{repo}/{c}"))
 }
 
-/// The refusal of `repo/name`, which does not exist: `not-found`, with the closest name.
-pub fn not_found(store: &Store, repo: &str, name: &str) -> report::Refusal {
-    let mut r = report::unleasable(repo, name, None);
-    let hint = did_you_mean(store, repo, name);
-    if !hint.is_empty() {
-        r.message = format!("worktree '{repo}/{name}' does not exist{hint}; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`");
-        r.json["did_you_mean"] = did_you_mean_field(&hint).into();
-    }
-    r
+/// " (did you mean REPO/W?)" for a close worktree, else "".
+pub fn hint(close: Option<&str>) -> String {
+    close.map_or_else(String::new, |c| format!(" (did you mean {c}?)"))
 }
 
-/// The REPO/W of a [`did_you_mean`] hint, for JSON's `did_you_mean`.
-pub fn did_you_mean_field(hint: &str) -> &str {
-    hint.trim_start_matches(" (did you mean ")
-        .trim_end_matches("?)")
+/// The refusal of `repo/name`, which does not exist: `not-found`, with the closest name
+/// and the `session` asked for (`lease release`).
+pub fn not_found(store: &Store, repo: &str, name: &str, session: Option<&str>) -> report::Refusal {
+    let close = did_you_mean(store, repo, name);
+    report::Refusal {
+        message: format!(
+            "worktree '{repo}/{name}' does not exist{}; see `worktreefs list`, or create it with `worktreefs new {repo}/{name}`",
+            hint(close.as_deref())
+        ),
+        json: shapes::value(shapes::UnleasableJson {
+            error: "not-found".into(),
+            worktree: format!("{repo}/{name}"),
+            repo: repo.to_string(),
+            name: name.to_string(),
+            state: None,
+            did_you_mean: close,
+            session: session.map(str::to_string),
+        }),
+        code: report::EXIT_CONFLICT,
+    }
 }
 
 /// The worktree `repo/name` for `run` or `turn`: refused as `lease acquire` refuses it
@@ -63,7 +71,7 @@ pub fn leasable_worktree(
 ) -> Result<worktreefs::store::WorktreeRow, Failed> {
     match store.worktree(repo, name)? {
         Some(row) => Ok(row),
-        None => Err(not_found(store, repo, name).into()),
+        None => Err(not_found(store, repo, name, None).into()),
     }
 }
 

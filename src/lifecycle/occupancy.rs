@@ -147,7 +147,7 @@ pub fn refusal(
     waited: Option<u64>,
     now: i64,
 ) -> crate::report::Refusal {
-    use crate::report::{holder_name, rfc3339, when};
+    use crate::report::{holder_name, rfc3339, shapes, when};
     let target = format!("{repo}/{name}");
     let mut message = format!(
         "worktree '{target}' is held by {} holder{}, and reclaim removes a worktree only while nobody holds it:",
@@ -199,20 +199,20 @@ pub fn refusal(
             }
         }
         let l = h.lease.as_ref();
-        holders.push(serde_json::json!({
-            "holder": l.map(|l| l.holder.clone()),
-            "kind": l.map_or("process", |l| l.holder_kind.as_str()),
-            "session": l.and_then(|l| l.session.clone()),
-            "pid": h.pid,
-            "command": command.or_else(|| l.and_then(|l| l.command.clone())),
-            "exclusive": l.is_some_and(|l| l.exclusive),
-            "acquired_at": l.map(|l| rfc3339(l.acquired_at)),
-            "last_active_at": l.map(|l| rfc3339(l.last_active())),
-            "leased": l.is_some(),
-            "yours": h.yours,
-            "settling": h.settling,
-            "unchecked": h.unchecked,
-        }));
+        holders.push(shapes::ReclaimHolderJson {
+            holder: l.map(|l| l.holder.clone()),
+            kind: l.map_or("process", |l| l.holder_kind.as_str()).to_string(),
+            session: l.and_then(|l| l.session.clone()),
+            pid: h.pid,
+            command: command.or_else(|| l.and_then(|l| l.command.clone())),
+            exclusive: l.is_some_and(|l| l.exclusive),
+            acquired_at: l.map(|l| rfc3339(l.acquired_at)),
+            last_active_at: l.map(|l| rfc3339(l.last_active())),
+            leased: l.is_some(),
+            yours: h.yours,
+            settling: h.settling,
+            unchecked: h.unchecked.clone(),
+        });
     }
     if any_process {
         message.push_str("\na process lease ends by itself within two seconds once nothing of its process tree has its working directory or a file open inside the worktree, or when it exits");
@@ -225,16 +225,16 @@ pub fn refusal(
         releases.join("; ")
     ));
     crate::report::Refusal {
-        json: serde_json::json!({
-            "error": "occupied",
-            "worktree": target,
-            "repo": repo,
-            "name": name,
-            "holders": holders,
-            "waited_secs": waited,
-            "ways_out": {
-                "release": releases,
-                "wait": "--wait SECS",
+        json: shapes::value(shapes::ReclaimOccupiedJson {
+            error: "occupied".into(),
+            worktree: target,
+            repo: repo.to_string(),
+            name: name.to_string(),
+            holders,
+            waited_secs: waited,
+            ways_out: shapes::ReclaimWaysOut {
+                release: releases,
+                wait: "--wait SECS".into(),
             },
         }),
         message,

@@ -376,8 +376,16 @@ pub struct Writer {
 }
 
 /// The refusal of a guarded turn on `repo/name` while processes outside it write files
-/// there through descriptors or mappings (writes that never reach the gate).
-pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
+/// there through descriptors or mappings (writes that never reach the gate): `writers`,
+/// and `through_mount` files the daemon counts open for writing through the mount (some
+/// perhaps by processes this command cannot see); `waited`: seconds waited (`--wait`).
+pub fn writers_inside(
+    repo: &str,
+    name: &str,
+    writers: &[Writer],
+    through_mount: usize,
+    waited: Option<u64>,
+) -> Refusal {
     let target = format!("{repo}/{name}");
     let mut message = format!(
         "a guarded turn on '{target}' cannot start: {} outside it write{} there (writes through descriptors opened before the turn never reach the gate):",
@@ -396,6 +404,19 @@ pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
     message.push_str(
         "\nways out: close those files or end those processes, wait for them (`--wait SECS`), or run the turn without `--guard`",
     );
+    if through_mount > 0 {
+        message.push_str(&format!(
+            "\n({through_mount} file(s) there are open for writing through the mount, by the daemon's count{})",
+            if writers.is_empty() {
+                ", by processes this command cannot see (another user, another namespace)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if let Some(w) = waited {
+        message.push_str(&format!("\n(waited {w} s for them to close those files)"));
+    }
     Refusal {
         json: shapes::value(shapes::WritersInsideJson {
             error: "writers-inside".into(),
@@ -411,8 +432,8 @@ pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
                     how: w.how.to_string(),
                 })
                 .collect(),
-            open_for_writing: None,
-            waited_secs: None,
+            open_for_writing: (through_mount > 0).then_some(through_mount as u64),
+            waited_secs: waited,
         }),
         message,
         code: EXIT_CONFLICT,
@@ -420,7 +441,7 @@ pub fn writers_inside(repo: &str, name: &str, writers: &[Writer]) -> Refusal {
 }
 
 /// A refusal about one worktree that asks nothing somebody else has (exit 1): the
-/// worktree's JSON (as [`worktree_json`]) with `error` and, when given, the `session`.
+/// worktree with `error` and, when given, the `session`.
 pub fn refused(
     w: &crate::store::WorktreeRow,
     mountpoint: &std::path::Path,
@@ -428,14 +449,13 @@ pub fn refused(
     session: Option<&str>,
     message: String,
 ) -> Refusal {
-    let mut json = worktree_json(w, mountpoint);
-    json["error"] = error.into();
-    if let Some(s) = session {
-        json["session"] = s.into();
-    }
     Refusal {
         message,
-        json,
+        json: shapes::value(shapes::RefusedJson {
+            worktree: shapes::WorktreeJson::of(w, mountpoint),
+            error: error.to_string(),
+            session: session.map(str::to_string),
+        }),
         code: 1,
     }
 }
@@ -474,16 +494,6 @@ pub fn kept_json(
     kept_dir: Option<&std::path::Path>,
 ) -> serde_json::Value {
     shapes::value(shapes::KeptJson::of(k, keep_secs, kept_dir))
-}
-
-/// A registered repository (`repo list --json`).
-pub fn repo_json(r: &crate::store::RepoRow) -> serde_json::Value {
-    shapes::value(shapes::RepoJson::of(r))
-}
-
-/// A warm snapshot (`warm --json`, `new --json`).
-pub fn snapshot_json(w: &crate::store::WarmRow) -> serde_json::Value {
-    shapes::value(shapes::SnapshotJson::of(w))
 }
 
 /// A message as people read it: without libgit2's internals, the `; class=Os (2)` and

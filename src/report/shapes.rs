@@ -403,6 +403,306 @@ pub struct FailedJson {
     pub message: String,
 }
 
+/// A refusal about one worktree that asks nothing somebody else has (`not-held`,
+/// `not-mounted`, `not-running`, …, exit 1): the worktree, the `error`, and the
+/// `session` when one was given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefusedJson {
+    #[serde(flatten)]
+    pub worktree: WorktreeJson,
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// `new --warm --json`: the worktree, and the snapshot it shows (its size; how long
+/// taking it took when this command took it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewJson {
+    #[serde(flatten)]
+    pub worktree: WorktreeJson,
+    #[serde(flatten)]
+    pub warm: Option<WarmShownJson>,
+}
+
+/// The warm snapshot a new worktree shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmShownJson {
+    pub warm_snapshot_files: u64,
+    pub warm_snapshot_bytes: u64,
+    pub warm_snapshot_took_ms: Option<u64>,
+}
+
+/// `new --from --json`: the fork, its parent, the commit it starts at, what was copied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkJson {
+    #[serde(flatten)]
+    pub worktree: WorktreeJson,
+    pub forked_from: String,
+    pub head: String,
+    pub copied: CopiedJson,
+    pub notes: Vec<String>,
+}
+
+/// What a fork copied of its parent's changes, and how long that took.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CopiedJson {
+    pub files: u64,
+    pub bytes: u64,
+    pub dirs: u64,
+    pub other: u64,
+    pub took_ms: u64,
+}
+
+/// `restore --json`: the worktree brought back, the kept removal it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoredJson {
+    #[serde(flatten)]
+    pub worktree: WorktreeJson,
+    pub restored_from: WorktreeId,
+    pub notes: Vec<String>,
+}
+
+/// `warm --json`: the snapshot taken, what it left out, the older ones it deleted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmJson {
+    pub snapshot: SnapshotJson,
+    pub links: u64,
+    pub patterns: Vec<String>,
+    pub unmatched: Vec<String>,
+    pub skipped: Vec<SkippedJson>,
+    pub deleted: Vec<i64>,
+}
+
+/// A file a warm snapshot did not take, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkippedJson {
+    pub path: String,
+    pub reason: String,
+}
+
+/// `lease acquire --json`: the worktree after acquiring, and the lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquiredJson {
+    #[serde(flatten)]
+    pub worktree: WorktreeJson,
+    pub session: String,
+    pub exclusive: bool,
+    pub new: bool,
+    pub acquired_at: Option<String>,
+}
+
+/// `lease release --json`: the worktree after releasing, why, and whether the session's
+/// turn ended with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleasedJson {
+    #[serde(flatten)]
+    pub worktree: WorktreeJson,
+    pub session: String,
+    pub reason: Option<String>,
+    pub turn_ended: bool,
+}
+
+/// `turns end --json`: the turn ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnEndedJson {
+    #[serde(flatten)]
+    pub turn: TurnJson,
+    pub ended: bool,
+}
+
+/// A turn as `.control/turns` shows it: with how many files in its worktree are open for
+/// writing through the mount (their writes never reach a guard).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlTurnJson {
+    #[serde(flatten)]
+    pub turn: TurnJson,
+    pub open_for_writing: u64,
+}
+
+/// A turn whose command ran past `--timeout` (`timed-out`, exit 124): the worktree, the
+/// session, the limit, the signal that ended it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimedOutJson {
+    #[serde(flatten)]
+    pub worktree: WorktreeJson,
+    pub error: String,
+    pub session: String,
+    pub timeout_secs: u64,
+    pub signal: String,
+    pub exit_status: i32,
+    pub message: String,
+}
+
+/// A turn whose command ended, in its `--report` file: `ended` and the exit status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnOutcomeJson {
+    pub outcome: String,
+    pub exit_status: i32,
+}
+
+/// `reclaim --json`: the worktree as it is now (`W`: a [`WorktreeJson`], or an
+/// [`UnknownWorktreeJson`] when there is none), what happened and why; `error` on a
+/// refusal, `did_you_mean` with `not-found`, `discarded` with `--discard`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReclaimJson<W> {
+    #[serde(flatten)]
+    pub worktree: W,
+    pub outcome: String,
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discarded: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub did_you_mean: Option<String>,
+}
+
+impl<W> ReclaimJson<W> {
+    /// The same outcome, about `worktree`.
+    pub fn about<V>(self, worktree: V) -> ReclaimJson<V> {
+        ReclaimJson {
+            worktree,
+            outcome: self.outcome,
+            detail: self.detail,
+            discarded: self.discarded,
+            error: self.error,
+            did_you_mean: self.did_you_mean,
+        }
+    }
+}
+
+/// A worktree there is no row of: its names, no path, no state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnknownWorktreeJson {
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub path: Option<PathBuf>,
+    pub state: Option<String>,
+}
+
+/// A holder in `reclaim`'s `occupied` refusal: its lease (null fields for a process
+/// inside that holds none), whether it is the caller's own, whether it is going.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReclaimHolderJson {
+    pub holder: Option<String>,
+    pub kind: String,
+    pub session: Option<String>,
+    pub pid: Option<i64>,
+    pub command: Option<String>,
+    pub exclusive: bool,
+    pub acquired_at: Option<String>,
+    pub last_active_at: Option<String>,
+    pub leased: bool,
+    pub yours: bool,
+    pub settling: bool,
+    pub unchecked: Option<String>,
+}
+
+/// The ways out of a reclaim refused while somebody holds the worktree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReclaimWaysOut {
+    pub release: Vec<String>,
+    pub wait: String,
+}
+
+/// The refusal of a reclaim of a worktree somebody holds (`occupied`, exit 3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReclaimOccupiedJson {
+    pub error: String,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub holders: Vec<ReclaimHolderJson>,
+    pub waited_secs: Option<u64>,
+    pub ways_out: ReclaimWaysOut,
+}
+
+/// `unmount --json`: unmounted (or detached, with who is still inside), and what the
+/// cleanup ended meanwhile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnmountJson {
+    pub outcome: String,
+    pub mountpoint: PathBuf,
+    pub inside: Vec<String>,
+    pub cleaned: Vec<CleanedJson>,
+}
+
+/// A worktree an unmount's cleanup ended: removed or retained, why, when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CleanedJson {
+    pub worktree: String,
+    pub repo: Option<String>,
+    pub name: Option<String>,
+    pub state: String,
+    pub reason: Option<String>,
+    pub at: String,
+}
+
+/// The refusal of an unmount (`not-mounted`, `in-progress`, `in-use` naming who is
+/// inside, exit 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnmountRefusedJson {
+    pub error: String,
+    pub mountpoint: PathBuf,
+    pub inside: Vec<String>,
+}
+
+/// `mount --json`: where, the daemon, the repositories, the one this mount registered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountJson {
+    pub mountpoint: PathBuf,
+    pub pid: i32,
+    pub state_dir: PathBuf,
+    pub repos: Vec<RepoJson>,
+    pub registered: Option<String>,
+}
+
+/// `repo remove --json`: the repository removed, and how many kept removals went with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoRemovedJson {
+    #[serde(flatten)]
+    pub repo: RepoJson,
+    pub removed: bool,
+    pub purged: u64,
+}
+
+/// The refusal of `repo remove` while the repository has worktrees (`has-worktrees`,
+/// exit 1), each named with its state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HasWorktreesJson {
+    #[serde(flatten)]
+    pub repo: RepoJson,
+    pub error: String,
+    pub worktrees: Vec<String>,
+}
+
 /// `shape` as a JSON value (the shapes hold strings, numbers and paths: always encodable).
 pub fn value(shape: impl Serialize) -> serde_json::Value {
     serde_json::to_value(shape).expect("a shape of plain values encodes")
@@ -527,9 +827,84 @@ mod tests {
             shows_where::<BusyJson>("## `turn --json`", error("busy")),
             1
         );
+    }
+
+    /// What a command prints besides the rows, checked the same way: each outcome and
+    /// refusal against the examples under its command's heading.
+    #[test]
+    fn the_outcomes_in_the_docs_are_the_types() {
+        let error = |e: &'static str| move |v: &Value| v["error"] == e;
+        let no_error = |v: &Value| v.get("error").is_none();
+        assert_eq!(shows::<NewJson>("### `new --warm --json`"), 1);
+        assert_eq!(shows::<ForkJson>("### `new --from --json`"), 1);
+        assert_eq!(shows::<RestoredJson>("## `restore --json`"), 1);
+        assert_eq!(shows::<WarmJson>("## `warm --json`"), 1);
+        assert_eq!(
+            shows_where::<AcquiredJson>("## `lease acquire --json`", no_error),
+            1
+        );
+        assert_eq!(shows::<ReleasedJson>("## `lease release --json`"), 1);
+        assert_eq!(
+            shows_where::<TurnEndedJson>("## `turns end --json`", no_error),
+            1
+        );
+        assert_eq!(
+            shows_where::<TimedOutJson>("### Past `--timeout`", error("timed-out")),
+            1
+        );
+        assert_eq!(
+            shows_where::<TurnOutcomeJson>("### Past `--timeout`", |v| v["outcome"] == "ended"),
+            1
+        );
+        let reclaim = "## `reclaim --json`";
+        assert_eq!(
+            shows_where::<ReclaimJson<WorktreeJson>>(reclaim, |v| v.get("id").is_some()),
+            4
+        );
+        assert_eq!(
+            shows_where::<ReclaimJson<UnknownWorktreeJson>>(reclaim, |v| v.get("id").is_none()
+                && v["error"] != "occupied"),
+            1
+        );
+        assert_eq!(
+            shows_where::<ReclaimOccupiedJson>(reclaim, error("occupied")),
+            1
+        );
+        let unmount = "## `unmount --json`";
+        assert_eq!(shows_where::<UnmountJson>(unmount, no_error), 2);
+        assert_eq!(
+            shows_where::<UnmountRefusedJson>(unmount, |v| v.get("error").is_some()),
+            1
+        );
+        assert_eq!(shows::<MountJson>("## `mount --json`"), 1);
+        let repo = "## `repo add|set|remove --json`";
+        assert_eq!(
+            shows_where::<RepoJson>(repo, |v| no_error(v) && v.get("removed").is_none()),
+            1
+        );
+        assert_eq!(
+            shows_where::<RepoRemovedJson>(repo, |v| v.get("removed").is_some()),
+            1
+        );
+        assert_eq!(
+            shows_where::<HasWorktreesJson>(repo, error("has-worktrees")),
+            1
+        );
+        assert_eq!(
+            shows_where::<RefusedJson>("## `run --json`", error("not-mounted")),
+            1
+        );
+        assert_eq!(
+            shows_where::<RefusedJson>("## `turn --json`", error("not-mounted")),
+            1
+        );
+        assert_eq!(
+            shows_where::<RefusedJson>("## `turns end --json`", error("other-session")),
+            1
+        );
         assert_eq!(
             shows_where::<WritersInsideJson>("## `turn --json`", error("writers-inside")),
-            1
+            2
         );
     }
 

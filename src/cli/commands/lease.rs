@@ -5,10 +5,12 @@ use clap::Subcommand;
 use worktreefs::daemon;
 use worktreefs::lifecycle::create;
 use worktreefs::report;
+use worktreefs::report::shapes::{AcquiredJson, ReleasedJson, WorktreeJson};
 use worktreefs::state::StateDir;
 
 use crate::cli::acquire::{acquire_named, Want};
 use crate::cli::exit::Failed;
+use crate::cli::output::print_json;
 use crate::cli::refusals::{leasable_worktree, not_found};
 use crate::cli::state::open_store;
 use crate::cli::target::{split_target, which};
@@ -99,12 +101,13 @@ pub fn run(state: &StateDir, cmd: LeaseCmd) -> Result<(), Failed> {
                 .into_iter()
                 .find(|l| l.worktree_id == row.id && l.holder == lease.holder());
             let now = store.worktree(repo, name)?.unwrap_or(row);
-            let mut v = report::worktree_json(&now, &create::mountpoint_of(state, &store));
-            v["session"] = session.as_str().into();
-            v["exclusive"] = held.as_ref().is_some_and(|l| l.exclusive).into();
-            v["new"] = inserted.into();
-            v["acquired_at"] = held.as_ref().map(|l| report::rfc3339(l.acquired_at)).into();
-            println!("{v:#}");
+            print_json(AcquiredJson {
+                worktree: WorktreeJson::of(&now, &create::mountpoint_of(state, &store)),
+                session: session.clone(),
+                exclusive: held.as_ref().is_some_and(|l| l.exclusive),
+                new: inserted,
+                acquired_at: held.as_ref().map(|l| report::rfc3339(l.acquired_at)),
+            });
         } else if inserted {
             println!(
                 "session {session} holds {repo}/{name}{}",
@@ -125,8 +128,7 @@ pub fn run(state: &StateDir, cmd: LeaseCmd) -> Result<(), Failed> {
     let Some(row) = store.worktree(repo, name)? else {
         // Nothing to release: said as `not-found`, with exit 1 (nothing was asked that
         // somebody else has; see the README's exit codes).
-        let mut r = not_found(&store, repo, name);
-        r.json["session"] = session.as_str().into();
+        let mut r = not_found(&store, repo, name, Some(session));
         r.code = 1;
         return Err(r.into());
     };
@@ -152,11 +154,12 @@ pub fn run(state: &StateDir, cmd: LeaseCmd) -> Result<(), Failed> {
     if json {
         daemon::poke(state);
         let now = store.worktree(repo, name)?.unwrap_or(row);
-        let mut v = report::worktree_json(&now, &create::mountpoint_of(state, &store));
-        v["session"] = session.as_str().into();
-        v["reason"] = reason.clone().into();
-        v["turn_ended"] = turn.is_some().into();
-        println!("{v:#}");
+        print_json(ReleasedJson {
+            worktree: WorktreeJson::of(&now, &create::mountpoint_of(state, &store)),
+            session: session.clone(),
+            reason: reason.clone(),
+            turn_ended: turn.is_some(),
+        });
         return Ok(());
     }
     println!("session {session} released {repo}/{name}");

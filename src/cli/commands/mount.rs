@@ -11,14 +11,14 @@ use worktreefs::daemon::{self, MountRequest};
 use worktreefs::git;
 use worktreefs::lifecycle::cleanup::keep::KeepPolicy;
 use worktreefs::lifecycle::create;
-use worktreefs::report;
+use worktreefs::report::shapes::{MountJson, RepoJson};
 use worktreefs::report::shell_word;
 use worktreefs::state::StateDir;
 use worktreefs::table::Table;
 
 use crate::cli::commands::repo::add_repo_here;
 use crate::cli::exit::Failed;
-use crate::cli::output::invocation;
+use crate::cli::output::{invocation, print_json};
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -292,17 +292,13 @@ fn print_mounted(
     let mp = create::mountpoint_of(state, &store);
     let mp = fs::canonicalize(&mp).unwrap_or(mp);
     if json {
-        let repos: Vec<_> = store.repos()?.iter().map(report::repo_json).collect();
-        println!(
-            "{:#}",
-            serde_json::json!({
-                "mountpoint": mp,
-                "pid": pid,
-                "state_dir": state.root,
-                "repos": repos,
-                "registered": registered.filter(|_| added).map(|r| r.name),
-            })
-        );
+        print_json(MountJson {
+            mountpoint: mp,
+            pid,
+            state_dir: state.root.clone(),
+            repos: store.repos()?.iter().map(RepoJson::of).collect(),
+            registered: registered.filter(|_| added).map(|r| r.name),
+        });
         return Ok(());
     }
     println!(

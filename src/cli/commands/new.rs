@@ -6,11 +6,11 @@ use clap::Args;
 use worktreefs::daemon;
 use worktreefs::lifecycle::create::{self, CreateRequest};
 use worktreefs::lifecycle::warm;
-use worktreefs::report;
+use worktreefs::report::shapes::{CopiedJson, ForkJson, NewJson, WarmShownJson, WorktreeJson};
 use worktreefs::state::StateDir;
 
 use crate::cli::exit::Failed;
-use crate::cli::output::{print_cd, print_taken};
+use crate::cli::output::{print_cd, print_json, print_taken};
 use crate::cli::progress::Slow;
 use crate::cli::state::open_store;
 use crate::cli::target::which;
@@ -110,13 +110,14 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     daemon::poke(state);
     let mountpoint = create::mountpoint_of(state, &store);
     if json {
-        let mut v = report::worktree_json(&row, &mountpoint);
-        if let Some(s) = &snapshot {
-            v["warm_snapshot_files"] = s.files.into();
-            v["warm_snapshot_bytes"] = s.bytes.into();
-            v["warm_snapshot_took_ms"] = took_snapshot.map(|d| d.as_millis() as u64).into();
-        }
-        println!("{v:#}");
+        print_json(NewJson {
+            worktree: WorktreeJson::of(&row, &mountpoint),
+            warm: snapshot.as_ref().map(|s| WarmShownJson {
+                warm_snapshot_files: s.files,
+                warm_snapshot_bytes: s.bytes,
+                warm_snapshot_took_ms: took_snapshot.map(|d| d.as_millis() as u64),
+            }),
+        });
         return Ok(());
     }
     println!(
@@ -172,18 +173,19 @@ fn cmd_fork(
     let c = &forked.copied;
     if json {
         let mountpoint = create::mountpoint_of(state, &store);
-        let mut v = report::worktree_json(&forked.row, &mountpoint);
-        v["forked_from"] = format!("{repo}/{parent}").into();
-        v["head"] = forked.head.to_string().into();
-        v["copied"] = serde_json::json!({
-            "files": c.files,
-            "bytes": c.bytes,
-            "dirs": c.dirs,
-            "other": c.other,
-            "took_ms": c.took.as_millis() as u64,
+        print_json(ForkJson {
+            worktree: WorktreeJson::of(&forked.row, &mountpoint),
+            forked_from: format!("{repo}/{parent}"),
+            head: forked.head.to_string(),
+            copied: CopiedJson {
+                files: c.files,
+                bytes: c.bytes,
+                dirs: c.dirs,
+                other: c.other,
+                took_ms: c.took.as_millis() as u64,
+            },
+            notes: forked.notes.clone(),
         });
-        v["notes"] = forked.notes.clone().into();
-        println!("{v:#}");
         return Ok(());
     }
     println!(

@@ -9,11 +9,13 @@ use worktreefs::daemon;
 use worktreefs::lease::State;
 use worktreefs::lifecycle::create;
 use worktreefs::report;
+use worktreefs::report::shapes::{self, ReclaimJson, UnknownWorktreeJson, WorktreeJson};
 use worktreefs::state::StateDir;
 
 use crate::cli::acquire::WAIT_POLL;
 use crate::cli::exit::Failed;
-use crate::cli::refusals::{did_you_mean, did_you_mean_field};
+use crate::cli::output::print_json;
+use crate::cli::refusals::{did_you_mean, hint};
 use crate::cli::state::open_store;
 use crate::cli::target::{split_target, which};
 
@@ -105,51 +107,56 @@ fn cmd_reclaim(
         other => result = Some(other.clone()),
     })?;
     daemon::poke(state);
-    // The outcome as JSON: the worktree as it is now, what happened, and why.
-    let outcome = |what: &str, detail: Option<&str>| {
-        let mut v = match store.worktree(repo, name).ok().flatten() {
-            Some(w) => report::worktree_json(&w, &mountpoint),
-            None => serde_json::json!({
-                "worktree": format!("{repo}/{name}"),
-                "repo": repo,
-                "name": name,
-                "path": null,
-                "state": null,
-            }),
-        };
-        v["outcome"] = what.into();
-        v["detail"] = detail.into();
-        if discard {
-            v["discarded"] = discarded.clone().into();
-        }
-        v
+    // The outcome as JSON: what happened and why (`said`), about the worktree as it is
+    // now, or only its names when there is none.
+    let said = |what: &str, detail: &str| ReclaimJson {
+        worktree: (),
+        outcome: what.into(),
+        detail: detail.into(),
+        discarded: discard.then(|| discarded.clone()),
+        error: None,
+        did_you_mean: None,
     };
-    let refusal = |what: &str, detail: &str, message: String| {
-        let mut v = outcome(what, Some(detail));
-        v["error"] = what.into();
+    let outcome = |said: ReclaimJson<()>| match store.worktree(repo, name).ok().flatten() {
+        Some(w) => shapes::value(said.about(WorktreeJson::of(&w, &mountpoint))),
+        None => shapes::value(said.about(UnknownWorktreeJson {
+            worktree: format!("{repo}/{name}"),
+            repo: repo.to_string(),
+            name: name.to_string(),
+            path: None,
+            state: None,
+        })),
+    };
+    // A refusal names itself in `error`, the word of its `outcome` unless said otherwise.
+    let refusal = |said: ReclaimJson<()>, message: String| -> Failed {
+        let error = said.error.clone().unwrap_or_else(|| said.outcome.clone());
         report::Refusal {
             message,
-            json: v,
+            json: outcome(ReclaimJson {
+                error: Some(error),
+                ..said
+            }),
             code: 1,
         }
+        .into()
     };
     match &result {
         Some(Answer::Removed { detail }) => {
             if json {
-                println!("{:#}", outcome("removed", Some(detail)));
+                print_json(outcome(said("removed", detail)));
             } else {
                 println!("removed {repo}/{name}: {detail}");
             }
             Ok(())
         }
-        Some(Answer::Retained { reason }) => Err(Failed::from(refusal("retained", reason, format!(
+        Some(Answer::Retained { reason }) => Err(refusal(said("retained", reason), format!(
             "worktree '{repo}/{name}' could not be removed and is retained with its files: {reason}; see {}",
             state.log_file().display()
-        )))),
-        Some(Answer::HoldsWork { reason }) => Err(Failed::from(refusal("holds-work", reason, format!(
+        ))),
+        Some(Answer::HoldsWork { reason }) => Err(refusal(said("holds-work", reason), format!(
             "worktree '{repo}/{name}' holds work and stays: {reason}; commit and push it (cd {}), or throw it away with `worktreefs reclaim {repo}/{name} --discard`",
             mountpoint.join(repo).join(name).display()
-        )))),
+        ))),
         // Named as every other command names them: `not-found` (with the close name in
         // `did_you_mean`) or `removed`; nothing to reclaim is not a conflict (exit 1).
         Some(Answer::Gone { message }) => {
@@ -158,26 +165,34 @@ fn cmd_reclaim(
                 .worktree(repo, name)?
                 .is_some_and(|w| w.state == State::Removed);
             if removed {
-                let mut r = refusal("removed", message, format!(
-                    "worktree '{repo}/{name}' is already removed, so there is nothing to reclaim; bring it back with `worktreefs restore {repo}/{name}` (see `worktreefs removed`)"
-                ));
                 // `error` as every command names a removed worktree; `outcome` never
                 // reads as this call's removal.
-                r.json["outcome"] = "already-removed".into();
-                r.json["detail"] = format!("worktree {repo}/{name} is already removed").into();
-                return Err(r.into());
+                let already = format!("worktree {repo}/{name} is already removed");
+                return Err(refusal(
+                    ReclaimJson {
+                        error: Some("removed".into()),
+                        ..said("already-removed", &already)
+                    },
+                    format!(
+                        "worktree '{repo}/{name}' is already removed, so there is nothing to reclaim; bring it back with `worktreefs restore {repo}/{name}` (see `worktreefs removed`)"
+                    ),
+                ));
             }
-            let hint = did_you_mean(&now, repo, name);
-            let mut r = refusal("not-found", message, format!(
-                "worktree '{repo}/{name}' does not exist{hint}; see `worktreefs list` and `worktreefs retained`"
-            ));
-            if !hint.is_empty() {
-                r.json["did_you_mean"] = did_you_mean_field(&hint).into();
-            }
-            Err(r.into())
+            let close = did_you_mean(&now, repo, name);
+            let message_for_people = format!(
+                "worktree '{repo}/{name}' does not exist{}; see `worktreefs list` and `worktreefs retained`",
+                hint(close.as_deref())
+            );
+            Err(refusal(
+                ReclaimJson {
+                    did_you_mean: close,
+                    ..said("not-found", message)
+                },
+                message_for_people,
+            ))
         }
-        Some(Answer::Busy { message }) => Err(refusal("busy", message, message.clone()).into()),
-        Some(Answer::Error { message }) => Err(refusal("error", message, message.clone()).into()),
+        Some(Answer::Busy { message }) => Err(refusal(said("busy", message), message.clone())),
+        Some(Answer::Error { message }) => Err(refusal(said("error", message), message.clone())),
         Some(Answer::Discarding { .. }) | None => {
             Err(anyhow!("reclaim of {repo}/{name} ended without an answer").into())
         }

@@ -10,13 +10,14 @@ use worktreefs::git;
 use worktreefs::lease::State;
 use worktreefs::names::{sanitize_name, validate_name};
 use worktreefs::report;
+use worktreefs::report::shapes::{self, HasWorktreesJson, RepoJson, RepoRemovedJson};
 use worktreefs::report::shell_word;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 use worktreefs::table::Table;
 
 use crate::cli::exit::Failed;
-use crate::cli::output::prune_warm;
+use crate::cli::output::{print_json, prune_warm};
 use crate::cli::state::open_store;
 
 #[derive(Subcommand)]
@@ -95,7 +96,7 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             daemon::poke(state);
             if json {
                 let row = store.repo_by_id(row.id)?.unwrap_or(row);
-                println!("{:#}", report::repo_json(&row));
+                print_json(RepoJson::of(&row));
                 return Ok(());
             }
             println!(
@@ -123,7 +124,7 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             store.set_repo_warm(repo.id, patterns, warm_default)?;
             let repo = store.repo_by_id(repo.id)?.expect("just set");
             if json {
-                println!("{:#}", report::repo_json(&repo));
+                print_json(RepoJson::of(&repo));
                 return Ok(());
             }
             println!(
@@ -141,8 +142,7 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             let store = open_store(state)?;
             let repos = store.repos()?;
             if json {
-                let v: Vec<_> = repos.iter().map(report::repo_json).collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                print_json(repos.iter().map(RepoJson::of).collect::<Vec<_>>());
             } else {
                 let mut t = Table::new(&["REPO", "PATH"]);
                 for r in repos {
@@ -171,9 +171,11 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
                     .filter(|w| w.repo_id == repo.id && w.state != State::Removed)
                     .map(|w| format!("{}/{} ({})", w.repo, w.name, w.state))
                     .collect();
-                let mut v = report::repo_json(&repo);
-                v["error"] = "has-worktrees".into();
-                v["worktrees"] = left.clone().into();
+                let json = shapes::value(HasWorktreesJson {
+                    repo: RepoJson::of(&repo),
+                    error: "has-worktrees".into(),
+                    worktrees: left.clone(),
+                });
                 return Err(report::Refusal {
                     message: format!(
                         "repository '{name}' still has {n} worktree{}: {}; remove {} first (`worktreefs reclaim REPO/WT`, `--discard` to throw away what one holds), then `worktreefs repo remove {name}` again",
@@ -181,7 +183,7 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
                         left.join(", "),
                         if n == 1 { "it" } else { "them" }
                     ),
-                    json: v,
+                    json,
                     code: 1,
                 }
                 .into());
@@ -215,10 +217,11 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             }
             daemon::poke(state);
             if json {
-                let mut v = report::repo_json(&repo);
-                v["removed"] = true.into();
-                v["purged"] = purged.into();
-                println!("{v:#}");
+                print_json(RepoRemovedJson {
+                    repo: RepoJson::of(&repo),
+                    removed: true,
+                    purged: purged as u64,
+                });
                 return Ok(());
             }
             println!("unregistered repository '{name}'");

@@ -4,11 +4,11 @@ use anyhow::anyhow;
 use clap::Args;
 use worktreefs::daemon;
 use worktreefs::lifecycle::create;
-use worktreefs::report;
+use worktreefs::report::shapes::{RestoredJson, WorktreeJson};
 use worktreefs::state::StateDir;
 
 use crate::cli::exit::Failed;
-use crate::cli::output::print_cd;
+use crate::cli::output::{print_cd, print_json};
 use crate::cli::state::open_store;
 use crate::cli::target::which;
 
@@ -65,10 +65,11 @@ fn cmd_restore(
     let mountpoint = create::mountpoint_of(state, &store);
     let path = mountpoint.join(&done.row.repo).join(&done.row.name);
     if json {
-        let mut v = report::worktree_json(&done.row, &mountpoint);
-        v["restored_from"] = done.from.worktree_id.0.into();
-        v["notes"] = done.notes.clone().into();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        print_json(RestoredJson {
+            worktree: WorktreeJson::of(&done.row, &mountpoint),
+            restored_from: done.from.worktree_id,
+            notes: done.notes.clone(),
+        });
         return Ok(());
     }
     println!(

@@ -12,6 +12,7 @@ use worktreefs::lifecycle::create;
 use worktreefs::process::supervise::{exit_code, run_below, signal_name, Below, Ended};
 use worktreefs::process::tree;
 use worktreefs::report;
+use worktreefs::report::shapes;
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
@@ -183,7 +184,7 @@ fn cmd_turn(
                     std::thread::sleep(WAIT_POLL);
                     continue;
                 }
-                return Err(writers_refusal(repo, name, &writers, 0, waited()).into());
+                return Err(report::writers_inside(repo, name, &writers, 0, waited()).into());
             }
         }
         let left = deadline.map(|d| {
@@ -260,7 +261,7 @@ fn cmd_turn(
         )?;
         return Err(match e {
             GuardNotReady::Writers(writers, through_mount) => {
-                writers_refusal(repo, name, &writers, through_mount, waited()).into()
+                report::writers_inside(repo, name, &writers, through_mount, waited()).into()
             }
             GuardNotReady::Other(msg) => anyhow!(
                 "the guard of this turn on {repo}/{name} could not be put in place: {msg}; nothing was started — see the daemon's log ({}), or run the turn without --guard",
@@ -312,13 +313,15 @@ fn cmd_turn(
             ask.session,
         );
         let row = store.worktree(repo, name).ok().flatten().unwrap_or(row);
-        let mut v = report::worktree_json(&row, &at);
-        v["error"] = "timed-out".into();
-        v["session"] = ask.session.into();
-        v["timeout_secs"] = secs.into();
-        v["signal"] = signal_name(sig).into();
-        v["exit_status"] = EXIT_TIMED_OUT.into();
-        v["message"] = message.clone().into();
+        let v = shapes::value(shapes::TimedOutJson {
+            worktree: shapes::WorktreeJson::of(&row, &at),
+            error: "timed-out".into(),
+            session: ask.session.to_string(),
+            timeout_secs: secs,
+            signal: signal_name(sig).to_string(),
+            exit_status: EXIT_TIMED_OUT,
+            message: message.clone(),
+        });
         write_report(&v);
         if ask.json {
             // On a line of its own whatever the command's last output was (a line it
@@ -329,7 +332,10 @@ fn cmd_turn(
         }
         std::process::exit(EXIT_TIMED_OUT);
     }
-    write_report(&serde_json::json!({"outcome": "ended", "exit_status": exit_code(ended.status)}));
+    write_report(&shapes::value(shapes::TurnOutcomeJson {
+        outcome: "ended".into(),
+        exit_status: exit_code(ended.status),
+    }));
     exit_as(ended.status)
 }
 
@@ -385,35 +391,6 @@ fn guard_in_place(
         return Err(GuardNotReady::Writers(writers, through_mount));
     }
     Ok(())
-}
-
-/// The refusal of a guarded turn while `writers` (and `through_mount` files the daemon
-/// counts open for writing) write there.
-fn writers_refusal(
-    repo: &str,
-    name: &str,
-    writers: &[report::Writer],
-    through_mount: usize,
-    waited: Option<u64>,
-) -> report::Refusal {
-    let mut r = report::writers_inside(repo, name, writers);
-    if through_mount > 0 {
-        r.message.push_str(&format!(
-            "\n({through_mount} file(s) there are open for writing through the mount, by the daemon's count{})",
-            if writers.is_empty() {
-                ", by processes this command cannot see (another user, another namespace)"
-            } else {
-                ""
-            }
-        ));
-        r.json["open_for_writing"] = through_mount.into();
-    }
-    if let Some(w) = waited {
-        r.message
-            .push_str(&format!("\n(waited {w} s for them to close those files)"));
-        r.json["waited_secs"] = w.into();
-    }
-    r
 }
 
 /// A turn's process must be one the daemon can see as it does (same pid namespace): its

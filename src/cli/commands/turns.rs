@@ -7,11 +7,13 @@ use clap::{Args, Subcommand};
 use worktreefs::daemon;
 use worktreefs::lifecycle::create;
 use worktreefs::report;
+use worktreefs::report::shapes::{TurnEndedJson, TurnJson};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 use worktreefs::table::Table;
 
 use crate::cli::exit::Failed;
+use crate::cli::output::print_json;
 use crate::cli::refusals::not_found;
 use crate::cli::state::open_store;
 use crate::cli::target::{split_target, which};
@@ -41,11 +43,11 @@ pub fn run(state: &StateDir, args: TurnsArgs) -> Result<(), Failed> {
     let rows = store.turns()?;
     let mountpoint = create::mountpoint_of(state, &store);
     if json {
-        let v: Vec<serde_json::Value> = rows
+        let v: Vec<_> = rows
             .iter()
-            .map(|t| report::turn_json(t, &mountpoint))
+            .map(|t| TurnJson::of(t, Some(&mountpoint)))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        print_json(v);
     } else {
         let now = worktreefs::store::now_secs();
         let mut table =
@@ -102,7 +104,7 @@ fn cmd_turn_end(
     // Nothing to end is exit 1, as for a release (not a conflict: nothing was asked that
     // somebody else has).
     let Some(row) = store.worktree(repo, name)? else {
-        let mut r = not_found(&store, repo, name);
+        let mut r = not_found(&store, repo, name, None);
         r.code = 1;
         return Err(r.into());
     };
@@ -177,9 +179,10 @@ fn cmd_turn_end(
         ));
     }
     if json {
-        let mut v = report::turn_json(&turn, &at);
-        v["ended"] = true.into();
-        println!("{v:#}");
+        print_json(TurnEndedJson {
+            turn: TurnJson::of(&turn, Some(&at)),
+            ended: true,
+        });
     } else {
         println!(
             "ended the turn of session {} on {repo}/{name} (pid {}: {})",

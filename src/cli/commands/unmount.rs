@@ -11,10 +11,12 @@ use worktreefs::daemon::{self, detached, detached_message, mountpoint, running_d
 use worktreefs::lease::State;
 use worktreefs::lifecycle::create;
 use worktreefs::report;
+use worktreefs::report::shapes::{self, CleanedJson, UnmountJson, UnmountRefusedJson};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
 use crate::cli::exit::Failed;
+use crate::cli::output::print_json;
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -76,14 +78,14 @@ fn cmd_unmount(
                     } else if json
                         && (e.kind == State::Removed.as_str() || e.kind == State::Retained.as_str())
                     {
-                        cleaned.push(serde_json::json!({
-                            "worktree": target,
-                            "repo": e.repo,
-                            "name": e.worktree,
-                            "state": e.kind,
-                            "reason": e.reason,
-                            "at": report::rfc3339(e.at),
-                        }));
+                        cleaned.push(CleanedJson {
+                            worktree: target,
+                            repo: e.repo,
+                            name: e.worktree,
+                            state: e.kind,
+                            reason: e.reason,
+                            at: report::rfc3339(e.at),
+                        });
                     } else if e.kind == State::Removed.as_str()
                         || e.kind == State::Retained.as_str()
                     {
@@ -120,21 +122,16 @@ fn cmd_unmount(
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let cleaned = progress.join().unwrap_or_default();
     if json {
-        let v = match outcome? {
-            Unmounted::Done(m) => serde_json::json!({
-                "outcome": "unmounted",
-                "mountpoint": m,
-                "inside": [],
-                "cleaned": cleaned,
-            }),
-            Unmounted::Detached(m, inside) => serde_json::json!({
-                "outcome": "detached",
-                "mountpoint": m,
-                "inside": inside,
-                "cleaned": cleaned,
-            }),
+        let (outcome, mountpoint, inside) = match outcome? {
+            Unmounted::Done(m) => ("unmounted", m, Vec::new()),
+            Unmounted::Detached(m, inside) => ("detached", m, inside),
         };
-        println!("{v:#}");
+        print_json(UnmountJson {
+            outcome: outcome.into(),
+            mountpoint,
+            inside,
+            cleaned,
+        });
         return Ok(());
     }
     match outcome? {
@@ -164,10 +161,10 @@ pub enum Unmounted {
 fn refused(error: &str, mountpoint: &Path, inside: &[String], message: String) -> Failed {
     worktreefs::report::Refusal {
         message,
-        json: serde_json::json!({
-            "error": error,
-            "mountpoint": mountpoint,
-            "inside": inside,
+        json: shapes::value(UnmountRefusedJson {
+            error: error.to_string(),
+            mountpoint: mountpoint.to_path_buf(),
+            inside: inside.to_vec(),
         }),
         code: 1,
     }

@@ -3,11 +3,11 @@
 use anyhow::anyhow;
 use clap::Args;
 use worktreefs::lifecycle::warm;
-use worktreefs::report;
+use worktreefs::report::shapes::{SkippedJson, SnapshotJson, WarmJson};
 use worktreefs::state::StateDir;
 
 use crate::cli::exit::Failed;
-use crate::cli::output::{print_taken, prune_warm};
+use crate::cli::output::{print_json, print_taken, prune_warm};
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -36,17 +36,24 @@ pub fn run(state: &StateDir, args: WarmArgs) -> Result<(), Failed> {
     // The snapshot it supersedes goes now if no worktree shows it.
     let pruned = prune_warm(state, &mut store);
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "snapshot": report::snapshot_json(&taken.row),
-                "links": taken.links,
-                "patterns": taken.patterns,
-                "unmatched": taken.unmatched,
-                "skipped": taken.skipped.iter().map(|(path, reason)| serde_json::json!({"path": path, "reason": reason})).collect::<Vec<_>>(),
-                "deleted": pruned.as_ref().map(|p| p.snapshots.iter().map(|w| w.id).collect::<Vec<_>>()).unwrap_or_default(),
-            }))?
-        );
+        print_json(WarmJson {
+            snapshot: SnapshotJson::of(&taken.row),
+            links: taken.links,
+            patterns: taken.patterns.clone(),
+            unmatched: taken.unmatched.clone(),
+            skipped: taken
+                .skipped
+                .iter()
+                .map(|(path, reason)| SkippedJson {
+                    path: path.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
+            deleted: pruned
+                .as_ref()
+                .map(|p| p.snapshots.iter().map(|w| w.id).collect())
+                .unwrap_or_default(),
+        });
     } else {
         print_taken(&repo, &taken);
         println!("worktrees made from now on with --warm show it; those made before keep theirs");
