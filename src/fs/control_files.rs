@@ -12,6 +12,7 @@ use super::ttl::{ttl_of, CONTROL_TTL};
 use super::types::Entry;
 use super::view::View;
 use crate::ino::Ino;
+use crate::report::shapes;
 use crate::store::StoreError;
 
 /// How long a refresh waits for the change requests that began before a guard to end.
@@ -140,24 +141,31 @@ impl View {
                 Ok(crate::report::status_table(&rows, &leases, None).into_bytes())
             }
             (ControlDir::Top, STATS) => {
-                let v = serde_json::json!({
-                    "content_reads": self.stats.content_reads.load(Ordering::Relaxed),
-                    "blob_fills": self.blob_fills(),
-                    "copy_ups": self.stats.copy_ups.load(Ordering::Relaxed),
-                    "conversions": self.stats.conversions.load(Ordering::Relaxed),
-                    "content_paths": *self.stats.content_paths.lock(),
-                    "lookups": self.stats.lookups.load(Ordering::Relaxed),
-                    "getattrs": self.stats.getattrs.load(Ordering::Relaxed),
-                    "opendirs": self.stats.opendirs.load(Ordering::Relaxed),
-                    "readdirs": self.stats.readdirs.load(Ordering::Relaxed),
-                    "passthrough_opens": self.stats.passthrough_opens.load(Ordering::Relaxed),
-                    "passthrough": self.stats.passthrough_on.load(Ordering::Relaxed),
-                    "transport": if self.stats.uring_on.load(Ordering::Relaxed) { "io_uring" } else { "/dev/fuse" },
-                    "xattr_requests": self.stats.xattr_requests.load(Ordering::Relaxed),
-                    "nodes": self.node_count(),
-                    "removed_files_kept_open": self.nodes.kept_open(),
-                    "open_descriptors": std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0),
-                    "heap_in_use": crate::heap::in_use(),
+                let v = shapes::value(shapes::StatsJson {
+                    content_reads: self.stats.content_reads.load(Ordering::Relaxed),
+                    blob_fills: self.blob_fills(),
+                    copy_ups: self.stats.copy_ups.load(Ordering::Relaxed),
+                    conversions: self.stats.conversions.load(Ordering::Relaxed),
+                    content_paths: self.stats.content_paths.lock().clone(),
+                    lookups: self.stats.lookups.load(Ordering::Relaxed),
+                    getattrs: self.stats.getattrs.load(Ordering::Relaxed),
+                    opendirs: self.stats.opendirs.load(Ordering::Relaxed),
+                    readdirs: self.stats.readdirs.load(Ordering::Relaxed),
+                    passthrough_opens: self.stats.passthrough_opens.load(Ordering::Relaxed),
+                    passthrough: self.stats.passthrough_on.load(Ordering::Relaxed),
+                    transport: if self.stats.uring_on.load(Ordering::Relaxed) {
+                        "io_uring"
+                    } else {
+                        "/dev/fuse"
+                    }
+                    .into(),
+                    xattr_requests: self.stats.xattr_requests.load(Ordering::Relaxed),
+                    nodes: self.node_count() as u64,
+                    removed_files_kept_open: self.nodes.kept_open() as u64,
+                    open_descriptors: std::fs::read_dir("/proc/self/fd")
+                        .map(|d| d.count())
+                        .unwrap_or(0) as u64,
+                    heap_in_use: crate::heap::in_use(),
                 });
                 Ok(format!("{v}\n").into_bytes())
             }

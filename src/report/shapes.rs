@@ -703,6 +703,29 @@ pub struct HasWorktreesJson {
     pub worktrees: Vec<String>,
 }
 
+/// `.control/stats`: the daemon's counters, its transport, its memory and descriptors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsJson {
+    pub content_reads: u64,
+    pub blob_fills: u64,
+    pub copy_ups: u64,
+    pub conversions: u64,
+    pub content_paths: Vec<String>,
+    pub lookups: u64,
+    pub getattrs: u64,
+    pub opendirs: u64,
+    pub readdirs: u64,
+    pub passthrough_opens: u64,
+    pub passthrough: bool,
+    pub transport: String,
+    pub xattr_requests: u64,
+    pub nodes: u64,
+    pub removed_files_kept_open: u64,
+    pub open_descriptors: u64,
+    pub heap_in_use: Option<u64>,
+}
+
 /// `shape` as a JSON value (the shapes hold strings, numbers and paths: always encodable).
 pub fn value(shape: impl Serialize) -> serde_json::Value {
     serde_json::to_value(shape).expect("a shape of plain values encodes")
@@ -877,6 +900,7 @@ mod tests {
             1
         );
         assert_eq!(shows::<MountJson>("## `mount --json`"), 1);
+        assert_eq!(shows::<StatsJson>("## `.control/stats`"), 1);
         let repo = "## `repo add|set|remove --json`";
         assert_eq!(
             shows_where::<RepoJson>(repo, |v| no_error(v) && v.get("removed").is_none()),
