@@ -185,11 +185,13 @@ impl View {
                     .into_iter()
                     .find(|t| t.entry_name() == entry)
                     .ok_or_else(|| FsError::not_found(format!(".control/turns/{entry}")))?;
-                let mut v = crate::report::turn_json(&turn, &self.mountpoint);
                 // Files there open for writing through the mount (descriptors, mappings):
                 // their writes never reach a guard. (Generated under the node table's lock:
                 // the handles' lock comes after it.)
-                v["open_for_writing"] = self.handles.writable_in(turn.worktree_id).len().into();
+                let v = shapes::value(shapes::ControlTurnJson {
+                    turn: shapes::TurnJson::of(&turn, Some(&self.mountpoint)),
+                    open_for_writing: self.handles.writable_in(turn.worktree_id).len() as u64,
+                });
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Retained, entry) => {

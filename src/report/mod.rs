@@ -301,11 +301,6 @@ pub fn unleasable(repo: &str, name: &str, state: Option<crate::lease::State>) ->
     }
 }
 
-/// A running turn as JSON (`.control/turns`, `turns --json`, a busy refusal).
-pub fn turn_json(t: &crate::store::TurnRow, mountpoint: &std::path::Path) -> serde_json::Value {
-    shapes::value(shapes::TurnJson::of(t, Some(mountpoint)))
-}
-
 /// The refusal of a turn on `repo/name` while `turn` runs there: its session, command and
 /// since when, and the ways out. `unchecked`: why its process could not be checked (then
 /// it counts as running); `waited`: seconds waited (`--wait`).

@@ -833,7 +833,16 @@ mod tests {
         assert!(shows::<RepoJson>("## `repo list --json`") >= 1);
         assert!(shows::<EventJson>("## `events --json`") >= 2);
         assert_eq!(shows::<OccupiedJson>("### Refusal `occupied`"), 1);
-        assert_eq!(shows::<TurnJson>("## `turns --json`"), 1);
+        assert_eq!(
+            shows_where::<TurnJson>("## `turns --json`", |v| v.get("open_for_writing").is_none()),
+            1
+        );
+        assert_eq!(
+            shows_where::<ControlTurnJson>("## `turns --json`", |v| v
+                .get("open_for_writing")
+                .is_some()),
+            1
+        );
         assert_eq!(shows::<FailedJson>("### The failure object"), 1);
         assert!(shows::<WorktreeJson>("## `list --json`") >= 1);
         assert!(shows::<StatusJson>("## `status --json`") >= 2);
