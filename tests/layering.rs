@@ -252,6 +252,55 @@ fn a_library_named_outside_its_owner_is_found() {
     assert!(foreign_libraries("let rusqlite_like = 1;", "fs").is_empty());
 }
 
+/// Where JSON may be made by hand (`json!`, or a `Value` patched: `v["field"] = …`): the
+/// MCP server, which speaks JSON-RPC. What else prints JSON prints a typed shape of
+/// `report::shapes`, which the examples of docs/cli.md are checked against.
+const HAND_MADE_JSON_ALLOWED: &[&str] = &["mcp"];
+
+/// Whether the code of `text` (without comments and test modules) makes JSON by hand.
+fn makes_json_by_hand(text: &str) -> bool {
+    let code = code(&without_test_modules(text));
+    let patched = code
+        .match_indices("\"] =")
+        .any(|(i, m)| !code[i + m.len()..].starts_with('='));
+    code.contains("json!") || patched
+}
+
+#[test]
+fn only_the_mcp_server_makes_json_by_hand() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        if HAND_MADE_JSON_ALLOWED.contains(&top_module(rel).as_str()) {
+            continue;
+        }
+        if makes_json_by_hand(&fs::read_to_string(file).unwrap()) {
+            wrong.push(rel.display().to_string());
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "JSON made by hand (print a typed shape of report::shapes, with its example in docs/cli.md):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The check itself: `json!` and a patched `Value` in code are found; a comparison, a
+/// comment or a test module is not.
+#[test]
+fn json_made_by_hand_is_found() {
+    assert!(makes_json_by_hand("let v = serde_json::json!({\"a\": 1});"));
+    assert!(makes_json_by_hand("v[\"error\"] = \"busy\".into();"));
+    assert!(!makes_json_by_hand("if v[\"error\"] == \"busy\" {}"));
+    assert!(!makes_json_by_hand("// as json! would make it\nfn f() {}"));
+    assert!(!makes_json_by_hand(
+        "fn f() {}\n#[cfg(test)]\nmod tests {\n    fn g() { json!({}); }\n}\n"
+    ));
+}
+
 /// A source file's module path: `lifecycle/cleanup/inspect.rs` is `lifecycle::cleanup::
 /// inspect`, a folder's `mod.rs` is the folder's module, `lib.rs` and `main.rs` the root.
 fn module_of(rel: &Path) -> Vec<String> {
