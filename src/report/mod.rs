@@ -155,21 +155,15 @@ pub fn human_bytes(n: u64) -> String {
 pub const EXIT_CONFLICT: u8 = 3;
 
 /// A typed refusal: its message (for people, on stderr), its JSON (when asked for: one
-/// of the shapes of [`shapes`]), and the exit code.
+/// of the shapes of [`shapes`]), and the exit code. Not a `std::error::Error`: it ends a
+/// command through the command line's exit trait (its code, its JSON), and so cannot be
+/// wrapped in another error that would hide them.
 #[derive(Debug)]
 pub struct Refusal {
     pub message: String,
     pub json: serde_json::Value,
     pub code: u8,
 }
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Refusal {}
 
 /// How a holder is named: `session s1`, or `pid 4242 (make -j8)` with its command now.
 pub fn holder_name(l: &LeaseRow, command_now: Option<&str>) -> String {
