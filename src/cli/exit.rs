@@ -69,7 +69,11 @@ impl<E: Exit + 'static> From<E> for Failed {
 impl Failed {
     /// This failure, said after `what` (as anyhow's context is), ending as it would.
     pub fn within(self, what: impl fmt::Display) -> Failed {
-        Within(what.to_string(), self).into()
+        Within {
+            what: what.to_string(),
+            failed: self,
+        }
+        .into()
     }
 }
 
@@ -80,19 +84,22 @@ impl fmt::Debug for Failed {
 }
 
 /// A failure said after what was being done.
-struct Within(String, Failed);
+struct Within {
+    what: String,
+    failed: Failed,
+}
 
 impl Exit for Within {
     fn exit_code(&self) -> u8 {
-        self.1 .0.exit_code()
+        self.failed.0.exit_code()
     }
 
     fn message(&self) -> String {
-        format!("{}: {}", self.0, self.1 .0.message())
+        format!("{}: {}", self.what, self.failed.0.message())
     }
 
     fn json(&self) -> AsJson {
-        self.1 .0.json()
+        self.failed.0.json()
     }
 }
 
@@ -208,4 +215,49 @@ pub fn finish(result: Result<(), Failed>, json_to: Option<JsonTo>) -> ExitCode {
         _ => {}
     }
     ExitCode::from(failure.exit_code())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kind of failure ends as its type says, through `Failed` and through `within`.
+    #[test]
+    fn a_failure_ends_with_the_code_and_json_its_type_gives() {
+        let not_found = RunError::Spawn {
+            program: "nosuch".into(),
+            error: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        let f = Failed::from(not_found).within("in /m/r/w (state ready)");
+        assert_eq!(f.0.exit_code(), 127);
+        assert!(
+            f.0.message()
+                .starts_with("in /m/r/w (state ready): starting nosuch"),
+            "{f:?}"
+        );
+        assert!(matches!(f.0.json(), AsJson::Failure));
+
+        let refusal = report::Refusal {
+            message: "worktree 'r/w' is busy".into(),
+            json: failure_json("stands for a refusal's own"),
+            code: report::EXIT_CONFLICT,
+        };
+        let f = Failed::from(refusal).within("never shown in its JSON");
+        assert_eq!(f.0.exit_code(), 3);
+        match f.0.json() {
+            AsJson::Refusal(v) => assert_eq!(v, failure_json("stands for a refusal's own")),
+            _ => panic!("a refusal prints its own JSON"),
+        }
+
+        // Any other failure: exit 1, said as anyhow says it, causes and all.
+        let io = || std::io::Error::other("disk on fire");
+        let chained = anyhow::Error::from(io()).context("writing the index");
+        let said = format!("{chained:#}");
+        let f = Failed::from(chained);
+        assert_eq!((f.0.exit_code(), f.0.message()), (1, said));
+        assert_eq!(
+            Failed::from(io()).0.message(),
+            format!("{:#}", anyhow::Error::from(io()))
+        );
+    }
 }
