@@ -17,8 +17,7 @@ use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
 use crate::cli::acquire::{acquire_named, Want, WAIT_POLL};
-use crate::cli::exit::exit_as;
-use crate::cli::exit::Failed;
+use crate::cli::exit::{exit_as, Failed};
 use crate::cli::refusals::{not_mounted, runnable_worktree};
 use crate::cli::report_file::write_report;
 use crate::cli::state::open_store;
