@@ -10,9 +10,11 @@ use crate::mounttable::{is_mountpoint, mount_type, unescape_mount_path};
 /// What answers at a mountpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Liveness {
-    /// Its connection is gone (ENOTCONN or ECONNABORTED): a daemon that died left it.
+    /// Its connection is gone (ENOTCONN or ECONNABORTED), or it is a worktreefs mount that
+    /// does not answer and no daemon serves: a daemon that died left it.
     Dead,
-    /// It answered, or it did not answer within the probe's time: someone serves it.
+    /// It answered, or it did not answer within the probe's time and may be served by a
+    /// daemon that is busy or stopped.
     Alive,
 }
 
@@ -24,11 +26,33 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// filesystem (`AT_STATX_FORCE_SYNC`: a dead FUSE mount cannot answer it from its
 /// caches), asked by a child process under a timeout (`asked`: a daemon that is stopped
 /// never holds this process).
+///
+/// No answer is a busy or stopped daemon, unless nobody serves the mount: a connection
+/// can outlive its daemon (the kernel ends a killed daemon's io_uring queues after it is
+/// gone; a `/dev/fuse` descriptor left in another process holds it), and then nothing
+/// ever answers. A worktreefs mount that no running daemon names as its mountpoint is
+/// such a one; only root sees every process's descriptors to say so, so for another user
+/// no answer stays a live daemon.
 pub fn probe(path: &Path) -> Liveness {
     match crate::asked::statx_sync(path, PROBE_TIMEOUT) {
         Some(libc::ENOTCONN | libc::ECONNABORTED) => Liveness::Dead,
+        None if nobody_serves(path) => {
+            tracing::info!(
+                "the worktreefs mount at {} does not answer and no daemon serves it",
+                path.display()
+            );
+            Liveness::Dead
+        }
         _ => Liveness::Alive,
     }
+}
+
+/// Whether `path` is a worktreefs mount that no running daemon serves, as root can tell.
+fn nobody_serves(path: &Path) -> bool {
+    nix::unistd::geteuid().is_root()
+        && mount_type(path)
+            .is_some_and(|(source, fstype)| source == "worktreefs" && fstype.starts_with("fuse"))
+        && daemon_serving(path).is_none()
 }
 
 /// The worktreefs daemon serving `mountpoint`, found from the descriptors of running
@@ -76,7 +100,7 @@ fn live_mount_message(path: &Path, source: &str, fstype: &str) -> String {
         None => String::new(),
     };
     format!(
-        "mountpoint {} is in use: {source} ({fstype}) is mounted there and answers{who}; pick another directory, or unmount that first",
+        "mountpoint {} is in use: {source} ({fstype}) is mounted there and live{who}; pick another directory, or unmount that first",
         path.display()
     )
 }

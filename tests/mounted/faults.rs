@@ -323,6 +323,48 @@ fn a_live_mount_of_another_state_dir_is_never_taken_over() {
     ma.unmount();
 }
 
+/// A worktreefs mount whose connection outlives its daemon answers nothing (the kernel
+/// ends a killed daemon's io_uring queues after the daemon is gone; a `/dev/fuse`
+/// descriptor left in another process holds a connection open): the next mount takes the
+/// mountpoint over, as it does a mount that answers ENOTCONN, rather than calling it in use.
+#[test]
+fn a_mount_no_daemon_serves_is_taken_over_even_when_it_never_answers() {
+    use std::os::fd::AsRawFd;
+    let env = Env::new();
+    let mp = env.mountpoint();
+    fs::create_dir_all(&mp).unwrap();
+    // A connection nobody answers: /dev/fuse held open here, its INIT never answered.
+    let dev = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap();
+    let data = format!("fd={},rootmode=40000,user_id=0,group_id=0", dev.as_raw_fd());
+    nix::mount::mount(
+        Some("worktreefs"),
+        &mp,
+        Some("fuse.worktreefs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .unwrap();
+    let out = wtfs(&env.state(), &["mount", mp.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    // The connection goes with its descriptor; a mount left by a failure goes with `env`.
+    drop(dev);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("detached the stale mount"), "{err}");
+    let wt = mp.join("repo").join("taken");
+    fs::create_dir(&wt).unwrap();
+    assert!(wt.join("README.md").exists());
+    let out = wtfs(&env.state(), &["unmount"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A worktree's state as the daemon's `.control` shows it (the CLI's `list` would wait for
 /// a database held by someone else).
 fn removed(env: &Env, name: &str) -> bool {
