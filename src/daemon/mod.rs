@@ -61,7 +61,7 @@ pub fn prepare(req: &MountRequest) -> anyhow::Result<PathBuf> {
             d
         }
     };
-    check_mountpoint(&mountpoint)?;
+    check_mountpoint(&mountpoint, &req.state)?;
     let mountpoint = fs::canonicalize(&mountpoint)?;
     Ok(mountpoint)
 }

@@ -6,12 +6,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail};
 
 use crate::mounttable::{is_mountpoint, mount_type, unescape_mount_path};
+use crate::state::StateDir;
 
 /// What answers at a mountpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Liveness {
-    /// Its connection is gone (ENOTCONN or ECONNABORTED), or it is a worktreefs mount that
-    /// does not answer and no daemon serves: a daemon that died left it.
+    /// Its connection is gone (ENOTCONN or ECONNABORTED), or it is the mount the prober's
+    /// own last daemon left and nothing answers there: a daemon that died left it.
     Dead,
     /// It answered, or it did not answer within the probe's time and may be served by a
     /// daemon that is busy or stopped.
@@ -27,19 +28,21 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// caches), asked by a child process under a timeout (`asked`: a daemon that is stopped
 /// never holds this process).
 ///
-/// No answer is a busy or stopped daemon, unless nobody serves the mount: a connection
-/// can outlive its daemon (the kernel ends a killed daemon's io_uring queues after it is
-/// gone; a `/dev/fuse` descriptor left in another process holds it), and then nothing
-/// ever answers. A worktreefs mount that no running daemon names as its mountpoint is
-/// such a one; only root sees every process's descriptors to say so, so for another user
-/// no answer stays a live daemon.
-pub fn probe(path: &Path) -> Liveness {
+/// No answer is a busy or stopped daemon, except at the mount the state directory `own`
+/// (the one about to mount or unmount there) left: a connection can outlive its daemon
+/// (the kernel ends a killed daemon's io_uring queues after it is gone; a `/dev/fuse`
+/// descriptor left in another process holds it), and then nothing ever answers. Only
+/// that mount is taken for dead, and only when `own`'s lock is free, names this
+/// mountpoint, and no running daemon names it either: evidence that holds across pid
+/// and mount namespaces, where a search of `/proc` alone can miss a live daemon.
+pub fn probe(path: &Path, own: Option<&StateDir>) -> Liveness {
     match crate::asked::statx_sync(path, PROBE_TIMEOUT) {
         Some(libc::ENOTCONN | libc::ECONNABORTED) => Liveness::Dead,
-        None if nobody_serves(path) => {
+        None if own.is_some_and(|s| left_by_own_daemon(path, s)) => {
             tracing::info!(
-                "the worktreefs mount at {} does not answer and no daemon serves it",
-                path.display()
+                "the worktreefs mount at {} does not answer, and the daemon of {} that made it is gone",
+                path.display(),
+                own.map(|s| s.root.display().to_string()).unwrap_or_default()
             );
             Liveness::Dead
         }
@@ -47,11 +50,14 @@ pub fn probe(path: &Path) -> Liveness {
     }
 }
 
-/// Whether `path` is a worktreefs mount that no running daemon serves, as root can tell.
-fn nobody_serves(path: &Path) -> bool {
-    nix::unistd::geteuid().is_root()
-        && mount_type(path)
-            .is_some_and(|(source, fstype)| source == "worktreefs" && fstype.starts_with("fuse"))
+/// Whether the worktreefs mount at `path` is the one `own`'s last daemon made and left:
+/// nobody holds `own`'s lock, the lock names `path` as that daemon's mountpoint, and no
+/// running daemon serves `path`.
+fn left_by_own_daemon(path: &Path, own: &StateDir) -> bool {
+    mount_type(path)
+        .is_some_and(|(source, fstype)| source == "worktreefs" && fstype.starts_with("fuse"))
+        && super::instance::running_daemon(own).is_none()
+        && super::instance::read_holder(&own.lock_file()).is_some_and(|h| h.mountpoint == path)
         && daemon_serving(path).is_none()
 }
 
@@ -107,12 +113,13 @@ fn live_mount_message(path: &Path, source: &str, fstype: &str) -> String {
 
 /// Detaches the mount at `path` only when it is a worktreefs mount whose connection is
 /// dead; a live mount of any kind (or a dead one of another filesystem) is refused with
-/// what is there. Ok(false): nothing is mounted at `path`.
-pub fn detach_if_stale(path: &Path) -> anyhow::Result<bool> {
+/// what is there. `own` is the state directory about to mount or unmount there (see
+/// [`probe`]). Ok(false): nothing is mounted at `path`.
+pub fn detach_if_stale(path: &Path, own: &StateDir) -> anyhow::Result<bool> {
     let Some((source, fstype)) = mount_type(path) else {
         return Ok(false);
     };
-    match probe(path) {
+    match probe(path, Some(own)) {
         Liveness::Alive => bail!("{}", live_mount_message(path, &source, &fstype)),
         Liveness::Dead if source == "worktreefs" && fstype.starts_with("fuse") => {
             tracing::warn!(
@@ -150,11 +157,11 @@ pub fn detach_if_stale(path: &Path) -> anyhow::Result<bool> {
     }
 }
 
-pub(super) fn check_mountpoint(path: &Path) -> anyhow::Result<()> {
+pub(super) fn check_mountpoint(path: &Path, own: &StateDir) -> anyhow::Result<()> {
     // A mount whose daemon died answers ENOTCONN to everything: a worktreefs one is
     // detached; anything that answers is someone's and is refused.
     let canonical = fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    if detach_if_stale(&canonical)? {
+    if detach_if_stale(&canonical, own)? {
         eprintln_lossy(&format!(
             "worktreefs: detached the stale mount at {} (its daemon is gone)",
             canonical.display()

@@ -36,7 +36,7 @@ pub struct SubRecord {
     /// the worktree goes.
     #[serde(default)]
     pub removed: bool,
-    /// While it is moved (see [`move_view`]): the path it was at, which its git entry may
+    /// While it is moved (see `lifecycle::submodules::move_view`): the path it was at, which its git entry may
     /// still name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moving_from: Option<String>,

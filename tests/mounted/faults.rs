@@ -325,15 +325,19 @@ fn a_live_mount_of_another_state_dir_is_never_taken_over() {
 
 /// A worktreefs mount whose connection outlives its daemon answers nothing (the kernel
 /// ends a killed daemon's io_uring queues after the daemon is gone; a `/dev/fuse`
-/// descriptor left in another process holds a connection open): the next mount takes the
-/// mountpoint over, as it does a mount that answers ENOTCONN, rather than calling it in use.
+/// descriptor left in another process holds a connection open): the next mount of the
+/// state directory whose daemon left it takes the mountpoint over, as it does a mount
+/// that answers ENOTCONN, rather than calling it in use. Another state directory's mount
+/// there is still refused: a mount that does not answer may be a busy daemon's.
 #[test]
 fn a_mount_no_daemon_serves_is_taken_over_even_when_it_never_answers() {
     use std::os::fd::AsRawFd;
     let env = Env::new();
     let mp = env.mountpoint();
-    fs::create_dir_all(&mp).unwrap();
-    // A connection nobody answers: /dev/fuse held open here, its INIT never answered.
+    // This state directory's daemon mounted here last (its lock names the mountpoint).
+    env.mount().unmount();
+    // Its connection lingers and nobody answers: /dev/fuse held open here, INIT never
+    // answered.
     let dev = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -348,6 +352,18 @@ fn a_mount_no_daemon_serves_is_taken_over_even_when_it_never_answers() {
         Some(data.as_str()),
     )
     .unwrap();
+    // Another state directory does not take it: nothing says its daemon is gone.
+    let other = Env::new();
+    let out = wtfs(&other.state(), &["mount", mp.to_str().unwrap()]);
+    assert!(
+        !out.status.success(),
+        "another state dir took a mount that may be live"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is in use"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = wtfs(&env.state(), &["mount", mp.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     // The connection goes with its descriptor; a mount left by a failure goes with `env`.

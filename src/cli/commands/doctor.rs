@@ -357,7 +357,7 @@ fn stale_mounts(out: &mut Vec<Check>) {
     let dead: Vec<&PathBuf> = ours
         .iter()
         .filter(|m| {
-            worktreefs::daemon::mountpoint::probe(m)
+            worktreefs::daemon::mountpoint::probe(m, None)
                 == worktreefs::daemon::mountpoint::Liveness::Dead
         })
         .collect();

@@ -188,7 +188,7 @@ pub fn unmount(
             let m = create::mountpoint_of(state, &store);
             // A daemon that died left its mount behind: detach it; a live mount there
             // (another state dir's daemon took the mountpoint since) is refused.
-            if mountpoint::detach_if_stale(&m)? {
+            if mountpoint::detach_if_stale(&m, state)? {
                 return Ok(Unmounted::Done(m));
             }
             return Err(refused(
