@@ -154,6 +154,14 @@ pub enum Command {
     /// ~/.config/fish/completions/worktreefs.fish). In bash, zsh and fish, REPO/WT and
     /// REPO complete from the state directory's names.
     Completions(commands::completions::CompletionsArgs),
+    /// Print a shell function that goes into a worktree, making it first if needed.
+    ///
+    /// Print a shell function for SHELL (bash, zsh or fish) that goes into a worktree in
+    /// one step: `eval "$(worktreefs shell-init bash)"` in ~/.bashrc (zsh: ~/.zshrc; fish:
+    /// `worktreefs shell-init fish | source` in ~/.config/fish/config.fish), then `wtcd
+    /// REPO/NAME` makes the worktree when it does not exist (`new --print-path --reuse`,
+    /// taking new's options) and cds into it. `--name` names the function.
+    ShellInit(commands::shell_init::ShellInitArgs),
     /// Print repository or worktree names, one a line (for the completion scripts).
     #[command(name = "__names", hide = true)]
     Names(commands::completions::NamesArgs),
@@ -209,10 +217,15 @@ impl Command {
 pub fn run(cli: Cli) -> Result<(), Failed> {
     // These need (and make) no state directory.
     match &cli.command {
-        Command::Completions(_) | Command::Names(_) | Command::Man(_) | Command::Doctor(_) => {
+        Command::Completions(_)
+        | Command::Names(_)
+        | Command::Man(_)
+        | Command::Doctor(_)
+        | Command::ShellInit(_) => {
             let root = StateDir::resolve(cli.global.state_dir.clone());
             return match cli.command {
                 Command::Completions(a) => commands::completions::run(a, Cli::command()),
+                Command::ShellInit(a) => commands::shell_init::run(&root, a),
                 Command::Names(a) => commands::completions::run_names(&root, a),
                 Command::Man(a) => commands::man::run(a, Cli::command()),
                 Command::Doctor(a) => commands::doctor::run(&root, a),
@@ -277,7 +290,11 @@ fn run_in(cli: Cli, state: &StateDir) -> Result<(), Failed> {
         Command::Events(a) => commands::events::run(state, a),
         Command::Du(a) => commands::du::run(state, a),
         Command::Mcp => Ok(crate::mcp::serve(state.root.clone())?),
-        Command::Completions(_) | Command::Man(_) | Command::Doctor(_) | Command::Names(_) => {
+        Command::Completions(_)
+        | Command::Man(_)
+        | Command::Doctor(_)
+        | Command::Names(_)
+        | Command::ShellInit(_) => {
             unreachable!("answered before a state directory is opened")
         }
     }

@@ -49,10 +49,28 @@ pub fn print_cd(state: &StateDir, path: &Path) {
     }
 }
 
+/// The path alone on stdout (`new --print-path`); when nothing is mounted, stderr says
+/// how to mount.
+pub fn print_path(state: &StateDir, path: &Path) {
+    println!("{}", path.display());
+    if daemon::running_daemon(state).is_none() {
+        eprintln!(
+            "worktreefs: not mounted: run `{} mount` before going to {}",
+            invocation(state),
+            shell_word(&path.display().to_string())
+        );
+    }
+}
+
 /// How a person runs this program again, for next steps printed to be run as they are:
 /// `worktreefs` when that name on `PATH` is this very program, else this program's path;
 /// with `--state-dir DIR` when `state` is not the one a bare command would use.
 pub fn invocation(state: &StateDir) -> String {
+    invocation_for(&state.root)
+}
+
+/// As [`invocation`], for the state directory at `root`, which need not exist yet.
+pub fn invocation_for(root: &Path) -> String {
     let me = std::env::current_exe()
         .ok()
         .and_then(|e| fs::canonicalize(e).ok());
@@ -70,9 +88,13 @@ pub fn invocation(state: &StateDir) -> String {
         _ => "worktreefs".to_string(),
     };
     let bare = StateDir::resolve(std::env::var_os("WORKTREEFS_STATE_DIR").map(PathBuf::from));
-    if fs::canonicalize(&bare).ok().as_ref() != Some(&state.root) {
+    let same = match (fs::canonicalize(&bare), fs::canonicalize(root)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => bare == root,
+    };
+    if !same {
         out.push_str(" --state-dir ");
-        out.push_str(&shell_word(&state.root.display().to_string()));
+        out.push_str(&shell_word(&root.display().to_string()));
     }
     out
 }

@@ -28,6 +28,10 @@ pub struct CreateArgs {
     pub warm: bool,
     /// Fork this worktree (PARENT or REPO/PARENT): its HEAD, index and uncommitted changes.
     pub from: Option<String>,
+    /// When the worktree exists already (and is not being deleted), use it rather than
+    /// refuse: nothing is made, and the object says `"reused": true`.
+    #[serde(default)]
+    pub reuse: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -132,6 +136,9 @@ impl Server {
         }
         if a.warm {
             args.push("--warm".into());
+        }
+        if a.reuse {
+            args.push("--reuse".into());
         }
         self.json(args).await
     }

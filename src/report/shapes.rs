@@ -425,6 +425,9 @@ pub struct NewJson {
     pub worktree: WorktreeJson,
     #[serde(flatten)]
     pub warm: Option<WarmShownJson>,
+    /// `new --reuse` found the worktree rather than made it (absent when it made it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
 }
 
 /// The warm snapshot a new worktree shows.
@@ -868,6 +871,7 @@ mod tests {
         let error = |e: &'static str| move |v: &Value| v["error"] == e;
         let no_error = |v: &Value| v.get("error").is_none();
         assert_eq!(shows::<NewJson>("### `new --warm --json`"), 1);
+        assert_eq!(shows::<NewJson>("### `new --reuse --json`"), 1);
         assert_eq!(shows::<ForkJson>("### `new --from --json`"), 1);
         assert_eq!(shows::<RestoredJson>("## `restore --json`"), 1);
         assert_eq!(shows::<WarmJson>("## `warm --json`"), 1);

@@ -1128,3 +1128,103 @@ fn output_into_a_closed_pipe_ends_the_command_quietly() {
         );
     }
 }
+
+/// `new --print-path` prints the path alone; `--reuse` finds a worktree that exists
+/// instead of refusing it; the function `shell-init` prints goes into a worktree in bash,
+/// zsh and fish, making it the first time and finding it the second.
+#[test]
+fn one_step_into_a_worktree_from_bash_zsh_and_fish() {
+    let env = Env::new();
+    let m = env.mount();
+    let state = env.state();
+    let s = state.to_str().unwrap();
+    let path = m.wt("repo", "p1");
+
+    // The path alone on stdout, for `cd "$(...)"`.
+    let out = wtfs_ok(&state, &["new", "repo/p1", "--print-path"]);
+    assert_eq!(out, format!("{}\n", path.display()));
+    assert!(path.join("README.md").exists());
+    // Again: refused without --reuse, found with it (nothing made).
+    let again = wtfs(&state, &["new", "repo/p1", "--print-path"]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("already exists"),
+        "{}",
+        stderr(&again)
+    );
+    let out = wtfs_ok(&state, &["new", "repo/p1", "--print-path", "--reuse"]);
+    assert_eq!(out, format!("{}\n", path.display()));
+    let v: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&state, &["new", "repo/p1", "--reuse", "--json"])).unwrap();
+    assert_eq!(v["reused"], true, "{v}");
+    assert_eq!(v["path"], path.to_str().unwrap(), "{v}");
+    let made: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&state, &["new", "repo/p2", "--reuse", "--json"])).unwrap();
+    assert!(made.get("reused").is_none(), "{made}");
+    let text = wtfs_ok(&state, &["new", "repo/p1", "--reuse"]);
+    assert!(text.contains("exists") && text.contains("cd "), "{text}");
+    let list: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&state, &["list", "--json"])).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 2, "{list}");
+    // With --json it is refused as a conflict of options.
+    let both = wtfs(&state, &["new", "repo/p3", "--print-path", "--json"]);
+    assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
+
+    // A name that is not a shell word is refused.
+    let bad = wtfs(&state, &["shell-init", "bash", "--name", "go;rm"]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("cannot name a shell function"),
+        "{}",
+        stderr(&bad)
+    );
+
+    let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
+    for shell in ["bash", "zsh", "fish"] {
+        if which(shell).is_none() {
+            assert!(std::env::var_os("CI").is_none(), "CI installs {shell}");
+            eprintln!("shell-init not checked in {shell}: not installed");
+            continue;
+        }
+        let init = wtfs_ok(&state, &["shell-init", shell, "--name", "go"]);
+        assert!(init.contains(&format!("--state-dir {s}")), "{init}");
+        let script = env.dir.path().join(format!("init.{shell}"));
+        fs::write(&script, &init).unwrap();
+        let name = format!("in-{shell}");
+        // Made the first time, found the second; each time the shell ends up inside.
+        let body = match shell {
+            "fish" => format!(
+                "set -x PATH {bin_dir} $PATH; source {sc}; go repo/{name}; and pwd; cd /; go repo/{name}; and pwd; go nope/x; or echo refused $status",
+                sc = script.display()
+            ),
+            _ => format!(
+                "export PATH={bin_dir}:$PATH; source {sc}; go repo/{name} && pwd; cd /; go repo/{name} && pwd; go nope/x || echo refused $?",
+                sc = script.display()
+            ),
+        };
+        let out = std::process::Command::new(shell)
+            .args(["-c", &body])
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let want = m.wt("repo", &name);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [want.to_str().unwrap(), want.to_str().unwrap(), "refused 1"],
+            "{shell}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(want.join("README.md").exists());
+    }
+    m.unmount();
+}
+
+/// The program `name` on PATH, if any.
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}

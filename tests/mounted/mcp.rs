@@ -509,6 +509,12 @@ fn the_mcp_inspector_reads_every_tools_success_and_refusal() {
         "create again",
         "already exists",
     );
+    let reused = ok(
+        call(&good, "create_worktree", &[w, "reuse=true"]),
+        "create again, reuse",
+    );
+    assert_eq!(reused["reused"], true, "{reused}");
+    assert_eq!(reused["worktree"], "repo/insp", "{reused}");
     let l = ok(call(&good, "list_worktrees", &[]), "list");
     assert_eq!(l["items"].as_array().unwrap().len(), 2, "{l}");
     refused(

@@ -17,6 +17,7 @@ pub mod repo;
 pub mod restore;
 pub mod retained;
 pub mod run;
+pub mod shell_init;
 pub mod status;
 pub mod turn;
 pub mod turns;

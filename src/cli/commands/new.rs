@@ -4,13 +4,14 @@
 use anyhow::{anyhow, bail};
 use clap::Args;
 use worktreefs::daemon;
+use worktreefs::lease::State;
 use worktreefs::lifecycle::create::{self, CreateRequest};
 use worktreefs::lifecycle::warm;
 use worktreefs::report::shapes::{CopiedJson, ForkJson, NewJson, WarmShownJson, WorktreeJson};
 use worktreefs::state::StateDir;
 
 use crate::cli::exit::Failed;
-use crate::cli::output::{print_cd, print_json, print_taken};
+use crate::cli::output::{print_cd, print_json, print_path, print_taken};
 use crate::cli::progress::Slow;
 use crate::cli::state::open_store;
 use crate::cli::target::which;
@@ -49,6 +50,25 @@ pub struct NewArgs {
     /// what was copied; for a warm one the snapshot, and whether it was taken now).
     #[arg(long)]
     pub json: bool,
+    /// Only the worktree's path on stdout (`cd "$(worktreefs new REPO/NAME
+    /// --print-path)"`); what else there is to say goes to stderr.
+    #[arg(long, conflicts_with = "json")]
+    pub print_path: bool,
+    /// When REPO/NAME exists already (and is not being deleted), use it rather than
+    /// refuse: nothing is made, and it is shown as a new one would be
+    /// (`worktreefs shell-init` relies on it).
+    #[arg(long)]
+    pub reuse: bool,
+}
+
+/// How `new` shows the worktree it made or found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Show {
+    /// What was made, and where to go next.
+    Text,
+    Json,
+    /// The path alone.
+    Path,
 }
 
 pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
@@ -61,13 +81,24 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
         warm,
         cold,
         json,
+        print_path: path_only,
+        reuse,
     } = args;
+    let show = match (json, path_only) {
+        (true, _) => Show::Json,
+        (_, true) => Show::Path,
+        _ => Show::Text,
+    };
+    let json = show == Show::Json;
     let target = which(state, Some(&target), true)?;
     let (repo, name) = target.split_once('/').ok_or_else(|| {
         anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
     })?;
+    if reuse && show_existing(state, repo, name, show)? {
+        return Ok(());
+    }
     if let Some(from) = from {
-        return Ok(cmd_fork(state, repo, name, &from, branch.as_deref(), json)?);
+        return Ok(cmd_fork(state, repo, name, &from, branch.as_deref(), show)?);
     }
     let mut store = open_store(state)?;
     let (uid, gid) = (
@@ -79,7 +110,7 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     let snapshot = match repo_row {
         Some(r) if warm || (r.warm_default && !cold) => {
             let (snap, taken) = warm::ensure(state, &mut store, &r, uid, gid)?;
-            if let Some(t) = taken.as_ref().filter(|_| !json) {
+            if let Some(t) = taken.as_ref().filter(|_| show == Show::Text) {
                 print_taken(repo, t);
             }
             took_snapshot = taken.map(|t| t.took);
@@ -117,7 +148,13 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
                 warm_snapshot_bytes: s.bytes,
                 warm_snapshot_took_ms: took_snapshot.map(|d| d.as_millis() as u64),
             }),
+            reused: false,
         });
+        return Ok(());
+    }
+    let path = mountpoint.join(&row.repo).join(&row.name);
+    if show == Show::Path {
+        print_path(state, &path);
         return Ok(());
     }
     println!(
@@ -136,8 +173,43 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
             None => String::new(),
         }
     );
-    print_cd(state, &mountpoint.join(&row.repo).join(&row.name));
+    print_cd(state, &path);
     Ok(())
+}
+
+/// With `--reuse`: shows worktree `repo/name` as `new` would have shown it made, when it
+/// exists (true): ready, in use, in its grace period or retained (its work is there to go
+/// on with). False when there is none to use: one being deleted or removed is not, and
+/// its creation is refused or made as without `--reuse`.
+fn show_existing(state: &StateDir, repo: &str, name: &str, show: Show) -> anyhow::Result<bool> {
+    let store = open_store(state)?;
+    let Some(row) = store.worktree(repo, name)? else {
+        return Ok(false);
+    };
+    if matches!(row.state, State::Deleting | State::Removed) {
+        return Ok(false);
+    }
+    let mountpoint = create::mountpoint_of(state, &store);
+    let path = mountpoint.join(&row.repo).join(&row.name);
+    match show {
+        Show::Json => print_json(NewJson {
+            worktree: WorktreeJson::of(&row, &mountpoint),
+            warm: None,
+            reused: true,
+        }),
+        Show::Path => print_path(state, &path),
+        Show::Text => {
+            println!(
+                "{}/{} exists (on branch {}, {}): using it",
+                row.repo,
+                row.name,
+                row.branch.as_deref().unwrap_or("(detached)"),
+                row.state.as_str()
+            );
+            print_cd(state, &path);
+        }
+    }
+    Ok(true)
 }
 
 /// `new REPO/NAME --from PARENT`: a fork of another worktree.
@@ -147,7 +219,7 @@ fn cmd_fork(
     name: &str,
     from: &str,
     branch: Option<&str>,
-    json: bool,
+    show: Show,
 ) -> anyhow::Result<()> {
     let parent = match from.split_once('/') {
         Some((r, p)) if r == repo => p,
@@ -171,8 +243,13 @@ fn cmd_fork(
     )?;
     daemon::poke(state);
     let c = &forked.copied;
-    if json {
-        let mountpoint = create::mountpoint_of(state, &store);
+    let mountpoint = create::mountpoint_of(state, &store);
+    let path = mountpoint.join(&forked.row.repo).join(&forked.row.name);
+    if show == Show::Path {
+        print_path(state, &path);
+        return Ok(());
+    }
+    if show == Show::Json {
         print_json(ForkJson {
             worktree: WorktreeJson::of(&forked.row, &mountpoint),
             forked_from: format!("{repo}/{parent}"),
@@ -203,10 +280,6 @@ fn cmd_fork(
     for n in &forked.notes {
         println!("  note: {n}");
     }
-    let mountpoint = create::mountpoint_of(state, &store);
-    print_cd(
-        state,
-        &mountpoint.join(&forked.row.repo).join(&forked.row.name),
-    );
+    print_cd(state, &path);
     Ok(())
 }
