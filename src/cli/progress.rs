@@ -82,3 +82,59 @@ impl Slow {
         }
     }
 }
+
+/// A warm snapshot's copying, on a terminal's line of its own: the files and bytes copied
+/// so far of those found, redrawn at most ten times a second and wiped when it is done.
+/// Nothing when stderr is not a terminal (a pipe or a file gets the summary alone).
+pub struct Meter {
+    what: String,
+    on: bool,
+    last: std::cell::Cell<Option<std::time::Instant>>,
+    shown: std::cell::Cell<bool>,
+}
+
+impl Meter {
+    pub fn new(what: String) -> Meter {
+        use std::io::IsTerminal;
+        Meter {
+            what,
+            on: std::io::stderr().is_terminal(),
+            last: std::cell::Cell::new(None),
+            shown: std::cell::Cell::new(false),
+        }
+    }
+
+    /// How far it has come: shown unless it was shown less than a tenth of a second ago
+    /// (the last file always is).
+    pub fn tell(&self, c: worktreefs::lifecycle::warm::Copied) {
+        if !self.on {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let recent = self
+            .last
+            .get()
+            .is_some_and(|t| now.duration_since(t) < Duration::from_millis(100));
+        if recent && c.files < c.of_files {
+            return;
+        }
+        self.last.set(Some(now));
+        self.shown.set(true);
+        eprint!(
+            "\r\x1b[Kworktreefs: {}: {} of {} files, {} of {}",
+            self.what,
+            c.files,
+            c.of_files,
+            worktreefs::report::human_bytes(c.bytes),
+            worktreefs::report::human_bytes(c.of_bytes)
+        );
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        if self.shown.get() {
+            eprint!("\r\x1b[K");
+        }
+    }
+}

@@ -437,6 +437,8 @@ pub struct WarmShownJson {
     pub warm_snapshot_files: u64,
     pub warm_snapshot_bytes: u64,
     pub warm_snapshot_took_ms: Option<u64>,
+    /// When the snapshot was taken (RFC 3339): how old what the worktree inherits is.
+    pub warm_snapshot_taken_at: String,
 }
 
 /// `new --from --json`: the fork, its parent, the commit it starts at, what was copied.

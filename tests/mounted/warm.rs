@@ -353,7 +353,8 @@ fn a_snapshot_takes_only_what_the_asking_user_can_read_and_keeps_modes() {
     let state = worktreefs::state::StateDir::open(&env.state()).unwrap();
     let mut store = worktreefs::store::Store::open(&env.state()).unwrap();
     let row = store.repo_by_name("repo").unwrap().unwrap();
-    let taken = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 65534, 65534).unwrap();
+    let taken =
+        worktreefs::lifecycle::warm::take(&state, &mut store, &row, 65534, 65534, None).unwrap();
     let skipped: Vec<&str> = taken.skipped.iter().map(|(p, _)| p.as_str()).collect();
     assert!(skipped.contains(&".env"), "{:?}", taken.skipped);
     assert!(
@@ -371,7 +372,7 @@ fn a_snapshot_takes_only_what_the_asking_user_can_read_and_keeps_modes() {
     );
     assert_eq!(taken.row.uid, 65534);
     // As root, both are taken; each user's `new --warm` uses the snapshot of their own.
-    let root = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 0, 0).unwrap();
+    let root = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 0, 0, None).unwrap();
     assert!(root.skipped.is_empty(), "{:?}", root.skipped);
     assert_eq!(root.row.files, taken.row.files + 2);
     fs::set_permissions(
@@ -379,7 +380,7 @@ fn a_snapshot_takes_only_what_the_asking_user_can_read_and_keeps_modes() {
         fs::Permissions::from_mode(0o700),
     )
     .unwrap();
-    let again = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 0, 0).unwrap();
+    let again = worktreefs::lifecycle::warm::take(&state, &mut store, &row, 0, 0, None).unwrap();
     assert_eq!(again.row.files, root.row.files);
     assert_eq!(
         store.latest_warm(row.id, 65534).unwrap().unwrap().id,
@@ -728,4 +729,63 @@ fn an_inherited_gitignore_rules_cleanup_as_it_rules_git() {
     assert!(err.contains("reading its warm snapshot"), "{err}");
     fs::rename(manifest.with_extension("moved"), &manifest).unwrap();
     m.unmount();
+}
+
+/// `new --warm` says how old the snapshot it shows is (taken now, or so long ago; its
+/// time in the JSON), and while a snapshot is taken a terminal sees the files copied so
+/// far, a pipe nothing of it.
+#[test]
+fn a_warm_worktree_says_its_snapshots_age_and_a_take_shows_progress_on_a_terminal() {
+    let env = Env::new();
+    warm_source(&env.repo.path());
+    let state = env.state();
+    // Through a pipe: the summary alone.
+    let piped = wtfs(&state, &["warm", "repo"]);
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&piped.stderr).contains("of those found")
+            && !String::from_utf8_lossy(&piped.stderr).contains("files, "),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    let snap: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&state, &["warm", "repo", "--json"])).unwrap();
+    // On a terminal (script(1) gives the command one): files and bytes so far, then wiped.
+    let cmd = format!("{BIN} --state-dir {} warm repo", state.display());
+    let tty = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{seen}");
+    assert!(
+        seen.contains("taking the warm snapshot of repo: ") && seen.contains(" files, "),
+        "{seen:?}"
+    );
+    assert!(seen.contains("\r\x1b[K"), "the line is wiped: {seen:?}");
+    assert!(seen.contains("took warm snapshot"), "{seen:?}");
+
+    // The newest snapshot is shown: its time in the JSON, its age in the text.
+    let v: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&state, &["new", "repo/aged", "--warm", "--json"])).unwrap();
+    let taken_at = v["warm_snapshot_taken_at"].as_str().unwrap().to_string();
+    assert!(v["warm_snapshot_took_ms"].is_null(), "{v}");
+    assert!(
+        taken_at.as_str() >= snap["snapshot"]["taken_at"].as_str().unwrap(),
+        "{v} {snap}"
+    );
+    let text = wtfs_ok(&state, &["new", "repo/aged-2", "--warm"]);
+    assert!(
+        text.contains(" s ago)") && text.contains("with warm snapshot"),
+        "{text}"
+    );
+    let fresh = Env::new();
+    warm_source(&fresh.repo.path());
+    let text = wtfs_ok(&fresh.state(), &["new", "repo/first", "--warm"]);
+    assert!(text.contains("taken now)"), "{text}");
 }

@@ -12,7 +12,7 @@ use worktreefs::state::StateDir;
 
 use crate::cli::exit::Failed;
 use crate::cli::output::{print_cd, print_json, print_path, print_taken};
-use crate::cli::progress::Slow;
+use crate::cli::progress::{Meter, Slow};
 use crate::cli::state::open_store;
 use crate::cli::target::which;
 
@@ -109,7 +109,11 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     let mut took_snapshot = None;
     let snapshot = match repo_row {
         Some(r) if warm || (r.warm_default && !cold) => {
-            let (snap, taken) = warm::ensure(state, &mut store, &r, uid, gid)?;
+            let meter = Meter::new(format!("taking the warm snapshot of {repo}"));
+            let tell = |c| meter.tell(c);
+            let ensured = warm::ensure(state, &mut store, &r, uid, gid, Some(&tell));
+            drop(meter);
+            let (snap, taken) = ensured?;
             if let Some(t) = taken.as_ref().filter(|_| show == Show::Text) {
                 print_taken(repo, t);
             }
@@ -147,6 +151,7 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
                 warm_snapshot_files: s.files,
                 warm_snapshot_bytes: s.bytes,
                 warm_snapshot_took_ms: took_snapshot.map(|d| d.as_millis() as u64),
+                warm_snapshot_taken_at: worktreefs::report::rfc3339(s.taken_at),
             }),
             reused: false,
         });
@@ -165,10 +170,17 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
         &row.base_commit[..12],
         match &snapshot {
             Some(s) => format!(
-                " with warm snapshot {} ({} files, {})",
+                " with warm snapshot {} ({} files, {}, taken {})",
                 s.id,
                 s.files,
-                worktreefs::report::human_bytes(s.bytes)
+                worktreefs::report::human_bytes(s.bytes),
+                match took_snapshot {
+                    Some(_) => "now".to_string(),
+                    None => format!(
+                        "{} ago",
+                        worktreefs::report::age(worktreefs::store::now_secs() - s.taken_at)
+                    ),
+                }
             ),
             None => String::new(),
         }

@@ -8,6 +8,7 @@ use worktreefs::state::StateDir;
 
 use crate::cli::exit::Failed;
 use crate::cli::output::{print_json, print_taken, prune_warm};
+use crate::cli::progress::Meter;
 use crate::cli::state::open_store;
 
 #[derive(Args)]
@@ -26,13 +27,18 @@ pub fn run(state: &StateDir, args: WarmArgs) -> Result<(), Failed> {
     let row = store.repo_by_name(&repo)?.ok_or_else(|| {
         anyhow!("repository '{repo}' is not registered (see `worktreefs repo list`)")
     })?;
+    let meter = Meter::new(format!("taking the warm snapshot of {repo}"));
+    let tell = |c| meter.tell(c);
     let taken = warm::take(
         state,
         &mut store,
         &row,
         nix::unistd::geteuid().as_raw(),
         nix::unistd::getegid().as_raw(),
-    )?;
+        Some(&tell),
+    );
+    drop(meter);
+    let taken = taken?;
     // The snapshot it supersedes goes now if no worktree shows it.
     let pruned = prune_warm(state, &mut store);
     if json {

@@ -46,4 +46,4 @@ mod take;
 pub use cache::manifest_path;
 pub use prune::{journals, prune, Pruned};
 pub use shown::{ensure, latest, untracked_part};
-pub use take::{take, Taken, INCLUDE_FILE};
+pub use take::{take, Copied, Progress, Taken, INCLUDE_FILE};

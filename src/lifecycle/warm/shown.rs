@@ -8,7 +8,7 @@ use crate::state::StateDir;
 use crate::store::{RepoRow, Store, StoreResult, WarmRow};
 
 use super::cache::{dirs_path, manifest_path};
-use super::take::{take, Taken};
+use super::take::{take, Progress, Taken};
 use crate::ids::RepoId;
 
 /// The newest snapshot of repository `repo_id` taken with `uid`'s permissions whose
@@ -31,11 +31,12 @@ pub fn ensure(
     repo: &RepoRow,
     uid: u32,
     gid: u32,
+    progress: Progress<'_>,
 ) -> LifecycleResult<(WarmRow, Option<Taken>)> {
     if let Some(row) = latest(state, store, repo.id, uid)? {
         return Ok((row, None));
     }
-    let taken = take(state, store, repo, uid, gid)?;
+    let taken = take(state, store, repo, uid, gid, progress)?;
     Ok((taken.row.clone(), Some(taken)))
 }
 

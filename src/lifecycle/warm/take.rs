@@ -41,6 +41,18 @@ pub struct Taken {
     pub took: Duration,
 }
 
+/// How far a take has come: the files (and their bytes) copied so far, of those it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copied {
+    pub files: u64,
+    pub bytes: u64,
+    pub of_files: u64,
+    pub of_bytes: u64,
+}
+
+/// Told after each file a take copies (cheap to call: the caller decides when to show).
+pub type Progress<'a> = Option<&'a dyn Fn(Copied)>;
+
 /// Runs closures on a thread whose file-system identity is one user's.
 pub(super) struct AsUser {
     jobs: mpsc::Sender<Box<dyn FnOnce() + Send>>,
@@ -318,8 +330,9 @@ pub fn take(
     repo: &RepoRow,
     uid: u32,
     gid: u32,
+    progress: Progress<'_>,
 ) -> LifecycleResult<Taken> {
-    let taken = take_held(state, store, repo, uid, gid);
+    let taken = take_held(state, store, repo, uid, gid, progress);
     if taken.is_err() && !journals(state).is_empty() {
         // The lock this take held shared may still be held for an instant by a child any
         // thread of this process forked meanwhile (its descriptor lives until the child's
@@ -348,6 +361,7 @@ pub(super) fn take_held(
     repo: &RepoRow,
     uid: u32,
     gid: u32,
+    progress: Progress<'_>,
 ) -> LifecycleResult<Taken> {
     let started = Instant::now();
     // Held until the row is in the store: a prune never deletes a content this stored,
@@ -456,7 +470,7 @@ pub(super) fn take_held(
         .as_nanos();
     let manifest = format!("{}-{uid}-{nanos}", repo.id);
     let mut journal = Journal::create(state, &manifest)?;
-    let (mut links, mut bytes) = (0u64, 0u64);
+    let (mut links, mut bytes, mut copied) = (0u64, 0u64, 0u64);
     for (rel, what) in found {
         match what {
             Found::File(..) => {
@@ -483,7 +497,16 @@ pub(super) fn take_held(
                 match stored {
                     Ok((oid, st)) => {
                         bytes += st.st_size as u64;
+                        copied += 1;
                         records.push(record(rel, Kind::File, &st, gid, Some(oid), Vec::new()));
+                        if let Some(tell) = progress {
+                            tell(Copied {
+                                files: copied,
+                                bytes,
+                                of_files: files as u64,
+                                of_bytes: need,
+                            });
+                        }
                     }
                     Err(why) => skipped.push((lossy(&rel), why)),
                 }
@@ -662,7 +685,7 @@ mod tests {
                 during(n2.get())
             }))
         });
-        let taken = take(state, store, repo, 0, 0);
+        let taken = take(state, store, repo, 0, 0, None);
         DURING_COPY.with(|h| *h.borrow_mut() = None);
         (taken.unwrap(), n.get())
     }
@@ -756,7 +779,7 @@ mod tests {
                 }
             }))
         });
-        let r = take(&state, &mut store, &repo, 0, 0);
+        let r = take(&state, &mut store, &repo, 0, 0, None);
         DURING_COPY.with(|h| *h.borrow_mut() = None);
         assert!(r.is_err(), "the take failed");
         assert_eq!(
@@ -773,7 +796,15 @@ mod tests {
     fn a_journal_a_dead_take_left_is_pruned_but_not_what_a_snapshot_holds() {
         let d = tempfile::tempdir().unwrap();
         let (state, mut store, repo) = setup(d.path());
-        let taken = take(&state, &mut store, &repo, 0, 0).unwrap();
+        // Told after each file it copies, the last time with all of them.
+        let told = std::cell::RefCell::new(Vec::new());
+        let tell = |c: Copied| told.borrow_mut().push(c);
+        let taken = take(&state, &mut store, &repo, 0, 0, Some(&tell)).unwrap();
+        let told = told.into_inner();
+        assert_eq!(told.len() as u64, taken.row.files, "{told:?}");
+        let last = told.last().unwrap();
+        assert_eq!((last.files, last.bytes), (taken.row.files, taken.row.bytes));
+        assert_eq!((last.of_files, last.of_bytes), (last.files, last.bytes));
         assert!(
             journals(&state).is_empty(),
             "a take that ends removes its journal"
