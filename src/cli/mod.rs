@@ -102,6 +102,14 @@ pub enum Command {
     Warm(commands::warm::WarmArgs),
     /// List worktrees.
     List(commands::list::ListArgs),
+    /// Print what run and turn tell their commands of a worktree (its ports too).
+    ///
+    /// Print what `run` and `turn` tell the commands they run about REPO/WT, as `export`
+    /// lines to source (or `--json`): WORKTREEFS_WORKTREE, WORKTREEFS_PATH,
+    /// WORKTREEFS_SOURCE, and its block of ports, WORKTREEFS_PORT (the first) and
+    /// WORKTREEFS_PORTS (how many): unique on the machine, so servers started in two
+    /// worktrees never collide.
+    Env(commands::env::EnvArgs),
     /// Show the state of every worktree as a table.
     Status(commands::status::StatusArgs),
     /// Named leases for orchestrators.
@@ -281,6 +289,7 @@ fn run_in(cli: Cli, state: &StateDir) -> Result<(), Failed> {
         Command::New(a) => commands::new::run(state, a),
         Command::Warm(a) => commands::warm::run(state, a),
         Command::List(a) => commands::list::run(state, a),
+        Command::Env(a) => commands::env::run(state, a),
         Command::Status(a) => commands::status::run(state, a),
         Command::Lease(cmd) => commands::lease::run(state, cmd),
         Command::Run(a) => commands::run::run(state, a),

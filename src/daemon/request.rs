@@ -38,6 +38,8 @@ pub struct MountRequest {
     pub keep: crate::lifecycle::cleanup::keep::KeepPolicy,
     /// What an unmount that did not say (`umount`, `fusermount3 -u`, a signal) does.
     pub on_umount: AtUnmount,
+    /// The ports worktrees get blocks of.
+    pub ports: crate::lifecycle::ports::PortRange,
 }
 
 /// What the end of a mount does with the leases.

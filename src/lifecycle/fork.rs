@@ -187,6 +187,7 @@ pub fn fork_worktree(
         copied.bytes,
         copied.walks,
     );
+    crate::lifecycle::ports::give(state, store, row.id, None);
     Ok(Forked {
         row,
         head: head_commit,

@@ -15,6 +15,7 @@ pub mod gate;
 pub mod holders;
 pub mod layer_copy;
 pub mod occupancy;
+pub mod ports;
 pub mod restore;
 pub mod submodules;
 pub mod sweeper;

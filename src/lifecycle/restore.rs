@@ -255,6 +255,29 @@ pub fn restore_worktree(
         .worktree_by_id(record.worktree_id)
         .map_err(|e| internal("reading back the worktree")(e.to_string()))?
         .ok_or_else(|| CreateError::Internal("restored worktree row vanished".into()))?;
+    // Its block of ports back when nobody took it meanwhile, else another.
+    let had = store.ports_of(kept.worktree_id).ok().flatten();
+    match (
+        had,
+        crate::lifecycle::ports::give(state, store, row.id, had),
+    ) {
+        (Some(h), Some(b)) if h == b => notes.push(format!(
+            "ports {}-{}: the block it had",
+            b.first,
+            b.first as u32 + b.size as u32 - 1
+        )),
+        (_, Some(b)) => notes.push(format!(
+            "ports {}-{}: a new block{}",
+            b.first,
+            b.first as u32 + b.size as u32 - 1,
+            if had.is_some() {
+                " (the one it had was taken meanwhile)"
+            } else {
+                ""
+            }
+        )),
+        (_, None) => notes.push("no ports: every block of the range is taken".into()),
+    }
     tracing::info!(
         "restored {label} as {}/{} (worktree {})",
         row.repo,

@@ -84,7 +84,12 @@ pub enum Below {
 ///
 /// This process enters `dir` (its working directory stays there) and reads its `.git`:
 /// inside a worktree of the mount, that makes it a lease holder for as long as it lives.
-pub fn run_below(dir: &Path, command: &[String], how: Below) -> Result<Ended, RunError> {
+pub fn run_below(
+    dir: &Path,
+    command: &[String],
+    env: &[(String, String)],
+    how: Below,
+) -> Result<Ended, RunError> {
     let (turn, limit) = match how {
         Below::Run => (false, None),
         Below::Turn { limit } => (true, limit),
@@ -111,6 +116,7 @@ pub fn run_below(dir: &Path, command: &[String], how: Below) -> Result<Ended, Ru
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]);
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let restore = forward.clone();
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
@@ -336,12 +342,24 @@ mod tests {
         default_signals();
         let dir = tempfile::tempdir().unwrap();
         let dir = fs::canonicalize(dir.path()).unwrap();
-        let ended = run_below(&dir, &sh("pwd > seen; exit 3"), Below::Run).unwrap();
+        let env = [("WORKTREEFS_PORT".to_string(), "20010".to_string())];
+        let ended = run_below(
+            &dir,
+            &sh("pwd > seen; echo $WORKTREEFS_PORT > port; exit 3"),
+            &env,
+            Below::Run,
+        )
+        .unwrap();
         assert_eq!(exit_code(ended.status), 3);
         assert_eq!(ended.ended_with, None);
         assert_eq!(
             fs::read_to_string(dir.join("seen")).unwrap().trim(),
             dir.to_str().unwrap()
+        );
+        assert_eq!(fs::read_to_string(dir.join("port")).unwrap(), "20010\n");
+        assert!(
+            std::env::var_os("WORKTREEFS_PORT").is_none(),
+            "for the command only"
         );
         assert_eq!(
             std::env::current_dir().unwrap(),
@@ -360,7 +378,7 @@ mod tests {
         default_signals();
         let dir = tempfile::tempdir().unwrap();
         let missing = vec!["/nonexistent/cmd".to_string()];
-        let e = run_below(dir.path(), &missing, Below::Turn { limit: None }).unwrap_err();
+        let e = run_below(dir.path(), &missing, &[], Below::Turn { limit: None }).unwrap_err();
         assert_eq!(e.shell_code(), Some(127), "{e}");
         assert!(
             e.to_string().starts_with("starting /nonexistent/cmd: "),
@@ -369,10 +387,10 @@ mod tests {
         let plain = dir.path().join("not-a-program");
         fs::write(&plain, "data").unwrap();
         fs::set_permissions(&plain, fs::Permissions::from_mode(0o644)).unwrap();
-        let e = run_below(dir.path(), &[plain.display().to_string()], Below::Run).unwrap_err();
+        let e = run_below(dir.path(), &[plain.display().to_string()], &[], Below::Run).unwrap_err();
         assert_eq!(e.shell_code(), Some(126), "{e}");
         assert!(!ignored(libc::SIGINT), "the disposition is put back");
-        let e = run_below(&dir.path().join("gone"), &sh("true"), Below::Run).unwrap_err();
+        let e = run_below(&dir.path().join("gone"), &sh("true"), &[], Below::Run).unwrap_err();
         assert!(matches!(e, RunError::Enter(..)) && e.shell_code().is_none());
     }
 
@@ -386,6 +404,7 @@ mod tests {
         let ended = run_below(
             dir.path(),
             &sh("sleep 60 & echo $! > left; sleep 60"),
+            &[],
             Below::Turn {
                 limit: Some(Duration::from_millis(500)),
             },
@@ -420,7 +439,7 @@ mod tests {
             // SAFETY: a signal to this very process, whose handler passes it on.
             unsafe { libc::kill(me, libc::SIGTERM) };
         });
-        let ended = run_below(dir.path(), &sh("exec sleep 60"), Below::Run).unwrap();
+        let ended = run_below(dir.path(), &sh("exec sleep 60"), &[], Below::Run).unwrap();
         sender.join().unwrap();
         assert_eq!(exit_code(ended.status), 128 + libc::SIGTERM);
         assert_eq!(ended.ended_with, None, "no timeout ended it");

@@ -430,6 +430,22 @@ pub struct NewJson {
     pub reused: bool,
 }
 
+/// `env --json`: what `run` and `turn` tell their commands of a worktree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvJson {
+    /// `REPO/NAME` (`WORKTREEFS_WORKTREE`).
+    pub worktree: String,
+    /// Its path under the mount (`WORKTREEFS_PATH`).
+    pub path: String,
+    /// The registered checkout (`WORKTREEFS_SOURCE`).
+    pub source: Option<String>,
+    /// Its block of ports: the first (`WORKTREEFS_PORT`) and how many
+    /// (`WORKTREEFS_PORTS`); null without one.
+    pub port: Option<u16>,
+    pub ports: Option<u16>,
+}
+
 /// The warm snapshot a new worktree shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -874,6 +890,7 @@ mod tests {
         let no_error = |v: &Value| v.get("error").is_none();
         assert_eq!(shows::<NewJson>("### `new --warm --json`"), 1);
         assert_eq!(shows::<NewJson>("### `new --reuse --json`"), 1);
+        assert_eq!(shows::<EnvJson>("## `env --json`"), 1);
         assert_eq!(shows::<ForkJson>("### `new --from --json`"), 1);
         assert_eq!(shows::<RestoredJson>("## `restore --json`"), 1);
         assert_eq!(shows::<WarmJson>("## `warm --json`"), 1);

@@ -169,4 +169,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE worktrees ADD COLUMN holder_reason TEXT;
     "#,
+    // 9: each worktree's block of ports (its first port and how many), given to what
+    // runs inside; kept while the worktree lives, free again once it is removed.
+    r#"
+    CREATE TABLE ports (
+        worktree_id INTEGER PRIMARY KEY REFERENCES worktrees(id),
+        first       INTEGER NOT NULL,
+        size        INTEGER NOT NULL
+    );
+    "#,
 ];

@@ -20,6 +20,7 @@ mod leases;
 mod mcp;
 mod nonroot;
 mod passthrough;
+mod ports;
 mod privacy;
 mod ranges;
 mod restore;

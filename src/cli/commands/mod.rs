@@ -4,6 +4,7 @@
 pub mod completions;
 pub mod doctor;
 pub mod du;
+pub mod env;
 pub mod events;
 pub mod lease;
 pub mod leases;

@@ -104,6 +104,14 @@ pub struct MountArgs {
     /// `worktreefs unmount --keep-sessions` does, instead of releasing every lease.
     #[arg(long)]
     pub umount_keeps_sessions: bool,
+    /// The ports worktrees get blocks of (LOW-HIGH; below the kernel's ephemeral
+    /// ports), each block unique on the machine, given to `run` and `turn` as
+    /// WORKTREEFS_PORT (its first port) and WORKTREEFS_PORTS (how many).
+    #[arg(long, default_value = "20000-29999", value_name = "LOW-HIGH")]
+    pub ports: String,
+    /// How many ports each worktree's block has.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub port_block: u16,
 }
 
 pub fn run(state: &StateDir, args: MountArgs, log_level: Option<&str>) -> Result<(), Failed> {
@@ -145,6 +153,8 @@ fn request(state: &StateDir, args: &MountArgs) -> anyhow::Result<MountRequest> {
             args.keep_min_free_gib,
         ))?,
         on_umount: daemon::AtUnmount::from_keep_sessions(args.umount_keeps_sessions),
+        ports: worktreefs::lifecycle::ports::PortRange::parse(&args.ports, args.port_block)
+            .map_err(|e| anyhow!("--ports/--port-block: {e}"))?,
     })
 }
 

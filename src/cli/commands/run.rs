@@ -136,7 +136,8 @@ fn cmd_run(
     }
     // Entering the worktree and reading its .git file makes this process a lease holder
     // (the daemon notices when it exits, however it exits); the command runs below it.
-    let status = run_below(&dir, command, Below::Run)
+    let env = worktreefs::lifecycle::ports::environment(&store, &row, &dir);
+    let status = run_below(&dir, command, &env, Below::Run)
         .map(|ended| ended.status)
         .map_err(|e| Failed::from(e).within(format!("in {} (state {})", dir.display(), row.state)));
     if let Some(lease) = named {

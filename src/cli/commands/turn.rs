@@ -270,7 +270,8 @@ fn cmd_turn(
         });
     }
     let limit = ask.timeout.map(Duration::from_secs);
-    let ended = run_below(&dir, command, Below::Turn { limit });
+    let env = worktreefs::lifecycle::ports::environment(&store, &row, &dir);
+    let ended = run_below(&dir, command, &env, Below::Turn { limit });
     let why = match &ended {
         Ok(Ended {
             ended_with: Some(sig),

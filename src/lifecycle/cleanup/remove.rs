@@ -433,6 +433,7 @@ pub(super) fn run_removal(
                     false
                 }
             };
+            crate::lifecycle::ports::release(state, store, t.id);
             purge(state, t, keep);
             tracing::info!(worktree = %t.path.display(), "removed: {detail}");
             Ok(Outcome::Removed(detail))
@@ -525,6 +526,7 @@ pub(super) fn gone_by_hand(
         t.dir.display()
     );
     store.mark_removed(t.id, &detail)?;
+    crate::lifecycle::ports::release(state, store, t.id);
     tracing::warn!(worktree = %t.path.display(), "{detail}");
     Ok(Outcome::Removed(detail))
 }

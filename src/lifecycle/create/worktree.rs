@@ -174,6 +174,7 @@ pub fn create_worktree(
         }
     }
     made?;
+    crate::lifecycle::ports::give(state, store, record.worktree_id, None);
     store
         .worktree(req.repo, req.name)
         .map_err(|e| internal("reading back the worktree")(e.to_string()))?
