@@ -133,6 +133,13 @@ impl Store {
     pub fn remove_repo(&mut self, id: RepoId) -> StoreResult<()> {
         let tx = self.conn.transaction()?;
         tx.execute(
+            &format!(
+                "DELETE FROM ports WHERE worktree_id IN
+                 (SELECT id FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}')"
+            ),
+            [id],
+        )?;
+        tx.execute(
             &format!("DELETE FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}'"),
             [id],
         )?;
@@ -304,6 +311,8 @@ impl Store {
     pub fn delete_worktree_row(&self, id: WorktreeId) -> StoreResult<()> {
         self.conn
             .execute("DELETE FROM events WHERE worktree_id = ?1", [id])?;
+        self.conn
+            .execute("DELETE FROM ports WHERE worktree_id = ?1", [id])?;
         self.conn
             .execute("DELETE FROM worktrees WHERE id = ?1", [id])?;
         Ok(())

@@ -91,6 +91,10 @@ mod tests {
         store.mark_removed(id, "test").unwrap();
         assert!(store.live_ports().unwrap().is_empty());
         assert_eq!(store.ports_of(id).unwrap(), Some(b), "kept for a restore");
+        // Unregistering the repository takes the records of its removed worktrees.
+        let repo = store.worktree_by_id(id).unwrap().unwrap().repo_id;
+        store.remove_repo(repo).unwrap();
+        assert_eq!(store.ports_of(id).unwrap(), None);
         assert!(b.overlaps(&PortBlock {
             first: 20019,
             size: 5
