@@ -21,6 +21,9 @@ pub(super) enum ControlDir {
     Removed,
     /// `<repo>:<worktree>`: running turns.
     Turns,
+    /// `<repo>:<worktree>`: what `run` and `turn` give their commands (its ports among
+    /// them), as `export` lines to source.
+    Env,
     /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see
     /// `git/fsmonitor.rs`, `fs/journal.rs`).
     FsMonitor,
@@ -34,12 +37,13 @@ pub(super) const STATS: &str = "stats";
 /// What `.control` itself holds, stated once: inode, name, and the directory it is (None:
 /// a generated file of `.control` itself). The view's fixed nodes, the listing of
 /// `.control` and its names all come from here.
-pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 8] = [
+pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 9] = [
     (Ino(3), "leases", Some(ControlDir::Leases)),
     (Ino(4), "worktrees", Some(ControlDir::Worktrees)),
     (Ino(5), "retained", Some(ControlDir::Retained)),
     (Ino(9), "removed", Some(ControlDir::Removed)),
     (Ino(10), "turns", Some(ControlDir::Turns)),
+    (Ino(11), "env", Some(ControlDir::Env)),
     (Ino(6), STATUS, None),
     (Ino(7), STATS, None),
     (

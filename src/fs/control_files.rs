@@ -88,7 +88,7 @@ impl View {
     pub(super) fn control_names(&self, dir: ControlDir) -> FsResult<Vec<String>> {
         match dir {
             ControlDir::Top => Ok(LAYOUT.iter().map(|(_, n, _)| n.to_string()).collect()),
-            ControlDir::Worktrees => {
+            ControlDir::Worktrees | ControlDir::Env => {
                 self.refresh()?;
                 let mut names: Vec<String> = self
                     .catalog
@@ -217,6 +217,22 @@ impl View {
                 let keep_secs = crate::lifecycle::cleanup::keep::KeepPolicy::of(&store).keep_secs;
                 let v = crate::report::kept_json(&row, keep_secs, None);
                 Ok(format!("{v}\n").into_bytes())
+            }
+            (ControlDir::Env, entry) => {
+                let (repo, wt) = entry
+                    .split_once(':')
+                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let store = self.store.lock();
+                let row = store
+                    .worktree(repo, wt)
+                    .map_err(store_err)?
+                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let path = self.mountpoint.join(repo).join(wt);
+                let mut out = String::new();
+                for (k, v) in crate::lifecycle::ports::environment(&store, &row, &path) {
+                    out.push_str(&format!("export {k}={}\n", crate::report::shell_word(&v)));
+                }
+                Ok(out.into_bytes())
             }
             (ControlDir::Worktrees, entry) => {
                 let (repo, wt) = entry

@@ -78,6 +78,17 @@ fn each_worktree_gets_ports_no_other_has_and_what_runs_inside_is_told() {
         )
     );
     let lines = wtfs_ok(&a.state(), &["env", "repo/one"]);
+    // Anyone inside reads the same lines through .control.
+    let control = ma.mountpoint.join(".control/env");
+    let listed: Vec<String> = std::fs::read_dir(&control)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(listed.contains(&"repo:one".to_string()), "{listed:?}");
+    assert_eq!(
+        std::fs::read_to_string(control.join("repo:one")).unwrap(),
+        lines
+    );
     let sourced = std::process::Command::new("bash")
         .args(["-c", &format!("{lines}\necho $WORKTREEFS_PORT")])
         .output()
