@@ -381,6 +381,20 @@ impl Server {
         Ok(r)
     }
 
+    /// What a turn's command is told of a worktree: its path, source checkout, and its
+    /// block of ports (`port`, the first; `ports`, how many), unique on the machine.
+    #[tool(
+        name = "worktree_env",
+        output_schema = env_schema(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn worktree_env(
+        &self,
+        Parameters(a): Parameters<WorktreeArg>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.json(vec!["env".into(), a.worktree]).await
+    }
+
     /// Worktrees kept by cleanup because removing them would lose work (`items`).
     #[tool(
         name = "list_retained",
@@ -469,6 +483,24 @@ fn worktree_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
             "state_changed_at": s("RFC 3339"),
         },
         "required": ["worktree", "repo", "name"],
+        "additionalProperties": true,
+    }))
+}
+
+/// What `env --json` gives.
+fn env_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
+    let s = |d: &str| serde_json::json!({"type": "string", "description": d});
+    let n = |d: &str| serde_json::json!({"type": ["integer", "null"], "description": d});
+    schema(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "worktree": s("REPO/NAME (WORKTREEFS_WORKTREE)"),
+            "path": s("its path under the mount (WORKTREEFS_PATH)"),
+            "source": {"type": ["string", "null"], "description": "the registered checkout (WORKTREEFS_SOURCE)"},
+            "port": n("the first port of its block (WORKTREEFS_PORT); null without one"),
+            "ports": n("how many ports the block has (WORKTREEFS_PORTS)"),
+        },
+        "required": ["worktree", "path"],
         "additionalProperties": true,
     }))
 }

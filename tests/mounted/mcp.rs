@@ -69,6 +69,7 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
         "create_worktree",
         "list_worktrees",
         "show_worktree",
+        "worktree_env",
         "acquire_lease",
         "release_lease",
         "run_turn",
@@ -94,6 +95,7 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
     for t in [
         "list_worktrees",
         "show_worktree",
+        "worktree_env",
         "list_retained",
         "list_removed",
     ] {
@@ -526,6 +528,9 @@ fn the_mcp_inspector_reads_every_tools_success_and_refusal() {
         ok(call(&good, "show_worktree", &[w]), "show")["name"],
         "insp"
     );
+    let e = ok(call(&good, "worktree_env", &[w]), "env");
+    assert_eq!(e["worktree"], "repo/insp", "{e}");
+    assert!(e["port"].as_u64().is_some() && e["ports"] == 10, "{e}");
     let r = refused(
         call(&good, "show_worktree", &["worktree=repo/none"]),
         "show unknown",
