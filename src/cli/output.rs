@@ -71,6 +71,13 @@ pub fn invocation(state: &StateDir) -> String {
 
 /// As [`invocation`], for the state directory at `root`, which need not exist yet.
 pub fn invocation_for(root: &Path) -> String {
+    invocation_with(root, true)
+}
+
+/// As [`invocation_for`]; `--state-dir` is left out only for the state directory a bare
+/// command uses with `WORKTREEFS_STATE_DIR` as it is now (`env`), or as it is when unset
+/// (a shell function kept in a startup file must not depend on that variable staying).
+pub fn invocation_with(root: &Path, env: bool) -> String {
     let me = std::env::current_exe()
         .ok()
         .and_then(|e| fs::canonicalize(e).ok());
@@ -87,7 +94,11 @@ pub fn invocation_for(root: &Path) -> String {
         Some(me) if on_path.as_ref() != Some(me) => shell_word(&me.display().to_string()),
         _ => "worktreefs".to_string(),
     };
-    let bare = StateDir::resolve(std::env::var_os("WORKTREEFS_STATE_DIR").map(PathBuf::from));
+    let bare = StateDir::resolve(
+        std::env::var_os("WORKTREEFS_STATE_DIR")
+            .filter(|_| env)
+            .map(PathBuf::from),
+    );
     let same = match (fs::canonicalize(&bare), fs::canonicalize(root)) {
         (Ok(a), Ok(b)) => a == b,
         _ => bare == root,

@@ -1163,6 +1163,17 @@ fn one_step_into_a_worktree_from_bash_zsh_and_fish() {
     assert!(made.get("reused").is_none(), "{made}");
     let text = wtfs_ok(&state, &["new", "repo/p1", "--reuse"]);
     assert!(text.contains("exists") && text.contains("cd "), "{text}");
+    // Options that say how to make one are not applied to one that exists, and it says so.
+    let told = wtfs(
+        &state,
+        &["new", "repo/p1", "--reuse", "--base", "HEAD", "--warm"],
+    );
+    assert!(told.status.success());
+    assert!(
+        stderr(&told).contains("--base, --warm not applied"),
+        "{}",
+        stderr(&told)
+    );
     let list: serde_json::Value =
         serde_json::from_str(&wtfs_ok(&state, &["list", "--json"])).unwrap();
     assert_eq!(list.as_array().unwrap().len(), 2, "{list}");
@@ -1177,6 +1188,27 @@ fn one_step_into_a_worktree_from_bash_zsh_and_fish() {
         stderr(&bad).contains("cannot name a shell function"),
         "{}",
         stderr(&bad)
+    );
+    let bad = wtfs(&state, &["shell-init", "bash", "--name", "cd"]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("pick another name"),
+        "{}",
+        stderr(&bad)
+    );
+    // A relative state dir is named by its absolute path (the function runs anywhere).
+    let rel = run(
+        BIN,
+        &["--state-dir", "rel-state", "shell-init", "bash"],
+        env.dir.path(),
+    );
+    assert!(
+        String::from_utf8_lossy(&rel.stdout).contains(&format!(
+            "--state-dir {}",
+            env.dir.path().join("rel-state").display()
+        )),
+        "{}",
+        String::from_utf8_lossy(&rel.stdout)
     );
 
     let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();

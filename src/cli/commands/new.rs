@@ -94,7 +94,19 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     let (repo, name) = target.split_once('/').ok_or_else(|| {
         anyhow!("'{target}' is not REPO/NAME; for example `worktreefs new myrepo/task-1`")
     })?;
-    if reuse && show_existing(state, repo, name, show)? {
+    // What says how to make a worktree: an existing one is used as it is.
+    let making: Vec<&str> = [
+        ("--from", from.is_some()),
+        ("--base", base.is_some()),
+        ("--branch", branch.is_some()),
+        ("--warm", warm),
+        ("--cold", cold),
+        ("--submodules", submodules),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    if reuse && show_existing(state, repo, name, show, &making)? {
         return Ok(());
     }
     if let Some(from) = from {
@@ -193,13 +205,25 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
 /// exists (true): ready, in use, in its grace period or retained (its work is there to go
 /// on with). False when there is none to use: one being deleted or removed is not, and
 /// its creation is refused or made as without `--reuse`.
-fn show_existing(state: &StateDir, repo: &str, name: &str, show: Show) -> anyhow::Result<bool> {
+fn show_existing(
+    state: &StateDir,
+    repo: &str,
+    name: &str,
+    show: Show,
+    making: &[&str],
+) -> anyhow::Result<bool> {
     let store = open_store(state)?;
     let Some(row) = store.worktree(repo, name)? else {
         return Ok(false);
     };
     if matches!(row.state, State::Deleting | State::Removed) {
         return Ok(false);
+    }
+    if !making.is_empty() {
+        eprintln!(
+            "worktreefs: {repo}/{name} exists and is used as it is: {} not applied (they say how to make a new one; pick another name for that)",
+            making.join(", ")
+        );
     }
     let mountpoint = create::mountpoint_of(state, &store);
     let path = mountpoint.join(&row.repo).join(&row.name);

@@ -9,7 +9,7 @@ use anyhow::bail;
 use clap::{Args, ValueEnum};
 
 use crate::cli::exit::Failed;
-use crate::cli::output::invocation_for;
+use crate::cli::output::invocation_with;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Shell {
@@ -27,12 +27,67 @@ pub struct ShellInitArgs {
     pub name: String,
 }
 
-/// Prints the function for the state directory at `root` (named in it only when it is
-/// not the one a bare command uses).
+/// Prints the function for the state directory at `root` (named in it, as an absolute
+/// path, unless it is the default one).
 pub fn run(root: &Path, args: ShellInitArgs) -> Result<(), Failed> {
-    print!("{}", script(args.shell, &args.name, &invocation_for(root))?);
+    let root = std::path::absolute(root)
+        .map_err(|e| anyhow::anyhow!("the state dir {}: {e}", root.display()))?;
+    print!(
+        "{}",
+        script(args.shell, &args.name, &invocation_with(&root, false))?
+    );
     Ok(())
 }
+
+/// Names a function of its own must not take: the words it runs, and the shells'
+/// reserved words and builtins it would hide.
+const TAKEN: &[&str] = &[
+    "command",
+    "local",
+    "cd",
+    "set",
+    "or",
+    "and",
+    "not",
+    "return",
+    "function",
+    "end",
+    "begin",
+    "if",
+    "then",
+    "else",
+    "elif",
+    "fi",
+    "for",
+    "while",
+    "until",
+    "do",
+    "done",
+    "case",
+    "esac",
+    "in",
+    "select",
+    "time",
+    "builtin",
+    "exec",
+    "eval",
+    "source",
+    "test",
+    "echo",
+    "printf",
+    "read",
+    "exit",
+    "export",
+    "unset",
+    "alias",
+    "type",
+    "trap",
+    "wait",
+    "kill",
+    "true",
+    "false",
+    "worktreefs",
+];
 
 /// The function `name` for `shell`, running the program as `me`.
 fn script(shell: Shell, name: &str, me: &str) -> anyhow::Result<String> {
@@ -43,6 +98,17 @@ fn script(shell: Shell, name: &str, me: &str) -> anyhow::Result<String> {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if TAKEN.contains(&name) {
+        bail!(
+            "'{name}' is a word the shell or the function itself uses: pick another name (for example --name wtcd)"
+        );
+    }
+    // fish reads `\` and `\'` inside single quotes: a path quoted for sh is not one for it.
+    if shell == Shell::Fish && me.contains('\\') {
+        bail!(
+            "the program or state dir path has a backslash, which fish would read differently: `{me}`; run shell-init from a path without one"
+        );
+    }
     if !valid {
         bail!(
             "'{name}' cannot name a shell function: use letters, digits, '_' and '-', starting with a letter or '_' (for example --name wtcd)"
@@ -90,7 +156,9 @@ mod tests {
             f.contains("command /opt/x/worktreefs --state-dir /s new"),
             "{f}"
         );
-        for bad in ["", "1go", "go;rm", "go now", "$(x)"] {
+        for bad in [
+            "", "1go", "go;rm", "go now", "$(x)", "cd", "command", "set", "if",
+        ] {
             assert!(script(Shell::Zsh, bad, "worktreefs").is_err(), "{bad:?}");
         }
     }
