@@ -107,8 +107,8 @@ pub enum Command {
     /// Print what `run` and `turn` tell the commands they run about REPO/WT, as `export`
     /// lines to source (or `--json`): WORKTREEFS_WORKTREE, WORKTREEFS_PATH,
     /// WORKTREEFS_SOURCE, and its block of ports, WORKTREEFS_PORT (the first) and
-    /// WORKTREEFS_PORTS (how many): unique on the machine, so servers started in two
-    /// worktrees never collide.
+    /// WORKTREEFS_PORTS (how many): unique across state directories (root's, or a
+    /// user's own), so servers started in two worktrees never collide.
     Env(commands::env::EnvArgs),
     /// Show the state of every worktree as a table.
     Status(commands::status::StatusArgs),

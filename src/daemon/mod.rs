@@ -149,6 +149,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let store = Store::open_described(&req.state.root)?;
         store.meta_set(META_MOUNTPOINT, &mountpoint.to_string_lossy())?;
         store.meta_set(crate::lifecycle::ports::META_RANGE, &req.ports.to_string())?;
+        crate::lifecycle::ports::reclaim_all(&req.state, &store);
         req.keep.record(&store)?;
         crate::lifecycle::admin_entries::repoint_admin_entries(&req.state, &store, &mountpoint)?;
         let mut store = store;

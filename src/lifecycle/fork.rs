@@ -187,7 +187,8 @@ pub fn fork_worktree(
         copied.bytes,
         copied.walks,
     );
-    crate::lifecycle::ports::give(state, store, row.id, None);
+    // Without ports (the log says why) it is made all the same.
+    let _ = crate::lifecycle::ports::give(state, store, row.id, None);
     Ok(Forked {
         row,
         head: head_commit,

@@ -3,14 +3,17 @@
 //! blocks (default 10), one given to each worktree at its creation, kept while it lives
 //! (the store holds it; a restart keeps it), free again when it is removed.
 //!
-//! Blocks are unique across every state directory on the machine: each is claimed by a
-//! file `<first>-<size>` in a registry directory (`/run/worktreefs/ports` for root; for
-//! another user `$XDG_RUNTIME_DIR/worktreefs/ports`, unique across that user's state
-//! directories), written under the registry's lock. The file names the state directory
-//! and the worktree. A claim whose state directory is gone goes at the next allocation;
-//! this state directory's claims are made again from its store (after a reboot emptied
-//! `/run`) and dropped when their worktree is no longer live. A block with a port someone
-//! listens on (TCP or UDP, IPv4 or IPv6, as `/proc/net` lists them) is skipped.
+//! Blocks are unique across the state directories that share a registry: each is
+//! claimed by a file `<first>-<size>` there (`/run/worktreefs/ports` for root, only root
+//! may write it; for another user `$XDG_RUNTIME_DIR/worktreefs/ports`, unique across that
+//! user's state directories), written under the registry's lock (waited for at most
+//! `LOCK_WAIT`) and never through a symlink. The file names the worktree and the state
+//! directory. A claim whose state directory is not there goes at the next allocation;
+//! this state directory's claims follow its store: dropped when their worktree is no
+//! longer live, made again where missing, and at each mount (`reclaim_all`, after a
+//! reboot emptied `/run`) a worktree whose block another state directory claimed
+//! meanwhile gets a new one. A block with a port someone listens on (TCP) or is bound to
+//! (UDP), IPv4 or IPv6, as `/proc/net` lists them, is skipped.
 
 use std::collections::HashSet;
 use std::fs;
@@ -91,28 +94,22 @@ pub fn environment(
 }
 
 /// Gives the new worktree `id` its block (the one it had before when `want` is free);
-/// a failure to claim one is logged and leaves the worktree without ports, never
-/// unmade. Returns the block given.
+/// without one (every block taken, or the registry not to be had) the worktree is made
+/// all the same, the log and the error saying why. Returns the block given.
 pub fn give(
     state: &StateDir,
     store: &Store,
     id: WorktreeId,
     want: Option<PortBlock>,
-) -> Option<PortBlock> {
+) -> Result<PortBlock, String> {
     let range = range_of(store);
-    match assign(state, store, id, range, want) {
-        Ok(Some(b)) => Some(b),
-        Ok(None) => {
-            tracing::warn!(
-                "worktree {id} has no ports: every block of {range} is claimed or in use"
-            );
-            None
-        }
-        Err(e) => {
-            tracing::warn!("worktree {id} has no ports: {e:#}");
-            None
-        }
-    }
+    let why = match assign(state, store, id, range, want) {
+        Ok(Some(b)) => return Ok(b),
+        Ok(None) => format!("every block of {range} is claimed or in use"),
+        Err(e) => format!("{e:#}"),
+    };
+    tracing::warn!("worktree {id} has no ports: {why}");
+    Err(why)
 }
 
 impl PortRange {
@@ -148,7 +145,8 @@ impl PortRange {
     }
 }
 
-/// The registry of claims, and whether it is shared by every user (root's).
+/// Where the claims are: root's registry for every state directory of root's, a user's
+/// own for that user's.
 fn registry() -> PathBuf {
     if nix::unistd::geteuid().is_root() {
         return PathBuf::from("/run/worktreefs/ports");
@@ -162,9 +160,167 @@ fn registry() -> PathBuf {
     }
 }
 
-/// A claim file: the state directory and the worktree it is for.
-fn claim_text(state: &StateDir, id: WorktreeId) -> String {
-    format!("{}\n{id}\n", state.root.display())
+/// How long a creation waits for another process's allocation before it goes on without
+/// ports.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// One claim file: its block, and the worktree and state directory it is for.
+struct Claim {
+    block: PortBlock,
+    id: Option<WorktreeId>,
+    root: PathBuf,
+}
+
+/// The registry, locked for as long as this lives: a directory of this user's that
+/// nobody else may write, reached through no symlink, and whose files are never opened
+/// through one.
+struct Registry {
+    dir: PathBuf,
+    _lock: fs::File,
+}
+
+impl Registry {
+    fn open(dir: &Path) -> LifecycleResult<Registry> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .with_context(|| format!("making {}", dir.display()))?;
+        let meta =
+            fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+        if !meta.is_dir()
+            || meta.uid() != nix::unistd::geteuid().as_raw()
+            || meta.mode() & 0o022 != 0
+        {
+            return Err(crate::lifecycle::error::refused(format!(
+                "{} is not a directory of this user's that only it may write (a symlink, another user's, or writable by others): no ports are claimed there",
+                dir.display()
+            )));
+        }
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o644)
+            .open(dir.join(".lock"))
+            .with_context(|| format!("opening {}", dir.join(".lock").display()))?;
+        let until = std::time::Instant::now() + LOCK_WAIT;
+        // SAFETY: flock on a descriptor this function owns; released when it is closed.
+        while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            if std::time::Instant::now() >= until {
+                return Err(crate::lifecycle::error::refused(format!(
+                    "{} stayed locked by another allocation for {} s",
+                    dir.join(".lock").display(),
+                    LOCK_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(Registry {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    fn claims(&self) -> LifecycleResult<Vec<Claim>> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = Vec::new();
+        for e in
+            fs::read_dir(&self.dir).with_context(|| format!("listing {}", self.dir.display()))?
+        {
+            let e = e.with_context(|| format!("listing {}", self.dir.display()))?;
+            let Some(block) = parse_claim_name(&e.file_name().to_string_lossy()) else {
+                continue;
+            };
+            // `<id>\n<state root>`: the root last, as bytes (it may hold anything).
+            let text = fs::read(e.path()).unwrap_or_default();
+            let (id, root) = match text.iter().position(|b| *b == b'\n') {
+                Some(n) => (
+                    std::str::from_utf8(&text[..n])
+                        .ok()
+                        .and_then(|s| s.parse().ok()),
+                    PathBuf::from(std::ffi::OsStr::from_bytes(&text[n + 1..])),
+                ),
+                None => (None, PathBuf::new()),
+            };
+            out.push(Claim { block, id, root });
+        }
+        Ok(out)
+    }
+
+    fn write(&self, b: PortBlock, state: &StateDir, id: WorktreeId) -> LifecycleResult<()> {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.dir.join(claim_name(b));
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .with_context(|| format!("claiming {}", path.display()))?;
+        let mut text = format!("{id}\n").into_bytes();
+        text.extend_from_slice(state.root.as_os_str().as_bytes());
+        f.write_all(&text)
+            .with_context(|| format!("claiming {}", path.display()))?;
+        Ok(())
+    }
+
+    fn remove(&self, b: PortBlock) {
+        let _ = fs::remove_file(self.dir.join(claim_name(b)));
+    }
+
+    /// The blocks claimed, after dropping the claims that hold nothing any more: this
+    /// state directory's that its store no longer has, another's whose state directory
+    /// is not there (gone, not merely unreadable). This state directory's live blocks are
+    /// claimed again where no claim is (a reboot empties /run); one another state
+    /// directory claimed meanwhile is returned in the second list.
+    fn sync(&self, state: &StateDir, live: &[(WorktreeId, PortBlock)]) -> LifecycleResult<Synced> {
+        let mut claimed = Vec::new();
+        let mut ours = Vec::new();
+        for c in self.claims()? {
+            let stale = if c.root == state.root {
+                !live.iter().any(|(w, b)| Some(*w) == c.id && *b == c.block)
+            } else {
+                c.root.as_os_str().is_empty()
+                    || fs::symlink_metadata(&c.root)
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            };
+            if stale {
+                self.remove(c.block);
+                continue;
+            }
+            if c.root == state.root {
+                ours.push(c.block);
+            }
+            claimed.push(c.block);
+        }
+        let mut taken_over = Vec::new();
+        for (w, b) in live {
+            if ours.contains(b) {
+                continue;
+            }
+            if claimed.iter().any(|c| c.overlaps(b)) {
+                taken_over.push((*w, *b));
+                continue;
+            }
+            self.write(*b, state, *w)?;
+            claimed.push(*b);
+        }
+        Ok(Synced {
+            claimed,
+            taken_over,
+        })
+    }
+}
+
+/// What [`Registry::sync`] found: every block claimed, and this state directory's live
+/// blocks that another state directory claimed meanwhile.
+struct Synced {
+    claimed: Vec<PortBlock>,
+    taken_over: Vec<(WorktreeId, PortBlock)>,
 }
 
 fn claim_name(b: PortBlock) -> String {
@@ -177,6 +333,22 @@ fn parse_claim_name(name: &str) -> Option<PortBlock> {
         first: f.parse().ok()?,
         size: s.parse().ok()?,
     })
+}
+
+/// The first block of `range` free of `claimed` and of ports something listens on.
+fn free_block(
+    range: PortRange,
+    claimed: &[PortBlock],
+    want: Option<PortBlock>,
+) -> Option<PortBlock> {
+    let listening = listening_ports();
+    let free = |b: &PortBlock| {
+        !claimed.iter().any(|c| c.overlaps(b)) && !listening.iter().any(|p| b.holds(*p))
+    };
+    // The block asked for, when it is one of this range's.
+    let want = want.filter(|w| range.blocks().any(|b| b == *w));
+    want.filter(|b| free(b))
+        .or_else(|| range.blocks().find(|b| free(b)))
 }
 
 /// Gives worktree `id` a block of `range`, and says which; None when every block is
@@ -200,88 +372,59 @@ fn assign_in(
     range: PortRange,
     want: Option<PortBlock>,
 ) -> LifecycleResult<Option<PortBlock>> {
-    fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
-    // A directory of this user's, reached through no symlink: in a shared /tmp another
-    // user could have put one there first.
-    {
-        use std::os::unix::fs::MetadataExt;
-        let meta =
-            fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
-        if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
-            return Err(crate::lifecycle::error::refused(format!(
-                "{} is not a directory of this user's (a symlink, or another user's): no ports are claimed there",
-                dir.display()
-            )));
-        }
-    }
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(".lock"))
-        .with_context(|| format!("opening {}", dir.join(".lock").display()))?;
-    // SAFETY: flock on a descriptor this function owns; released when it is closed.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("locking {}", dir.join(".lock").display()));
-    }
+    let reg = Registry::open(dir)?;
     let live = store.live_ports().context("reading the ports' records")?;
-    let ours = claim_text(state, id);
-    let mut claimed: Vec<PortBlock> = Vec::new();
-    for e in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let e = e.with_context(|| format!("listing {}", dir.display()))?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(b) = parse_claim_name(&name) else {
-            continue;
-        };
-        let text = fs::read_to_string(e.path()).unwrap_or_default();
-        let owner = PathBuf::from(text.lines().next().unwrap_or_default());
-        let of_ours = owner == state.root;
-        // This state directory's claims follow its store; another's go with it.
-        let stale = if of_ours {
-            let wt = text
-                .lines()
-                .nth(1)
-                .and_then(|l| l.parse::<WorktreeId>().ok());
-            !live.iter().any(|(w, lb)| Some(*w) == wt && *lb == b)
-        } else {
-            !owner.is_dir()
-        };
-        if stale {
-            let _ = fs::remove_file(e.path());
-            continue;
-        }
-        claimed.push(b);
-    }
-    // Made again from the store: a reboot empties /run.
-    for (w, b) in &live {
-        if !claimed.contains(b) {
-            write_claim(dir, *b, &claim_text(state, *w))?;
-            claimed.push(*b);
-        }
-    }
-    let listening = listening_ports();
-    let free = |b: &PortBlock| {
-        !claimed.iter().any(|c| c.overlaps(b)) && !listening.iter().any(|p| b.holds(*p))
-    };
-    let chosen = want
-        .filter(|b| free(b))
-        .or_else(|| range.blocks().find(|b| free(b)));
-    let Some(b) = chosen else {
+    let claimed = reg.sync(state, &live)?.claimed;
+    let Some(b) = free_block(range, &claimed, want) else {
         return Ok(None);
     };
-    write_claim(dir, b, &ours)?;
+    reg.write(b, state, id)?;
     store
         .set_ports(id, b)
         .context("recording the worktree's ports")?;
     Ok(Some(b))
 }
 
-fn write_claim(dir: &Path, b: PortBlock, text: &str) -> LifecycleResult<()> {
-    let path = dir.join(claim_name(b));
-    let mut f = fs::File::create(&path).with_context(|| format!("claiming {}", path.display()))?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("claiming {}", path.display()))?;
+/// At a mount: this state directory's blocks are claimed again (a reboot empties
+/// /run), and a worktree whose block another state directory claimed meanwhile gets a
+/// new one (said in the log). Failures are logged: the mount goes on.
+pub fn reclaim_all(state: &StateDir, store: &Store) {
+    if let Err(e) = reclaim_in(&registry(), state, store) {
+        tracing::warn!("claiming the worktrees' ports again: {e:#}");
+    }
+}
+
+fn reclaim_in(dir: &Path, state: &StateDir, store: &Store) -> LifecycleResult<()> {
+    let reg = Registry::open(dir)?;
+    let live = store.live_ports().context("reading the ports' records")?;
+    let Synced {
+        mut claimed,
+        taken_over,
+    } = reg.sync(state, &live)?;
+    let range = range_of(store);
+    for (id, old) in taken_over {
+        match free_block(range, &claimed, None) {
+            Some(b) => {
+                reg.write(b, state, id)?;
+                store
+                    .set_ports(id, b)
+                    .context("recording the worktree's ports")?;
+                claimed.push(b);
+                tracing::info!(
+                    "worktree {id}: ports {}-{} were claimed by another state directory; it has {}-{} now",
+                    old.first,
+                    old.first as u32 + old.size as u32 - 1,
+                    b.first,
+                    b.first as u32 + b.size as u32 - 1
+                );
+            }
+            None => tracing::warn!(
+                "worktree {id}: ports {}-{} were claimed by another state directory, and no block of {range} is free",
+                old.first,
+                old.first as u32 + old.size as u32 - 1
+            ),
+        }
+    }
     Ok(())
 }
 
@@ -295,9 +438,17 @@ fn release_in(dir: &Path, state: &StateDir, store: &Store, id: WorktreeId) {
     let Ok(Some(b)) = store.ports_of(id) else {
         return;
     };
-    let path = dir.join(claim_name(b));
-    if fs::read_to_string(&path).is_ok_and(|t| t == claim_text(state, id)) {
-        let _ = fs::remove_file(&path);
+    let Ok(reg) = Registry::open(dir) else {
+        // Dropped by the next allocation, which finds the worktree removed.
+        return;
+    };
+    if let Ok(claims) = reg.claims() {
+        if claims
+            .iter()
+            .any(|c| c.block == b && c.id == Some(id) && c.root == state.root)
+        {
+            reg.remove(b);
+        }
     }
 }
 
@@ -422,6 +573,59 @@ mod tests {
         let freed = assign_in(&reg, &state, &store, ids[0], range, Some(a)).unwrap();
         assert_eq!(freed, Some(a));
         drop(listener);
+    }
+
+    /// After the registry is emptied (a reboot), another state directory may claim a
+    /// block one of this one's worktrees had: the next mount gives that worktree a new
+    /// block, and the claims are made again.
+    #[test]
+    fn a_block_claimed_by_another_after_a_reboot_is_moved_at_the_next_mount() {
+        let (d, state, mut store) = setup();
+        let reg = d.path().join("registry");
+        let (_d2, other, mut other_store) = setup();
+        let ours = worktrees(&mut store, 1)[0];
+        let theirs = worktrees(&mut other_store, 1)[0];
+        let range = PortRange {
+            low: 41000,
+            high: 41099,
+            block: 10,
+        };
+        let b = assign_in(&reg, &state, &store, ours, range, None)
+            .unwrap()
+            .unwrap();
+        fs::remove_dir_all(&reg).unwrap();
+        let t = assign_in(&reg, &other, &other_store, theirs, range, Some(b))
+            .unwrap()
+            .unwrap();
+        assert_eq!(t, b, "the other state dir took it while nobody claimed it");
+        store.meta_set(META_RANGE, &range.to_string()).unwrap();
+        reclaim_in(&reg, &state, &store).unwrap();
+        let moved = store.ports_of(ours).unwrap().unwrap();
+        assert!(!moved.overlaps(&b), "{moved:?}");
+        let names: Vec<String> = fs::read_dir(&reg)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.contains(&claim_name(moved)) && names.contains(&claim_name(b)),
+            "{names:?}"
+        );
+    }
+
+    /// A registry another user could write into, or a symlink, is refused.
+    #[test]
+    fn a_registry_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let (d, state, mut store) = setup();
+        let id = worktrees(&mut store, 1)[0];
+        let open = d.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(assign_in(&open, &state, &store, id, PortRange::default(), None).is_err());
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(d.path(), &link).unwrap();
+        assert!(assign_in(&link, &state, &store, id, PortRange::default(), None).is_err());
+        assert_eq!(store.ports_of(id).unwrap(), None);
     }
 
     #[test]

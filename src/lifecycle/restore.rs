@@ -261,22 +261,22 @@ pub fn restore_worktree(
         had,
         crate::lifecycle::ports::give(state, store, row.id, had),
     ) {
-        (Some(h), Some(b)) if h == b => notes.push(format!(
+        (Some(h), Ok(b)) if h == b => notes.push(format!(
             "ports {}-{}: the block it had",
             b.first,
             b.first as u32 + b.size as u32 - 1
         )),
-        (_, Some(b)) => notes.push(format!(
+        (_, Ok(b)) => notes.push(format!(
             "ports {}-{}: a new block{}",
             b.first,
             b.first as u32 + b.size as u32 - 1,
             if had.is_some() {
-                " (the one it had was taken meanwhile)"
+                " (the one it had is taken, or not of the range now)"
             } else {
                 ""
             }
         )),
-        (_, None) => notes.push("no ports: every block of the range is taken".into()),
+        (_, Err(why)) => notes.push(format!("no ports: {why}")),
     }
     tracing::info!(
         "restored {label} as {}/{} (worktree {})",

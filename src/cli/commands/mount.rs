@@ -105,7 +105,8 @@ pub struct MountArgs {
     #[arg(long)]
     pub umount_keeps_sessions: bool,
     /// The ports worktrees get blocks of (LOW-HIGH; below the kernel's ephemeral
-    /// ports), each block unique on the machine, given to `run` and `turn` as
+    /// ports), each block unique across state directories (root's, or this user's),
+    /// given to `run` and `turn` as
     /// WORKTREEFS_PORT (its first port) and WORKTREEFS_PORTS (how many).
     #[arg(long, default_value = "20000-29999", value_name = "LOW-HIGH")]
     pub ports: String,

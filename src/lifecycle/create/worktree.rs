@@ -174,7 +174,8 @@ pub fn create_worktree(
         }
     }
     made?;
-    crate::lifecycle::ports::give(state, store, record.worktree_id, None);
+    // Without ports (the log says why) it is made all the same.
+    let _ = crate::lifecycle::ports::give(state, store, record.worktree_id, None);
     store
         .worktree(req.repo, req.name)
         .map_err(|e| internal("reading back the worktree")(e.to_string()))?
