@@ -16,6 +16,19 @@ pub fn mount_type(path: &Path) -> Option<(String, String)> {
     })
 }
 
+/// The device (`MAJOR:MINOR`) of the mount on top at `path`, as
+/// `/proc/self/mountinfo` gives it (each FUSE connection has one of its own), read
+/// without touching the mount.
+pub fn mount_device(path: &Path) -> Option<String> {
+    let info = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = path.to_string_lossy();
+    info.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (dev, target) = (f.get(2)?, f.get(4)?);
+        (unescape_mount_path(target) == want).then(|| dev.to_string())
+    })
+}
+
 /// Whether something is mounted at `path`.
 pub fn is_mountpoint(path: &Path) -> bool {
     mount_type(path).is_some()

@@ -17,6 +17,8 @@ pub struct Holder {
     pub mountpoint: PathBuf,
     /// The daemon's pid namespace (`pid:[N]`, from /proc/self/ns/pid), when it wrote one.
     pub pid_ns: Option<String>,
+    /// The device of the mount it made (`MAJOR:MINOR`, as mountinfo says), once mounted.
+    pub device: Option<String>,
 }
 
 /// Whether the process leases recorded in `state` were taken in this process's pid
@@ -40,10 +42,14 @@ pub(super) fn read_holder(path: &Path) -> Option<Holder> {
         .next()
         .map(|l| l.trim().to_string())
         .filter(|l| !l.is_empty());
+    let device = lines
+        .next()
+        .and_then(|l| l.trim().strip_prefix("device ").map(str::to_string));
     Some(Holder {
         pid,
         mountpoint,
         pid_ns,
+        device,
     })
 }
 
@@ -61,6 +67,7 @@ pub fn running_daemon(state: &StateDir) -> Option<Holder> {
         pid: 0,
         mountpoint: PathBuf::new(),
         pid_ns: None,
+        device: None,
     }))
 }
 

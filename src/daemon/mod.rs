@@ -215,6 +215,11 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             xattrs: req.xattrs,
         },
     )?;
+    // Which mount is this daemon's: a later probe takes a mount that does not answer for
+    // one this daemon left only when it is this very mount.
+    if let Some(dev) = crate::mounttable::mount_device(&mountpoint) {
+        writeln!(lock, "device {dev}")?;
+    }
     socket::serve(&req.state, view.clone(), gate.clone(), mountpoint.clone())?;
     tracing::info!(mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if let Some(mut f) = ready.take() {
@@ -233,6 +238,22 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     );
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");
+    // Its mount is gone: the lock names none a later probe could take for one this daemon
+    // left (the number of a device that is gone may be given to another mount).
+    {
+        use std::io::{Seek, SeekFrom};
+        let _ = lock
+            .set_len(0)
+            .and_then(|()| lock.seek(SeekFrom::Start(0)))
+            .and_then(|_| {
+                writeln!(
+                    lock,
+                    "{}\n{}\n{pid_ns}",
+                    std::process::id(),
+                    mountpoint.display()
+                )
+            });
+    }
     // What the unmount asked, read at once (stopping the sweeper may wait for a cleanup
     // under way, and nothing written later is this unmount's).
     let keep_sessions = AtUnmount::asked(&req.state, req.on_umount) == AtUnmount::KeepSessions;

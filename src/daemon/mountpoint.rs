@@ -32,9 +32,11 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// (the one about to mount or unmount there) left: a connection can outlive its daemon
 /// (the kernel ends a killed daemon's io_uring queues after it is gone; a `/dev/fuse`
 /// descriptor left in another process holds it), and then nothing ever answers. Only
-/// that mount is taken for dead, and only when `own`'s lock is free, names this
-/// mountpoint, and no running daemon names it either: evidence that holds across pid
-/// and mount namespaces, where a search of `/proc` alone can miss a live daemon.
+/// that mount is taken for dead, and only when `own`'s lock is free and names this
+/// mountpoint and this very mount (its device, which the daemon records once mounted and
+/// erases when its mount has ended cleanly), and no running daemon names it either:
+/// evidence that holds across pid and mount namespaces, where a search of `/proc` alone
+/// can miss a live daemon.
 pub fn probe(path: &Path, own: Option<&StateDir>) -> Liveness {
     match crate::asked::statx_sync(path, PROBE_TIMEOUT) {
         Some(libc::ENOTCONN | libc::ECONNABORTED) => Liveness::Dead,
@@ -51,13 +53,18 @@ pub fn probe(path: &Path, own: Option<&StateDir>) -> Liveness {
 }
 
 /// Whether the worktreefs mount at `path` is the one `own`'s last daemon made and left:
-/// nobody holds `own`'s lock, the lock names `path` as that daemon's mountpoint, and no
-/// running daemon serves `path`.
+/// nobody holds `own`'s lock, the lock names `path` as that daemon's mountpoint and the
+/// mount there now as its own (its device, which each connection has of its own: not a
+/// mount another daemon made there since), and no running daemon serves `path`.
 fn left_by_own_daemon(path: &Path, own: &StateDir) -> bool {
     mount_type(path)
         .is_some_and(|(source, fstype)| source == "worktreefs" && fstype.starts_with("fuse"))
         && super::instance::running_daemon(own).is_none()
-        && super::instance::read_holder(&own.lock_file()).is_some_and(|h| h.mountpoint == path)
+        && super::instance::read_holder(&own.lock_file()).is_some_and(|h| {
+            h.mountpoint == path
+                && h.device.is_some()
+                && h.device == crate::mounttable::mount_device(path)
+        })
         && daemon_serving(path).is_none()
 }
 

@@ -331,27 +331,37 @@ fn a_live_mount_of_another_state_dir_is_never_taken_over() {
 /// there is still refused: a mount that does not answer may be a busy daemon's.
 #[test]
 fn a_mount_no_daemon_serves_is_taken_over_even_when_it_never_answers() {
-    use std::os::fd::AsRawFd;
     let env = Env::new();
     let mp = env.mountpoint();
-    // This state directory's daemon mounted here last (its lock names the mountpoint).
-    env.mount().unmount();
-    // Its connection lingers and nobody answers: /dev/fuse held open here, INIT never
-    // answered.
-    let dev = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .unwrap();
-    let data = format!("fd={},rootmode=40000,user_id=0,group_id=0", dev.as_raw_fd());
-    nix::mount::mount(
-        Some("worktreefs"),
-        &mp,
-        Some("fuse.worktreefs"),
-        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
-        Some(data.as_str()),
-    )
-    .unwrap();
+    let m = env.mount();
+    // A copy of the daemon's /dev/fuse descriptor, held here: killed, the daemon leaves a
+    // connection that nobody answers and that does not end.
+    let pid = m.pid() as i32;
+    let fd: i32 = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .find(|e| fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse")))
+        .and_then(|e| e.file_name().to_str()?.parse().ok())
+        .expect("the daemon holds /dev/fuse");
+    // SAFETY: pidfd_open and pidfd_getfd on a child of this test; both return a new
+    // descriptor or -1.
+    let held = unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let held = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        libc::close(pidfd);
+        assert!(
+            held >= 0,
+            "pidfd_getfd: {}",
+            std::io::Error::last_os_error()
+        );
+        <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(held)
+    };
+    m.kill9();
     // Another state directory does not take it: nothing says its daemon is gone.
     let other = Env::new();
     let out = wtfs(&other.state(), &["mount", mp.to_str().unwrap()]);
@@ -367,7 +377,7 @@ fn a_mount_no_daemon_serves_is_taken_over_even_when_it_never_answers() {
     let out = wtfs(&env.state(), &["mount", mp.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     // The connection goes with its descriptor; a mount left by a failure goes with `env`.
-    drop(dev);
+    drop(held);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("detached the stale mount"), "{err}");
     let wt = mp.join("repo").join("taken");
@@ -376,6 +386,37 @@ fn a_mount_no_daemon_serves_is_taken_over_even_when_it_never_answers() {
     let out = wtfs(&env.state(), &["unmount"]);
     assert!(
         out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A mount made there since by someone else (another connection, which no daemon of
+    // this state dir made) is not taken for the one its daemon left, answer or not.
+    let dev = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .unwrap();
+    let data = format!(
+        "fd={},rootmode=40000,user_id=0,group_id=0",
+        std::os::fd::AsRawFd::as_raw_fd(&dev)
+    );
+    nix::mount::mount(
+        Some("worktreefs"),
+        &mp,
+        Some("fuse.worktreefs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .unwrap();
+    let out = wtfs(&env.state(), &["mount", mp.to_str().unwrap()]);
+    drop(dev);
+    assert!(
+        !out.status.success(),
+        "took a mount its daemon did not make"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is in use"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
