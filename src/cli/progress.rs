@@ -85,7 +85,9 @@ impl Slow {
 
 /// A warm snapshot's copying, on a terminal's line of its own: the files and bytes copied
 /// so far of those found, redrawn at most ten times a second and wiped when it is done.
-/// Nothing when stderr is not a terminal (a pipe or a file gets the summary alone).
+/// Nothing when stderr is not a terminal (a pipe or a file gets the summary alone), nor
+/// for a command in the background (`warm &`: with `stty tostop` its first write would
+/// stop it while it holds the snapshot lock; without, it draws over the foreground's).
 pub struct Meter {
     what: String,
     on: bool,
@@ -96,9 +98,11 @@ pub struct Meter {
 impl Meter {
     pub fn new(what: String) -> Meter {
         use std::io::IsTerminal;
+        // SAFETY: tcgetpgrp and getpgrp only read this process's terminal and group.
+        let foreground = unsafe { libc::tcgetpgrp(2) == libc::getpgrp() };
         Meter {
             what,
-            on: std::io::stderr().is_terminal(),
+            on: std::io::stderr().is_terminal() && foreground,
             last: std::cell::Cell::new(None),
             shown: std::cell::Cell::new(false),
         }
