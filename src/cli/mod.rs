@@ -110,6 +110,15 @@ pub enum Command {
     /// WORKTREEFS_PORTS (how many): unique across state directories (root's, or a
     /// user's own), so servers started in two worktrees never collide.
     Env(commands::env::EnvArgs),
+    /// Run a worktree's setup command again and wait for it.
+    ///
+    /// Run REPO/WT's setup command (`repo set --on-create`) again, as the daemon runs it
+    /// in each new worktree: as the worktree's owner, with the owner's HOME, SHELL and
+    /// PATH and the worktree's variables (see `env`), bounded in time. Waits for it and
+    /// exits with its status (`--no-wait`: queues it and returns).
+    Setup(commands::setup::SetupArgs),
+    /// Print what a worktree's last setup run printed.
+    SetupLog(commands::setup::SetupLogArgs),
     /// Show the state of every worktree as a table.
     Status(commands::status::StatusArgs),
     /// Named leases for orchestrators.
@@ -290,6 +299,8 @@ fn run_in(cli: Cli, state: &StateDir) -> Result<(), Failed> {
         Command::Warm(a) => commands::warm::run(state, a),
         Command::List(a) => commands::list::run(state, a),
         Command::Env(a) => commands::env::run(state, a),
+        Command::Setup(a) => commands::setup::run(state, a),
+        Command::SetupLog(a) => commands::setup::run_log(state, a),
         Command::Status(a) => commands::status::run(state, a),
         Command::Lease(cmd) => commands::lease::run(state, cmd),
         Command::Run(a) => commands::run::run(state, a),

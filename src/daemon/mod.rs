@@ -229,12 +229,18 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     spawn_signal_thread(mountpoint.clone());
     let sweeper = crate::lifecycle::sweeper::spawn(
         req.state.clone(),
-        req.linger,
-        req.cache_nodes,
+        crate::lifecycle::sweeper::Settings {
+            linger: req.linger,
+            cache_nodes: req.cache_nodes,
+            inspection: inspection.clone(),
+            setups: crate::lifecycle::setup::Launcher {
+                program: "/proc/self/exe".into(),
+                state: req.state.clone(),
+            },
+        },
         view.clone(),
         tracker.clone(),
         gate,
-        inspection.clone(),
     );
     let r = session.run();
     tracing::info!(mountpoint = %mountpoint.display(), "session ended");

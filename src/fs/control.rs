@@ -24,6 +24,8 @@ pub(super) enum ControlDir {
     /// `<repo>:<worktree>`: what `run` and `turn` give their commands (its ports among
     /// them), as `export` lines to source.
     Env,
+    /// `<repo>:<worktree>`: what the worktree's last setup run printed.
+    SetupLog,
     /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see
     /// `git/fsmonitor.rs`, `fs/journal.rs`).
     FsMonitor,
@@ -37,13 +39,14 @@ pub(super) const STATS: &str = "stats";
 /// What `.control` itself holds, stated once: inode, name, and the directory it is (None:
 /// a generated file of `.control` itself). The view's fixed nodes, the listing of
 /// `.control` and its names all come from here.
-pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 9] = [
+pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 10] = [
     (Ino(3), "leases", Some(ControlDir::Leases)),
     (Ino(4), "worktrees", Some(ControlDir::Worktrees)),
     (Ino(5), "retained", Some(ControlDir::Retained)),
     (Ino(9), "removed", Some(ControlDir::Removed)),
     (Ino(10), "turns", Some(ControlDir::Turns)),
     (Ino(11), "env", Some(ControlDir::Env)),
+    (Ino(12), "setup-log", Some(ControlDir::SetupLog)),
     (Ino(6), STATUS, None),
     (Ino(7), STATS, None),
     (
@@ -56,14 +59,15 @@ pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 9] = [
 /// The mode of `.control`'s directory `ino`. `.control` shows every lease with its
 /// command line: on a mount other users may use (`--allow-other`), only the mount's owner
 /// lists and reads it; others may only pass through to `fsmonitor/`, whose answers git's
-/// hook reads by name for the worktrees it works in.
+/// hook reads by name for the worktrees it works in, and to `setup-log/`, where a
+/// worktree's owner reads its setup log by name.
 pub(super) fn control_dir_perm(ino: Ino) -> u16 {
     let dir = LAYOUT
         .iter()
         .find(|&&(i, _, _)| i == ino)
         .and_then(|&(_, _, d)| d);
     match dir {
-        Some(ControlDir::FsMonitor) => 0o511,
+        Some(ControlDir::FsMonitor | ControlDir::SetupLog) => 0o511,
         Some(_) => 0o500,
         // `.control` itself.
         None => 0o511,
@@ -71,8 +75,8 @@ pub(super) fn control_dir_perm(ino: Ino) -> u16 {
 }
 
 /// A generated file of `.control`, 0400: the mount owner's (the daemon's user), except
-/// that an fsmonitor answer belongs to the owner of the worktree it is about (`owner`),
-/// the user whose git asks for it.
+/// that an fsmonitor answer and a setup log belong to the owner of the worktree they are
+/// about (`owner`): the user whose git asks for the one, whose command wrote the other.
 pub(super) fn control_file_attr(ino: Ino, len: usize, owner: Option<(u32, u32)>) -> Attr {
     let (uid, gid) = owner.unwrap_or_else(|| {
         (

@@ -20,13 +20,15 @@ const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl View {
     /// Who a generated file of `.control` belongs to when not the mount's owner: an
-    /// fsmonitor answer, `<repo>:<worktree>@<token>`, to the worktree's owner.
+    /// fsmonitor answer, `<repo>:<worktree>@<token>`, and a setup log,
+    /// `<repo>:<worktree>`, to the worktree's owner.
     pub(super) fn control_file_owner(&self, dir: ControlDir, name: &str) -> Option<(u32, u32)> {
-        if dir != ControlDir::FsMonitor {
-            return None;
-        }
         let (repo, rest) = name.split_once(':')?;
-        let (wt, _) = rest.rsplit_once('@')?;
+        let wt = match dir {
+            ControlDir::FsMonitor => rest.rsplit_once('@')?.0,
+            ControlDir::SetupLog => rest,
+            _ => return None,
+        };
         self.catalog
             .worktree_named(repo, wt)
             .map(|w| (w.ident.uid, w.ident.gid))
@@ -88,7 +90,7 @@ impl View {
     pub(super) fn control_names(&self, dir: ControlDir) -> FsResult<Vec<String>> {
         match dir {
             ControlDir::Top => Ok(LAYOUT.iter().map(|(_, n, _)| n.to_string()).collect()),
-            ControlDir::Worktrees | ControlDir::Env => {
+            ControlDir::Worktrees | ControlDir::Env | ControlDir::SetupLog => {
                 self.refresh()?;
                 let mut names: Vec<String> = self
                     .catalog
@@ -138,7 +140,7 @@ impl View {
             (ControlDir::Top, STATUS) => {
                 let rows = self.store.lock().worktrees().map_err(store_err)?;
                 let leases = self.all_leases()?;
-                Ok(crate::report::status_table(&rows, &leases, None).into_bytes())
+                Ok(crate::report::status_table(&rows, &leases, None, &[]).into_bytes())
             }
             (ControlDir::Top, STATS) => {
                 let v = shapes::value(shapes::StatsJson {
@@ -233,6 +235,19 @@ impl View {
                     out.push_str(&format!("export {k}={}\n", crate::report::shell_word(&v)));
                 }
                 Ok(out.into_bytes())
+            }
+            (ControlDir::SetupLog, entry) => {
+                let (repo, wt) = entry
+                    .split_once(':')
+                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let row = self
+                    .store
+                    .lock()
+                    .worktree(repo, wt)
+                    .map_err(store_err)?
+                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                crate::lifecycle::setup::read_log(&self.state, row.id)
+                    .map_err(|e| FsError::io(format!("reading the setup log of {repo}/{wt}"), e))
             }
             (ControlDir::Worktrees, entry) => {
                 let (repo, wt) = entry

@@ -450,7 +450,18 @@ impl View {
                     },
                 )
             })
-            .map_err(|e| FsError::creation(format!("mkdir {repo}/{name_s}"), e))?;
+            .map_err(|e| FsError::creation(format!("mkdir {repo}/{name_s}"), e))
+            .map(|row| {
+                // The sweeper starts it within a quarter second.
+                if let Some(run) = crate::lifecycle::setup::queue_for_new(&store, &row) {
+                    tracing::info!(
+                        repo,
+                        worktree = name_s,
+                        "mkdir: its setup is queued: {}",
+                        run.command
+                    );
+                }
+            })?;
         }
         self.refresh_catalog(true)
             .map_err(|e| FsError::store("reading the store", e))?;

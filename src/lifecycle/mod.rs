@@ -17,6 +17,7 @@ pub mod layer_copy;
 pub mod occupancy;
 pub mod ports;
 pub mod restore;
+pub mod setup;
 pub mod submodules;
 pub mod sweeper;
 pub mod turns;

@@ -36,6 +36,17 @@ pub trait Mounted: Send + Sync {
     fn running_turns(&self) -> Vec<crate::store::TurnRow>;
 }
 
+/// What the sweeper is set to do, from the mount's options.
+pub struct Settings {
+    /// The grace period, in seconds.
+    pub linger: u64,
+    /// The inode table's budget.
+    pub cache_nodes: usize,
+    pub inspection: cleanup::Inspection,
+    /// What starts queued setup runs.
+    pub setups: crate::lifecycle::setup::Launcher,
+}
+
 /// Free memory the allocator may keep before the sweeper has it given back.
 const HEAP_SLACK: u64 = 2 << 20;
 
@@ -44,13 +55,17 @@ const HEAP_SLACK: u64 = 2 << 20;
 /// quarter second of its grace period ending.
 pub fn spawn(
     state: StateDir,
-    linger: u64,
-    cache_nodes: usize,
+    settings: Settings,
     view: Arc<dyn Mounted>,
     tracker: Arc<Tracker>,
     gate: Arc<Gate>,
-    inspection: cleanup::Inspection,
 ) -> Sweeper {
+    let Settings {
+        linger,
+        cache_nodes,
+        inspection,
+        setups,
+    } = settings;
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
     let thread = std::thread::Builder::new()
@@ -102,6 +117,15 @@ pub fn spawn(
                     // Memory: what bursts of requests freed goes back to the system (the
                     // resident size then shows what the daemon holds).
                     crate::heap::trim_beyond(HEAP_SLACK);
+                }
+                // Every tick: queued setup runs start (within a quarter second of
+                // `new`); every second, runs whose runner died are failed.
+                if setups.start_pending(&mut store) > 0 {
+                    view.catalog_changed();
+                }
+                if tick.is_multiple_of(4) && crate::lifecycle::setup::fail_orphaned(&mut store) > 0
+                {
+                    view.catalog_changed();
                 }
                 // Every second: process leases recorded by someone else (`run --exclusive`)
                 // are watched, or swept when their process is gone.

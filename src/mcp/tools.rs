@@ -32,6 +32,13 @@ pub struct CreateArgs {
     /// refuse: nothing is made, and the object says `"reused": true`.
     #[serde(default)]
     pub reuse: bool,
+    /// Wait for the repository's setup command to end in the new worktree (the result is
+    /// an error, with the worktree object, when it failed).
+    #[serde(default)]
+    pub wait_setup: bool,
+    /// Run no setup command in it.
+    #[serde(default)]
+    pub no_setup: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -79,6 +86,14 @@ pub struct TurnArgs {
     /// Cancelling the call ends it the same way at once.
     #[schemars(range(min = 1))]
     pub timeout_secs: Option<u64>,
+    /// Go ahead while the worktree's setup command still runs (by default the turn waits
+    /// for it).
+    #[serde(default)]
+    pub no_wait_setup: bool,
+    /// Go ahead even though the worktree's setup command failed (by default refused:
+    /// `setup-failed`).
+    #[serde(default)]
+    pub ignore_setup: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -137,8 +152,14 @@ impl Server {
         if a.warm {
             args.push("--warm".into());
         }
-        if a.reuse {
-            args.push("--reuse".into());
+        for (flag, given) in [
+            ("--reuse", a.reuse),
+            ("--wait-setup", a.wait_setup),
+            ("--no-setup", a.no_setup),
+        ] {
+            if given {
+                args.push(flag.into());
+            }
         }
         self.json(args).await
     }
@@ -289,8 +310,14 @@ impl Server {
             format!("--timeout={timeout}"),
             format!("--report={report_path}"),
         ];
-        if a.guard {
-            args.push("--guard".into());
+        for (flag, given) in [
+            ("--guard", a.guard),
+            ("--no-wait-setup", a.no_wait_setup),
+            ("--ignore-setup", a.ignore_setup),
+        ] {
+            if given {
+                args.push(flag.into());
+            }
         }
         args.push("--".into());
         args.extend(a.command);
@@ -481,6 +508,10 @@ fn worktree_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
             "base_commit": {"type": "string"},
             "created_at": s("RFC 3339"),
             "state_changed_at": s("RFC 3339"),
+            "setup": {
+                "type": ["object", "null"],
+                "description": "its run of the repository's setup command, if it had one: state (pending, running, ok, failed), summary (e.g. failed (exit 3)), command, exit_code, started_at, ended_at",
+            },
         },
         "required": ["worktree", "repo", "name"],
         "additionalProperties": true,

@@ -90,6 +90,44 @@ pub fn run_below(
     env: &[(String, String)],
     how: Below,
 ) -> Result<Ended, RunError> {
+    run_below_as(dir, command, env, how, None)
+}
+
+/// Who a command run by [`run_below_as`] runs as.
+#[derive(Debug, Clone)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+    /// Its supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl RunAs {
+    /// User `uid` with primary group `gid` and the groups the group database gives them
+    /// (none when it does not know them).
+    pub fn user(uid: u32, gid: u32) -> RunAs {
+        let groups = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .and_then(|u| {
+                let name = std::ffi::CString::new(u.name).ok()?;
+                nix::unistd::getgrouplist(&name, nix::unistd::Gid::from_raw(gid)).ok()
+            })
+            .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_else(|| vec![gid]);
+        RunAs { uid, gid, groups }
+    }
+}
+
+/// As [`run_below`]; with `who`, the command runs as that user with `env` as its whole
+/// environment (nothing of this process's), and this process stays who it is.
+pub fn run_below_as(
+    dir: &Path,
+    command: &[String],
+    env: &[(String, String)],
+    how: Below,
+    who: Option<&RunAs>,
+) -> Result<Ended, RunError> {
     let (turn, limit) = match how {
         Below::Run => (false, None),
         Below::Turn { limit } => (true, limit),
@@ -97,8 +135,8 @@ pub fn run_below(
     std::env::set_current_dir(dir).map_err(|e| RunError::Enter(dir.to_path_buf(), e))?;
     let _ = fs::metadata(".git").and_then(|_| fs::read(".git"));
     // SAFETY: signal(2) and sigaction queries; the handler only loads an atomic and calls
-    // kill(2), and the pre_exec closure only calls signal(2), prctl(2) and getppid(2), all
-    // async-signal-safe.
+    // kill(2), and the pre_exec closure only calls setgroups(2), setgid(2), setuid(2),
+    // signal(2), prctl(2) and getppid(2), all async-signal-safe.
     let ignored = |sig| unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
@@ -116,10 +154,36 @@ pub fn run_below(
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]);
+    if who.is_some() {
+        cmd.env_clear();
+    }
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let restore = forward.clone();
+    // Another user's identity, taken in the child before it runs the command (groups
+    // first: once the user is not root, it cannot change them). None when it is this
+    // process's own.
+    let identity = who
+        .filter(|w| w.uid != nix::unistd::geteuid().as_raw())
+        .map(|w| {
+            (
+                w.uid,
+                w.gid,
+                w.groups
+                    .iter()
+                    .map(|g| *g as libc::gid_t)
+                    .collect::<Vec<_>>(),
+            )
+        });
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            if let Some((uid, gid, groups)) = &identity {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             libc::signal(libc::SIGINT, old.0);
             libc::signal(libc::SIGQUIT, old.1);
             for s in &restore {

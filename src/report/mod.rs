@@ -15,12 +15,19 @@ pub fn status_table(
     rows: &[WorktreeRow],
     leases: &[LeaseRow],
     inside: Option<&dyn Fn(&WorktreeRow) -> usize>,
+    setups: &[crate::store::SetupRow],
 ) -> String {
     let mut headers = vec!["REPO", "WORKTREE", "STATE", "LEASES"];
     if inside.is_some() {
         headers.push("INSIDE");
     }
     headers.extend(["BRANCH", "BASE"]);
+    // A column of setup runs only where some worktree has had one.
+    let setup_of = |w: &WorktreeRow| setups.iter().find(|s| s.worktree_id == w.id);
+    let with_setup = rows.iter().any(|w| setup_of(w).is_some());
+    if with_setup {
+        headers.push("SETUP");
+    }
     let mut t = Table::new(&headers).right(3);
     if inside.is_some() {
         t = t.right(4);
@@ -38,6 +45,9 @@ pub fn status_table(
         }
         cells.push(w.branch.as_deref().unwrap_or("(detached)").to_string());
         cells.push(w.base_commit[..w.base_commit.len().min(12)].to_string());
+        if with_setup {
+            cells.push(setup_of(w).map_or_else(|| "-".to_string(), |s| s.summary()));
+        }
         t.row(cells);
     }
     let mut out = listing(

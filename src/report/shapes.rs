@@ -31,6 +31,49 @@ pub struct WorktreeJson {
     /// How many processes are inside it (`list` alone says it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes_inside: Option<u64>,
+    /// Its run of the repository's setup command, if it has had one (`list` and `new`
+    /// say it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<SetupJson>,
+}
+
+/// A worktree's run of its repository's setup command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetupJson {
+    /// `pending`, `running`, `ok` or `failed`.
+    pub state: String,
+    /// As `list` shows it: `ok`, `failed (exit 3)`, `failed (timed out after 30 s)`.
+    pub summary: String,
+    pub command: String,
+    pub exit_code: Option<i32>,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+}
+
+impl SetupJson {
+    pub fn of(s: &crate::store::SetupRow) -> SetupJson {
+        SetupJson {
+            state: s.state.as_str().to_string(),
+            summary: s.summary(),
+            command: s.command.clone(),
+            exit_code: s.exit_code,
+            started_at: s.started_at.map(rfc3339),
+            ended_at: s.ended_at.map(rfc3339),
+        }
+    }
+}
+
+/// The refusal of `run` or `turn` in a worktree whose setup failed (`setup-failed`, exit
+/// 3; `--ignore-setup` goes ahead).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetupFailedJson {
+    pub error: String,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub setup: SetupJson,
 }
 
 impl WorktreeJson {
@@ -50,6 +93,7 @@ impl WorktreeJson {
             created_at: rfc3339(w.created_at),
             state_changed_at: rfc3339(w.state_changed_at),
             processes_inside: None,
+            setup: None,
         }
     }
 }
@@ -222,6 +266,12 @@ pub struct RepoJson {
     pub include: Vec<String>,
     pub warm_default: bool,
     pub added_at: String,
+    /// Its setup command (`repo set --on-create`), run in each new worktree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_create: Option<String>,
+    /// How long that command may run, in seconds (absent: the default, 1800).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_timeout_secs: Option<u64>,
 }
 
 impl RepoJson {
@@ -234,7 +284,16 @@ impl RepoJson {
             include: r.include.clone(),
             warm_default: r.warm_default,
             added_at: rfc3339(r.added_at),
+            on_create: None,
+            setup_timeout_secs: None,
         }
+    }
+
+    /// With its setup command.
+    pub fn with_hooks(mut self, hooks: &crate::store::RepoHooks) -> RepoJson {
+        self.on_create = hooks.on_create.clone();
+        self.setup_timeout_secs = hooks.create_timeout;
+        self
     }
 }
 
@@ -891,6 +950,11 @@ mod tests {
         assert_eq!(shows::<NewJson>("### `new --warm --json`"), 1);
         assert_eq!(shows::<NewJson>("### `new --reuse --json`"), 1);
         assert_eq!(shows::<EnvJson>("## `env --json`"), 1);
+        assert_eq!(shows_where::<SetupJson>("## `setup --json`", no_error), 1);
+        assert_eq!(
+            shows_where::<SetupFailedJson>("## `setup --json`", error("setup-failed")),
+            1
+        );
         assert_eq!(shows::<ForkJson>("### `new --from --json`"), 1);
         assert_eq!(shows::<RestoredJson>("## `restore --json`"), 1);
         assert_eq!(shows::<WarmJson>("## `warm --json`"), 1);

@@ -140,9 +140,17 @@ impl Store {
             [id],
         )?;
         tx.execute(
+            &format!(
+                "DELETE FROM setups WHERE worktree_id IN
+                 (SELECT id FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}')"
+            ),
+            [id],
+        )?;
+        tx.execute(
             &format!("DELETE FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}'"),
             [id],
         )?;
+        tx.execute("DELETE FROM repo_hooks WHERE repo_id = ?1", [id])?;
         tx.execute("DELETE FROM warm_snapshots WHERE repo_id = ?1", [id])?;
         tx.execute("DELETE FROM repos WHERE id = ?1", [id])?;
         Ok(tx.commit()?)
@@ -313,6 +321,8 @@ impl Store {
             .execute("DELETE FROM events WHERE worktree_id = ?1", [id])?;
         self.conn
             .execute("DELETE FROM ports WHERE worktree_id = ?1", [id])?;
+        self.conn
+            .execute("DELETE FROM setups WHERE worktree_id = ?1", [id])?;
         self.conn
             .execute("DELETE FROM worktrees WHERE id = ?1", [id])?;
         Ok(())

@@ -28,6 +28,7 @@ mod kept;
 mod leases;
 mod ports;
 mod schema;
+mod setups;
 mod steps;
 mod turns;
 mod warm;
@@ -41,6 +42,7 @@ pub use kept::{KeptRow, NewKept, PURGED, RESTORED};
 pub use leases::{Ask, EventRow, LeaseColumns, LeaseError, LeaseRow, NewLease, Occupant};
 pub use ports::PortBlock;
 use schema::MIGRATIONS;
+pub use setups::{RepoHooks, SetupEnd, SetupRow, SetupState};
 pub use turns::{NewTurn, TurnError, TurnRow};
 pub use warm::{NewWarm, WarmRow};
 

@@ -337,12 +337,12 @@ impl Mounted {
             && fs::read_to_string(m.mountpoint.join(".control/stats")).is_ok())
         {
             if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("daemon exited before mounting ({status}): {}", m.log());
+                panic!("daemon exited before mounting ({status}): {}", m.log_tail());
             }
             assert!(
                 Instant::now() < deadline,
                 "mount did not appear: {}",
-                m.log()
+                m.log_tail()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -370,6 +370,18 @@ impl Mounted {
 
     pub fn log(&self) -> String {
         fs::read_to_string(self.state.join("test-daemon.log")).unwrap_or_default()
+    }
+
+    /// The end of the daemon's log without its debug lines: what a failure message needs
+    /// (the log holds every daemon this state directory ran, and a report of a failure
+    /// may show only its start).
+    pub fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| !l.contains(" DEBUG ") && !l.contains(" TRACE "))
+            .collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
     pub fn pid(&self) -> u32 {

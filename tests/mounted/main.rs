@@ -24,6 +24,7 @@ mod ports;
 mod privacy;
 mod ranges;
 mod restore;
+mod setup;
 mod submodules;
 mod systemd;
 mod transport;

@@ -531,6 +531,33 @@ fn the_mcp_inspector_reads_every_tools_success_and_refusal() {
     let e = ok(call(&good, "worktree_env", &[w]), "env");
     assert_eq!(e["worktree"], "repo/insp", "{e}");
     assert!(e["port"].as_u64().is_some() && e["ports"] == 10, "{e}");
+    // A setup that fails: create_worktree with wait_setup says so (the worktree is made,
+    // its object shows the setup), and run_turn is refused until ignore_setup.
+    wtfs_ok(
+        &env.state(),
+        &["repo", "set", "repo", "--on-create", "exit 5"],
+    );
+    let made = refused(
+        call(
+            &good,
+            "create_worktree",
+            &["worktree=repo/broken", "wait_setup=true"],
+        ),
+        "create, its setup fails",
+        "failed (exit 5)",
+    );
+    assert_eq!(made["setup"]["exit_code"], 5, "{made}");
+    let turn = |extra: &[&str]| {
+        let mut args = vec!["worktree=repo/broken", "session=s9", r#"command=["true"]"#];
+        args.extend_from_slice(extra);
+        call(&good, "run_turn", &args)
+    };
+    let r = refused(turn(&[]), "turn after a failed setup", "--ignore-setup");
+    assert_eq!(r["error"], "setup-failed", "{r}");
+    assert_eq!(r["setup"]["summary"], "failed (exit 5)", "{r}");
+    let t = ok(turn(&["ignore_setup=true"]), "turn ignoring the setup");
+    assert_eq!(t["exit_status"], 0, "{t}");
+    wtfs_ok(&env.state(), &["repo", "set", "repo", "--no-on-create"]);
     let r = refused(
         call(&good, "show_worktree", &["worktree=repo/none"]),
         "show unknown",

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use worktreefs::lifecycle::create;
-use worktreefs::report::shapes::WorktreeJson;
+use worktreefs::report::shapes::{SetupJson, WorktreeJson};
 use worktreefs::state::StateDir;
 
 use crate::cli::exit::Failed;
@@ -23,10 +23,15 @@ pub fn run(state: &StateDir, args: ListArgs) -> Result<(), Failed> {
     let mountpoint = create::mountpoint_of(state, &store);
     let inside = inside_counts(state);
     if json {
+        let setups = store.setups()?;
         let out: Vec<_> = rows
             .iter()
             .map(|w| WorktreeJson {
                 processes_inside: Some(inside(w) as u64),
+                setup: setups
+                    .iter()
+                    .find(|s| s.worktree_id == w.id)
+                    .map(SetupJson::of),
                 ..WorktreeJson::of(w, &mountpoint)
             })
             .collect();
@@ -34,7 +39,12 @@ pub fn run(state: &StateDir, args: ListArgs) -> Result<(), Failed> {
     } else {
         print!(
             "{}",
-            worktreefs::report::status_table(&rows, &store.leases()?, Some(&inside))
+            worktreefs::report::status_table(
+                &rows,
+                &store.leases()?,
+                Some(&inside),
+                &store.setups()?,
+            )
         );
     }
     Ok(())

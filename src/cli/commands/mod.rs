@@ -18,6 +18,7 @@ pub mod repo;
 pub mod restore;
 pub mod retained;
 pub mod run;
+pub mod setup;
 pub mod shell_init;
 pub mod status;
 pub mod turn;

@@ -1,14 +1,17 @@
 //! `worktreefs new`: a worktree made (or, with `--from`, forked from another), and
 //! where to go next.
 
-use anyhow::{anyhow, bail};
+use anyhow::anyhow;
 use clap::Args;
 use worktreefs::daemon;
 use worktreefs::lease::State;
 use worktreefs::lifecycle::create::{self, CreateRequest};
-use worktreefs::lifecycle::warm;
-use worktreefs::report::shapes::{CopiedJson, ForkJson, NewJson, WarmShownJson, WorktreeJson};
+use worktreefs::lifecycle::{setup, warm};
+use worktreefs::report::shapes::{
+    CopiedJson, ForkJson, NewJson, SetupJson, WarmShownJson, WorktreeJson,
+};
 use worktreefs::state::StateDir;
+use worktreefs::store::{SetupRow, SetupState, Store, WorktreeRow};
 
 use crate::cli::exit::Failed;
 use crate::cli::output::{print_cd, print_json, print_path, print_taken};
@@ -59,6 +62,20 @@ pub struct NewArgs {
     /// (`worktreefs shell-init` relies on it).
     #[arg(long)]
     pub reuse: bool,
+    /// Wait for the repository's setup command to end in the new worktree, and exit with
+    /// its status.
+    #[arg(long, conflicts_with = "no_setup")]
+    pub wait_setup: bool,
+    /// Run no setup command in it (`worktreefs setup` runs it later).
+    #[arg(long)]
+    pub no_setup: bool,
+}
+
+/// What `new` does about the setup command.
+#[derive(Clone, Copy)]
+struct SetupAsk {
+    skip: bool,
+    wait: bool,
 }
 
 /// How `new` shows the worktree it made or found.
@@ -83,7 +100,13 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
         json,
         print_path: path_only,
         reuse,
+        wait_setup,
+        no_setup,
     } = args;
+    let ask = SetupAsk {
+        skip: no_setup,
+        wait: wait_setup,
+    };
     let show = match (json, path_only) {
         (true, _) => Show::Json,
         (_, true) => Show::Path,
@@ -110,7 +133,7 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
         return Ok(());
     }
     if let Some(from) = from {
-        return Ok(cmd_fork(state, repo, name, &from, branch.as_deref(), show)?);
+        return cmd_fork(state, repo, name, &from, branch.as_deref(), show, ask);
     }
     let mut store = open_store(state)?;
     let (uid, gid) = (
@@ -154,11 +177,14 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     );
     slow.finish(row.is_ok());
     let row = row?;
-    daemon::poke(state);
+    let setup = start_setup(state, &store, &row, ask)?;
     let mountpoint = create::mountpoint_of(state, &store);
     if json {
         print_json(NewJson {
-            worktree: WorktreeJson::of(&row, &mountpoint),
+            worktree: WorktreeJson {
+                setup: setup.as_ref().map(SetupJson::of),
+                ..WorktreeJson::of(&row, &mountpoint)
+            },
             warm: snapshot.as_ref().map(|s| WarmShownJson {
                 warm_snapshot_files: s.files,
                 warm_snapshot_bytes: s.bytes,
@@ -167,12 +193,12 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
             }),
             reused: false,
         });
-        return Ok(());
+        return setup_status(ask, setup.as_ref());
     }
     let path = mountpoint.join(&row.repo).join(&row.name);
     if show == Show::Path {
         print_path(state, &path);
-        return Ok(());
+        return setup_status(ask, setup.as_ref());
     }
     println!(
         "created {}/{} on branch {} at {}{}",
@@ -197,8 +223,61 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
             None => String::new(),
         }
     );
+    say_setup(state, &row, ask, setup.as_ref());
     print_cd(state, &path);
-    Ok(())
+    setup_status(ask, setup.as_ref())
+}
+
+/// Queues the new worktree's run of its repository's setup command (unless asked not
+/// to), has the daemon look, and with `--wait-setup` waits for it. Returns the run, as
+/// it ended when waited for.
+fn start_setup(
+    state: &StateDir,
+    store: &Store,
+    row: &WorktreeRow,
+    ask: SetupAsk,
+) -> Result<Option<SetupRow>, Failed> {
+    let queued = match ask.skip {
+        true => None,
+        false => setup::queue_for_new(store, row),
+    };
+    daemon::poke(state);
+    match queued {
+        Some(_) if ask.wait => crate::cli::commands::setup::wait_for(state, store, row),
+        other => Ok(other),
+    }
+}
+
+/// Says whether the setup command runs in the new worktree, and how to follow it.
+fn say_setup(state: &StateDir, row: &WorktreeRow, ask: SetupAsk, run: Option<&SetupRow>) {
+    let target = format!("{}/{}", row.repo, row.name);
+    match run {
+        Some(r) if !r.state.in_progress() => {
+            println!("setup: {} (its output: `worktreefs setup-log {target}`)", r.summary())
+        }
+        Some(r) if daemon::running_daemon(state).is_none() => println!(
+            "setup: `{}` runs once the state dir is mounted (`worktreefs mount`)",
+            r.command
+        ),
+        Some(r) => println!(
+            "setup: `{}` is running (`worktreefs setup-log {target}`; `worktreefs list` shows when it is done)",
+            r.command
+        ),
+        None if ask.skip => println!("setup: not run (--no-setup; `worktreefs setup {target}` runs it)"),
+        None => {}
+    }
+}
+
+/// With `--wait-setup`: the setup's status as the command's (its exit code when it
+/// failed, else 1).
+fn setup_status(ask: SetupAsk, run: Option<&SetupRow>) -> Result<(), Failed> {
+    match run {
+        Some(r) if ask.wait && r.state != SetupState::Ok => {
+            eprintln!("worktreefs: the setup {}", r.summary());
+            std::process::exit(r.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// With `--reuse`: shows worktree `repo/name` as `new` would have shown it made, when it
@@ -256,12 +335,16 @@ fn cmd_fork(
     from: &str,
     branch: Option<&str>,
     show: Show,
-) -> anyhow::Result<()> {
+    ask: SetupAsk,
+) -> Result<(), Failed> {
     let parent = match from.split_once('/') {
         Some((r, p)) if r == repo => p,
-        Some((r, _)) => bail!(
-            "--from {from} is a worktree of repository '{r}', not '{repo}'; a fork stays in its parent's repository: `worktreefs new {r}/{name} --from {from}`"
-        ),
+        Some((r, _)) => {
+            return Err(anyhow!(
+                "--from {from} is a worktree of repository '{r}', not '{repo}'; a fork stays in its parent's repository: `worktreefs new {r}/{name} --from {from}`"
+            )
+            .into())
+        }
         None => from,
     };
     let mut store = open_store(state)?;
@@ -277,17 +360,20 @@ fn cmd_fork(
             gid: nix::unistd::getegid().as_raw(),
         },
     )?;
-    daemon::poke(state);
+    let setup = start_setup(state, &store, &forked.row, ask)?;
     let c = &forked.copied;
     let mountpoint = create::mountpoint_of(state, &store);
     let path = mountpoint.join(&forked.row.repo).join(&forked.row.name);
     if show == Show::Path {
         print_path(state, &path);
-        return Ok(());
+        return setup_status(ask, setup.as_ref());
     }
     if show == Show::Json {
         print_json(ForkJson {
-            worktree: WorktreeJson::of(&forked.row, &mountpoint),
+            worktree: WorktreeJson {
+                setup: setup.as_ref().map(SetupJson::of),
+                ..WorktreeJson::of(&forked.row, &mountpoint)
+            },
             forked_from: format!("{repo}/{parent}"),
             head: forked.head.to_string(),
             copied: CopiedJson {
@@ -299,7 +385,7 @@ fn cmd_fork(
             },
             notes: forked.notes.clone(),
         });
-        return Ok(());
+        return setup_status(ask, setup.as_ref());
     }
     println!(
         "forked {repo}/{parent} as {}/{} on branch {} at {} (copied {} file(s), {}, {} dir(s), {} other entries, in {} ms)",
@@ -316,6 +402,7 @@ fn cmd_fork(
     for n in &forked.notes {
         println!("  note: {n}");
     }
+    say_setup(state, &forked.row, ask, setup.as_ref());
     print_cd(state, &path);
-    Ok(())
+    setup_status(ask, setup.as_ref())
 }

@@ -13,7 +13,7 @@ use worktreefs::report;
 use worktreefs::report::shapes::{self, HasWorktreesJson, RepoJson, RepoRemovedJson};
 use worktreefs::report::shell_word;
 use worktreefs::state::StateDir;
-use worktreefs::store::Store;
+use worktreefs::store::{RepoHooks, Store};
 use worktreefs::table::Table;
 
 use crate::cli::exit::Failed;
@@ -36,6 +36,8 @@ pub enum RepoCmd {
         /// Make every new worktree warm (`new --cold` for one that is not).
         #[arg(long)]
         warm_default: bool,
+        #[command(flatten)]
+        hooks: HookArgs,
         /// The repository as one JSON object on stdout, as `repo list --json` gives it.
         #[arg(long)]
         json: bool,
@@ -53,6 +55,11 @@ pub enum RepoCmd {
         /// Whether new worktrees are warm without `--warm`.
         #[arg(long, value_name = "BOOL")]
         warm_default: Option<bool>,
+        #[command(flatten)]
+        hooks: HookArgs,
+        /// Take the setup command away: new worktrees run none.
+        #[arg(long, conflicts_with = "on_create")]
+        no_on_create: bool,
         /// The repository as one JSON object on stdout, as `repo list --json` gives it.
         #[arg(long)]
         json: bool,
@@ -74,6 +81,48 @@ pub enum RepoCmd {
     },
 }
 
+/// A repository's setup command, as `repo add` and `repo set` take it.
+#[derive(clap::Args)]
+pub struct HookArgs {
+    /// A command `/bin/sh -c` runs in every new worktree, as the worktree's owner, with
+    /// the owner's HOME, SHELL and PATH and the worktree's variables (see `worktreefs
+    /// env`); `list` shows how it went, `worktreefs setup-log` what it printed.
+    #[arg(long, value_name = "CMD")]
+    pub on_create: Option<String>,
+    /// How long the setup command may run before it is ended (default 1800).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub setup_timeout: Option<u64>,
+}
+
+impl HookArgs {
+    fn given(&self) -> bool {
+        self.on_create.is_some() || self.setup_timeout.is_some()
+    }
+
+    /// `hooks` with these applied (`clear`: without a command).
+    fn apply(&self, mut hooks: RepoHooks, clear: bool) -> anyhow::Result<RepoHooks> {
+        if let Some(cmd) = &self.on_create {
+            if cmd.trim().is_empty() {
+                bail!("--on-create needs a command; to have none, give --no-on-create");
+            }
+            hooks.on_create = Some(cmd.clone());
+        }
+        if clear {
+            hooks.on_create = None;
+        }
+        if let Some(t) = self.setup_timeout {
+            hooks.create_timeout = Some(t);
+        }
+        Ok(hooks)
+    }
+}
+
+/// The repository as JSON, with its setup command.
+fn repo_json(store: &Store, row: &worktreefs::store::RepoRow) -> RepoJson {
+    let hooks = store.hooks_of(row.id).unwrap_or_default();
+    RepoJson::of(row).with_hooks(&hooks)
+}
+
 pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
     match cmd {
         RepoCmd::Add {
@@ -81,10 +130,16 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             name,
             include,
             warm_default,
+            hooks,
             json,
         } => {
             let store = open_store(state)?;
+            // Checked before anything is registered: a refusal leaves nothing.
+            let set = hooks.apply(RepoHooks::default(), false)?;
             let row = add_repo(&store, &path, name.as_deref())?;
+            if hooks.given() {
+                store.set_hooks(row.id, &set)?;
+            }
             if !include.is_empty() || warm_default {
                 store.set_repo_warm(
                     row.id,
@@ -96,7 +151,7 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             daemon::poke(state);
             if json {
                 let row = store.repo_by_id(row.id)?.unwrap_or(row);
-                print_json(RepoJson::of(&row));
+                print_json(repo_json(&store, &row));
                 return Ok(());
             }
             println!(
@@ -111,21 +166,40 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             include,
             no_include,
             warm_default,
+            hooks,
+            no_on_create,
             json,
         } => {
             let store = open_store(state)?;
             let repo = store.repo_by_name(&name)?.ok_or_else(|| {
                 anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
             })?;
-            if include.is_empty() && !no_include && warm_default.is_none() {
-                return Err(anyhow!("nothing to set for '{name}': give --include PATTERN…, --no-include or --warm-default true|false").into());
+            let hooks_given = hooks.given() || no_on_create;
+            if include.is_empty() && !no_include && warm_default.is_none() && !hooks_given {
+                return Err(anyhow!("nothing to set for '{name}': give --include PATTERN…, --no-include, --warm-default true|false, --on-create CMD, --no-on-create or --setup-timeout SECS").into());
             }
+            let set = hooks.apply(store.hooks_of(repo.id)?, no_on_create)?;
             let patterns = (!include.is_empty() || no_include).then_some(&include[..]);
             store.set_repo_warm(repo.id, patterns, warm_default)?;
+            if hooks_given {
+                store.set_hooks(repo.id, &set)?;
+            }
             let repo = store.repo_by_id(repo.id)?.expect("just set");
             if json {
-                print_json(RepoJson::of(&repo));
+                print_json(repo_json(&store, &repo));
                 return Ok(());
+            }
+            if hooks_given {
+                match &set.on_create {
+                    Some(cmd) => println!(
+                        "repository '{name}': new worktrees run `{cmd}` (limit {} s); `worktreefs setup REPO/WT` runs it in one made before",
+                        set.create_timeout.unwrap_or(worktreefs::lifecycle::setup::DEFAULT_TIMEOUT.as_secs())
+                    ),
+                    None => println!("repository '{name}': new worktrees run no setup command"),
+                }
+                if include.is_empty() && !no_include && warm_default.is_none() {
+                    return Ok(());
+                }
             }
             println!(
                 "repository '{name}': include {}; new worktrees are {} by default (a new snapshot: `worktreefs warm {name}`)",
@@ -142,7 +216,12 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             let store = open_store(state)?;
             let repos = store.repos()?;
             if json {
-                print_json(repos.iter().map(RepoJson::of).collect::<Vec<_>>());
+                print_json(
+                    repos
+                        .iter()
+                        .map(|r| repo_json(&store, r))
+                        .collect::<Vec<_>>(),
+                );
             } else {
                 let mut t = Table::new(&["REPO", "PATH"]);
                 for r in repos {

@@ -30,6 +30,8 @@ pub struct RunArgs {
     /// A refusal as JSON on stderr (the command's stdout stays its own).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub setup: crate::cli::commands::setup::SetupGateArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -44,12 +46,14 @@ pub fn run(state: &StateDir, args: RunArgs) -> Result<(), Failed> {
         // Where a refusal's JSON goes is the command line's (`Command::json_to`).
         json: _,
         command,
+        setup,
     } = args;
     let target = which(state, target.as_deref(), false)?;
     let ask = RunAsk {
         session: session.as_deref(),
         exclusive,
         wait,
+        setup,
     };
     cmd_run(state, &target, &ask, &command)
 }
@@ -59,6 +63,7 @@ struct RunAsk<'a> {
     session: Option<&'a str>,
     exclusive: bool,
     wait: Option<u64>,
+    setup: crate::cli::commands::setup::SetupGateArgs,
 }
 
 fn cmd_run(
@@ -73,6 +78,7 @@ fn cmd_run(
     let Some(daemon) = daemon::running_daemon(state) else {
         return Err(not_mounted(state, &store, &row, ask.session).into());
     };
+    crate::cli::commands::setup::before_running(state, &store, &row, ask.setup)?;
     let dir = daemon.mountpoint.join(repo).join(name);
     let reason = if ask.exclusive {
         "worktreefs run, exclusive"

@@ -53,7 +53,12 @@ pub fn run(state: &StateDir, args: StatusArgs) -> Result<(), Failed> {
         let inside = inside_counts(state);
         print!(
             "{}",
-            worktreefs::report::status_table(&rows, &store.leases()?, Some(&inside))
+            worktreefs::report::status_table(
+                &rows,
+                &store.leases()?,
+                Some(&inside),
+                &store.setups()?,
+            )
         );
     }
     Ok(())

@@ -53,6 +53,8 @@ pub struct TurnArgs {
     /// status (for `worktreefs mcp`).
     #[arg(long, value_name = "FILE", hide = true)]
     pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub setup: crate::cli::commands::setup::SetupGateArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -67,6 +69,7 @@ pub fn run(state: &StateDir, args: TurnArgs) -> Result<(), Failed> {
         timeout,
         json,
         command,
+        setup,
         ..
     } = args;
     let target = which(state, target.as_deref(), false)?;
@@ -76,6 +79,7 @@ pub fn run(state: &StateDir, args: TurnArgs) -> Result<(), Failed> {
         wait,
         timeout,
         json,
+        setup,
     };
     cmd_turn(state, &target, &ask, &command)
 }
@@ -88,6 +92,7 @@ struct TurnAsk<'a> {
     /// Seconds the command may run (`--timeout`).
     timeout: Option<u64>,
     json: bool,
+    setup: crate::cli::commands::setup::SetupGateArgs,
 }
 
 /// Ends this process's turn on worktree `id` and gives back the lease it took, telling
@@ -125,6 +130,7 @@ fn cmd_turn(
     let Some(daemon) = daemon::running_daemon(state) else {
         return Err(not_mounted(state, &store, &row, Some(ask.session)).into());
     };
+    crate::cli::commands::setup::before_running(state, &store, &row, ask.setup)?;
     same_pid_namespace(&daemon).map_err(|e| plain("other-namespace", e.to_string()))?;
     let dir = daemon.mountpoint.join(repo).join(name);
     let me = worktreefs::process::info::proc_info(std::process::id() as i32)

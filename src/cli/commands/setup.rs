@@ -1,0 +1,352 @@
+//! `worktreefs setup REPO/WT` (its repository's setup command run again, waited for),
+//! `worktreefs setup-log REPO/WT` (what the last run printed), what `new`, `run` and
+//! `turn` ask of a worktree's setup before they go on, and the runner the daemon starts
+//! for each run (`setup --runner`).
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use clap::Args;
+use worktreefs::daemon;
+use worktreefs::lifecycle::{ports, setup};
+use worktreefs::process::supervise::{run_below_as, Below, RunAs};
+use worktreefs::report;
+use worktreefs::report::shapes::{self, SetupFailedJson, SetupJson};
+use worktreefs::state::StateDir;
+use worktreefs::store::{NewLease, SetupEnd, SetupRow, SetupState, Store, WorktreeRow};
+
+use crate::cli::exit::Failed;
+use crate::cli::output::print_json;
+use crate::cli::refusals::runnable_worktree;
+use crate::cli::state::open_store;
+use crate::cli::target::{split_target, which};
+
+#[derive(Args)]
+pub struct SetupArgs {
+    /// REPO/WT (or a path inside the mount; default: the worktree the current directory
+    /// is in).
+    pub target: Option<String>,
+    /// Queue the run and return at once (`list` shows how it went).
+    #[arg(long)]
+    pub no_wait: bool,
+    /// The run as one JSON object on stdout (its `setup`), once it ended.
+    #[arg(long)]
+    pub json: bool,
+    /// Run the queued setup here, as the daemon does (not for people).
+    #[arg(long, hide = true)]
+    pub runner: bool,
+}
+
+/// What `run` and `turn` do about a worktree's setup command.
+#[derive(Args, Clone, Copy, Default)]
+pub struct SetupGateArgs {
+    /// Go ahead while the worktree's setup command is still running (by default the
+    /// command waits for it to end).
+    #[arg(long)]
+    pub no_wait_setup: bool,
+    /// Go ahead even though the worktree's setup command failed (by default refused:
+    /// `setup-failed`, exit 3).
+    #[arg(long)]
+    pub ignore_setup: bool,
+}
+
+#[derive(Args)]
+pub struct SetupLogArgs {
+    /// REPO/WT (or a path inside the mount; default: the worktree the current directory
+    /// is in).
+    pub target: Option<String>,
+}
+
+pub fn run(state: &StateDir, args: SetupArgs) -> Result<(), Failed> {
+    let target = which(state, args.target.as_deref(), false)?;
+    let (repo, name) = split_target(&target)?;
+    if args.runner {
+        return runner(state, repo, name);
+    }
+    let store = open_store(state)?;
+    let row = runnable_worktree(&store, repo, name)?;
+    let hooks = store.hooks_of(row.repo_id)?;
+    let Some(command) = hooks.on_create else {
+        return Err(anyhow!(
+            "repository '{repo}' has no setup command; give it one with `worktreefs repo set {repo} --on-create CMD`"
+        )
+        .into());
+    };
+    let timeout = hooks
+        .create_timeout
+        .unwrap_or(setup::DEFAULT_TIMEOUT.as_secs());
+    if !store.queue_setup(row.id, &command, timeout)? {
+        eprintln!("worktreefs: the setup of {repo}/{name} is under way already: waiting for it");
+    }
+    daemon::poke(state);
+    if args.no_wait {
+        if daemon::running_daemon(state).is_none() {
+            eprintln!(
+                "worktreefs: the setup of {repo}/{name} is queued; it runs once the state dir is mounted (`worktreefs mount`)"
+            );
+        }
+        return Ok(());
+    }
+    let ended = wait_for(state, &store, &row)?.unwrap_or_else(|| unreachable_run(&row));
+    finish(state, &row, &ended, args.json)
+}
+
+/// A run that was queued is there to wait for; one that is not is a failure to say.
+fn unreachable_run(row: &WorktreeRow) -> SetupRow {
+    SetupRow {
+        worktree_id: row.id,
+        command: String::new(),
+        timeout: 0,
+        state: SetupState::Failed,
+        exit_code: None,
+        detail: Some("its run is not recorded".into()),
+        pid: None,
+        pid_start: None,
+        queued_at: 0,
+        started_at: None,
+        ended_at: None,
+    }
+}
+
+/// Says how the run of `row`'s setup ended and exits as it did: 0 when it went well, its
+/// exit code (else 1) when not.
+pub fn finish(
+    state: &StateDir,
+    row: &WorktreeRow,
+    run: &SetupRow,
+    json: bool,
+) -> Result<(), Failed> {
+    if json {
+        print_json(SetupJson::of(run));
+    } else {
+        eprintln!(
+            "worktreefs: setup of {}/{}: {}{}",
+            row.repo,
+            row.name,
+            run.summary(),
+            if run.state == SetupState::Ok {
+                String::new()
+            } else {
+                format!(
+                    "; its output: `worktreefs setup-log {}/{}` ({})",
+                    row.repo,
+                    row.name,
+                    setup::log_path(state, row.id).display()
+                )
+            }
+        );
+    }
+    match run.state {
+        SetupState::Ok => Ok(()),
+        _ => std::process::exit(run.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1)),
+    }
+}
+
+/// Waits for `row`'s setup to end and returns how it did; None when it has none. A run
+/// queued while nothing is mounted is refused: nothing would ever start it.
+pub fn wait_for(
+    state: &StateDir,
+    store: &Store,
+    row: &WorktreeRow,
+) -> Result<Option<SetupRow>, Failed> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let Some(run) = store.setup_of(row.id)? else {
+            return Ok(None);
+        };
+        if !run.state.in_progress() {
+            return Ok(Some(run));
+        }
+        if run.state == SetupState::Pending && daemon::running_daemon(state).is_none() {
+            return Err(anyhow!(
+                "the setup of {}/{} is queued and nothing is mounted for state dir {} to run it; start it with `worktreefs mount`",
+                row.repo,
+                row.name,
+                state.root.display()
+            )
+            .into());
+        }
+        if !said && started.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "worktreefs: waiting for the setup of {}/{} ({}: `{}`); its output: `worktreefs setup-log {}/{}`",
+                row.repo, row.name, run.state.as_str(), run.command, row.repo, row.name
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What `run` and `turn` ask before they go on: a setup under way is waited for (unless
+/// `--no-wait-setup`), and one that failed refuses them (`setup-failed`) unless
+/// `--ignore-setup`.
+pub fn before_running(
+    state: &StateDir,
+    store: &Store,
+    row: &WorktreeRow,
+    gate: SetupGateArgs,
+) -> Result<(), Failed> {
+    let run = match store.setup_of(row.id)? {
+        Some(run) if run.state.in_progress() && !gate.no_wait_setup => {
+            // Nothing mounted: the command's own refusal (not mounted) says what to do.
+            if daemon::running_daemon(state).is_none() {
+                return Ok(());
+            }
+            wait_for(state, store, row)?
+        }
+        other => other,
+    };
+    match run {
+        Some(run) if run.state == SetupState::Failed && !gate.ignore_setup => {
+            Err(setup_failed(row, &run).into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The refusal of a command in worktree `row`, whose setup failed.
+fn setup_failed(row: &WorktreeRow, run: &SetupRow) -> report::Refusal {
+    report::Refusal {
+        message: format!(
+            "the setup of {}/{} {}: see its output with `worktreefs setup-log {}/{}`, run it again with `worktreefs setup {}/{}`, or go ahead without it with --ignore-setup",
+            row.repo,
+            row.name,
+            run.summary(),
+            row.repo,
+            row.name,
+            row.repo,
+            row.name
+        ),
+        json: shapes::value(SetupFailedJson {
+            error: "setup-failed".into(),
+            worktree: format!("{}/{}", row.repo, row.name),
+            repo: row.repo.clone(),
+            name: row.name.clone(),
+            setup: SetupJson::of(run),
+        }),
+        code: report::EXIT_CONFLICT,
+    }
+}
+
+pub fn run_log(state: &StateDir, args: SetupLogArgs) -> Result<(), Failed> {
+    let target = which(state, args.target.as_deref(), false)?;
+    let (repo, name) = split_target(&target)?;
+    let store = open_store(state)?;
+    let row = runnable_worktree(&store, repo, name)?;
+    if store.setup_of(row.id)?.is_none() {
+        return Err(anyhow!(
+            "{repo}/{name} has not run a setup command, so it has no setup log (see `worktreefs repo set {repo} --on-create CMD`)"
+        )
+        .into());
+    }
+    let log = setup::read_log(state, row.id)
+        .map_err(|e| anyhow!("reading {}: {e}", setup::log_path(state, row.id).display()))?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&log)
+        .and_then(|_| out.flush())
+        .map_err(|e| anyhow!("writing the log: {e}"))?;
+    Ok(())
+}
+
+/// The runner: the run the daemon marked running for this worktree, run as a turn's
+/// command is (bounded in time, its process tree ended after it) as the worktree's owner
+/// with the owner's environment, holding a lease of this process's that gives the
+/// worktree back `ready`. Its standard output and error are the log.
+fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
+    let mut store = open_store(state)?;
+    let row = store
+        .worktree(repo, name)?
+        .ok_or_else(|| anyhow!("worktree '{repo}/{name}' does not exist"))?;
+    let run = match store.setup_of(row.id)? {
+        Some(r) if r.state == SetupState::Running && r.pid.is_none() => r,
+        _ => return Err(anyhow!("{repo}/{name} has no setup waiting for a runner").into()),
+    };
+    let me = worktreefs::process::info::proc_info(std::process::id() as i32)
+        .ok_or_else(|| anyhow!("reading this process's /proc/self/stat"))?;
+    let lease = NewLease::Process {
+        pid: me.pid,
+        start: me.start,
+        command: format!("worktreefs setup {repo}/{name}"),
+    };
+    let fail = |store: &mut Store, holder: Option<&str>, why: String| {
+        println!("worktreefs: setup of {repo}/{name} not run: {why}");
+        let end = SetupEnd {
+            ok: false,
+            exit_code: None,
+            detail: Some(format!("not run: {why}")),
+        };
+        store.end_setup(row.id, holder, &end)
+    };
+    if let Err(e) = store.acquire_lease(row.id, &lease, "its setup command runs") {
+        let why = match e {
+            worktreefs::store::LeaseError::Conflict(_, state) => format!("the worktree is {state}"),
+            worktreefs::store::LeaseError::Occupied(_) => "another holder refused it".into(),
+            worktreefs::store::LeaseError::Db(e) => e.to_string(),
+        };
+        fail(&mut store, None, why)?;
+        return Ok(());
+    }
+    let holder = lease.holder();
+    store.setup_runner(row.id, me.pid, me.start, &holder)?;
+    let Some(daemon) = daemon::running_daemon(state) else {
+        fail(&mut store, Some(&holder), "nothing is mounted".into())?;
+        return Ok(());
+    };
+    let dir = daemon.mountpoint.join(repo).join(name);
+    let mut env = setup::owner_environment(row.uid);
+    env.extend(ports::environment(&store, &row, &dir));
+    let who = RunAs::user(row.uid, row.gid);
+    println!(
+        "worktreefs: setup of {repo}/{name} at {} as uid {} (limit {} s): {}",
+        report::rfc3339(worktreefs::store::now_secs()),
+        row.uid,
+        run.timeout,
+        run.command
+    );
+    let _ = std::io::stdout().flush();
+    let command = ["/bin/sh".to_string(), "-c".to_string(), run.command.clone()];
+    let limit = Some(Duration::from_secs(run.timeout.max(1)));
+    let end = match run_below_as(&dir, &command, &env, Below::Turn { limit }, Some(&who)) {
+        Ok(ended) => {
+            use std::os::unix::process::ExitStatusExt;
+            let code = ended.status.code();
+            match (ended.ended_with, code, ended.status.signal()) {
+                (Some(_), _, _) => SetupEnd {
+                    ok: false,
+                    exit_code: None,
+                    detail: Some(format!("timed out after {} s", run.timeout)),
+                },
+                (None, Some(c), _) => SetupEnd {
+                    ok: c == 0,
+                    exit_code: Some(c),
+                    detail: None,
+                },
+                (None, None, sig) => SetupEnd {
+                    ok: false,
+                    exit_code: None,
+                    detail: Some(format!("killed by signal {}", sig.unwrap_or(0))),
+                },
+            }
+        }
+        Err(e) => SetupEnd {
+            ok: false,
+            exit_code: e.shell_code().map(i32::from),
+            detail: Some(e.to_string()),
+        },
+    };
+    let after = store.end_setup(row.id, Some(&holder), &end)?;
+    let ended = store
+        .setup_of(row.id)?
+        .map(|r| r.summary())
+        .unwrap_or_default();
+    println!(
+        "worktreefs: setup of {repo}/{name} ended at {}: {ended}; the worktree is {after}",
+        report::rfc3339(worktreefs::store::now_secs())
+    );
+    daemon::poke(state);
+    // Out of the worktree before this process ends: nothing of it is inside any more.
+    let _ = std::env::set_current_dir("/");
+    Ok(())
+}

@@ -1,0 +1,316 @@
+//! A repository's setup command, run in each new worktree by the daemon: as the
+//! worktree's owner with the owner's environment, its output in a log, its state in
+//! `list`, what `run` and `turn` do about it, its limit, and what it left running.
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// The worktree's setup run as `list --json` shows it (null: none).
+fn setup_of(env: &Env, name: &str) -> serde_json::Value {
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
+    json.as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name)
+        .map(|w| w["setup"].clone())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Waits until the setup of `name` has ended, and returns it.
+fn ended_setup(env: &Env, name: &str, limit: Duration) -> serde_json::Value {
+    let end = Instant::now() + limit;
+    loop {
+        let s = setup_of(env, name);
+        if matches!(s["state"].as_str(), Some("ok" | "failed")) {
+            return s;
+        }
+        assert!(
+            Instant::now() < end,
+            "the setup of {name} did not end within {limit:?}: {s}; log:\n{}",
+            String::from_utf8_lossy(
+                &wtfs(&env.state(), &["setup-log", &format!("repo/{name}")]).stdout
+            )
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn set_setup(env: &Env, args: &[&str]) {
+    let mut all = vec!["repo", "set", "repo"];
+    all.extend_from_slice(args);
+    wtfs_ok(&env.state(), &all);
+}
+
+fn code(o: &std::process::Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A worktree made by `mkdir` runs the setup; in one of nobody's it runs as nobody, with
+/// nobody's HOME and the worktree's variables and nothing of the daemon's environment;
+/// its output is in the log (CLI and `.control`), `list` says `ok`, the worktree is
+/// `ready` afterwards, and what the command left running in the background is ended.
+#[test]
+fn a_new_worktree_runs_the_setup_as_its_owner_and_is_ready_after() {
+    let env = Env::new();
+    set_setup(
+        &env,
+        &[
+            "--on-create",
+            "echo to-out; echo to-err >&2; \
+             printf '%s|%s|%s|%s|%s\\n' \"$(id -u)\" \"$HOME\" \"$WORKTREEFS_WORKTREE\" \"$WORKTREEFS_PORT\" \"${LEAKED:-none}\" > seen.txt; \
+             sleep 300 & echo $! > bg.pid",
+        ],
+    );
+    create_owned_by(&env, "w", NOBODY, false);
+    let m = Mounted::start_with_envs(
+        &env.state(),
+        &env.mountpoint(),
+        &["--linger", "600", "--allow-other"],
+        &[("LEAKED", std::ffi::OsStr::new("from-the-daemon"))],
+    );
+    // Made by mkdir (as root, who owns the repository): its setup runs.
+    fs::create_dir(m.mountpoint.join("repo/m")).unwrap();
+    assert_eq!(
+        ended_setup(&env, "m", Duration::from_secs(30))["state"],
+        "ok"
+    );
+    // One of nobody's, its setup run (again) by `worktreefs setup`: as nobody.
+    let o = wtfs(&env.state(), &["setup", "repo/w"]);
+    assert_eq!(
+        code(&o),
+        0,
+        "{}{}",
+        text(&o),
+        wtfs_ok(&env.state(), &["setup-log", "repo/w"])
+    );
+    let s = ended_setup(&env, "w", Duration::from_secs(30));
+    assert_eq!(s["state"], "ok", "{s}");
+    assert_eq!(s["summary"], "ok");
+    assert_eq!(s["exit_code"], 0);
+    assert_eq!(state_of(&env, "w"), "ready", "setup starts no lifecycle");
+    let wt = m.wt("repo", "w");
+    let port: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["env", "repo/w", "--json"])).unwrap();
+    let nobody_home = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(NOBODY))
+        .unwrap()
+        .unwrap()
+        .dir;
+    assert_eq!(
+        fs::read_to_string(wt.join("seen.txt")).unwrap(),
+        format!(
+            "{NOBODY}|{}|repo/w|{}|none\n",
+            nobody_home.display(),
+            port["port"]
+        )
+    );
+    let log = wtfs_ok(&env.state(), &["setup-log", "repo/w"]);
+    assert!(log.contains("to-out") && log.contains("to-err"), "{log}");
+    assert!(log.contains("ended") && log.contains(": ok;"), "{log}");
+    let through_control =
+        fs::read_to_string(m.mountpoint.join(".control/setup-log/repo:w")).unwrap();
+    assert_eq!(through_control, log);
+    // Its owner reads it by name; another's log and the listing are not theirs to read.
+    let control = m.mountpoint.join(".control/setup-log");
+    let own = as_nobody(&control, "cat repo:w");
+    assert_eq!(String::from_utf8_lossy(&own.stdout), log, "{}", text(&own));
+    let other = as_nobody(&control, "cat repo:m");
+    assert!(!other.status.success(), "{}", text(&other));
+    let listed = as_nobody(&control, "ls .");
+    assert!(!listed.status.success(), "{}", text(&listed));
+    // What it left running went with it (as a turn's leftovers do).
+    let bg: i32 = fs::read_to_string(wt.join("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until(
+        "the setup's background process to end",
+        Duration::from_secs(10),
+        || {
+            fs::read_to_string(format!("/proc/{bg}/cmdline"))
+                .map(|c| !c.contains("sleep"))
+                .unwrap_or(true)
+        },
+    );
+    let list = wtfs_ok(&env.state(), &["list"]);
+    assert!(list.contains("SETUP") && list.contains(" ok"), "{list}");
+    m.unmount();
+}
+
+/// A setup that fails leaves the worktree in place, marked: `new --wait-setup` exits
+/// with its code, `run` and `turn` are refused (`setup-failed`, exit 3, JSON too) until
+/// `--ignore-setup`, and `worktreefs setup` runs it again.
+#[test]
+fn a_failed_setup_marks_the_worktree_and_refuses_commands_until_ignored_or_fixed() {
+    let env = Env::new();
+    set_setup(&env, &["--on-create", "echo broken >&2; exit 7"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    let o = wtfs(&env.state(), &["new", "repo/f", "--wait-setup"]);
+    assert_eq!(code(&o), 7, "{}", text(&o));
+    assert!(text(&o).contains("failed (exit 7)"), "{}", text(&o));
+    assert_eq!(state_of(&env, "f"), "ready");
+    assert!(m.wt("repo", "f").join("README.md").exists());
+    assert_eq!(setup_of(&env, "f")["summary"], "failed (exit 7)");
+    assert!(wtfs_ok(&env.state(), &["setup-log", "repo/f"]).contains("broken"));
+
+    let o = wtfs(&env.state(), &["run", "repo/f", "--", "true"]);
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    assert!(text(&o).contains("--ignore-setup"), "{}", text(&o));
+    let o = wtfs(&env.state(), &["run", "repo/f", "--json", "--", "true"]);
+    let refusal: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+    assert_eq!(refusal["error"], "setup-failed", "{refusal}");
+    assert_eq!(refusal["setup"]["exit_code"], 7);
+    let o = wtfs(
+        &env.state(),
+        &["turn", "repo/f", "--session", "s", "--", "true"],
+    );
+    assert_eq!(code(&o), 3, "{}", text(&o));
+    wtfs_ok(
+        &env.state(),
+        &["run", "repo/f", "--ignore-setup", "--", "true"],
+    );
+    wtfs_ok(
+        &env.state(),
+        &[
+            "turn",
+            "repo/f",
+            "--session",
+            "s",
+            "--ignore-setup",
+            "--",
+            "true",
+        ],
+    );
+
+    // Fixed and run again: commands go ahead.
+    set_setup(&env, &["--on-create", "echo fixed > fixed.txt"]);
+    let o = wtfs(&env.state(), &["setup", "repo/f"]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert_eq!(setup_of(&env, "f")["state"], "ok");
+    assert_eq!(
+        wtfs_ok(&env.state(), &["run", "repo/f", "--", "cat", "fixed.txt"]),
+        "fixed\n"
+    );
+    m.unmount();
+}
+
+/// `run` waits for a setup that is running (its files are there when the command
+/// starts), `--no-wait-setup` does not; a setup past its limit is ended and said so.
+#[test]
+fn run_waits_for_a_running_setup_and_one_past_its_limit_is_ended() {
+    let env = Env::new();
+    set_setup(&env, &["--on-create", "sleep 2; echo done > done.txt"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    wtfs_ok(&env.state(), &["new", "repo/a"]);
+    assert_eq!(
+        wtfs_ok(&env.state(), &["run", "repo/a", "--", "cat", "done.txt"]),
+        "done\n"
+    );
+    wtfs_ok(&env.state(), &["new", "repo/b"]);
+    let t = Instant::now();
+    let o = wtfs(
+        &env.state(),
+        &[
+            "run",
+            "repo/b",
+            "--no-wait-setup",
+            "--",
+            "test",
+            "!",
+            "-e",
+            "done.txt",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        t.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        t.elapsed()
+    );
+
+    set_setup(&env, &["--on-create", "sleep 100", "--setup-timeout", "1"]);
+    let t = Instant::now();
+    let o = wtfs(&env.state(), &["new", "repo/c", "--wait-setup"]);
+    assert_ne!(code(&o), 0, "{}", text(&o));
+    assert!(text(&o).contains("timed out after 1 s"), "{}", text(&o));
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    assert_eq!(state_of(&env, "c"), "ready");
+    m.unmount();
+}
+
+/// Without a mount the run is queued (`new` says so, `--wait-setup` refuses at once) and
+/// starts at the next mount; `--no-setup` runs none; two `setup` commands at once share
+/// one run; bad input is refused naming a way out and changes nothing.
+#[test]
+fn a_setup_queued_without_a_mount_runs_at_the_next_and_bad_input_is_refused() {
+    let env = Env::new();
+    set_setup(&env, &["--on-create", "echo queued > q.txt"]);
+    let o = wtfs(&env.state(), &["new", "repo/q"]);
+    assert!(
+        text(&o).contains("runs once the state dir is mounted"),
+        "{}",
+        text(&o)
+    );
+    let o = wtfs(&env.state(), &["new", "repo/r", "--wait-setup"]);
+    assert_ne!(code(&o), 0);
+    assert!(text(&o).contains("worktreefs mount"), "{}", text(&o));
+    let o = wtfs(&env.state(), &["new", "repo/n", "--no-setup"]);
+    assert!(text(&o).contains("not run (--no-setup"), "{}", text(&o));
+    assert_eq!(setup_of(&env, "n"), serde_json::Value::Null);
+
+    let m = env.mount_with(&["--linger", "600"]);
+    assert_eq!(
+        ended_setup(&env, "q", Duration::from_secs(30))["state"],
+        "ok"
+    );
+    assert_eq!(
+        fs::read_to_string(m.wt("repo", "q").join("q.txt")).unwrap(),
+        "queued\n"
+    );
+    // Two at once: one run, both wait for it and exit with it.
+    set_setup(&env, &["--on-create", "sleep 1; echo x >> runs.txt"]);
+    let state = env.state();
+    let twice: Vec<_> = (0..2)
+        .map(|_| {
+            let state = state.clone();
+            std::thread::spawn(move || wtfs(&state, &["setup", "repo/n"]))
+        })
+        .collect();
+    for t in twice {
+        let o = t.join().unwrap();
+        assert_eq!(code(&o), 0, "{}", text(&o));
+    }
+    let runs = fs::read_to_string(m.wt("repo", "n").join("runs.txt")).unwrap();
+    assert!(runs == "x\n" || runs == "x\nx\n", "{runs:?}");
+
+    // Bad input.
+    let o = wtfs(&env.state(), &["repo", "set", "repo", "--on-create", " "]);
+    assert_ne!(code(&o), 0);
+    assert!(text(&o).contains("--no-on-create"), "{}", text(&o));
+    let o = wtfs(
+        &env.state(),
+        &["repo", "set", "repo", "--setup-timeout", "0"],
+    );
+    assert_ne!(code(&o), 0);
+    let repo: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["repo", "list", "--json"])).unwrap();
+    assert_eq!(repo[0]["on_create"], "sleep 1; echo x >> runs.txt");
+    set_setup(&env, &["--no-on-create"]);
+    let o = wtfs(&env.state(), &["setup", "repo/n"]);
+    assert_ne!(code(&o), 0);
+    assert!(text(&o).contains("--on-create CMD"), "{}", text(&o));
+    let o = wtfs(&env.state(), &["setup-log", "repo/q2"]);
+    assert_ne!(code(&o), 0);
+    m.unmount();
+}
