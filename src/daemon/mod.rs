@@ -180,7 +180,14 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // From here on inspection trusts the index entries git trusts, by what the view's
     // fsmonitor hook would answer.
     let inspection = inspection.asking(&view);
-    view.set_inspection(inspection.clone());
+    // While the mount is served, a removal runs the repository's teardown command in the
+    // worktree first (not at boot, before it is served, nor at unmount, once it is gone).
+    let setups = crate::lifecycle::setup::Launcher {
+        program: "/proc/self/exe".into(),
+        state: req.state.clone(),
+    };
+    let serving = inspection.clone().tearing_down_with(setups.clone());
+    view.set_inspection(serving.clone());
     let gate = view.gate();
     let tracker = {
         let view = view.clone();
@@ -232,11 +239,8 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         crate::lifecycle::sweeper::Settings {
             linger: req.linger,
             cache_nodes: req.cache_nodes,
-            inspection: inspection.clone(),
-            setups: crate::lifecycle::setup::Launcher {
-                program: "/proc/self/exe".into(),
-                state: req.state.clone(),
-            },
+            inspection: serving,
+            setups,
         },
         view.clone(),
         tracker.clone(),

@@ -343,7 +343,11 @@ impl View {
         name: &OsStr,
     ) -> FsResult<Entry> {
         let wt = self.worktree_ctx(repo_id, name)?;
-        if self.catalog.state(wt.ident.lease_id) == Some(State::Deleting) {
+        // While its teardown command runs, its processes find it (entering it is theirs
+        // alone: the lease tracker lets nobody else in).
+        if self.catalog.state(wt.ident.lease_id) == Some(State::Deleting)
+            && !crate::lifecycle::setup::tearing_down(wt.ident.id)
+        {
             return Err(FsError::conflict(
                 format!(
                     "worktree {}/{} is deleting (no lease, cleanup begun): not entered",
@@ -502,7 +506,10 @@ impl View {
                 &mut store,
                 &row,
                 &self.mountpoint,
-                &self.inspection(),
+                // A teardown cannot run inside this request: the kernel holds the
+                // repository directory's lock until it is answered, and the command's
+                // way into the worktree goes through it.
+                &self.inspection().deferring_teardowns(),
                 false,
                 &mut |_| {},
             )

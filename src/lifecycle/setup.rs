@@ -1,14 +1,20 @@
-//! Setup commands: the repository's `on-create` command run in each new worktree, as the
-//! worktree's owner, by a runner process the daemon starts (`worktreefs setup --runner`,
+//! Setup and teardown commands: the repository's `on-create` command run in each new
+//! worktree and its `on-remove` command run before each removal, as the worktree's owner,
+//! by a runner process the daemon starts (`worktreefs setup --runner` or `--teardown`,
 //! which runs it as a turn's command is run: bounded in time, its process tree ended).
 //! Here: queuing a run, starting runners for queued runs, failing runs whose runner
-//! died, the owner's environment, and where each run's log is.
+//! died, a teardown run and waited for (its processes let into a worktree that is
+//! deleting, nobody else's), the owner's environment, and where each run's log is.
 
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use crate::ids::WorktreeId;
 use crate::state::StateDir;
@@ -16,6 +22,13 @@ use crate::store::{SetupRow, Store, WorktreeRow};
 
 /// How long a setup command may run when its repository sets no limit.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// How long a teardown command may run when its repository sets no limit.
+pub const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long past its command's limit a teardown's runner may take to end it and what it
+/// left, before it is killed.
+const RUNNER_GRACE: Duration = Duration::from_secs(15);
 
 /// How long a queued run may wait for its runner to say who it is before it is failed.
 const RUNNER_START_WITHIN: i64 = 60;
@@ -103,39 +116,10 @@ impl Launcher {
             .worktree_by_id(run.worktree_id)
             .map_err(|e| e.to_string())?
             .ok_or("its worktree is gone")?;
-        let path = log_path(&self.state, row.id);
-        let dir = path.parent().expect("a log has a directory");
-        fs::create_dir_all(dir).map_err(|e| format!("making {}: {e}", dir.display()))?;
-        // A log left by an earlier run is replaced, never written through a link.
-        let _ = fs::remove_file(&path);
-        let log = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| format!("making {}: {e}", path.display()))?;
-        let _ = std::os::unix::fs::fchown(&log, Some(row.uid), Some(row.gid));
-        let err = log.try_clone().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(&self.program);
-        cmd.arg("--state-dir")
-            .arg(&self.state.root)
-            .arg("setup")
-            .arg("--runner")
-            .arg(format!("{}/{}", row.repo, row.name))
-            .current_dir("/")
+        // A log left by an earlier run is replaced.
+        let mut child = self
+            .command(&row, "--runner", true)?
             .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .env_remove("RUST_LOG");
-        // SAFETY: setsid(2) is async-signal-safe.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::setsid();
-                Ok(())
-            });
-        }
-        let mut child = cmd
             .spawn()
             .map_err(|e| format!("starting {}: {e}", self.program.display()))?;
         tracing::info!(
@@ -152,6 +136,178 @@ impl Launcher {
             });
         Ok(())
     }
+
+    /// The runner's command for worktree `row` (`mode`: `--runner`, `--teardown`), in a
+    /// session of its own, its output going to the worktree's log (made anew when
+    /// `fresh`, else appended to; owned by the worktree's owner, readable by them alone,
+    /// never written through a link).
+    fn command(&self, row: &WorktreeRow, mode: &str, fresh: bool) -> Result<Command, String> {
+        let path = log_path(&self.state, row.id);
+        let dir = path.parent().expect("a log has a directory");
+        fs::create_dir_all(dir).map_err(|e| format!("making {}: {e}", dir.display()))?;
+        if fresh {
+            let _ = fs::remove_file(&path);
+        }
+        let log = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        let _ = std::os::unix::fs::fchown(&log, Some(row.uid), Some(row.gid));
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&self.program);
+        cmd.arg("--state-dir")
+            .arg(&self.state.root)
+            .arg("setup")
+            .arg(mode)
+            .arg(format!("{}/{}", row.repo, row.name))
+            .current_dir("/")
+            .stdout(log)
+            .stderr(err)
+            .env_remove("RUST_LOG");
+        // SAFETY: setsid(2) is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        Ok(cmd)
+    }
+
+    /// Runs worktree `row`'s teardown command, if its repository has one, and waits for
+    /// it: its runner's processes (and theirs) are let into the worktree while it is
+    /// deleting ([`teardown_covers`]), nobody else is. Bounded by the command's limit
+    /// (and `until`, when given) plus the runner's grace; a failure is logged and said in
+    /// the worktree's log, never stops the removal. Returns how it ended, if it ran.
+    pub fn tear_down(
+        &self,
+        store: &Store,
+        row: &WorktreeRow,
+        until: Option<Instant>,
+    ) -> Option<String> {
+        let hooks = store.hooks_of(row.repo_id).ok()?;
+        let command = hooks.on_remove?;
+        let label = format!("{}/{}", row.repo, row.name);
+        let mut limit = Duration::from_secs(
+            hooks
+                .remove_timeout
+                .unwrap_or(TEARDOWN_TIMEOUT.as_secs())
+                .max(1),
+        );
+        if let Some(until) = until {
+            limit = limit.min(until.saturating_duration_since(Instant::now()));
+        }
+        let spawned = self.command(row, "--teardown", false).and_then(|mut cmd| {
+            cmd.arg("--limit")
+                .arg(limit.as_secs().max(1).to_string())
+                .stdin(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("starting {}: {e}", self.program.display()))
+        });
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(why) => {
+                tracing::warn!("{label}: its teardown `{command}` did not start: {why}");
+                return Some(format!("not started: {why}"));
+            }
+        };
+        let pid = child.id() as i32;
+        let registered = Registered::new(row.id, pid);
+        // Let in before it goes: the runner waits for this word before it enters.
+        if let Some(mut go) = child.stdin.take() {
+            let _ = go.write_all(b"go\n");
+        }
+        tracing::info!("{label}: teardown started (runner {pid}): {command}");
+        let end = Instant::now() + limit + RUNNER_GRACE;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        drop(registered);
+        let said = match status.and_then(|s| s.code()) {
+            Some(0) => "ok".to_string(),
+            Some(code) => format!("failed (exit {code})"),
+            None => format!(
+                "failed (its runner was ended after {} s)",
+                (limit + RUNNER_GRACE).as_secs()
+            ),
+        };
+        if said == "ok" {
+            tracing::info!("{label}: teardown ok");
+        } else {
+            tracing::warn!(
+                "{label}: teardown `{command}` {said}; the removal goes on (its output: {})",
+                log_path(&self.state, row.id).display()
+            );
+        }
+        Some(said)
+    }
+}
+
+/// The teardowns running, by worktree: their runners' pids.
+static TEARDOWNS: Mutex<Vec<(WorktreeId, i32)>> = Mutex::new(Vec::new());
+/// How many are running: while none is, nothing is looked up.
+static TEARDOWN_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// A teardown's runner, registered for as long as this lives.
+struct Registered(WorktreeId, i32);
+
+impl Registered {
+    fn new(id: WorktreeId, pid: i32) -> Registered {
+        TEARDOWNS.lock().push((id, pid));
+        TEARDOWN_COUNT.fetch_add(1, Ordering::SeqCst);
+        Registered(id, pid)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        TEARDOWNS
+            .lock()
+            .retain(|&(id, pid)| (id, pid) != (self.0, self.1));
+        TEARDOWN_COUNT.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether worktree `id` is running its teardown now (its directory is then served to
+/// the teardown's processes though it is deleting).
+pub fn tearing_down(id: WorktreeId) -> bool {
+    TEARDOWN_COUNT.load(Ordering::SeqCst) > 0 && TEARDOWNS.lock().iter().any(|&(w, _)| w == id)
+}
+
+/// Whether process `pid` is worktree `id`'s teardown runner or below it (looked up through
+/// `/proc`, at most 32 parents up): such a process works in the worktree without a lease.
+pub fn teardown_covers(id: WorktreeId, pid: i32) -> bool {
+    if TEARDOWN_COUNT.load(Ordering::SeqCst) == 0 {
+        return false;
+    }
+    let runners: Vec<i32> = TEARDOWNS
+        .lock()
+        .iter()
+        .filter(|&&(w, _)| w == id)
+        .map(|&(_, p)| p)
+        .collect();
+    let mut p = pid;
+    for _ in 0..32 {
+        if runners.contains(&p) {
+            return true;
+        }
+        match crate::process::info::proc_info(p) {
+            Some(info) if info.ppid > 1 => p = info.ppid,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Fails the runs whose runner died without ending them (killed, the machine restarted)

@@ -272,6 +272,12 @@ pub struct RepoJson {
     /// How long that command may run, in seconds (absent: the default, 1800).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup_timeout_secs: Option<u64>,
+    /// Its teardown command (`repo set --on-remove`), run before each removal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_remove: Option<String>,
+    /// How long that command may run, in seconds (absent: the default, 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teardown_timeout_secs: Option<u64>,
 }
 
 impl RepoJson {
@@ -286,6 +292,8 @@ impl RepoJson {
             added_at: rfc3339(r.added_at),
             on_create: None,
             setup_timeout_secs: None,
+            on_remove: None,
+            teardown_timeout_secs: None,
         }
     }
 
@@ -293,6 +301,8 @@ impl RepoJson {
     pub fn with_hooks(mut self, hooks: &crate::store::RepoHooks) -> RepoJson {
         self.on_create = hooks.on_create.clone();
         self.setup_timeout_secs = hooks.create_timeout;
+        self.on_remove = hooks.on_remove.clone();
+        self.teardown_timeout_secs = hooks.remove_timeout;
         self
     }
 }

@@ -178,15 +178,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
         size        INTEGER NOT NULL
     );
     "#,
-    // 10: a repository's setup command (run in each new worktree) and its time limit, as
-    // whoever registered it gave them; and each worktree's run of it: pending until the
-    // daemon starts it, running (the runner's pid and start time, and the last event
-    // before its lease), then ok or failed (its exit code, or why).
+    // 10: a repository's setup command (run in each new worktree) and its teardown
+    // command (run before each removal), with their time limits, as whoever registered it
+    // gave them; and each worktree's run of its setup: pending until the daemon starts
+    // it, running (the runner's pid and start time, and the last event before its lease),
+    // then ok or failed (its exit code, or why).
     r#"
     CREATE TABLE repo_hooks (
         repo_id         INTEGER PRIMARY KEY REFERENCES repos(id),
         on_create       TEXT,
-        create_timeout  INTEGER
+        create_timeout  INTEGER,
+        on_remove       TEXT,
+        remove_timeout  INTEGER
     );
     CREATE TABLE setups (
         worktree_id INTEGER PRIMARY KEY REFERENCES worktrees(id),

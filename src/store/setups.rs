@@ -8,13 +8,18 @@ use super::{now_secs, Store, StoreResult};
 use crate::ids::{RepoId, WorktreeId};
 use crate::lease::State;
 
-/// The setup command a repository's new worktrees run, as whoever registered it gave it.
+/// The commands a repository's worktrees run when made and before they are removed, as
+/// whoever registered it gave them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RepoHooks {
     /// Run by `/bin/sh -c` in each new worktree, as its owner.
     pub on_create: Option<String>,
     /// Its time limit in seconds (None: the default).
     pub create_timeout: Option<u64>,
+    /// Run by `/bin/sh -c` in a worktree found removable, before it goes, as its owner.
+    pub on_remove: Option<String>,
+    /// Its time limit in seconds (None: the default).
+    pub remove_timeout: Option<u64>,
 }
 
 /// Where a worktree's run of its setup command is.
@@ -120,12 +125,18 @@ impl Store {
         Ok(self
             .conn
             .query_row(
-                "SELECT on_create, create_timeout FROM repo_hooks WHERE repo_id = ?1",
+                "SELECT on_create, create_timeout, on_remove, remove_timeout FROM repo_hooks
+                 WHERE repo_id = ?1",
                 [id],
                 |r| {
+                    let secs = |i| -> rusqlite::Result<Option<u64>> {
+                        Ok(r.get::<_, Option<i64>>(i)?.map(|t| t.max(0) as u64))
+                    };
                     Ok(RepoHooks {
                         on_create: r.get(0)?,
-                        create_timeout: r.get::<_, Option<i64>>(1)?.map(|t| t.max(0) as u64),
+                        create_timeout: secs(1)?,
+                        on_remove: r.get(2)?,
+                        remove_timeout: secs(3)?,
                     })
                 },
             )
@@ -136,9 +147,16 @@ impl Store {
     /// Replaces repository `id`'s setup command and its limit.
     pub fn set_hooks(&self, id: RepoId, hooks: &RepoHooks) -> StoreResult<()> {
         self.conn.execute(
-            "INSERT OR REPLACE INTO repo_hooks(repo_id, on_create, create_timeout)
-             VALUES (?1, ?2, ?3)",
-            params![id, hooks.on_create, hooks.create_timeout.map(|t| t as i64)],
+            "INSERT OR REPLACE INTO repo_hooks(repo_id, on_create, create_timeout, on_remove,
+                 remove_timeout)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                id,
+                hooks.on_create,
+                hooks.create_timeout.map(|t| t as i64),
+                hooks.on_remove,
+                hooks.remove_timeout.map(|t| t as i64)
+            ],
         )?;
         Ok(())
     }

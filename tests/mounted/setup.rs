@@ -314,3 +314,89 @@ fn a_setup_queued_without_a_mount_runs_at_the_next_and_bad_input_is_refused() {
     assert_ne!(code(&o), 0);
     m.unmount();
 }
+
+/// A removal runs the repository's teardown command first, in the worktree (its files
+/// and ports there), as its owner, while nobody else may enter; it is bounded, and its
+/// failure or timeout is logged and the removal goes on. Through reclaim, rmdir and the
+/// cleanup after the last lease alike.
+#[test]
+fn a_removal_runs_the_teardown_in_the_worktree_first_and_goes_on_whatever_it_does() {
+    let env = Env::new();
+    let out = tempfile::tempdir().unwrap();
+    let o = out.path().display().to_string();
+    set_setup(
+        &env,
+        &[
+            "--on-remove",
+            &format!(
+                "cat README.md > {o}/$(basename $PWD).read; echo $WORKTREEFS_PORT > {o}/$(basename $PWD).port; \
+                 touch {o}/$(basename $PWD).begun; sleep 2; echo later > {o}/$(basename $PWD).done"
+            ),
+        ],
+    );
+    let m = env.mount_with(&["--linger", "1"]);
+    for name in ["t", "r", "c"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+    }
+    let port: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["env", "repo/t", "--json"])).unwrap();
+    // reclaim: while the teardown runs, nobody else gets in.
+    let state = env.state();
+    let reclaim = std::thread::spawn(move || wtfs(&state, &["reclaim", "repo/t"]));
+    wait_until("the teardown has begun", Duration::from_secs(20), || {
+        out.path().join("t.begun").exists()
+    });
+    let wrote = fs::write(m.wt("repo", "t").join("intruder"), "x");
+    assert!(wrote.is_err(), "wrote into a worktree being torn down");
+    let read = fs::read(m.wt("repo", "t").join("README.md"));
+    assert!(read.is_err(), "entered a worktree being torn down");
+    let o = reclaim.join().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        fs::read_to_string(out.path().join("t.read")).unwrap(),
+        fs::read_to_string(env.repo.path().join("README.md")).unwrap()
+    );
+    assert_eq!(
+        fs::read_to_string(out.path().join("t.port")).unwrap(),
+        format!("{}\n", port["port"])
+    );
+    assert!(
+        out.path().join("t.done").exists(),
+        "the removal did not wait"
+    );
+    assert_eq!(state_of(&env, "t"), "removed");
+    let log = wtfs_ok(&env.state(), &["setup-log", "repo/t"]);
+    assert!(
+        log.contains("teardown of repo/t") && log.contains(": ok"),
+        "{log}"
+    );
+    // rmdir: answered once the worktree is found removable (the kernel holds the
+    // repository directory meanwhile, which the teardown's way in needs); the teardown
+    // and the removal follow.
+    fs::remove_dir(m.wt("repo", "r")).unwrap();
+    wait_for_state(&env, "r", "removed", Duration::from_secs(30));
+    assert!(out.path().join("r.done").exists());
+    // The cleanup after the last lease (a run came and went).
+    wtfs_ok(&env.state(), &["run", "repo/c", "--", "true"]);
+    wait_for_state(&env, "c", "removed", Duration::from_secs(40));
+    assert!(out.path().join("c.done").exists());
+
+    // One that fails and one past its limit: the removal goes on.
+    set_setup(
+        &env,
+        &["--on-remove", "sleep 100", "--teardown-timeout", "1"],
+    );
+    wtfs_ok(&env.state(), &["new", "repo/slow"]);
+    let t = Instant::now();
+    let o = wtfs(&env.state(), &["reclaim", "repo/slow"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(t.elapsed() < Duration::from_secs(12), "{:?}", t.elapsed());
+    assert!(wtfs_ok(&env.state(), &["setup-log", "repo/slow"]).contains("timed out"));
+    set_setup(&env, &["--on-remove", "exit 9"]);
+    wtfs_ok(&env.state(), &["new", "repo/bad"]);
+    let o = wtfs(&env.state(), &["reclaim", "repo/bad"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(state_of(&env, "bad"), "removed");
+    assert!(wtfs_ok(&env.state(), &["setup-log", "repo/bad"]).contains("failed (exit 9)"));
+    m.unmount();
+}

@@ -60,6 +60,9 @@ pub enum RepoCmd {
         /// Take the setup command away: new worktrees run none.
         #[arg(long, conflicts_with = "on_create")]
         no_on_create: bool,
+        /// Take the teardown command away: removals run none.
+        #[arg(long, conflicts_with = "on_remove")]
+        no_on_remove: bool,
         /// The repository as one JSON object on stdout, as `repo list --json` gives it.
         #[arg(long)]
         json: bool,
@@ -92,26 +95,49 @@ pub struct HookArgs {
     /// How long the setup command may run before it is ended (default 1800).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub setup_timeout: Option<u64>,
+    /// A command `/bin/sh -c` runs in a worktree cleanup found removable, before it goes
+    /// (every removal made while mounted: cleanup, rmdir, reclaim), as the worktree's
+    /// owner with the same environment; its failure is logged and the removal goes on.
+    #[arg(long, value_name = "CMD")]
+    pub on_remove: Option<String>,
+    /// How long the teardown command may run before it is ended (default 60).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub teardown_timeout: Option<u64>,
 }
 
 impl HookArgs {
     fn given(&self) -> bool {
-        self.on_create.is_some() || self.setup_timeout.is_some()
+        self.on_create.is_some()
+            || self.setup_timeout.is_some()
+            || self.on_remove.is_some()
+            || self.teardown_timeout.is_some()
     }
 
-    /// `hooks` with these applied (`clear`: without a command).
-    fn apply(&self, mut hooks: RepoHooks, clear: bool) -> anyhow::Result<RepoHooks> {
-        if let Some(cmd) = &self.on_create {
-            if cmd.trim().is_empty() {
-                bail!("--on-create needs a command; to have none, give --no-on-create");
+    /// `hooks` with these applied (`clear`: without a setup command, without a teardown
+    /// command).
+    fn apply(&self, mut hooks: RepoHooks, clear: (bool, bool)) -> anyhow::Result<RepoHooks> {
+        for (flag, given, to) in [
+            ("on-create", &self.on_create, &mut hooks.on_create),
+            ("on-remove", &self.on_remove, &mut hooks.on_remove),
+        ] {
+            if let Some(cmd) = given {
+                if cmd.trim().is_empty() {
+                    bail!("--{flag} needs a command; to have none, give --no-{flag}");
+                }
+                *to = Some(cmd.clone());
             }
-            hooks.on_create = Some(cmd.clone());
         }
-        if clear {
+        if clear.0 {
             hooks.on_create = None;
+        }
+        if clear.1 {
+            hooks.on_remove = None;
         }
         if let Some(t) = self.setup_timeout {
             hooks.create_timeout = Some(t);
+        }
+        if let Some(t) = self.teardown_timeout {
+            hooks.remove_timeout = Some(t);
         }
         Ok(hooks)
     }
@@ -135,7 +161,7 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
         } => {
             let store = open_store(state)?;
             // Checked before anything is registered: a refusal leaves nothing.
-            let set = hooks.apply(RepoHooks::default(), false)?;
+            let set = hooks.apply(RepoHooks::default(), (false, false))?;
             let row = add_repo(&store, &path, name.as_deref())?;
             if hooks.given() {
                 store.set_hooks(row.id, &set)?;
@@ -168,17 +194,18 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             warm_default,
             hooks,
             no_on_create,
+            no_on_remove,
             json,
         } => {
             let store = open_store(state)?;
             let repo = store.repo_by_name(&name)?.ok_or_else(|| {
                 anyhow!("repository '{name}' is not registered (see `worktreefs repo list`)")
             })?;
-            let hooks_given = hooks.given() || no_on_create;
+            let hooks_given = hooks.given() || no_on_create || no_on_remove;
             if include.is_empty() && !no_include && warm_default.is_none() && !hooks_given {
-                return Err(anyhow!("nothing to set for '{name}': give --include PATTERN…, --no-include, --warm-default true|false, --on-create CMD, --no-on-create or --setup-timeout SECS").into());
+                return Err(anyhow!("nothing to set for '{name}': give --include PATTERN…, --no-include, --warm-default true|false, --on-create CMD, --no-on-create, --setup-timeout SECS, --on-remove CMD, --no-on-remove or --teardown-timeout SECS").into());
             }
-            let set = hooks.apply(store.hooks_of(repo.id)?, no_on_create)?;
+            let set = hooks.apply(store.hooks_of(repo.id)?, (no_on_create, no_on_remove))?;
             let patterns = (!include.is_empty() || no_include).then_some(&include[..]);
             store.set_repo_warm(repo.id, patterns, warm_default)?;
             if hooks_given {
@@ -196,6 +223,14 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
                         set.create_timeout.unwrap_or(worktreefs::lifecycle::setup::DEFAULT_TIMEOUT.as_secs())
                     ),
                     None => println!("repository '{name}': new worktrees run no setup command"),
+                }
+                match &set.on_remove {
+                    Some(cmd) => println!(
+                        "repository '{name}': a removal runs `{cmd}` first (limit {} s)",
+                        set.remove_timeout
+                            .unwrap_or(worktreefs::lifecycle::setup::TEARDOWN_TIMEOUT.as_secs())
+                    ),
+                    None => println!("repository '{name}': removals run no teardown command"),
                 }
                 if include.is_empty() && !no_include && warm_default.is_none() {
                     return Ok(());

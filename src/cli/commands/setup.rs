@@ -18,7 +18,7 @@ use worktreefs::store::{NewLease, SetupEnd, SetupRow, SetupState, Store, Worktre
 
 use crate::cli::exit::Failed;
 use crate::cli::output::print_json;
-use crate::cli::refusals::runnable_worktree;
+use crate::cli::refusals::{leasable_worktree, runnable_worktree};
 use crate::cli::state::open_store;
 use crate::cli::target::{split_target, which};
 
@@ -34,8 +34,15 @@ pub struct SetupArgs {
     #[arg(long)]
     pub json: bool,
     /// Run the queued setup here, as the daemon does (not for people).
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, conflicts_with = "teardown")]
     pub runner: bool,
+    /// Run the repository's teardown command here, as the daemon does before a removal
+    /// (not for people).
+    #[arg(long, hide = true)]
+    pub teardown: bool,
+    /// The teardown's limit in seconds.
+    #[arg(long, hide = true, value_name = "SECS", default_value_t = 60)]
+    pub limit: u64,
 }
 
 /// What `run` and `turn` do about a worktree's setup command.
@@ -63,6 +70,9 @@ pub fn run(state: &StateDir, args: SetupArgs) -> Result<(), Failed> {
     let (repo, name) = split_target(&target)?;
     if args.runner {
         return runner(state, repo, name);
+    }
+    if args.teardown {
+        return teardown_runner(state, repo, name, args.limit);
     }
     let store = open_store(state)?;
     let row = runnable_worktree(&store, repo, name)?;
@@ -234,10 +244,11 @@ pub fn run_log(state: &StateDir, args: SetupLogArgs) -> Result<(), Failed> {
     let target = which(state, args.target.as_deref(), false)?;
     let (repo, name) = split_target(&target)?;
     let store = open_store(state)?;
-    let row = runnable_worktree(&store, repo, name)?;
-    if store.setup_of(row.id)?.is_none() {
+    // A removed worktree's too: its teardown's output is there.
+    let row = leasable_worktree(&store, repo, name)?;
+    if store.setup_of(row.id)?.is_none() && !setup::log_path(state, row.id).exists() {
         return Err(anyhow!(
-            "{repo}/{name} has not run a setup command, so it has no setup log (see `worktreefs repo set {repo} --on-create CMD`)"
+            "{repo}/{name} has run no setup or teardown command, so it has no setup log (see `worktreefs repo set {repo} --on-create CMD`)"
         )
         .into());
     }
@@ -349,4 +360,59 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
     // Out of the worktree before this process ends: nothing of it is inside any more.
     let _ = std::env::set_current_dir("/");
     Ok(())
+}
+
+/// The teardown's runner: waits for the daemon's word (it is let into the deleting
+/// worktree from then on), runs the repository's teardown command in the worktree as a
+/// turn's command is run, as the worktree's owner with the owner's environment, holding
+/// no lease, and exits as the command did.
+fn teardown_runner(state: &StateDir, repo: &str, name: &str, limit: u64) -> Result<(), Failed> {
+    let mut word = String::new();
+    let _ = std::io::stdin().read_line(&mut word);
+    if word.trim() != "go" {
+        return Err(anyhow!("the daemon did not let this teardown in").into());
+    }
+    let store = open_store(state)?;
+    let row = store
+        .worktree(repo, name)?
+        .ok_or_else(|| anyhow!("worktree '{repo}/{name}' does not exist"))?;
+    let command = store
+        .hooks_of(row.repo_id)?
+        .on_remove
+        .ok_or_else(|| anyhow!("repository '{repo}' has no teardown command"))?;
+    let daemon = daemon::running_daemon(state)
+        .ok_or_else(|| anyhow!("nothing is mounted for state dir {}", state.root.display()))?;
+    let dir = daemon.mountpoint.join(repo).join(name);
+    let mut env = setup::owner_environment(row.uid);
+    env.extend(ports::environment(&store, &row, &dir));
+    drop(store);
+    println!(
+        "worktreefs: teardown of {repo}/{name} at {} as uid {} (limit {limit} s): {command}",
+        report::rfc3339(worktreefs::store::now_secs()),
+        row.uid
+    );
+    let _ = std::io::stdout().flush();
+    let argv = ["/bin/sh".to_string(), "-c".to_string(), command];
+    let limit = Some(Duration::from_secs(limit.max(1)));
+    let who = RunAs::user(row.uid, row.gid);
+    let ran = run_below_as(&dir, &argv, &env, Below::Turn { limit }, Some(&who));
+    let _ = std::env::set_current_dir("/");
+    let (said, code) = match ran {
+        Ok(ended) if ended.ended_with.is_some() => ("timed out".to_string(), 124),
+        Ok(ended) => match ended.status.code() {
+            Some(0) => ("ok".to_string(), 0),
+            Some(c) => (format!("failed (exit {c})"), c),
+            None => ("killed by a signal".to_string(), 1),
+        },
+        Err(e) => (e.to_string(), e.shell_code().map(i32::from).unwrap_or(1)),
+    };
+    println!(
+        "worktreefs: teardown of {repo}/{name} ended at {}: {said}",
+        report::rfc3339(worktreefs::store::now_secs())
+    );
+    let _ = std::io::stdout().flush();
+    match code {
+        0 => Ok(()),
+        c => std::process::exit(c.clamp(1, 255)),
+    }
 }

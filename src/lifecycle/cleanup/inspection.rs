@@ -18,6 +18,13 @@ pub struct Inspection {
     /// The mounted view, while there is one: inspection then trusts the index entries git
     /// trusts (see `fsmonitor_valid`).
     answers: Option<Weak<dyn FsmonitorAnswers>>,
+    /// What runs a repository's teardown command before a removal, where a mount serves
+    /// the worktree (the daemon's): none elsewhere, and then no teardown runs.
+    teardowns: Option<crate::lifecycle::setup::Launcher>,
+    /// A removal that would run a teardown is left `deleting` for the sweeper to finish
+    /// (teardown, then removal) rather than done now: for `rmdir`, which is answered
+    /// while the kernel holds the lock the teardown's way in needs.
+    defer_teardowns: bool,
 }
 
 impl Inspection {
@@ -31,6 +38,56 @@ impl Inspection {
             timeout: timeout.max(Duration::from_millis(1)),
             filter_timeout,
             answers: None,
+            teardowns: None,
+            defer_teardowns: false,
+        }
+    }
+
+    /// These inspections, a removal with a teardown to run left to the sweeper.
+    pub fn deferring_teardowns(mut self) -> Inspection {
+        self.defer_teardowns = true;
+        self
+    }
+
+    /// Whether a removal of `row` is left to the sweeper (it has a teardown to run, and
+    /// these inspections defer them).
+    pub(super) fn defers(
+        &self,
+        store: &crate::store::Store,
+        row: &crate::store::WorktreeRow,
+    ) -> bool {
+        self.defer_teardowns
+            && self.teardowns.is_some()
+            && store
+                .hooks_of(row.repo_id)
+                .is_ok_and(|h| h.on_remove.is_some())
+    }
+
+    /// These inspections, with teardown commands run through `launcher` before a removal.
+    pub fn tearing_down_with(mut self, launcher: crate::lifecycle::setup::Launcher) -> Inspection {
+        self.teardowns = Some(launcher);
+        self
+    }
+
+    /// Runs worktree `row`'s teardown command, if its repository has one and a mount
+    /// serves it (see [`crate::lifecycle::setup::Launcher::tear_down`]).
+    pub(super) fn tear_down(&self, store: &crate::store::Store, row: &crate::store::WorktreeRow) {
+        match &self.teardowns {
+            Some(l) => {
+                l.tear_down(store, row, None);
+            }
+            None => {
+                if store
+                    .hooks_of(row.repo_id)
+                    .is_ok_and(|h| h.on_remove.is_some())
+                {
+                    tracing::info!(
+                        "{}/{}: its teardown command is not run: nothing mounted serves it",
+                        row.repo,
+                        row.name
+                    );
+                }
+            }
         }
     }
 
@@ -69,6 +126,8 @@ impl std::fmt::Debug for Inspection {
             .field("timeout", &self.timeout)
             .field("filter_timeout", &self.filter_timeout)
             .field("asking_a_view", &self.answers.is_some())
+            .field("tearing_down", &self.teardowns.is_some())
+            .field("deferring_teardowns", &self.defer_teardowns)
             .finish()
     }
 }

@@ -175,18 +175,21 @@ pub fn finish(
         Verdict::Remove {
             delete_branch,
             integrated,
-        } => run_removal(
-            state,
-            store,
-            &t,
-            &Removal::clean(
+        } => {
+            how.tear_down(store, row);
+            run_removal(
                 state,
                 store,
-                delete_branch,
-                integrated.as_deref(),
-                settled(&inspected),
-            ),
-        ),
+                &t,
+                &Removal::clean(
+                    state,
+                    store,
+                    delete_branch,
+                    integrated.as_deref(),
+                    settled(&inspected),
+                ),
+            )
+        }
         Verdict::Retain(reason) => {
             store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
             tracing::info!(worktree = %t.path.display(), "retained: {reason}");
@@ -407,21 +410,32 @@ fn request_removal_then(
     let inspected = inspect_bounded(&t, how);
     let verdict = decide(t.branch.as_deref(), t.branch_created, &inspected);
     match verdict {
+        Verdict::Remove { .. } if how.defers(store, row) => {
+            tracing::info!(
+                "{label}: removable; its teardown command and the removal run next, in the sweeper"
+            );
+            Ok(Outcome::Removed(
+                "its teardown command runs first, then the removal".into(),
+            ))
+        }
         Verdict::Remove {
             delete_branch,
             integrated,
-        } => Ok(run_removal(
-            state,
-            store,
-            &t,
-            &Removal::clean(
+        } => {
+            how.tear_down(store, row);
+            Ok(run_removal(
                 state,
                 store,
-                delete_branch,
-                integrated.as_deref(),
-                settled(&inspected),
-            ),
-        )?),
+                &t,
+                &Removal::clean(
+                    state,
+                    store,
+                    delete_branch,
+                    integrated.as_deref(),
+                    settled(&inspected),
+                ),
+            )?)
+        }
         Verdict::Retain(reason) if !discard => {
             store.end_deleting(row.id, prev, &format!("removal refused: {reason}"))?;
             Err(RequestError::HoldsWork(reason))
@@ -480,13 +494,14 @@ fn request_removal_then(
                 None => format!("discarded ({n} change(s) or commit(s) thrown away)"),
             };
             let mut what = what;
-            let how = Removal {
+            let removal = Removal {
                 keep: keeps_now(state, store, &mut what),
                 delete_branch,
                 what,
                 index_clean: false,
             };
-            Ok(run_removal(state, store, &t, &how)?)
+            how.tear_down(store, row);
+            Ok(run_removal(state, store, &t, &removal)?)
         }
     }
 }

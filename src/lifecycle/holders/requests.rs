@@ -129,8 +129,11 @@ impl Tracker {
         let Some(pid) = tgid_of(tid) else {
             return Ok(()); // gone already
         };
-        // git run by the daemon for a checkout conversion, and the filters it starts.
-        if crate::git::filters::is_ours(pid) {
+        // git run by the daemon for a checkout conversion, and the filters it starts; a
+        // teardown command the daemon runs before the worktree goes.
+        if crate::git::filters::is_ours(pid)
+            || crate::lifecycle::setup::teardown_covers(worktree_id, pid)
+        {
             return Ok(());
         }
         // Covered by itself or an ancestor?
