@@ -35,6 +35,19 @@ pub fn inside_counts(state: &StateDir) -> impl Fn(&worktreefs::store::WorktreeRo
     }
 }
 
+/// The SETUP column of the table of worktrees (each one's last setup run, `-` for none),
+/// where some worktree has had a run.
+pub fn setup_column(
+    setups: &[worktreefs::store::SetupRow],
+) -> Option<impl Fn(&worktreefs::store::WorktreeRow) -> String + '_> {
+    (!setups.is_empty()).then_some(move |w: &worktreefs::store::WorktreeRow| {
+        setups
+            .iter()
+            .find(|s| s.worktree_id == w.id)
+            .map_or_else(|| "-".to_string(), |s| s.summary())
+    })
+}
+
 /// Where to go next for a worktree just made or brought back (and, when nothing is
 /// mounted, the mount to start first).
 pub fn print_cd(state: &StateDir, path: &Path) {

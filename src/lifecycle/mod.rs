@@ -12,6 +12,7 @@ pub mod create;
 pub mod error;
 pub mod fork;
 pub mod gate;
+pub mod glance;
 pub mod holders;
 pub mod layer_copy;
 pub mod occupancy;

@@ -508,6 +508,13 @@ fn worktree_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
             "base_commit": {"type": "string"},
             "created_at": s("RFC 3339"),
             "state_changed_at": s("RFC 3339"),
+            "changed": {"type": ["integer", "null"], "description": "list_worktrees, show_worktree: entries of its upper layer at paths its base has (with untracked, an upper bound of git status)"},
+            "untracked": {"type": ["integer", "null"], "description": "entries at paths its base has not (a new directory counts once)"},
+            "ahead": {"type": ["integer", "null"], "description": "its commits not in compared_with"},
+            "behind": {"type": ["integer", "null"], "description": "commits of compared_with not in it"},
+            "compared_with": {"type": ["string", "null"], "description": "its branch's upstream (origin/main), or base"},
+            "turn": {"type": ["string", "null"], "description": "the session whose turn runs in it now"},
+            "last_activity_at": s("RFC 3339: the last time anything happened in it"),
             "setup": {
                 "type": ["object", "null"],
                 "description": "its run of the repository's setup command, if it had one: state (pending, running, ok, failed), summary (e.g. failed (exit 3)), command, exit_code, started_at, ended_at",

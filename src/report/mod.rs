@@ -8,29 +8,39 @@ mod times;
 
 pub use times::{parse_rfc3339, rfc3339};
 
+/// A column a caller adds to the table of worktrees: its header, whether it is aligned
+/// right, and its cell for each worktree.
+pub struct Column<'a> {
+    pub header: &'static str,
+    pub right: bool,
+    pub cell: &'a dyn Fn(&WorktreeRow) -> String,
+}
+
 /// The table `list`, `status` and `.control/status` show: every worktree, its state, its
 /// leases and, where `inside` says (`list`, `status`), the processes inside it that hold
-/// none (a shell that `cd`-ed in and made no request yet); then every lease.
+/// none (a shell that `cd`-ed in and made no request yet), and the columns `extra` adds;
+/// then every lease.
 pub fn status_table(
     rows: &[WorktreeRow],
     leases: &[LeaseRow],
     inside: Option<&dyn Fn(&WorktreeRow) -> usize>,
-    setups: &[crate::store::SetupRow],
+    extra: &[Column<'_>],
 ) -> String {
     let mut headers = vec!["REPO", "WORKTREE", "STATE", "LEASES"];
     if inside.is_some() {
         headers.push("INSIDE");
     }
     headers.extend(["BRANCH", "BASE"]);
-    // A column of setup runs only where some worktree has had one.
-    let setup_of = |w: &WorktreeRow| setups.iter().find(|s| s.worktree_id == w.id);
-    let with_setup = rows.iter().any(|w| setup_of(w).is_some());
-    if with_setup {
-        headers.push("SETUP");
-    }
+    let first_extra = headers.len();
+    headers.extend(extra.iter().map(|c| c.header));
     let mut t = Table::new(&headers).right(3);
     if inside.is_some() {
         t = t.right(4);
+    }
+    for (i, c) in extra.iter().enumerate() {
+        if c.right {
+            t = t.right(first_extra + i);
+        }
     }
     for w in rows {
         let n = leases.iter().filter(|l| l.worktree_id == w.id).count();
@@ -45,9 +55,7 @@ pub fn status_table(
         }
         cells.push(w.branch.as_deref().unwrap_or("(detached)").to_string());
         cells.push(w.base_commit[..w.base_commit.len().min(12)].to_string());
-        if with_setup {
-            cells.push(setup_of(w).map_or_else(|| "-".to_string(), |s| s.summary()));
-        }
+        cells.extend(extra.iter().map(|c| (c.cell)(w)));
         t.row(cells);
     }
     let mut out = listing(

@@ -37,6 +37,38 @@ pub struct WorktreeJson {
     pub setup: Option<SetupJson>,
 }
 
+/// A worktree as `list --json` gives it: the worktree object and what it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListedJson {
+    #[serde(flatten)]
+    pub worktree: WorktreeJson,
+    #[serde(flatten)]
+    pub glance: GlanceJson,
+}
+
+/// What a worktree holds, at a glance (`list --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlanceJson {
+    /// Entries of its upper layer at paths its base has (modified, replaced, deleted):
+    /// with `untracked`, an upper bound of what `git status` lists.
+    pub changed: Option<u64>,
+    /// Entries at paths its base has not (a new directory counts once).
+    pub untracked: Option<u64>,
+    /// Its commits not in `compared_with`, and those of `compared_with` not in it.
+    pub ahead: Option<usize>,
+    pub behind: Option<usize>,
+    /// Its branch's upstream (`origin/main`), or `base` (its base commit) where it has
+    /// none; null when HEAD cannot be read.
+    pub compared_with: Option<String>,
+    /// The session whose turn runs in it now.
+    pub turn: Option<String>,
+    /// The last time anything happened in it: made, a state change, a lease's last
+    /// request, an entry of its upper layer made or removed, its setup's end.
+    pub last_activity_at: String,
+}
+
 /// A worktree's run of its repository's setup command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -934,7 +966,7 @@ mod tests {
             1
         );
         assert_eq!(shows::<FailedJson>("### The failure object"), 1);
-        assert!(shows::<WorktreeJson>("## `list --json`") >= 1);
+        assert!(shows::<ListedJson>("## `list --json`") >= 1);
         assert!(shows::<StatusJson>("## `status --json`") >= 2);
         let error = |e: &'static str| move |v: &Value| v["error"] == e;
         assert_eq!(

@@ -15,6 +15,7 @@ mod cli;
 mod doctor;
 mod faults;
 mod fork;
+mod glance;
 mod inspect;
 mod leases;
 mod mcp;

@@ -51,15 +51,20 @@ pub fn run(state: &StateDir, args: StatusArgs) -> Result<(), Failed> {
             None => println!("not mounted (state dir {})", state.root.display()),
         }
         let inside = inside_counts(state);
-        print!(
-            "{}",
-            worktreefs::report::status_table(
-                &rows,
-                &store.leases()?,
-                Some(&inside),
-                &store.setups()?,
-            )
-        );
+        print!("{}", {
+            let setups = store.setups()?;
+            let setup = crate::cli::output::setup_column(&setups);
+            let extra: Vec<worktreefs::report::Column<'_>> = setup
+                .as_ref()
+                .map(|f| worktreefs::report::Column {
+                    header: "SETUP",
+                    right: false,
+                    cell: f,
+                })
+                .into_iter()
+                .collect();
+            worktreefs::report::status_table(&rows, &store.leases()?, Some(&inside), &extra)
+        });
     }
     Ok(())
 }
