@@ -82,12 +82,20 @@ fn cache_path(state: &StateDir) -> std::path::PathBuf {
     state.root.join("glance.json")
 }
 
+/// How long one repository's worktrees may take to be looked at: libgit2 opens a FIFO a
+/// user put where a ref or an object was as a file and waits on it for good, and a hung
+/// file system does the same; past this, that repository's worktrees are shown without
+/// their counts, and the thread left waiting ends with the command.
+const REPO_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A glance at each of `rows` (those not removed), by id. Reads and rewrites the cache;
-/// a worktree whose upper layer cannot be read is left out.
+/// a worktree whose upper layer cannot be read, or whose repository does not answer
+/// within [`REPO_LIMIT`] (`slow` is told its name), is left out.
 pub fn glance_all(
     state: &StateDir,
     repos: &[RepoRow],
     rows: &[WorktreeRow],
+    slow: &dyn Fn(&RepoRow),
 ) -> HashMap<WorktreeId, Glance> {
     let mut cache: Cache = std::fs::read(cache_path(state))
         .ok()
@@ -96,66 +104,50 @@ pub fn glance_all(
         .unwrap_or_default();
     let mut dirty = false;
     let mut out = HashMap::new();
-    let mut opened: HashMap<crate::ids::RepoId, Option<(Repository, Upstreams)>> = HashMap::new();
-    for row in rows {
-        let Some(repo_row) = repos.iter().find(|r| r.id == row.repo_id) else {
+    // Each repository on a thread of its own, all at once, each waited for at most the
+    // limit from the start.
+    let started = std::time::Instant::now();
+    let mut pending = Vec::new();
+    for repo_row in repos {
+        let mine: Vec<WorktreeRow> = rows
+            .iter()
+            .filter(|r| r.repo_id == repo_row.id)
+            .cloned()
+            .collect();
+        if mine.is_empty() {
             continue;
-        };
-        let opened = opened
-            .entry(row.repo_id)
-            .or_insert_with(|| {
-                let repo = Repository::open_bare(&repo_row.gitdir).ok()?;
-                let upstreams = Upstreams::of(&repo);
-                Some((repo, upstreams))
-            })
-            .as_ref();
-        let repo = opened.map(|(r, _)| r);
-        let upper = state.upper(row.id);
-        let cached = cache.worktrees.get(&row.id.0).cloned();
-        let (mut entry, newest) = match cached.as_ref().and_then(|e| still(&upper, e)) {
-            Some(newest) => (cached.expect("checked"), newest),
-            None => {
-                let base = repo.and_then(|r| {
-                    Oid::from_str(&row.base_tree)
-                        .ok()
-                        .and_then(|o| r.find_tree(o).ok())
-                });
-                match walk(&upper, &state.work(row.id), base.as_ref(), repo) {
-                    Some((e, newest)) => {
-                        dirty = true;
-                        (e, newest)
-                    }
-                    None => continue,
+        }
+        let cached: HashMap<i64, Entry> = mine
+            .iter()
+            .filter_map(|r| cache.worktrees.get(&r.id.0).map(|e| (r.id.0, e.clone())))
+            .collect();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (state2, repo2) = (state.clone(), repo_row.clone());
+        let spawned = std::thread::Builder::new()
+            .name("glance".into())
+            .spawn(move || {
+                let _ = tx.send(glance_repo(&state2, &repo2, &mine, cached));
+            });
+        if spawned.is_ok() {
+            pending.push((repo_row, rx));
+        }
+    }
+    for (repo_row, rx) in pending {
+        let left = REPO_LIMIT.saturating_sub(started.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(Looked {
+                glances,
+                entries,
+                changed,
+            }) => {
+                out.extend(glances);
+                dirty |= changed;
+                for (id, e) in entries {
+                    cache.worktrees.insert(id, e);
                 }
             }
-        };
-        let graph = opened.and_then(|(r, upstreams)| {
-            let (head, other, upstream) = ends(r, upstreams, repo_row, row)?;
-            let (ahead, behind) = match &entry.graph {
-                Some((h, o, a, b)) if *h == head.to_string() && *o == other.to_string() => (*a, *b),
-                _ => {
-                    let (a, b) = r.graph_ahead_behind(head, other).ok()?;
-                    entry.graph = Some((head.to_string(), other.to_string(), a, b));
-                    dirty = true;
-                    (a, b)
-                }
-            };
-            Some(Graph {
-                ahead,
-                behind,
-                upstream,
-            })
-        });
-        out.insert(
-            row.id,
-            Glance {
-                changed: entry.changed,
-                untracked: entry.untracked,
-                graph,
-                touched_at: newest.map(|ns| ns / 1_000_000_000),
-            },
-        );
-        cache.worktrees.insert(row.id.0, entry);
+            Err(_) => slow(repo_row),
+        }
     }
     // Worktrees gone since are dropped from it.
     let before = cache.worktrees.len();
@@ -168,6 +160,82 @@ pub fn glance_all(
         save(state, &cache);
     }
     out
+}
+
+/// What looking at one repository's worktrees gave: their glances, their cache entries,
+/// and whether any entry is new.
+struct Looked {
+    glances: HashMap<WorktreeId, Glance>,
+    entries: Vec<(i64, Entry)>,
+    changed: bool,
+}
+
+/// Looks at worktrees `rows` of repository `repo_row`, from their cached entries.
+fn glance_repo(
+    state: &StateDir,
+    repo_row: &RepoRow,
+    rows: &[WorktreeRow],
+    mut cached: HashMap<i64, Entry>,
+) -> Looked {
+    let opened = Repository::open_bare(&repo_row.gitdir).ok().map(|repo| {
+        let upstreams = Upstreams::of(&repo);
+        (repo, upstreams)
+    });
+    let repo = opened.as_ref().map(|(r, _)| r);
+    let mut looked = Looked {
+        glances: HashMap::new(),
+        entries: Vec::new(),
+        changed: false,
+    };
+    for row in rows {
+        let upper = state.upper(row.id);
+        let cached = cached.remove(&row.id.0);
+        let (mut entry, newest) = match cached.as_ref().and_then(|e| still(&upper, e)) {
+            Some(newest) => (cached.expect("checked"), newest),
+            None => {
+                let base = repo.and_then(|r| {
+                    Oid::from_str(&row.base_tree)
+                        .ok()
+                        .and_then(|o| r.find_tree(o).ok())
+                });
+                match walk(&upper, &state.work(row.id), base.as_ref(), repo) {
+                    Some((e, newest)) => {
+                        looked.changed = true;
+                        (e, newest)
+                    }
+                    None => continue,
+                }
+            }
+        };
+        let graph = opened.as_ref().and_then(|(r, upstreams)| {
+            let (head, other, upstream) = ends(r, upstreams, repo_row, row)?;
+            let (ahead, behind) = match &entry.graph {
+                Some((h, o, a, b)) if *h == head.to_string() && *o == other.to_string() => (*a, *b),
+                _ => {
+                    let (a, b) = r.graph_ahead_behind(head, other).ok()?;
+                    entry.graph = Some((head.to_string(), other.to_string(), a, b));
+                    looked.changed = true;
+                    (a, b)
+                }
+            };
+            Some(Graph {
+                ahead,
+                behind,
+                upstream,
+            })
+        });
+        looked.glances.insert(
+            row.id,
+            Glance {
+                changed: entry.changed,
+                untracked: entry.untracked,
+                graph,
+                touched_at: newest.map(|ns| ns / 1_000_000_000),
+            },
+        );
+        looked.entries.push((row.id.0, entry));
+    }
+    looked
 }
 
 /// Written whole under a temporary name, then put in place: a reader sees the old or the

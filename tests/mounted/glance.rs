@@ -124,5 +124,33 @@ fn list_says_what_each_worktree_holds_and_sees_what_changed_since() {
     let idle = listed(&env, "idle");
     let at = worktreefs::report::parse_rfc3339(idle["last_activity_at"].as_str().unwrap()).unwrap();
     assert!(worktreefs::store::now_secs() - at < 30, "{idle}");
+
+    // A FIFO where a branch's ref was (libgit2 would wait on it for good): `list` answers
+    // within its limit, saying so, the repository's worktrees without their counts.
+    let head = git(&wt, &["rev-parse", "HEAD"]).trim().to_string();
+    let r = src.join(".git/refs/heads/g");
+    fs::remove_file(&r).unwrap();
+    run_ok("mkfifo", &[r.to_str().unwrap()], std::path::Path::new("/"));
+    let t = std::time::Instant::now();
+    let o = wtfs(&env.state(), &["list", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("did not answer within 5 s"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let g = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "g")
+        .unwrap();
+    assert_eq!(g["changed"], serde_json::Value::Null, "{g}");
+    // The ref put back (its blocked reader ended with the command).
+    fs::remove_file(&r).unwrap();
+    fs::write(&r, format!("{head}\n")).unwrap();
+    assert_eq!(listed(&env, "g")["ahead"], 2);
     m.unmount();
 }

@@ -32,7 +32,13 @@ pub fn run(state: &StateDir, args: ListArgs) -> Result<(), Failed> {
     let leases = store.leases()?;
     let setups = store.setups()?;
     let turns = store.turns()?;
-    let glances = glance::glance_all(state, &store.repos()?, &rows);
+    let glances = glance::glance_all(state, &store.repos()?, &rows, &|r| {
+        eprintln!(
+            "worktreefs: repository '{}' ({}) did not answer within 5 s (a FIFO where git expects a file, or a hung file system?): its worktrees are listed without what they hold",
+            r.name,
+            r.gitdir.display()
+        )
+    });
     let seen = Seen {
         leases: &leases,
         setups: &setups,
