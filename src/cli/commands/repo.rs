@@ -42,7 +42,7 @@ pub enum RepoCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Change a registered repository's warm settings.
+    /// Change a registered repository's settings: warm, setup and teardown commands.
     Set {
         /// The registered repository (see `worktreefs repo list`).
         name: String,
