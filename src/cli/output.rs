@@ -126,12 +126,16 @@ pub fn invocation_with(root: &Path, env: bool) -> String {
 /// What a snapshot taken holds and left out.
 pub fn print_taken(repo: &str, t: &warm::Taken) {
     println!(
-        "took warm snapshot {} of {repo} in {:.1} s: {} files and links ({} links), {}",
+        "took warm snapshot {} of {repo} in {:.1} s: {} files and links ({} links), {}{}",
         t.row.id,
         t.took.as_secs_f64(),
         t.row.files,
         t.links,
-        worktreefs::report::human_bytes(t.row.bytes)
+        worktreefs::report::human_bytes(t.row.bytes),
+        match t.unchanged {
+            0 => String::new(),
+            n => format!("; {n} files unchanged since the last snapshot were not read again"),
+        }
     );
     for p in &t.unmatched {
         println!("  pattern '{p}' matches nothing in the source checkout");

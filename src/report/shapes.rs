@@ -556,6 +556,16 @@ pub struct WarmShownJson {
     pub warm_snapshot_took_ms: Option<u64>,
     /// When the snapshot was taken (RFC 3339): how old what the worktree inherits is.
     pub warm_snapshot_taken_at: String,
+    /// Since it was taken: its files changed or gone in the source checkout, and its
+    /// directories that gained or lost entries (absent when it was taken now, or when it
+    /// does not record what it read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_snapshot_moved_files: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_snapshot_moved_dirs: Option<u64>,
+    /// false when the look ran out of its time (200 ms): at least that many moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_snapshot_moved_complete: Option<bool>,
 }
 
 /// `new --from --json`: the fork, its parent, the commit it starts at, what was copied.
@@ -597,6 +607,9 @@ pub struct RestoredJson {
 pub struct WarmJson {
     pub snapshot: SnapshotJson,
     pub links: u64,
+    /// Files the last snapshot of the same user read that were not read again: nothing
+    /// of them moved since (device, inode, size, modification and change times, mode).
+    pub unchanged: u64,
     pub patterns: Vec<String>,
     pub unmatched: Vec<String>,
     pub skipped: Vec<SkippedJson>,

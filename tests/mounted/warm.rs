@@ -784,6 +784,40 @@ fn a_warm_worktree_says_its_snapshots_age_and_a_take_shows_progress_on_a_termina
         text.contains(" s ago)") && text.contains("with warm snapshot"),
         "{text}"
     );
+    // Nothing of the source moved since: it says none did.
+    assert_eq!(v["warm_snapshot_moved_files"], 0, "{v}");
+    assert_eq!(v["warm_snapshot_moved_dirs"], 0, "{v}");
+    assert_eq!(v["warm_snapshot_moved_complete"], true, "{v}");
+    // A file of the snapshot rewritten and one added where it has a directory: the next
+    // warm worktree says so, and a new take reads only what moved.
+    let src = env.repo.path();
+    fs::write(
+        src.join("node_modules/left-pad/index.js"),
+        "module.exports = 2;\n",
+    )
+    .unwrap();
+    fs::write(src.join("node_modules/left-pad/extra.js"), "x\n").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&wtfs_ok(
+        &state,
+        &["new", "repo/aged-3", "--warm", "--json"],
+    ))
+    .unwrap();
+    assert_eq!(v["warm_snapshot_moved_files"], 1, "{v}");
+    assert_eq!(v["warm_snapshot_moved_dirs"], 1, "{v}");
+    let text = wtfs_ok(&state, &["new", "repo/aged-4", "--warm"]);
+    assert!(
+        text.contains("1 of its files changed in the source and 1 of its directories"),
+        "{text}"
+    );
+    let again: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&state, &["warm", "repo", "--json"])).unwrap();
+    let files = snap["snapshot"]["files"].as_u64().unwrap() - snap["links"].as_u64().unwrap();
+    // Every file but the rewritten one (the added one is new: read too).
+    assert_eq!(
+        again["unchanged"].as_u64().unwrap(),
+        files - 1,
+        "{again} {snap}"
+    );
     let fresh = Env::new();
     warm_source(&fresh.repo.path());
     let text = wtfs_ok(&fresh.state(), &["new", "repo/first", "--warm"]);

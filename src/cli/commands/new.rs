@@ -142,6 +142,7 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     );
     let repo_row = store.repo_by_name(repo)?;
     let mut took_snapshot = None;
+    let mut moved = None;
     let snapshot = match repo_row {
         Some(r) if warm || (r.warm_default && !cold) => {
             let meter = Meter::new(format!("taking the warm snapshot of {repo}"));
@@ -151,6 +152,9 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
             let (snap, taken) = ensured?;
             if let Some(t) = taken.as_ref().filter(|_| show == Show::Text) {
                 print_taken(repo, t);
+            }
+            if taken.is_none() {
+                moved = warm::moved_since(state, &r, &snap, MOVED_WITHIN);
             }
             took_snapshot = taken.map(|t| t.took);
             Some(snap)
@@ -190,6 +194,9 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
                 warm_snapshot_bytes: s.bytes,
                 warm_snapshot_took_ms: took_snapshot.map(|d| d.as_millis() as u64),
                 warm_snapshot_taken_at: worktreefs::report::rfc3339(s.taken_at),
+                warm_snapshot_moved_files: moved.map(|m| m.files),
+                warm_snapshot_moved_dirs: moved.map(|m| m.dirs),
+                warm_snapshot_moved_complete: moved.map(|m| m.complete),
             }),
             reused: false,
         });
@@ -223,10 +230,21 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
             None => String::new(),
         }
     );
+    if let Some(m) = moved.filter(|m| m.files + m.dirs > 0) {
+        println!(
+            "  since it was taken, {}{} of its files changed in the source and {} of its directories gained or lost entries: `worktreefs warm {repo}` takes a new one",
+            if m.complete { "" } else { "at least " },
+            m.files,
+            m.dirs
+        );
+    }
     say_setup(state, &row, ask, setup.as_ref());
     print_cd(state, &path);
     setup_status(ask, setup.as_ref())
 }
+
+/// How long `new --warm` looks at the source for what moved since its snapshot.
+const MOVED_WITHIN: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Queues the new worktree's run of its repository's setup command (unless asked not
 /// to), has the daemon look, and with `--wait-setup` waits for it. Returns the run, as

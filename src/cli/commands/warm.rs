@@ -45,6 +45,7 @@ pub fn run(state: &StateDir, args: WarmArgs) -> Result<(), Failed> {
         print_json(WarmJson {
             snapshot: SnapshotJson::of(&taken.row),
             links: taken.links,
+            unchanged: taken.unchanged,
             patterns: taken.patterns.clone(),
             unmatched: taken.unmatched.clone(),
             skipped: taken

@@ -56,6 +56,11 @@ pub(super) fn dirs_path(state: &StateDir, manifest: &str) -> PathBuf {
     state.warm().join(format!("{manifest}.dirs"))
 }
 
+/// What it knew of each file it read (`idents.rs`).
+pub(super) fn idents_path(state: &StateDir, manifest: &str) -> PathBuf {
+    state.warm().join(format!("{manifest}.ident"))
+}
+
 /// Paths by component: `a/b` before `a-c` (a directory's entries right after it).
 pub(super) fn path_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))

@@ -18,9 +18,12 @@
 //! 5. Each file copied (a reflink where the disk shares extents) into the blob cache
 //!    under its blob id, and kept only if its stat data was the same before and after the
 //!    copy (whole as of one instant; a file that keeps changing is retried, then skipped
-//!    and reported).
-//! 6. The manifest and the list of its directories written (synced, renamed), then the
-//!    row: a snapshot is in the store only once all of it is on disk.
+//!    and reported). A file the user's last snapshot read is not read again when its
+//!    device, inode, size, modification and change times and mode are what that snapshot
+//!    recorded and its content is still in the cache (`idents.rs`).
+//! 6. The manifest, the list of its directories and what it knew of each file written
+//!    (synced, renamed), then the row: a snapshot is in the store only once all of it is
+//!    on disk.
 //!
 //! Each content the take puts in the cache is first written down in its journal
 //! (`<state>/warm/<manifest>.taking`, one blob id a line), which goes once the row is in:
@@ -37,13 +40,16 @@
 //!
 //! - `take.rs`: taking a snapshot; `shown.rs`: the one a new worktree shows.
 //! - `prune.rs`: deleting what no worktree shows; `cache.rs`: the cache's layout and lock.
+//! - `idents.rs`: what a snapshot knew of each source file, for the next take and for
+//!   telling how much of the source changed since.
 
 mod cache;
+mod idents;
 mod prune;
 mod shown;
 mod take;
 
 pub use cache::manifest_path;
 pub use prune::{journals, prune, Pruned};
-pub use shown::{ensure, latest, untracked_part};
+pub use shown::{ensure, latest, moved_since, untracked_part, Moved};
 pub use take::{take, Copied, Progress, Taken, INCLUDE_FILE};

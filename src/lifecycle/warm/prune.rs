@@ -14,7 +14,7 @@ use crate::report::human_bytes;
 use crate::state::StateDir;
 use crate::store::{Store, WarmRow};
 
-use super::cache::{blob_path, dirs_path, lock, JOURNAL, LOCK_FILE};
+use super::cache::{blob_path, dirs_path, idents_path, lock, JOURNAL, LOCK_FILE};
 
 /// What a [`prune`] deleted.
 #[derive(Debug, Default)]
@@ -120,7 +120,11 @@ pub fn prune(state: &StateDir, store: &mut Store) -> LifecycleResult<Option<Prun
             }
             continue;
         }
-        let base = n.strip_suffix(".dirs").unwrap_or(&n).to_string();
+        let base = n
+            .strip_suffix(".dirs")
+            .or_else(|| n.strip_suffix(".ident"))
+            .unwrap_or(&n)
+            .to_string();
         if !named.contains(base.as_str()) && doomed.insert(base) {
             out.orphans += 1;
         }
@@ -192,7 +196,11 @@ pub fn prune(state: &StateDir, store: &mut Store) -> LifecycleResult<Option<Prun
         }
     }
     for m in doomed.iter().filter(|_| !blind) {
-        for p in [state.warm().join(m), dirs_path(state, m)] {
+        for p in [
+            state.warm().join(m),
+            dirs_path(state, m),
+            idents_path(state, m),
+        ] {
             if let Err(e) = fs::remove_file(&p) {
                 if e.kind() != io::ErrorKind::NotFound {
                     tracing::warn!("pruning warm snapshots: removing {}: {e}", p.display());

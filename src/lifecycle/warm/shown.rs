@@ -7,7 +7,7 @@ use crate::lifecycle::error::LifecycleResult;
 use crate::state::StateDir;
 use crate::store::{RepoRow, Store, StoreResult, WarmRow};
 
-use super::cache::{dirs_path, manifest_path};
+use super::cache::{dirs_path, idents_path, manifest_path};
 use super::take::{take, Progress, Taken};
 use crate::ids::RepoId;
 
@@ -38,6 +38,69 @@ pub fn ensure(
     }
     let taken = take(state, store, repo, uid, gid, progress)?;
     Ok((taken.row.clone(), Some(taken)))
+}
+
+/// How much of a snapshot's source moved since it was taken, as far as cheaply known: its
+/// files changed or gone (by what the snapshot recorded of each: device, inode, size,
+/// times, mode), and its directories whose entries changed (a file added that the
+/// patterns match shows only there). Files made in a directory the snapshot does not
+/// have are not seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    pub files: u64,
+    pub dirs: u64,
+    /// Whether every file and directory was looked at within the time given (else the
+    /// counts are of those that were: at least that many moved).
+    pub complete: bool,
+}
+
+/// What moved in `repo`'s source checkout since snapshot `w`, looked at for at most
+/// `within` (a `stat` of each file and directory it has, as the calling user). None: the
+/// snapshot does not say (one taken before it recorded its files).
+pub fn moved_since(
+    state: &StateDir,
+    repo: &RepoRow,
+    w: &WarmRow,
+    within: std::time::Duration,
+) -> Option<Moved> {
+    use super::take::{look, Found};
+    use std::os::fd::AsFd;
+    let until = std::time::Instant::now() + within;
+    let idents = super::idents::decode(&fs::read(idents_path(state, &w.manifest)).ok()?);
+    let manifest = fs::read(manifest_path(state, w)).ok()?;
+    // Looked at as the take looked: below the checkout, through no symbolic link.
+    let root = crate::beneath::open_real_dir(&repo.path).ok()?;
+    let stat = |p: &[u8]| match look(root.as_fd(), p, false) {
+        Found::File(_, st) | Found::Link(_, st) | Found::Dir(st) => Some(st),
+        Found::Skip(_) => None,
+    };
+    let mut moved = Moved {
+        files: 0,
+        dirs: 0,
+        complete: true,
+    };
+    for (path, (was, _)) in &idents {
+        if std::time::Instant::now() >= until {
+            moved.complete = false;
+            return Some(moved);
+        }
+        if stat(path).is_none_or(|st| super::idents::Ident::of(&st) != *was) {
+            moved.files += 1;
+        }
+    }
+    for r in crate::git::warm::parse(&manifest).ok()?.flatten() {
+        if r.kind != crate::git::warm::Kind::Dir {
+            continue;
+        }
+        if std::time::Instant::now() >= until {
+            moved.complete = false;
+            break;
+        }
+        if stat(r.path).is_none_or(|st| (st.st_mtime, st.st_mtime_nsec as u32) != r.mtime) {
+            moved.dirs += 1;
+        }
+    }
+    Some(moved)
 }
 
 /// The untracked-cache part `untr` of a warm worktree's index: invalid at every

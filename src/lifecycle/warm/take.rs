@@ -19,7 +19,8 @@ use crate::report::human_bytes;
 use crate::state::StateDir;
 use crate::store::{NewWarm, RepoRow, Store, WarmRow};
 
-use super::cache::{blob_path, dirs_path, lock, path_order, JOURNAL, LOCK_FILE};
+use super::cache::{blob_path, dirs_path, idents_path, lock, path_order, JOURNAL, LOCK_FILE};
+use super::idents::{self, Ident};
 use super::prune::{journals, prune};
 
 /// The file at the top of a source checkout that names what worktrees inherit.
@@ -39,6 +40,8 @@ pub struct Taken {
     pub unmatched: Vec<String>,
     pub patterns: Vec<String>,
     pub took: Duration,
+    /// Files the user's last snapshot read that were not read again (unchanged since).
+    pub unchanged: u64,
 }
 
 /// How far a take has come: the files (and their bytes) copied so far, of those it found.
@@ -469,9 +472,39 @@ pub(super) fn take_held(
         .unwrap_or_default()
         .as_nanos();
     let manifest = format!("{}-{uid}-{nanos}", repo.id);
+    // What the user's last snapshot of it read: a file where nothing moved since is not
+    // read again.
+    let before = store
+        .latest_warm(repo.id, uid)
+        .ok()
+        .flatten()
+        .and_then(|w| fs::read(idents_path(state, &w.manifest)).ok())
+        .map(|b| idents::decode(&b))
+        .unwrap_or_default();
+    let mut known: Vec<(Vec<u8>, Ident, Oid)> = Vec::with_capacity(files);
     let mut journal = Journal::create(state, &manifest)?;
-    let (mut links, mut bytes, mut copied) = (0u64, 0u64, 0u64);
+    let (mut links, mut bytes, mut copied, mut unchanged) = (0u64, 0u64, 0u64, 0u64);
     for (rel, what) in found {
+        let kept = match &what {
+            Found::File(_, seen) => unchanged_since(state, &before, &rel, seen).map(|o| (o, *seen)),
+            _ => None,
+        };
+        if let Some((oid, seen)) = kept {
+            bytes += seen.st_size as u64;
+            copied += 1;
+            unchanged += 1;
+            known.push((rel.clone(), Ident::of(&seen), oid));
+            records.push(record(rel, Kind::File, &seen, gid, Some(oid), Vec::new()));
+            if let Some(tell) = progress {
+                tell(Copied {
+                    files: copied,
+                    bytes,
+                    of_files: files as u64,
+                    of_bytes: need,
+                });
+            }
+            continue;
+        }
         match what {
             Found::File(..) => {
                 let mut copies = 0;
@@ -498,6 +531,7 @@ pub(super) fn take_held(
                     Ok((oid, st)) => {
                         bytes += st.st_size as u64;
                         copied += 1;
+                        known.push((rel.clone(), Ident::of(&st), oid));
                         records.push(record(rel, Kind::File, &st, gid, Some(oid), Vec::new()));
                         if let Some(tell) = progress {
                             tell(Copied {
@@ -546,10 +580,18 @@ pub(super) fn take_held(
         crate::durable::write_file_synced(path, bytes)
             .with_context(|| format!("writing {}", path.display()))
     };
+    let gone_with = |state: &StateDir| {
+        let _ = fs::remove_file(dirs_path(state, &manifest));
+        let _ = fs::remove_file(idents_path(state, &manifest));
+    };
     write(&dirs_path(state, &manifest), &dir_list)?;
+    if let Err(e) = write(&idents_path(state, &manifest), &idents::encode(&known)) {
+        gone_with(state);
+        return Err(e);
+    }
     let mpath = state.warm().join(&manifest);
     if let Err(e) = write(&mpath, &crate::git::warm::encode(&records)) {
-        let _ = fs::remove_file(dirs_path(state, &manifest));
+        gone_with(state);
         return Err(e);
     }
     let took = started.elapsed();
@@ -566,7 +608,7 @@ pub(super) fn take_held(
         .and_then(|id| store.warm(id).map(|r| r.expect("just added")))
         .map_err(|e| {
             let _ = fs::remove_file(&mpath);
-            let _ = fs::remove_file(dirs_path(state, &manifest));
+            gone_with(state);
             crate::lifecycle::error::failed(format!("recording the warm snapshot: {e}"))
         })?;
     // The row holds the contents now (a journal left by a crash here is harmless: the
@@ -582,7 +624,25 @@ pub(super) fn take_held(
         unmatched,
         patterns,
         took,
+        unchanged,
     })
+}
+
+/// The content file `rel` had in the user's last snapshot, when nothing of it moved since
+/// (`seen` is how it is now) and that content is still in the cache.
+fn unchanged_since(
+    state: &StateDir,
+    before: &std::collections::HashMap<Vec<u8>, (Ident, Oid)>,
+    rel: &[u8],
+    seen: &Stat,
+) -> Option<Oid> {
+    let (was, oid) = before.get(rel)?;
+    if *was != Ident::of(seen) {
+        return None;
+    }
+    fs::symlink_metadata(blob_path(state, *oid))
+        .is_ok_and(|m| m.is_file() && m.len() == was.size())
+        .then_some(*oid)
 }
 
 pub(super) fn record(
@@ -688,6 +748,53 @@ mod tests {
         let taken = take(state, store, repo, 0, 0, None);
         DURING_COPY.with(|h| *h.borrow_mut() = None);
         (taken.unwrap(), n.get())
+    }
+
+    /// A second take reads only what moved since the first: an untouched file is not
+    /// copied again; one rewritten to the same size with its modification time put back
+    /// is (its change time moved), and the new snapshot holds its new content; a
+    /// content gone from the cache is read again too.
+    #[test]
+    fn a_take_reads_again_only_the_files_that_moved_since_the_last() {
+        let d = tempfile::tempdir().unwrap();
+        let (state, mut store, repo) = setup(d.path());
+        fs::write(repo.path.join("target/other"), b"same").unwrap();
+        let (first, copies) = take_with(&state, &mut store, &repo, |_| {});
+        assert_eq!((copies, first.unchanged), (2, 0));
+        let (second, copies) = take_with(&state, &mut store, &repo, |_| {});
+        assert_eq!((copies, second.unchanged), (0, 2));
+        assert_eq!(held(&state, &second, b"target/out").unwrap(), b"v0");
+
+        let out = repo.path.join("target/out");
+        let before = fs::metadata(&out).unwrap();
+        // The change time ticks on: a rewrite in the same tick would keep it.
+        std::thread::sleep(Duration::from_millis(20));
+        fs::write(&out, b"v1").unwrap();
+        let times = [libc::timespec {
+            tv_sec: std::os::unix::fs::MetadataExt::mtime(&before),
+            tv_nsec: std::os::unix::fs::MetadataExt::mtime_nsec(&before),
+        }; 2];
+        let c = std::ffi::CString::new(out.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path and two valid timespecs.
+        assert_eq!(
+            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
+            0
+        );
+        let (third, copies) = take_with(&state, &mut store, &repo, |_| {});
+        assert_eq!((copies, third.unchanged), (1, 1));
+        assert_eq!(held(&state, &third, b"target/out").unwrap(), b"v1");
+
+        // Its content gone from the cache (a prune, a disk cleaned by hand): read again.
+        let records =
+            crate::git::warm::decode(&fs::read(state.warm().join(&third.row.manifest)).unwrap())
+                .unwrap();
+        let other = records.iter().find(|r| r.path == b"target/other").unwrap();
+        let blob = blob_path(&state, other.oid.unwrap());
+        fs::set_permissions(&blob, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::remove_file(&blob).unwrap();
+        let (fourth, copies) = take_with(&state, &mut store, &repo, |_| {});
+        assert_eq!((copies, fourth.unchanged), (1, 1));
+        assert_eq!(held(&state, &fourth, b"target/other").unwrap(), b"same");
     }
 
     #[test]
