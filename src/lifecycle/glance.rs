@@ -248,7 +248,19 @@ fn save(state: &StateDir, cache: &Cache) {
     let Ok(bytes) = serde_json::to_vec(cache) else {
         return;
     };
-    if std::fs::write(&tmp, bytes)
+    // Made new, never through a link or over a file someone put there first.
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp);
+    let Ok(mut f) = made else {
+        return;
+    };
+    if f.write_all(&bytes)
         .and_then(|()| std::fs::rename(&tmp, &path))
         .is_err()
     {
@@ -323,9 +335,19 @@ fn visit(
         st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
     ));
     let listed = UpperDir::read(dir, whiteouts)?;
-    e.changed += listed.whiteouts.len() as u64;
-    if listed.opaque && base.is_some_and(|t| !t.is_empty()) {
-        e.changed += 1;
+    // A deleted base directory is as many deletions as it held files (git lists each);
+    // an opaque directory hides every file of the base's below it.
+    for name in &listed.whiteouts {
+        let hidden = base
+            .and_then(|t| t.get_name_bytes(name.as_bytes()))
+            .filter(|b| b.kind() == Some(git2::ObjectType::Tree))
+            .and_then(|b| repo.and_then(|r| files_below(r, b.id())));
+        e.changed += hidden.unwrap_or(1);
+    }
+    if listed.opaque {
+        if let (Some(t), Some(r)) = (base, repo) {
+            e.changed += files_below(r, t.id()).unwrap_or(1);
+        }
     }
     for entry in &listed.entries {
         let name = entry.name.as_bytes();
@@ -436,6 +458,20 @@ fn transform(spec: &str, name: &str) -> Option<String> {
     }
 }
 
+/// How many files (entries that are not trees) tree `id` holds, at every depth.
+fn files_below(repo: &Repository, id: Oid) -> Option<u64> {
+    let tree = repo.find_tree(id).ok()?;
+    let mut n = 0u64;
+    tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+        if entry.kind() != Some(git2::ObjectType::Tree) {
+            n += 1;
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .ok()?;
+    Some(n)
+}
+
 /// Worktree `row`'s HEAD and what it is compared with: its branch's upstream (named as
 /// git names it: `origin/main`), else its base commit.
 fn ends(
@@ -444,9 +480,9 @@ fn ends(
     repo_row: &RepoRow,
     row: &WorktreeRow,
 ) -> Option<(Oid, Oid, Option<String>)> {
-    let admin = crate::git::admin_dir(&repo_row.gitdir, &row.admin_name);
-    let head = std::fs::read_to_string(admin.join("HEAD")).ok()?;
-    let head = head.trim();
+    let head =
+        crate::git::admin::read_head(&crate::git::admin_dir(&repo_row.gitdir, &row.admin_name))?;
+    let head = head.as_str();
     let (oid, branch) = match head.strip_prefix("ref: ") {
         Some(name) => (
             repo.refname_to_id(name).ok()?,

@@ -50,10 +50,12 @@ fn list_says_what_each_worktree_holds_and_sees_what_changed_since() {
     fs::create_dir_all(wt.join("newdir/deeper")).unwrap();
     fs::write(wt.join("newdir/deeper/a"), "a\n").unwrap();
     fs::write(wt.join("newdir/b"), "b\n").unwrap();
+    // A base directory removed whole: one deletion for each of its three entries.
+    fs::remove_dir_all(wt.join("docs")).unwrap();
     commit(&wt, "one");
     commit(&wt, "two");
     let g = listed(&env, "g");
-    assert_eq!(g["changed"], 2, "{g}");
+    assert_eq!(g["changed"], 5, "{g}");
     assert_eq!(g["untracked"], 2, "{g}");
     assert_eq!(
         (g["ahead"].clone(), g["behind"].clone()),
@@ -81,7 +83,7 @@ fn list_says_what_each_worktree_holds_and_sees_what_changed_since() {
     let g = listed(&env, "g");
     assert_eq!(g["untracked"], 3, "{g}");
     // util.rs is in the upper layer again, as a file instead of a whiteout: still changed.
-    assert_eq!(g["changed"], 2, "{g}");
+    assert_eq!(g["changed"], 5, "{g}");
 
     // With an upstream, that is what it is compared with.
     let src = env.repo.path();
