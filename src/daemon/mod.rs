@@ -206,6 +206,12 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         view.set_lease_activity(Box::new(move || tracker.activity()));
     }
     // Boot reconcile: leases of processes that are gone are swept before anyone enters.
+    // Setup runs whose runner died with the last daemon end first, as their runner's end
+    // would have (a worktree nobody else held is `ready` again): before the sweep of
+    // leases whose process is gone releases theirs as a holder's leaving.
+    if let Ok(mut store) = Store::open(&req.state.root) {
+        crate::lifecycle::setup::fail_orphaned(&mut store);
+    }
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();
     block_signals();

@@ -246,7 +246,7 @@ impl View {
                     .worktree(repo, wt)
                     .map_err(store_err)?
                     .ok_or_else(|| FsError::not_found(entry.to_string()))?;
-                crate::lifecycle::setup::read_log(&self.state, row.id)
+                crate::lifecycle::setup::read_log(&self.state, &row)
                     .map_err(|e| FsError::io(format!("reading the setup log of {repo}/{wt}"), e))
             }
             (ControlDir::Worktrees, entry) => {

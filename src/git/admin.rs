@@ -122,6 +122,33 @@ pub fn renamed_branch(gitdir: &Path, admin: &Path, recorded: &str) -> Option<Str
 }
 
 /// Where git keeps a linked worktree's administrative files.
+/// The `HEAD` file of admin entry `admin`, read as it is (`ref: refs/heads/b` or a
+/// commit id), never through a symlink, never waiting on a FIFO, at most 4 KiB.
+pub fn read_head(admin: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(admin.join("HEAD"))
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    f.take(4096).read_to_string(&mut text).ok()?;
+    Some(text.trim().to_string())
+}
+
+/// The commit worktree `admin_name`'s HEAD is at (through its branch, when it is on one).
+pub fn head_and_tip(gitdir: &Path, admin_name: &str) -> Option<git2::Oid> {
+    let head = read_head(&admin_dir(gitdir, admin_name))?;
+    match head.strip_prefix("ref: ") {
+        Some(name) => Repository::open_bare(gitdir).ok()?.refname_to_id(name).ok(),
+        None => git2::Oid::from_str(&head).ok(),
+    }
+}
+
 pub fn admin_dir(gitdir: &Path, admin_name: &str) -> PathBuf {
     gitdir.join("worktrees").join(admin_name)
 }

@@ -36,7 +36,17 @@ const RUNNER_START_WITHIN: i64 = 60;
 /// Queues worktree `row`'s run of its repository's setup command, if the repository has
 /// one. Returns the run queued.
 pub fn queue_for_new(store: &Store, row: &WorktreeRow) -> Option<SetupRow> {
-    let hooks = store.hooks_of(row.repo_id).ok()?;
+    let hooks = match store.hooks_of(row.repo_id) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(
+                "{}/{}: its repository's setup command could not be read, so none runs: {e}",
+                row.repo,
+                row.name
+            );
+            return None;
+        }
+    };
     let command = hooks.on_create?;
     let timeout = hooks.create_timeout.unwrap_or(DEFAULT_TIMEOUT.as_secs());
     match store.queue_setup(row.id, &command, timeout) {
@@ -52,18 +62,62 @@ pub fn queue_for_new(store: &Store, row: &WorktreeRow) -> Option<SetupRow> {
     }
 }
 
-/// Where worktree `id`'s setup log is: `<state>/setup/<id>.log`.
-pub fn log_path(state: &StateDir, id: WorktreeId) -> PathBuf {
-    state.root.join("setup").join(format!("{id}.log"))
+/// Where worktree `row`'s setup log is: `<state>/setup/<id>-<made at>.log` (an id a
+/// worktree made later may be given again; its time is its own).
+pub fn log_path(state: &StateDir, row: &WorktreeRow) -> PathBuf {
+    state
+        .root
+        .join("setup")
+        .join(format!("{}-{}.log", row.id, row.created_at))
 }
 
-/// Reads worktree `id`'s setup log (empty when there is none yet).
-pub fn read_log(state: &StateDir, id: WorktreeId) -> std::io::Result<Vec<u8>> {
-    match fs::read(log_path(state, id)) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        r => r,
+/// The most of a setup log kept: past it, what the command prints is counted, not kept.
+pub const LOG_LIMIT: u64 = 16 << 20;
+
+/// The most of a log read at once (`.control/setup-log`, `setup-log`): its end.
+pub const READ_LIMIT: u64 = 1 << 20;
+
+/// Reads the end of worktree `row`'s setup log, at most [`READ_LIMIT`] bytes of it (a line
+/// before them says how much comes before, and where); empty when there is none yet.
+pub fn read_log(state: &StateDir, row: &WorktreeRow) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let path = log_path(state, row);
+    let mut f = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        r => r?,
+    };
+    let len = f.metadata()?.len();
+    let mut out = Vec::new();
+    if len > READ_LIMIT {
+        out.extend_from_slice(
+            format!(
+                "[worktreefs: the first {} bytes of this log are only in {}]\n",
+                len - READ_LIMIT,
+                path.display()
+            )
+            .as_bytes(),
+        );
+        f.seek(SeekFrom::Start(len - READ_LIMIT))?;
     }
+    f.take(READ_LIMIT).read_to_end(&mut out)?;
+    Ok(out)
 }
+
+/// Removes worktree `row`'s setup log (its row goes).
+pub fn remove_log(state: &StateDir, row: &WorktreeRow) {
+    let _ = fs::remove_file(log_path(state, row));
+}
+
+/// How many setup runs may run at once; the rest wait their turn, queued.
+const MAX_RUNNING: usize = 8;
+
+/// How long past its limit a setup runner may take to end its command before the daemon
+/// ends its session.
+const SETUP_GRACE: Duration = Duration::from_secs(60);
 
 /// What the daemon starts runners with.
 #[derive(Debug, Clone)]
@@ -80,7 +134,7 @@ impl Launcher {
     /// the worktree's owner, readable by them alone), in a session of its own, and is
     /// reaped by a thread here. Returns how many were started.
     pub fn start_pending(&self, store: &mut Store) -> usize {
-        let taken = match store.take_pending_setups() {
+        let taken = match store.take_pending_setups(MAX_RUNNING) {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!("reading the queued setups: {e}");
@@ -122,17 +176,23 @@ impl Launcher {
             .stdin(Stdio::null())
             .spawn()
             .map_err(|e| format!("starting {}: {e}", self.program.display()))?;
+        let pid = child.id() as i32;
         tracing::info!(
-            "{}/{}: setup started (runner {}): {}",
+            "{}/{}: setup started (runner {pid}): {}",
             row.repo,
             row.name,
-            child.id(),
             run.command
         );
+        // While it runs its lease is passed on to nobody when it exits: its end is
+        // `end_setup`'s, written by it, or by `watch_runner` when it dies first.
+        let registered = Registered::runner(row.id, pid);
+        let state = self.state.clone();
+        let limit = Duration::from_secs(run.timeout) + SETUP_GRACE;
         let _ = std::thread::Builder::new()
             .name("setup-reaper".into())
             .spawn(move || {
-                let _ = child.wait();
+                watch_runner(&state, &row, &mut child, limit);
+                drop(registered);
             });
         Ok(())
     }
@@ -142,7 +202,7 @@ impl Launcher {
     /// `fresh`, else appended to; owned by the worktree's owner, readable by them alone,
     /// never written through a link).
     fn command(&self, row: &WorktreeRow, mode: &str, fresh: bool) -> Result<Command, String> {
-        let path = log_path(&self.state, row.id);
+        let path = log_path(&self.state, row);
         let dir = path.parent().expect("a log has a directory");
         fs::create_dir_all(dir).map_err(|e| format!("making {}: {e}", dir.display()))?;
         if fresh {
@@ -167,10 +227,14 @@ impl Launcher {
             .stdout(log)
             .stderr(err)
             .env_remove("RUST_LOG");
-        // SAFETY: setsid(2) is async-signal-safe.
+        // SAFETY: setsid(2) and close_range(2) are async-signal-safe.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
                 libc::setsid();
+                // Nothing of the daemon's but the log and the runner's pipe reaches it: a
+                // descriptor the daemon holds without close-on-exec (its own, or one it
+                // was started with) would be the owner's command's to use.
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
                 Ok(())
             });
         }
@@ -181,15 +245,52 @@ impl Launcher {
     /// it: its runner's processes (and theirs) are let into the worktree while it is
     /// deleting ([`teardown_covers`]), nobody else is. Bounded by the command's limit
     /// (and `until`, when given) plus the runner's grace; a failure is logged and said in
-    /// the worktree's log, never stops the removal. Returns how it ended, if it ran.
+    /// the worktree's log, never stops the removal. Err: the command moved the worktree's
+    /// HEAD or its branch (a commit made then was never inspected): the removal must not
+    /// go on; why.
     pub fn tear_down(
         &self,
         store: &Store,
         row: &WorktreeRow,
         until: Option<Instant>,
+    ) -> Result<(), String> {
+        let Some(command) = store.hooks_of(row.repo_id).ok().and_then(|h| h.on_remove) else {
+            return Ok(());
+        };
+        let gitdir = store
+            .repo_by_id(row.repo_id)
+            .ok()
+            .flatten()
+            .map(|r| r.gitdir);
+        let head = |gitdir: &Option<PathBuf>| {
+            gitdir
+                .as_deref()
+                .and_then(|g| crate::git::admin::head_and_tip(g, &row.admin_name))
+        };
+        let before = head(&gitdir);
+        self.run_teardown(store, row, &command, until);
+        let after = head(&gitdir);
+        if before != after {
+            let why = format!(
+                "its teardown command moved HEAD or its branch ({} -> {}): what it did there was never inspected",
+                before.map_or_else(|| "unknown".into(), |h| h.to_string()),
+                after.map_or_else(|| "unknown".into(), |h| h.to_string())
+            );
+            tracing::warn!("{}/{}: kept: {why}", row.repo, row.name);
+            return Err(why);
+        }
+        Ok(())
+    }
+
+    /// Runs `command`, worktree `row`'s teardown, and waits for it (see `tear_down`).
+    fn run_teardown(
+        &self,
+        store: &Store,
+        row: &WorktreeRow,
+        command: &str,
+        until: Option<Instant>,
     ) -> Option<String> {
         let hooks = store.hooks_of(row.repo_id).ok()?;
-        let command = hooks.on_remove?;
         let label = format!("{}/{}", row.repo, row.name);
         let mut limit = Duration::from_secs(
             hooks
@@ -247,7 +348,7 @@ impl Launcher {
         } else {
             tracing::warn!(
                 "{label}: teardown `{command}` {said}; the removal goes on (its output: {})",
-                log_path(&self.state, row.id).display()
+                log_path(&self.state, row).display()
             );
         }
         Some(said)
@@ -258,25 +359,143 @@ impl Launcher {
 static TEARDOWNS: Mutex<Vec<(WorktreeId, i32)>> = Mutex::new(Vec::new());
 /// How many are running: while none is, nothing is looked up.
 static TEARDOWN_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The setup runners running, by worktree.
+static RUNNERS: Mutex<Vec<(WorktreeId, i32)>> = Mutex::new(Vec::new());
 
-/// A teardown's runner, registered for as long as this lives.
-struct Registered(WorktreeId, i32);
+/// A runner, registered for as long as this lives: a teardown's, or a setup's.
+struct Registered {
+    key: (WorktreeId, i32),
+    teardown: bool,
+}
 
 impl Registered {
     fn new(id: WorktreeId, pid: i32) -> Registered {
         TEARDOWNS.lock().push((id, pid));
         TEARDOWN_COUNT.fetch_add(1, Ordering::SeqCst);
-        Registered(id, pid)
+        Registered {
+            key: (id, pid),
+            teardown: true,
+        }
+    }
+
+    fn runner(id: WorktreeId, pid: i32) -> Registered {
+        RUNNERS.lock().push((id, pid));
+        Registered {
+            key: (id, pid),
+            teardown: false,
+        }
     }
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        TEARDOWNS
-            .lock()
-            .retain(|&(id, pid)| (id, pid) != (self.0, self.1));
-        TEARDOWN_COUNT.fetch_sub(1, Ordering::SeqCst);
+        let key = self.key;
+        if self.teardown {
+            TEARDOWNS.lock().retain(|&k| k != key);
+            TEARDOWN_COUNT.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            RUNNERS.lock().retain(|&k| k != key);
+        }
     }
+}
+
+/// Whether process `pid` is worktree `id`'s setup runner: its lease is never passed on to
+/// a process still inside when it exits (what it left there is its setup's, ended with
+/// it), and its end is the setup's.
+pub fn is_setup_runner(id: WorktreeId, pid: i32) -> bool {
+    RUNNERS.lock().contains(&(id, pid))
+}
+
+/// Waits for setup runner `child` of worktree `row`; past `limit` (its command's limit and
+/// a grace) its session is killed. What is left of its session is killed when it ends;
+/// when it ended without recording its end (killed, or the store refused it), its run is
+/// failed here and its lease released as its own end would have.
+fn watch_runner(
+    state: &StateDir,
+    row: &WorktreeRow,
+    child: &mut std::process::Child,
+    limit: Duration,
+) {
+    let pid = child.id() as i32;
+    let until = Instant::now() + limit;
+    // Waited for without being reaped: until it is, its pid (its session's id) cannot be
+    // given to another process, so the kill of its session below reaches only its own.
+    loop {
+        // SAFETY: waitid fills `info` for our own child and leaves it unreaped (WNOWAIT).
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: filled by waitid when a child has exited.
+        if r != 0 || unsafe { info.si_pid() } == pid {
+            break;
+        }
+        if Instant::now() >= until {
+            tracing::warn!(
+                "{}/{}: setup runner {pid} is still there {} s past its limit: its session is ended",
+                row.repo,
+                row.name,
+                SETUP_GRACE.as_secs()
+            );
+            kill_session(pid);
+            until_exit(pid);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // What is left of its session (the runner made it: its id is the runner's pid) goes
+    // with it.
+    kill_session(pid);
+    let status = child.wait().ok();
+    let Ok(mut store) = Store::open(&state.root) else {
+        return;
+    };
+    let Some(run) = store.setup_of(row.id).ok().flatten() else {
+        return;
+    };
+    if run.state != crate::store::SetupState::Running || run.pid != Some(pid) {
+        return;
+    }
+    let why = match status {
+        Some(s) => format!("its runner ended ({s}) before it could say"),
+        None => "its runner could not be waited for".to_string(),
+    };
+    tracing::warn!("{}/{}: setup failed: {why}", row.repo, row.name);
+    let holder = run.pid_start.map(|start| format!("pid:{pid}:{start}"));
+    let _ = store.end_setup(
+        row.id,
+        holder.as_deref(),
+        &crate::store::SetupEnd {
+            ok: false,
+            exit_code: None,
+            detail: Some(why),
+        },
+    );
+}
+
+/// Waits (without reaping) until child `pid` has exited.
+fn until_exit(pid: i32) {
+    // SAFETY: as in `watch_runner`.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+}
+
+/// SIGKILL to every process of session (and process group) `sid`.
+fn kill_session(sid: i32) {
+    // SAFETY: kill(2) of the process group a runner of this daemon made.
+    unsafe { libc::kill(-sid, libc::SIGKILL) };
 }
 
 /// Whether worktree `id` is running its teardown now (its directory is then served to

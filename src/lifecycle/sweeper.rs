@@ -68,6 +68,12 @@ pub fn spawn(
     } = settings;
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
+    // The cleanups of deleting worktrees run on a thread of their own, one round at a
+    // time: a teardown command may take minutes, and the sweeper's other work (setups
+    // starting, grace periods ending, dead turns and leases swept) must not wait for it.
+    let cleaning: Arc<parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>> =
+        Arc::new(parking_lot::Mutex::new(None));
+    let cleaner = cleaning.clone();
     let thread = std::thread::Builder::new()
         .name("sweeper".into())
         .spawn(move || {
@@ -207,33 +213,60 @@ pub fn spawn(
                     );
                 }
                 // Cleanup of every deleting worktree nobody else is at (those marked just
-                // now, and any whose cleanup someone else left unfinished).
-                if !store
-                    .worktrees_in(State::Deleting)
-                    .unwrap_or_default()
-                    .is_empty()
+                // now, and any whose cleanup someone else left unfinished), on the cleanup
+                // thread when the last round there has ended.
+                let idle = cleaner.lock().as_ref().is_none_or(|t| t.is_finished());
+                if idle
+                    && !store
+                        .worktrees_in(State::Deleting)
+                        .unwrap_or_default()
+                        .is_empty()
                 {
-                    let done = cleanup::finish_all_deleting(
-                        &state,
-                        &mut store,
-                        view.mountpoint(),
-                        &inspection,
-                        Some(&gate),
+                    let (state, view, inspection, gate) = (
+                        state.clone(),
+                        view.clone(),
+                        inspection.clone(),
+                        gate.clone(),
                     );
-                    if !done.is_empty() {
-                        view.catalog_changed();
+                    let round =
+                        std::thread::Builder::new()
+                            .name("cleanup".into())
+                            .spawn(move || {
+                                let Ok(mut store) = Store::open(&state.root) else {
+                                    return;
+                                };
+                                let done = cleanup::finish_all_deleting(
+                                    &state,
+                                    &mut store,
+                                    view.mountpoint(),
+                                    &inspection,
+                                    Some(&gate),
+                                );
+                                if !done.is_empty() {
+                                    view.catalog_changed();
+                                }
+                            });
+                    match round {
+                        Ok(t) => *cleaner.lock() = Some(t),
+                        Err(e) => tracing::warn!("starting a cleanup round: {e}"),
                     }
                 }
             }
         })
         .ok();
-    Sweeper { stop, thread }
+    Sweeper {
+        stop,
+        thread,
+        cleaning,
+    }
 }
 
 /// The running sweeper.
 pub struct Sweeper {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Its cleanup round under way, if any.
+    cleaning: Arc<parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl Sweeper {
@@ -243,6 +276,9 @@ impl Sweeper {
     pub fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread {
+            let _ = t.join();
+        }
+        if let Some(t) = self.cleaning.lock().take() {
             let _ = t.join();
         }
     }

@@ -181,8 +181,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 10: a repository's setup command (run in each new worktree) and its teardown
     // command (run before each removal), with their time limits, as whoever registered it
     // gave them; and each worktree's run of its setup: pending until the daemon starts
-    // it, running (the runner's pid and start time, and the last event before its lease),
-    // then ok or failed (its exit code, or why).
+    // it, running (the runner's pid and start time; the last event, the worktree's state
+    // and its lease count before the runner's lease), then ok or failed (its exit code,
+    // or why).
     r#"
     CREATE TABLE repo_hooks (
         repo_id         INTEGER PRIMARY KEY REFERENCES repos(id),
@@ -201,6 +202,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
         pid         INTEGER,
         pid_start   INTEGER,
         after_event INTEGER,
+        prior_state TEXT,
+        prior_leases INTEGER,
         queued_at   INTEGER NOT NULL,
         started_at  INTEGER,
         ended_at    INTEGER

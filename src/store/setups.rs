@@ -198,17 +198,28 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// The queued runs, each marked running (its runner not yet known) as it is taken:
-    /// the caller starts a runner for each. A run queued for a worktree that is going or
-    /// gone fails instead, saying so.
-    pub fn take_pending_setups(&mut self) -> StoreResult<Vec<SetupRow>> {
+    /// The queued runs, each marked running (its runner not yet known) as it is taken, at
+    /// most so many that `most` run at once: the caller starts a runner for each. A run
+    /// queued for a worktree that is going or gone fails instead, saying so. Reads only,
+    /// when nothing is queued.
+    pub fn take_pending_setups(&mut self, most: usize) -> StoreResult<Vec<SetupRow>> {
+        let (queued, running): (i64, i64) = self.conn.query_row(
+            "SELECT count(*) FILTER (WHERE state = 'pending'),
+                    count(*) FILTER (WHERE state = 'running') FROM setups",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if queued == 0 || running as usize >= most {
+            return Ok(Vec::new());
+        }
+        let room = most - running as usize;
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let pending: Vec<(SetupRow, String)> = {
             let mut stmt = tx.prepare(&format!(
                 "SELECT {}, w.state FROM setups s JOIN worktrees w ON w.id = s.worktree_id
-                 WHERE s.state = 'pending'",
+                 WHERE s.state = 'pending' ORDER BY s.queued_at",
                 SETUP_COLUMNS
                     .split(", ")
                     .map(|c| format!("s.{c}"))
@@ -233,6 +244,9 @@ impl Store {
                 )?;
                 continue;
             }
+            if taken.len() >= room {
+                continue;
+            }
             tx.execute(
                 "UPDATE setups SET state = 'running', started_at = ?2 WHERE worktree_id = ?1",
                 params![row.worktree_id, now],
@@ -245,31 +259,39 @@ impl Store {
         Ok(taken)
     }
 
-    /// The runner of worktree `id`'s setup is process `pid` (started at `start`), and
-    /// holds the worktree as `holder` (taken just before).
-    pub fn setup_runner(
-        &self,
-        id: WorktreeId,
-        pid: i32,
-        start: u64,
-        holder: &str,
-    ) -> StoreResult<()> {
-        let after: Option<i64> = self.conn.query_row(
-            "SELECT max(id) FROM events WHERE worktree_id = ?1 AND holder = ?2",
-            params![id, holder],
-            |r| r.get(0),
+    /// The runner of worktree `id`'s setup is process `pid` (started at `start`); told
+    /// before it takes its lease, so what came before it (the worktree's state, its
+    /// leases, the last event) is what its end compares with.
+    pub fn setup_runner(&mut self, id: WorktreeId, pid: i32, start: u64) -> StoreResult<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let after: Option<i64> = tx.query_row("SELECT max(id) FROM events", [], |r| r.get(0))?;
+        let state = state_of(&tx, id)?;
+        let leases = lease_count(&tx, id)?;
+        tx.execute(
+            "UPDATE setups SET pid = ?2, pid_start = ?3, after_event = ?4, prior_state = ?5,
+                 prior_leases = ?6
+             WHERE worktree_id = ?1",
+            params![
+                id,
+                pid,
+                start as i64,
+                after.unwrap_or(0),
+                state.as_str(),
+                leases as i64
+            ],
         )?;
-        self.conn.execute(
-            "UPDATE setups SET pid = ?2, pid_start = ?3, after_event = ?4 WHERE worktree_id = ?1",
-            params![id, pid, start as i64, after],
-        )?;
+        tx.commit()?;
         Ok(())
     }
 
     /// Worktree `id`'s setup ended as `end`; its runner's lease (`holder`) goes in the
-    /// same transaction. Setup starts no cleanup: when that lease was the last and nobody
-    /// else took one while it ran, the worktree is `ready` again, not `lingering`.
-    /// Returns the worktree's state after.
+    /// same transaction. Setup starts no cleanup of its own: when that lease was the last,
+    /// the worktree was `ready` with no lease before the runner came, and nobody else took
+    /// one while it ran, the worktree is `ready` again; otherwise the release is an
+    /// ordinary one (the last lease of someone who came and went: `lingering`, as their
+    /// leaving would have made it). Returns the worktree's state after.
     pub fn end_setup(
         &mut self,
         id: WorktreeId,
@@ -279,45 +301,8 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let after: Option<i64> = tx
-            .query_row(
-                "SELECT after_event FROM setups WHERE worktree_id = ?1",
-                [id],
-                |r| r.get(0),
-            )
-            .optional()?
-            .flatten();
         if let Some(holder) = holder {
-            let was = state_of(&tx, id)?;
-            let others_came = tx.query_row(
-                "SELECT count(*) FROM events WHERE worktree_id = ?1 AND kind = 'acquired'
-                 AND holder != ?2 AND id > ?3",
-                params![id, holder, after.unwrap_or(i64::MAX)],
-                |r| r.get::<_, i64>(0),
-            )? > 0;
-            let gone = tx.execute(
-                "DELETE FROM leases WHERE worktree_id = ?1 AND holder = ?2",
-                params![id, holder],
-            )? == 1;
-            if gone {
-                event(&tx, id, "released", Some(holder), "its setup ended")?;
-                if was == State::Active && lease_count(&tx, id)? == 0 {
-                    // Somebody came and went while it ran: their leaving is what ends.
-                    let next = if others_came || after.is_none() {
-                        State::Lingering
-                    } else {
-                        State::Ready
-                    };
-                    set_state(&tx, id, next)?;
-                    event(
-                        &tx,
-                        id,
-                        next.as_str(),
-                        None,
-                        "its setup's lease was the last",
-                    )?;
-                }
-            }
+            release_setup_lease(&tx, id, holder, "its setup ended")?;
         }
         tx.execute(
             "UPDATE setups SET state = ?2, exit_code = ?3, detail = ?4, ended_at = ?5,
@@ -368,7 +353,7 @@ impl Store {
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             if let (Some(pid), Some(start)) = (row.pid, row.pid_start) {
                 let holder = format!("pid:{pid}:{start}");
-                release_in(&tx, row.worktree_id, &holder, "swept", &why)?;
+                release_setup_lease(&tx, row.worktree_id, &holder, &why)?;
             }
             tx.execute(
                 "UPDATE setups SET state = 'failed', detail = ?2, ended_at = ?3, pid = NULL,
@@ -381,6 +366,53 @@ impl Store {
         }
         Ok(ended)
     }
+}
+
+/// Releases the setup runner `holder`'s lease of worktree `id` (if it still has one) as
+/// [`Store::end_setup`] says, in the caller's transaction.
+fn release_setup_lease(
+    tx: &rusqlite::Transaction<'_>,
+    id: WorktreeId,
+    holder: &str,
+    reason: &str,
+) -> rusqlite::Result<()> {
+    let (after, prior_state, prior_leases): (Option<i64>, Option<String>, Option<i64>) = tx
+        .query_row(
+            "SELECT after_event, prior_state, prior_leases FROM setups WHERE worktree_id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?
+        .unwrap_or((None, None, None));
+    let was_idle = prior_state.as_deref() == Some(State::Ready.as_str()) && prior_leases == Some(0);
+    let others_came = match after {
+        Some(after) => {
+            tx.query_row(
+                "SELECT count(*) FROM events WHERE worktree_id = ?1 AND kind = 'acquired'
+                 AND holder != ?2 AND id > ?3",
+                params![id, holder, after],
+                |r| r.get::<_, i64>(0),
+            )? > 0
+        }
+        None => true,
+    };
+    if !was_idle || others_came {
+        release_in(tx, id, holder, "released", reason)?;
+        return Ok(());
+    }
+    let was = state_of(tx, id)?;
+    let gone = tx.execute(
+        "DELETE FROM leases WHERE worktree_id = ?1 AND holder = ?2",
+        params![id, holder],
+    )? == 1;
+    if gone {
+        event(tx, id, "released", Some(holder), reason)?;
+        if was == State::Active && lease_count(tx, id)? == 0 {
+            set_state(tx, id, State::Ready)?;
+            event(tx, id, "ready", None, "its setup's lease was the only one")?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -426,12 +458,12 @@ mod tests {
         let (_d, mut store, id) = setup();
         assert!(store.queue_setup(id, "make deps", 60).unwrap());
         assert!(!store.queue_setup(id, "other", 60).unwrap());
-        let taken = store.take_pending_setups().unwrap();
+        let taken = store.take_pending_setups(8).unwrap();
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].command, "make deps");
-        assert!(store.take_pending_setups().unwrap().is_empty());
+        assert!(store.take_pending_setups(8).unwrap().is_empty());
+        store.setup_runner(id, 10, 7).unwrap();
         store.acquire_lease(id, &lease(10), "setup").unwrap();
-        store.setup_runner(id, 10, 7, &lease(10).holder()).unwrap();
         assert!(!store.queue_setup(id, "other", 60).unwrap());
         let end = SetupEnd {
             ok: false,
@@ -453,9 +485,9 @@ mod tests {
     fn a_holder_that_came_during_the_setup_leaves_it_lingering() {
         let (_d, mut store, id) = setup();
         store.queue_setup(id, "x", 60).unwrap();
-        store.take_pending_setups().unwrap();
+        store.take_pending_setups(8).unwrap();
+        store.setup_runner(id, 10, 7).unwrap();
         store.acquire_lease(id, &lease(10), "setup").unwrap();
-        store.setup_runner(id, 10, 7, &lease(10).holder()).unwrap();
         store.acquire_lease(id, &lease(11), "agent").unwrap();
         store
             .release_lease(id, &lease(11).holder(), "exited", "gone")
@@ -471,14 +503,67 @@ mod tests {
         assert_eq!(after, State::Lingering);
     }
 
+    /// Somebody inside before the setup came (a shell that `cd`-ed in at once), or a
+    /// worktree lingering or retained when its setup is run again: the setup's end is an
+    /// ordinary release, and cleanup comes as it would have.
+    #[test]
+    fn a_worktree_that_was_not_idle_before_the_setup_is_not_made_ready_by_it() {
+        let end = SetupEnd {
+            ok: true,
+            exit_code: Some(0),
+            detail: None,
+        };
+        // A holder before the runner, gone while it ran.
+        let (_d, mut store, id) = setup();
+        store.queue_setup(id, "x", 60).unwrap();
+        store.take_pending_setups(8).unwrap();
+        store.acquire_lease(id, &lease(11), "agent").unwrap();
+        store.setup_runner(id, 10, 7).unwrap();
+        store.acquire_lease(id, &lease(10), "setup").unwrap();
+        store
+            .release_lease(id, &lease(11).holder(), "exited", "gone")
+            .unwrap();
+        let after = store
+            .end_setup(id, Some(&lease(10).holder()), &end)
+            .unwrap();
+        assert_eq!(after, State::Lingering);
+        // Run again on a lingering worktree.
+        let (_d, mut store, id) = setup();
+        store.acquire_lease(id, &lease(11), "agent").unwrap();
+        store
+            .release_lease(id, &lease(11).holder(), "exited", "gone")
+            .unwrap();
+        store.queue_setup(id, "x", 60).unwrap();
+        store.take_pending_setups(8).unwrap();
+        store.setup_runner(id, 10, 7).unwrap();
+        store.acquire_lease(id, &lease(10), "setup").unwrap();
+        let after = store
+            .end_setup(id, Some(&lease(10).holder()), &end)
+            .unwrap();
+        assert_eq!(after, State::Lingering);
+    }
+
+    /// No more runs start than may run at once; the rest wait their turn.
+    #[test]
+    fn runs_start_no_more_than_may_run_at_once() {
+        let (_d, mut store, id) = setup();
+        store.queue_setup(id, "x", 60).unwrap();
+        assert!(store.take_pending_setups(0).unwrap().is_empty());
+        assert_eq!(
+            store.setup_of(id).unwrap().unwrap().state,
+            SetupState::Pending
+        );
+        assert_eq!(store.take_pending_setups(1).unwrap().len(), 1);
+    }
+
     /// A runner that died: its run fails saying so, and its lease goes.
     #[test]
     fn a_run_whose_runner_died_fails_and_its_lease_goes() {
         let (_d, mut store, id) = setup();
         store.queue_setup(id, "x", 60).unwrap();
-        store.take_pending_setups().unwrap();
+        store.take_pending_setups(8).unwrap();
+        store.setup_runner(id, 10, 7).unwrap();
         store.acquire_lease(id, &lease(10), "setup").unwrap();
-        store.setup_runner(id, 10, 7, &lease(10).holder()).unwrap();
         assert!(store
             .fail_orphaned_setups(&|_, _| false, 60)
             .unwrap()

@@ -400,3 +400,145 @@ fn a_removal_runs_the_teardown_in_the_worktree_first_and_goes_on_whatever_it_doe
     assert!(wtfs_ok(&env.state(), &["setup-log", "repo/bad"]).contains("failed (exit 9)"));
     m.unmount();
 }
+
+/// The pid of worktree `name`'s setup runner, from its lease.
+fn runner_pid(env: &Env, name: &str) -> Option<i32> {
+    let leases: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["leases", "--json"])).unwrap();
+    leases.as_array().unwrap().iter().find_map(|l| {
+        (l["worktree"] == format!("repo/{name}")
+            && l["command"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("worktreefs setup")))
+        .then(|| l["pid"].as_i64().unwrap() as i32)
+    })
+}
+
+/// A runner killed mid-setup: what it started goes with it, its run fails saying so, and
+/// the worktree is `ready` (its lease passed to nobody, no cleanup started, even with a
+/// grace period of a second).
+#[test]
+fn a_runner_killed_mid_setup_fails_its_run_and_leaves_the_worktree_ready() {
+    let env = Env::new();
+    set_setup(&env, &["--on-create", "sleep 60 & sleep 60"]);
+    let m = env.mount_with(&["--linger", "1"]);
+    wtfs_ok(&env.state(), &["new", "repo/k"]);
+    let mut pid = None;
+    wait_until(
+        "the runner to take its lease",
+        Duration::from_secs(20),
+        || {
+            pid = runner_pid(&env, "k");
+            pid.is_some()
+        },
+    );
+    let pid = pid.unwrap();
+    // SAFETY: plain kill of the runner this test's daemon started for it.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let s = ended_setup(&env, "k", Duration::from_secs(20));
+    assert_eq!(s["state"], "failed", "{s}");
+    assert!(
+        s["summary"]
+            .as_str()
+            .unwrap()
+            .contains("before it could say"),
+        "{s}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(state_of(&env, "k"), "ready");
+    let listed: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
+    assert_eq!(listed[0]["processes_inside"], 0, "{listed}");
+    m.unmount();
+}
+
+/// What the command gets of the runner: its standard streams and nothing else open; and
+/// a command that prints more than a log keeps has the rest counted, not kept.
+#[test]
+fn a_setup_command_holds_nothing_of_the_daemons_and_its_log_is_bounded() {
+    let env = Env::new();
+    set_setup(&env, &["--on-create", "exec ls -1 /proc/self/fd"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    wtfs_ok(&env.state(), &["new", "repo/fds", "--wait-setup"]);
+    let log = wtfs_ok(&env.state(), &["setup-log", "repo/fds"]);
+    let fds: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.starts_with("worktreefs:"))
+        .collect();
+    // ls's own: its standard streams and the directory it reads.
+    assert_eq!(fds, ["0", "1", "2", "3"], "{log}");
+
+    set_setup(
+        &env,
+        &[
+            "--on-create",
+            "head -c 20000000 /dev/zero | tr '\\000' x; echo; echo the-end",
+        ],
+    );
+    wtfs_ok(&env.state(), &["new", "repo/big", "--wait-setup"]);
+    let log = wtfs_ok(&env.state(), &["setup-log", "repo/big"]);
+    assert!(log.len() < 2 << 20, "{}", log.len());
+    assert!(
+        log.starts_with("[worktreefs: the first "),
+        "{}",
+        &log[..200]
+    );
+    assert!(
+        log.contains("more bytes of output were not kept"),
+        "{}",
+        &log[log.len() - 300..]
+    );
+    let through_control =
+        fs::read_to_string(m.mountpoint.join(".control/setup-log/repo:big")).unwrap();
+    assert_eq!(through_control.len(), log.len());
+    m.unmount();
+}
+
+/// A teardown that commits: the removal does not go on (what it committed was never
+/// inspected), and says why; `new --wait-setup` with nothing mounted makes nothing.
+#[test]
+fn a_teardown_that_moves_head_keeps_the_worktree_and_a_wait_without_a_mount_makes_nothing() {
+    let env = Env::new();
+    set_setup(
+        &env,
+        &[
+            "--on-remove",
+            "git -c user.name=t -c user.email=t@t commit -q --allow-empty -m late",
+        ],
+    );
+    let m = env.mount_with(&["--linger", "600"]);
+    wtfs_ok(&env.state(), &["new", "repo/h"]);
+    let o = wtfs(&env.state(), &["reclaim", "repo/h"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("moved HEAD"), "{}", text(&o));
+    assert_ne!(state_of(&env, "h"), "removed");
+    let log = git(&m.wt("repo", "h"), &["log", "--format=%s", "-1"]);
+    assert_eq!(log.trim(), "late");
+    m.unmount();
+
+    set_setup(&env, &["--no-on-remove", "--on-create", "true"]);
+    let o = wtfs(&env.state(), &["new", "repo/nowait", "--wait-setup"]);
+    assert_ne!(code(&o), 0);
+    assert!(text(&o).contains("nothing was made"), "{}", text(&o));
+    let listed = wtfs_ok(&env.state(), &["list", "--json"]);
+    assert!(!listed.contains("nowait"), "{listed}");
+}
+
+/// A teardown that takes a while holds up nothing else the daemon does: a setup queued
+/// meanwhile starts and ends at once.
+#[test]
+fn a_long_teardown_holds_up_no_setup() {
+    let env = Env::new();
+    set_setup(&env, &["--on-remove", "sleep 8", "--on-create", "true"]);
+    let m = env.mount_with(&["--linger", "600"]);
+    wtfs_ok(&env.state(), &["new", "repo/slow", "--no-setup"]);
+    // rmdir leaves the teardown and the removal to the daemon's cleanup.
+    fs::remove_dir(m.wt("repo", "slow")).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let o = wtfs(&env.state(), &["new", "repo/quick", "--wait-setup"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    wait_for_state(&env, "slow", "removed", Duration::from_secs(30));
+    m.unmount();
+}

@@ -462,7 +462,7 @@ fn manifests(env: &Env) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(env.state().join("warm"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.starts_with('.') && !n.ends_with(".dirs"))
+        .filter(|n| !n.starts_with('.') && !n.ends_with(".dirs") && !n.ends_with(".ident"))
         .collect();
     v.sort();
     v

@@ -136,6 +136,7 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
         return cmd_fork(state, repo, name, &from, branch.as_deref(), show, ask);
     }
     let mut store = open_store(state)?;
+    refuse_unrunnable_wait(state, &store, repo, ask)?;
     let (uid, gid) = (
         nix::unistd::geteuid().as_raw(),
         nix::unistd::getegid().as_raw(),
@@ -245,6 +246,31 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
 
 /// How long `new --warm` looks at the source for what moved since its snapshot.
 const MOVED_WITHIN: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `--wait-setup` with nothing mounted to run the setup: refused before anything is made
+/// (the worktree would be made and the wait refused after it).
+fn refuse_unrunnable_wait(
+    state: &StateDir,
+    store: &Store,
+    repo: &str,
+    ask: SetupAsk,
+) -> Result<(), Failed> {
+    if !ask.wait || daemon::running_daemon(state).is_some() {
+        return Ok(());
+    }
+    let has_setup = match store.repo_by_name(repo)? {
+        Some(r) => store.hooks_of(r.id)?.on_create.is_some(),
+        None => false,
+    };
+    if has_setup {
+        return Err(anyhow!(
+            "--wait-setup: nothing is mounted for state dir {} to run the setup of {repo}'s new worktrees, so nothing was made; start it with `worktreefs mount`, or leave out --wait-setup (the setup then runs at the next mount)",
+            state.root.display()
+        )
+        .into());
+    }
+    Ok(())
+}
 
 /// Queues the new worktree's run of its repository's setup command (unless asked not
 /// to), has the daemon look, and with `--wait-setup` waits for it. Returns the run, as
@@ -366,6 +392,7 @@ fn cmd_fork(
         None => from,
     };
     let mut store = open_store(state)?;
+    refuse_unrunnable_wait(state, &store, repo, ask)?;
     let forked = worktreefs::lifecycle::fork::fork_worktree(
         state,
         &mut store,

@@ -142,7 +142,7 @@ pub fn finish(
                     "; its output: `worktreefs setup-log {}/{}` ({})",
                     row.repo,
                     row.name,
-                    setup::log_path(state, row.id).display()
+                    setup::log_path(state, row).display()
                 )
             }
         );
@@ -169,14 +169,20 @@ pub fn wait_for(
         if !run.state.in_progress() {
             return Ok(Some(run));
         }
-        if run.state == SetupState::Pending && daemon::running_daemon(state).is_none() {
-            return Err(anyhow!(
-                "the setup of {}/{} is queued and nothing is mounted for state dir {} to run it; start it with `worktreefs mount`",
-                row.repo,
-                row.name,
-                state.root.display()
-            )
-            .into());
+        if daemon::running_daemon(state).is_none() {
+            if run.state == SetupState::Pending {
+                return Err(anyhow!(
+                    "the setup of {}/{} is queued and nothing is mounted for state dir {} to run it; start it with `worktreefs mount`",
+                    row.repo,
+                    row.name,
+                    state.root.display()
+                )
+                .into());
+            }
+            // Running with no daemon to notice its runner die: looked at here.
+            if let Ok(mut own) = Store::open(&state.root) {
+                setup::fail_orphaned(&mut own);
+            }
         }
         if !said && started.elapsed() >= Duration::from_secs(1) {
             eprintln!(
@@ -246,14 +252,14 @@ pub fn run_log(state: &StateDir, args: SetupLogArgs) -> Result<(), Failed> {
     let store = open_store(state)?;
     // A removed worktree's too: its teardown's output is there.
     let row = leasable_worktree(&store, repo, name)?;
-    if store.setup_of(row.id)?.is_none() && !setup::log_path(state, row.id).exists() {
+    if store.setup_of(row.id)?.is_none() && !setup::log_path(state, &row).exists() {
         return Err(anyhow!(
             "{repo}/{name} has run no setup or teardown command, so it has no setup log (see `worktreefs repo set {repo} --on-create CMD`)"
         )
         .into());
     }
-    let log = setup::read_log(state, row.id)
-        .map_err(|e| anyhow!("reading {}: {e}", setup::log_path(state, row.id).display()))?;
+    let log = setup::read_log(state, &row)
+        .map_err(|e| anyhow!("reading {}: {e}", setup::log_path(state, &row).display()))?;
     let mut out = std::io::stdout().lock();
     out.write_all(&log)
         .and_then(|_| out.flush())
@@ -290,6 +296,8 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
         };
         store.end_setup(row.id, holder, &end)
     };
+    // What came before it is recorded before its lease is taken: its end compares with it.
+    store.setup_runner(row.id, me.pid, me.start)?;
     if let Err(e) = store.acquire_lease(row.id, &lease, "its setup command runs") {
         let why = match e {
             worktreefs::store::LeaseError::Conflict(_, state) => format!("the worktree is {state}"),
@@ -300,7 +308,6 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
         return Ok(());
     }
     let holder = lease.holder();
-    store.setup_runner(row.id, me.pid, me.start, &holder)?;
     let Some(daemon) = daemon::running_daemon(state) else {
         fail(&mut store, Some(&holder), "nothing is mounted".into())?;
         return Ok(());
@@ -319,7 +326,12 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
     let _ = std::io::stdout().flush();
     let command = ["/bin/sh".to_string(), "-c".to_string(), run.command.clone()];
     let limit = Some(Duration::from_secs(run.timeout.max(1)));
-    let end = match run_below_as(&dir, &command, &env, Below::Turn { limit }, Some(&who)) {
+    let capped = Capped::start();
+    let ran = run_below_as(&dir, &command, &env, Below::Turn { limit }, Some(&who));
+    if let Some(c) = capped {
+        c.finish();
+    }
+    let end = match ran {
         Ok(ended) => {
             use std::os::unix::process::ExitStatusExt;
             let code = ended.status.code();
@@ -395,7 +407,11 @@ fn teardown_runner(state: &StateDir, repo: &str, name: &str, limit: u64) -> Resu
     let argv = ["/bin/sh".to_string(), "-c".to_string(), command];
     let limit = Some(Duration::from_secs(limit.max(1)));
     let who = RunAs::user(row.uid, row.gid);
+    let capped = Capped::start();
     let ran = run_below_as(&dir, &argv, &env, Below::Turn { limit }, Some(&who));
+    if let Some(c) = capped {
+        c.finish();
+    }
     let _ = std::env::set_current_dir("/");
     let (said, code) = match ran {
         Ok(ended) if ended.ended_with.is_some() => ("timed out".to_string(), 124),
@@ -414,5 +430,90 @@ fn teardown_runner(state: &StateDir, repo: &str, name: &str, limit: u64) -> Resu
     match code {
         0 => Ok(()),
         c => std::process::exit(c.clamp(1, 255)),
+    }
+}
+
+/// A runner's output (the log, its standard output and error) passed through a pipe
+/// while its command runs, so that at most [`setup::LOG_LIMIT`] bytes of what the command
+/// prints are kept: the rest is counted and said at the end.
+struct Capped {
+    log: std::os::fd::OwnedFd,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Capped {
+    /// Puts the pipe in place of this process's standard output and error (the command
+    /// inherits it). None when that cannot be done: then the output goes to the log
+    /// uncapped.
+    fn start() -> Option<Capped> {
+        use std::io::Read;
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let _ = std::io::stdout().flush();
+        // SAFETY: dup of our own standard output.
+        let log = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
+        if log < 0 {
+            return None;
+        }
+        // SAFETY: just made, ours alone.
+        let log = unsafe { std::os::fd::OwnedFd::from_raw_fd(log) };
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+        // SAFETY: dup2 onto our own standard output and error.
+        unsafe {
+            if libc::dup2(w.as_raw_fd(), 1) < 0 || libc::dup2(w.as_raw_fd(), 2) < 0 {
+                libc::dup2(log.as_raw_fd(), 1);
+                libc::dup2(log.as_raw_fd(), 2);
+                return None;
+            }
+        }
+        drop(w);
+        let out = log.try_clone().ok()?;
+        let reader = std::thread::Builder::new()
+            .name("setup-log".into())
+            .spawn(move || {
+                let mut from = std::fs::File::from(r);
+                let mut to = std::fs::File::from(out);
+                let (mut kept, mut dropped) = (0u64, 0u64);
+                let mut buf = vec![0u8; 64 << 10];
+                loop {
+                    let n = match from.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => break,
+                    };
+                    let room = setup::LOG_LIMIT.saturating_sub(kept) as usize;
+                    let keep = n.min(room);
+                    if keep > 0 && to.write_all(&buf[..keep]).is_ok() {
+                        kept += keep as u64;
+                    }
+                    dropped += (n - keep) as u64;
+                }
+                if dropped > 0 {
+                    let _ = writeln!(
+                        to,
+                        "\n[worktreefs: {dropped} more bytes of output were not kept: a log keeps {} MiB]",
+                        setup::LOG_LIMIT >> 20
+                    );
+                }
+            })
+            .ok()?;
+        Some(Capped { log, reader })
+    }
+
+    /// Puts the log back as this process's standard output and error and waits (a
+    /// while) for what the pipe still holds to be written.
+    fn finish(self) {
+        use std::os::fd::AsRawFd;
+        let _ = std::io::stdout().flush();
+        // SAFETY: dup2 of a descriptor we own onto our standard output and error.
+        unsafe {
+            libc::dup2(self.log.as_raw_fd(), 1);
+            libc::dup2(self.log.as_raw_fd(), 2);
+        }
+        // Every writer has ended with the command (its leftovers were ended after it).
+        let until = std::time::Instant::now() + Duration::from_secs(2);
+        while !self.reader.is_finished() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

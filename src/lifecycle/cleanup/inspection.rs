@@ -71,11 +71,15 @@ impl Inspection {
 
     /// Runs worktree `row`'s teardown command, if its repository has one and a mount
     /// serves it (see [`crate::lifecycle::setup::Launcher::tear_down`]).
-    pub(super) fn tear_down(&self, store: &crate::store::Store, row: &crate::store::WorktreeRow) {
+    /// Err: the command moved the worktree's HEAD or branch, and the removal must not go
+    /// on (why).
+    pub(super) fn tear_down(
+        &self,
+        store: &crate::store::Store,
+        row: &crate::store::WorktreeRow,
+    ) -> Result<(), String> {
         match &self.teardowns {
-            Some(l) => {
-                l.tear_down(store, row, None);
-            }
+            Some(l) => l.tear_down(store, row, None),
             None => {
                 if store
                     .hooks_of(row.repo_id)
@@ -87,6 +91,7 @@ impl Inspection {
                         row.name
                     );
                 }
+                Ok(())
             }
         }
     }

@@ -176,7 +176,11 @@ pub fn finish(
             delete_branch,
             integrated,
         } => {
-            how.tear_down(store, row);
+            if let Err(reason) = how.tear_down(store, row) {
+                store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
+                tracing::info!(worktree = %t.path.display(), "retained: {reason}");
+                return Ok(Outcome::Retained(reason));
+            }
             run_removal(
                 state,
                 store,
@@ -422,7 +426,10 @@ fn request_removal_then(
             delete_branch,
             integrated,
         } => {
-            how.tear_down(store, row);
+            if let Err(reason) = how.tear_down(store, row) {
+                store.end_deleting(row.id, prev, &format!("removal refused: {reason}"))?;
+                return Err(RequestError::HoldsWork(reason));
+            }
             Ok(run_removal(
                 state,
                 store,
@@ -500,7 +507,8 @@ fn request_removal_then(
                 what,
                 index_clean: false,
             };
-            how.tear_down(store, row);
+            // Discarded: whatever its teardown did goes too, as asked.
+            let _ = how.tear_down(store, row);
             Ok(run_removal(state, store, &t, &removal)?)
         }
     }

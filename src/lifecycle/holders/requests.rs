@@ -51,7 +51,9 @@ impl Tracker {
                 matches!(op, Op::Release { worktree_id, holder, .. }
                     if *worktree_id == l.worktree_id && *holder == l.holder)
             });
-            if known || releasing {
+            // A setup's runner: its lease ends as its setup does (`lifecycle::setup`).
+            let runner = crate::lifecycle::setup::is_setup_runner(l.worktree_id, pid);
+            if known || releasing || runner {
                 continue;
             }
             let alive = proc_info(pid).filter(|p| Some(p.start as i64) == l.pid_start);

@@ -117,7 +117,13 @@ impl Tracker {
         let store = Store::open(&state.root)?;
         let fast = Store::open(&state.root)?;
         fast.set_busy_timeout(REQUEST_BUSY_TIMEOUT)?;
-        let (r, w) = nix::unistd::pipe()?;
+        // Never inherited (a command the daemon starts would hold the wake-ups), and its
+        // write end never blocks a request (a full pipe means a wake-up is pending).
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        nix::fcntl::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&w),
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )?;
         let tracker = Arc::new(Tracker {
             fast: Mutex::new(fast),
             store: Mutex::new(store),
