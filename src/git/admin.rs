@@ -121,7 +121,6 @@ pub fn renamed_branch(gitdir: &Path, admin: &Path, recorded: &str) -> Option<Str
     None
 }
 
-/// Where git keeps a linked worktree's administrative files.
 /// The `HEAD` file of admin entry `admin`, read as it is (`ref: refs/heads/b` or a
 /// commit id), never through a symlink, never waiting on a FIFO, at most 4 KiB.
 pub fn read_head(admin: &Path) -> Option<String> {
@@ -149,6 +148,7 @@ pub fn head_and_tip(gitdir: &Path, admin_name: &str) -> Option<git2::Oid> {
     }
 }
 
+/// Where git keeps a linked worktree's administrative files.
 pub fn admin_dir(gitdir: &Path, admin_name: &str) -> PathBuf {
     gitdir.join("worktrees").join(admin_name)
 }

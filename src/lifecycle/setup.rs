@@ -65,10 +65,14 @@ pub fn queue_for_new(store: &Store, row: &WorktreeRow) -> Option<SetupRow> {
 /// Where worktree `row`'s setup log is: `<state>/setup/<id>-<made at>.log` (an id a
 /// worktree made later may be given again; its time is its own).
 pub fn log_path(state: &StateDir, row: &WorktreeRow) -> PathBuf {
+    log_at(state, row.id, row.created_at)
+}
+
+fn log_at(state: &StateDir, id: WorktreeId, created_at: i64) -> PathBuf {
     state
         .root
         .join("setup")
-        .join(format!("{}-{}.log", row.id, row.created_at))
+        .join(format!("{id}-{created_at}.log"))
 }
 
 /// The most of a setup log kept: past it, what the command prints is counted, not kept.
@@ -107,9 +111,9 @@ pub fn read_log(state: &StateDir, row: &WorktreeRow) -> std::io::Result<Vec<u8>>
     Ok(out)
 }
 
-/// Removes worktree `row`'s setup log (its row goes).
-pub fn remove_log(state: &StateDir, row: &WorktreeRow) {
-    let _ = fs::remove_file(log_path(state, row));
+/// Removes the setup log of worktree `id` made at `created_at` (its row goes).
+pub fn remove_log(state: &StateDir, id: WorktreeId, created_at: i64) {
+    let _ = fs::remove_file(log_at(state, id, created_at));
 }
 
 /// How many setup runs may run at once; the rest wait their turn, queued.
@@ -233,8 +237,10 @@ impl Launcher {
                 libc::setsid();
                 // Nothing of the daemon's but the log and the runner's pipe reaches it: a
                 // descriptor the daemon holds without close-on-exec (its own, or one it
-                // was started with) would be the owner's command's to use.
-                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                // was started with) would be the owner's command's to use. Marked
+                // close-on-exec, not closed: the pipe that reports a failed exec stays.
+                const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
                 Ok(())
             });
         }
@@ -262,14 +268,9 @@ impl Launcher {
             .ok()
             .flatten()
             .map(|r| r.gitdir);
-        let head = |gitdir: &Option<PathBuf>| {
-            gitdir
-                .as_deref()
-                .and_then(|g| crate::git::admin::head_and_tip(g, &row.admin_name))
-        };
-        let before = head(&gitdir);
+        let before = head_bounded(row, gitdir.clone())?;
         self.run_teardown(store, row, &command, until);
-        let after = head(&gitdir);
+        let after = head_bounded(row, gitdir)?;
         if before != after {
             let why = format!(
                 "its teardown command moved HEAD or its branch ({} -> {}): what it did there was never inspected",
@@ -322,20 +323,9 @@ impl Launcher {
             let _ = go.write_all(b"go\n");
         }
         tracing::info!("{label}: teardown started (runner {pid}): {command}");
-        let end = Instant::now() + limit + RUNNER_GRACE;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-            }
-        };
+        let (status, in_time) = wait_runner(&mut child, limit + RUNNER_GRACE);
         drop(registered);
-        let said = match status.and_then(|s| s.code()) {
+        let said = match status.filter(|_| in_time).and_then(|s| s.code()) {
             Some(0) => "ok".to_string(),
             Some(code) => format!("failed (exit {code})"),
             None => format!(
@@ -352,6 +342,30 @@ impl Launcher {
             );
         }
         Some(said)
+    }
+}
+
+/// How long reading a worktree's HEAD may take around its teardown.
+const HEAD_LIMIT: Duration = Duration::from_secs(5);
+
+/// The commit worktree `row`'s HEAD is at, read on a thread of its own for at most
+/// [`HEAD_LIMIT`] (libgit2 waits for good on a FIFO where a ref was, which the teardown,
+/// run as the repository's owner, may have put there; one blocked read per worktree at
+/// most). Err when it could not be read in time: the removal must not go on.
+fn head_bounded(row: &WorktreeRow, gitdir: Option<PathBuf>) -> Result<Option<git2::Oid>, String> {
+    use crate::bounded::{Bounded, Gate};
+    static GATE: Gate<WorktreeId> = Gate::new();
+    let admin = row.admin_name.clone();
+    match GATE.run(row.id, format!("head-{}", row.id), HEAD_LIMIT, move || {
+        gitdir
+            .as_deref()
+            .and_then(|g| crate::git::admin::head_and_tip(g, &admin))
+    }) {
+        Bounded::Done(head) => Ok(head),
+        _ => Err(format!(
+            "its HEAD could not be read within {} s around its teardown (a FIFO where a ref was, or a filesystem that hangs?): what the teardown did was never inspected",
+            HEAD_LIMIT.as_secs()
+        )),
     }
 }
 
@@ -417,41 +431,15 @@ fn watch_runner(
     limit: Duration,
 ) {
     let pid = child.id() as i32;
-    let until = Instant::now() + limit;
-    // Waited for without being reaped: until it is, its pid (its session's id) cannot be
-    // given to another process, so the kill of its session below reaches only its own.
-    loop {
-        // SAFETY: waitid fills `info` for our own child and leaves it unreaped (WNOWAIT).
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        // SAFETY: filled by waitid when a child has exited.
-        if r != 0 || unsafe { info.si_pid() } == pid {
-            break;
-        }
-        if Instant::now() >= until {
-            tracing::warn!(
-                "{}/{}: setup runner {pid} is still there {} s past its limit: its session is ended",
-                row.repo,
-                row.name,
-                SETUP_GRACE.as_secs()
-            );
-            kill_session(pid);
-            until_exit(pid);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let (status, in_time) = wait_runner(child, limit);
+    if !in_time {
+        tracing::warn!(
+            "{}/{}: setup runner {pid} was still there {} s past its limit: its session was ended",
+            row.repo,
+            row.name,
+            SETUP_GRACE.as_secs()
+        );
     }
-    // What is left of its session (the runner made it: its id is the runner's pid) goes
-    // with it.
-    kill_session(pid);
-    let status = child.wait().ok();
     let Ok(mut store) = Store::open(&state.root) else {
         return;
     };
@@ -478,6 +466,44 @@ fn watch_runner(
     );
 }
 
+/// Waits for runner `child` for at most `limit`, unreaped until what is left of its
+/// session has been killed (its session's id, its own pid, cannot be given to another
+/// process before it is reaped); past the limit its session is killed first. Returns how
+/// it ended, and whether it ended within the limit.
+fn wait_runner(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, bool) {
+    let pid = child.id() as i32;
+    let until = Instant::now() + limit;
+    let mut in_time = true;
+    loop {
+        // SAFETY: waitid fills `info` for our own child and leaves it unreaped (WNOWAIT).
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: filled by waitid when a child has exited.
+        if r != 0 || unsafe { info.si_pid() } == pid {
+            break;
+        }
+        if Instant::now() >= until {
+            in_time = false;
+            kill_session(pid);
+            until_exit(pid);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill_session(pid);
+    (child.wait().ok(), in_time)
+}
+
 /// Waits (without reaping) until child `pid` has exited.
 fn until_exit(pid: i32) {
     // SAFETY: as in `watch_runner`.
@@ -492,10 +518,40 @@ fn until_exit(pid: i32) {
     };
 }
 
-/// SIGKILL to every process of session (and process group) `sid`.
+/// SIGKILL to every process of session `sid` (a runner's: its id is the runner's pid,
+/// kept from reuse while the runner is unreaped): its process group, and each process of
+/// the session in another group (found in `/proc`, each signalled through a pidfd opened
+/// before its session is checked again). A process that left the session (`setsid`)
+/// is not found: as with a turn whose command was killed outright.
 fn kill_session(sid: i32) {
     // SAFETY: kill(2) of the process group a runner of this daemon made.
     unsafe { libc::kill(-sid, libc::SIGKILL) };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return;
+    };
+    let session_of = |pid: i32| -> Option<i32> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command's `)`: state, ppid, pgrp, session.
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(3)?
+            .parse()
+            .ok()
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == sid || session_of(pid) != Some(sid) {
+            continue;
+        }
+        if let Some(fd) = crate::process::pidfd::pidfd_open(pid) {
+            if session_of(pid) == Some(sid) {
+                let _ = crate::process::pidfd::pidfd_signal(&fd, libc::SIGKILL);
+            }
+        }
+    }
 }
 
 /// Whether worktree `id` is running its teardown now (its directory is then served to

@@ -130,8 +130,16 @@ impl Store {
 
     /// Unregisters a repository that has no live worktree; the rows of its removed
     /// worktrees go with it (their events stay, without names).
-    pub fn remove_repo(&mut self, id: RepoId) -> StoreResult<()> {
+    pub fn remove_repo(&mut self, id: RepoId) -> StoreResult<Vec<(WorktreeId, i64)>> {
         let tx = self.conn.transaction()?;
+        // The rows that go, by id and creation time (what names their files elsewhere).
+        let gone: Vec<(WorktreeId, i64)> = {
+            let mut stmt = tx.prepare(&format!(
+                "SELECT id, created_at FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}'"
+            ))?;
+            let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
         tx.execute(
             &format!(
                 "DELETE FROM ports WHERE worktree_id IN
@@ -153,7 +161,8 @@ impl Store {
         tx.execute("DELETE FROM repo_hooks WHERE repo_id = ?1", [id])?;
         tx.execute("DELETE FROM warm_snapshots WHERE repo_id = ?1", [id])?;
         tx.execute("DELETE FROM repos WHERE id = ?1", [id])?;
-        Ok(tx.commit()?)
+        tx.commit()?;
+        Ok(gone)
     }
 
     /// Records that worktree `id` is on branch `branch` now (git renamed the one it had).

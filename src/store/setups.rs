@@ -261,18 +261,19 @@ impl Store {
 
     /// The runner of worktree `id`'s setup is process `pid` (started at `start`); told
     /// before it takes its lease, so what came before it (the worktree's state, its
-    /// leases, the last event) is what its end compares with.
-    pub fn setup_runner(&mut self, id: WorktreeId, pid: i32, start: u64) -> StoreResult<()> {
+    /// leases, the last event) is what its end compares with. False: the run has a
+    /// runner already, or is not running (failed meanwhile): this one must not run it.
+    pub fn setup_runner(&mut self, id: WorktreeId, pid: i32, start: u64) -> StoreResult<bool> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let after: Option<i64> = tx.query_row("SELECT max(id) FROM events", [], |r| r.get(0))?;
         let state = state_of(&tx, id)?;
         let leases = lease_count(&tx, id)?;
-        tx.execute(
+        let recorded = tx.execute(
             "UPDATE setups SET pid = ?2, pid_start = ?3, after_event = ?4, prior_state = ?5,
                  prior_leases = ?6
-             WHERE worktree_id = ?1",
+             WHERE worktree_id = ?1 AND state = 'running' AND pid IS NULL",
             params![
                 id,
                 pid,
@@ -283,7 +284,7 @@ impl Store {
             ],
         )?;
         tx.commit()?;
-        Ok(())
+        Ok(recorded == 1)
     }
 
     /// Worktree `id`'s setup ended as `end`; its runner's lease (`holder`) goes in the

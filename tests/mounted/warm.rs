@@ -738,6 +738,8 @@ fn an_inherited_gitignore_rules_cleanup_as_it_rules_git() {
 fn a_warm_worktree_says_its_snapshots_age_and_a_take_shows_progress_on_a_terminal() {
     let env = Env::new();
     warm_source(&env.repo.path());
+    // Older than a take by two seconds: a later take trusts what it recorded of them.
+    std::thread::sleep(Duration::from_millis(2100));
     let state = env.state();
     // Through a pipe: the summary alone.
     let piped = wtfs(&state, &["warm", "repo"]);

@@ -307,7 +307,9 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
             if purged > 0 && !json {
                 println!("purged {purged} kept removal(s) of '{name}'");
             }
-            store.remove_repo(repo.id)?;
+            for (id, made) in store.remove_repo(repo.id)? {
+                worktreefs::lifecycle::setup::remove_log(state, id, made);
+            }
             // Its warm snapshots' manifests (`<repo id>-<uid>-<ns>`, and `.dirs`) no row
             // names now: a prune deletes them with the contents only they held. While a
             // snapshot is being taken a prune waits for the next: the manifests go now,

@@ -179,9 +179,12 @@ pub fn wait_for(
                 )
                 .into());
             }
-            // Running with no daemon to notice its runner die: looked at here.
-            if let Ok(mut own) = Store::open(&state.root) {
-                setup::fail_orphaned(&mut own);
+            // Running with no daemon to notice its runner die: looked at here (from the
+            // daemon's pid namespace alone: from another, every pid looks gone).
+            if daemon::leases_in_this_pid_namespace(state) {
+                if let Ok(mut own) = Store::open(&state.root) {
+                    setup::fail_orphaned(&mut own);
+                }
             }
         }
         if !said && started.elapsed() >= Duration::from_secs(1) {
@@ -297,7 +300,10 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
         store.end_setup(row.id, holder, &end)
     };
     // What came before it is recorded before its lease is taken: its end compares with it.
-    store.setup_runner(row.id, me.pid, me.start)?;
+    // Another runner that recorded itself first runs it: this one ends.
+    if !store.setup_runner(row.id, me.pid, me.start)? {
+        return Err(anyhow!("{repo}/{name}'s setup has a runner already").into());
+    }
     if let Err(e) = store.acquire_lease(row.id, &lease, "its setup command runs") {
         let why = match e {
             worktreefs::store::LeaseError::Conflict(_, state) => format!("the worktree is {state}"),
@@ -457,16 +463,20 @@ impl Capped {
         // SAFETY: just made, ours alone.
         let log = unsafe { std::os::fd::OwnedFd::from_raw_fd(log) };
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
-        // SAFETY: dup2 onto our own standard output and error.
-        unsafe {
-            if libc::dup2(w.as_raw_fd(), 1) < 0 || libc::dup2(w.as_raw_fd(), 2) < 0 {
+        let out = log.try_clone().ok()?;
+        let put_back = |log: &std::os::fd::OwnedFd| {
+            // SAFETY: dup2 of a descriptor we own onto our standard output and error.
+            unsafe {
                 libc::dup2(log.as_raw_fd(), 1);
                 libc::dup2(log.as_raw_fd(), 2);
-                return None;
             }
+        };
+        // SAFETY: dup2 onto our own standard output and error.
+        if unsafe { libc::dup2(w.as_raw_fd(), 1) < 0 || libc::dup2(w.as_raw_fd(), 2) < 0 } {
+            put_back(&log);
+            return None;
         }
         drop(w);
-        let out = log.try_clone().ok()?;
         let reader = std::thread::Builder::new()
             .name("setup-log".into())
             .spawn(move || {
@@ -495,9 +505,14 @@ impl Capped {
                         setup::LOG_LIMIT >> 20
                     );
                 }
-            })
-            .ok()?;
-        Some(Capped { log, reader })
+            });
+        match reader {
+            Ok(reader) => Some(Capped { log, reader }),
+            Err(_) => {
+                put_back(&log);
+                None
+            }
+        }
     }
 
     /// Puts the log back as this process's standard output and error and waits (a

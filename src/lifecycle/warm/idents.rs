@@ -5,8 +5,12 @@
 //! but the kernel, so a rewrite that keeps size and modification time is still seen), and
 //! `new --warm` tells from them how much of the source changed since.
 //!
+//! A file whose times were as new as the take that read it (within two seconds) is read
+//! again all the same: a change right after the take looked, within the same tick of
+//! the file system's clock, would leave its times as they were (git's racy entries).
+//!
 //! One record per file: `<dev> <ino> <size> <mtime s> <mtime ns> <ctime s> <ctime ns>
-//! <mode, octal> <oid> TAB <path> NUL`.
+//! <mode, octal> <take's start s> <take's start ns> <oid> TAB <path> NUL`.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -16,7 +20,7 @@ use git2::Oid;
 use crate::beneath::Stat;
 
 /// A source file as a take saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Ident {
     dev: u64,
     ino: u64,
@@ -24,7 +28,23 @@ pub(super) struct Ident {
     mtime: (i64, i64),
     ctime: (i64, i64),
     mode: u32,
+    /// When the take that read it began (not compared).
+    seen: (i64, i64),
 }
+
+/// Two idents are the same file as it was when they agree on all but when they were seen.
+impl PartialEq for Ident {
+    fn eq(&self, o: &Ident) -> bool {
+        (
+            self.dev, self.ino, self.size, self.mtime, self.ctime, self.mode,
+        ) == (o.dev, o.ino, o.size, o.mtime, o.ctime, o.mode)
+    }
+}
+
+impl Eq for Ident {}
+
+/// How close to the take its times may be and still be trusted.
+const RACY_SECS: i64 = 2;
 
 impl Ident {
     pub(super) fn of(st: &Stat) -> Ident {
@@ -35,7 +55,20 @@ impl Ident {
             mtime: (st.st_mtime, st.st_mtime_nsec),
             ctime: (st.st_ctime, st.st_ctime_nsec),
             mode: st.st_mode,
+            seen: (0, 0),
         }
+    }
+
+    /// As seen by a take that began at `at` (seconds, nanoseconds).
+    pub(super) fn seen_at(mut self, at: (i64, i64)) -> Ident {
+        self.seen = at;
+        self
+    }
+
+    /// Whether its times are too close to the take that saw it to be trusted.
+    pub(super) fn racy(&self) -> bool {
+        let late = (self.seen.0 - RACY_SECS, self.seen.1);
+        self.mtime >= late || self.ctime >= late
     }
 
     pub(super) fn size(&self) -> u64 {
@@ -49,8 +82,17 @@ pub(super) fn encode(files: &[(Vec<u8>, Ident, Oid)]) -> Vec<u8> {
     for (path, i, oid) in files {
         let _ = write!(
             out,
-            "{} {} {} {} {} {} {} {:o} {oid}\t",
-            i.dev, i.ino, i.size, i.mtime.0, i.mtime.1, i.ctime.0, i.ctime.1, i.mode
+            "{} {} {} {} {} {} {} {:o} {} {} {oid}\t",
+            i.dev,
+            i.ino,
+            i.size,
+            i.mtime.0,
+            i.mtime.1,
+            i.ctime.0,
+            i.ctime.1,
+            i.mode,
+            i.seen.0,
+            i.seen.1
         );
         out.extend_from_slice(path);
         out.push(0);
@@ -71,7 +113,7 @@ pub(super) fn decode(bytes: &[u8]) -> HashMap<Vec<u8>, (Ident, Oid)> {
             continue;
         };
         let f: Vec<&str> = head.split(' ').collect();
-        if f.len() != 9 {
+        if f.len() != 11 {
             continue;
         }
         let n = |i: usize| f[i].parse::<i64>().ok();
@@ -80,7 +122,12 @@ pub(super) fn decode(bytes: &[u8]) -> HashMap<Vec<u8>, (Ident, Oid)> {
         else {
             continue;
         };
-        let (Ok(mode), Ok(oid)) = (u32::from_str_radix(f[7], 8), Oid::from_str(f[8])) else {
+        let (Ok(mode), Some(seen_s), Some(seen_ns), Ok(oid)) = (
+            u32::from_str_radix(f[7], 8),
+            n(8),
+            n(9),
+            Oid::from_str(f[10]),
+        ) else {
             continue;
         };
         out.insert(
@@ -93,6 +140,7 @@ pub(super) fn decode(bytes: &[u8]) -> HashMap<Vec<u8>, (Ident, Oid)> {
                     mtime: (ms, mns),
                     ctime: (cs, cns),
                     mode,
+                    seen: (seen_s, seen_ns),
                 },
                 oid,
             ),
@@ -114,6 +162,7 @@ mod tests {
             mtime: (1_700_000_000, 5),
             ctime: (1_700_000_001, 999_999_999),
             mode: 0o100644,
+            seen: (1_700_000_100, 0),
         };
         let oid = Oid::hash_object(git2::ObjectType::Blob, b"x").unwrap();
         let mut bytes = encode(&[(b"node_modules/a b/c.js".to_vec(), i, oid)]);
@@ -121,5 +170,8 @@ mod tests {
         let back = decode(&bytes);
         assert_eq!(back.len(), 1);
         assert_eq!(back[b"node_modules/a b/c.js".as_slice()], (i, oid));
+        assert_eq!(back[b"node_modules/a b/c.js".as_slice()].0.seen, i.seen);
+        assert!(!i.racy());
+        assert!(i.seen_at((1_700_000_002, 0)).racy());
     }
 }

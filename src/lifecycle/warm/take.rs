@@ -367,6 +367,9 @@ pub(super) fn take_held(
     progress: Progress<'_>,
 ) -> LifecycleResult<Taken> {
     let started = Instant::now();
+    let started_wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
     // Held until the row is in the store: a prune never deletes a content this stored,
     // nor its manifest, before then.
     let _lock = lock(state, libc::LOCK_SH)
@@ -432,10 +435,29 @@ pub(super) fn take_held(
         }
         found.push((rel, what));
     }
+    // What the user's last snapshot of it read: a file where nothing moved since is not
+    // copied again (only opened, as the user, to see it is still theirs to read), and
+    // needs no room.
+    let before = store
+        .latest_warm(repo.id, uid)
+        .ok()
+        .flatten()
+        .and_then(|w| fs::read(idents_path(state, &w.manifest)).ok())
+        .map(|b| idents::decode(&b))
+        .unwrap_or_default();
+    let reusable: std::collections::HashMap<Vec<u8>, Oid> = found
+        .iter()
+        .filter_map(|(rel, f)| match f {
+            Found::File(_, seen) => {
+                unchanged_since(state, &before, rel, seen).map(|oid| (rel.clone(), oid))
+            }
+            _ => None,
+        })
+        .collect();
     let need: u64 = found
         .iter()
-        .map(|(_, f)| match f {
-            Found::File(_, st) => st.st_size as u64,
+        .map(|(rel, f)| match f {
+            Found::File(_, st) if !reusable.contains_key(rel) => st.st_size as u64,
             _ => 0,
         })
         .sum();
@@ -472,85 +494,73 @@ pub(super) fn take_held(
         .unwrap_or_default()
         .as_nanos();
     let manifest = format!("{}-{uid}-{nanos}", repo.id);
-    // What the user's last snapshot of it read: a file where nothing moved since is not
-    // read again.
-    let before = store
-        .latest_warm(repo.id, uid)
-        .ok()
-        .flatten()
-        .and_then(|w| fs::read(idents_path(state, &w.manifest)).ok())
-        .map(|b| idents::decode(&b))
-        .unwrap_or_default();
+    // When this take began: a file whose times are as new as that may change again within
+    // the same tick of the clock unseen (see `Ident::racy`).
+    let took_from = (started_wall / 1_000_000_000, started_wall % 1_000_000_000);
     let mut known: Vec<(Vec<u8>, Ident, Oid)> = Vec::with_capacity(files);
     let mut journal = Journal::create(state, &manifest)?;
     let (mut links, mut bytes, mut copied, mut unchanged) = (0u64, 0u64, 0u64, 0u64);
     for (rel, what) in found {
-        let kept = match &what {
-            Found::File(_, seen) => unchanged_since(state, &before, &rel, seen).map(|o| (o, *seen)),
-            _ => None,
-        };
-        if let Some((oid, seen)) = kept {
-            bytes += seen.st_size as u64;
-            copied += 1;
-            unchanged += 1;
-            known.push((rel.clone(), Ident::of(&seen), oid));
-            records.push(record(rel, Kind::File, &seen, gid, Some(oid), Vec::new()));
-            if let Some(tell) = progress {
-                tell(Copied {
-                    files: copied,
-                    bytes,
-                    of_files: files as u64,
-                    of_bytes: need,
-                });
-            }
-            continue;
-        }
-        match what {
-            Found::File(..) => {
-                let mut copies = 0;
-                let stored = loop {
-                    let r = root.clone();
-                    let rel2 = rel.clone();
-                    let (file, st) = match user.run(move || look(r.as_fd(), &rel2, true))? {
-                        Found::File(Some(f), st) => (f, st),
-                        Found::Skip(why) => break Err(why),
-                        _ => break Err("no longer a regular file".into()),
-                    };
-                    if let Some(oid) = store_blob(state, &mut journal, &file, &st)? {
-                        break Ok((oid, st));
-                    }
-                    copies += 1;
-                    if copies >= MAX_COPIES {
-                        break Err(format!(
-                            "changed each of the {MAX_COPIES} times it was copied"
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(10 << copies));
-                };
-                match stored {
-                    Ok((oid, st)) => {
-                        bytes += st.st_size as u64;
-                        copied += 1;
-                        known.push((rel.clone(), Ident::of(&st), oid));
-                        records.push(record(rel, Kind::File, &st, gid, Some(oid), Vec::new()));
-                        if let Some(tell) = progress {
-                            tell(Copied {
-                                files: copied,
-                                bytes,
-                                of_files: files as u64,
-                                of_bytes: need,
-                            });
-                        }
-                    }
-                    Err(why) => skipped.push((lossy(&rel), why)),
+        let stored = match what {
+            Found::File(_, seen) => match reusable.get(&rel).copied().filter(|_| {
+                let r = root.clone();
+                let rel2 = rel.clone();
+                matches!(
+                    user.run(move || look(r.as_fd(), &rel2, true)),
+                    Ok(Found::File(Some(_), now)) if Ident::of(&now) == Ident::of(&seen)
+                )
+            }) {
+                Some(oid) => {
+                    unchanged += 1;
+                    Ok((oid, seen))
                 }
-            }
+                None => {
+                    let mut copies = 0;
+                    loop {
+                        let r = root.clone();
+                        let rel2 = rel.clone();
+                        let (file, st) = match user.run(move || look(r.as_fd(), &rel2, true))? {
+                            Found::File(Some(f), st) => (f, st),
+                            Found::Skip(why) => break Err(why),
+                            _ => break Err("no longer a regular file".into()),
+                        };
+                        if let Some(oid) = store_blob(state, &mut journal, &file, &st)? {
+                            break Ok((oid, st));
+                        }
+                        copies += 1;
+                        if copies >= MAX_COPIES {
+                            break Err(format!(
+                                "changed each of the {MAX_COPIES} times it was copied"
+                            ));
+                        }
+                        std::thread::sleep(Duration::from_millis(10 << copies));
+                    }
+                }
+            },
             Found::Link(target, st) => {
                 links += 1;
                 let oid = Oid::hash_object(git2::ObjectType::Blob, &target).ok();
                 records.push(record(rel, Kind::Link, &st, gid, oid, target));
+                continue;
             }
-            Found::Dir(_) | Found::Skip(_) => {}
+            Found::Dir(_) | Found::Skip(_) => continue,
+        };
+        match stored {
+            Ok((oid, st)) => {
+                bytes += st.st_size as u64;
+                copied += 1;
+                known.push((rel.clone(), Ident::of(&st).seen_at(took_from), oid));
+                records.push(record(rel, Kind::File, &st, gid, Some(oid), Vec::new()));
+                if let Some(tell) = progress {
+                    tell(Copied {
+                        files: copied,
+                        bytes,
+                        of_files: files as u64,
+                        of_bytes: need,
+                    });
+                }
+            }
+            Err(why) => skipped.push((lossy(&rel), why)),
         }
     }
 
@@ -637,7 +647,7 @@ fn unchanged_since(
     seen: &Stat,
 ) -> Option<Oid> {
     let (was, oid) = before.get(rel)?;
-    if *was != Ident::of(seen) {
+    if *was != Ident::of(seen) || was.racy() {
         return None;
     }
     fs::symlink_metadata(blob_path(state, *oid))
@@ -759,6 +769,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let (state, mut store, repo) = setup(d.path());
         fs::write(repo.path.join("target/other"), b"same").unwrap();
+        // Files as new as a take are read again by the next (a change within the same
+        // tick would not show): these are older than that by then.
+        std::thread::sleep(Duration::from_millis(2100));
         let (first, copies) = take_with(&state, &mut store, &repo, |_| {});
         assert_eq!((copies, first.unchanged), (2, 0));
         let (second, copies) = take_with(&state, &mut store, &repo, |_| {});
@@ -785,6 +798,8 @@ mod tests {
         assert_eq!(held(&state, &third, b"target/out").unwrap(), b"v1");
 
         // Its content gone from the cache (a prune, a disk cleaned by hand): read again.
+        // So is `out`: rewritten just before the last take, what that take recorded of it
+        // is not trusted (a change in the same tick would not have shown).
         let records =
             crate::git::warm::decode(&fs::read(state.warm().join(&third.row.manifest)).unwrap())
                 .unwrap();
@@ -793,7 +808,7 @@ mod tests {
         fs::set_permissions(&blob, fs::Permissions::from_mode(0o600)).unwrap();
         fs::remove_file(&blob).unwrap();
         let (fourth, copies) = take_with(&state, &mut store, &repo, |_| {});
-        assert_eq!((copies, fourth.unchanged), (1, 1));
+        assert_eq!((copies, fourth.unchanged), (2, 0));
         assert_eq!(held(&state, &fourth, b"target/other").unwrap(), b"same");
     }
 
