@@ -55,8 +55,9 @@ pub struct Moved {
 }
 
 /// What moved in `repo`'s source checkout since snapshot `w`, looked at for at most
-/// `within` (a `stat` of each file and directory it has, as the calling user). None: the
-/// snapshot does not say (one taken before it recorded its files).
+/// `within` (a `stat` of each directory it has, then of each file, as the calling user):
+/// past that, what was found so far, marked incomplete. None: the snapshot does not say
+/// (one taken before it recorded its files).
 pub fn moved_since(
     state: &StateDir,
     repo: &RepoRow,
@@ -79,6 +80,21 @@ pub fn moved_since(
         dirs: 0,
         complete: true,
     };
+    // Directories first: a file added or removed (a package installed, one gone) shows
+    // in its directory's time, and a snapshot has far fewer directories than files.
+    for r in crate::git::warm::parse(&manifest).ok()?.flatten() {
+        if r.kind != crate::git::warm::Kind::Dir {
+            continue;
+        }
+        if std::time::Instant::now() >= until {
+            moved.complete = false;
+            return Some(moved);
+        }
+        if stat(r.path).is_none_or(|st| (st.st_mtime, st.st_mtime_nsec as u32) != r.mtime) {
+            moved.dirs += 1;
+        }
+    }
+    // Then each file, while the time lasts.
     for (path, (was, _)) in &idents {
         if std::time::Instant::now() >= until {
             moved.complete = false;
@@ -86,18 +102,6 @@ pub fn moved_since(
         }
         if stat(path).is_none_or(|st| super::idents::Ident::of(&st) != *was) {
             moved.files += 1;
-        }
-    }
-    for r in crate::git::warm::parse(&manifest).ok()?.flatten() {
-        if r.kind != crate::git::warm::Kind::Dir {
-            continue;
-        }
-        if std::time::Instant::now() >= until {
-            moved.complete = false;
-            break;
-        }
-        if stat(r.path).is_none_or(|st| (st.st_mtime, st.st_mtime_nsec as u32) != r.mtime) {
-            moved.dirs += 1;
         }
     }
     Some(moved)
