@@ -563,7 +563,7 @@ pub struct WarmShownJson {
     pub warm_snapshot_moved_files: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_snapshot_moved_dirs: Option<u64>,
-    /// false when the look ran out of its time (20 ms): at least that many moved.
+    /// false when the look ran out of its time (10 ms): at least that many moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_snapshot_moved_complete: Option<bool>,
 }

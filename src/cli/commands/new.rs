@@ -143,7 +143,9 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     );
     let repo_row = store.repo_by_name(repo)?;
     let mut took_snapshot = None;
-    let mut moved = None;
+    // What moved in the source since a snapshot made before: looked at on a thread while
+    // the worktree is made (it costs about what that does), joined after.
+    let mut moved: Option<std::thread::JoinHandle<Option<warm::Moved>>> = None;
     let snapshot = match repo_row {
         Some(r) if warm || (r.warm_default && !cold) => {
             let meter = Meter::new(format!("taking the warm snapshot of {repo}"));
@@ -155,7 +157,11 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
                 print_taken(repo, t);
             }
             if taken.is_none() {
-                moved = warm::moved_since(state, &r, &snap, MOVED_WITHIN);
+                let (state, r, snap) = (state.clone(), r.clone(), snap.clone());
+                moved = std::thread::Builder::new()
+                    .name("moved-since".into())
+                    .spawn(move || warm::moved_since(&state, &r, &snap, MOVED_WITHIN))
+                    .ok();
             }
             took_snapshot = taken.map(|t| t.took);
             Some(snap)
@@ -181,6 +187,7 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
         },
     );
     slow.finish(row.is_ok());
+    let moved = moved.and_then(|t| t.join().ok()).flatten();
     let row = row?;
     let setup = start_setup(state, &store, &row, ask)?;
     let mountpoint = create::mountpoint_of(state, &store);
@@ -244,10 +251,11 @@ pub fn run(state: &StateDir, args: NewArgs) -> Result<(), Failed> {
     setup_status(ask, setup.as_ref())
 }
 
-/// How long `new --warm` looks at the source for what moved since its snapshot: about
-/// what making the worktree costs (a snapshot of 30,000 files in 1,000 directories has
-/// its directories and a few thousand files looked at; the rest is "at least").
-const MOVED_WITHIN: std::time::Duration = std::time::Duration::from_millis(20);
+/// How long `new --warm` looks at the source for what moved since its snapshot, on a
+/// thread while the worktree is made: less than making it costs, so the look adds
+/// little (a snapshot of 30,000 files gets its directories and some of its files looked
+/// at; the rest is "at least").
+const MOVED_WITHIN: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// `--wait-setup` with nothing mounted to run the setup: refused before anything is made
 /// (the worktree would be made and the wait refused after it).

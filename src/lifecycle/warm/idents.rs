@@ -103,50 +103,36 @@ pub(super) fn encode(files: &[(Vec<u8>, Ident, Oid)]) -> Vec<u8> {
 /// The records of `bytes`, by path; a record that does not read is left out (its file is
 /// read again: never wrong).
 pub(super) fn decode(bytes: &[u8]) -> HashMap<Vec<u8>, (Ident, Oid)> {
-    let mut out = HashMap::new();
-    for rec in bytes.split(|b| *b == 0) {
-        let Some(tab) = rec.iter().position(|b| *b == b'\t') else {
-            continue;
-        };
-        let (head, path) = (&rec[..tab], &rec[tab + 1..]);
-        let Ok(head) = std::str::from_utf8(head) else {
-            continue;
-        };
-        let f: Vec<&str> = head.split(' ').collect();
-        if f.len() != 11 {
-            continue;
-        }
-        let n = |i: usize| f[i].parse::<i64>().ok();
-        let (Some(dev), Some(ino), Some(size), Some(ms), Some(mns), Some(cs), Some(cns)) =
-            (n(0), n(1), n(2), n(3), n(4), n(5), n(6))
-        else {
-            continue;
-        };
-        let (Ok(mode), Some(seen_s), Some(seen_ns), Ok(oid)) = (
-            u32::from_str_radix(f[7], 8),
-            n(8),
-            n(9),
-            Oid::from_str(f[10]),
-        ) else {
-            continue;
-        };
-        out.insert(
-            path.to_vec(),
-            (
-                Ident {
-                    dev: dev as u64,
-                    ino: ino as u64,
-                    size: size as u64,
-                    mtime: (ms, mns),
-                    ctime: (cs, cns),
-                    mode,
-                    seen: (seen_s, seen_ns),
-                },
-                oid,
-            ),
-        );
+    records(bytes)
+        .map(|(path, ident, oid)| (path.to_vec(), (ident, oid)))
+        .collect()
+}
+
+/// The records of `bytes` one at a time, borrowing their paths.
+pub(super) fn records(bytes: &[u8]) -> impl Iterator<Item = (&[u8], Ident, Oid)> {
+    bytes.split(|b| *b == 0).filter_map(record)
+}
+
+/// One record, or None when it does not read.
+fn record(rec: &[u8]) -> Option<(&[u8], Ident, Oid)> {
+    let tab = rec.iter().position(|b| *b == b'\t')?;
+    let (head, path) = (&rec[..tab], &rec[tab + 1..]);
+    let head = std::str::from_utf8(head).ok()?;
+    let f: Vec<&str> = head.split(' ').collect();
+    if f.len() != 11 {
+        return None;
     }
-    out
+    let n = |i: usize| f[i].parse::<i64>().ok();
+    let ident = Ident {
+        dev: n(0)? as u64,
+        ino: n(1)? as u64,
+        size: n(2)? as u64,
+        mtime: (n(3)?, n(4)?),
+        ctime: (n(5)?, n(6)?),
+        mode: u32::from_str_radix(f[7], 8).ok()?,
+        seen: (n(8)?, n(9)?),
+    };
+    Some((path, ident, Oid::from_str(f[10]).ok()?))
 }
 
 #[cfg(test)]

@@ -67,7 +67,7 @@ pub fn moved_since(
     use super::take::{look, Found};
     use std::os::fd::AsFd;
     let until = std::time::Instant::now() + within;
-    let idents = super::idents::decode(&fs::read(idents_path(state, &w.manifest)).ok()?);
+    let idents = fs::read(idents_path(state, &w.manifest)).ok()?;
     let manifest = fs::read(manifest_path(state, w)).ok()?;
     // Looked at as the take looked: below the checkout, through no symbolic link.
     let root = crate::beneath::open_real_dir(&repo.path).ok()?;
@@ -95,12 +95,12 @@ pub fn moved_since(
         }
     }
     // Then each file, while the time lasts.
-    for (path, (was, _)) in &idents {
+    for (path, was, _) in super::idents::records(&idents) {
         if std::time::Instant::now() >= until {
             moved.complete = false;
             return Some(moved);
         }
-        if stat(path).is_none_or(|st| super::idents::Ident::of(&st) != *was) {
+        if stat(path).is_none_or(|st| super::idents::Ident::of(&st) != was) {
             moved.files += 1;
         }
     }
