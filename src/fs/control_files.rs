@@ -36,6 +36,19 @@ impl View {
 }
 
 impl View {
+    /// The worktree a `.control` entry named `<repo>:<worktree>` is about (ENOENT when
+    /// the name is not one, or names no worktree).
+    fn entry_worktree(&self, entry: &str) -> FsResult<crate::store::WorktreeRow> {
+        let (repo, wt) = entry
+            .split_once(':')
+            .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+        self.store
+            .lock()
+            .worktree(repo, wt)
+            .map_err(|e| FsError::store("reading .control", e))?
+            .ok_or_else(|| FsError::not_found(entry.to_string()))
+    }
+
     /// Every lease: those in SQLite and those the daemon keeps in memory until SQLite
     /// takes them (a database held by another process), so `.control` says who holds
     /// what either way.
@@ -221,15 +234,9 @@ impl View {
                 Ok(format!("{v}\n").into_bytes())
             }
             (ControlDir::Env, entry) => {
-                let (repo, wt) = entry
-                    .split_once(':')
-                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let row = self.entry_worktree(entry)?;
                 let store = self.store.lock();
-                let row = store
-                    .worktree(repo, wt)
-                    .map_err(store_err)?
-                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
-                let path = self.mountpoint.join(repo).join(wt);
+                let path = self.mountpoint.join(&row.repo).join(&row.name);
                 let mut out = String::new();
                 for (k, v) in crate::lifecycle::ports::environment(&store, &row, &path) {
                     out.push_str(&format!("export {k}={}\n", crate::report::shell_word(&v)));
@@ -237,28 +244,16 @@ impl View {
                 Ok(out.into_bytes())
             }
             (ControlDir::SetupLog, entry) => {
-                let (repo, wt) = entry
-                    .split_once(':')
-                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
-                let row = self
-                    .store
-                    .lock()
-                    .worktree(repo, wt)
-                    .map_err(store_err)?
-                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
-                crate::lifecycle::setup::read_log(&self.state, &row)
-                    .map_err(|e| FsError::io(format!("reading the setup log of {repo}/{wt}"), e))
+                let row = self.entry_worktree(entry)?;
+                crate::lifecycle::setup::read_log(&self.state, &row).map_err(|e| {
+                    FsError::io(
+                        format!("reading the setup log of {}/{}", row.repo, row.name),
+                        e,
+                    )
+                })
             }
             (ControlDir::Worktrees, entry) => {
-                let (repo, wt) = entry
-                    .split_once(':')
-                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
-                let row = self
-                    .store
-                    .lock()
-                    .worktree(repo, wt)
-                    .map_err(store_err)?
-                    .ok_or_else(|| FsError::not_found(entry.to_string()))?;
+                let row = self.entry_worktree(entry)?;
                 let v = crate::report::worktree_json(&row, &self.mountpoint);
                 Ok(format!("{v}\n").into_bytes())
             }

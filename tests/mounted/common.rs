@@ -591,14 +591,20 @@ pub fn libgit2_owner_check_off() {
 /// A worktree's state from `worktreefs list`; `list` leaves removed worktrees out, so a
 /// worktree not listed is "removed".
 pub fn state_of(env: &Env, name: &str) -> String {
+    listed(env, name)
+        .map(|w| w["state"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| "removed".into())
+}
+
+/// Worktree `repo/<name>` as `worktreefs list --json` gives it, if it is listed.
+pub fn listed(env: &Env, name: &str) -> Option<serde_json::Value> {
     let json: serde_json::Value =
         serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
     json.as_array()
         .unwrap()
         .iter()
         .find(|w| w["name"] == name)
-        .map(|w| w["state"].as_str().unwrap().to_string())
-        .unwrap_or_else(|| "removed".into())
+        .cloned()
 }
 
 /// Waits until `f` holds; fails naming `what` if it does not by `limit`.

@@ -8,14 +8,7 @@ use std::time::Duration;
 use crate::common::*;
 
 fn listed(env: &Env, name: &str) -> serde_json::Value {
-    let json: serde_json::Value =
-        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
-    json.as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("{name} is not listed: {json}"))
+    crate::common::listed(env, name).unwrap_or_else(|| panic!("{name} is not listed"))
 }
 
 fn commit(wt: &std::path::Path, msg: &str) {

@@ -9,12 +9,7 @@ use crate::common::*;
 
 /// The worktree's setup run as `list --json` shows it (null: none).
 fn setup_of(env: &Env, name: &str) -> serde_json::Value {
-    let json: serde_json::Value =
-        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
-    json.as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["name"] == name)
+    listed(env, name)
         .map(|w| w["setup"].clone())
         .unwrap_or(serde_json::Value::Null)
 }
