@@ -124,6 +124,11 @@ fn raise_open_file_limit() -> u64 {
 }
 
 fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<()> {
+    // Before any thread is started, so that every thread inherits it: a signal that
+    // unmounts is taken by the signal thread alone (one let through to any other thread
+    // would end the daemon at once, its mount left dead). One that comes before the
+    // signal thread runs waits for it.
+    block_signals();
     let mountpoint = prepare(req)?;
     let limit = raise_open_file_limit();
     tracing::debug!(limit, "open-file limit");
@@ -214,7 +219,6 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     }
     tracker.reconcile(&mountpoint)?;
     tracker.spawn_watcher();
-    block_signals();
     let session = crate::fs::mount::mount(
         view.clone(),
         req.track_leases.then(|| tracker.clone()),

@@ -538,6 +538,78 @@ fn reclaim_settles_liveness_names_each_holder_and_waits() {
     drop(m);
 }
 
+/// SIGTERM, SIGINT and SIGHUP to the daemon unmount, as `worktreefs unmount` does: the
+/// daemon cleans up and exits 0, and leaves no mount behind (whichever of its threads
+/// the kernel gives the signal to).
+#[test]
+fn a_signal_to_the_daemon_unmounts_cleans_up_and_leaves_no_mount() {
+    let env = Env::new();
+    for sig in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
+        let name = format!("w{}", sig as i32);
+        let m = env.mount();
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+        wtfs_ok(
+            &env.state(),
+            &["run", &format!("repo/{name}"), "--", "true"],
+        );
+        let mountpoint = m
+            .wt("repo", &name)
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        // Every thread of the daemon: the signal may go to any that does not block it.
+        let pid = m.pid() as i32;
+        for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+            let tid: i32 = task.file_name().to_str().unwrap().parse().unwrap();
+            let status = fs::read_to_string(task.path().join("status")).unwrap_or_default();
+            let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            // The signal thread waits for them (its mask is lifted while it waits).
+            if comm.trim() == "signals" {
+                continue;
+            }
+            let blocked = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigBlk:"))
+                .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+                .unwrap();
+            assert_ne!(
+                blocked & (1 << (sig as i32 - 1)),
+                0,
+                "thread {tid} ({}) of the daemon does not block {sig:?}: the signal kills the daemon there",
+                comm.trim()
+            );
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+        let end = Instant::now() + Duration::from_secs(30);
+        while is_mounted(&mountpoint)
+            || std::path::Path::new(&format!("/proc/{pid}/task")).exists()
+                && !fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .unwrap_or_default()
+                    .contains(") Z")
+        {
+            assert!(
+                Instant::now() < end,
+                "{sig:?}: not unmounted, or the daemon not ended: {}",
+                m.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = m.log_tail();
+        assert!(
+            log.contains(&format!("{sig:?}: unmounting")),
+            "{sig:?}: {log}"
+        );
+        assert_eq!(state_of(&env, &name), "removed", "{sig:?}: {log}");
+        m.unmount();
+    }
+}
+
 #[test]
 fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
     let env = Env::new();
