@@ -26,13 +26,15 @@ pub(super) fn block_signals() {
     let _ = signal_set().thread_block();
 }
 
-/// SIGTERM, SIGINT or SIGHUP unmount the filesystem, which ends the session cleanly.
-pub(super) fn spawn_signal_thread(mountpoint: PathBuf) {
+/// SIGTERM, SIGINT or SIGHUP unmount the filesystem, which ends the session cleanly;
+/// `before` runs first, while the mount still serves.
+pub(super) fn spawn_signal_thread(mountpoint: PathBuf, before: Box<dyn FnOnce() + Send>) {
     let _ = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             if let Ok(sig) = signal_set().wait() {
                 tracing::info!("{sig:?}: unmounting {}", mountpoint.display());
+                before();
                 if let Err(e) = nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH) {
                     tracing::error!("unmount of {} failed: {e}", mountpoint.display());
                 }

@@ -180,13 +180,20 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // process that is gone), then what a daemon that died left deleting is finished,
     // retained
     // worktrees that are now clean and pushed, before anyone can enter.
-    crate::lifecycle::cleanup::reconcile_at_boot(&req.state, &mountpoint, &inspection)?;
+    // A removal with a teardown command to run is left `deleting` for the sweeper, which
+    // runs the command inside the worktree once the mount serves it.
+    crate::lifecycle::cleanup::reconcile_at_boot(
+        &req.state,
+        &mountpoint,
+        &inspection.clone().before_mount(),
+    )?;
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
     // From here on inspection trusts the index entries git trusts, by what the view's
     // fsmonitor hook would answer.
     let inspection = inspection.asking(&view);
     // While the mount is served, a removal runs the repository's teardown command in the
-    // worktree first (not at boot, before it is served, nor at unmount, once it is gone).
+    // worktree first (not at boot, before it is served; an unmount has them run before it
+    // unmounts, `cleanup::tear_down_before_unmount`, and runs none once the mount is gone).
     let setups = crate::lifecycle::setup::Launcher {
         program: "/proc/self/exe".into(),
         state: req.state.clone(),
@@ -243,7 +250,31 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let _ = writeln!(f, "ready");
     }
     notify_ready();
-    spawn_signal_thread(mountpoint.clone());
+    // A signal's unmount cleans up the worktrees with a teardown command first, as
+    // `worktreefs unmount` has the daemon do through its socket.
+    let before_signal_unmount: Box<dyn FnOnce() + Send> = {
+        let (state, view, gate, mountpoint) = (
+            req.state.clone(),
+            view.clone(),
+            gate.clone(),
+            mountpoint.clone(),
+        );
+        let keep_sessions = req.on_umount == AtUnmount::KeepSessions;
+        Box::new(move || {
+            let changed = || view.catalog_changed();
+            if let Err(e) = crate::lifecycle::cleanup::tear_down_before_unmount(
+                &state,
+                &mountpoint,
+                &view.inspection(),
+                &gate,
+                keep_sessions,
+                &changed,
+            ) {
+                tracing::error!("cleanup before the unmount failed: {e:#}");
+            }
+        })
+    };
+    spawn_signal_thread(mountpoint.clone(), before_signal_unmount);
     let sweeper = crate::lifecycle::sweeper::spawn(
         req.state.clone(),
         crate::lifecycle::sweeper::Settings {

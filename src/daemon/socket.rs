@@ -1,7 +1,8 @@
 //! The daemon's socket, `<state>/daemon.sock`: how a command asks the live daemon for what
-//! only it may do. Today that is `reclaim`: the move to `deleting` must see the leases the
-//! daemon keeps in memory (`lifecycle::gate`), so while a daemon serves a state directory,
-//! the removal runs in the daemon.
+//! only it may do. `reclaim`: the move to `deleting` must see the leases the daemon keeps
+//! in memory (`lifecycle::gate`), so while a daemon serves a state directory, the removal
+//! runs in the daemon. `unmount`, before it unmounts: the cleanups that run a teardown
+//! command in their worktree must run while the mount still serves it.
 //!
 //! One request per connection, one JSON line; the answer is JSON lines, the last one the
 //! result. The socket is the owner's only (0600 in the private state directory), and the
@@ -30,6 +31,9 @@ pub enum Request {
         name: String,
         discard: bool,
     },
+    /// An unmount is about to unmount: the worktrees it would clean up that have a
+    /// teardown command are cleaned up now (`lifecycle::cleanup::tear_down_before_unmount`).
+    BeforeUnmount { keep_sessions: bool },
 }
 
 /// One line of an answer.
@@ -59,8 +63,22 @@ pub enum Answer {
     Gone {
         message: String,
     },
+    /// Refused: its removal runs a teardown command inside it, and nothing is mounted.
+    NotMounted {
+        message: String,
+    },
     Error {
         message: String,
+    },
+    /// The cleanup before an unmount has begun (its first line: a daemon that does not
+    /// say so at once, stopped or stuck, is not waited for).
+    BeforeUnmountBegun,
+    /// The cleanup before an unmount is over: how many worktrees it removed and retained,
+    /// and how many it left for the cleanup after the mount has gone.
+    CleanedBeforeUnmount {
+        removed: usize,
+        retained: usize,
+        left: usize,
     },
 }
 
@@ -179,11 +197,35 @@ fn answer(
     let mut line = String::new();
     std::io::Read::take(BufReader::new(conn.try_clone()?), 64 << 10).read_line(&mut line)?;
     let req: Request = serde_json::from_str(line.trim()).context("reading the request")?;
-    let Request::Reclaim {
-        repo,
-        name,
-        discard,
-    } = req;
+    let (repo, name, discard) = match req {
+        Request::Reclaim {
+            repo,
+            name,
+            discard,
+        } => (repo, name, discard),
+        Request::BeforeUnmount { keep_sessions } => {
+            send(&mut conn, &Answer::BeforeUnmountBegun)?;
+            let changed = || view.catalog_changed();
+            let a = match crate::lifecycle::cleanup::tear_down_before_unmount(
+                state,
+                mountpoint,
+                &view.inspection(),
+                gate,
+                keep_sessions,
+                &changed,
+            ) {
+                Ok(d) => Answer::CleanedBeforeUnmount {
+                    removed: d.removed,
+                    retained: d.retained,
+                    left: d.left,
+                },
+                Err(e) => Answer::Error {
+                    message: format!("{e:#}"),
+                },
+            };
+            return send(&mut conn, &a);
+        }
+    };
     let mut store = Store::open(&state.root)?;
     let Some(row) = live_row(&store, &repo, &name)? else {
         return send(
@@ -262,6 +304,18 @@ pub fn reclaim(
             });
             return Ok(());
         };
+        // Its teardown command runs inside the worktree, which only a mount serves: never
+        // skipped for want of one.
+        if let Some(command) = store.hooks_of(row.repo_id)?.on_remove {
+            each(&Answer::NotMounted {
+                message: format!(
+                    "worktree {repo}/{name}'s repository has a teardown command (`{command}`), which runs inside the worktree before it goes, and nothing is mounted for state dir {}; mount it (`worktreefs mount`) and reclaim again, or take the command away first (`worktreefs repo set {} --no-on-remove`)",
+                    state.root.display(),
+                    row.repo
+                ),
+            });
+            return Ok(());
+        }
         let mountpoint = crate::lifecycle::create::mountpoint_of(state, &store);
         // What `--discard` throws away is shown before anything goes.
         // No daemon: inspected as a daemon of the default settings would, with no view.
@@ -278,37 +332,23 @@ pub fn reclaim(
         each(&to_answer(r));
         return Ok(());
     };
-    let path = state.socket();
-    let (_dir, addr) = addressable(&path)?;
-    let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
-    let mut conn = loop {
-        match UnixStream::connect(&addr) {
-            Ok(c) => break c,
-            Err(e) if std::time::Instant::now() < deadline => {
-                tracing::debug!("connecting to {}: {e}", path.display());
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => {
-                each(&Answer::Busy {
-                    message: format!(
-                        "the daemon serving this state dir (pid {}) did not take the request on {} ({e}); it alone may remove a worktree while it runs: try again, or unmount first",
-                        holder.pid,
-                        path.display()
-                    ),
-                });
-                return Ok(());
-            }
-        }
-    };
-    let mut req = serde_json::to_string(&Request::Reclaim {
+    let request = Request::Reclaim {
         repo: repo.into(),
         name: name.into(),
         discard,
-    })?;
-    req.push('\n');
-    conn.set_write_timeout(Some(CONNECT_TIMEOUT))?;
-    conn.set_read_timeout(Some(ANSWER_TIMEOUT))?;
-    conn.write_all(req.as_bytes())?;
+    };
+    let conn = match send_request(state, &request) {
+        Ok(c) => c,
+        Err(e) => {
+            each(&Answer::Busy {
+                message: format!(
+                    "the daemon serving this state dir (pid {}) did not take the request: {e}; it alone may remove a worktree while it runs: try again, or unmount first",
+                    holder.pid,
+                ),
+            });
+            return Ok(());
+        }
+    };
     let mut got_result = false;
     for line in BufReader::new(conn).lines() {
         let line = match line {
@@ -344,4 +384,67 @@ pub fn reclaim(
         );
     }
     Ok(())
+}
+
+/// Connects to the daemon's socket for `state` (trying for [`CONNECT_TIMEOUT`]) and sends
+/// `request`; the connection is returned to read the answer from. Err: why not.
+fn send_request(state: &StateDir, request: &Request) -> anyhow::Result<UnixStream> {
+    let path = state.socket();
+    let (_dir, addr) = addressable(&path)?;
+    let deadline = std::time::Instant::now() + CONNECT_TIMEOUT;
+    let mut conn = loop {
+        match UnixStream::connect(&addr) {
+            Ok(c) => break c,
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!("connecting to {}: {e}", path.display());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => bail!("connecting to {}: {e}", path.display()),
+        }
+    };
+    let mut req = serde_json::to_string(request)?;
+    req.push('\n');
+    conn.set_write_timeout(Some(CONNECT_TIMEOUT))?;
+    conn.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+    conn.write_all(req.as_bytes())?;
+    Ok(conn)
+}
+
+/// Asks the daemon serving `state` to clean up, before it is unmounted, the worktrees
+/// the unmount would clean up that have a teardown command (see
+/// `lifecycle::cleanup::tear_down_before_unmount`). Returns (removed, retained, left).
+/// Err: no daemon, or it did not do it (why); the unmount's own cleanup then runs them
+/// without their teardowns.
+pub fn before_unmount(
+    state: &StateDir,
+    keep_sessions: bool,
+) -> anyhow::Result<(usize, usize, usize)> {
+    let conn = send_request(state, &Request::BeforeUnmount { keep_sessions })?;
+    conn.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    let mut answers = BufReader::new(conn.try_clone()?);
+    let mut line = String::new();
+    answers
+        .read_line(&mut line)
+        .context("waiting for the daemon to begin")?;
+    match serde_json::from_str::<Answer>(line.trim()) {
+        Ok(Answer::BeforeUnmountBegun) => {}
+        Ok(Answer::Error { message }) => bail!("{message}"),
+        _ => bail!("the daemon's answer {line:?} is not understood"),
+    }
+    conn.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+    line.clear();
+    answers
+        .read_line(&mut line)
+        .context("reading the daemon's answer")?;
+    match serde_json::from_str::<Answer>(line.trim()) {
+        Ok(Answer::CleanedBeforeUnmount {
+            removed,
+            retained,
+            left,
+        }) => Ok((removed, retained, left)),
+        Ok(Answer::Error { message }) => bail!("{message}"),
+        Ok(other) => bail!("the daemon answered {other:?}"),
+        Err(_) if line.is_empty() => bail!("the daemon ended the request without an answer"),
+        Err(e) => bail!("the daemon's answer {line:?} is not understood: {e}"),
+    }
 }

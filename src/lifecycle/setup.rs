@@ -26,6 +26,17 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// How long a teardown command may run when its repository sets no limit.
 pub const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a repository's teardown command may run: its own limit, else
+/// [`TEARDOWN_TIMEOUT`].
+pub fn teardown_limit(hooks: &crate::store::RepoHooks) -> Duration {
+    Duration::from_secs(
+        hooks
+            .remove_timeout
+            .unwrap_or(TEARDOWN_TIMEOUT.as_secs())
+            .max(1),
+    )
+}
+
 /// How long past its command's limit a teardown's runner may take to end it and what it
 /// left, before it is killed.
 const RUNNER_GRACE: Duration = Duration::from_secs(15);
@@ -293,12 +304,7 @@ impl Launcher {
     ) -> Option<String> {
         let hooks = store.hooks_of(row.repo_id).ok()?;
         let label = format!("{}/{}", row.repo, row.name);
-        let mut limit = Duration::from_secs(
-            hooks
-                .remove_timeout
-                .unwrap_or(TEARDOWN_TIMEOUT.as_secs())
-                .max(1),
-        );
+        let mut limit = teardown_limit(&hooks);
         if let Some(until) = until {
             limit = limit.min(until.saturating_duration_since(Instant::now()));
         }

@@ -514,6 +514,28 @@ impl Store {
         Ok(n)
     }
 
+    /// Releases worktree `id`'s process leases, and its named ones too when `named` (an
+    /// unmount's cleanup of one worktree before the mount goes). Returns how many were
+    /// released.
+    pub fn release_leases_of(
+        &mut self,
+        id: WorktreeId,
+        named: bool,
+        reason: &str,
+    ) -> StoreResult<usize> {
+        let mut n = 0;
+        for l in self
+            .leases()?
+            .into_iter()
+            .filter(|l| l.worktree_id == id && (named || l.holder_kind == "process"))
+        {
+            if self.release_lease(l.worktree_id, &l.holder, "released", reason)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     /// The id of the newest event (0 when there is none).
     pub fn last_event_id(&self) -> StoreResult<i64> {
         Ok(self

@@ -537,3 +537,170 @@ fn a_long_teardown_holds_up_no_setup() {
     wait_for_state(&env, "slow", "removed", Duration::from_secs(30));
     m.unmount();
 }
+
+/// `worktreefs unmount` cleans up the worktrees with a teardown command while the mount
+/// still serves them: their teardowns run inside them side by side (each begins before
+/// any ends), each bounded by its limit; `--keep-sessions` leaves one a named lease
+/// holds, and a full unmount (here a SIGTERM's) tears that one down too.
+#[test]
+fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
+    let env = Env::new();
+    let out = tempfile::tempdir().unwrap();
+    let o = out.path().display().to_string();
+    set_setup(
+        &env,
+        &[
+            "--on-remove",
+            &format!(
+                "n=$(basename $PWD); cat README.md > {o}/$n.read; touch {o}/$n.begun; \
+                 case $n in slow*) sleep 100;; *) sleep 2;; esac; touch {o}/$n.done"
+            ),
+            "--teardown-timeout",
+            "6",
+        ],
+    );
+    let m = env.mount_with(&["--linger", "600"]);
+    for name in ["a", "b", "slow1", "slow2", "kept", "fresh"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+    }
+    // Lingering after a visit; `kept` held by a session; `fresh` never entered (`ready`,
+    // which no unmount cleans up).
+    for name in ["a", "b", "slow1", "slow2"] {
+        wtfs_ok(
+            &env.state(),
+            &["run", &format!("repo/{name}"), "--", "true"],
+        );
+    }
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/kept", "--session", "s"],
+    );
+    let t = Instant::now();
+    let u = wtfs(&env.state(), &["unmount", "--keep-sessions"]);
+    let took = t.elapsed();
+    assert!(u.status.success(), "{}\n{}", text(&u), m.log_tail());
+    assert!(!text(&u).contains("warning"), "{}", text(&u));
+    m.unmount();
+    let readme = fs::read_to_string(env.repo.path().join("README.md")).unwrap();
+    for name in ["a", "b", "slow1", "slow2"] {
+        assert_eq!(
+            fs::read_to_string(out.path().join(format!("{name}.read"))).unwrap_or_default(),
+            readme,
+            "{name}'s teardown did not read its worktree"
+        );
+        assert_eq!(state_of(&env, name), "removed", "{name}");
+    }
+    // Side by side: every teardown had begun before the quick ones ended.
+    let begun = |n: &str| {
+        fs::metadata(out.path().join(format!("{n}.begun")))
+            .unwrap()
+            .modified()
+            .unwrap()
+    };
+    let ended = |n: &str| {
+        fs::metadata(out.path().join(format!("{n}.done")))
+            .unwrap()
+            .modified()
+            .unwrap()
+    };
+    for quick in ["a", "b"] {
+        for other in ["a", "b", "slow1", "slow2"] {
+            assert!(
+                begun(other) <= ended(quick),
+                "{other} began after {quick} ended"
+            );
+        }
+    }
+    // The slow ones were ended at their limit, together: not 6 s each.
+    assert!(!out.path().join("slow1.done").exists());
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    let log = wtfs_ok(&env.state(), &["setup-log", "repo/slow1"]);
+    assert!(log.contains("timed out"), "{log}");
+    for name in ["kept", "fresh"] {
+        assert!(!out.path().join(format!("{name}.begun")).exists(), "{name}");
+    }
+    assert_eq!(state_of(&env, "kept"), "active");
+    assert_eq!(state_of(&env, "fresh"), "ready");
+
+    // A SIGTERM's unmount is a reclaim: the session's lease goes, its teardown runs.
+    let m = env.mount_with(&["--linger", "600"]);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(m.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mountpoint = m
+        .wt("repo", "kept")
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let end = Instant::now() + Duration::from_secs(60);
+    while is_mounted(&mountpoint) {
+        assert!(Instant::now() < end, "still mounted: {}", m.log_tail());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = m.log_tail();
+    m.unmount();
+    assert!(out.path().join("kept.done").exists(), "{log}");
+    assert_eq!(state_of(&env, "kept"), "removed");
+    assert_eq!(state_of(&env, "fresh"), "ready");
+}
+
+/// A removal with a teardown command never goes without it: `reclaim` with nothing
+/// mounted is refused (`not-mounted`), leaving the worktree as it was; at a mount, a
+/// worktree a daemon that died left `deleting` and a retained one found clean since are
+/// removed once the mount serves them, their teardowns run inside them first.
+#[test]
+fn a_removal_with_a_teardown_waits_for_a_mount_to_run_it() {
+    let env = Env::new();
+    let out = tempfile::tempdir().unwrap();
+    let o = out.path().display().to_string();
+    set_setup(
+        &env,
+        &[
+            "--on-remove",
+            &format!("cat README.md > {o}/$(basename $PWD).read"),
+        ],
+    );
+    for name in ["idle", "marked", "settled"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+    }
+    let r = wtfs(&env.state(), &["reclaim", "repo/idle", "--json"]);
+    assert_eq!(code(&r), 1, "{}", text(&r));
+    let said: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(said["error"], "not-mounted", "{said}");
+    assert!(
+        text(&r).contains("worktreefs mount") && text(&r).contains("--no-on-remove"),
+        "{}",
+        text(&r)
+    );
+    assert_eq!(state_of(&env, "idle"), "ready");
+    // What a daemon that died left, and a worktree retained before and clean now.
+    let db = rusqlite::Connection::open(env.state().join("worktreefs.db")).unwrap();
+    for (name, state) in [("marked", "deleting"), ("settled", "retained")] {
+        let id = listed(&env, name).unwrap()["id"].as_i64().unwrap();
+        db.execute(
+            "UPDATE worktrees SET state = ?1 WHERE id = ?2",
+            rusqlite::params![state, id],
+        )
+        .unwrap();
+    }
+    drop(db);
+    let m = env.mount();
+    let readme = fs::read_to_string(env.repo.path().join("README.md")).unwrap();
+    for name in ["marked", "settled"] {
+        wait_for_state(&env, name, "removed", Duration::from_secs(30));
+        assert_eq!(
+            fs::read_to_string(out.path().join(format!("{name}.read"))).unwrap_or_default(),
+            readme,
+            "{name}: its teardown did not run inside it: {}",
+            m.log_tail()
+        );
+    }
+    let r = wtfs(&env.state(), &["reclaim", "repo/idle"]);
+    assert!(r.status.success(), "{}", text(&r));
+    assert!(out.path().join("idle.read").exists());
+    m.unmount();
+}

@@ -192,8 +192,16 @@ fn cmd_reclaim(
             ))
         }
         Some(Answer::Busy { message }) => Err(refusal(said("busy", message), message.clone())),
+        Some(Answer::NotMounted { message }) => {
+            Err(refusal(said("not-mounted", message), message.clone()))
+        }
         Some(Answer::Error { message }) => Err(refusal(said("error", message), message.clone())),
-        Some(Answer::Discarding { .. }) | None => {
+        Some(
+            Answer::Discarding { .. }
+            | Answer::BeforeUnmountBegun
+            | Answer::CleanedBeforeUnmount { .. },
+        )
+        | None => {
             Err(anyhow!("reclaim of {repo}/{name} ended without an answer").into())
         }
     }

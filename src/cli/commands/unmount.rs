@@ -245,25 +245,26 @@ pub fn unmount(
             format!("{pid} ({command}) in {place} ({how}){mine}")
         })
         .collect();
+    if !inside.is_empty() && !lazy {
+        return Err(refused(
+            "in-use",
+            &mountpoint,
+            &inside,
+            format!(
+                "{} is in use by {} process(es): {}; they must leave it (cd out, close files, or end them) before `worktreefs unmount`{}, or detach now with `worktreefs unmount --lazy` and cleanup runs once they have left",
+                mountpoint.display(),
+                inside.len(),
+                inside.join(", "),
+                if yours {
+                    " (your own shell is inside: `cd` out of the mount and run it again)"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    clean_up_before_unmounting(state, at);
     if !inside.is_empty() {
-        if !lazy {
-            return Err(refused(
-                "in-use",
-                &mountpoint,
-                &inside,
-                format!(
-                    "{} is in use by {} process(es): {}; they must leave it (cd out, close files, or end them) before `worktreefs unmount`{}, or detach now with `worktreefs unmount --lazy` and cleanup runs once they have left",
-                    mountpoint.display(),
-                    inside.len(),
-                    inside.join(", "),
-                    if yours {
-                        " (your own shell is inside: `cd` out of the mount and run it again)"
-                    } else {
-                        ""
-                    }
-                ),
-            ));
-        }
         let told = at
             .tell(state)
             .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
@@ -319,6 +320,19 @@ pub fn unmount(
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(Unmounted::Done(mountpoint))
+}
+
+/// While the mount still serves them: the worktrees this unmount cleans up whose
+/// repository has a teardown command are cleaned up now by the daemon, their teardowns
+/// side by side (each runs inside its worktree, which is gone with the mount). One it
+/// cannot ask is said, and its cleanup after the mount runs no teardown.
+fn clean_up_before_unmounting(state: &StateDir, at: AtUnmount) {
+    if let Err(e) = daemon::socket::before_unmount(state, at == AtUnmount::KeepSessions) {
+        eprintln!(
+            "warning: the daemon did not clean up the worktrees with a teardown command before the unmount ({e:#}); their cleanup runs after it without their teardowns (see {})",
+            state.log_file().display()
+        );
+    }
 }
 
 /// The `unmount-mode` file of an unmount that may still fail (its path and the inode this

@@ -25,6 +25,10 @@ pub struct Inspection {
     /// (teardown, then removal) rather than done now: for `rmdir`, which is answered
     /// while the kernel holds the lock the teardown's way in needs.
     defer_teardowns: bool,
+    /// These inspections run before the mount serves (boot reconcile): a removal that
+    /// would run a teardown is left `deleting` for the sweeper, which runs it once the
+    /// mount is up.
+    before_mount: bool,
 }
 
 impl Inspection {
@@ -40,6 +44,7 @@ impl Inspection {
             answers: None,
             teardowns: None,
             defer_teardowns: false,
+            before_mount: false,
         }
     }
 
@@ -49,6 +54,28 @@ impl Inspection {
         self
     }
 
+    /// These inspections, run before the mount serves: a removal with a teardown to run
+    /// waits for it ([`Inspection::waits_for_mount`]).
+    pub fn before_mount(mut self) -> Inspection {
+        self.before_mount = true;
+        self
+    }
+
+    /// Whether a removal of `row` not yet begun is left for the sweeper of the mount about
+    /// to serve: these inspections run before it does, and its repository has a teardown
+    /// command (which runs inside the worktree).
+    pub(super) fn waits_for_mount(
+        &self,
+        store: &crate::store::Store,
+        row: &crate::store::WorktreeRow,
+    ) -> bool {
+        self.before_mount
+            && row.removal.is_none()
+            && store
+                .hooks_of(row.repo_id)
+                .is_ok_and(|h| h.on_remove.is_some())
+    }
+
     /// Whether a removal of `row` is left to the sweeper (it has a teardown to run, and
     /// these inspections defer them).
     pub(super) fn defers(
@@ -56,8 +83,17 @@ impl Inspection {
         store: &crate::store::Store,
         row: &crate::store::WorktreeRow,
     ) -> bool {
-        self.defer_teardowns
-            && self.teardowns.is_some()
+        self.defer_teardowns && self.tears_down(store, row)
+    }
+
+    /// Whether a removal of `row` runs a teardown command here: its repository has one,
+    /// and these inspections run them.
+    pub(super) fn tears_down(
+        &self,
+        store: &crate::store::Store,
+        row: &crate::store::WorktreeRow,
+    ) -> bool {
+        self.teardowns.is_some()
             && store
                 .hooks_of(row.repo_id)
                 .is_ok_and(|h| h.on_remove.is_some())
@@ -70,16 +106,17 @@ impl Inspection {
     }
 
     /// Runs worktree `row`'s teardown command, if its repository has one and a mount
-    /// serves it (see [`crate::lifecycle::setup::Launcher::tear_down`]).
-    /// Err: the command moved the worktree's HEAD or branch, and the removal must not go
-    /// on (why).
+    /// serves it (see [`crate::lifecycle::setup::Launcher::tear_down`]), ended by `until`
+    /// when given. Err: the command moved the worktree's HEAD or branch, and the removal
+    /// must not go on (why).
     pub(super) fn tear_down(
         &self,
         store: &crate::store::Store,
         row: &crate::store::WorktreeRow,
+        until: Option<std::time::Instant>,
     ) -> Result<(), String> {
         match &self.teardowns {
-            Some(l) => l.tear_down(store, row, None),
+            Some(l) => l.tear_down(store, row, until),
             None => {
                 if store
                     .hooks_of(row.repo_id)
@@ -133,6 +170,7 @@ impl std::fmt::Debug for Inspection {
             .field("asking_a_view", &self.answers.is_some())
             .field("tearing_down", &self.teardowns.is_some())
             .field("deferring_teardowns", &self.defer_teardowns)
+            .field("before_mount", &self.before_mount)
             .finish()
     }
 }

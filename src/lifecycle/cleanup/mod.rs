@@ -16,6 +16,7 @@
 //!   decision is written to the store before the first step, so a daemon that dies in the
 //!   middle finishes the removal at the next mount.
 
+mod before_unmount;
 mod decide;
 mod fsmonitor;
 mod inspect;
@@ -28,6 +29,7 @@ mod remove;
 mod target;
 mod walk;
 
+pub use before_unmount::{tear_down_before_unmount, BeforeUnmount};
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
 pub use fsmonitor::FsmonitorAnswers;
 pub use inspect::{inspect, inspect_asking};
@@ -162,44 +164,100 @@ pub fn finish(
     mountpoint: &Path,
     how: &Inspection,
 ) -> LifecycleResult<Outcome> {
+    match judge(state, store, row, mountpoint, how)? {
+        Judged::Done(outcome) => Ok(outcome),
+        Judged::Removable(r) => {
+            let torn_down = how.tear_down(store, row, None);
+            remove_judged(state, store, r, torn_down)
+        }
+    }
+}
+
+/// What [`judge`] found of a worktree in `deleting`.
+pub(crate) enum Judged {
+    /// Nothing more to do: retained, gone by hand, or a removal begun before finished.
+    Done(Outcome),
+    /// Found clean and pushed: its teardown command runs next, then [`remove_judged`].
+    Removable(Box<Removable>),
+}
+
+/// A worktree found removable, with what inspection said.
+pub(crate) struct Removable {
+    t: Target,
+    delete_branch: bool,
+    integrated: Option<String>,
+    inspected: Result<Findings, String>,
+}
+
+/// The first half of [`finish`]: inspects worktree `row` (in `deleting`) and retains it
+/// when it holds work; or carries on with a removal already decided.
+pub(crate) fn judge(
+    state: &StateDir,
+    store: &mut Store,
+    row: &WorktreeRow,
+    mountpoint: &Path,
+    how: &Inspection,
+) -> LifecycleResult<Judged> {
     let t = target_of(state, store, row, mountpoint)?;
     if let Some(removal) = &row.removal {
         tracing::info!(worktree = %t.path.display(), "finishing a removal begun before ({removal})");
-        return run_removal(state, store, &t, &remove::recorded(removal));
+        return Ok(Judged::Done(run_removal(
+            state,
+            store,
+            &t,
+            &remove::recorded(removal),
+        )?));
     }
     if !t.dir.exists() && !t.parked_dir(state).exists() {
-        return gone_by_hand(state, store, &t);
+        return Ok(Judged::Done(gone_by_hand(state, store, &t)?));
     }
     let inspected = inspect_bounded(&t, how);
     match decide(t.branch.as_deref(), t.branch_created, &inspected) {
         Verdict::Remove {
             delete_branch,
             integrated,
-        } => {
-            if let Err(reason) = how.tear_down(store, row) {
-                store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
-                tracing::info!(worktree = %t.path.display(), "retained: {reason}");
-                return Ok(Outcome::Retained(reason));
-            }
-            run_removal(
-                state,
-                store,
-                &t,
-                &Removal::clean(
-                    state,
-                    store,
-                    delete_branch,
-                    integrated.as_deref(),
-                    settled(&inspected),
-                ),
-            )
-        }
+        } => Ok(Judged::Removable(Box::new(Removable {
+            t,
+            delete_branch,
+            integrated,
+            inspected,
+        }))),
         Verdict::Retain(reason) => {
             store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
             tracing::info!(worktree = %t.path.display(), "retained: {reason}");
-            Ok(Outcome::Retained(reason))
+            Ok(Judged::Done(Outcome::Retained(reason)))
         }
     }
+}
+
+/// The second half of [`finish`], once the worktree's teardown command has run
+/// (`torn_down`; Err: it moved HEAD or the branch, why): removes the worktree, or retains
+/// it for that.
+pub(crate) fn remove_judged(
+    state: &StateDir,
+    store: &mut Store,
+    r: Box<Removable>,
+    torn_down: Result<(), String>,
+) -> LifecycleResult<Outcome> {
+    let Removable {
+        t,
+        delete_branch,
+        integrated,
+        inspected,
+    } = *r;
+    if let Err(reason) = torn_down {
+        store.retain(t.id, &t.path.to_string_lossy(), &reason)?;
+        tracing::info!(worktree = %t.path.display(), "retained: {reason}");
+        return Ok(Outcome::Retained(reason));
+    }
+    let removal = Removal::clean(
+        state,
+        store,
+        delete_branch,
+        integrated.as_deref(),
+        settled(&inspected),
+    );
+    run_removal(state, store, &t, &removal)
 }
 
 /// Why a removal someone asked for did not happen.
@@ -426,7 +484,7 @@ fn request_removal_then(
             delete_branch,
             integrated,
         } => {
-            if let Err(reason) = how.tear_down(store, row) {
+            if let Err(reason) = how.tear_down(store, row, None) {
                 store.end_deleting(row.id, prev, &format!("removal refused: {reason}"))?;
                 return Err(RequestError::HoldsWork(reason));
             }
@@ -508,7 +566,7 @@ fn request_removal_then(
                 index_clean: false,
             };
             // Discarded: whatever its teardown did goes too, as asked.
-            let _ = how.tear_down(store, row);
+            let _ = how.tear_down(store, row, None);
             Ok(run_removal(state, store, &t, &removal)?)
         }
     }

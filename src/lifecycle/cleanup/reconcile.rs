@@ -49,6 +49,14 @@ pub fn finish_all_deleting(
         if row.state != State::Deleting {
             continue;
         }
+        if how.waits_for_mount(store, &row) {
+            tracing::info!(
+                "{}/{}: its cleanup runs once the mount serves it (its teardown command runs inside it)",
+                row.repo,
+                row.name
+            );
+            continue;
+        }
         let r = finish(state, store, &row, mountpoint, how);
         if let Err(e) = &r {
             tracing::error!("cleanup of {}/{} failed: {e:#}", row.repo, row.name);
@@ -117,6 +125,14 @@ pub fn reconcile_at_boot(
                 )
                 .is_ok()
             {
+                if how.waits_for_mount(&store, &row) {
+                    tracing::info!(
+                        "boot reconcile: {}/{}: now clean and pushed; removed once the mount serves it (its teardown command runs inside it)",
+                        row.repo,
+                        row.name
+                    );
+                    continue;
+                }
                 let how = Removal::clean(
                     state,
                     &store,
