@@ -144,20 +144,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let now = now_secs();
-        tx.execute(
-            "INSERT INTO retained(worktree_id, path, repo, branch, base_commit, reason, entered_at)
-             SELECT w.id, ?2, r.name, w.branch, w.base_commit, ?3, ?4
-             FROM worktrees w JOIN repos r ON r.id = w.repo_id WHERE w.id = ?1
-             ON CONFLICT(worktree_id) DO UPDATE SET reason = excluded.reason, path = excluded.path",
-            params![worktree_id, path, reason, now],
-        )?;
-        set_state(&tx, worktree_id, crate::lease::State::Retained)?;
-        tx.execute(
-            "UPDATE worktrees SET removal = NULL WHERE id = ?1",
-            [worktree_id],
-        )?;
-        event(&tx, worktree_id, State::Retained.as_str(), None, reason)?;
+        retain_in(&tx, worktree_id, path, reason)?;
         Ok(tx.commit()?)
     }
 
@@ -183,4 +170,29 @@ impl Store {
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
+}
+
+/// Worktree `worktree_id` retained at `path` for `reason` (its entry in the retained
+/// store, its state, the event), in the caller's transaction.
+pub(super) fn retain_in(
+    tx: &rusqlite::Transaction<'_>,
+    worktree_id: WorktreeId,
+    path: &str,
+    reason: &str,
+) -> rusqlite::Result<()> {
+    let now = now_secs();
+    tx.execute(
+        "INSERT INTO retained(worktree_id, path, repo, branch, base_commit, reason, entered_at)
+         SELECT w.id, ?2, r.name, w.branch, w.base_commit, ?3, ?4
+         FROM worktrees w JOIN repos r ON r.id = w.repo_id WHERE w.id = ?1
+         ON CONFLICT(worktree_id) DO UPDATE SET reason = excluded.reason, path = excluded.path",
+        params![worktree_id, path, reason, now],
+    )?;
+    set_state(tx, worktree_id, crate::lease::State::Retained)?;
+    tx.execute(
+        "UPDATE worktrees SET removal = NULL WHERE id = ?1",
+        [worktree_id],
+    )?;
+    event(tx, worktree_id, State::Retained.as_str(), None, reason)?;
+    Ok(())
 }

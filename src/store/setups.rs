@@ -299,11 +299,24 @@ impl Store {
         holder: Option<&str>,
         end: &SetupEnd,
     ) -> StoreResult<State> {
+        self.end_setup_leaving(id, holder, end, None)
+    }
+
+    /// [`Store::end_setup`], where the setup command left work cleanup would keep
+    /// (`left`: the worktree's path and the reason): a worktree that would be `ready`
+    /// again is `retained` with that reason instead.
+    pub fn end_setup_leaving(
+        &mut self,
+        id: WorktreeId,
+        holder: Option<&str>,
+        end: &SetupEnd,
+        left: Option<(&str, &str)>,
+    ) -> StoreResult<State> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         if let Some(holder) = holder {
-            release_setup_lease(&tx, id, holder, "its setup ended")?;
+            release_setup_lease(&tx, id, holder, "its setup ended", left)?;
         }
         tx.execute(
             "UPDATE setups SET state = ?2, exit_code = ?3, detail = ?4, ended_at = ?5,
@@ -354,7 +367,7 @@ impl Store {
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             if let (Some(pid), Some(start)) = (row.pid, row.pid_start) {
                 let holder = format!("pid:{pid}:{start}");
-                release_setup_lease(&tx, row.worktree_id, &holder, &why)?;
+                release_setup_lease(&tx, row.worktree_id, &holder, &why, None)?;
             }
             tx.execute(
                 "UPDATE setups SET state = 'failed', detail = ?2, ended_at = ?3, pid = NULL,
@@ -370,12 +383,13 @@ impl Store {
 }
 
 /// Releases the setup runner `holder`'s lease of worktree `id` (if it still has one) as
-/// [`Store::end_setup`] says, in the caller's transaction.
+/// [`Store::end_setup_leaving`] says, in the caller's transaction.
 fn release_setup_lease(
     tx: &rusqlite::Transaction<'_>,
     id: WorktreeId,
     holder: &str,
     reason: &str,
+    left: Option<(&str, &str)>,
 ) -> rusqlite::Result<()> {
     let (after, prior_state, prior_leases): (Option<i64>, Option<String>, Option<i64>) = tx
         .query_row(
@@ -409,8 +423,18 @@ fn release_setup_lease(
     if gone {
         event(tx, id, "released", Some(holder), reason)?;
         if was == State::Active && lease_count(tx, id)? == 0 {
-            set_state(tx, id, State::Ready)?;
-            event(tx, id, "ready", None, "its setup's lease was the only one")?;
+            match left {
+                None => {
+                    set_state(tx, id, State::Ready)?;
+                    event(tx, id, "ready", None, "its setup's lease was the only one")?;
+                }
+                Some((path, why)) => super::cleanup::retain_in(
+                    tx,
+                    id,
+                    path,
+                    &format!("its setup command left work: {why}"),
+                )?,
+            }
         }
     }
     Ok(())
@@ -478,6 +502,56 @@ mod tests {
         let row = store.setup_of(id).unwrap().unwrap();
         assert_eq!(row.summary(), "failed (exit 3)");
         assert!(store.queue_setup(id, "again", 60).unwrap());
+    }
+
+    /// A setup that left work cleanup would keep: the worktree that would be ready again
+    /// is retained with the reason instead; where someone came meanwhile, their leaving
+    /// decides as before (the work is looked at when cleanup runs).
+    #[test]
+    fn a_setup_that_left_work_retains_the_worktree_it_would_make_ready() {
+        let end = SetupEnd {
+            ok: true,
+            exit_code: Some(0),
+            detail: None,
+        };
+        let left = Some(("/m/r/w", "uncommitted changes: README.md"));
+        let (_d, mut store, id) = setup();
+        store.queue_setup(id, "x", 60).unwrap();
+        store.take_pending_setups(8).unwrap();
+        store.setup_runner(id, 10, 7).unwrap();
+        store.acquire_lease(id, &lease(10), "setup").unwrap();
+        let after = store
+            .end_setup_leaving(id, Some(&lease(10).holder()), &end, left)
+            .unwrap();
+        assert_eq!(after, State::Retained);
+        let kept = store.retained().unwrap();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].path, "/m/r/w");
+        assert_eq!(
+            kept[0].reason,
+            "its setup command left work: uncommitted changes: README.md"
+        );
+        // Leasing it again makes it active, as any retained worktree.
+        store.acquire_lease(id, &lease(12), "agent").unwrap();
+        assert_eq!(
+            store.worktree_by_id(id).unwrap().unwrap().state,
+            State::Active
+        );
+
+        let (_d, mut store, id) = setup();
+        store.queue_setup(id, "x", 60).unwrap();
+        store.take_pending_setups(8).unwrap();
+        store.setup_runner(id, 10, 7).unwrap();
+        store.acquire_lease(id, &lease(10), "setup").unwrap();
+        store.acquire_lease(id, &lease(11), "agent").unwrap();
+        store
+            .release_lease(id, &lease(11).holder(), "exited", "gone")
+            .unwrap();
+        let after = store
+            .end_setup_leaving(id, Some(&lease(10).holder()), &end, left)
+            .unwrap();
+        assert_eq!(after, State::Lingering);
+        assert!(store.retained().unwrap().is_empty());
     }
 
     /// Somebody who came and went while the setup ran: the worktree lingers after it, as

@@ -68,6 +68,13 @@ fn a_new_worktree_runs_the_setup_as_its_owner_and_is_ready_after() {
         ],
     );
     create_owned_by(&env, "w", NOBODY, false);
+    // What it writes is ignored: the worktree is `ready` after it (work a setup leaves
+    // retains the worktree; see a_setup_that_leaves_work_retains_its_worktree_with_the_reason).
+    fs::write(
+        env.repo.path().join(".git/info/exclude"),
+        "seen.txt\nbg.pid\n",
+    )
+    .unwrap();
     let m = Mounted::start_with_envs(
         &env.state(),
         &env.mountpoint(),
@@ -702,5 +709,59 @@ fn a_removal_with_a_teardown_waits_for_a_mount_to_run_it() {
     let r = wtfs(&env.state(), &["reclaim", "repo/idle"]);
     assert!(r.status.success(), "{}", text(&r));
     assert!(out.path().join("idle.read").exists());
+    m.unmount();
+}
+
+/// A setup that leaves work cleanup would keep (a changed tracked file, a new file nothing
+/// ignores) retains the new worktree with the reason rather than leaving it `ready`; a
+/// later lease makes it active as any retained worktree. One whose leavings are ignored
+/// leaves it `ready`.
+#[test]
+fn a_setup_that_leaves_work_retains_its_worktree_with_the_reason() {
+    let env = Env::new();
+    fs::write(env.repo.path().join(".git/info/exclude"), "build/\n").unwrap();
+    set_setup(
+        &env,
+        &[
+            "--on-create",
+            "echo more >> README.md; mkdir -p build; echo x > build/out",
+        ],
+    );
+    let m = env.mount_with(&["--linger", "600"]);
+    let o = wtfs(&env.state(), &["new", "repo/dirty", "--wait-setup"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(state_of(&env, "dirty"), "retained");
+    let retained = wtfs_ok(&env.state(), &["retained", "--json"]);
+    assert!(
+        retained.contains("its setup command left work") && retained.contains("README.md"),
+        "{retained}"
+    );
+    let log = wtfs_ok(&env.state(), &["setup-log", "repo/dirty"]);
+    assert!(
+        log.contains("the worktree is retained (what the setup left"),
+        "{log}"
+    );
+    wtfs_ok(&env.state(), &["run", "repo/dirty", "--", "true"]);
+    assert_ne!(state_of(&env, "dirty"), "retained");
+
+    set_setup(&env, &["--on-create", "mkdir -p build; echo x > build/out"]);
+    let o = wtfs(&env.state(), &["new", "repo/tidy", "--wait-setup"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(state_of(&env, "tidy"), "ready");
+    assert!(m.wt("repo", "tidy").join("build/out").exists());
+    // Only what the command left: a fork of a changed worktree holds its parent's work
+    // before its setup runs, and is not retained for it.
+    wtfs_ok(&env.state(), &["new", "repo/parent", "--no-setup"]);
+    fs::write(m.wt("repo", "parent").join("notes.txt"), "mine\n").unwrap();
+    let o = wtfs(
+        &env.state(),
+        &["new", "repo/child", "--from", "repo/parent", "--wait-setup"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(state_of(&env, "child"), "ready");
+    assert_eq!(
+        fs::read_to_string(m.wt("repo", "child").join("notes.txt")).unwrap(),
+        "mine\n"
+    );
     m.unmount();
 }

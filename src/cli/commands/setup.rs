@@ -333,6 +333,7 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
     let command = ["/bin/sh".to_string(), "-c".to_string(), run.command.clone()];
     let limit = Some(Duration::from_secs(run.timeout.max(1)));
     let capped = Capped::start();
+    let held_before = holds_work(state, &store, &row, &daemon.mountpoint);
     let ran = run_below_as(&dir, &command, &env, Below::Turn { limit }, Some(&who));
     if let Some(c) = capped {
         c.finish();
@@ -365,19 +366,56 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
             detail: Some(e.to_string()),
         },
     };
-    let after = store.end_setup(row.id, Some(&holder), &end)?;
+    // What it left that cleanup would keep: the worktree is retained for it rather than
+    // `ready` again (a lease taken since decides as usual). Only what the command left:
+    // a worktree that held work before it (a fork of a changed one) is left as it was.
+    let left = held_before
+        .is_none()
+        .then(|| holds_work(state, &store, &row, &daemon.mountpoint))
+        .flatten();
+    let after = store.end_setup_leaving(
+        row.id,
+        Some(&holder),
+        &end,
+        left.as_ref().map(|(p, r)| (p.as_str(), r.as_str())),
+    )?;
     let ended = store
         .setup_of(row.id)?
         .map(|r| r.summary())
         .unwrap_or_default();
+    let why = match &left {
+        Some((_, why)) if after == worktreefs::lease::State::Retained => {
+            format!(" (what the setup left would be kept: {why})")
+        }
+        _ => String::new(),
+    };
     println!(
-        "worktreefs: setup of {repo}/{name} ended at {}: {ended}; the worktree is {after}",
+        "worktreefs: setup of {repo}/{name} ended at {}: {ended}; the worktree is {after}{why}",
         report::rfc3339(worktreefs::store::now_secs())
     );
     daemon::poke(state);
     // Out of the worktree before this process ends: nothing of it is inside any more.
     let _ = std::env::set_current_dir("/");
     Ok(())
+}
+
+/// What cleanup would keep of worktree `row` now (its path and the reason), as the
+/// runner can inspect it (without the view's fsmonitor answers); None when it would
+/// remove it, or when it cannot be inspected (said in the log).
+fn holds_work(
+    state: &StateDir,
+    store: &Store,
+    row: &worktreefs::store::WorktreeRow,
+    mountpoint: &std::path::Path,
+) -> Option<(String, String)> {
+    use worktreefs::lifecycle::cleanup::{would_keep, Inspection};
+    match would_keep(state, store, row, mountpoint, &Inspection::default()) {
+        Ok(kept) => kept,
+        Err(e) => {
+            println!("worktreefs: what the worktree holds could not be inspected: {e:#}");
+            None
+        }
+    }
 }
 
 /// The teardown's runner: waits for the daemon's word (it is let into the deleting

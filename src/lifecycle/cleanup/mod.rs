@@ -173,6 +173,26 @@ pub fn finish(
     }
 }
 
+/// What cleanup would keep of worktree `row` if it ran now (`row` is not marked for it):
+/// the worktree's path and the reason it would retain it, or None when it would remove
+/// it. A setup command's end asks, so that work it left is never taken for clean.
+pub fn would_keep(
+    state: &StateDir,
+    store: &Store,
+    row: &WorktreeRow,
+    mountpoint: &Path,
+    how: &Inspection,
+) -> LifecycleResult<Option<(String, String)>> {
+    let t = target_of(state, store, row, mountpoint)?;
+    let inspected = inspect_bounded(&t, how);
+    Ok(
+        match decide(t.branch.as_deref(), t.branch_created, &inspected) {
+            Verdict::Remove { .. } => None,
+            Verdict::Retain(reason) => Some((t.path.to_string_lossy().into_owned(), reason)),
+        },
+    )
+}
+
 /// What [`judge`] found of a worktree in `deleting`.
 pub(crate) enum Judged {
     /// Nothing more to do: retained, gone by hand, or a removal begun before finished.
