@@ -763,5 +763,12 @@ fn a_setup_that_leaves_work_retains_its_worktree_with_the_reason() {
         fs::read_to_string(m.wt("repo", "child").join("notes.txt")).unwrap(),
         "mine\n"
     );
+    // A restore says that it runs none.
+    wtfs_ok(&env.state(), &["reclaim", "repo/tidy"]);
+    let said = wtfs_ok(&env.state(), &["restore", "repo/tidy", "--json"]);
+    assert!(
+        said.contains("is not run: a restore brings back what the worktree held"),
+        "{said}"
+    );
     m.unmount();
 }

@@ -64,11 +64,20 @@ fn cmd_restore(
     daemon::poke(state);
     let mountpoint = create::mountpoint_of(state, &store);
     let path = mountpoint.join(&done.row.repo).join(&done.row.name);
+    // Whether its repository's setup command runs: never for a restore, which brings back
+    // what the worktree held (the setup's work with it).
+    let mut notes = done.notes.clone();
+    if let Some(command) = store.hooks_of(done.row.repo_id)?.on_create {
+        notes.push(format!(
+            "its setup command (`{command}`) is not run: a restore brings back what the worktree held; `worktreefs setup {}/{}` runs it",
+            done.row.repo, done.row.name
+        ));
+    }
     if json {
         print_json(RestoredJson {
             worktree: WorktreeJson::of(&done.row, &mountpoint),
             restored_from: done.from.worktree_id,
-            notes: done.notes.clone(),
+            notes,
         });
         return Ok(());
     }
@@ -83,7 +92,7 @@ fn cmd_restore(
             None => format!("a detached HEAD at {}", done.from.head.trim()),
         }
     );
-    for n in &done.notes {
+    for n in &notes {
         println!("  {n}");
     }
     print_cd(state, &path);
