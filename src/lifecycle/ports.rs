@@ -12,7 +12,8 @@
 //! this state directory's claims follow its store: dropped when their worktree is no
 //! longer live, made again where missing, and at each mount (`reclaim_all`, after a
 //! reboot emptied `/run`) a worktree whose block another state directory claimed
-//! meanwhile gets a new one. A block with a port someone listens on (TCP) or is bound to
+//! meanwhile gets a new one, and one with none (made before blocks were given, or when
+//! none was free) gets one. A block with a port someone listens on (TCP) or is bound to
 //! (UDP), IPv4 or IPv6, as `/proc/net` lists them, is skipped.
 
 use std::collections::HashSet;
@@ -425,6 +426,26 @@ fn reclaim_in(dir: &Path, state: &StateDir, store: &Store) -> LifecycleResult<()
             ),
         }
     }
+    // Worktrees with none (made before blocks were given, or when none was free).
+    for id in store
+        .live_without_ports()
+        .context("reading the worktrees without ports")?
+    {
+        let Some(b) = free_block(range, &claimed, None) else {
+            tracing::warn!("worktree {id} has no ports, and no block of {range} is free");
+            break;
+        };
+        reg.write(b, state, id)?;
+        store
+            .set_ports(id, b)
+            .context("recording the worktree's ports")?;
+        claimed.push(b);
+        tracing::info!(
+            "worktree {id} had no ports; it has {}-{} now",
+            b.first,
+            b.first as u32 + b.size as u32 - 1
+        );
+    }
     Ok(())
 }
 
@@ -610,6 +631,31 @@ mod tests {
             names.contains(&claim_name(moved)) && names.contains(&claim_name(b)),
             "{names:?}"
         );
+    }
+
+    /// A live worktree without a block (made before blocks were given, or when none was
+    /// free) gets one at the next mount; a removed one does not.
+    #[test]
+    fn a_worktree_without_a_block_gets_one_at_the_next_mount() {
+        let (d, state, mut store) = setup();
+        let reg = d.path().join("registry");
+        let ids = worktrees(&mut store, 3);
+        let range = PortRange {
+            low: 42000,
+            high: 42099,
+            block: 10,
+        };
+        store.meta_set(META_RANGE, &range.to_string()).unwrap();
+        let b = assign_in(&reg, &state, &store, ids[0], range, None)
+            .unwrap()
+            .unwrap();
+        store.mark_removed(ids[2], "test").unwrap();
+        reclaim_in(&reg, &state, &store).unwrap();
+        let given = store.ports_of(ids[1]).unwrap().expect("a block at the mount");
+        assert!(!given.overlaps(&b), "{given:?} {b:?}");
+        assert_eq!(given.size, 10);
+        assert_eq!(store.ports_of(ids[0]).unwrap(), Some(b));
+        assert_eq!(store.ports_of(ids[2]).unwrap(), None);
     }
 
     /// A registry another user could write into, or a symlink, is refused.

@@ -2,7 +2,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use super::{Store, StoreResult, REMOVED};
+use super::{Store, StoreResult, DELETING, REMOVED};
 use crate::ids::WorktreeId;
 
 /// A block of ports: `size` of them from `first`.
@@ -51,6 +51,18 @@ impl Store {
                 },
             )
             .optional()?)
+    }
+
+    /// The worktrees neither removed nor being removed that have no block (made before
+    /// blocks were given, or when none was free).
+    pub fn live_without_ports(&self) -> StoreResult<Vec<WorktreeId>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT w.id FROM worktrees w LEFT JOIN ports p ON p.worktree_id = w.id
+             WHERE p.worktree_id IS NULL AND w.state NOT IN ('{REMOVED}', '{DELETING}')
+             ORDER BY w.id"
+        ))?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// The blocks of every worktree not removed.
