@@ -7,7 +7,10 @@
 //! claimed by a file `<first>-<size>` there (`/run/worktreefs/ports` for root, only root
 //! may write it; for another user `$XDG_RUNTIME_DIR/worktreefs/ports`, unique across that
 //! user's state directories), written under the registry's lock (waited for at most
-//! `LOCK_WAIT`) and never through a symlink. The file names the worktree and the state
+//! `LOCK_WAIT`) and never through a symlink. An allocation also keeps clear of the blocks
+//! the machine's other registries claim, as far as it can read them (a user reads
+//! root's; root reads every user's, at most `FOREIGN_LIMIT` blocks of each): across
+//! users, blocks are unique but for two allocations at the same moment. The file names the worktree and the state
 //! directory. A claim whose state directory is not there goes at the next allocation;
 //! this state directory's claims follow its store: dropped when their worktree is no
 //! longer live, made again where missing, and at each mount (`reclaim_all`, after a
@@ -159,6 +162,71 @@ fn registry() -> PathBuf {
             nix::unistd::geteuid().as_raw()
         )),
     }
+}
+
+/// The other registries of this machine, whose claims an allocation here keeps clear of
+/// (read without their lock, so two allocations at the same moment may meet): root's,
+/// for a user; for root, every user's (`/run/user/*/worktreefs/ports`, and
+/// `worktreefs-ports-UID` in the temporary directory for each uid of the password file).
+fn other_registries(own: &Path) -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from("/run/worktreefs/ports")];
+    if nix::unistd::geteuid().is_root() {
+        for e in fs::read_dir("/run/user").into_iter().flatten().flatten() {
+            out.push(e.path().join("worktreefs/ports"));
+        }
+        // Those of users without a runtime directory, by the uids of the password file
+        // (not a listing of the temporary directory, which may be huge).
+        let tmp = std::env::temp_dir();
+        let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+        for uid in passwd.lines().filter_map(|l| l.split(':').nth(2)) {
+            if uid != "0" {
+                out.push(tmp.join(format!("worktreefs-ports-{uid}")));
+            }
+        }
+    }
+    out.retain(|d| d != own);
+    out
+}
+
+/// How many blocks one other registry may keep an allocation here from: a user cannot
+/// make root's daemon give no ports by claiming the whole range (their stale claims,
+/// of state directories since deleted, count too until that user allocates again).
+const FOREIGN_LIMIT: usize = 100;
+
+/// The blocks the registries `dirs` claim, as far as this user can read them: the names
+/// of the claims in a directory reached through no symlink that others than its owner
+/// may not write, at most [`FOREIGN_LIMIT`] of each (nothing of another user's is opened
+/// or followed: their files may be FIFOs, their paths lead anywhere).
+fn foreign_claims(dirs: &[PathBuf]) -> Vec<PortBlock> {
+    use std::os::fd::AsFd;
+    let mut out = Vec::new();
+    for dir in dirs {
+        let Ok(fd) = crate::beneath::open_real_dir(dir) else {
+            continue;
+        };
+        let Ok(st) = crate::beneath::fstat(fd.as_fd()) else {
+            continue;
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR || st.st_mode & 0o022 != 0 {
+            continue;
+        }
+        let mut blocks: Vec<PortBlock> = crate::beneath::list(fd.as_fd())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| parse_claim_name(&e.name.to_string_lossy()))
+            .collect();
+        blocks.sort_by_key(|b| b.first);
+        if blocks.len() > FOREIGN_LIMIT {
+            tracing::warn!(
+                "{} claims {} blocks of ports: only the first {FOREIGN_LIMIT} are kept clear of",
+                dir.display(),
+                blocks.len()
+            );
+            blocks.truncate(FOREIGN_LIMIT);
+        }
+        out.extend(blocks);
+    }
+    out
 }
 
 /// How long a creation waits for another process's allocation before it goes on without
@@ -373,9 +441,23 @@ fn assign_in(
     range: PortRange,
     want: Option<PortBlock>,
 ) -> LifecycleResult<Option<PortBlock>> {
+    assign_among(dir, &other_registries(dir), state, store, id, range, want)
+}
+
+/// [`assign_in`], with the claims of the registries `others` kept clear of too.
+fn assign_among(
+    dir: &Path,
+    others: &[PathBuf],
+    state: &StateDir,
+    store: &Store,
+    id: WorktreeId,
+    range: PortRange,
+    want: Option<PortBlock>,
+) -> LifecycleResult<Option<PortBlock>> {
     let reg = Registry::open(dir)?;
     let live = store.live_ports().context("reading the ports' records")?;
-    let claimed = reg.sync(state, &live)?.claimed;
+    let mut claimed = reg.sync(state, &live)?.claimed;
+    claimed.extend(foreign_claims(others));
     let Some(b) = free_block(range, &claimed, want) else {
         return Ok(None);
     };
@@ -402,6 +484,7 @@ fn reclaim_in(dir: &Path, state: &StateDir, store: &Store) -> LifecycleResult<()
         mut claimed,
         taken_over,
     } = reg.sync(state, &live)?;
+    claimed.extend(foreign_claims(&other_registries(dir)));
     let range = range_of(store);
     for (id, old) in taken_over {
         match free_block(range, &claimed, None) {
@@ -651,11 +734,65 @@ mod tests {
             .unwrap();
         store.mark_removed(ids[2], "test").unwrap();
         reclaim_in(&reg, &state, &store).unwrap();
-        let given = store.ports_of(ids[1]).unwrap().expect("a block at the mount");
+        let given = store
+            .ports_of(ids[1])
+            .unwrap()
+            .expect("a block at the mount");
         assert!(!given.overlaps(&b), "{given:?} {b:?}");
         assert_eq!(given.size, 10);
         assert_eq!(store.ports_of(ids[0]).unwrap(), Some(b));
         assert_eq!(store.ports_of(ids[2]).unwrap(), None);
+    }
+
+    /// An allocation keeps clear of what the machine's other registries claim (another
+    /// user's, root's), at most `FOREIGN_LIMIT` blocks of each, and of none that others
+    /// may write into.
+    #[test]
+    fn blocks_claimed_in_another_registry_are_not_given() {
+        use std::os::unix::fs::PermissionsExt;
+        let (d, state, mut store) = setup();
+        let (_d2, other, mut other_store) = setup();
+        let (ours, theirs) = (worktrees(&mut store, 1), worktrees(&mut other_store, 1));
+        let (reg, foreign) = (d.path().join("mine"), d.path().join("theirs"));
+        let range = PortRange {
+            low: 43000,
+            high: 43099,
+            block: 10,
+        };
+        let t = assign_in(&foreign, &other, &other_store, theirs[0], range, None)
+            .unwrap()
+            .unwrap();
+        let o = assign_among(
+            &reg,
+            std::slice::from_ref(&foreign),
+            &state,
+            &store,
+            ours[0],
+            range,
+            Some(t),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            !o.overlaps(&t),
+            "{o:?} is {t:?}, claimed in the other registry"
+        );
+        // Claims beyond the limit, and a registry anyone may write, count for nothing.
+        let many = d.path().join("many");
+        fs::create_dir(&many).unwrap();
+        for i in 0..150u32 {
+            fs::write(many.join(format!("{}-10", 50000 + i * 10)), "1\n/x").unwrap();
+        }
+        assert_eq!(
+            foreign_claims(std::slice::from_ref(&many)).len(),
+            FOREIGN_LIMIT
+        );
+        fs::set_permissions(&many, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(foreign_claims(std::slice::from_ref(&many)).is_empty());
+        // A FIFO among the claims is never opened.
+        nix::unistd::mkfifo(&foreign.join("43090-10"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let seen = foreign_claims(std::slice::from_ref(&foreign));
+        assert!(seen.contains(&t) && seen.len() == 2, "{seen:?}");
     }
 
     /// A registry another user could write into, or a symlink, is refused.
