@@ -9,7 +9,7 @@
 //! user's state directories), written under the registry's lock (waited for at most
 //! `LOCK_WAIT`) and never through a symlink. An allocation also keeps clear of the blocks
 //! the machine's other registries claim, as far as it can read them (a user reads
-//! root's; root reads every user's, at most `FOREIGN_LIMIT` blocks of each): across
+//! root's; root reads every user's, at most `FOREIGN_PORTS` ports of each): across
 //! users, blocks are unique but for two allocations at the same moment. The file names the worktree and the state
 //! directory. A claim whose state directory is not there goes at the next allocation;
 //! this state directory's claims follow its store: dropped when their worktree is no
@@ -164,67 +164,125 @@ fn registry() -> PathBuf {
     }
 }
 
+/// Another user's registry (or root's), read to keep clear of its claims.
+#[derive(Debug, Clone)]
+struct Foreign {
+    dir: PathBuf,
+    /// The part of `dir` its owner made (`/run/user/UID/worktreefs`, say): nothing may be
+    /// mounted there.
+    made: PathBuf,
+    /// Whose it is: a directory of anyone else's there is not read.
+    uid: u32,
+}
+
 /// The other registries of this machine, whose claims an allocation here keeps clear of
 /// (read without their lock, so two allocations at the same moment may meet): root's,
-/// for a user; for root, every user's (`/run/user/*/worktreefs/ports`, and
+/// for a user; for root, every user's (`/run/user/UID/worktreefs/ports`, and
 /// `worktreefs-ports-UID` in the temporary directory for each uid of the password file).
-fn other_registries(own: &Path) -> Vec<PathBuf> {
-    let mut out = vec![PathBuf::from("/run/worktreefs/ports")];
+fn other_registries(own: &Path) -> Vec<Foreign> {
+    let mut out = vec![Foreign {
+        dir: PathBuf::from("/run/worktreefs/ports"),
+        made: PathBuf::from("/run/worktreefs"),
+        uid: 0,
+    }];
     if nix::unistd::geteuid().is_root() {
         for e in fs::read_dir("/run/user").into_iter().flatten().flatten() {
-            out.push(e.path().join("worktreefs/ports"));
+            if let Ok(uid) = e.file_name().to_string_lossy().parse() {
+                out.push(Foreign {
+                    dir: e.path().join("worktreefs/ports"),
+                    made: e.path().join("worktreefs"),
+                    uid,
+                });
+            }
         }
         // Those of users without a runtime directory, by the uids of the password file
         // (not a listing of the temporary directory, which may be huge).
         let tmp = std::env::temp_dir();
         let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
-        for uid in passwd.lines().filter_map(|l| l.split(':').nth(2)) {
-            if uid != "0" {
-                out.push(tmp.join(format!("worktreefs-ports-{uid}")));
+        for uid in passwd
+            .lines()
+            .filter_map(|l| l.split(':').nth(2)?.parse().ok())
+        {
+            if uid != 0 {
+                let dir = tmp.join(format!("worktreefs-ports-{uid}"));
+                out.push(Foreign {
+                    made: dir.clone(),
+                    dir,
+                    uid,
+                });
             }
         }
     }
-    out.retain(|d| d != own);
+    out.retain(|f| f.dir != own);
     out
 }
 
-/// How many blocks one other registry may keep an allocation here from: a user cannot
+/// How many ports one other registry may keep an allocation here from: a user cannot
 /// make root's daemon give no ports by claiming the whole range (their stale claims,
 /// of state directories since deleted, count too until that user allocates again).
-const FOREIGN_LIMIT: usize = 100;
+const FOREIGN_PORTS: u32 = 1000;
 
-/// The blocks the registries `dirs` claim, as far as this user can read them: the names
-/// of the claims in a directory reached through no symlink that others than its owner
-/// may not write, at most [`FOREIGN_LIMIT`] of each (nothing of another user's is opened
-/// or followed: their files may be FIFOs, their paths lead anywhere).
-fn foreign_claims(dirs: &[PathBuf]) -> Vec<PortBlock> {
-    use std::os::fd::AsFd;
+/// How many names of one other registry are read at most.
+const FOREIGN_NAMES: usize = 4096;
+
+/// The blocks the registries `regs` claim, as far as this user can read them: the names
+/// of the claims (blocks of at most [`FOREIGN_PORTS`] ports, that many of each registry
+/// at most) in a directory of the registry's owner that others may not write, reached
+/// through no symlink and no mount. Nothing of another user's is opened or followed: their
+/// files may be FIFOs, their paths lead anywhere, their mounts may hang.
+fn foreign_claims(regs: &[Foreign]) -> Vec<PortBlock> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mounted_in = |made: &Path| {
+        mounts.lines().any(|l| {
+            l.split_whitespace().nth(1).is_some_and(|t| {
+                Path::new(&crate::mounttable::unescape_mount_path(t)).starts_with(made)
+            })
+        })
+    };
     let mut out = Vec::new();
-    for dir in dirs {
-        let Ok(fd) = crate::beneath::open_real_dir(dir) else {
+    for reg in regs {
+        if mounted_in(&reg.made) {
+            tracing::warn!(
+                "{} has a mount in it: its claims of ports are not read",
+                reg.made.display()
+            );
+            continue;
+        }
+        let Ok(fd) = crate::beneath::open_real_dir(&reg.dir) else {
             continue;
         };
         let Ok(st) = crate::beneath::fstat(fd.as_fd()) else {
             continue;
         };
-        if st.st_mode & libc::S_IFMT != libc::S_IFDIR || st.st_mode & 0o022 != 0 {
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR
+            || st.st_mode & 0o022 != 0
+            || st.st_uid != reg.uid
+        {
             continue;
         }
-        let mut blocks: Vec<PortBlock> = crate::beneath::list(fd.as_fd())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|e| parse_claim_name(&e.name.to_string_lossy()))
+        let names = fs::read_dir(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        let mut blocks: Vec<PortBlock> = names
+            .into_iter()
+            .flatten()
+            .take(FOREIGN_NAMES)
+            .flatten()
+            .filter_map(|e| parse_claim_name(&e.file_name().to_string_lossy()))
+            .filter(|b| b.size > 0 && u32::from(b.size) <= FOREIGN_PORTS)
             .collect();
         blocks.sort_by_key(|b| b.first);
-        if blocks.len() > FOREIGN_LIMIT {
-            tracing::warn!(
-                "{} claims {} blocks of ports: only the first {FOREIGN_LIMIT} are kept clear of",
-                dir.display(),
-                blocks.len()
-            );
-            blocks.truncate(FOREIGN_LIMIT);
+        let mut ports = 0;
+        for b in blocks {
+            ports += u32::from(b.size);
+            if ports > FOREIGN_PORTS {
+                tracing::warn!(
+                    "{} claims more than {FOREIGN_PORTS} ports: the rest are not kept clear of",
+                    reg.dir.display()
+                );
+                break;
+            }
+            out.push(b);
         }
-        out.extend(blocks);
     }
     out
 }
@@ -430,24 +488,14 @@ pub fn assign(
     range: PortRange,
     want: Option<PortBlock>,
 ) -> LifecycleResult<Option<PortBlock>> {
-    assign_in(&registry(), state, store, id, range, want)
+    let dir = registry();
+    assign_among(&dir, &other_registries(&dir), state, store, id, range, want)
 }
 
-fn assign_in(
-    dir: &Path,
-    state: &StateDir,
-    store: &Store,
-    id: WorktreeId,
-    range: PortRange,
-    want: Option<PortBlock>,
-) -> LifecycleResult<Option<PortBlock>> {
-    assign_among(dir, &other_registries(dir), state, store, id, range, want)
-}
-
-/// [`assign_in`], with the claims of the registries `others` kept clear of too.
+/// [`assign`] in registry `dir`, keeping clear of the claims of the registries `others`.
 fn assign_among(
     dir: &Path,
-    others: &[PathBuf],
+    others: &[Foreign],
     state: &StateDir,
     store: &Store,
     id: WorktreeId,
@@ -472,19 +520,25 @@ fn assign_among(
 /// /run), and a worktree whose block another state directory claimed meanwhile gets a
 /// new one (said in the log). Failures are logged: the mount goes on.
 pub fn reclaim_all(state: &StateDir, store: &Store) {
-    if let Err(e) = reclaim_in(&registry(), state, store) {
+    let dir = registry();
+    if let Err(e) = reclaim_in(&dir, &other_registries(&dir), state, store) {
         tracing::warn!("claiming the worktrees' ports again: {e:#}");
     }
 }
 
-fn reclaim_in(dir: &Path, state: &StateDir, store: &Store) -> LifecycleResult<()> {
+fn reclaim_in(
+    dir: &Path,
+    others: &[Foreign],
+    state: &StateDir,
+    store: &Store,
+) -> LifecycleResult<()> {
     let reg = Registry::open(dir)?;
     let live = store.live_ports().context("reading the ports' records")?;
     let Synced {
         mut claimed,
         taken_over,
     } = reg.sync(state, &live)?;
-    claimed.extend(foreign_claims(&other_registries(dir)));
+    claimed.extend(foreign_claims(others));
     let range = range_of(store);
     for (id, old) in taken_over {
         match free_block(range, &claimed, None) {
@@ -644,14 +698,14 @@ mod tests {
             high: busy - (busy % 10) + 39,
             block: 10,
         };
-        let a = assign_in(&reg, &other, &other_store, theirs[0], range, None)
+        let a = assign_among(&reg, &[], &other, &other_store, theirs[0], range, None)
             .unwrap()
             .unwrap();
         assert!(!a.holds(busy), "a listened port was given: {a:?}");
-        let b = assign_in(&reg, &state, &store, ids[0], range, None)
+        let b = assign_among(&reg, &[], &state, &store, ids[0], range, None)
             .unwrap()
             .unwrap();
-        let c = assign_in(&reg, &state, &store, ids[1], range, None)
+        let c = assign_among(&reg, &[], &state, &store, ids[1], range, None)
             .unwrap()
             .unwrap();
         for x in [a, b, c] {
@@ -661,20 +715,20 @@ mod tests {
         // Four blocks, one listened on (or more, by other programs), three taken: none
         // left.
         assert_eq!(
-            assign_in(&reg, &state, &store, ids[2], range, None).unwrap(),
+            assign_among(&reg, &[], &state, &store, ids[2], range, None).unwrap(),
             None
         );
         // Removed: its block is free again, and a restore asks for it back.
         store.mark_removed(ids[0], "test").unwrap();
         release_in(&reg, &state, &store, ids[0]);
-        let again = assign_in(&reg, &state, &store, ids[2], range, Some(b))
+        let again = assign_among(&reg, &[], &state, &store, ids[2], range, Some(b))
             .unwrap()
             .unwrap();
         assert_eq!(again, b);
         // A state directory that is gone loses its claims.
         drop(other_store);
         fs::remove_dir_all(&other.root).unwrap();
-        let freed = assign_in(&reg, &state, &store, ids[0], range, Some(a)).unwrap();
+        let freed = assign_among(&reg, &[], &state, &store, ids[0], range, Some(a)).unwrap();
         assert_eq!(freed, Some(a));
         drop(listener);
     }
@@ -694,16 +748,16 @@ mod tests {
             high: 41099,
             block: 10,
         };
-        let b = assign_in(&reg, &state, &store, ours, range, None)
+        let b = assign_among(&reg, &[], &state, &store, ours, range, None)
             .unwrap()
             .unwrap();
         fs::remove_dir_all(&reg).unwrap();
-        let t = assign_in(&reg, &other, &other_store, theirs, range, Some(b))
+        let t = assign_among(&reg, &[], &other, &other_store, theirs, range, Some(b))
             .unwrap()
             .unwrap();
         assert_eq!(t, b, "the other state dir took it while nobody claimed it");
         store.meta_set(META_RANGE, &range.to_string()).unwrap();
-        reclaim_in(&reg, &state, &store).unwrap();
+        reclaim_in(&reg, &[], &state, &store).unwrap();
         let moved = store.ports_of(ours).unwrap().unwrap();
         assert!(!moved.overlaps(&b), "{moved:?}");
         let names: Vec<String> = fs::read_dir(&reg)
@@ -729,11 +783,11 @@ mod tests {
             block: 10,
         };
         store.meta_set(META_RANGE, &range.to_string()).unwrap();
-        let b = assign_in(&reg, &state, &store, ids[0], range, None)
+        let b = assign_among(&reg, &[], &state, &store, ids[0], range, None)
             .unwrap()
             .unwrap();
         store.mark_removed(ids[2], "test").unwrap();
-        reclaim_in(&reg, &state, &store).unwrap();
+        reclaim_in(&reg, &[], &state, &store).unwrap();
         let given = store
             .ports_of(ids[1])
             .unwrap()
@@ -744,27 +798,44 @@ mod tests {
         assert_eq!(store.ports_of(ids[2]).unwrap(), None);
     }
 
+    /// `dir` as another user's registry, of this user's.
+    fn foreign(dir: &Path) -> Foreign {
+        Foreign {
+            dir: dir.to_path_buf(),
+            made: dir.to_path_buf(),
+            uid: nix::unistd::geteuid().as_raw(),
+        }
+    }
+
     /// An allocation keeps clear of what the machine's other registries claim (another
-    /// user's, root's), at most `FOREIGN_LIMIT` blocks of each, and of none that others
-    /// may write into.
+    /// user's, root's): at most `FOREIGN_PORTS` ports of each, in blocks of at most that,
+    /// from a directory of the owner named that others may not write, no FIFO opened.
     #[test]
     fn blocks_claimed_in_another_registry_are_not_given() {
         use std::os::unix::fs::PermissionsExt;
         let (d, state, mut store) = setup();
         let (_d2, other, mut other_store) = setup();
         let (ours, theirs) = (worktrees(&mut store, 1), worktrees(&mut other_store, 1));
-        let (reg, foreign) = (d.path().join("mine"), d.path().join("theirs"));
+        let (reg, theirs_dir) = (d.path().join("mine"), d.path().join("theirs"));
         let range = PortRange {
             low: 43000,
             high: 43099,
             block: 10,
         };
-        let t = assign_in(&foreign, &other, &other_store, theirs[0], range, None)
-            .unwrap()
-            .unwrap();
+        let t = assign_among(
+            &theirs_dir,
+            &[],
+            &other,
+            &other_store,
+            theirs[0],
+            range,
+            None,
+        )
+        .unwrap()
+        .unwrap();
         let o = assign_among(
             &reg,
-            std::slice::from_ref(&foreign),
+            &[foreign(&theirs_dir)],
             &state,
             &store,
             ours[0],
@@ -777,21 +848,28 @@ mod tests {
             !o.overlaps(&t),
             "{o:?} is {t:?}, claimed in the other registry"
         );
-        // Claims beyond the limit, and a registry anyone may write, count for nothing.
+        // Past the limit nothing counts: 150 blocks of 10 are 1,500 ports; one block of
+        // the whole range counts for nothing.
         let many = d.path().join("many");
         fs::create_dir(&many).unwrap();
         for i in 0..150u32 {
-            fs::write(many.join(format!("{}-10", 50000 + i * 10)), "1\n/x").unwrap();
+            fs::write(many.join(format!("{}-10", 50000 + i * 10)), "").unwrap();
         }
-        assert_eq!(
-            foreign_claims(std::slice::from_ref(&many)).len(),
-            FOREIGN_LIMIT
-        );
+        fs::write(many.join("1-65535"), "").unwrap();
+        let seen = foreign_claims(&[foreign(&many)]);
+        assert_eq!(seen.len() as u32 * 10, FOREIGN_PORTS, "{seen:?}");
+        assert!(seen.iter().all(|b| b.size == 10));
+        // Another owner's than the one named, or one anyone may write: not read.
+        let wrong = Foreign {
+            uid: 4242,
+            ..foreign(&many)
+        };
+        assert!(foreign_claims(&[wrong]).is_empty());
         fs::set_permissions(&many, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(foreign_claims(std::slice::from_ref(&many)).is_empty());
+        assert!(foreign_claims(&[foreign(&many)]).is_empty());
         // A FIFO among the claims is never opened.
-        nix::unistd::mkfifo(&foreign.join("43090-10"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let seen = foreign_claims(std::slice::from_ref(&foreign));
+        nix::unistd::mkfifo(&theirs_dir.join("43090-10"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let seen = foreign_claims(&[foreign(&theirs_dir)]);
         assert!(seen.contains(&t) && seen.len() == 2, "{seen:?}");
     }
 
@@ -804,10 +882,10 @@ mod tests {
         let open = d.path().join("open");
         fs::create_dir(&open).unwrap();
         fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(assign_in(&open, &state, &store, id, PortRange::default(), None).is_err());
+        assert!(assign_among(&open, &[], &state, &store, id, PortRange::default(), None).is_err());
         let link = d.path().join("link");
         std::os::unix::fs::symlink(d.path(), &link).unwrap();
-        assert!(assign_in(&link, &state, &store, id, PortRange::default(), None).is_err());
+        assert!(assign_among(&link, &[], &state, &store, id, PortRange::default(), None).is_err());
         assert_eq!(store.ports_of(id).unwrap(), None);
     }
 
