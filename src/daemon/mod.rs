@@ -259,8 +259,11 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             gate.clone(),
             mountpoint.clone(),
         );
-        let keep_sessions = req.on_umount == AtUnmount::KeepSessions;
+        let on_umount = req.on_umount;
         Box::new(move || {
+            // What an unmount under way said (a planned restart whose own wait ran out,
+            // say), else the mount's default.
+            let keep_sessions = AtUnmount::said(&state, on_umount) == AtUnmount::KeepSessions;
             let changed = || view.catalog_changed();
             if let Err(e) = crate::lifecycle::cleanup::tear_down_before_unmount(
                 &state,
@@ -312,6 +315,9 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // state dir is free. Lease changes still kept in memory are superseded.
     tracker.stop();
     sweeper.stop();
+    // A cleanup before the unmount still under way (one that outlived its command's
+    // wait, or a signal's) ends first: the daemon never exits in the middle of it.
+    crate::lifecycle::cleanup::wait_for_cleanup_before_unmount();
     if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(
         &req.state,
         &mountpoint,

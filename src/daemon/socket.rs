@@ -429,13 +429,25 @@ pub fn before_unmount(
     match serde_json::from_str::<Answer>(line.trim()) {
         Ok(Answer::BeforeUnmountBegun) => {}
         Ok(Answer::Error { message }) => bail!("{message}"),
+        _ if line.is_empty() => bail!(
+            "the daemon ended the request without an answer (a daemon older than this command does not know it)"
+        ),
         _ => bail!("the daemon's answer {line:?} is not understood"),
     }
     conn.set_read_timeout(Some(ANSWER_TIMEOUT))?;
     line.clear();
-    answers
-        .read_line(&mut line)
-        .context("reading the daemon's answer")?;
+    if let Err(e) = answers.read_line(&mut line) {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            bail!(
+                "it is still at it after {} s (it finishes before the daemon exits)",
+                ANSWER_TIMEOUT.as_secs()
+            );
+        }
+        return Err(anyhow!("reading the daemon's answer: {e}"));
+    }
     match serde_json::from_str::<Answer>(line.trim()) {
         Ok(Answer::CleanedBeforeUnmount {
             removed,

@@ -130,9 +130,14 @@ pub fn remove_log(state: &StateDir, id: WorktreeId, created_at: i64) {
 /// How many setup runs may run at once; the rest wait their turn, queued.
 const MAX_RUNNING: usize = 8;
 
-/// How long past its limit a setup runner may take to end its command before the daemon
-/// ends its session.
+/// How long past its limit a setup runner may take to end its command (and to inspect
+/// the worktree before and after it, [`LEFT_WORK_LIMIT`] each) before the daemon ends
+/// its session.
 const SETUP_GRACE: Duration = Duration::from_secs(60);
+
+/// How long each of a setup runner's inspections of what the worktree holds may take
+/// (twice this and the time to end the command stay within [`SETUP_GRACE`]).
+pub const LEFT_WORK_LIMIT: Duration = Duration::from_secs(20);
 
 /// What the daemon starts runners with.
 #[derive(Debug, Clone)]

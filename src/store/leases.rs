@@ -514,26 +514,37 @@ impl Store {
         Ok(n)
     }
 
-    /// Releases worktree `id`'s process leases, and its named ones too when `named` (an
-    /// unmount's cleanup of one worktree before the mount goes). Returns how many were
-    /// released.
+    /// Releases worktree `id`'s leases as an unmount's cleanup of it before the mount goes
+    /// may: the process leases whose process is `gone` (pid, start time), and the named
+    /// ones too when `named`: all of them, or none when one would be left (a live
+    /// process's, a named one kept). Returns how many would be left.
     pub fn release_leases_of(
         &mut self,
         id: WorktreeId,
         named: bool,
+        gone: &dyn Fn(i64, i64) -> bool,
         reason: &str,
     ) -> StoreResult<usize> {
-        let mut n = 0;
-        for l in self
-            .leases()?
-            .into_iter()
-            .filter(|l| l.worktree_id == id && (named || l.holder_kind == "process"))
-        {
-            if self.release_lease(l.worktree_id, &l.holder, "released", reason)? {
-                n += 1;
+        let (mut release, mut left) = (Vec::new(), 0);
+        for l in self.leases()?.into_iter().filter(|l| l.worktree_id == id) {
+            let goes = match (l.holder_kind.as_str(), l.pid, l.pid_start) {
+                ("process", Some(pid), Some(start)) => gone(pid, start),
+                ("process", ..) => false,
+                _ => named,
+            };
+            if goes {
+                release.push(l);
+            } else {
+                left += 1;
             }
         }
-        Ok(n)
+        if left > 0 {
+            return Ok(left);
+        }
+        for l in release {
+            self.release_lease(l.worktree_id, &l.holder, "released", reason)?;
+        }
+        Ok(0)
     }
 
     /// The id of the newest event (0 when there is none).

@@ -356,6 +356,47 @@ mod tests {
         );
     }
 
+    /// An unmount's release of one worktree's leases before the mount goes: a live
+    /// process's lease keeps all of them (none released); with only the leases of gone
+    /// processes and named ones it may release, all go and the worktree lingers; a named
+    /// one kept keeps it.
+    #[test]
+    fn an_unmount_releases_a_worktrees_leases_all_or_none() {
+        let (_d, mut store, id) = store_with_worktree();
+        let process = |pid| NewLease::Process {
+            pid,
+            start: 7,
+            command: "x".into(),
+        };
+        let named = NewLease::Session { id: "s".into() };
+        store.acquire_lease(id, &process(10), "t").unwrap();
+        store.acquire_lease(id, &process(11), "t").unwrap();
+        store.acquire_lease(id, &named, "t").unwrap();
+        let gone = |pid: i64, _start: i64| pid == 10;
+        assert_eq!(
+            store.release_leases_of(id, true, &gone, "unmount").unwrap(),
+            1
+        );
+        assert_eq!(store.leases().unwrap().len(), 3, "none released");
+        let all_gone = |_: i64, _: i64| true;
+        assert_eq!(
+            store
+                .release_leases_of(id, false, &all_gone, "unmount")
+                .unwrap(),
+            1,
+            "the named lease is kept"
+        );
+        assert_eq!(store.leases().unwrap().len(), 3);
+        assert_eq!(
+            store
+                .release_leases_of(id, true, &all_gone, "unmount")
+                .unwrap(),
+            0
+        );
+        assert!(store.leases().unwrap().is_empty());
+        assert_eq!(state(&store), "lingering");
+    }
+
     #[test]
     fn a_lease_during_the_grace_period_keeps_the_worktree() {
         let (_d, mut store, id) = store_with_worktree();

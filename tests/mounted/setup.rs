@@ -548,7 +548,8 @@ fn a_long_teardown_holds_up_no_setup() {
 /// `worktreefs unmount` cleans up the worktrees with a teardown command while the mount
 /// still serves them: their teardowns run inside them side by side (each begins before
 /// any ends), each bounded by its limit; `--keep-sessions` leaves one a named lease
-/// holds, and a full unmount (here a SIGTERM's) tears that one down too.
+/// holds, `--lazy` one a process is in (cleaned up once it leaves, without its
+/// teardown), and a full unmount (here a SIGTERM's) tears the session's down too.
 #[test]
 fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
     let env = Env::new();
@@ -560,14 +561,14 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
             "--on-remove",
             &format!(
                 "n=$(basename $PWD); cat README.md > {o}/$n.read; touch {o}/$n.begun; \
-                 case $n in slow*) sleep 100;; *) sleep 2;; esac; touch {o}/$n.done"
+                 case $n in slow*) sleep 100;; *) sleep 5;; esac; touch {o}/$n.done"
             ),
             "--teardown-timeout",
-            "6",
+            "10",
         ],
     );
     let m = env.mount_with(&["--linger", "600"]);
-    for name in ["a", "b", "slow1", "slow2", "kept", "fresh"] {
+    for name in ["a", "b", "slow1", "slow2", "kept", "fresh", "busy"] {
         wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
     }
     // Lingering after a visit; `kept` held by a session; `fresh` never entered (`ready`,
@@ -582,12 +583,24 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
         &env.state(),
         &["lease", "acquire", "repo/kept", "--session", "s"],
     );
+    let mut inside = std::process::Command::new("sh")
+        .args(["-c", "cat README.md > /dev/null; exec sleep 60"])
+        .current_dir(m.wt("repo", "busy"))
+        .spawn()
+        .unwrap();
+    wait_for_state(&env, "busy", "active", Duration::from_secs(10));
     let t = Instant::now();
-    let u = wtfs(&env.state(), &["unmount", "--keep-sessions"]);
+    let u = wtfs(&env.state(), &["unmount", "--keep-sessions", "--lazy"]);
     let took = t.elapsed();
+    let _ = inside.kill();
+    let _ = inside.wait();
     assert!(u.status.success(), "{}\n{}", text(&u), m.log_tail());
     assert!(!text(&u).contains("warning"), "{}", text(&u));
+    assert!(text(&u).contains("detached"), "{}", text(&u));
     m.unmount();
+    // The one a process was in: cleaned up once it left, its teardown not run.
+    assert!(!out.path().join("busy.begun").exists());
+    assert_eq!(state_of(&env, "busy"), "removed");
     let readme = fs::read_to_string(env.repo.path().join("README.md")).unwrap();
     for name in ["a", "b", "slow1", "slow2"] {
         assert_eq!(
@@ -618,9 +631,9 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
             );
         }
     }
-    // The slow ones were ended at their limit, together: not 6 s each.
+    // The slow ones were ended at their limit, together: not 10 s each.
     assert!(!out.path().join("slow1.done").exists());
-    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(took < Duration::from_secs(40), "{took:?}");
     let log = wtfs_ok(&env.state(), &["setup-log", "repo/slow1"]);
     assert!(log.contains("timed out"), "{log}");
     for name in ["kept", "fresh"] {

@@ -67,7 +67,11 @@ fn cmd_restore(
     // Whether its repository's setup command runs: never for a restore, which brings back
     // what the worktree held (the setup's work with it).
     let mut notes = done.notes.clone();
-    if let Some(command) = store.hooks_of(done.row.repo_id)?.on_create {
+    if let Some(command) = store
+        .hooks_of(done.row.repo_id)
+        .ok()
+        .and_then(|h| h.on_create)
+    {
         notes.push(format!(
             "its setup command (`{command}`) is not run: a restore brings back what the worktree held; `worktreefs setup {}/{}` runs it",
             done.row.repo, done.row.name

@@ -409,7 +409,11 @@ fn holds_work(
     mountpoint: &std::path::Path,
 ) -> Option<(String, String)> {
     use worktreefs::lifecycle::cleanup::{would_keep, Inspection};
-    match would_keep(state, store, row, mountpoint, &Inspection::default()) {
+    let how = Inspection::new(
+        setup::LEFT_WORK_LIMIT,
+        worktreefs::git::filters::DEFAULT_TIMEOUT.min(setup::LEFT_WORK_LIMIT),
+    );
+    match would_keep(state, store, row, mountpoint, &how) {
         Ok(kept) => kept,
         Err(e) => {
             println!("worktreefs: what the worktree holds could not be inspected: {e:#}");

@@ -263,23 +263,20 @@ pub fn unmount(
             ),
         ));
     }
+    // The daemon reads what this unmount is to do once its session ends (and a signal's
+    // unmount during the cleanup below reads it too); a failed unmount takes it back
+    // (only its own word: another unmount's is left).
+    let told = at
+        .tell(state)
+        .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
+    let told = TakenBackUnlessDone(state.unmount_mode_file(), told, false);
     clean_up_before_unmounting(state, at);
     if !inside.is_empty() {
-        let told = at
-            .tell(state)
-            .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
-        let told = TakenBackUnlessDone(state.unmount_mode_file(), told, false);
         nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
             .with_context(|| format!("detaching {}", mountpoint.display()))?;
         told.done();
         return Ok(Unmounted::Detached(mountpoint, inside));
     }
-    // The daemon reads what this unmount is to do once its session ends; a failed
-    // unmount takes it back (only its own word: another unmount's is left).
-    let told = at
-        .tell(state)
-        .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
-    let told = TakenBackUnlessDone(state.unmount_mode_file(), told, false);
     let flags = if lazy {
         nix::mount::MntFlags::MNT_DETACH
     } else {

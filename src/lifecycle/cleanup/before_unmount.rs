@@ -1,13 +1,21 @@
 //! The unmount's cleanup of the worktrees whose repository has a teardown command, run
 //! while the mount still serves them (a teardown runs inside its worktree, which is gone
-//! once the mount is): each one the unmount would clean up (its leases released as the
-//! unmount releases them, nobody inside) is inspected, the removable ones' teardowns run
-//! side by side under one deadline (the longest of their limits), then each is removed
-//! or retained. What the unmount cleans up after the mount has gone is everything else.
+//! once the mount is): each one the unmount would clean up that nobody is in and no live
+//! process holds has its leases released as the unmount releases them and is marked
+//! `deleting`; they are inspected a few at a time, the removable ones' teardowns run side
+//! by side under one deadline (the longest of their limits), then each is removed or
+//! retained, one after another. What the unmount cleans up after the mount has gone is
+//! everything else.
+//!
+//! One such cleanup runs at a time (two unmounts, or an unmount and a signal); the
+//! daemon waits for one under way before its own cleanup after the mount
+//! ([`wait_for_cleanup_before_unmount`]), so that it never exits in the middle of it.
 
-use std::collections::HashSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
 
 use super::{judge, remove_judged, try_lock, Inspection, Judged, Outcome};
 use crate::lease::State;
@@ -23,16 +31,28 @@ pub struct BeforeUnmount {
     pub removed: usize,
     /// Worktrees retained (they hold work, or their teardown moved HEAD).
     pub retained: usize,
-    /// Worktrees left for the cleanup after the mount has gone: someone inside, a lease
-    /// kept, or a cleanup of them already under way.
+    /// Worktrees left for the cleanup after the mount has gone: someone inside, a live
+    /// process's or a kept named lease, or a cleanup of them already under way.
     pub left: usize,
+}
+
+/// Held for as long as a cleanup before an unmount runs.
+static RUNNING: Mutex<()> = Mutex::new(());
+
+/// How many worktrees are inspected at once.
+const INSPECTING: usize = 4;
+
+/// Waits for a cleanup before an unmount under way, if any, to end.
+pub fn wait_for_cleanup_before_unmount() {
+    drop(RUNNING.lock());
 }
 
 /// Cleans up, while the mount at `mountpoint` serves them, the worktrees an unmount
 /// would clean up whose repository has a teardown command (see the module's comment):
-/// their named leases released too unless `keep_sessions`. Their teardowns run at once,
-/// together for at most the longest of their limits. `changed` is called whenever the
-/// catalog the filesystem serves has changed.
+/// the process leases of processes that are gone released, and the named leases too
+/// unless `keep_sessions`. Their teardowns run at once, together for at most the longest
+/// of their limits. `changed` is called whenever the catalog the filesystem serves has
+/// changed.
 pub fn tear_down_before_unmount(
     state: &StateDir,
     mountpoint: &Path,
@@ -41,77 +61,119 @@ pub fn tear_down_before_unmount(
     keep_sessions: bool,
     changed: &dyn Fn(),
 ) -> LifecycleResult<BeforeUnmount> {
+    let _running = RUNNING.lock();
     let mut store = Store::open(&state.root)?;
     let mut done = BeforeUnmount::default();
     let candidates: Vec<WorktreeRow> = store
         .worktrees()?
         .into_iter()
-        .filter(|w| matches!(w.state, State::Active | State::Lingering))
+        .filter(|w| matches!(w.state, State::Active | State::Lingering | State::Deleting))
         .filter(|w| how.tears_down(&store, w))
         .collect();
     if candidates.is_empty() {
         return Ok(done);
     }
-    let inside = Occupied::scan(mountpoint);
     let reason = if keep_sessions {
         "unmount (named leases kept for the next mount)"
     } else {
         "unmount"
     };
-    // Each one judged, holding its gate closed and its cleanup lock until it is removed.
-    let mut judged = Vec::new();
+    let gone = |pid: i64, start: i64| {
+        crate::process::info::liveness(pid, start) == crate::process::info::Liveness::Gone
+    };
+    // Each one marked `deleting`, holding its gate closed (no lease comes in) and its
+    // cleanup lock until it is removed or retained.
+    let mut marked = Vec::new();
     for row in candidates {
         let label = format!("{}/{}", row.repo, row.name);
-        if inside.holds(mountpoint, &row) {
-            tracing::info!("unmount: {label} has processes inside: cleaned up once they leave, without its teardown");
-            done.left += 1;
-            continue;
-        }
         let (Some(closed), Some(lock)) = (gate.close(row.id), try_lock(state, row.id)) else {
             done.left += 1;
             continue;
         };
-        // Errors (the database busy or its disk full) leave the worktree to the cleanup
-        // after the mount, as the rest.
-        let marked = store
-            .release_leases_of(row.id, !keep_sessions, reason)
-            .and_then(|_| {
-                store.with_busy_timeout(super::DECIDE_BUSY_TIMEOUT, |s| {
-                    s.mark_deleting_if_grace_over(row.id, 0)
-                })
-            });
-        match marked {
-            Ok(true) => {}
-            // A named lease kept, or one taken meanwhile.
-            Ok(false) => {
-                done.left += 1;
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!("unmount: {label}: not cleaned up before the unmount: {e}");
-                done.left += 1;
-                continue;
-            }
-        }
-        closed.deleting();
-        changed();
-        let Ok(Some(row)) = store.worktree_by_id(row.id) else {
+        // Looked at with the gate closed: nobody comes in from here on.
+        let inside = crate::process::inside::describe_processes_inside(
+            &mountpoint.join(&row.repo).join(&row.name),
+        );
+        if !inside.is_empty() {
+            tracing::info!(
+                "unmount: {label} has processes inside ({}): cleaned up once they leave, without its teardown",
+                inside.join(", ")
+            );
             done.left += 1;
             continue;
-        };
-        match judge(state, &mut store, &row, mountpoint, how) {
-            Ok(Judged::Done(o)) => count(&mut done, &label, Ok(o)),
-            Ok(Judged::Removable(r)) => judged.push((row, r, closed, lock)),
-            Err(e) => count(&mut done, &label, Err(e)),
+        }
+        if row.state != State::Deleting {
+            // Not while the database is busy for long: the gate is closed meanwhile. An
+            // error (busy, a full disk) leaves it to the cleanup after the mount.
+            let r = store.with_busy_timeout(super::DECIDE_BUSY_TIMEOUT, |s| {
+                match s.release_leases_of(row.id, !keep_sessions, &gone, reason)? {
+                    0 => s.mark_deleting_if_grace_over(row.id, 0),
+                    _ => Ok(false),
+                }
+            });
+            match r {
+                Ok(true) => {}
+                // A live process's lease (one about to enter, or that left a moment
+                // ago), or a named one kept.
+                Ok(false) => {
+                    tracing::info!("unmount: {label} is still held: cleaned up after the unmount if it is then let go, without its teardown");
+                    done.left += 1;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!("unmount: {label}: not cleaned up before the unmount: {e}");
+                    done.left += 1;
+                    continue;
+                }
+            }
+            closed.deleting();
+            changed();
+        }
+        match store.worktree_by_id(row.id) {
+            Ok(Some(row)) => marked.push((row, closed, lock)),
+            _ => done.left += 1,
+        }
+    }
+    // Inspected a few at a time, each on a connection of its own.
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<LifecycleResult<Judged>>>> =
+        marked.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..INSPECTING.min(marked.len()) {
+            s.spawn(|| {
+                let Ok(mut store) = Store::open(&state.root) else {
+                    return;
+                };
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some((row, ..)) = marked.get(i) else {
+                        return;
+                    };
+                    *slots[i].lock() = Some(judge(state, &mut store, row, mountpoint, how));
+                }
+            });
+        }
+    });
+    let mut judged = Vec::new();
+    for ((row, closed, lock), slot) in marked.into_iter().zip(slots) {
+        let label = format!("{}/{}", row.repo, row.name);
+        match slot.into_inner() {
+            Some(Ok(Judged::Done(o))) => count(&mut done, &label, Ok(o)),
+            Some(Ok(Judged::Removable(r))) => judged.push((row, r, closed, lock)),
+            Some(Err(e)) => count(&mut done, &label, Err(e)),
+            // The store could not be opened: left `deleting`, for the cleanup after.
+            None => done.left += 1,
         }
     }
     // The teardowns, side by side: together no longer than the longest limit.
     let longest = judged
         .iter()
-        .filter_map(|(row, ..)| store.hooks_of(row.repo_id).ok())
-        .map(|h| crate::lifecycle::setup::teardown_limit(&h))
+        .map(|(row, ..)| match store.hooks_of(row.repo_id) {
+            Ok(h) => crate::lifecycle::setup::teardown_limit(&h),
+            Err(_) => crate::lifecycle::setup::TEARDOWN_TIMEOUT,
+        })
         .max()
-        .unwrap_or(Duration::ZERO);
+        .unwrap_or_default();
     let until = Instant::now() + longest;
     if !judged.is_empty() {
         tracing::info!(
@@ -138,7 +200,14 @@ pub fn tear_down_before_unmount(
             })
             .collect();
         runs.into_iter()
-            .map(|r| r.join().unwrap_or(Ok(())))
+            .map(|r| {
+                r.join().unwrap_or_else(|_| {
+                    Err(
+                        "what its teardown did could not be told (the thread that ran it failed)"
+                            .into(),
+                    )
+                })
+            })
             .collect()
     });
     // The removals, one at a time (each changes its repository's refs and admin files).
@@ -170,32 +239,25 @@ fn count(done: &mut BeforeUnmount, label: &str, r: LifecycleResult<Outcome>) {
     }
 }
 
-/// Where processes are inside the mount, from one pass over `/proc`.
-struct Occupied {
-    /// `REPO/WT` of every worktree with a process inside.
-    places: HashSet<String>,
-    /// A process is inside by a path too long to read back: every worktree is asked on
-    /// its own.
-    unknown: bool,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
 
-impl Occupied {
-    fn scan(mountpoint: &Path) -> Occupied {
-        let mut places = HashSet::new();
-        let mut unknown = false;
-        for (_, place, _) in crate::process::inside::processes_in_worktrees(mountpoint) {
-            unknown |= place == "?";
-            places.insert(place);
-        }
-        Occupied { places, unknown }
-    }
-
-    fn holds(&self, mountpoint: &Path, row: &WorktreeRow) -> bool {
-        self.places.contains(&format!("{}/{}", row.repo, row.name))
-            || (self.unknown
-                && !crate::process::inside::describe_processes_inside(
-                    &mountpoint.join(&row.repo).join(&row.name),
-                )
-                .is_empty())
+    /// The daemon's wait for a cleanup before an unmount returns at once when none runs,
+    /// and waits for one that does.
+    #[test]
+    fn the_wait_for_a_cleanup_before_an_unmount_waits_for_one_under_way() {
+        wait_for_cleanup_before_unmount();
+        let held = RUNNING.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            wait_for_cleanup_before_unmount();
+            tx.send(()).unwrap();
+        });
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        drop(held);
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        waiter.join().unwrap();
     }
 }

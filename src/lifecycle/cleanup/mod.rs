@@ -29,7 +29,9 @@ mod remove;
 mod target;
 mod walk;
 
-pub use before_unmount::{tear_down_before_unmount, BeforeUnmount};
+pub use before_unmount::{
+    tear_down_before_unmount, wait_for_cleanup_before_unmount, BeforeUnmount,
+};
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
 pub use fsmonitor::FsmonitorAnswers;
 pub use inspect::{inspect, inspect_asking};
