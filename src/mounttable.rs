@@ -42,3 +42,23 @@ pub fn unescape_mount_path(s: &str) -> String {
         .replace("\\012", "\n")
         .replace("\\134", "\\")
 }
+
+/// The filesystem type of the mount descriptor `fd` (of this process) is on, as
+/// `/proc/self/fdinfo` and `/proc/self/mountinfo` say, read without touching the mount
+/// (a FUSE mount whose daemon hangs is named, never asked).
+pub fn fs_type_of_fd(fd: i32) -> Option<String> {
+    let info = fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    let id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))?
+        .trim()
+        .to_string();
+    let mounts = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mounts.lines().find_map(|l| {
+        if l.split_whitespace().next()? != id {
+            return None;
+        }
+        let (_, after) = l.split_once(" - ")?;
+        after.split_whitespace().next().map(str::to_string)
+    })
+}

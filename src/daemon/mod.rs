@@ -261,19 +261,28 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         );
         let on_umount = req.on_umount;
         Box::new(move || {
-            // What an unmount under way said (a planned restart whose own wait ran out,
-            // say), else the mount's default.
-            let keep_sessions = AtUnmount::said(&state, on_umount) == AtUnmount::KeepSessions;
+            // What an unmount whose cleanup runs asked (a planned restart whose command's
+            // wait ran out, say), else the mount's default; told to this daemon's end as
+            // that unmount would have.
+            let at = AtUnmount::being_asked().unwrap_or(on_umount);
             let changed = || view.catalog_changed();
-            if let Err(e) = crate::lifecycle::cleanup::tear_down_before_unmount(
-                &state,
-                &mountpoint,
-                &view.inspection(),
-                &gate,
-                keep_sessions,
-                &changed,
-            ) {
-                tracing::error!("cleanup before the unmount failed: {e:#}");
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::lifecycle::cleanup::tear_down_before_unmount(
+                    &state,
+                    &mountpoint,
+                    &view.inspection(),
+                    &gate,
+                    at == AtUnmount::KeepSessions,
+                    &changed,
+                )
+            }));
+            match ran {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::error!("cleanup before the unmount failed: {e:#}"),
+                Err(_) => tracing::error!("cleanup before the unmount failed (a panic)"),
+            }
+            if let Err(e) = at.tell(&state) {
+                tracing::warn!("writing {}: {e}", state.unmount_mode_file().display());
             }
         })
     };
@@ -316,8 +325,9 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     tracker.stop();
     sweeper.stop();
     // A cleanup before the unmount still under way (one that outlived its command's
-    // wait, or a signal's) ends first: the daemon never exits in the middle of it.
-    crate::lifecycle::cleanup::wait_for_cleanup_before_unmount();
+    // wait, or a signal's) ends first, and none starts after: the daemon never exits in
+    // the middle of one.
+    let _ended = crate::lifecycle::cleanup::end_cleanups_before_unmount();
     if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(
         &req.state,
         &mountpoint,

@@ -93,6 +93,19 @@ impl AtUnmount {
         }
     }
 
+    /// Marks this as what the unmount whose cleanup before the mount goes is running asked
+    /// ([`AtUnmount::being_asked`]), until the guard goes: a signal's unmount meanwhile
+    /// does as that one would.
+    pub fn asking(self) -> Asking {
+        *ASKED.lock() = Some(self);
+        Asking(self)
+    }
+
+    /// What the unmount whose cleanup before the mount goes is running asked, if one is.
+    pub fn being_asked() -> Option<AtUnmount> {
+        *ASKED.lock()
+    }
+
     /// Tells the daemon what this unmount is to do, before it is unmounted; the inode of
     /// the file written (a new one each time: written beside and renamed into place).
     pub fn tell(self, state: &StateDir) -> std::io::Result<u64> {
@@ -100,5 +113,21 @@ impl AtUnmount {
         let file = state.unmount_mode_file();
         crate::durable::write_file_synced(&file, self.word().as_bytes())?;
         Ok(fs::symlink_metadata(&file)?.ino())
+    }
+}
+
+/// What the unmount running its cleanup before the mount goes asked (the daemon's, in
+/// memory: nothing is left of it when that ends, or when the command is killed).
+static ASKED: parking_lot::Mutex<Option<AtUnmount>> = parking_lot::Mutex::new(None);
+
+/// [`AtUnmount::asking`]'s guard.
+pub struct Asking(AtUnmount);
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        let mut asked = ASKED.lock();
+        if *asked == Some(self.0) {
+            *asked = None;
+        }
     }
 }

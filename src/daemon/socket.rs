@@ -205,6 +205,7 @@ fn answer(
         } => (repo, name, discard),
         Request::BeforeUnmount { keep_sessions } => {
             send(&mut conn, &Answer::BeforeUnmountBegun)?;
+            let _asked = super::request::AtUnmount::from_keep_sessions(keep_sessions).asking();
             let changed = || view.catalog_changed();
             let a = match crate::lifecycle::cleanup::tear_down_before_unmount(
                 state,

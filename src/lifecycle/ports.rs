@@ -167,10 +167,10 @@ fn registry() -> PathBuf {
 /// Another user's registry (or root's), read to keep clear of its claims.
 #[derive(Debug, Clone)]
 struct Foreign {
-    dir: PathBuf,
-    /// The part of `dir` its owner made (`/run/user/UID/worktreefs`, say): nothing may be
-    /// mounted there.
-    made: PathBuf,
+    /// A directory of the machine's (`/run/user/UID`, `/tmp`) on no FUSE mount ...
+    base: PathBuf,
+    /// ... and the registry below it, reached through no symlink and no mount.
+    rel: String,
     /// Whose it is: a directory of anyone else's there is not read.
     uid: u32,
 }
@@ -181,16 +181,16 @@ struct Foreign {
 /// `worktreefs-ports-UID` in the temporary directory for each uid of the password file).
 fn other_registries(own: &Path) -> Vec<Foreign> {
     let mut out = vec![Foreign {
-        dir: PathBuf::from("/run/worktreefs/ports"),
-        made: PathBuf::from("/run/worktreefs"),
+        base: PathBuf::from("/run"),
+        rel: "worktreefs/ports".into(),
         uid: 0,
     }];
     if nix::unistd::geteuid().is_root() {
         for e in fs::read_dir("/run/user").into_iter().flatten().flatten() {
             if let Ok(uid) = e.file_name().to_string_lossy().parse() {
                 out.push(Foreign {
-                    dir: e.path().join("worktreefs/ports"),
-                    made: e.path().join("worktreefs"),
+                    base: e.path(),
+                    rel: "worktreefs/ports".into(),
                     uid,
                 });
             }
@@ -204,52 +204,58 @@ fn other_registries(own: &Path) -> Vec<Foreign> {
             .filter_map(|l| l.split(':').nth(2)?.parse().ok())
         {
             if uid != 0 {
-                let dir = tmp.join(format!("worktreefs-ports-{uid}"));
                 out.push(Foreign {
-                    made: dir.clone(),
-                    dir,
+                    base: tmp.clone(),
+                    rel: format!("worktreefs-ports-{uid}"),
                     uid,
                 });
             }
         }
     }
-    out.retain(|f| f.dir != own);
+    out.retain(|f| f.base.join(&f.rel) != own);
     out
 }
 
-/// How many ports one other registry may keep an allocation here from: a user cannot
-/// make root's daemon give no ports by claiming the whole range (their stale claims,
-/// of state directories since deleted, count too until that user allocates again).
+/// How many ports one other user's registries may keep an allocation here from: a user
+/// cannot make root's daemon give no ports by claiming the whole range (their stale
+/// claims, of state directories since deleted, count too until that user allocates
+/// again).
 const FOREIGN_PORTS: u32 = 1000;
 
 /// How many names of one other registry are read at most.
 const FOREIGN_NAMES: usize = 4096;
 
 /// The blocks the registries `regs` claim, as far as this user can read them: the names
-/// of the claims (blocks of at most [`FOREIGN_PORTS`] ports, that many of each registry
-/// at most) in a directory of the registry's owner that others may not write, reached
-/// through no symlink and no mount. Nothing of another user's is opened or followed: their
-/// files may be FIFOs, their paths lead anywhere, their mounts may hang.
+/// of the claims (blocks of at most [`FOREIGN_PORTS`] ports, that many of each user's at
+/// most) in a directory of the registry's owner that others may not write, reached from
+/// a base on no FUSE mount through no symlink and no mount. Nothing of another user's is
+/// opened or followed: their files may be FIFOs, their paths lead anywhere, their mounts
+/// may hang.
 fn foreign_claims(regs: &[Foreign]) -> Vec<PortBlock> {
+    use std::collections::HashMap;
     use std::os::fd::{AsFd, AsRawFd};
-    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let mounted_in = |made: &Path| {
-        mounts.lines().any(|l| {
-            l.split_whitespace().nth(1).is_some_and(|t| {
-                Path::new(&crate::mounttable::unescape_mount_path(t)).starts_with(made)
-            })
-        })
-    };
     let mut out = Vec::new();
+    let mut counted: HashMap<u32, u32> = HashMap::new();
     for reg in regs {
-        if mounted_in(&reg.made) {
-            tracing::warn!(
-                "{} has a mount in it: its claims of ports are not read",
-                reg.made.display()
-            );
+        let Ok(base) = crate::beneath::open_real_dir(&reg.base) else {
             continue;
+        };
+        match crate::mounttable::fs_type_of_fd(base.as_raw_fd()) {
+            Some(t) if !t.starts_with("fuse") => {}
+            _ => {
+                tracing::warn!(
+                    "{} is on a FUSE mount (or one that cannot be told): its claims of ports are not read",
+                    reg.base.display()
+                );
+                continue;
+            }
         }
-        let Ok(fd) = crate::beneath::open_real_dir(&reg.dir) else {
+        let Ok(fd) = crate::beneath::open(
+            base.as_fd(),
+            reg.rel.as_bytes(),
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+        ) else {
             continue;
         };
         let Ok(st) = crate::beneath::fstat(fd.as_fd()) else {
@@ -271,13 +277,13 @@ fn foreign_claims(regs: &[Foreign]) -> Vec<PortBlock> {
             .filter(|b| b.size > 0 && u32::from(b.size) <= FOREIGN_PORTS)
             .collect();
         blocks.sort_by_key(|b| b.first);
-        let mut ports = 0;
+        let ports = counted.entry(reg.uid).or_default();
         for b in blocks {
-            ports += u32::from(b.size);
-            if ports > FOREIGN_PORTS {
+            *ports += u32::from(b.size);
+            if *ports > FOREIGN_PORTS {
                 tracing::warn!(
-                    "{} claims more than {FOREIGN_PORTS} ports: the rest are not kept clear of",
-                    reg.dir.display()
+                    "uid {}'s registries claim more than {FOREIGN_PORTS} ports: the rest are not kept clear of",
+                    reg.uid
                 );
                 break;
             }
@@ -801,15 +807,16 @@ mod tests {
     /// `dir` as another user's registry, of this user's.
     fn foreign(dir: &Path) -> Foreign {
         Foreign {
-            dir: dir.to_path_buf(),
-            made: dir.to_path_buf(),
+            base: dir.parent().unwrap().to_path_buf(),
+            rel: dir.file_name().unwrap().to_string_lossy().into_owned(),
             uid: nix::unistd::geteuid().as_raw(),
         }
     }
 
     /// An allocation keeps clear of what the machine's other registries claim (another
-    /// user's, root's): at most `FOREIGN_PORTS` ports of each, in blocks of at most that,
-    /// from a directory of the owner named that others may not write, no FIFO opened.
+    /// user's, root's): at most `FOREIGN_PORTS` ports of each user's, in blocks of at
+    /// most that, from a directory of the owner named that others may not write, reached
+    /// through no symlink.
     #[test]
     fn blocks_claimed_in_another_registry_are_not_given() {
         use std::os::unix::fs::PermissionsExt;
@@ -848,29 +855,32 @@ mod tests {
             !o.overlaps(&t),
             "{o:?} is {t:?}, claimed in the other registry"
         );
-        // Past the limit nothing counts: 150 blocks of 10 are 1,500 ports; one block of
-        // the whole range counts for nothing.
-        let many = d.path().join("many");
-        fs::create_dir(&many).unwrap();
-        for i in 0..150u32 {
-            fs::write(many.join(format!("{}-10", 50000 + i * 10)), "").unwrap();
+        // Past the limit nothing counts, across one user's registries: 150 blocks of 10
+        // in two registries are 1,500 ports; one block of the whole range counts for
+        // nothing.
+        let (many, more) = (d.path().join("many"), d.path().join("more"));
+        for (dir, from) in [(&many, 0u32), (&more, 100)] {
+            fs::create_dir(dir).unwrap();
+            for i in from..from + 75 {
+                fs::write(dir.join(format!("{}-10", 50000 + i * 10)), "").unwrap();
+            }
         }
         fs::write(many.join("1-65535"), "").unwrap();
-        let seen = foreign_claims(&[foreign(&many)]);
+        let seen = foreign_claims(&[foreign(&many), foreign(&more)]);
         assert_eq!(seen.len() as u32 * 10, FOREIGN_PORTS, "{seen:?}");
         assert!(seen.iter().all(|b| b.size == 10));
-        // Another owner's than the one named, or one anyone may write: not read.
+        // Another owner's than the one named, one anyone may write, one reached through
+        // a symlink: not read.
         let wrong = Foreign {
             uid: 4242,
-            ..foreign(&many)
+            ..foreign(&more)
         };
         assert!(foreign_claims(&[wrong]).is_empty());
-        fs::set_permissions(&many, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(foreign_claims(&[foreign(&many)]).is_empty());
-        // A FIFO among the claims is never opened.
-        nix::unistd::mkfifo(&theirs_dir.join("43090-10"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let seen = foreign_claims(&[foreign(&theirs_dir)]);
-        assert!(seen.contains(&t) && seen.len() == 2, "{seen:?}");
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&more, &link).unwrap();
+        assert!(foreign_claims(&[foreign(&link)]).is_empty());
+        fs::set_permissions(&more, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(foreign_claims(&[foreign(&more)]).is_empty());
     }
 
     /// A registry another user could write into, or a symlink, is refused.

@@ -541,9 +541,21 @@ impl Store {
         if left > 0 {
             return Ok(left);
         }
+        // In one transaction: all of them go, or none.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         for l in release {
-            self.release_lease(l.worktree_id, &l.holder, "released", reason)?;
+            if release_in(&tx, l.worktree_id, &l.holder, "released", reason)? {
+                super::steps::end_turn_of_session(
+                    &tx,
+                    l.worktree_id,
+                    &l.holder,
+                    "its session's lease was released",
+                )?;
+            }
         }
+        tx.commit()?;
         Ok(0)
     }
 

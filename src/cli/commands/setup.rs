@@ -367,24 +367,31 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
         },
     };
     // What it left that cleanup would keep: the worktree is retained for it rather than
-    // `ready` again (a lease taken since decides as usual). Only what the command left:
-    // a worktree that held work before it (a fork of a changed one) is left as it was.
-    let left = held_before
-        .is_none()
-        .then(|| holds_work(state, &store, &row, &daemon.mountpoint))
-        .flatten();
+    // `ready` again (a lease taken since decides as usual); as it would be when what it
+    // holds cannot be told. Only what the command left: a worktree that held work before
+    // it (a fork of a changed one) is left as it was.
+    use worktreefs::lifecycle::cleanup::Holds;
+    let left = match (
+        &held_before,
+        holds_work(state, &store, &row, &daemon.mountpoint),
+    ) {
+        (Holds::Work(_), _) | (_, Holds::Nothing) => None,
+        (_, Holds::Work(why)) => Some(why),
+        (_, Holds::Unknown(why)) => Some(format!("what it holds could not be told: {why}")),
+    };
+    let path = dir.to_string_lossy().into_owned();
     let after = store.end_setup_leaving(
         row.id,
         Some(&holder),
         &end,
-        left.as_ref().map(|(p, r)| (p.as_str(), r.as_str())),
+        left.as_deref().map(|why| (path.as_str(), why)),
     )?;
     let ended = store
         .setup_of(row.id)?
         .map(|r| r.summary())
         .unwrap_or_default();
     let why = match &left {
-        Some((_, why)) if after == worktreefs::lease::State::Retained => {
+        Some(why) if after == worktreefs::lease::State::Retained => {
             format!(" (what the setup left would be kept: {why})")
         }
         _ => String::new(),
@@ -399,25 +406,25 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
     Ok(())
 }
 
-/// What cleanup would keep of worktree `row` now (its path and the reason), as the
-/// runner can inspect it (without the view's fsmonitor answers); None when it would
-/// remove it, or when it cannot be inspected (said in the log).
+/// What worktree `row` holds now, as cleanup would judge it, as the runner can inspect
+/// it (without the view's fsmonitor answers, each inspection bounded); a failure to
+/// inspect is said in the log and counts as not known.
 fn holds_work(
     state: &StateDir,
     store: &Store,
     row: &worktreefs::store::WorktreeRow,
     mountpoint: &std::path::Path,
-) -> Option<(String, String)> {
-    use worktreefs::lifecycle::cleanup::{would_keep, Inspection};
+) -> worktreefs::lifecycle::cleanup::Holds {
+    use worktreefs::lifecycle::cleanup::{would_keep, Holds, Inspection};
     let how = Inspection::new(
         setup::LEFT_WORK_LIMIT,
         worktreefs::git::filters::DEFAULT_TIMEOUT.min(setup::LEFT_WORK_LIMIT),
     );
     match would_keep(state, store, row, mountpoint, &how) {
-        Ok(kept) => kept,
+        Ok(holds) => holds,
         Err(e) => {
             println!("worktreefs: what the worktree holds could not be inspected: {e:#}");
-            None
+            Holds::Unknown(format!("{e:#}"))
         }
     }
 }

@@ -263,14 +263,15 @@ pub fn unmount(
             ),
         ));
     }
-    // The daemon reads what this unmount is to do once its session ends (and a signal's
-    // unmount during the cleanup below reads it too); a failed unmount takes it back
-    // (only its own word: another unmount's is left).
+    // (The daemon keeps what it was asked in memory meanwhile: a signal's unmount during
+    // it does as this one would.)
+    clean_up_before_unmounting(state, at);
+    // The daemon reads what this unmount is to do once its session ends; a failed
+    // unmount takes it back (only its own word: another unmount's is left).
     let told = at
         .tell(state)
         .with_context(|| format!("writing {}", state.unmount_mode_file().display()))?;
     let told = TakenBackUnlessDone(state.unmount_mode_file(), told, false);
-    clean_up_before_unmounting(state, at);
     if !inside.is_empty() {
         nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH)
             .with_context(|| format!("detaching {}", mountpoint.display()))?;
@@ -284,6 +285,8 @@ pub fn unmount(
     };
     match nix::mount::umount2(&mountpoint, flags) {
         Ok(()) => {}
+        // Unmounted meanwhile (a signal to the daemon during the cleanup before it).
+        Err(nix::errno::Errno::EINVAL) if !worktreefs::daemon::is_mountpoint(&mountpoint) => {}
         Err(nix::errno::Errno::EBUSY) => return Err(anyhow!(
             "{} is busy (something the process scan could not name holds it, such as a mount below it or a mapped file); leave it and run `worktreefs unmount` again, or `worktreefs unmount --lazy`",
             mountpoint.display()

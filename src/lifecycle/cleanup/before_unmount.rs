@@ -7,12 +7,12 @@
 //! retained, one after another. What the unmount cleans up after the mount has gone is
 //! everything else.
 //!
-//! One such cleanup runs at a time (two unmounts, or an unmount and a signal); the
-//! daemon waits for one under way before its own cleanup after the mount
-//! ([`wait_for_cleanup_before_unmount`]), so that it never exits in the middle of it.
+//! One such cleanup runs at a time (two unmounts, or an unmount and a signal); once the
+//! mount has gone the daemon waits for one under way and lets none start after
+//! ([`end_cleanups_before_unmount`]), so that it never exits in the middle of one.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -36,15 +36,25 @@ pub struct BeforeUnmount {
     pub left: usize,
 }
 
-/// Held for as long as a cleanup before an unmount runs.
+/// Held for as long as a cleanup before an unmount runs, and by the daemon once its
+/// mount has gone.
 static RUNNING: Mutex<()> = Mutex::new(());
+
+/// The mount has gone: no cleanup before an unmount starts any more.
+static ENDED: AtomicBool = AtomicBool::new(false);
 
 /// How many worktrees are inspected at once.
 const INSPECTING: usize = 4;
 
-/// Waits for a cleanup before an unmount under way, if any, to end.
-pub fn wait_for_cleanup_before_unmount() {
-    drop(RUNNING.lock());
+/// No cleanup before an unmount runs while this lives, nor starts after it.
+pub struct Ended(#[allow(dead_code)] parking_lot::MutexGuard<'static, ()>);
+
+/// The mount has gone: waits for a cleanup before an unmount under way, if any, to end,
+/// and lets none start after (the daemon holds this until it exits).
+pub fn end_cleanups_before_unmount() -> Ended {
+    let held = RUNNING.lock();
+    ENDED.store(true, Ordering::SeqCst);
+    Ended(held)
 }
 
 /// Cleans up, while the mount at `mountpoint` serves them, the worktrees an unmount
@@ -62,8 +72,11 @@ pub fn tear_down_before_unmount(
     changed: &dyn Fn(),
 ) -> LifecycleResult<BeforeUnmount> {
     let _running = RUNNING.lock();
-    let mut store = Store::open(&state.root)?;
     let mut done = BeforeUnmount::default();
+    if ENDED.load(Ordering::SeqCst) {
+        return Ok(done);
+    }
+    let mut store = Store::open(&state.root)?;
     let candidates: Vec<WorktreeRow> = store
         .worktrees()?
         .into_iter()
@@ -86,20 +99,41 @@ pub fn tear_down_before_unmount(
     let mut marked = Vec::new();
     for row in candidates {
         let label = format!("{}/{}", row.repo, row.name);
-        let (Some(closed), Some(lock)) = (gate.close(row.id), try_lock(state, row.id)) else {
-            done.left += 1;
-            continue;
-        };
-        // Looked at with the gate closed: nobody comes in from here on.
-        let inside = crate::process::inside::describe_processes_inside(
-            &mountpoint.join(&row.repo).join(&row.name),
-        );
-        if !inside.is_empty() {
+        let path = mountpoint.join(&row.repo).join(&row.name);
+        let inside = || crate::process::inside::describe_processes_inside(&path);
+        // Once before the gate closes (an entry waits while it is closed), and again
+        // after: nobody comes in from then on.
+        let mut occupied = inside();
+        let mut guards = None;
+        if occupied.is_empty() {
+            let (Some(closed), Some(lock)) = (gate.close(row.id), try_lock(state, row.id)) else {
+                done.left += 1;
+                continue;
+            };
+            occupied = inside();
+            guards = Some((closed, lock));
+        }
+        if !occupied.is_empty() {
+            let inside = occupied;
             tracing::info!(
                 "unmount: {label} has processes inside ({}): cleaned up once they leave, without its teardown",
                 inside.join(", ")
             );
             done.left += 1;
+            continue;
+        }
+        let Some((closed, lock)) = guards else {
+            continue;
+        };
+        // A removal a daemon that died had begun: carried on here, one at a time.
+        if row.removal.is_some() {
+            let r = match judge(state, &mut store, &row, mountpoint, how) {
+                Ok(Judged::Done(o)) => Ok(o),
+                // Never for a removal begun before (judge carries it on).
+                Ok(Judged::Removable(_)) => continue,
+                Err(e) => Err(e),
+            };
+            count(&mut done, &label, r);
             continue;
         }
         if row.state != State::Deleting {
@@ -244,20 +278,40 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// The daemon's wait for a cleanup before an unmount returns at once when none runs,
-    /// and waits for one that does.
+    /// The end of the cleanups before an unmount waits for one under way, and none runs
+    /// after it.
     #[test]
-    fn the_wait_for_a_cleanup_before_an_unmount_waits_for_one_under_way() {
-        wait_for_cleanup_before_unmount();
+    fn the_end_waits_for_a_cleanup_before_an_unmount_and_none_starts_after() {
         let held = RUNNING.lock();
         let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = std::thread::spawn(move || {
-            wait_for_cleanup_before_unmount();
+        let (go, gone) = std::sync::mpsc::channel::<()>();
+        let ender = std::thread::spawn(move || {
+            let ended = end_cleanups_before_unmount();
             tx.send(()).unwrap();
+            let _ = gone.recv();
+            drop(ended);
         });
         assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
         drop(held);
         rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        waiter.join().unwrap();
+        assert!(RUNNING.try_lock().is_none(), "held until the daemon exits");
+        go.send(()).unwrap();
+        ender.join().unwrap();
+        // Its store cannot be opened (a directory where the database goes): a cleanup
+        // that started would fail.
+        let d = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&d.path().join("state")).unwrap();
+        std::fs::create_dir(state.root.join("worktreefs.db")).unwrap();
+        let done = tear_down_before_unmount(
+            &state,
+            d.path(),
+            &Inspection::default(),
+            &Gate::new(),
+            false,
+            &|| {},
+        )
+        .unwrap();
+        assert_eq!(done, BeforeUnmount::default());
+        ENDED.store(false, Ordering::SeqCst);
     }
 }

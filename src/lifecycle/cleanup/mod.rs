@@ -29,9 +29,8 @@ mod remove;
 mod target;
 mod walk;
 
-pub use before_unmount::{
-    tear_down_before_unmount, wait_for_cleanup_before_unmount, BeforeUnmount,
-};
+pub use before_unmount::{end_cleanups_before_unmount, Ended};
+pub use before_unmount::{tear_down_before_unmount, BeforeUnmount};
 pub use decide::{decide, Change, ChangeKind, Findings, Head, Verdict};
 pub use fsmonitor::FsmonitorAnswers;
 pub use inspect::{inspect, inspect_asking};
@@ -175,22 +174,35 @@ pub fn finish(
     }
 }
 
-/// What cleanup would keep of worktree `row` if it ran now (`row` is not marked for it):
-/// the worktree's path and the reason it would retain it, or None when it would remove
-/// it. A setup command's end asks, so that work it left is never taken for clean.
+/// What a worktree holds, as cleanup would judge it now ([`would_keep`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holds {
+    /// Nothing cleanup would keep.
+    Nothing,
+    /// Work cleanup would keep it for: why.
+    Work(String),
+    /// It could not be inspected (in time): why.
+    Unknown(String),
+}
+
+/// What cleanup would find in worktree `row` if it ran now (`row` is not marked for it):
+/// a setup command's end asks, so that work it left is never taken for clean.
 pub fn would_keep(
     state: &StateDir,
     store: &Store,
     row: &WorktreeRow,
     mountpoint: &Path,
     how: &Inspection,
-) -> LifecycleResult<Option<(String, String)>> {
+) -> LifecycleResult<Holds> {
     let t = target_of(state, store, row, mountpoint)?;
     let inspected = inspect_bounded(&t, how);
+    if let Err(why) = &inspected {
+        return Ok(Holds::Unknown(why.clone()));
+    }
     Ok(
         match decide(t.branch.as_deref(), t.branch_created, &inspected) {
-            Verdict::Remove { .. } => None,
-            Verdict::Retain(reason) => Some((t.path.to_string_lossy().into_owned(), reason)),
+            Verdict::Remove { .. } => Holds::Nothing,
+            Verdict::Retain(reason) => Holds::Work(reason),
         },
     )
 }
