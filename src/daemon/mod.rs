@@ -185,15 +185,15 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     crate::lifecycle::cleanup::reconcile_at_boot(
         &req.state,
         &mountpoint,
-        &inspection.clone().before_mount(),
+        &inspection.clone().awaiting_mount(),
     )?;
     let view = Arc::new(View::new(req.state.clone(), mountpoint.clone())?);
     // From here on inspection trusts the index entries git trusts, by what the view's
     // fsmonitor hook would answer.
     let inspection = inspection.asking(&view);
     // While the mount is served, a removal runs the repository's teardown command in the
-    // worktree first (not at boot, before it is served; an unmount has them run before it
-    // unmounts, `cleanup::tear_down_before_unmount`, and runs none once the mount is gone).
+    // worktree first (an unmount has them run before it unmounts,
+    // `cleanup::tear_down_before_unmount`; one no mount serves waits for the next).
     let setups = crate::lifecycle::setup::Launcher {
         program: "/proc/self/exe".into(),
         state: req.state.clone(),
@@ -328,10 +328,13 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // wait, or a signal's) ends first, and none starts after: the daemon never exits in
     // the middle of one.
     let _ended = crate::lifecycle::cleanup::end_cleanups_before_unmount();
+    // A removal with a teardown command to run (of a worktree someone was still in when
+    // the cleanup before the unmount ran, or after an unmount by `umount`) waits for the
+    // next mount, `deleting`: it never goes without its teardown.
     if let Err(e) = crate::lifecycle::cleanup::reclaim_at_unmount(
         &req.state,
         &mountpoint,
-        &inspection,
+        &inspection.clone().awaiting_mount(),
         keep_sessions,
     ) {
         tracing::error!("cleanup at unmount failed: {e:#}");

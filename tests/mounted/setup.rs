@@ -548,8 +548,9 @@ fn a_long_teardown_holds_up_no_setup() {
 /// `worktreefs unmount` cleans up the worktrees with a teardown command while the mount
 /// still serves them: their teardowns run inside them side by side (each begins before
 /// any ends), each bounded by its limit; `--keep-sessions` leaves one a named lease
-/// holds, `--lazy` one a process is in (cleaned up once it leaves, without its
-/// teardown), and a full unmount (here a SIGTERM's) tears the session's down too.
+/// holds, `--lazy` one a process is in (left `deleting` once it leaves, for the next
+/// mount, which runs its teardown first), and a full unmount (here a SIGTERM's) tears the
+/// session's down too.
 #[test]
 fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
     let env = Env::new();
@@ -598,9 +599,9 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
     assert!(!text(&u).contains("warning"), "{}", text(&u));
     assert!(text(&u).contains("detached"), "{}", text(&u));
     m.unmount();
-    // The one a process was in: cleaned up once it left, its teardown not run.
+    // The one a process was in: its cleanup waits for a mount to run its teardown.
     assert!(!out.path().join("busy.begun").exists());
-    assert_eq!(state_of(&env, "busy"), "removed");
+    assert_eq!(state_of(&env, "busy"), "deleting");
     let readme = fs::read_to_string(env.repo.path().join("README.md")).unwrap();
     for name in ["a", "b", "slow1", "slow2"] {
         assert_eq!(
@@ -665,6 +666,12 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
     m.unmount();
     assert!(out.path().join("kept.done").exists(), "{log}");
     assert_eq!(state_of(&env, "kept"), "removed");
+    // The next mount ran the waiting one's teardown, inside it, before its removal.
+    assert_eq!(state_of(&env, "busy"), "removed", "{log}");
+    assert_eq!(
+        fs::read_to_string(out.path().join("busy.read")).unwrap_or_default(),
+        readme
+    );
     assert_eq!(state_of(&env, "fresh"), "ready");
 }
 

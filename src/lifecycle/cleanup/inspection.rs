@@ -25,10 +25,11 @@ pub struct Inspection {
     /// (teardown, then removal) rather than done now: for `rmdir`, which is answered
     /// while the kernel holds the lock the teardown's way in needs.
     defer_teardowns: bool,
-    /// These inspections run before the mount serves (boot reconcile): a removal that
-    /// would run a teardown is left `deleting` for the sweeper, which runs it once the
-    /// mount is up.
-    before_mount: bool,
+    /// These inspections run where no mount serves the worktrees (boot reconcile, before
+    /// the mount is up; the cleanup at its end, once it has gone): a removal that would
+    /// run a teardown is left `deleting` for the sweeper of the next mount, which runs
+    /// the teardown inside the worktree first.
+    awaiting_mount: bool,
 }
 
 impl Inspection {
@@ -44,7 +45,7 @@ impl Inspection {
             answers: None,
             teardowns: None,
             defer_teardowns: false,
-            before_mount: false,
+            awaiting_mount: false,
         }
     }
 
@@ -54,22 +55,22 @@ impl Inspection {
         self
     }
 
-    /// These inspections, run before the mount serves: a removal with a teardown to run
-    /// waits for it ([`Inspection::waits_for_mount`]).
-    pub fn before_mount(mut self) -> Inspection {
-        self.before_mount = true;
+    /// These inspections, run where no mount serves the worktrees: a removal with a
+    /// teardown to run waits for one ([`Inspection::waits_for_mount`]).
+    pub fn awaiting_mount(mut self) -> Inspection {
+        self.awaiting_mount = true;
         self
     }
 
-    /// Whether a removal of `row` not yet begun is left for the sweeper of the mount about
-    /// to serve: these inspections run before it does, and its repository has a teardown
-    /// command (which runs inside the worktree).
+    /// Whether a removal of `row` not yet begun is left for the sweeper of the next
+    /// mount: no mount serves it now, and its repository has a teardown command (which
+    /// runs inside the worktree).
     pub(super) fn waits_for_mount(
         &self,
         store: &crate::store::Store,
         row: &crate::store::WorktreeRow,
     ) -> bool {
-        self.before_mount
+        self.awaiting_mount
             && row.removal.is_none()
             && store
                 .hooks_of(row.repo_id)
@@ -170,7 +171,7 @@ impl std::fmt::Debug for Inspection {
             .field("asking_a_view", &self.answers.is_some())
             .field("tearing_down", &self.teardowns.is_some())
             .field("deferring_teardowns", &self.defer_teardowns)
-            .field("before_mount", &self.before_mount)
+            .field("awaiting_mount", &self.awaiting_mount)
             .finish()
     }
 }

@@ -51,7 +51,7 @@ pub fn finish_all_deleting(
         }
         if how.waits_for_mount(store, &row) {
             tracing::info!(
-                "{}/{}: its cleanup runs once the mount serves it (its teardown command runs inside it)",
+                "{}/{}: its cleanup runs once a mount serves it (its teardown command runs inside it)",
                 row.repo,
                 row.name
             );
