@@ -414,8 +414,8 @@ fn send_request(state: &StateDir, request: &Request) -> anyhow::Result<UnixStrea
 /// Asks the daemon serving `state` to clean up, before it is unmounted, the worktrees
 /// the unmount would clean up that have a teardown command (see
 /// `lifecycle::cleanup::tear_down_before_unmount`). Returns (removed, retained, left).
-/// Err: no daemon, or it did not do it (why); the unmount's own cleanup then runs them
-/// without their teardowns.
+/// Err: no daemon, or it did not do it (why); the unmount's own cleanup then leaves
+/// their removals for the next mount, which runs the teardowns first.
 pub fn before_unmount(
     state: &StateDir,
     keep_sessions: bool,

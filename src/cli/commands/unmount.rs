@@ -325,11 +325,12 @@ pub fn unmount(
 /// While the mount still serves them: the worktrees this unmount cleans up whose
 /// repository has a teardown command are cleaned up now by the daemon, their teardowns
 /// side by side (each runs inside its worktree, which is gone with the mount). One it
-/// cannot ask is said, and its cleanup after the mount runs no teardown.
+/// cannot ask is said: their removals then wait for the next mount, which runs the
+/// teardowns first.
 fn clean_up_before_unmounting(state: &StateDir, at: AtUnmount) {
     if let Err(e) = daemon::socket::before_unmount(state, at == AtUnmount::KeepSessions) {
         eprintln!(
-            "warning: the daemon did not clean up the worktrees with a teardown command before the unmount ({e:#}); their cleanup runs after it without their teardowns (see {})",
+            "warning: the daemon did not clean up the worktrees with a teardown command before the unmount ({e:#}); their removals wait for the next mount, which runs the teardowns first (see {})",
             state.log_file().display()
         );
     }

@@ -5,7 +5,7 @@
 //! `deleting`; they are inspected a few at a time, the removable ones' teardowns run side
 //! by side under one deadline (the longest of their limits), then each is removed or
 //! retained, one after another. What the unmount cleans up after the mount has gone is
-//! everything else.
+//! everything else (where a removal with a teardown waits for the next mount).
 //!
 //! One such cleanup runs at a time (two unmounts, or an unmount and a signal); once the
 //! mount has gone the daemon waits for one under way and lets none start after
@@ -114,10 +114,9 @@ pub fn tear_down_before_unmount(
             guards = Some((closed, lock));
         }
         if !occupied.is_empty() {
-            let inside = occupied;
             tracing::info!(
-                "unmount: {label} has processes inside ({}): cleaned up once they leave, without its teardown",
-                inside.join(", ")
+                "unmount: {label} has processes inside ({}): left for after the unmount (its removal then waits for the next mount, which runs its teardown first)",
+                occupied.join(", ")
             );
             done.left += 1;
             continue;
@@ -150,7 +149,7 @@ pub fn tear_down_before_unmount(
                 // A live process's lease (one about to enter, or that left a moment
                 // ago), or a named one kept.
                 Ok(false) => {
-                    tracing::info!("unmount: {label} is still held: cleaned up after the unmount if it is then let go, without its teardown");
+                    tracing::info!("unmount: {label} is still held: left for after the unmount (its removal then waits for the next mount, which runs its teardown first)");
                     done.left += 1;
                     continue;
                 }

@@ -19,7 +19,8 @@ pub struct Inspection {
     /// trusts (see `fsmonitor_valid`).
     answers: Option<Weak<dyn FsmonitorAnswers>>,
     /// What runs a repository's teardown command before a removal, where a mount serves
-    /// the worktree (the daemon's): none elsewhere, and then no teardown runs.
+    /// the worktree (the daemon's): none elsewhere (where a removal with a teardown
+    /// waits for a mount, `awaiting_mount`, or is refused, `reclaim` with no daemon).
     teardowns: Option<crate::lifecycle::setup::Launcher>,
     /// A removal that would run a teardown is left `deleting` for the sweeper to finish
     /// (teardown, then removal) rather than done now: for `rmdir`, which is answered
