@@ -262,9 +262,10 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         let on_umount = req.on_umount;
         Box::new(move || {
             // What an unmount whose cleanup runs asked (a planned restart whose command's
-            // wait ran out, say), else the mount's default; told to this daemon's end as
-            // that unmount would have.
-            let at = AtUnmount::being_asked().unwrap_or(on_umount);
+            // wait ran out, say), or one that detached the mount already said (`--lazy`
+            // with processes inside, then systemd's SIGTERM), else the mount's default;
+            // told to this daemon's end as that unmount would have.
+            let at = AtUnmount::being_asked().unwrap_or_else(|| AtUnmount::said(&state, on_umount));
             let changed = || view.catalog_changed();
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 crate::lifecycle::cleanup::tear_down_before_unmount(

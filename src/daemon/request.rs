@@ -71,15 +71,22 @@ impl AtUnmount {
     /// What `worktreefs unmount` asked for this unmount (`state`'s `unmount-mode` file,
     /// taken away as it is read), else `default`.
     pub(super) fn asked(state: &StateDir, default: AtUnmount) -> AtUnmount {
+        let asked = AtUnmount::said(state, default);
+        let _ = fs::remove_file(state.unmount_mode_file());
+        asked
+    }
+
+    /// What `worktreefs unmount` has said for this unmount so far (a lazy one that
+    /// detached the mount, say), else `default`; the file is left for
+    /// [`AtUnmount::asked`].
+    pub(super) fn said(state: &StateDir, default: AtUnmount) -> AtUnmount {
         use std::os::fd::AsFd;
-        let file = state.unmount_mode_file();
         // Only a small regular file (never a FIFO or a link put there) is read.
         let said = File::open(&state.root).ok().and_then(|root| {
             crate::beneath::read_regular(root.as_fd(), b"unmount-mode", 64)
                 .ok()
                 .map(|(bytes, _)| String::from_utf8_lossy(&bytes).into_owned())
         });
-        let _ = fs::remove_file(&file);
         match said.as_deref().map(str::trim) {
             Some("keep-sessions") => AtUnmount::KeepSessions,
             Some("reclaim") => AtUnmount::Reclaim,

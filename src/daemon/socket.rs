@@ -273,6 +273,7 @@ fn to_answer(r: Result<Outcome, RequestError>) -> Answer {
     match r {
         Ok(Outcome::Removed(detail)) => Answer::Removed { detail },
         Ok(Outcome::Retained(reason)) => Answer::Retained { reason },
+        Ok(Outcome::Waiting(message)) => Answer::Busy { message },
         Err(RequestError::HoldsWork(reason)) => Answer::HoldsWork { reason },
         Err(RequestError::Busy(message)) => Answer::Busy { message },
         Err(RequestError::Gone(message)) => Answer::Gone { message },
@@ -321,6 +322,23 @@ pub fn reclaim(
         // What `--discard` throws away is shown before anything goes.
         // No daemon: inspected as a daemon of the default settings would, with no view.
         let how = crate::lifecycle::cleanup::Inspection::default();
+        // Left `deleting` by a mount's end (it waited for a mount to run its teardown,
+        // since taken away) or by a daemon that died: finished here by cleanup's rules,
+        // nobody else being at it (its cleanup lock says so); one it retains can then be
+        // discarded.
+        if row.state == crate::lease::State::Deleting {
+            let r = match crate::lifecycle::cleanup::try_lock(state, row.id) {
+                Some(_lock) => {
+                    crate::lifecycle::cleanup::finish(state, &mut store, &row, &mountpoint, &how)
+                        .map_err(RequestError::Other)
+                }
+                None => Err(RequestError::Busy(format!(
+                    "worktree {repo}/{name} is being cleaned up right now; try again in a moment"
+                ))),
+            };
+            each(&to_answer(r));
+            return Ok(());
+        }
         let r = request_removal(
             state,
             &mut store,

@@ -516,7 +516,8 @@ impl View {
         });
         self.catalog_changed();
         match r {
-            Ok(Outcome::Removed(detail)) => {
+            // Left to the daemon's cleanup (its teardown first), as a removal is.
+            Ok(Outcome::Removed(detail) | Outcome::Waiting(detail)) => {
                 tracing::info!("rmdir {label}: removed ({detail})");
                 self.nodes.write().detach_name(parent, name);
                 Ok(())

@@ -613,6 +613,44 @@ fn a_signal_to_the_daemon_unmounts_cleans_up_and_leaves_no_mount() {
     }
 }
 
+/// systemd's stop of a mount with someone inside: `unmount --keep-sessions` is refused,
+/// `--keep-sessions --lazy` detaches, and SIGTERM follows while the process is still
+/// inside. The sessions' named leases are kept all the same.
+#[test]
+fn a_signal_after_a_lazy_planned_restart_keeps_the_sessions() {
+    let env = Env::new();
+    for n in ["held", "busy"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{n}")]);
+    }
+    let m = env.mount();
+    wtfs_ok(
+        &env.state(),
+        &["lease", "acquire", "repo/held", "--session", "orch"],
+    );
+    let mut inside = std::process::Command::new("sh")
+        .args(["-c", "cat README.md > /dev/null; exec sleep 60"])
+        .current_dir(m.wt("repo", "busy"))
+        .spawn()
+        .unwrap();
+    wait_for_state(&env, "busy", "active", Duration::from_secs(10));
+    let refused = wtfs(&env.state(), &["unmount", "--keep-sessions"]);
+    assert!(!refused.status.success());
+    wtfs_ok(&env.state(), &["unmount", "--keep-sessions", "--lazy"]);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(m.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = inside.kill();
+    let _ = inside.wait();
+    let log = m.log_tail();
+    m.unmount();
+    let leases = wtfs_ok(&env.state(), &["leases", "--json"]);
+    assert!(leases.contains("session:orch"), "{leases}\n{log}");
+    assert_eq!(state_of(&env, "held"), "active");
+}
+
 #[test]
 fn unmount_names_the_processes_inside_releases_every_lease_and_loses_nothing() {
     let env = Env::new();

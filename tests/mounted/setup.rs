@@ -643,8 +643,15 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
     assert_eq!(state_of(&env, "kept"), "active");
     assert_eq!(state_of(&env, "fresh"), "ready");
 
-    // A SIGTERM's unmount is a reclaim: the session's lease goes, its teardown runs.
+    // The next mount's cleanup runs the waiting one's teardown, inside it, then removes
+    // it.
     let m = env.mount_with(&["--linger", "600"]);
+    wait_for_state(&env, "busy", "removed", Duration::from_secs(30));
+    assert_eq!(
+        fs::read_to_string(out.path().join("busy.read")).unwrap_or_default(),
+        readme
+    );
+    // A SIGTERM's unmount is a reclaim: the session's lease goes, its teardown runs.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(m.pid() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -666,12 +673,6 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
     m.unmount();
     assert!(out.path().join("kept.done").exists(), "{log}");
     assert_eq!(state_of(&env, "kept"), "removed");
-    // The next mount ran the waiting one's teardown, inside it, before its removal.
-    assert_eq!(state_of(&env, "busy"), "removed", "{log}");
-    assert_eq!(
-        fs::read_to_string(out.path().join("busy.read")).unwrap_or_default(),
-        readme
-    );
     assert_eq!(state_of(&env, "fresh"), "ready");
 }
 
@@ -791,4 +792,77 @@ fn a_setup_that_leaves_work_retains_its_worktree_with_the_reason() {
         "{said}"
     );
     m.unmount();
+}
+
+/// An unmount the daemon learns of only once the mount has gone (`umount`): a worktree
+/// found removable is left `deleting` for the next mount, which runs its teardown first;
+/// one that holds work is retained as ever. With nothing mounted, `reclaim` of one left
+/// so is refused while its repository has a teardown, and finishes it once it has none.
+#[test]
+fn after_a_bare_umount_a_removal_with_a_teardown_waits_for_the_next_mount() {
+    let env = Env::new();
+    let out = tempfile::tempdir().unwrap();
+    let o = out.path().display().to_string();
+    set_setup(
+        &env,
+        &[
+            "--on-remove",
+            &format!("cat README.md > {o}/$(basename $PWD).read"),
+        ],
+    );
+    let m = env.mount_with(&["--linger", "600"]);
+    for name in ["clean", "dirty", "later"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+        wtfs_ok(
+            &env.state(),
+            &["run", &format!("repo/{name}"), "--", "true"],
+        );
+    }
+    wtfs_ok(
+        &env.state(),
+        &[
+            "run",
+            "repo/dirty",
+            "--",
+            "sh",
+            "-c",
+            "echo mine > work.txt",
+        ],
+    );
+    let mountpoint = m
+        .wt("repo", "clean")
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    nix::mount::umount2(&mountpoint, nix::mount::MntFlags::empty()).unwrap();
+    m.unmount();
+    assert_eq!(state_of(&env, "clean"), "deleting");
+    assert_eq!(state_of(&env, "later"), "deleting");
+    assert_eq!(state_of(&env, "dirty"), "retained");
+    assert!(!out.path().join("clean.read").exists());
+    // With nothing mounted: refused while the teardown is there.
+    let r = wtfs(&env.state(), &["reclaim", "repo/later", "--json"]);
+    assert_eq!(code(&r), 1, "{}", text(&r));
+    assert!(text(&r).contains("not-mounted"), "{}", text(&r));
+    // The next mount: teardown, then removal.
+    let m = env.mount_with(&["--linger", "600"]);
+    wait_for_state(&env, "clean", "removed", Duration::from_secs(30));
+    assert_eq!(
+        fs::read_to_string(out.path().join("clean.read")).unwrap_or_default(),
+        fs::read_to_string(env.repo.path().join("README.md")).unwrap()
+    );
+    wait_for_state(&env, "later", "removed", Duration::from_secs(30));
+    // Left again by a bare umount, then its teardown taken away: `reclaim` finishes it.
+    wtfs_ok(&env.state(), &["new", "repo/again"]);
+    wtfs_ok(&env.state(), &["run", "repo/again", "--", "true"]);
+    nix::mount::umount2(&mountpoint, nix::mount::MntFlags::empty()).unwrap();
+    m.unmount();
+    assert_eq!(state_of(&env, "again"), "deleting");
+    set_setup(&env, &["--no-on-remove"]);
+    let r = wtfs(&env.state(), &["reclaim", "repo/again"]);
+    assert!(r.status.success(), "{}", text(&r));
+    assert_eq!(state_of(&env, "again"), "removed");
+    assert!(!out.path().join("again.read").exists());
 }

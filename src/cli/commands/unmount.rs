@@ -22,7 +22,8 @@ use crate::cli::state::open_store;
 #[derive(Args)]
 pub struct UnmountArgs {
     /// Detach now even with processes inside; the daemon finishes the cleanup in the
-    /// background once they have left.
+    /// background once they have left (a removal with a teardown command then waits
+    /// for the next mount).
     #[arg(long)]
     pub lazy: bool,
     /// A planned restart, not a reclaim: named leases and their worktrees are kept for

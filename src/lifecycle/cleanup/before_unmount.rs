@@ -73,7 +73,9 @@ pub fn tear_down_before_unmount(
 ) -> LifecycleResult<BeforeUnmount> {
     let _running = RUNNING.lock();
     let mut done = BeforeUnmount::default();
-    if ENDED.load(Ordering::SeqCst) {
+    // Nothing after the mount has gone, nor once it is detached (a lazy unmount with
+    // processes inside): a teardown could not get into its worktree.
+    if ENDED.load(Ordering::SeqCst) || !crate::mounttable::is_mountpoint(mountpoint) {
         return Ok(done);
     }
     let mut store = Store::open(&state.root)?;
@@ -263,6 +265,7 @@ fn count(done: &mut BeforeUnmount, label: &str, r: LifecycleResult<Outcome>) {
             match o {
                 Outcome::Removed(_) => done.removed += 1,
                 Outcome::Retained(_) => done.retained += 1,
+                Outcome::Waiting(_) => done.left += 1,
             }
         }
         Err(e) => {
@@ -281,6 +284,22 @@ mod tests {
     /// after it.
     #[test]
     fn the_end_waits_for_a_cleanup_before_an_unmount_and_none_starts_after() {
+        // Its store cannot be opened (a directory where the database goes): a cleanup
+        // that starts fails.
+        let d = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&d.path().join("state")).unwrap();
+        std::fs::create_dir(state.root.join("worktreefs.db")).unwrap();
+        let run = || {
+            tear_down_before_unmount(
+                &state,
+                Path::new("/"),
+                &Inspection::default(),
+                &Gate::new(),
+                false,
+                &|| {},
+            )
+        };
+        assert!(run().is_err());
         let held = RUNNING.lock();
         let (tx, rx) = std::sync::mpsc::channel();
         let (go, gone) = std::sync::mpsc::channel::<()>();
@@ -296,20 +315,7 @@ mod tests {
         assert!(RUNNING.try_lock().is_none(), "held until the daemon exits");
         go.send(()).unwrap();
         ender.join().unwrap();
-        // Its store cannot be opened (a directory where the database goes): a cleanup
-        // that started would fail.
-        let d = tempfile::tempdir().unwrap();
-        let state = StateDir::open(&d.path().join("state")).unwrap();
-        std::fs::create_dir(state.root.join("worktreefs.db")).unwrap();
-        let done = tear_down_before_unmount(
-            &state,
-            d.path(),
-            &Inspection::default(),
-            &Gate::new(),
-            false,
-            &|| {},
-        )
-        .unwrap();
+        let done = run().unwrap();
         assert_eq!(done, BeforeUnmount::default());
         ENDED.store(false, Ordering::SeqCst);
     }

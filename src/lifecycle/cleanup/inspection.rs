@@ -63,19 +63,24 @@ impl Inspection {
         self
     }
 
-    /// Whether a removal of `row` not yet begun is left for the sweeper of the next
-    /// mount: no mount serves it now, and its repository has a teardown command (which
-    /// runs inside the worktree).
+    /// Whether a removal of `row` found removable waits for the sweeper of the next
+    /// mount: its repository has a teardown command (which runs inside the worktree), or
+    /// may have (it cannot be read), and no mount serves it now (these inspections are
+    /// made so, or the daemon's mount at `mountpoint` has gone: a lazy unmount during a
+    /// cleanup round).
     pub(super) fn waits_for_mount(
         &self,
         store: &crate::store::Store,
         row: &crate::store::WorktreeRow,
+        mountpoint: &std::path::Path,
     ) -> bool {
-        self.awaiting_mount
+        let unserved = self.awaiting_mount
+            || (self.teardowns.is_some() && !crate::mounttable::is_mountpoint(mountpoint));
+        unserved
             && row.removal.is_none()
             && store
                 .hooks_of(row.repo_id)
-                .is_ok_and(|h| h.on_remove.is_some())
+                .map_or(true, |h| h.on_remove.is_some())
     }
 
     /// Whether a removal of `row` is left to the sweeper (it has a teardown to run, and

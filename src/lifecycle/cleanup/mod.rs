@@ -167,6 +167,11 @@ pub fn finish(
 ) -> LifecycleResult<Outcome> {
     match judge(state, store, row, mountpoint, how)? {
         Judged::Done(outcome) => Ok(outcome),
+        Judged::Removable(_) if how.waits_for_mount(store, row, mountpoint) => {
+            let why = "its teardown command runs inside it, once a mount serves it";
+            tracing::info!("{}/{}: removable; left deleting: {why}", row.repo, row.name);
+            Ok(Outcome::Waiting(why.into()))
+        }
         Judged::Removable(r) => {
             let torn_down = how.tear_down(store, row, None);
             remove_judged(state, store, r, torn_down)

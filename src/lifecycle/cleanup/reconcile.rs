@@ -49,14 +49,6 @@ pub fn finish_all_deleting(
         if row.state != State::Deleting {
             continue;
         }
-        if how.waits_for_mount(store, &row) {
-            tracing::info!(
-                "{}/{}: its cleanup runs once a mount serves it (its teardown command runs inside it)",
-                row.repo,
-                row.name
-            );
-            continue;
-        }
         let r = finish(state, store, &row, mountpoint, how);
         if let Err(e) = &r {
             tracing::error!("cleanup of {}/{} failed: {e:#}", row.repo, row.name);
@@ -125,7 +117,7 @@ pub fn reconcile_at_boot(
                 )
                 .is_ok()
             {
-                if how.waits_for_mount(&store, &row) {
+                if how.waits_for_mount(&store, &row, mountpoint) {
                     tracing::info!(
                         "boot reconcile: {}/{}: now clean and pushed; removed once the mount serves it (its teardown command runs inside it)",
                         row.repo,

@@ -87,6 +87,9 @@ impl Target {
 pub enum Outcome {
     Removed(String),
     Retained(String),
+    /// Found removable, but its teardown command runs inside it and no mount serves it:
+    /// left `deleting` for the next mount's cleanup (why).
+    Waiting(String),
 }
 
 impl std::fmt::Display for Outcome {
@@ -94,6 +97,7 @@ impl std::fmt::Display for Outcome {
         match self {
             Outcome::Removed(how) => write!(f, "removed ({how})"),
             Outcome::Retained(why) => write!(f, "retained ({why})"),
+            Outcome::Waiting(why) => write!(f, "left deleting ({why})"),
         }
     }
 }
