@@ -29,6 +29,13 @@ pub fn mount_device(path: &Path) -> Option<String> {
     })
 }
 
+/// Whether nothing is mounted at `path`, as the mount table says; false when the table
+/// cannot be read (so a caller that stops work for a mount that has gone does not stop
+/// for want of `/proc`).
+pub fn known_unmounted(path: &Path) -> bool {
+    fs::read_to_string("/proc/self/mounts").is_ok() && !is_mountpoint(path)
+}
+
 /// Whether something is mounted at `path`.
 pub fn is_mountpoint(path: &Path) -> bool {
     mount_type(path).is_some()

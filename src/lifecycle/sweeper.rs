@@ -215,8 +215,12 @@ pub fn spawn(
                 // Cleanup of every deleting worktree nobody else is at (those marked just
                 // now, and any whose cleanup someone else left unfinished), on the cleanup
                 // thread when the last round there has ended.
+                // Not while the mount is detached (a lazy unmount with processes still
+                // inside): a teardown could not get into its worktree, and the cleanup at
+                // the session's end takes them all.
                 let idle = cleaner.lock().as_ref().is_none_or(|t| t.is_finished());
                 if idle
+                    && !crate::mounttable::known_unmounted(view.mountpoint())
                     && !store
                         .worktrees_in(State::Deleting)
                         .unwrap_or_default()

@@ -866,3 +866,71 @@ fn after_a_bare_umount_a_removal_with_a_teardown_waits_for_the_next_mount() {
     assert_eq!(state_of(&env, "again"), "removed");
     assert!(!out.path().join("again.read").exists());
 }
+
+/// A cleanup round of the daemon's under way when the mount is detached (`umount -l`
+/// during a teardown): the teardown under way finishes inside its worktree and the
+/// removal follows; the rest wait `deleting` for the next mount, which tears them down
+/// first (the detached mount lives on meanwhile: a process is in another worktree).
+#[test]
+fn a_cleanup_round_cut_off_by_a_lazy_umount_leaves_the_rest_for_the_next_mount() {
+    let env = Env::new();
+    let out = tempfile::tempdir().unwrap();
+    let o = out.path().display().to_string();
+    set_setup(
+        &env,
+        &[
+            "--on-remove",
+            &format!(
+                "n=$(basename $PWD); touch {o}/$n.begun; sleep 3; cat README.md > {o}/$n.read"
+            ),
+        ],
+    );
+    let m = env.mount_with(&["--linger", "600"]);
+    for name in ["first", "second", "third"] {
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+    }
+    let mut inside = std::process::Command::new("sh")
+        .args(["-c", "cat README.md > /dev/null; exec sleep 60"])
+        .current_dir(m.wt("repo", "third"))
+        .spawn()
+        .unwrap();
+    fs::remove_dir(m.wt("repo", "first")).unwrap();
+    wait_until("the first teardown begins", Duration::from_secs(20), || {
+        out.path().join("first.begun").exists()
+    });
+    fs::remove_dir(m.wt("repo", "second")).unwrap();
+    let mountpoint = m
+        .wt("repo", "first")
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    // The first teardown ends (3 s); the daemon serves the detached mount for a while
+    // after.
+    wait_until("the first teardown ends", Duration::from_secs(20), || {
+        out.path().join("first.read").exists()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = inside.kill();
+    let _ = inside.wait();
+    let log = m.log_tail();
+    m.unmount();
+    let readme = fs::read_to_string(env.repo.path().join("README.md")).unwrap();
+    assert_eq!(
+        fs::read_to_string(out.path().join("first.read")).unwrap_or_default(),
+        readme,
+        "{log}"
+    );
+    assert_eq!(state_of(&env, "first"), "removed");
+    assert_eq!(state_of(&env, "second"), "deleting");
+    assert!(!out.path().join("second.begun").exists());
+    let m = env.mount_with(&["--linger", "600"]);
+    wait_for_state(&env, "second", "removed", Duration::from_secs(30));
+    assert_eq!(
+        fs::read_to_string(out.path().join("second.read")).unwrap_or_default(),
+        readme
+    );
+    m.unmount();
+}

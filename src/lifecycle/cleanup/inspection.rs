@@ -74,13 +74,18 @@ impl Inspection {
         row: &crate::store::WorktreeRow,
         mountpoint: &std::path::Path,
     ) -> bool {
-        let unserved = self.awaiting_mount
-            || (self.teardowns.is_some() && !crate::mounttable::is_mountpoint(mountpoint));
+        let unserved = self.awaiting_mount || self.mount_gone(mountpoint);
         unserved
             && row.removal.is_none()
             && store
                 .hooks_of(row.repo_id)
                 .map_or(true, |h| h.on_remove.is_some())
+    }
+
+    /// Whether these are a mount's inspections (they run teardowns) and its mount at
+    /// `mountpoint` has gone (a lazy unmount during a cleanup round).
+    pub(super) fn mount_gone(&self, mountpoint: &std::path::Path) -> bool {
+        self.teardowns.is_some() && crate::mounttable::known_unmounted(mountpoint)
     }
 
     /// Whether a removal of `row` is left to the sweeper (it has a teardown to run, and

@@ -165,6 +165,11 @@ pub fn finish(
     mountpoint: &Path,
     how: &Inspection,
 ) -> LifecycleResult<Outcome> {
+    // The mount gone from under a cleanup round: not even inspected (the cleanup at the
+    // session's end does that).
+    if how.mount_gone(mountpoint) && how.waits_for_mount(store, row, mountpoint) {
+        return Ok(Outcome::Waiting("its mount has gone".into()));
+    }
     match judge(state, store, row, mountpoint, how)? {
         Judged::Done(outcome) => Ok(outcome),
         Judged::Removable(_) if how.waits_for_mount(store, row, mountpoint) => {
