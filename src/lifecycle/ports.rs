@@ -401,6 +401,24 @@ impl Registry {
         Ok(())
     }
 
+    /// Block `b` claimed for worktree `id` and recorded as its own, and counted as
+    /// claimed from now on.
+    fn give(
+        &self,
+        b: PortBlock,
+        state: &StateDir,
+        store: &Store,
+        id: WorktreeId,
+        claimed: &mut Vec<PortBlock>,
+    ) -> LifecycleResult<()> {
+        self.write(b, state, id)?;
+        store
+            .set_ports(id, b)
+            .context("recording the worktree's ports")?;
+        claimed.push(b);
+        Ok(())
+    }
+
     fn remove(&self, b: PortBlock) {
         let _ = fs::remove_file(self.dir.join(claim_name(b)));
     }
@@ -549,11 +567,7 @@ fn reclaim_in(
     for (id, old) in taken_over {
         match free_block(range, &claimed, None) {
             Some(b) => {
-                reg.write(b, state, id)?;
-                store
-                    .set_ports(id, b)
-                    .context("recording the worktree's ports")?;
-                claimed.push(b);
+                reg.give(b, state, store, id, &mut claimed)?;
                 tracing::info!(
                     "worktree {id}: ports {}-{} were claimed by another state directory; it has {}-{} now",
                     old.first,
@@ -578,11 +592,7 @@ fn reclaim_in(
             tracing::warn!("worktree {id} has no ports, and no block of {range} is free");
             break;
         };
-        reg.write(b, state, id)?;
-        store
-            .set_ports(id, b)
-            .context("recording the worktree's ports")?;
-        claimed.push(b);
+        reg.give(b, state, store, id, &mut claimed)?;
         tracing::info!(
             "worktree {id} had no ports; it has {}-{} now",
             b.first,

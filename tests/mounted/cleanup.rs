@@ -556,13 +556,7 @@ fn a_signal_to_the_daemon_unmounts_cleans_up_and_leaves_no_mount() {
             &env.state(),
             &["run", &format!("repo/{name}"), "--", "true"],
         );
-        let mountpoint = m
-            .wt("repo", &name)
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .to_path_buf();
+        let mountpoint = m.mountpoint.clone();
         // Every thread of the daemon: the signal may go to any that does not block it.
         let pid = m.pid() as i32;
         for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
@@ -627,11 +621,7 @@ fn a_signal_after_a_lazy_planned_restart_keeps_the_sessions() {
         &env.state(),
         &["lease", "acquire", "repo/held", "--session", "orch"],
     );
-    let mut inside = std::process::Command::new("sh")
-        .args(["-c", "cat README.md > /dev/null; exec sleep 60"])
-        .current_dir(m.wt("repo", "busy"))
-        .spawn()
-        .unwrap();
+    let mut inside = sit_in(&m.wt("repo", "busy"));
     wait_for_state(&env, "busy", "active", Duration::from_secs(10));
     let refused = wtfs(&env.state(), &["unmount", "--keep-sessions"]);
     assert!(!refused.status.success());

@@ -39,6 +39,22 @@ fn set_setup(env: &Env, args: &[&str]) {
     wtfs_ok(&env.state(), &all);
 }
 
+/// Where a teardown test's command writes: `{o}` in `command` (the command of
+/// `--on-remove`, with `extra` options of `repo set`) is this directory.
+fn set_teardown(env: &Env, command: &str, extra: &[&str]) -> tempfile::TempDir {
+    let out = tempfile::tempdir().unwrap();
+    let command = command.replace("{o}", &out.path().display().to_string());
+    let mut args = vec!["--on-remove", command.as_str()];
+    args.extend_from_slice(extra);
+    set_setup(env, &args);
+    out
+}
+
+/// What worktree `name`'s teardown wrote to `<out>/<name>.read` (empty: nothing).
+fn teardown_read(out: &tempfile::TempDir, name: &str) -> String {
+    fs::read_to_string(out.path().join(format!("{name}.read"))).unwrap_or_default()
+}
+
 fn code(o: &std::process::Output) -> i32 {
     o.status.code().unwrap_or(-1)
 }
@@ -324,17 +340,11 @@ fn a_setup_queued_without_a_mount_runs_at_the_next_and_bad_input_is_refused() {
 #[test]
 fn a_removal_runs_the_teardown_in_the_worktree_first_and_goes_on_whatever_it_does() {
     let env = Env::new();
-    let out = tempfile::tempdir().unwrap();
-    let o = out.path().display().to_string();
-    set_setup(
+    let out = set_teardown(
         &env,
-        &[
-            "--on-remove",
-            &format!(
-                "cat README.md > {o}/$(basename $PWD).read; echo $WORKTREEFS_PORT > {o}/$(basename $PWD).port; \
-                 touch {o}/$(basename $PWD).begun; sleep 2; echo later > {o}/$(basename $PWD).done"
-            ),
-        ],
+        "cat README.md > {o}/$(basename $PWD).read; echo $WORKTREEFS_PORT > {o}/$(basename $PWD).port; \
+                 touch {o}/$(basename $PWD).begun; sleep 2; echo later > {o}/$(basename $PWD).done",
+        &[],
     );
     let m = env.mount_with(&["--linger", "1"]);
     for name in ["t", "r", "c"] {
@@ -554,19 +564,11 @@ fn a_long_teardown_holds_up_no_setup() {
 #[test]
 fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
     let env = Env::new();
-    let out = tempfile::tempdir().unwrap();
-    let o = out.path().display().to_string();
-    set_setup(
+    let out = set_teardown(
         &env,
-        &[
-            "--on-remove",
-            &format!(
-                "n=$(basename $PWD); cat README.md > {o}/$n.read; touch {o}/$n.begun; \
-                 case $n in slow*) sleep 100;; *) sleep 5;; esac; touch {o}/$n.done"
-            ),
-            "--teardown-timeout",
-            "10",
-        ],
+        "n=$(basename $PWD); cat README.md > {o}/$n.read; touch {o}/$n.begun; \
+                 case $n in slow*) sleep 100;; *) sleep 5;; esac; touch {o}/$n.done",
+        &["--teardown-timeout", "10"],
     );
     let m = env.mount_with(&["--linger", "600"]);
     for name in ["a", "b", "slow1", "slow2", "kept", "fresh", "busy"] {
@@ -584,11 +586,7 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
         &env.state(),
         &["lease", "acquire", "repo/kept", "--session", "s"],
     );
-    let mut inside = std::process::Command::new("sh")
-        .args(["-c", "cat README.md > /dev/null; exec sleep 60"])
-        .current_dir(m.wt("repo", "busy"))
-        .spawn()
-        .unwrap();
+    let mut inside = sit_in(&m.wt("repo", "busy"));
     wait_for_state(&env, "busy", "active", Duration::from_secs(10));
     let t = Instant::now();
     let u = wtfs(&env.state(), &["unmount", "--keep-sessions", "--lazy"]);
@@ -605,7 +603,7 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
     let readme = fs::read_to_string(env.repo.path().join("README.md")).unwrap();
     for name in ["a", "b", "slow1", "slow2"] {
         assert_eq!(
-            fs::read_to_string(out.path().join(format!("{name}.read"))).unwrap_or_default(),
+            teardown_read(&out, name),
             readme,
             "{name}'s teardown did not read its worktree"
         );
@@ -657,13 +655,7 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let mountpoint = m
-        .wt("repo", "kept")
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let mountpoint = m.mountpoint.clone();
     let end = Instant::now() + Duration::from_secs(60);
     while is_mounted(&mountpoint) {
         assert!(Instant::now() < end, "still mounted: {}", m.log_tail());
@@ -683,15 +675,7 @@ fn an_unmount_runs_the_teardowns_together_while_the_mount_still_serves() {
 #[test]
 fn a_removal_with_a_teardown_waits_for_a_mount_to_run_it() {
     let env = Env::new();
-    let out = tempfile::tempdir().unwrap();
-    let o = out.path().display().to_string();
-    set_setup(
-        &env,
-        &[
-            "--on-remove",
-            &format!("cat README.md > {o}/$(basename $PWD).read"),
-        ],
-    );
+    let out = set_teardown(&env, "cat README.md > {o}/$(basename $PWD).read", &[]);
     for name in ["idle", "marked", "settled"] {
         wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
     }
@@ -721,7 +705,7 @@ fn a_removal_with_a_teardown_waits_for_a_mount_to_run_it() {
     for name in ["marked", "settled"] {
         wait_for_state(&env, name, "removed", Duration::from_secs(30));
         assert_eq!(
-            fs::read_to_string(out.path().join(format!("{name}.read"))).unwrap_or_default(),
+            teardown_read(&out, name),
             readme,
             "{name}: its teardown did not run inside it: {}",
             m.log_tail()
@@ -801,15 +785,7 @@ fn a_setup_that_leaves_work_retains_its_worktree_with_the_reason() {
 #[test]
 fn after_a_bare_umount_a_removal_with_a_teardown_waits_for_the_next_mount() {
     let env = Env::new();
-    let out = tempfile::tempdir().unwrap();
-    let o = out.path().display().to_string();
-    set_setup(
-        &env,
-        &[
-            "--on-remove",
-            &format!("cat README.md > {o}/$(basename $PWD).read"),
-        ],
-    );
+    let out = set_teardown(&env, "cat README.md > {o}/$(basename $PWD).read", &[]);
     let m = env.mount_with(&["--linger", "600"]);
     for name in ["clean", "dirty", "later"] {
         wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
@@ -829,13 +805,7 @@ fn after_a_bare_umount_a_removal_with_a_teardown_waits_for_the_next_mount() {
             "echo mine > work.txt",
         ],
     );
-    let mountpoint = m
-        .wt("repo", "clean")
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let mountpoint = m.mountpoint.clone();
     nix::mount::umount2(&mountpoint, nix::mount::MntFlags::empty()).unwrap();
     m.unmount();
     assert_eq!(state_of(&env, "clean"), "deleting");
@@ -874,38 +844,22 @@ fn after_a_bare_umount_a_removal_with_a_teardown_waits_for_the_next_mount() {
 #[test]
 fn a_cleanup_round_cut_off_by_a_lazy_umount_leaves_the_rest_for_the_next_mount() {
     let env = Env::new();
-    let out = tempfile::tempdir().unwrap();
-    let o = out.path().display().to_string();
-    set_setup(
+    let out = set_teardown(
         &env,
-        &[
-            "--on-remove",
-            &format!(
-                "n=$(basename $PWD); touch {o}/$n.begun; sleep 3; cat README.md > {o}/$n.read"
-            ),
-        ],
+        "n=$(basename $PWD); touch {o}/$n.begun; sleep 3; cat README.md > {o}/$n.read",
+        &[],
     );
     let m = env.mount_with(&["--linger", "600"]);
     for name in ["first", "second", "third"] {
         wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
     }
-    let mut inside = std::process::Command::new("sh")
-        .args(["-c", "cat README.md > /dev/null; exec sleep 60"])
-        .current_dir(m.wt("repo", "third"))
-        .spawn()
-        .unwrap();
+    let mut inside = sit_in(&m.wt("repo", "third"));
     fs::remove_dir(m.wt("repo", "first")).unwrap();
     wait_until("the first teardown begins", Duration::from_secs(20), || {
         out.path().join("first.begun").exists()
     });
     fs::remove_dir(m.wt("repo", "second")).unwrap();
-    let mountpoint = m
-        .wt("repo", "first")
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let mountpoint = m.mountpoint.clone();
     nix::mount::umount2(&mountpoint, nix::mount::MntFlags::MNT_DETACH).unwrap();
     // The first teardown ends (3 s); the daemon serves the detached mount for a while
     // after.
