@@ -29,11 +29,35 @@ pub fn mount_device(path: &Path) -> Option<String> {
     })
 }
 
-/// Whether nothing is mounted at `path`, as the mount table says; false when the table
-/// cannot be read (so a caller that stops work for a mount that has gone does not stop
-/// for want of `/proc`).
-pub fn known_unmounted(path: &Path) -> bool {
-    fs::read_to_string("/proc/self/mounts").is_ok() && !is_mountpoint(path)
+/// The mount this process made (its daemon's), as (path, device), once it is made.
+static OWN_MOUNT: std::sync::OnceLock<(std::path::PathBuf, String)> = std::sync::OnceLock::new();
+
+/// Records the mount this process made at `path`, of device `device`
+/// ([`mount_device`]), for [`own_mount_gone`].
+pub fn record_own_mount(path: &Path, device: String) {
+    let _ = OWN_MOUNT.set((path.to_path_buf(), device));
+}
+
+/// Whether this process's mount at `path` is known to have gone, as one reading of the
+/// mount table says: the mount on top there is not the one it recorded (another's, or
+/// none), or, with none recorded, nothing is mounted there. False when the table cannot
+/// be read, so a caller that stops work for a mount that has gone does not stop for want
+/// of `/proc`.
+pub fn own_mount_gone(path: &Path) -> bool {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    let top = info.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (dev, target) = (f.get(2)?, f.get(4)?);
+        (unescape_mount_path(target) == want).then(|| dev.to_string())
+    });
+    match (OWN_MOUNT.get(), top) {
+        (_, None) => true,
+        (Some((p, dev)), Some(top)) if p == path => *dev != top,
+        (_, Some(_)) => false,
+    }
 }
 
 /// Whether something is mounted at `path`.
@@ -68,4 +92,27 @@ pub fn fs_type_of_fd(fd: i32) -> Option<String> {
         let (_, after) = l.split_once(" - ")?;
         after.split_whitespace().next().map(str::to_string)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path nothing is mounted at has no mount of this process's; one with a mount of
+    /// another device on top than the one recorded has lost it; one never recorded and
+    /// mounted has not.
+    #[test]
+    fn a_mount_of_another_device_on_top_is_not_this_processs_own() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(own_mount_gone(d.path()));
+        let proc_dev = mount_device(Path::new("/proc")).expect("/proc is mounted");
+        assert!(!own_mount_gone(Path::new("/proc")));
+        record_own_mount(Path::new("/proc"), format!("{proc_dev}-not"));
+        assert!(own_mount_gone(Path::new("/proc")));
+        assert!(!own_mount_gone(Path::new("/")));
+        // And the file descriptor's filesystem is named without touching it.
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(fs_type_of_fd(f.as_raw_fd()).as_deref(), Some("proc"));
+    }
 }

@@ -243,6 +243,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // one this daemon left only when it is this very mount.
     if let Some(dev) = crate::mounttable::mount_device(&mountpoint) {
         writeln!(lock, "device {dev}")?;
+        crate::mounttable::record_own_mount(&mountpoint, dev);
     }
     socket::serve(&req.state, view.clone(), gate.clone(), mountpoint.clone())?;
     tracing::info!(mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");

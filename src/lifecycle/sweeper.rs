@@ -215,17 +215,23 @@ pub fn spawn(
                 // Cleanup of every deleting worktree nobody else is at (those marked just
                 // now, and any whose cleanup someone else left unfinished), on the cleanup
                 // thread when the last round there has ended.
-                // Not while the mount is detached (a lazy unmount with processes still
-                // inside): a teardown could not get into its worktree, and the cleanup at
-                // the session's end takes them all.
+                // While the mount is detached (a lazy unmount with processes still inside)
+                // a worktree with a teardown waits for the next mount (its teardown could
+                // not get into it): a round starts only for one without.
                 let idle = cleaner.lock().as_ref().is_none_or(|t| t.is_finished());
-                if idle
-                    && !crate::mounttable::known_unmounted(view.mountpoint())
-                    && !store
-                        .worktrees_in(State::Deleting)
-                        .unwrap_or_default()
-                        .is_empty()
-                {
+                let deleting = if idle {
+                    store.worktrees_in(State::Deleting).unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                let due = !deleting.is_empty()
+                    && (!crate::mounttable::own_mount_gone(view.mountpoint())
+                        || deleting.iter().any(|w| {
+                            store
+                                .hooks_of(w.repo_id)
+                                .is_ok_and(|h| h.on_remove.is_none())
+                        }));
+                if due {
                     let (state, view, inspection, gate) = (
                         state.clone(),
                         view.clone(),

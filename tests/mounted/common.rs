@@ -616,8 +616,6 @@ pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Waits until a worktree is in state `want`; fails with the event log if it is not by
-/// `limit`.
 /// A process that works in worktree `dir` (it reads a file there, so it holds a lease)
 /// and stays, its working directory inside, until it is killed.
 pub fn sit_in(dir: &Path) -> std::process::Child {
@@ -628,6 +626,8 @@ pub fn sit_in(dir: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// Waits until a worktree is in state `want`; fails with the event log if it is not by
+/// `limit`.
 pub fn wait_for_state(env: &Env, name: &str, want: &str, limit: Duration) {
     let end = Instant::now() + limit;
     loop {

@@ -318,6 +318,10 @@ fn runner(state: &StateDir, repo: &str, name: &str) -> Result<(), Failed> {
         fail(&mut store, Some(&holder), "nothing is mounted".into())?;
         return Ok(());
     };
+    if let Err(why) = its_own_mount(&daemon) {
+        fail(&mut store, Some(&holder), why)?;
+        return Ok(());
+    }
     let dir = daemon.mountpoint.join(repo).join(name);
     let mut env = setup::owner_environment(row.uid);
     env.extend(ports::environment(&store, &row, &dir));
@@ -429,6 +433,22 @@ fn holds_work(
     }
 }
 
+/// Whether the mount on top at `daemon`'s mountpoint is its own (a lazy unmount may have
+/// left it serving a detached mount while another state directory's mounts there): a
+/// runner enters only its own. Err: why not.
+fn its_own_mount(daemon: &daemon::Holder) -> Result<(), String> {
+    let Some(own) = &daemon.device else {
+        return Ok(());
+    };
+    match worktreefs::mounttable::mount_device(&daemon.mountpoint) {
+        Some(top) if top == *own => Ok(()),
+        _ => Err(format!(
+            "the mount at {} is no longer this state dir's daemon's (it was detached)",
+            daemon.mountpoint.display()
+        )),
+    }
+}
+
 /// The teardown's runner: waits for the daemon's word (it is let into the deleting
 /// worktree from then on), runs the repository's teardown command in the worktree as a
 /// turn's command is run, as the worktree's owner with the owner's environment, holding
@@ -449,6 +469,7 @@ fn teardown_runner(state: &StateDir, repo: &str, name: &str, limit: u64) -> Resu
         .ok_or_else(|| anyhow!("repository '{repo}' has no teardown command"))?;
     let daemon = daemon::running_daemon(state)
         .ok_or_else(|| anyhow!("nothing is mounted for state dir {}", state.root.display()))?;
+    its_own_mount(&daemon).map_err(|why| anyhow!("{why}"))?;
     let dir = daemon.mountpoint.join(repo).join(name);
     let mut env = setup::owner_environment(row.uid);
     env.extend(ports::environment(&store, &row, &dir));

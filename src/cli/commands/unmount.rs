@@ -329,6 +329,22 @@ pub fn unmount(
 /// cannot ask is said: their removals then wait for the next mount, which runs the
 /// teardowns first.
 fn clean_up_before_unmounting(state: &StateDir, at: AtUnmount) {
+    // Nothing to ask when no repository has a teardown command (an older daemon, which
+    // does not know the request, is not bothered then).
+    let any = Store::open(&state.root)
+        .ok()
+        .and_then(|s| {
+            let repos = s.repos().ok()?;
+            Some(
+                repos
+                    .iter()
+                    .any(|r| s.hooks_of(r.id).map_or(true, |h| h.on_remove.is_some())),
+            )
+        })
+        .unwrap_or(true);
+    if !any {
+        return;
+    }
     if let Err(e) = daemon::socket::before_unmount(state, at == AtUnmount::KeepSessions) {
         eprintln!(
             "warning: the daemon did not clean up the worktrees with a teardown command before the unmount ({e:#}); their removals wait for the next mount, which runs the teardowns first (see {})",

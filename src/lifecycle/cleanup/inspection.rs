@@ -85,7 +85,7 @@ impl Inspection {
     /// Whether these are a mount's inspections (they run teardowns) and its mount at
     /// `mountpoint` has gone (a lazy unmount during a cleanup round).
     pub(super) fn mount_gone(&self, mountpoint: &std::path::Path) -> bool {
-        self.teardowns.is_some() && crate::mounttable::known_unmounted(mountpoint)
+        self.teardowns.is_some() && crate::mounttable::own_mount_gone(mountpoint)
     }
 
     /// Whether a removal of `row` is left to the sweeper (it has a teardown to run, and
