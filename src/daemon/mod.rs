@@ -267,15 +267,13 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             // with processes inside, then systemd's SIGTERM), else the mount's default;
             // told to this daemon's end as that unmount would have.
             let at = AtUnmount::being_asked().unwrap_or_else(|| AtUnmount::said(&state, on_umount));
-            let changed = || view.catalog_changed();
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                crate::lifecycle::cleanup::tear_down_before_unmount(
+                socket::clean_up_before_unmount(
                     &state,
-                    &mountpoint,
-                    &view.inspection(),
+                    &view,
                     &gate,
+                    &mountpoint,
                     at == AtUnmount::KeepSessions,
-                    &changed,
                 )
             }));
             match ran {

@@ -206,15 +206,7 @@ fn answer(
         Request::BeforeUnmount { keep_sessions } => {
             send(&mut conn, &Answer::BeforeUnmountBegun)?;
             let _asked = super::request::AtUnmount::from_keep_sessions(keep_sessions).asking();
-            let changed = || view.catalog_changed();
-            let a = match crate::lifecycle::cleanup::tear_down_before_unmount(
-                state,
-                mountpoint,
-                &view.inspection(),
-                gate,
-                keep_sessions,
-                &changed,
-            ) {
+            let a = match clean_up_before_unmount(state, view, gate, mountpoint, keep_sessions) {
                 Ok(d) => Answer::CleanedBeforeUnmount {
                     removed: d.removed,
                     retained: d.retained,
@@ -256,6 +248,25 @@ fn answer(
     );
     view.catalog_changed();
     send(&mut conn, &to_answer(r))
+}
+
+/// The cleanup before an unmount (`lifecycle::cleanup::tear_down_before_unmount`), run
+/// in this daemon: asked through the socket, or by a signal's unmount.
+pub(super) fn clean_up_before_unmount(
+    state: &StateDir,
+    view: &View,
+    gate: &Gate,
+    mountpoint: &Path,
+    keep_sessions: bool,
+) -> crate::lifecycle::error::LifecycleResult<crate::lifecycle::cleanup::BeforeUnmount> {
+    crate::lifecycle::cleanup::tear_down_before_unmount(
+        state,
+        mountpoint,
+        &view.inspection(),
+        gate,
+        keep_sessions,
+        &|| view.catalog_changed(),
+    )
 }
 
 /// Worktree `repo/name` unless it is removed (or never was).

@@ -124,19 +124,10 @@ pub fn renamed_branch(gitdir: &Path, admin: &Path, recorded: &str) -> Option<Str
 /// The `HEAD` file of admin entry `admin`, read as it is (`ref: refs/heads/b` or a
 /// commit id), never through a symlink, never waiting on a FIFO, at most 4 KiB.
 pub fn read_head(admin: &Path) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(admin.join("HEAD"))
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut text = String::new();
-    f.take(4096).read_to_string(&mut text).ok()?;
-    Some(text.trim().to_string())
+    use std::os::fd::AsFd;
+    let dir = std::fs::File::open(admin).ok()?;
+    let (bytes, _) = crate::beneath::read_regular(dir.as_fd(), b"HEAD", 4096).ok()?;
+    Some(String::from_utf8(bytes).ok()?.trim().to_string())
 }
 
 /// The commit worktree `admin_name`'s HEAD is at (through its branch, when it is on one).

@@ -343,21 +343,7 @@ pub fn run_git(
     let mut pause = Duration::from_millis(1);
     // Exit is seen without reaping (WNOWAIT): the pid, and so the group's id, stays ours
     // until the group is ended and the child reaped.
-    let exited = || {
-        // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child's pid, writing only into `info`.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        // SAFETY: si_pid is set by waitid when a child changed state.
-        rc != 0 || unsafe { info.si_pid() } != 0
-    };
+    let exited = || crate::process::unreaped::has_exited(pid);
     let mut timed_out = false;
     while !exited() {
         if Instant::now() >= deadline {

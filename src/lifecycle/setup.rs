@@ -489,44 +489,19 @@ fn wait_runner(
     let until = Instant::now() + limit;
     let mut in_time = true;
     loop {
-        // SAFETY: waitid fills `info` for our own child and leaves it unreaped (WNOWAIT).
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        // SAFETY: filled by waitid when a child has exited.
-        if r != 0 || unsafe { info.si_pid() } == pid {
+        if crate::process::unreaped::has_exited(pid) {
             break;
         }
         if Instant::now() >= until {
             in_time = false;
             kill_session(pid);
-            until_exit(pid);
+            crate::process::unreaped::until_exited(pid);
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     kill_session(pid);
     (child.wait().ok(), in_time)
-}
-
-/// Waits (without reaping) until child `pid` has exited.
-fn until_exit(pid: i32) {
-    // SAFETY: as in `watch_runner`.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOWAIT,
-        )
-    };
 }
 
 /// SIGKILL to every process of session `sid` (a runner's: its id is the runner's pid,
