@@ -737,3 +737,52 @@ fn every_source_file_is_on_the_map() {
         missing.join("\n")
     );
 }
+
+/// How many lines of `text` come before its tests: to the `#[cfg(test)]` that opens its
+/// test module, or all of it.
+fn lines_before_tests(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    (0..lines.len())
+        .find(|&i| {
+            lines[i] == "#[cfg(test)]" && lines.get(i + 1).is_some_and(|l| l.starts_with("mod "))
+        })
+        .unwrap_or(lines.len())
+}
+
+/// A file is read whole by whoever enters it: none holds more than 800 lines before its
+/// tests, and `main.rs` is the start of the binary alone (under 120). A file past that
+/// holds more than one concern and is split by them.
+#[test]
+fn no_source_file_is_too_long_to_read_whole() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let rel = f.strip_prefix(&src).unwrap();
+            let n = lines_before_tests(&fs::read_to_string(f).unwrap());
+            let limit = if rel == Path::new("main.rs") {
+                120
+            } else {
+                800
+            };
+            (n > limit).then(|| format!("{} ({n} lines, at most {limit})", rel.display()))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "source files longer than a reader takes in whole, before their tests:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_lines_before_the_tests_are_counted() {
+    assert_eq!(lines_before_tests("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2);
+    assert_eq!(lines_before_tests("a\nb\nc\n"), 3);
+    // A test-only item in the code is code: only the test module ends the count.
+    assert_eq!(lines_before_tests("a\n#[cfg(test)]\nfn f() {}\nb\n"), 4);
+    assert_eq!(lines_before_tests("a\n    #[cfg(test)]\n    mod t {}\n"), 3);
+}
