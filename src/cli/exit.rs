@@ -37,6 +37,12 @@ pub trait Exit: Send + Sync {
     fn json(&self) -> AsJson {
         AsJson::Failure
     }
+
+    /// Whether it was said already (a command's own status): then nothing more is
+    /// printed, nor written into a turn's report.
+    fn said_already(&self) -> bool {
+        false
+    }
 }
 
 /// What a failure prints as JSON.
@@ -100,6 +106,40 @@ impl Exit for Within {
 
     fn json(&self) -> AsJson {
         self.failed.0.json()
+    }
+
+    fn said_already(&self) -> bool {
+        self.failed.0.said_already()
+    }
+}
+
+/// A command that ends with a status of its own, said already: `run` and `turn` with
+/// their command's, `turn` past its timeout with 124, `new --wait-setup` and `setup`
+/// with the setup's, a teardown runner with its command's.
+pub struct Status(u8);
+
+impl Status {
+    /// Ending with `code`: 1 where it is no failure's code (0, or beyond 255).
+    pub fn of(code: i32) -> Status {
+        Status(u8::try_from(code).ok().filter(|&c| c != 0).unwrap_or(1))
+    }
+}
+
+impl Exit for Status {
+    fn exit_code(&self) -> u8 {
+        self.0
+    }
+
+    fn message(&self) -> String {
+        format!("exit status {}", self.0)
+    }
+
+    fn json(&self) -> AsJson {
+        AsJson::Printed
+    }
+
+    fn said_already(&self) -> bool {
+        true
     }
 }
 
@@ -172,11 +212,11 @@ fn with_causes(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// Exits with the command's status: its code, or 128 + the signal that ended it.
+/// Ends with the command's status: its code, or 128 + the signal that ended it.
 pub fn exit_as(status: std::process::ExitStatus) -> Result<(), Failed> {
     match exit_code(status) {
         0 => Ok(()),
-        code => std::process::exit(code),
+        code => Err(Status::of(code).into()),
     }
 }
 
@@ -195,6 +235,9 @@ pub fn finish(result: Result<(), Failed>, json_to: Option<JsonTo>) -> ExitCode {
     let Err(Failed(failure)) = result else {
         return ExitCode::SUCCESS;
     };
+    if failure.said_already() {
+        return ExitCode::from(failure.exit_code());
+    }
     let message = report::for_people(&failure.message());
     // JSON on stderr (`run --json`) is all stderr says: parseable.
     if json_to != Some(JsonTo::Stderr) {
@@ -259,5 +302,20 @@ mod tests {
             Failed::from(io()).0.message(),
             format!("{:#}", anyhow::Error::from(io()))
         );
+    }
+
+    /// A command's own status ends the command with that code and nothing more said,
+    /// wrapped or not; a code no exit can carry ends it with 1.
+    #[test]
+    fn a_status_of_its_own_ends_with_its_code_and_says_nothing_more() {
+        for (code, ends) in [(7, 7), (124, 124), (255, 255), (0, 1), (256, 1), (-1, 1)] {
+            let f = Failed::from(Status::of(code));
+            assert_eq!((f.0.exit_code(), f.0.said_already()), (ends, true));
+            assert!(matches!(f.0.json(), AsJson::Printed));
+            let f = f.within("in /m/r/w");
+            assert_eq!((f.0.exit_code(), f.0.said_already()), (ends, true));
+        }
+        assert_eq!(finish(Err(Status::of(9).into()), None), ExitCode::from(9));
+        assert!(!Failed::from(std::io::Error::other("x")).0.said_already());
     }
 }

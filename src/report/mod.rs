@@ -172,6 +172,10 @@ pub fn human_bytes(n: u64) -> String {
 /// it, or it is deleting, removed or unknown). `1` stays for a request that failed.
 pub const EXIT_CONFLICT: u8 = 3;
 
+/// The exit code of `turn` when its command ran past `--timeout` and was ended
+/// (timeout(1)'s code).
+pub const EXIT_TIMED_OUT: i32 = 124;
+
 /// A typed refusal: its message (for people, on stderr), its JSON (when asked for: one
 /// of the shapes of [`shapes`]), and the exit code. Not a `std::error::Error`: it ends a
 /// command through the command line's exit trait (its code, its JSON), and so cannot be

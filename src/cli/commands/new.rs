@@ -13,7 +13,7 @@ use worktreefs::report::shapes::{
 use worktreefs::state::StateDir;
 use worktreefs::store::{SetupRow, SetupState, Store, WorktreeRow};
 
-use crate::cli::exit::Failed;
+use crate::cli::exit::{Failed, Status};
 use crate::cli::output::{print_cd, print_json, print_path, print_taken};
 use crate::cli::progress::{Meter, Slow};
 use crate::cli::state::open_store;
@@ -328,7 +328,7 @@ fn setup_status(ask: SetupAsk, run: Option<&SetupRow>) -> Result<(), Failed> {
     match run {
         Some(r) if ask.wait && r.state != SetupState::Ok => {
             eprintln!("worktreefs: the setup {}", r.summary());
-            std::process::exit(r.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1))
+            Err(Status::of(r.exit_code.unwrap_or(1)).into())
         }
         _ => Ok(()),
     }

@@ -16,7 +16,7 @@ use worktreefs::report::shapes::{self, SetupFailedJson, SetupJson};
 use worktreefs::state::StateDir;
 use worktreefs::store::{NewLease, SetupEnd, SetupRow, SetupState, Store, WorktreeRow};
 
-use crate::cli::exit::Failed;
+use crate::cli::exit::{Failed, Status};
 use crate::cli::output::print_json;
 use crate::cli::refusals::{leasable_worktree, runnable_worktree};
 use crate::cli::state::open_store;
@@ -149,7 +149,7 @@ pub fn finish(
     }
     match run.state {
         SetupState::Ok => Ok(()),
-        _ => std::process::exit(run.exit_code.filter(|c| (1..=255).contains(c)).unwrap_or(1)),
+        _ => Err(Status::of(run.exit_code.unwrap_or(1)).into()),
     }
 }
 
@@ -490,7 +490,9 @@ fn teardown_runner(state: &StateDir, repo: &str, name: &str, limit: u64) -> Resu
     }
     let _ = std::env::set_current_dir("/");
     let (said, code) = match ran {
-        Ok(ended) if ended.ended_with.is_some() => ("timed out".to_string(), 124),
+        Ok(ended) if ended.ended_with.is_some() => {
+            ("timed out".to_string(), report::EXIT_TIMED_OUT)
+        }
         Ok(ended) => match ended.status.code() {
             Some(0) => ("ok".to_string(), 0),
             Some(c) => (format!("failed (exit {c})"), c),
@@ -505,7 +507,7 @@ fn teardown_runner(state: &StateDir, repo: &str, name: &str, limit: u64) -> Resu
     let _ = std::io::stdout().flush();
     match code {
         0 => Ok(()),
-        c => std::process::exit(c.clamp(1, 255)),
+        c => Err(Status::of(c).into()),
     }
 }
 

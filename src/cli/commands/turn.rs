@@ -17,7 +17,7 @@ use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
 use crate::cli::acquire::{acquire_named, Want, WAIT_POLL};
-use crate::cli::exit::{exit_as, Failed};
+use crate::cli::exit::{exit_as, Failed, Status};
 use crate::cli::refusals::{not_mounted, runnable_worktree};
 use crate::cli::report_file::write_report;
 use crate::cli::state::open_store;
@@ -325,7 +325,7 @@ fn cmd_turn(
             session: ask.session.to_string(),
             timeout_secs: secs,
             signal: signal_name(sig).to_string(),
-            exit_status: EXIT_TIMED_OUT,
+            exit_status: report::EXIT_TIMED_OUT,
             message: message.clone(),
         });
         write_report(&v);
@@ -336,7 +336,7 @@ fn cmd_turn(
         } else {
             eprintln!("worktreefs: {message}");
         }
-        std::process::exit(EXIT_TIMED_OUT);
+        return Err(Status::of(report::EXIT_TIMED_OUT).into());
     }
     write_report(&shapes::value(shapes::TurnOutcomeJson {
         outcome: "ended".into(),
@@ -344,9 +344,6 @@ fn cmd_turn(
     }));
     exit_as(ended.status)
 }
-
-/// What `turn` exits with when its command ran past `--timeout` (timeout(1)'s code).
-const EXIT_TIMED_OUT: i32 = 124;
 
 /// Why a guarded turn's gate is not in place.
 enum GuardNotReady {
