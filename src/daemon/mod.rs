@@ -197,6 +197,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     let setups = crate::lifecycle::setup::Launcher {
         program: "/proc/self/exe".into(),
         state: req.state.clone(),
+        runners: Default::default(),
     };
     let serving = inspection.clone().tearing_down_with(setups.clone());
     view.set_inspection(serving.clone());
@@ -206,6 +207,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         crate::lifecycle::holders::Tracker::new(
             &req.state,
             gate.clone(),
+            setups.runners.clone(),
             Box::new(move || view.catalog_changed()),
         )?
     };

@@ -346,7 +346,10 @@ impl View {
         // While its teardown command runs, its processes find it (entering it is theirs
         // alone: the lease tracker lets nobody else in).
         if self.catalog.state(wt.ident.lease_id) == Some(State::Deleting)
-            && !crate::lifecycle::setup::tearing_down(wt.ident.id)
+            && !self
+                .inspection
+                .get()
+                .is_some_and(|i| i.tearing_down(wt.ident.id))
         {
             return Err(FsError::conflict(
                 format!(

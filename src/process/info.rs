@@ -10,6 +10,8 @@ use super::pidfd::{pidfd_open, pidfd_signal};
 pub struct ProcInfo {
     pub pid: i32,
     pub ppid: i32,
+    /// The session it is in (its leader's pid).
+    pub session: i32,
     /// Start time in clock ticks since boot (field 22 of /proc/<pid>/stat).
     pub start: u64,
     pub command: String,
@@ -107,10 +109,11 @@ fn parse_stat(pid: i32, stat: &str) -> Option<ProcInfo> {
     let close = stat.rfind(')')?;
     let command = stat[open + 1..close].to_string();
     let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
-    // fields[0] is field 3 (state): ppid is field 4, starttime field 22.
+    // fields[0] is field 3 (state): ppid is field 4, session field 6, starttime field 22.
     Some(ProcInfo {
         pid,
         ppid: fields.get(1)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
         command,
     })
@@ -188,6 +191,19 @@ mod tests {
         assert_eq!(info.pid, me);
         assert!(info.start > 0);
         assert_eq!(info.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(
+            info.session,
+            nix::unistd::getsid(None).unwrap().as_raw(),
+            "the session, read past a command of spaces and parentheses"
+        );
+        assert_eq!(
+            parse_stat(
+                9,
+                "9 (a) b (c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20"
+            )
+            .map(|p| (p.command, p.ppid, p.session, p.start)),
+            Some(("a) b (c".to_string(), 1, 3, 19))
+        );
         assert_eq!(tgid_of(me), Some(me));
         // A thread other than the leader belongs to the leader's process.
         let (tx, rx) = std::sync::mpsc::channel();

@@ -111,6 +111,14 @@ impl Inspection {
                 .is_ok_and(|h| h.on_remove.is_some())
     }
 
+    /// Whether worktree `id` runs its teardown command now, through these inspections'
+    /// launcher.
+    pub fn tearing_down(&self, id: crate::ids::WorktreeId) -> bool {
+        self.teardowns
+            .as_ref()
+            .is_some_and(|l| l.runners.tearing_down(id))
+    }
+
     /// These inspections, with teardown commands run through `launcher` before a removal.
     pub fn tearing_down_with(mut self, launcher: crate::lifecycle::setup::Launcher) -> Inspection {
         self.teardowns = Some(launcher);

@@ -52,7 +52,7 @@ impl Tracker {
                     if *worktree_id == l.worktree_id && *holder == l.holder)
             });
             // A setup's runner: its lease ends as its setup does (`lifecycle::setup`).
-            let runner = crate::lifecycle::setup::is_setup_runner(l.worktree_id, pid);
+            let runner = self.runners.is_setup_runner(l.worktree_id, pid);
             if known || releasing || runner {
                 continue;
             }
@@ -133,9 +133,7 @@ impl Tracker {
         };
         // git run by the daemon for a checkout conversion, and the filters it starts; a
         // teardown command the daemon runs before the worktree goes.
-        if crate::git::filters::is_ours(pid)
-            || crate::lifecycle::setup::teardown_covers(worktree_id, pid)
-        {
+        if crate::git::filters::is_ours(pid) || self.runners.teardown_covers(worktree_id, pid) {
             return Ok(());
         }
         // Covered by itself or an ancestor?

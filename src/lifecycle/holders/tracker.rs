@@ -106,12 +106,16 @@ pub struct Tracker {
     pub(super) wake: (OwnedFd, OwnedFd),
     /// Called when the store changed (so the view re-reads states).
     pub(super) on_change: Box<dyn Fn() + Send + Sync>,
+    /// The setup and teardown runners running now: a setup runner's lease is never
+    /// passed on, a teardown runner's processes enter without one.
+    pub(super) runners: crate::lifecycle::setup::Runners,
 }
 
 impl Tracker {
     pub fn new(
         state: &StateDir,
         gate: Arc<Gate>,
+        runners: crate::lifecycle::setup::Runners,
         on_change: Box<dyn Fn() + Send + Sync>,
     ) -> LifecycleResult<Arc<Tracker>> {
         let store = Store::open(&state.root)?;
@@ -137,6 +141,7 @@ impl Tracker {
             exiting: Mutex::new(HashSet::new()),
             wake: (r, w),
             on_change,
+            runners,
         });
         Ok(tracker)
     }
@@ -202,6 +207,7 @@ mod tests {
         let t = Tracker::new(
             &state,
             Arc::new(crate::lifecycle::gate::Gate::new()),
+            Default::default(),
             Box::new(|| {}),
         )
         .unwrap();

@@ -120,7 +120,7 @@ impl Tracker {
         self.drop_covered(w.worktree_id);
         // A setup's runner: what it left inside is its setup's (ended with it), and its
         // lease ends as its setup does (`lifecycle::setup`), never passed on here.
-        if crate::lifecycle::setup::is_setup_runner(w.worktree_id, w.info.pid) {
+        if self.runners.is_setup_runner(w.worktree_id, w.info.pid) {
             return;
         }
         // A process that is forking or exiting right now may be missing from one scan (a
