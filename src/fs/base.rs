@@ -31,39 +31,23 @@ impl View {
             .base
             .ok_or_else(|| FsError::internal("base entry without object"))?;
         let warm_time = |t: (i64, u32)| super::types::systime(t.0, t.1 as i64);
-        if let Some(f) = wt.base.warm_file(&base) {
-            let (size, perm) = match wt.base.warm_link_of(f) {
-                Some(l) => (l.len() as u64, 0o777),
-                None => (f.size, f.perm as u16),
+        if let Some(i) = wt.base.inherited(&base) {
+            // A snapshot's entry: a file (or symlink) of it, or a directory only it has.
+            let t = warm_time(i.mtime);
+            let (kind, nlink) = match base.mode {
+                crate::git::MODE_TREE => (FType::Dir, 2),
+                _ => (ov.ftype, 1),
             };
-            let t = warm_time(f.mtime);
             return Ok(Attr {
                 ino,
-                size,
-                blocks: size.div_ceil(512),
+                size: i.size,
+                blocks: i.size.div_ceil(512),
                 atime: t,
                 mtime: t,
                 ctime: t,
-                kind: ov.ftype,
-                perm,
-                nlink: 1,
-                uid: wt.ident.uid,
-                gid: wt.ident.gid,
-                rdev: 0,
-            });
-        }
-        if let Some(d) = wt.base.warm_dir(&base) {
-            let t = warm_time(d.mtime);
-            return Ok(Attr {
-                ino,
-                size: 4096,
-                blocks: 8,
-                atime: t,
-                mtime: t,
-                ctime: t,
-                kind: FType::Dir,
-                perm: d.perm as u16,
-                nlink: 2,
+                kind,
+                perm: i.perm as u16,
+                nlink,
                 uid: wt.ident.uid,
                 gid: wt.ident.gid,
                 rdev: 0,

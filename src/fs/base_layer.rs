@@ -19,6 +19,15 @@ use crate::git::objects::ObjectCache;
 use crate::git::warm::{self, Snapshot};
 use crate::git::{self, MODE_TREE};
 
+/// What a warm snapshot gives one of its entries: the size (a symlink's target's length,
+/// a directory's 4096), the mode bits and the modification time (seconds, nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Inherited {
+    pub(super) size: u64,
+    pub(super) perm: u32,
+    pub(super) mtime: (i64, u32),
+}
+
 /// A base file's conversion: what, for which path, and the cache key of its result.
 #[derive(Debug, Clone)]
 pub(super) struct Converted {
@@ -123,8 +132,30 @@ impl Base {
         }
     }
 
+    /// What the warm snapshot says of base entry `b` when it is one the snapshot holds
+    /// (a file of it, or a directory only it has): the size, mode and time the view shows.
+    /// None for the entries of the base tree, which show a checkout's.
+    pub(super) fn inherited(&self, b: &BaseRef) -> Option<Inherited> {
+        if let Some(f) = self.warm_file(b) {
+            let (size, perm) = match self.warm_link(b) {
+                Some(l) => (l.len() as u64, 0o777),
+                None => (f.size, f.perm),
+            };
+            return Some(Inherited {
+                size,
+                perm,
+                mtime: f.mtime,
+            });
+        }
+        self.warm_dir(b).map(|d| Inherited {
+            size: 4096,
+            perm: d.perm,
+            mtime: d.mtime,
+        })
+    }
+
     /// The warm snapshot's file behind base entry `b`, if it is one.
-    pub(super) fn warm_file(&self, b: &BaseRef) -> Option<&warm::File> {
+    fn warm_file(&self, b: &BaseRef) -> Option<&warm::File> {
         match (&self.warm, b.mode) {
             (_, MODE_TREE) => None,
             (Some(s), _) => s.file(b.warm),
@@ -133,19 +164,14 @@ impl Base {
     }
 
     /// The target of the warm snapshot's symlink behind base entry `b`, if it is one.
-    pub(super) fn warm_link(&self, b: &BaseRef) -> Option<&[u8]> {
+    fn warm_link(&self, b: &BaseRef) -> Option<&[u8]> {
         let f = self.warm_file(b)?;
-        self.warm.as_ref()?.link(f)
-    }
-
-    /// The target of the warm snapshot's symlink record `f`, if it is a symlink.
-    pub(super) fn warm_link_of(&self, f: &warm::File) -> Option<&[u8]> {
         self.warm.as_ref()?.link(f)
     }
 
     /// The warm snapshot's directory behind base directory `b` when only the snapshot has
     /// it (a tracked directory keeps a checkout's attributes).
-    pub(super) fn warm_dir(&self, b: &BaseRef) -> Option<&warm::Dir> {
+    fn warm_dir(&self, b: &BaseRef) -> Option<&warm::Dir> {
         match &self.warm {
             Some(s) if b.mode == MODE_TREE && b.oid == warm::no_tree() => s.dir(b.warm),
             _ => None,
@@ -204,8 +230,9 @@ impl Base {
         })
     }
 
-    /// Every path a checkout converts.
-    pub(super) fn conversions(&self) -> Option<&Conversions> {
-        self.conversions.as_deref()
+    /// The converted files whose blob does not survive a checkout and a clean (git
+    /// lists them as modified once it looks at them).
+    pub(super) fn dirty_conversions(&self) -> impl Iterator<Item = &[u8]> {
+        self.conversions.iter().flat_map(|c| c.dirty())
     }
 }

@@ -29,8 +29,8 @@ impl View {
         if let Some(size) = c.conv.lfs_size {
             return Ok(size);
         }
-        if let Some(size) = self.conv_sizes.lock().get(&c.key) {
-            return Ok(*size);
+        if let Some(size) = self.bases.converted_size(c.key) {
+            return Ok(size);
         }
         match self.open_converted(wt, c, oid) {
             Ok(f) => {
@@ -38,7 +38,7 @@ impl View {
                     .metadata()
                     .map_err(|e| FsError::io("fstat of converted content", e))?
                     .len();
-                self.conv_sizes.lock().insert(c.key, size);
+                self.bases.remember_size(c.key, size);
                 Ok(size)
             }
             // The read says why (and fails, for a required filter); the file shows the
@@ -49,8 +49,8 @@ impl View {
                     .objects
                     .blob_size(&wt.base.gitdir, oid)
                     .map_err(|e| FsError::git(format!("size of blob {oid}"), e))?;
-                if self.conv_failed.lock().contains(&c.key) {
-                    self.conv_sizes.lock().insert(c.key, size);
+                if self.bases.failed(c.key) {
+                    self.bases.remember_size(c.key, size);
                 }
                 Ok(size)
             }
@@ -82,10 +82,7 @@ impl View {
     /// The worktree, blob and path of node `ino` when it is a base file of a worktree
     /// with converted files (none looked for until some worktree has them).
     fn converted_base_file(&self, ino: Ino) -> Option<(std::sync::Arc<WtCtx>, Oid, Vec<u8>)> {
-        if !self
-            .conversions_in_use
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if !self.bases.any_converts() {
             return None;
         }
         let t = self.nodes.read();
@@ -110,7 +107,7 @@ impl View {
     /// The converted content `c` of blob `oid`, opened for reading. A conversion that
     /// failed gives the raw blob, or for a required filter EIO.
     pub(super) fn open_converted(&self, wt: &WtCtx, c: &Converted, oid: Oid) -> FsResult<File> {
-        let failed = self.conv_failed.lock().contains(&c.key);
+        let failed = self.bases.failed(c.key);
         let made = if failed {
             Err(None)
         } else {
@@ -145,7 +142,7 @@ impl View {
                 ));
             }
             // Said once, when it happens (a listing may be what ran it).
-            self.conv_failed.lock().insert(c.key);
+            self.bases.remember_failure(c.key);
             if c.conv.required {
                 tracing::warn!(
                     "{}/{path}: the required {what} failed ({e}); reads of the file fail (EIO) until it is fixed and the daemon restarts",

@@ -187,7 +187,7 @@ impl View {
             FType::Dir => {
                 // An inherited directory keeps its mode (a 0700 one stays private), and
                 // every directory the time the view showed for it.
-                let perm = wt.base.warm_dir(&base).map_or(0o755, |d| d.perm);
+                let perm = wt.base.inherited(&base).map_or(0o755, |d| d.perm);
                 beneath::mkdir_at(work, tmp, 0o700)
                     .map_err(|e| FsError::io("mkdir in work dir", e))?;
                 let ino = own_dir(work, tmp, wt.ident.uid, wt.ident.gid, perm)?;
@@ -209,7 +209,7 @@ impl View {
     /// The time the view shows for the base directory `base` (as `base_attr` does).
     fn base_dir_time(&self, wt: &WtCtx, base: &BaseRef) -> std::time::SystemTime {
         wt.base
-            .warm_dir(base)
+            .inherited(base)
             .map_or(wt.base.mtime, |d| systime(d.mtime.0, d.mtime.1 as i64))
     }
 
@@ -253,7 +253,7 @@ impl View {
             Some(nix::unistd::Gid::from_raw(wt.ident.gid)),
         );
         // An inherited file keeps its mode and time (a build compares times).
-        let warm = wt.base.warm_file(&base);
+        let warm = wt.base.inherited(&base);
         let perm = match warm {
             Some(f) => f.perm & 0o7777,
             None if base.mode == MODE_EXEC => 0o755,
@@ -398,7 +398,7 @@ impl View {
             match e.mode {
                 MODE_TREE | MODE_GITLINK => {
                     // Made writable for what goes in it, given its mode last.
-                    let perm = wt.base.warm_dir(&child_base).map_or(0o755, |d| d.perm);
+                    let perm = wt.base.inherited(&child_base).map_or(0o755, |d| d.perm);
                     beneath::mkdir_at(dir, &e.name, 0o700).map_err(|err| {
                         FsError::io(format!("mkdir {}", e.name.to_string_lossy()), err)
                     })?;

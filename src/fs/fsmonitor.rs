@@ -114,9 +114,7 @@ impl View {
                 // Files whose blob does not survive a checkout and a clean: git lists them
                 // as modified once it looks at them, as in a checkout whose files were
                 // touched (their index entries carry no size, so it reads them).
-                if let Some(c) = wt.base.conversions() {
-                    out.extend(c.dirty().map(<[u8]>::to_vec));
-                }
+                out.extend(wt.base.dirty_conversions().map(<[u8]>::to_vec));
                 out.sort();
                 out.dedup();
                 out

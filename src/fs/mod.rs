@@ -13,6 +13,7 @@
 pub mod adapter;
 mod base;
 mod base_layer;
+mod bases;
 mod catalog;
 mod control;
 mod control_files;

@@ -25,7 +25,6 @@ use super::catalog::{repo_ino, REPO_INO_BASE};
 /// How long `mkdir` of a worktree waits for a database another process holds (the kernel
 /// holds the repository's directory while it waits) before it answers EBUSY.
 const MKDIR_BUSY_TIMEOUT: Duration = Duration::from_millis(500);
-use super::base_layer::Base;
 use super::control::{CONTROL_INO, CONTROL_NAME};
 use super::error::{ErrorKind, FsError, FsResult};
 use super::inodes::{DYNAMIC_INO_BIT, ROOT_INO};
@@ -65,13 +64,8 @@ impl View {
             );
         }
         let admin = git::admin_dir(&repo.gitdir, &row.admin_name);
-        let conversions = read_conversions(&self.state.conversions(row.id))?;
-        if conversions.is_some() {
-            self.conversions_in_use
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
         let warm = match (row.warm, &row.warm_manifest) {
-            (Some(id), Some(manifest)) => Some(self.warm_snapshot(id, manifest)?),
+            (Some(id), Some(manifest)) => Some((id, self.state.warm().join(manifest))),
             (Some(id), None) => {
                 return Err(FsError::new(
                     ErrorKind::Store,
@@ -81,6 +75,14 @@ impl View {
             _ => None,
         };
         let tree = Oid::from_str(&row.base_tree).map_err(|e| FsError::git("its base tree", e))?;
+        let base = self.bases.open(
+            &repo.gitdir,
+            tree,
+            systime(row.base_mtime, 0),
+            warm.as_ref()
+                .map(|(id, manifest)| (*id, manifest.as_path())),
+            &self.state.conversions(row.id),
+        )?;
         Ok(WtCtx {
             ident: Identity {
                 id: row.id,
@@ -101,39 +103,13 @@ impl View {
                 work_fd,
                 whiteouts,
             },
-            base: Base::new(
-                repo.gitdir.clone(),
-                tree,
-                systime(row.base_mtime, 0),
-                warm,
-                conversions,
-            ),
+            base,
             journal: WorktreeJournal::default(),
             nested: Nested {
                 shown: self.state.submodules_marker(row.id).exists(),
                 ..Nested::default()
             },
         })
-    }
-
-    /// Warm snapshot `id`, read from its manifest the first time a worktree shows it (the
-    /// sizes of its files are its own: `Base::size`).
-    fn warm_snapshot(&self, id: i64, manifest: &str) -> FsResult<Arc<crate::git::warm::Snapshot>> {
-        let mut map = self.warm.lock();
-        if let Some(s) = map.get(&id).and_then(|w| w.upgrade()) {
-            return Ok(s);
-        }
-        map.retain(|_, w| w.strong_count() > 0);
-        let snap = Arc::new(
-            crate::git::warm::Snapshot::load(id, &self.state.warm().join(manifest))
-                .map_err(|e| FsError::internal(format!("its warm snapshot {id}: {e}")))?,
-        );
-        map.insert(id, Arc::downgrade(&snap));
-        drop(map);
-        // Reading it took several times its size for a moment (a few milliseconds, under
-        // the catalog's lock like the read itself).
-        crate::heap::trim();
-        Ok(snap)
     }
 
     /// Reloads repositories and worktrees when another connection changed the store.
@@ -576,19 +552,4 @@ pub(super) fn open_layers(
     let migrated = crate::layout::migrate(upper_fd.as_fd(), work_fd.as_fd(), &whiteouts)
         .map_err(|e| FsError::io(format!("migrating the upper layer {}", upper.display()), e))?;
     Ok((upper_fd, work_fd, whiteouts, migrated))
-}
-
-/// A worktree's list of converted base files, if it has one.
-pub(super) fn read_conversions(
-    path: &std::path::Path,
-) -> FsResult<Option<Arc<crate::git::checkout::Conversions>>> {
-    match fs::read(path) {
-        Ok(bytes) => crate::git::checkout::Conversions::decode(&bytes)
-            .map(|c| Some(Arc::new(c)))
-            .ok_or_else(|| {
-                FsError::internal(format!("{} is not a list of conversions", path.display()))
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(FsError::io(format!("reading {}", path.display()), e)),
-    }
 }

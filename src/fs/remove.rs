@@ -419,10 +419,7 @@ impl View {
         }
         self.nodes.read().same_domain(parent, newparent, "rename")?;
         check_name(newname)?;
-        if self
-            .conversions_in_use
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if self.bases.any_converts() {
             let known = self.nodes.read().child(parent, name);
             if let Some(ino) = known {
                 self.prepare_content(ino);

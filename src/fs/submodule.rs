@@ -9,7 +9,6 @@ use git2::Oid;
 
 use crate::lifecycle::submodules::{ensure, Parent};
 
-use super::base_layer::Base;
 use super::error::{FsError, FsResult};
 use super::view::View;
 use super::worktree::{Identity, Nested, SubOf, UpperLayer, WtCtx};
@@ -178,15 +177,15 @@ impl View {
                     work_fd,
                     whiteouts,
                 },
-                base: Base::new(
-                    record.gitdir.clone(),
+                base: self.bases.open(
+                    &record.gitdir,
                     Oid::from_str(&record.tree)
                         .map_err(|e| FsError::git("its record's tree", e))?,
                     std::time::UNIX_EPOCH
                         + std::time::Duration::from_secs(record.base_mtime.max(0) as u64),
                     None,
-                    super::namespace::read_conversions(&dir.join(crate::state::CONVERSIONS_FILE))?,
-                ),
+                    &dir.join(crate::state::CONVERSIONS_FILE),
+                )?,
                 journal: Default::default(),
                 nested: Nested {
                     of: Some(SubOf {
@@ -201,10 +200,6 @@ impl View {
             })
         })()
         .map_err(|e| FsError::internal(format!("submodule {what}: {}", e.message)))?;
-        if ctx.base.converts() {
-            self.conversions_in_use
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
         // Shown at the path its record names now: a rename of a directory above it while
         // it was made moved it (moves hold `moving` while they change records and
         // `nested.views`). One made meanwhile by another lookup is the one shown (never two

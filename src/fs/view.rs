@@ -87,17 +87,10 @@ pub struct View {
     pub(super) gate: Arc<crate::lifecycle::gate::Gate>,
     pub(super) catalog: Catalog,
     pub(super) objects: ObjectCache,
-    /// Warm snapshots in use, by id: one copy in memory however many worktrees show one.
-    pub(super) warm:
-        Mutex<std::collections::HashMap<i64, std::sync::Weak<crate::git::warm::Snapshot>>>,
     pub(super) blobs: BlobCache,
-    /// Sizes of converted base files, by conversion key (`fs/converted.rs`), and the
-    /// conversions that failed.
-    pub(super) conv_sizes: Mutex<std::collections::HashMap<git2::Oid, u64>>,
-    pub(super) conv_failed: Mutex<std::collections::HashSet<git2::Oid>>,
-    /// Whether any worktree served has converted files: until then no request looks for
-    /// a conversion (the common case pays nothing).
-    pub(super) conversions_in_use: std::sync::atomic::AtomicBool,
+    /// What every worktree's base shares: warm snapshots in use, conversions' sizes and
+    /// failures, whether any base converts.
+    pub(super) bases: super::bases::Bases,
     pub(super) mutate: super::place::Mutate,
     pub(super) nodes: Nodes,
     pub(super) handles: Handles,
@@ -171,11 +164,8 @@ impl View {
             gate: Arc::new(crate::lifecycle::gate::Gate::new()),
             catalog: Catalog::new(),
             objects: ObjectCache::default(),
-            warm: Default::default(),
             blobs,
-            conv_sizes: Default::default(),
-            conv_failed: Default::default(),
-            conversions_in_use: Default::default(),
+            bases: Default::default(),
             mutate: super::place::Mutate::new(),
             nodes,
             handles: Handles::new(),
