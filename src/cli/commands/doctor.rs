@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use serde::Serialize;
+use worktreefs::report::shapes::{CheckJson, CheckStatus};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 
@@ -35,7 +35,7 @@ pub fn run(root: &Path, args: DoctorArgs) -> Result<(), Failed> {
     }
     let failed: Vec<String> = checks
         .iter()
-        .filter(|c| c.status == Status::Fail)
+        .filter(|c| c.status == CheckStatus::Fail)
         .map(|c| c.check.clone())
         .collect();
     if failed.is_empty() {
@@ -58,35 +58,8 @@ impl Exit for ChecksFailed {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Warn,
-    Fail,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Warn => "warn",
-            Status::Fail => "fail",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub check: String,
-    pub status: Status,
-    pub detail: String,
-    /// What to do about it (None when there is nothing to do).
-    pub fix: Option<String>,
-}
-
-fn check(name: &str, status: Status, detail: String, fix: Option<String>) -> Check {
-    Check {
+fn check(name: &str, status: CheckStatus, detail: String, fix: Option<String>) -> CheckJson {
+    CheckJson {
         check: name.to_string(),
         status,
         detail,
@@ -99,7 +72,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Every check, in order: the FUSE device, fusermount3, the kernel, the state directory,
 /// stale mounts and locks, the daemon, each repository.
-fn checks(root: &Path) -> Vec<Check> {
+fn checks(root: &Path) -> Vec<CheckJson> {
     let root_user = nix::unistd::geteuid().is_root();
     let mut out = vec![fuse_device(), fusermount(root_user), kernel(root_user)];
     let state = state_dir(root, &mut out);
@@ -120,26 +93,26 @@ fn checks(root: &Path) -> Vec<Check> {
 
 /// The FUSE device, and whether this user can mount through it (or fusermount3): the
 /// check `mount` makes, so this fails where a mount would, with the same way out.
-fn fuse_device() -> Check {
+fn fuse_device() -> CheckJson {
     match worktreefs::daemon::fuse_access::check() {
-        Ok((_, detail)) => check("fuse-device", Status::Ok, detail, None),
-        Err(r) => check("fuse-device", Status::Fail, r.detail, Some(r.fix)),
+        Ok((_, detail)) => check("fuse-device", CheckStatus::Ok, detail, None),
+        Err(r) => check("fuse-device", CheckStatus::Fail, r.detail, Some(r.fix)),
     }
 }
 
-fn fusermount(root_user: bool) -> Check {
+fn fusermount(root_user: bool) -> CheckJson {
     let Some(bin) = worktreefs::fs::mount::fusermount_bin() else {
         return if root_user {
             check(
                 "fusermount3",
-                Status::Ok,
+                CheckStatus::Ok,
                 "not installed; root mounts without it".into(),
                 None,
             )
         } else {
             check(
                 "fusermount3",
-                Status::Fail,
+                CheckStatus::Fail,
                 "not installed: a user who is not root mounts through it".into(),
                 Some(
                     "install it (`apt-get install fuse3`, `dnf install fuse3`), or mount as root"
@@ -153,7 +126,7 @@ fn fusermount(root_user: bool) -> Check {
     if setuid || root_user {
         check(
             "fusermount3",
-            Status::Ok,
+            CheckStatus::Ok,
             format!(
                 "{}{}",
                 bin.display(),
@@ -164,7 +137,7 @@ fn fusermount(root_user: bool) -> Check {
     } else {
         check(
             "fusermount3",
-            Status::Fail,
+            CheckStatus::Fail,
             format!(
                 "{} is not setuid root: it cannot mount for you",
                 bin.display()
@@ -187,11 +160,11 @@ fn release() -> Option<(String, u32, u32)> {
     Some((r, major, minor))
 }
 
-fn kernel(root_user: bool) -> Check {
+fn kernel(root_user: bool) -> CheckJson {
     let Some((r, major, minor)) = release() else {
         return check(
             "kernel",
-            Status::Warn,
+            CheckStatus::Warn,
             "the kernel's release cannot be read".into(),
             None,
         );
@@ -230,9 +203,9 @@ fn kernel(root_user: bool) -> Check {
     });
     let fixes: Vec<String> = passthrough_fix.into_iter().chain(uring_fix).collect();
     let status = if fixes.is_empty() {
-        Status::Ok
+        CheckStatus::Ok
     } else {
-        Status::Warn
+        CheckStatus::Warn
     };
     let fix = (!fixes.is_empty()).then(|| fixes.join("; "));
     check(
@@ -243,13 +216,13 @@ fn kernel(root_user: bool) -> Check {
     )
 }
 
-fn state_dir(root: &Path, out: &mut Vec<Check>) -> Option<StateDir> {
+fn state_dir(root: &Path, out: &mut Vec<CheckJson>) -> Option<StateDir> {
     let meta = match std::fs::symlink_metadata(root) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             out.push(check(
                 "state-dir",
-                Status::Ok,
+                CheckStatus::Ok,
                 format!(
                     "{} does not exist yet; the first mount or `repo add` makes it",
                     root.display()
@@ -261,7 +234,7 @@ fn state_dir(root: &Path, out: &mut Vec<Check>) -> Option<StateDir> {
         Err(e) => {
             out.push(check(
                 "state-dir",
-                Status::Fail,
+                CheckStatus::Fail,
                 format!("{}: {e}", root.display()),
                 Some("use a state dir of your own with --state-dir".into()),
             ));
@@ -272,13 +245,13 @@ fn state_dir(root: &Path, out: &mut Vec<Check>) -> Option<StateDir> {
     let mode = meta.permissions().mode() & 0o7777;
     let (status, detail, fix) = if meta.file_type().is_symlink() || !meta.is_dir() {
         (
-            Status::Fail,
+            CheckStatus::Fail,
             format!("{} is not a directory", root.display()),
             Some("move it away, or use another --state-dir".into()),
         )
     } else if meta.uid() != me {
         (
-            Status::Fail,
+            CheckStatus::Fail,
             format!(
                 "{} belongs to uid {}, not to you (uid {me})",
                 root.display(),
@@ -288,7 +261,7 @@ fn state_dir(root: &Path, out: &mut Vec<Check>) -> Option<StateDir> {
         )
     } else if mode & 0o077 != 0 {
         (
-            Status::Warn,
+            CheckStatus::Warn,
             format!(
                 "{} has mode {mode:o}: others may look into it",
                 root.display()
@@ -300,7 +273,7 @@ fn state_dir(root: &Path, out: &mut Vec<Check>) -> Option<StateDir> {
         )
     } else {
         (
-            Status::Ok,
+            CheckStatus::Ok,
             format!("{} (mode {mode:o}, yours)", root.display()),
             None,
         )
@@ -327,7 +300,7 @@ fn state_dir(root: &Path, out: &mut Vec<Check>) -> Option<StateDir> {
         let low = pct < policy.min_free_percent || free < policy.min_free_bytes;
         out.push(check(
             "free-space",
-            if low { Status::Warn } else { Status::Ok },
+            if low { CheckStatus::Warn } else { CheckStatus::Ok },
             format!(
                 "{} free of {} ({pct:.0}%) where the state dir is",
                 worktreefs::report::human_bytes(free),
@@ -344,7 +317,7 @@ fn state_dir(root: &Path, out: &mut Vec<Check>) -> Option<StateDir> {
 }
 
 /// worktreefs mounts whose daemon is gone (they answer ENOTCONN).
-fn stale_mounts(out: &mut Vec<Check>) {
+fn stale_mounts(out: &mut Vec<CheckJson>) {
     let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let ours: Vec<PathBuf> = text
         .lines()
@@ -364,7 +337,7 @@ fn stale_mounts(out: &mut Vec<Check>) {
     if dead.is_empty() {
         out.push(check(
             "stale-mounts",
-            Status::Ok,
+            CheckStatus::Ok,
             format!(
                 "{} worktreefs mount(s), none left by a dead daemon",
                 ours.len()
@@ -375,7 +348,7 @@ fn stale_mounts(out: &mut Vec<Check>) {
         let list: Vec<String> = dead.iter().map(|m| m.display().to_string()).collect();
         out.push(check(
             "stale-mounts",
-            Status::Fail,
+            CheckStatus::Fail,
             format!("left by a daemon that died: {}", list.join(", ")),
             Some(format!(
                 "`worktreefs unmount` with that mount's state dir detaches it (or `umount -l {}`); the next mount finishes its cleanup",
@@ -385,11 +358,11 @@ fn stale_mounts(out: &mut Vec<Check>) {
     }
 }
 
-fn daemon(state: &StateDir, out: &mut Vec<Check>) {
+fn daemon(state: &StateDir, out: &mut Vec<CheckJson>) {
     let Some(d) = worktreefs::daemon::running_daemon(state) else {
         out.push(check(
             "daemon",
-            Status::Ok,
+            CheckStatus::Ok,
             "not running for this state dir (start one with `worktreefs mount`)".into(),
             None,
         ));
@@ -398,7 +371,7 @@ fn daemon(state: &StateDir, out: &mut Vec<Check>) {
     if worktreefs::daemon::detached(state, &d) {
         out.push(check(
             "daemon",
-            Status::Warn,
+            CheckStatus::Warn,
             worktreefs::daemon::detached_message(&d),
             Some(
                 "it finishes once the processes inside have left; `worktreefs status` shows it"
@@ -418,7 +391,7 @@ fn daemon(state: &StateDir, out: &mut Vec<Check>) {
             let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
             out.push(check(
                 "daemon",
-                Status::Ok,
+                CheckStatus::Ok,
                 format!(
                     "pid {} serves {}: answers ({} inodes in use, passthrough {}, requests over {}, {})",
                     d.pid,
@@ -437,7 +410,7 @@ fn daemon(state: &StateDir, out: &mut Vec<Check>) {
         }
         Ok(Err(e)) => out.push(check(
             "daemon",
-            Status::Fail,
+            CheckStatus::Fail,
             format!(
                 "pid {} holds the state dir, but {} does not answer: {e}",
                 d.pid,
@@ -450,7 +423,7 @@ fn daemon(state: &StateDir, out: &mut Vec<Check>) {
         )),
         Err(_) => out.push(check(
             "daemon",
-            Status::Fail,
+            CheckStatus::Fail,
             format!(
                 "pid {} serves {}, which has not answered within {} s",
                 d.pid,
@@ -468,7 +441,7 @@ fn daemon(state: &StateDir, out: &mut Vec<Check>) {
 
 /// Creations whose process is gone (killed half-way): the next mount or creation of that
 /// name rolls them back.
-fn stale_creations(store: &Store, out: &mut Vec<Check>) {
+fn stale_creations(store: &Store, out: &mut Vec<CheckJson>) {
     let rows = store.creations().unwrap_or_default();
     let gone: Vec<String> = rows
         .iter()
@@ -480,7 +453,7 @@ fn stale_creations(store: &Store, out: &mut Vec<Check>) {
     if gone.is_empty() {
         out.push(check(
             "stale-locks",
-            Status::Ok,
+            CheckStatus::Ok,
             format!(
                 "{} creation(s) under way, none left by a process that died",
                 rows.len()
@@ -490,7 +463,7 @@ fn stale_creations(store: &Store, out: &mut Vec<Check>) {
     } else {
         out.push(check(
             "stale-locks",
-            Status::Warn,
+            CheckStatus::Warn,
             format!("creations left by a process that died: {}", gone.join(", ")),
             Some("the next mount rolls them back (or a `worktreefs new` of that name)".into()),
         ));
@@ -502,7 +475,7 @@ fn stale_creations(store: &Store, out: &mut Vec<Check>) {
 /// Branches worktrees were given whose names git forbids (made before names were
 /// checked as git checks them: `HEAD` breaks `git rev-parse --abbrev-ref HEAD` in the
 /// repository), each with the rename that mends it, which cleanup follows.
-fn forbidden_branches(store: &Store, out: &mut Vec<Check>) {
+fn forbidden_branches(store: &Store, out: &mut Vec<CheckJson>) {
     let repos = store.repos().unwrap_or_default();
     for w in store.worktrees().unwrap_or_default() {
         if w.state == worktreefs::lease::State::Removed {
@@ -528,7 +501,7 @@ fn forbidden_branches(store: &Store, out: &mut Vec<Check>) {
         .to_string();
         out.push(check(
             &format!("branch {}/{}", w.repo, w.name),
-            Status::Warn,
+            CheckStatus::Warn,
             format!(
                 "worktree {}/{} is on branch '{b}': {why} (with it, git in the repository misreads names such as HEAD)",
                 w.repo, w.name
@@ -543,12 +516,12 @@ fn forbidden_branches(store: &Store, out: &mut Vec<Check>) {
     }
 }
 
-fn repositories(store: &Store, out: &mut Vec<Check>) {
+fn repositories(store: &Store, out: &mut Vec<CheckJson>) {
     let repos = store.repos().unwrap_or_default();
     if repos.is_empty() {
         out.push(check(
             "repositories",
-            Status::Ok,
+            CheckStatus::Ok,
             "none registered (`worktreefs repo add PATH`, or `worktreefs mount` inside one)".into(),
             None,
         ));
@@ -558,7 +531,7 @@ fn repositories(store: &Store, out: &mut Vec<Check>) {
         if !r.gitdir.is_dir() {
             out.push(check(
                 &name,
-                Status::Fail,
+                CheckStatus::Fail,
                 format!("its git directory {} is gone", r.gitdir.display()),
                 Some(format!(
                     "put the repository back, or `worktreefs repo remove {}` once its worktrees are reclaimed",
@@ -589,7 +562,7 @@ fn repositories(store: &Store, out: &mut Vec<Check>) {
         if included && want.is_file() {
             out.push(check(
                 &name,
-                Status::Ok,
+                CheckStatus::Ok,
                 format!(
                     "{}: its config includes {}",
                     r.path.display(),
@@ -600,7 +573,7 @@ fn repositories(store: &Store, out: &mut Vec<Check>) {
         } else {
             out.push(check(
                 &name,
-                Status::Warn,
+                CheckStatus::Warn,
                 format!(
                     "{}/config does not include {} (`git status` in its worktrees scans every file)",
                     r.gitdir.display(),

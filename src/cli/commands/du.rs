@@ -12,8 +12,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use serde::Serialize;
 use worktreefs::beneath;
+use worktreefs::report::shapes::{DuJson, KeptUsageJson, UsageJson, WorktreeUsageJson};
 use worktreefs::state::StateDir;
 use worktreefs::store::Store;
 use worktreefs::table::Table;
@@ -87,21 +87,11 @@ fn cmd_du(state: &StateDir, target: Option<&str>, json: bool) -> anyhow::Result<
     Ok(())
 }
 
-/// What a tree uses: bytes on disk (allocated blocks, as `du` counts), bytes of content
-/// (file sizes), and entries.
-#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct Usage {
-    pub bytes: u64,
-    pub apparent_bytes: u64,
-    pub entries: u64,
-}
-
-impl Usage {
-    fn add(&mut self, st: &libc::stat) {
-        self.bytes += st.st_blocks as u64 * 512;
-        self.apparent_bytes += st.st_size as u64;
-        self.entries += 1;
-    }
+/// Counts file `st` in `u`.
+fn add(u: &mut UsageJson, st: &libc::stat) {
+    u.bytes += st.st_blocks as u64 * 512;
+    u.apparent_bytes += st.st_size as u64;
+    u.entries += 1;
 }
 
 /// The mountpoints at or below `root` (from /proc/self/mounts): never entered, never
@@ -133,8 +123,8 @@ impl Walk {
     /// What `path` (the directory itself and all below it, on its own filesystem) uses;
     /// nothing for a path that is not there. Entries that go while it is read are not
     /// counted; a directory that cannot be read is counted without its contents.
-    pub fn usage(&mut self, path: &Path) -> Usage {
-        let mut u = Usage::default();
+    pub fn usage(&mut self, path: &Path) -> UsageJson {
+        let mut u = UsageJson::default();
         if self.skip.iter().any(|s| s == path) {
             return u;
         }
@@ -154,13 +144,13 @@ impl Walk {
             return u;
         };
         if self.seen.insert((st.st_dev, st.st_ino)) {
-            u.add(&st);
+            add(&mut u, &st);
         }
         self.walk(fd.as_fd(), path, st.st_dev, &mut u);
         u
     }
 
-    fn walk(&mut self, dir: BorrowedFd, path: &Path, dev: u64, u: &mut Usage) {
+    fn walk(&mut self, dir: BorrowedFd, path: &Path, dev: u64, u: &mut UsageJson) {
         let Ok(entries) = beneath::list(dir) else {
             return;
         };
@@ -176,7 +166,7 @@ impl Walk {
                 continue;
             }
             if self.seen.insert((st.st_dev, st.st_ino)) {
-                u.add(&st);
+                add(u, &st);
             }
             if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 // O_NOFOLLOW | O_DIRECTORY: a directory replaced by a link since the
@@ -191,52 +181,12 @@ impl Walk {
     }
 }
 
-/// One worktree's usage.
-#[derive(Debug, Serialize)]
-pub struct WorktreeUsage {
-    pub id: worktreefs::ids::WorktreeId,
-    pub worktree: String,
-    pub repo: String,
-    pub name: String,
-    pub state: String,
-    #[serde(flatten)]
-    pub usage: Usage,
-}
-
-/// One kept removal's usage.
-#[derive(Debug, Serialize)]
-pub struct KeptUsage {
-    pub id: worktreefs::ids::WorktreeId,
-    pub worktree: String,
-    pub repo: String,
-    pub name: String,
-    #[serde(flatten)]
-    pub usage: Usage,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Report {
-    pub state_dir: PathBuf,
-    pub worktrees: Vec<WorktreeUsage>,
-    pub removed: Vec<KeptUsage>,
-    /// The content store every worktree shares (base files read, warm snapshots'
-    /// contents), the warm snapshots' manifests, the indexes made once per tree.
-    pub blobs: Usage,
-    pub warm: Usage,
-    pub index_cache: Usage,
-    pub database: Usage,
-    /// What is being deleted (a removal's files on their way out).
-    pub trash: Usage,
-    /// The whole state directory, each file once, mounts left out.
-    pub total: Usage,
-}
-
 /// The usage of every worktree (or only `only`, `REPO/WT`) and the rest.
 pub fn report(
     state: &StateDir,
     store: &Store,
     only: Option<(&str, &str)>,
-) -> anyhow::Result<Report> {
+) -> anyhow::Result<DuJson> {
     let skip = mounts_under(&state.root);
     let mut worktrees = Vec::new();
     for w in store.worktrees()? {
@@ -247,7 +197,7 @@ pub fn report(
             continue;
         }
         let usage = Walk::new(skip.clone()).usage(&state.worktree_dir(w.id));
-        worktrees.push(WorktreeUsage {
+        worktrees.push(WorktreeUsageJson {
             id: w.id,
             worktree: format!("{}/{}", w.repo, w.name),
             repo: w.repo.clone(),
@@ -268,7 +218,7 @@ pub fn report(
         if only.is_some() {
             break;
         }
-        removed.push(KeptUsage {
+        removed.push(KeptUsageJson {
             id: k.worktree_id,
             worktree: format!("{}/{}", k.repo, k.worktree),
             repo: k.repo.clone(),
@@ -278,7 +228,7 @@ pub fn report(
     }
     let one = |p: &Path| Walk::new(skip.clone()).usage(p);
     let db = state.root.join(worktreefs::store::DB_FILE);
-    let mut database = Usage::default();
+    let mut database = UsageJson::default();
     for suffix in ["", "-wal", "-shm"] {
         let mut name = db.clone().into_os_string();
         name.push(suffix);
@@ -287,7 +237,7 @@ pub fn report(
         database.apparent_bytes += u.apparent_bytes;
         database.entries += u.entries;
     }
-    Ok(Report {
+    Ok(DuJson {
         state_dir: state.root.clone(),
         worktrees,
         removed,
@@ -335,7 +285,7 @@ mod tests {
         // Nothing there: nothing used.
         assert_eq!(
             Walk::new(vec![]).usage(&root.join("none")),
-            Usage::default()
+            UsageJson::default()
         );
     }
 }

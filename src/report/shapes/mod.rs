@@ -9,9 +9,10 @@ mod refusals;
 mod rows;
 
 pub use outcomes::{
-    AcquiredJson, CleanedJson, ControlTurnJson, CopiedJson, EnvJson, ForkJson, MountJson, NewJson,
-    ReclaimJson, ReleasedJson, RepoRemovedJson, RestoredJson, SkippedJson, StatsJson,
-    TurnEndedJson, TurnOutcomeJson, UnknownWorktreeJson, UnmountJson, WarmJson, WarmShownJson,
+    AcquiredJson, CheckJson, CheckStatus, CleanedJson, ControlTurnJson, CopiedJson, DuJson,
+    EnvJson, ForkJson, KeptUsageJson, MountJson, NewJson, ReclaimJson, ReleasedJson,
+    RepoRemovedJson, RestoredJson, SkippedJson, StatsJson, TurnEndedJson, TurnOutcomeJson,
+    UnknownWorktreeJson, UnmountJson, UsageJson, WarmJson, WarmShownJson, WorktreeUsageJson,
 };
 pub use refusals::{
     BusyJson, FailedJson, HasWorktreesJson, HolderJson, OccupiedJson, ReclaimHolderJson,
@@ -216,6 +217,8 @@ mod tests {
         );
         assert_eq!(shows::<MountJson>("## `mount --json`"), 1);
         assert_eq!(shows::<StatsJson>("## `.control/stats`"), 1);
+        assert_eq!(shows::<DuJson>("## `du --json`"), 1);
+        assert_eq!(shows::<CheckJson>("## `doctor --json`"), 1);
         let repo = "## `repo add|set|remove --json`";
         assert_eq!(
             shows_where::<RepoJson>(repo, |v| no_error(v) && v.get("removed").is_none()),

@@ -277,3 +277,88 @@ pub struct StatsJson {
     pub open_descriptors: u64,
     pub heap_in_use: Option<u64>,
 }
+
+/// What a tree uses (`du --json`): bytes on disk (allocated blocks, as `du` counts), bytes
+/// of content (file sizes), and entries.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageJson {
+    pub bytes: u64,
+    pub apparent_bytes: u64,
+    pub entries: u64,
+}
+
+/// One worktree's usage (`du --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeUsageJson {
+    pub id: WorktreeId,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    pub state: String,
+    #[serde(flatten)]
+    pub usage: UsageJson,
+}
+
+/// One kept removal's usage (`du --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeptUsageJson {
+    pub id: WorktreeId,
+    pub worktree: String,
+    pub repo: String,
+    pub name: String,
+    #[serde(flatten)]
+    pub usage: UsageJson,
+}
+
+/// `du --json`: each worktree's and kept removal's usage, and the rest of the state
+/// directory's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DuJson {
+    pub state_dir: PathBuf,
+    pub worktrees: Vec<WorktreeUsageJson>,
+    pub removed: Vec<KeptUsageJson>,
+    /// The content store every worktree shares (base files read, warm snapshots'
+    /// contents), the warm snapshots' manifests, the indexes made once per tree.
+    pub blobs: UsageJson,
+    pub warm: UsageJson,
+    pub index_cache: UsageJson,
+    pub database: UsageJson,
+    /// What is being deleted (a removal's files on their way out).
+    pub trash: UsageJson,
+    /// The whole state directory, each file once, mounts left out.
+    pub total: UsageJson,
+}
+
+/// How a `doctor` check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckStatus {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl CheckStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Ok => "ok",
+            CheckStatus::Warn => "warn",
+            CheckStatus::Fail => "fail",
+        }
+    }
+}
+
+/// One of `doctor --json`'s checks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckJson {
+    pub check: String,
+    pub status: CheckStatus,
+    pub detail: String,
+    /// What to do about it (None when there is nothing to do).
+    pub fix: Option<String>,
+}
