@@ -33,8 +33,23 @@ pub fn path_ino_low(path: &[u8]) -> u32 {
     fnv1a32(path).max(1)
 }
 
-pub fn path_ino(worktree_id: i64, path: &[u8]) -> u64 {
-    ((worktree_id as u64 & 0x7fff_ffff) << 32) | path_ino_low(path) as u64
+/// Whose inode numbers: what the high 32 bits of every number of one view's entries are
+/// made from. A worktree's is its id (below bit 30); a submodule view's has bit 30 set,
+/// the rest made from its parent's and its path ([`InoSpace::of_submodule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InoSpace(pub i64);
+
+impl InoSpace {
+    /// The space of the submodule view at `path` of the view whose space is `parent`.
+    pub fn of_submodule(parent: InoSpace, path: &[u8]) -> InoSpace {
+        let mix = (parent.0 as u64).wrapping_mul(0x9e37_79b9) ^ fnv1a32(path) as u64;
+        InoSpace((0x4000_0000 | (mix & 0x3fff_ffff)) as i64)
+    }
+}
+
+/// The inode number the entry at `path` of a view of space `space` starts with.
+pub fn path_ino(space: InoSpace, path: &[u8]) -> u64 {
+    ((space.0 as u64 & 0x7fff_ffff) << 32) | path_ino_low(path) as u64
 }
 
 #[cfg(test)]
@@ -43,12 +58,18 @@ mod tests {
 
     #[test]
     fn path_inos_are_stable_and_distinct_per_worktree() {
-        assert_eq!(path_ino(3, b"src/main.rs"), path_ino(3, b"src/main.rs"));
-        assert_ne!(path_ino(3, b"src/main.rs"), path_ino(4, b"src/main.rs"));
+        let (a, b) = (InoSpace(3), InoSpace(4));
+        assert_eq!(path_ino(a, b"src/main.rs"), path_ino(a, b"src/main.rs"));
+        assert_ne!(path_ino(a, b"src/main.rs"), path_ino(b, b"src/main.rs"));
         assert_eq!(
-            path_ino(3, b"src/main.rs") as u32,
-            path_ino(4, b"src/main.rs") as u32
+            path_ino(a, b"src/main.rs") as u32,
+            path_ino(b, b"src/main.rs") as u32
         );
+        // A submodule view's space is no worktree's, and stays the same for a path.
+        let sub = InoSpace::of_submodule(a, b"lib/dep");
+        assert!(sub.0 & 0x4000_0000 != 0 && sub.0 < 0x8000_0000);
+        assert_eq!(sub, InoSpace::of_submodule(a, b"lib/dep"));
+        assert_ne!(sub, InoSpace::of_submodule(b, b"lib/dep"));
         // Known FNV-1a vector.
         assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
     }

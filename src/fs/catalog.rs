@@ -274,7 +274,7 @@ mod tests {
                 gid: 0,
                 admin_name: String::new(),
                 gitfile: Vec::new(),
-                ino_id: row.id.0,
+                ino_space: crate::ino::InoSpace(row.id.0),
                 lease_id: row.id,
             },
             upper: UpperLayer {

@@ -31,7 +31,7 @@ impl View {
             return Err(FsError::not_dir());
         }
         let rel = t.rel_path(ino)?;
-        let child_ino = |name: &[u8]| ino::path_ino(wt.ident.ino_id, &join_rel(&rel, name));
+        let child_ino = |name: &[u8]| ino::path_ino(wt.ident.ino_space, &join_rel(&rel, name));
         let mut names: BTreeMap<OsString, DirEntry> = BTreeMap::new();
         let mut upper = UpperDir::default();
         if t.get(ino).is_some_and(|n| n.is_unlinked()) {
@@ -102,7 +102,7 @@ impl View {
         }
         let mut out = Vec::with_capacity(names.len() + 1);
         let gitfile = DirEntry {
-            ino: Ino(ino::path_ino(wt.ident.ino_id, b".git")),
+            ino: Ino(ino::path_ino(wt.ident.ino_space, b".git")),
             kind: FType::File,
             name: GITFILE_NAME.into(),
         };
@@ -150,7 +150,7 @@ impl View {
                     .iter()
                     .filter(|w| w.ident.repo_id == repo_id)
                     .map(|w| DirEntry {
-                        ino: Ino(ino::path_ino(w.ident.id.0, b"")),
+                        ino: Ino(ino::path_ino(w.ident.ino_space, b"")),
                         kind: FType::Dir,
                         name: w.ident.name.clone().into(),
                     })

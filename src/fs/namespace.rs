@@ -93,7 +93,7 @@ impl View {
                 gid: row.gid,
                 admin_name: row.admin_name.clone(),
                 gitfile: format!("gitdir: {}\n", admin.display()).into_bytes(),
-                ino_id: row.id.0,
+                ino_space: crate::ino::InoSpace(row.id.0),
                 lease_id: row.id,
             },
             upper: UpperLayer {
@@ -336,7 +336,7 @@ impl View {
             ));
         }
         let mut t = self.nodes.write();
-        let natural = ino::path_ino(wt.ident.id.0, b"");
+        let natural = ino::path_ino(wt.ident.ino_space, b"");
         // A worktree re-created under the same name is a different worktree: replace the
         // stale mapping.
         if let Some(old) = t.child(parent, name) {

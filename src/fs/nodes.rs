@@ -60,7 +60,7 @@ pub(super) enum Domain {
     Repo(RepoId),
     /// Everything inside one worktree (or submodule view), its own directory included:
     /// its inode-number seed and its context's address (unique while a node holds it).
-    Worktree(i64, usize),
+    Worktree(crate::ino::InoSpace, usize),
 }
 
 impl NodeTable {
@@ -72,7 +72,7 @@ impl NodeTable {
             // The context itself, not its inode-number seed (a submodule view's is a
             // hash, which a crafted path could make another view's).
             NodeKind::Wt { wt, .. } | NodeKind::GitFile(wt) => {
-                Domain::Worktree(wt.ident.ino_id, Arc::as_ptr(wt) as usize)
+                Domain::Worktree(wt.ident.ino_space, Arc::as_ptr(wt) as usize)
             }
         })
     }
@@ -106,7 +106,7 @@ impl NodeTable {
         wt: Arc<WtCtx>,
         ov: Overlay,
     ) -> FsResult<Ino> {
-        let natural = ino::path_ino(wt.ident.ino_id, &self.child_rel_path(parent, name)?);
+        let natural = ino::path_ino(wt.ident.ino_space, &self.child_rel_path(parent, name)?);
         let kind = NodeKind::Wt {
             wt,
             ov,

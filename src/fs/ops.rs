@@ -313,7 +313,7 @@ impl View {
         };
         // The number is the table's to give: no path names this file.
         let natural = crate::ino::path_ino(
-            wt.ident.ino_id,
+            wt.ident.ino_space,
             format!("\0tmpfile/{}", st.st_ino).as_bytes(),
         );
         let entry = {

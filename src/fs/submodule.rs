@@ -15,13 +15,6 @@ use super::worktree::{Identity, Nested, SubOf, UpperLayer, WtCtx};
 use crate::ids::WorktreeId;
 use crate::ino::Ino;
 
-/// The number a submodule view's inode numbers are made from: bit 30 set (no worktree
-/// id reaches it), the rest from the parent view's number and the path.
-fn sub_ino_id(parent: i64, path: &[u8]) -> i64 {
-    let mix = (parent as u64).wrapping_mul(0x9e37_79b9) ^ crate::ino::fnv1a32(path) as u64;
-    (0x4000_0000 | (mix & 0x3fff_ffff)) as i64
-}
-
 impl View {
     /// The view of the submodule at `path` of view `wt` (a worktree, or a submodule's
     /// view: gitlink `commit`): made the first time. None where the worktree does not
@@ -167,7 +160,7 @@ impl View {
                     gid: wt.ident.gid,
                     admin_name: record.admin_name.clone(),
                     gitfile: format!("gitdir: {}\n", record.admin().display()).into_bytes(),
-                    ino_id: sub_ino_id(wt.ident.ino_id, path),
+                    ino_space: crate::ino::InoSpace::of_submodule(wt.ident.ino_space, path),
                     lease_id: wt.ident.lease_id,
                 },
                 upper: UpperLayer {

@@ -398,7 +398,7 @@ impl View {
                     if wt.gitfile_removed() {
                         return Err(FsError::not_found(format!("{}/.git", wt.ident.name)));
                     }
-                    let natural = ino::path_ino(wt.ident.ino_id, b".git");
+                    let natural = ino::path_ino(wt.ident.ino_space, b".git");
                     let mut t = self.nodes.write();
                     let ino = t.insert_child(parent, name, natural, NodeKind::GitFile(wt.clone()));
                     return self.counted_entry(t, ino);
@@ -441,7 +441,7 @@ impl View {
                             self.submodule_view(&wt, origin.as_deref(), &path, commit)?
                         {
                             // The number a listing of the parent gives the name.
-                            let natural = ino::path_ino(wt.ident.ino_id, &path);
+                            let natural = ino::path_ino(wt.ident.ino_space, &path);
                             let root = super::overlay::Overlay {
                                 ftype: FType::Dir,
                                 base: Some(sub.base.root()),

@@ -43,9 +43,9 @@ pub struct Identity {
     pub(super) admin_name: String,
     /// What its `.git` file says.
     pub gitfile: Vec<u8>,
-    /// The number inode numbers are made from (`ino::path_ino`): the worktree's id, or
-    /// for a submodule's view a number of its own.
-    pub ino_id: i64,
+    /// Whose inode numbers its entries get (`ino::path_ino`): the worktree's id, or for
+    /// a submodule's view a space of its own.
+    pub ino_space: crate::ino::InoSpace,
     /// The worktree whose leases cover this one: itself, or a submodule's parent.
     pub lease_id: WorktreeId,
 }
