@@ -65,3 +65,15 @@ pub(super) fn idents_path(state: &StateDir, manifest: &str) -> PathBuf {
 pub(super) fn path_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_sort_parents_first() {
+        let mut v: Vec<&[u8]> = vec![b"a-c", b"a/b", b"a", b"a/b/c", b"B"];
+        v.sort_by(|a, b| path_order(a, b));
+        assert_eq!(v, vec![&b"B"[..], b"a", b"a/b", b"a/b/c", b"a-c"]);
+    }
+}

@@ -38,18 +38,27 @@
 //! hold it shared, a prune exclusive and never waits (so every journal a prune sees is
 //! of a take that ended).
 //!
-//! - `take.rs`: taking a snapshot; `shown.rs`: the one a new worktree shows.
+//! - `take.rs`: taking a snapshot (the steps above, in order); `shown.rs`: the one a new
+//!   worktree shows.
+//! - `as_user.rs`: reading the checkout as the user; `patterns.rs`: the patterns and what
+//!   they match; `blob.rs`: a file's content into the cache; `journal.rs`: a take's
+//!   journal.
 //! - `prune.rs`: deleting what no worktree shows; `cache.rs`: the cache's layout and lock.
 //! - `idents.rs`: what a snapshot knew of each source file, for the next take and for
 //!   telling how much of the source changed since.
 
+mod as_user;
+mod blob;
 mod cache;
 mod idents;
+mod journal;
+mod patterns;
 mod prune;
 mod shown;
 mod take;
 
 pub use cache::manifest_path;
+pub use patterns::INCLUDE_FILE;
 pub use prune::{journals, prune, Pruned};
 pub use shown::{ensure, latest, moved_since, untracked_part, Moved};
-pub use take::{take, Copied, Progress, Taken, INCLUDE_FILE};
+pub use take::{take, Copied, Progress, Taken};

@@ -64,7 +64,7 @@ pub fn moved_since(
     w: &WarmRow,
     within: std::time::Duration,
 ) -> Option<Moved> {
-    use super::take::{look, Found};
+    use super::as_user::{look, Found};
     use std::os::fd::AsFd;
     let until = std::time::Instant::now() + within;
     let idents = fs::read(idents_path(state, &w.manifest)).ok()?;

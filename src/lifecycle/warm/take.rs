@@ -2,29 +2,27 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::os::fd::AsFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use git2::Oid;
 
 use crate::beneath::{self, Stat};
-use crate::git::filters::{run_git, Owner, RunError};
+use crate::git::filters::Owner;
 use crate::git::warm::{Kind, Record};
 use crate::lifecycle::error::{Context, LifecycleResult};
 use crate::report::human_bytes;
 use crate::state::StateDir;
 use crate::store::{NewWarm, RepoRow, Store, WarmRow};
 
-use super::cache::{blob_path, dirs_path, idents_path, lock, path_order, JOURNAL, LOCK_FILE};
+use super::as_user::{look, AsUser, Found};
+use super::blob::store_blob;
+use super::cache::{blob_path, dirs_path, idents_path, lock, path_order, LOCK_FILE};
 use super::idents::{self, Ident};
+use super::journal::Journal;
+use super::patterns::{ls_files, patterns, INCLUDE_FILE};
 use super::prune::{journals, prune};
-
-/// The file at the top of a source checkout that names what worktrees inherit.
-pub const INCLUDE_FILE: &str = ".worktreeinclude";
 
 /// How often a file that changes while it is copied is copied again before it is skipped.
 pub(super) const MAX_COPIES: usize = 5;
@@ -56,272 +54,8 @@ pub struct Copied {
 /// Told after each file a take copies (cheap to call: the caller decides when to show).
 pub type Progress<'a> = Option<&'a dyn Fn(Copied)>;
 
-/// Runs closures on a thread whose file-system identity is one user's.
-pub(super) struct AsUser {
-    jobs: mpsc::Sender<Box<dyn FnOnce() + Send>>,
-}
-
-impl AsUser {
-    fn start(owner: &Owner) -> LifecycleResult<AsUser> {
-        let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
-        let (ready_tx, ready) = mpsc::sync_channel(1);
-        let (uid, gid, groups) = (owner.uid, owner.gid, owner.groups.clone());
-        std::thread::Builder::new()
-            .name("warm-as-user".into())
-            .spawn(move || {
-                let became = crate::git::owner::become_identity(uid, gid, &groups)
-                    || nix::unistd::geteuid().as_raw() != 0;
-                let _ = ready_tx.send(became);
-                if became {
-                    for job in rx {
-                        job();
-                    }
-                }
-            })?;
-        if !ready.recv().unwrap_or(false) {
-            return Err(crate::lifecycle::error::failed(format!(
-                "could not take the identity {uid}:{gid} to read the source checkout"
-            )));
-        }
-        Ok(AsUser { jobs })
-    }
-
-    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> LifecycleResult<T> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.jobs
-            .send(Box::new(move || {
-                let _ = tx.send(f());
-            }))
-            .map_err(|_| crate::lifecycle::error::failed("the reading thread ended"))?;
-        rx.recv()
-            .map_err(|_| crate::lifecycle::error::failed("the reading thread ended"))
-    }
-}
-
-/// What a path of the checkout is, as the user sees it.
-pub(super) enum Found {
-    /// A regular file, opened when asked.
-    File(Option<fs::File>, Stat),
-    Link(Vec<u8>, Stat),
-    Dir(Stat),
-    /// Not taken: why.
-    Skip(String),
-}
-
-pub(super) fn look(root: BorrowedFd, rel: &[u8], open: bool) -> Found {
-    let reason = |e: io::Error| match e.raw_os_error() {
-        Some(libc::EACCES) | Some(libc::EPERM) => "not readable by the user who asked".to_string(),
-        Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
-            "below a symbolic link (never followed)".to_string()
-        }
-        Some(libc::ENOENT) => "gone while the snapshot was taken".to_string(),
-        _ => e.to_string(),
-    };
-    let fd = match beneath::open(root, rel, libc::O_PATH, 0) {
-        Ok(fd) => fd,
-        Err(e) => return Found::Skip(reason(e)),
-    };
-    let st = match beneath::fstat(fd.as_fd()) {
-        Ok(st) => st,
-        Err(e) => return Found::Skip(reason(e)),
-    };
-    match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG if open => {
-            match beneath::reopen(fd.as_fd(), libc::O_RDONLY | libc::O_NONBLOCK) {
-                Ok(f) => Found::File(Some(f), st),
-                Err(e) => Found::Skip(reason(e)),
-            }
-        }
-        libc::S_IFREG => Found::File(None, st),
-        libc::S_IFLNK => match beneath::readlink(fd.as_fd()) {
-            Ok(t) => Found::Link(t, st),
-            Err(e) => Found::Skip(reason(e)),
-        },
-        libc::S_IFDIR => Found::Dir(st),
-        _ => Found::Skip("not a regular file, directory or symbolic link (never opened)".into()),
-    }
-}
-
-pub(super) fn same(a: &Stat, b: &Stat) -> bool {
-    (
-        a.st_ino,
-        a.st_size,
-        a.st_mtime,
-        a.st_mtime_nsec,
-        a.st_ctime,
-        a.st_ctime_nsec,
-    ) == (
-        b.st_ino,
-        b.st_size,
-        b.st_mtime,
-        b.st_mtime_nsec,
-        b.st_ctime,
-        b.st_ctime_nsec,
-    )
-}
-
 pub(super) fn lossy(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
-}
-
-/// The patterns of `repo`: its `.worktreeinclude`, then `repo add|set --include`.
-pub(super) fn patterns(
-    user: &AsUser,
-    root: &std::sync::Arc<OwnedFd>,
-    repo: &RepoRow,
-    notes: &mut Vec<(String, String)>,
-) -> LifecycleResult<Vec<String>> {
-    let r = root.clone();
-    let file = user.run(move || {
-        beneath::read_regular(r.as_fd(), INCLUDE_FILE.as_bytes(), 1 << 20).map(|(b, _)| b)
-    })?;
-    let mut out = Vec::new();
-    match file {
-        Ok(bytes) => {
-            for line in String::from_utf8_lossy(&bytes).lines() {
-                let line = line.trim_end_matches('\r');
-                if !line.trim().is_empty() && !line.starts_with('#') {
-                    out.push(line.to_string());
-                }
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => notes.push((INCLUDE_FILE.into(), format!("not read: {e}"))),
-    }
-    out.extend(repo.include.iter().cloned());
-    Ok(out)
-}
-
-/// `git ls-files -z --others --ignored` with `patterns`, as `owner`, in the checkout.
-pub(super) fn ls_files(
-    owner: &Owner,
-    repo: &RepoRow,
-    patterns: &[String],
-    directory: bool,
-) -> LifecycleResult<Vec<Vec<u8>>> {
-    let out = crate::git::blobcache::memfd(c"wtfs-warm-ls", b"")?;
-    let mut args: Vec<std::ffi::OsString> = vec![
-        format!("--work-tree={}", repo.path.display()).into(),
-        "-c".into(),
-        "safe.directory=*".into(),
-        "-c".into(),
-        "core.fsmonitor=false".into(),
-        "ls-files".into(),
-        "-z".into(),
-        "--others".into(),
-        "--ignored".into(),
-    ];
-    if directory {
-        args.push("--directory".into());
-    }
-    for p in patterns {
-        args.push(format!("--exclude={p}").into());
-    }
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    let copy = out.try_clone()?;
-    run_git(owner, &repo.gitdir, &args, None, copy).map_err(|e| {
-        crate::lifecycle::error::failed(format!(
-            "listing what the patterns match in {}: {}",
-            repo.path.display(),
-            match e {
-                RunError::Spawn(s) | RunError::Failed(s) | RunError::NoSpace(s) => s,
-                RunError::TimedOut(_) => "git ran past its time limit".into(),
-            }
-        ))
-    })?;
-    let mut out = out;
-    let mut bytes = Vec::new();
-    io::Seek::rewind(&mut out)?;
-    io::Read::read_to_end(&mut out, &mut bytes)?;
-    Ok(bytes
-        .split(|b| *b == 0)
-        .filter(|p| !p.is_empty())
-        .map(|p| p.strip_suffix(b"/").unwrap_or(p).to_vec())
-        .collect())
-}
-
-/// Copies `src` (whose stat data was `st`) into the blob cache; its blob id, or None when
-/// the file changed during the copy.
-/// A take's journal, open for appending.
-pub(super) struct Journal {
-    path: PathBuf,
-    file: fs::File,
-}
-
-impl Journal {
-    fn create(state: &StateDir, manifest: &str) -> LifecycleResult<Journal> {
-        fs::create_dir_all(state.warm())?;
-        let path = state.warm().join(format!("{manifest}{JOURNAL}"));
-        let file = fs::OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        Ok(Journal { path, file })
-    }
-
-    /// Writes `oid` down, before its content is placed (a crash between the two leaves a
-    /// line for a content that is not there: harmless).
-    fn note(&mut self, oid: Oid) -> LifecycleResult<()> {
-        use std::io::Write;
-        self.file
-            .write_all(format!("{oid}\n").as_bytes())
-            .with_context(|| format!("writing {}", self.path.display()))
-    }
-}
-
-/// Copies `src` (whose stat was `st`) into the blob cache: its blob id, or none when it
-/// changed while it was copied. A content not yet in the cache is written down in
-/// `journal` before it is placed.
-pub(super) fn store_blob(
-    state: &StateDir,
-    journal: &mut Journal,
-    src: &fs::File,
-    st: &Stat,
-) -> LifecycleResult<Option<Oid>> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = state
-        .blobs_tmp()
-        .join(format!("warm-{}-{n}", std::process::id()));
-    let result = (|| -> LifecycleResult<Option<Oid>> {
-        let dst = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .with_context(|| format!("creating {}", tmp.display()))?;
-        crate::filecopy::clone_or_copy(src, &dst)
-            .with_context(|| format!("copying into {}", tmp.display()))?;
-        #[cfg(test)]
-        tests::DURING_COPY.with(|h| {
-            if let Some(h) = h.borrow_mut().as_mut() {
-                h()
-            }
-        });
-        let after = beneath::fstat(src.as_fd())?;
-        if !same(st, &after) {
-            return Ok(None);
-        }
-        dst.sync_all()?;
-        drop(dst);
-        let oid = Oid::hash_file(git2::ObjectType::Blob, &tmp).map_err(|e| {
-            crate::lifecycle::error::failed(format!("hashing {}: {}", tmp.display(), e.message()))
-        })?;
-        let path = blob_path(state, oid);
-        let present =
-            fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == st.st_size as u64);
-        if !present {
-            if let Some(dir) = path.parent() {
-                fs::create_dir_all(dir)?;
-            }
-            fs::set_permissions(&tmp, fs::Permissions::from_mode(0o400))?;
-            journal.note(oid)?;
-            fs::rename(&tmp, &path).with_context(|| format!("placing {}", path.display()))?;
-        }
-        Ok(Some(oid))
-    })();
-    let _ = fs::remove_file(&tmp);
-    result
 }
 
 /// Takes a new snapshot of `repo`'s source checkout with the permissions of `uid`. One
@@ -684,14 +418,11 @@ pub(super) fn record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::RefCell;
+    use crate::lifecycle::warm::blob::DURING_COPY;
+    use crate::lifecycle::warm::cache::JOURNAL;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
     use std::process::Command;
-
-    thread_local! {
-        /// Runs between a content's copy and the look at its file after it.
-        pub(super) static DURING_COPY: RefCell<Option<Box<dyn FnMut()>>> =
-            const { RefCell::new(None) };
-    }
 
     fn git(dir: &Path, args: &[&str]) {
         let out = Command::new("git")
@@ -981,12 +712,5 @@ mod tests {
         assert_eq!((pruned.journals, pruned.blobs), (0, 0));
         assert!(own_path.exists());
         assert_eq!(journals(&state).len(), 1, "for the next prune");
-    }
-
-    #[test]
-    fn paths_sort_parents_first() {
-        let mut v: Vec<&[u8]> = vec![b"a-c", b"a/b", b"a", b"a/b/c", b"B"];
-        v.sort_by(|a, b| path_order(a, b));
-        assert_eq!(v, vec![&b"B"[..], b"a", b"a/b", b"a/b/c", b"a-c"]);
     }
 }
