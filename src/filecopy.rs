@@ -100,3 +100,45 @@ fn copy_range(from: &fs::File, to: &fs::File, start: u64, end: u64) -> io::Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::FileExt;
+
+    /// A new file opened for writing only (as a copy-up makes it), in `dir`.
+    fn target(dir: &std::path::Path, name: &str) -> fs::File {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(name))
+            .unwrap()
+    }
+
+    /// A file with a hole, and an in-memory one (as the blob cache serves a blob when its
+    /// disk is full) whose offset is at its end, are each copied whole, to their size.
+    #[test]
+    fn a_copy_is_whole_from_a_sparse_file_and_from_memory() {
+        let d = tempfile::tempdir().unwrap();
+        let sparse = d.path().join("sparse");
+        let f = fs::File::create(&sparse).unwrap();
+        f.write_all_at(b"head", 0).unwrap();
+        f.write_all_at(b"tail", 8 << 20).unwrap();
+        f.set_len((8 << 20) + 100).unwrap();
+        let want = fs::read(&sparse).unwrap();
+        let data =
+            clone_or_copy(&fs::File::open(&sparse).unwrap(), &target(d.path(), "a")).unwrap();
+        assert_eq!(fs::read(d.path().join("a")).unwrap(), want);
+        assert!(data <= want.len() as u64, "{data}");
+
+        // SAFETY: a NUL-terminated name; the descriptor returned is ours.
+        let fd = unsafe { libc::memfd_create(c"filecopy-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fd was just created and is owned by nothing else.
+        let mem = unsafe { fs::File::from_raw_fd(fd) };
+        io::Write::write_all(&mut &mem, b"in memory").unwrap();
+        clone_or_copy(&mem, &target(d.path(), "b")).unwrap();
+        assert_eq!(fs::read(d.path().join("b")).unwrap(), b"in memory");
+    }
+}

@@ -23,20 +23,6 @@ use super::view::{marker, View};
 use super::worktree::WtCtx;
 use crate::ino::Ino;
 
-/// FICLONE where the filesystem shares extents, else copy_file_range (std::io::copy uses it).
-pub(super) fn clone_or_copy(src: &File, dst: &File) -> io::Result<()> {
-    const FICLONE: libc::c_ulong = 0x4004_9409;
-    // SAFETY: both descriptors are open for the duration of the call.
-    let rc = unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let mut s = src;
-    let mut d = dst;
-    io::copy(&mut s, &mut d)?;
-    Ok(())
-}
-
 impl View {
     /// Makes sure the directory `ino` exists in the upper layer (parents first).
     pub(super) fn ensure_upper_dir(&self, ino: Ino) -> FsResult<()> {
@@ -244,7 +230,8 @@ impl View {
                         .map_err(|e| FsError::io(format!("materializing blob {}", base.oid), e))?
                 }
             };
-            clone_or_copy(&src, &dst).map_err(|e| FsError::io("copying blob", e))?;
+            crate::filecopy::clone_or_copy(&src, &dst)
+                .map_err(|e| FsError::io("copying blob", e))?;
         }
         // Owner first: a chown clears set-id bits, and the mode is the last word.
         let _ = nix::unistd::fchown(
