@@ -209,18 +209,12 @@ pub fn is_ours(pid: i32) -> bool {
         if set.contains(&p) {
             return true;
         }
-        match parent_of(p) {
+        match crate::process::info::proc_info(p).map(|i| i.ppid) {
             Some(pp) if pp > 1 => p = pp,
             _ => return false,
         }
     }
     false
-}
-
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(1)?.parse().ok()
 }
 
 /// Why a run of git gave nothing usable.
