@@ -29,34 +29,37 @@ pub fn mount_device(path: &Path) -> Option<String> {
     })
 }
 
-/// The mount this process made (its daemon's), as (path, device), once it is made.
-static OWN_MOUNT: std::sync::OnceLock<(std::path::PathBuf, String)> = std::sync::OnceLock::new();
+/// The mount a daemon made, as (path, device), once it is made: the daemon records it,
+/// and what stops work for a mount that has gone asks it. Clones share one record.
+#[derive(Debug, Clone, Default)]
+pub struct OwnMount(std::sync::Arc<std::sync::OnceLock<(std::path::PathBuf, String)>>);
 
-/// Records the mount this process made at `path`, of device `device`
-/// ([`mount_device`]), for [`own_mount_gone`].
-pub fn record_own_mount(path: &Path, device: String) {
-    let _ = OWN_MOUNT.set((path.to_path_buf(), device));
-}
+impl OwnMount {
+    /// Records the mount made at `path`, of device `device` ([`mount_device`]).
+    pub fn record(&self, path: &Path, device: String) {
+        let _ = self.0.set((path.to_path_buf(), device));
+    }
 
-/// Whether this process's mount at `path` is known to have gone, as one reading of the
-/// mount table says: the mount on top there is not the one it recorded (another's, or
-/// none), or, with none recorded, nothing is mounted there. False when the table cannot
-/// be read, so a caller that stops work for a mount that has gone does not stop for want
-/// of `/proc`.
-pub fn own_mount_gone(path: &Path) -> bool {
-    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = path.to_string_lossy();
-    let top = info.lines().rev().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let (dev, target) = (f.get(2)?, f.get(4)?);
-        (unescape_mount_path(target) == want).then(|| dev.to_string())
-    });
-    match (OWN_MOUNT.get(), top) {
-        (_, None) => true,
-        (Some((p, dev)), Some(top)) if p == path => *dev != top,
-        (_, Some(_)) => false,
+    /// Whether the mount at `path` is known to have gone, as one reading of the mount
+    /// table says: the mount on top there is not the one recorded (another's, or none),
+    /// or, with none recorded, nothing is mounted there. False when the table cannot be
+    /// read, so a caller that stops work for a mount that has gone does not stop for want
+    /// of `/proc`.
+    pub fn gone(&self, path: &Path) -> bool {
+        let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+            return false;
+        };
+        let want = path.to_string_lossy();
+        let top = info.lines().rev().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (dev, target) = (f.get(2)?, f.get(4)?);
+            (unescape_mount_path(target) == want).then(|| dev.to_string())
+        });
+        match (self.0.get(), top) {
+            (_, None) => true,
+            (Some((p, dev)), Some(top)) if p == path => *dev != top,
+            (_, Some(_)) => false,
+        }
     }
 }
 
@@ -104,12 +107,17 @@ mod tests {
     #[test]
     fn a_mount_of_another_device_on_top_is_not_this_processs_own() {
         let d = tempfile::tempdir().unwrap();
-        assert!(own_mount_gone(d.path()));
+        let own = OwnMount::default();
+        assert!(own.gone(d.path()));
         let proc_dev = mount_device(Path::new("/proc")).expect("/proc is mounted");
-        assert!(!own_mount_gone(Path::new("/proc")));
-        record_own_mount(Path::new("/proc"), format!("{proc_dev}-not"));
-        assert!(own_mount_gone(Path::new("/proc")));
-        assert!(!own_mount_gone(Path::new("/")));
+        assert!(!own.gone(Path::new("/proc")));
+        own.clone()
+            .record(Path::new("/proc"), format!("{proc_dev}-not"));
+        assert!(own.gone(Path::new("/proc")), "a clone records for all");
+        assert!(!own.gone(Path::new("/")));
+        let mine = OwnMount::default();
+        mine.record(Path::new("/proc"), proc_dev);
+        assert!(!mine.gone(Path::new("/proc")));
         // And the file descriptor's filesystem is named without touching it.
         let f = std::fs::File::open("/proc/self/status").unwrap();
         use std::os::fd::AsRawFd;

@@ -199,7 +199,10 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
         state: req.state.clone(),
         runners: Default::default(),
     };
-    let serving = inspection.clone().tearing_down_with(setups.clone());
+    let own_mount = crate::mounttable::OwnMount::default();
+    let serving = inspection
+        .clone()
+        .tearing_down_with(setups.clone(), own_mount.clone());
     view.set_inspection(serving.clone());
     let gate = view.gate();
     let tracker = {
@@ -245,7 +248,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     // one this daemon left only when it is this very mount.
     if let Some(dev) = crate::mounttable::mount_device(&mountpoint) {
         writeln!(lock, "device {dev}")?;
-        crate::mounttable::record_own_mount(&mountpoint, dev);
+        own_mount.record(&mountpoint, dev);
     }
     socket::serve(&req.state, view.clone(), gate.clone(), mountpoint.clone())?;
     tracing::info!(mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");

@@ -225,7 +225,7 @@ pub fn spawn(
                     Vec::new()
                 };
                 let due = !deleting.is_empty()
-                    && (!crate::mounttable::own_mount_gone(view.mountpoint())
+                    && (!inspection.own_mount_gone(view.mountpoint())
                         || deleting.iter().any(|w| {
                             store
                                 .hooks_of(w.repo_id)

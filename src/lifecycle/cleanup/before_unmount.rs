@@ -75,7 +75,7 @@ pub fn tear_down_before_unmount(
     let mut done = BeforeUnmount::default();
     // Nothing after the mount has gone, nor once it is detached (a lazy unmount with
     // processes inside): a teardown could not get into its worktree.
-    if ENDED.load(Ordering::SeqCst) || crate::mounttable::own_mount_gone(mountpoint) {
+    if ENDED.load(Ordering::SeqCst) || how.own_mount_gone(mountpoint) {
         return Ok(done);
     }
     let mut store = Store::open(&state.root)?;

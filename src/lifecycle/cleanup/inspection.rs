@@ -22,6 +22,9 @@ pub struct Inspection {
     /// the worktree (the daemon's): none elsewhere (where a removal with a teardown
     /// waits for a mount, `awaiting_mount`, or is refused, `reclaim` with no daemon).
     teardowns: Option<crate::lifecycle::setup::Launcher>,
+    /// The daemon's own mount, once made (none recorded elsewhere): what tells whether it
+    /// has gone.
+    own_mount: crate::mounttable::OwnMount,
     /// A removal that would run a teardown is left `deleting` for the sweeper to finish
     /// (teardown, then removal) rather than done now: for `rmdir`, which is answered
     /// while the kernel holds the lock the teardown's way in needs.
@@ -45,6 +48,7 @@ impl Inspection {
             filter_timeout,
             answers: None,
             teardowns: None,
+            own_mount: Default::default(),
             defer_teardowns: false,
             awaiting_mount: false,
         }
@@ -85,7 +89,14 @@ impl Inspection {
     /// Whether these are a mount's inspections (they run teardowns) and its mount at
     /// `mountpoint` has gone (a lazy unmount during a cleanup round).
     pub(super) fn mount_gone(&self, mountpoint: &std::path::Path) -> bool {
-        self.teardowns.is_some() && crate::mounttable::own_mount_gone(mountpoint)
+        self.teardowns.is_some() && self.own_mount_gone(mountpoint)
+    }
+
+    /// Whether the mount at `mountpoint` has gone, told by the device the daemon recorded
+    /// for its own (a copy of it elsewhere, or another daemon's at the same path, is not
+    /// it).
+    pub fn own_mount_gone(&self, mountpoint: &std::path::Path) -> bool {
+        self.own_mount.gone(mountpoint)
     }
 
     /// Whether a removal of `row` is left to the sweeper (it has a teardown to run, and
@@ -119,9 +130,15 @@ impl Inspection {
             .is_some_and(|l| l.runners.tearing_down(id))
     }
 
-    /// These inspections, with teardown commands run through `launcher` before a removal.
-    pub fn tearing_down_with(mut self, launcher: crate::lifecycle::setup::Launcher) -> Inspection {
+    /// These inspections, a mount's: teardown commands run through `launcher` before a
+    /// removal, and the mount is `own_mount` (recorded once it is made).
+    pub fn tearing_down_with(
+        mut self,
+        launcher: crate::lifecycle::setup::Launcher,
+        own_mount: crate::mounttable::OwnMount,
+    ) -> Inspection {
         self.teardowns = Some(launcher);
+        self.own_mount = own_mount;
         self
     }
 
