@@ -52,6 +52,17 @@ pub fn clone_or_copy(from: &fs::File, to: &fs::File) -> io::Result<u64> {
 }
 
 /// Copies bytes `start..end` of `from` to the same place in `to`.
+/// Whether `copy_file_range` failing with `errno` means the kernel will not copy these
+/// files for us (not here, not between these filesystems, or a seccomp profile that
+/// answers EPERM for the call), so plain reads and writes do it: as std's `io::copy`
+/// decides. A full disk or a failed read is an error either way.
+fn reads_and_writes_instead(errno: Option<i32>) -> bool {
+    matches!(
+        errno,
+        Some(libc::EXDEV | libc::ENOSYS | libc::EINVAL | libc::EOPNOTSUPP | libc::EPERM)
+    )
+}
+
 fn copy_range(from: &fs::File, to: &fs::File, start: u64, end: u64) -> io::Result<()> {
     let mut done = start;
     while done < end {
@@ -73,13 +84,7 @@ fn copy_range(from: &fs::File, to: &fs::File, start: u64, end: u64) -> io::Resul
         }
         if n < 0 {
             let e = io::Error::last_os_error();
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EXDEV)
-                    | Some(libc::ENOSYS)
-                    | Some(libc::EINVAL)
-                    | Some(libc::EOPNOTSUPP)
-            ) {
+            if reads_and_writes_instead(e.raw_os_error()) {
                 break;
             }
             return Err(e);
@@ -106,6 +111,25 @@ mod tests {
     use super::*;
     use std::os::fd::FromRawFd;
     use std::os::unix::fs::FileExt;
+
+    /// The kernel's refusals of the call, a seccomp profile's EPERM among them, fall back
+    /// to reads and writes; a full disk, an I/O error or a bad descriptor do not.
+    #[test]
+    fn a_refused_copy_falls_back_and_a_failed_one_does_not() {
+        for errno in [
+            libc::EXDEV,
+            libc::ENOSYS,
+            libc::EINVAL,
+            libc::EOPNOTSUPP,
+            libc::EPERM,
+        ] {
+            assert!(reads_and_writes_instead(Some(errno)), "{errno}");
+        }
+        for errno in [libc::ENOSPC, libc::EIO, libc::EBADF, libc::EDQUOT] {
+            assert!(!reads_and_writes_instead(Some(errno)), "{errno}");
+        }
+        assert!(!reads_and_writes_instead(None));
+    }
 
     /// A new file opened for writing only (as a copy-up makes it), in `dir`.
     fn target(dir: &std::path::Path, name: &str) -> fs::File {
