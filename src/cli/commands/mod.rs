@@ -19,6 +19,7 @@ pub mod restore;
 pub mod retained;
 pub mod run;
 pub mod setup;
+pub mod setup_runner;
 pub mod shell_init;
 pub mod status;
 pub mod turn;
