@@ -246,6 +246,15 @@ const LINK_TARGETS: [&str; 7] = [
     "lib",
 ];
 
+/// Directories of the base (the submodule's empty one among them) and a name `Mkdir` may
+/// give one: renames among them move a directory over another, empty or not, which
+/// renames between any two paths seldom do.
+const DIR_PATHS: [&str; 5] = ["src/lib", "docs", "assets", "vendor/sub", "new"];
+
+/// Files of the base and a new name: opens and unlinks among them unlink a file a handle
+/// holds open far more often than among all the paths.
+const FILE_PATHS: [&str; 3] = ["README.md", "src/main.rs", "x.txt"];
+
 /// Open handles live in this many slots; an operation names its handle by slot.
 const SLOTS: usize = 3;
 
@@ -342,21 +351,26 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     let data = || "[a-z]{1,6}";
     let slot = || 0..SLOTS;
     let size = || prop_oneof![0..48u64, Just(5000u64)];
-    let mode = select(vec![
-        Mode::Read,
-        Mode::Write,
-        Mode::ReadWrite,
-        Mode::Trunc,
-        Mode::Append,
-        Mode::Create,
-    ]);
+    let mode = || {
+        select(vec![
+            Mode::Read,
+            Mode::Write,
+            Mode::ReadWrite,
+            Mode::Trunc,
+            Mode::Append,
+            Mode::Create,
+        ])
+    };
     let perm = select(vec![0o644, 0o600, 0o755, 0o400, 0o2755, 0o1700]).prop_map(Perm);
     prop_oneof![
         3 => (path(), data()).prop_map(|(p, d)| Op::Write(p, d)),
         2 => path().prop_map(Op::Unlink),
+        1 => select(FILE_PATHS.to_vec()).prop_map(Op::Unlink),
         2 => path().prop_map(Op::Mkdir),
         2 => path().prop_map(Op::Rmdir),
         3 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => (select(DIR_PATHS.to_vec()), select(DIR_PATHS.to_vec()))
+            .prop_map(|(a, b)| Op::Rename(a, b)),
         2 => (path(), path()).prop_map(|(a, b)| Op::Link(a, b)),
         2 => (select(LINK_TARGETS.to_vec()), path()).prop_map(|(t, p)| Op::Symlink(t, p)),
         1 => path().prop_map(Op::Readlink),
@@ -364,7 +378,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (path(), perm).prop_map(|(p, m)| Op::Chmod(p, m)),
         1 => (path(), 1_000_000_000..1_000_000_010u64, select(vec![0u32, 123_456_789]))
             .prop_map(|(p, s, ns)| Op::Utimens(p, s, ns)),
-        5 => (slot(), path(), mode).prop_map(|(s, p, m)| Op::Open(s, p, m)),
+        5 => (slot(), path(), mode()).prop_map(|(s, p, m)| Op::Open(s, p, m)),
+        2 => (slot(), select(FILE_PATHS.to_vec()), mode()).prop_map(|(s, p, m)| Op::Open(s, p, m)),
         3 => (slot(), 0..24u64, 0..40u32).prop_map(|(s, o, n)| Op::Read(s, o, n)),
         3 => (slot(), 0..24u64, data()).prop_map(|(s, o, d)| Op::WriteAt(s, o, d)),
         2 => (slot(), size()).prop_map(|(s, n)| Op::Ftruncate(s, n)),
@@ -541,11 +556,40 @@ fn plain_meta(root: &Path) -> Attrs {
 #[derive(Default)]
 struct Tally {
     results: BTreeMap<String, BTreeMap<String, u32>>,
-    /// Checks of open handles on files with no name left.
-    unnamed: u32,
+    /// How often each of the cases a run must exercise ([`MUST_HAPPEN`]) happened.
+    cases: BTreeMap<&'static str, u32>,
 }
 
+/// The cases a run must exercise, each at least [`AT_LEAST`] times (and succeeding on the
+/// plain directory), or the test fails: a generator changed so that it no longer makes
+/// one would otherwise leave it untested without a word.
+const MUST_HAPPEN: [&str; 10] = [
+    RENAME_FILE_OVER_FILE,
+    RENAME_DIR_OVER_EMPTY_DIR,
+    UNLINK_OF_AN_OPEN_FILE,
+    "link",
+    "truncate",
+    "chmod",
+    "utimens",
+    "read through a handle",
+    "write through a handle",
+    HANDLE_WITH_NO_NAME,
+];
+const RENAME_FILE_OVER_FILE: &str = "rename of a file over another file";
+const RENAME_DIR_OVER_EMPTY_DIR: &str = "rename of a directory over an empty directory";
+const UNLINK_OF_AN_OPEN_FILE: &str = "unlink of a file open in a handle";
+const HANDLE_WITH_NO_NAME: &str = "check of a handle on a file with no name left";
+const AT_LEAST: u32 = 5;
+
 impl Tally {
+    /// The cases of [`MUST_HAPPEN`] that happened fewer than [`AT_LEAST`] times.
+    fn missing(&self) -> Vec<&'static str> {
+        MUST_HAPPEN
+            .into_iter()
+            .filter(|c| self.cases.get(c).copied().unwrap_or(0) < AT_LEAST)
+            .collect()
+    }
+
     /// Counts `op`'s result; `over` says a rename's new name existed.
     fn count(&mut self, op: &Op, over: bool, errno: Option<i32>) {
         let kind = format!("{op:?}");
@@ -579,8 +623,12 @@ impl std::fmt::Display for Tally {
         }
         write!(
             f,
-            "checks of a handle on a file with no name: {}",
-            self.unnamed
+            "cases that must happen: {}",
+            MUST_HAPPEN
+                .iter()
+                .map(|c| format!("{c} {}", self.cases.get(c).unwrap_or(&0)))
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     }
 }
@@ -743,8 +791,12 @@ impl Model {
                 Op::Rename(_, b) => fs::symlink_metadata(self.root.join(b)).is_ok(),
                 _ => false,
             };
+            let case = self.case_of(op);
             let outcome = self.step(op);
             tally.count(op, over, outcome.as_ref().map(|(want, _)| want.errno));
+            if let (Some(case), Some((Outcome { errno: 0, .. }, _))) = (case, &outcome) {
+                *tally.cases.entry(case).or_default() += 1;
+            }
             let Some((want, got)) = outcome else {
                 log.push(format!("{step}: {op:?} -> not applicable"));
                 continue;
@@ -759,9 +811,42 @@ impl Model {
             // Handles whose file has no name left, checked (read, fstat) like the others.
             let unnamed = self.slots.iter().flatten();
             let unnamed = unnamed.filter(|s| s.file.metadata().is_ok_and(|m| m.nlink() == 0));
-            tally.unnamed += unnamed.count() as u32;
+            *tally.cases.entry(HANDLE_WITH_NO_NAME).or_default() += unnamed.count() as u32;
         }
         Ok(())
+    }
+
+    /// Which case of [`MUST_HAPPEN`] `op` is, as the plain directory stands before it (it
+    /// counts if the plain directory then does it).
+    fn case_of(&self, op: &Op) -> Option<&'static str> {
+        let meta = |p: &str| fs::symlink_metadata(self.root.join(p)).ok();
+        let empty = |p: &str| fs::read_dir(self.root.join(p)).is_ok_and(|mut d| d.next().is_none());
+        match op {
+            Op::Rename(a, b) => match (meta(a)?, meta(b)?) {
+                (ma, mb) if ma.ino() == mb.ino() => None,
+                (ma, mb) if ma.is_file() && mb.is_file() => Some(RENAME_FILE_OVER_FILE),
+                (ma, mb) if ma.is_dir() && mb.is_dir() && empty(b) => {
+                    Some(RENAME_DIR_OVER_EMPTY_DIR)
+                }
+                _ => None,
+            },
+            Op::Unlink(p) => {
+                let m = meta(p).filter(|m| m.is_file())?;
+                let open = self.slots.iter().flatten().any(|s| {
+                    s.file
+                        .metadata()
+                        .is_ok_and(|f| (f.dev(), f.ino()) == (m.dev(), m.ino()))
+                });
+                open.then_some(UNLINK_OF_AN_OPEN_FILE)
+            }
+            Op::Link(..) => Some("link"),
+            Op::Truncate(..) => Some("truncate"),
+            Op::Chmod(..) => Some("chmod"),
+            Op::Utimens(..) => Some("utimens"),
+            Op::Read(..) => Some("read through a handle"),
+            Op::WriteAt(..) => Some("write through a handle"),
+            _ => None,
+        }
     }
 
     /// Both sides' views of the whole state: the tree's content, every entry's
@@ -1218,6 +1303,8 @@ fn random_operations_agree_with_a_plain_directory() {
     if std::env::var_os("PROPTEST_CASES").is_none() {
         config.cases = 128;
     }
+    // The cases of `MUST_HAPPEN` are required of a run of the default length or longer.
+    let whole_run = config.cases >= 128;
     if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
         config.rng_seed = RngSeed::Fixed(0x7767_6673);
     }
@@ -1248,6 +1335,12 @@ fn random_operations_agree_with_a_plain_directory() {
         }
         Err(e) => panic!("{e}"),
     }
+    let missing = tally.borrow().missing();
+    assert!(
+        !whole_run || missing.is_empty(),
+        "the sequences did these fewer than {AT_LEAST} times: {}",
+        missing.join(", ")
+    );
 }
 
 #[test]
