@@ -354,25 +354,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    /// Runs test `name` of this module in a process of its own and says whether this is
-    /// that process: a run enters its directory, changes signal dispositions and may make
-    /// this process a subreaper, none of which the other tests of this binary, running on
-    /// other threads, may see.
+    /// Runs test `name` of this module in a process of its own (see
+    /// `crate::process::alone`): a run enters its directory, changes signal dispositions
+    /// and may make this process a subreaper.
     fn alone(name: &str) -> bool {
-        let full = format!("process::supervise::tests::{name}");
-        if std::env::var("WORKTREEFS_TEST_ALONE").as_deref() == Ok(full.as_str()) {
-            return true;
-        }
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([full.as_str(), "--exact", "--nocapture", "--test-threads=1"])
-            .env("WORKTREEFS_TEST_ALONE", &full)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{full} in its own process:\n{text}");
-        assert!(text.contains("1 passed"), "{full} did not run:\n{text}");
-        false
+        crate::process::alone(&format!("process::supervise::tests::{name}"))
     }
 
     fn sh(script: &str) -> Vec<String> {

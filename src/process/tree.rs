@@ -393,3 +393,371 @@ fn clock(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Child, Command};
+    use std::sync::atomic::AtomicI32;
+
+    /// Runs test `name` of this module in a process of its own (see
+    /// `crate::process::alone`): the tests that use it make that process a subreaper, reap
+    /// every child of it and signal every process below it.
+    fn alone(name: &str) -> bool {
+        crate::process::alone(&format!("process::tree::tests::{name}"))
+    }
+
+    fn sh(script: &str) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(script);
+        cmd
+    }
+
+    /// Waits until `f` holds; fails naming `what` if it does not within 10 s.
+    fn until(what: &str, mut f: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !f() {
+            assert!(Instant::now() < end, "{what}: not within 10 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn comm(pid: libc::pid_t) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    }
+
+    /// Whether process `pid` ignores SIGTERM (its `SigIgn` mask).
+    fn ignores_term(pid: libc::pid_t) -> bool {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & (1 << (libc::SIGTERM - 1)) != 0)
+    }
+
+    /// Whether process `pid` is stopped (state `T` in its `stat`).
+    fn stopped(pid: libc::pid_t) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    }
+
+    /// Whether `pid` names no process (nor zombie) at all.
+    fn gone(pid: libc::pid_t) -> bool {
+        // SAFETY: signal 0 only checks that the process exists.
+        unsafe { libc::kill(pid, 0) != 0 }
+    }
+
+    /// A command started by a test and the processes found below it: all sent SIGKILL
+    /// (through their pidfds) and the command reaped when dropped, so a failing test
+    /// leaves none behind.
+    struct Spawned {
+        command: Child,
+        found: Vec<Proc>,
+    }
+
+    impl Drop for Spawned {
+        fn drop(&mut self) {
+            for p in &self.found {
+                p.signal(libc::SIGKILL);
+            }
+            let _ = self.command.kill();
+            let _ = self.command.wait();
+        }
+    }
+
+    /// This process made a subreaper, as a turn is: what a command leaves running comes
+    /// to it.
+    fn subreaper() {
+        // SAFETY: plain prctl on this process (a test process of its own, see `alone`).
+        assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) }, 0);
+    }
+
+    #[test]
+    fn below_finds_every_process_under_a_command_and_signals_each_through_its_pidfd() {
+        let command = sh("sleep 30 & sh -c 'sleep 30 & wait' & wait")
+            .spawn()
+            .unwrap();
+        let root = command.id() as libc::pid_t;
+        let mut t = Spawned {
+            command,
+            found: Vec::new(),
+        };
+        // Each forked child is `sh` until it has run `sleep`.
+        until("a shell and two sleeps below the command", || {
+            t.found = below(root);
+            let mut names: Vec<String> = t.found.iter().map(|p| comm(p.pid)).collect();
+            names.sort();
+            names == ["sh", "sleep", "sleep"]
+        });
+        assert!(t.found.iter().all(|p| p.fd.is_some()), "each with a pidfd");
+        assert!(t.found.iter().all(|p| !p.exited()));
+        for p in &t.found {
+            assert!(p.signal(libc::SIGKILL));
+        }
+        until("each seen to have exited", || {
+            t.found.iter().all(Proc::exited)
+        });
+        // With its children ended, the command's `wait` returns and it exits.
+        assert!(t.command.wait().unwrap().success());
+        // Reaped by their parents: no longer signalled.
+        until("each reaped", || t.found.iter().all(|p| !p.signal(0)));
+    }
+
+    #[test]
+    fn a_pidfd_reads_exited_once_its_process_has_exited_before_it_is_reaped() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as libc::pid_t;
+        let fd = pidfd_open(pid).unwrap();
+        assert!(!has_exited(&fd));
+        assert!(pidfd_signal(&fd, libc::SIGKILL).unwrap());
+        until("the pidfd reads exited", || has_exited(&fd));
+        assert!(!gone(pid), "a zombie, not yet reaped");
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert!(has_exited(&fd));
+    }
+
+    #[test]
+    fn with_nothing_below_end_all_returns_at_once() {
+        if !alone("with_nothing_below_end_all_returns_at_once") {
+            return;
+        }
+        subreaper();
+        let started = Instant::now();
+        assert!(end_all(Duration::from_secs(10), Duration::from_secs(10)).is_empty());
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn what_a_command_left_running_is_sent_sigterm_first_and_ended_within_the_grace() {
+        if !alone("what_a_command_left_running_is_sent_sigterm_first_and_ended_within_the_grace") {
+            return;
+        }
+        subreaper();
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("marker");
+        let script = dir.path().join("left.sh");
+        std::fs::write(
+            &script,
+            "trap 'echo TERM > \"$1\"; exit 0' TERM\nsleep 30 &\nwait\n",
+        )
+        .unwrap();
+        let run = format!(
+            "sh {} {} & sleep 30 & exit 0",
+            script.display(),
+            marker.display()
+        );
+        assert!(sh(&run).status().unwrap().success());
+        // Its trap is set once the script has started its sleep.
+        let mut left = Vec::new();
+        until("the three left running adopted here", || {
+            left = descendants();
+            left.len() == 3 && left.iter().filter(|p| comm(p.pid) == "sleep").count() == 2
+        });
+        let started = Instant::now();
+        assert_eq!(
+            end_all(Duration::from_secs(10), Duration::from_secs(10)),
+            Vec::<libc::pid_t>::new()
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a SIGTERM ends them, well before the grace is over: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(std::fs::read_to_string(&marker).unwrap(), "TERM\n");
+        assert!(descendants().is_empty());
+        assert!(left.iter().all(|p| gone(p.pid)), "reaped here");
+    }
+
+    #[test]
+    fn a_stopped_process_is_continued_to_act_on_its_sigterm() {
+        if !alone("a_stopped_process_is_continued_to_act_on_its_sigterm") {
+            return;
+        }
+        subreaper();
+        assert!(sh("sleep 30 & kill -STOP $!; exit 0")
+            .status()
+            .unwrap()
+            .success());
+        let mut left = Vec::new();
+        // Stopped, perhaps before it had become `sleep`.
+        until("the stopped process adopted here", || {
+            left = descendants();
+            left.len() == 1 && stopped(left[0].pid)
+        });
+        let started = Instant::now();
+        assert!(end_all(Duration::from_secs(10), Duration::from_secs(10)).is_empty());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "ended by SIGTERM, not after the grace: {:?}",
+            started.elapsed()
+        );
+        assert!(gone(left[0].pid));
+    }
+
+    #[test]
+    fn one_that_ignores_sigterm_is_killed_once_the_grace_is_over() {
+        if !alone("one_that_ignores_sigterm_is_killed_once_the_grace_is_over") {
+            return;
+        }
+        subreaper();
+        assert!(sh("(trap '' TERM; exec sleep 30) & exit 0")
+            .status()
+            .unwrap()
+            .success());
+        let mut left = Vec::new();
+        until("the sleep ignoring SIGTERM adopted here", || {
+            left = descendants();
+            left.len() == 1 && comm(left[0].pid) == "sleep" && ignores_term(left[0].pid)
+        });
+        let grace = Duration::from_millis(500);
+        let started = Instant::now();
+        assert!(end_all(grace, Duration::from_secs(10)).is_empty());
+        let took = started.elapsed();
+        assert!(took >= grace, "ended before the grace was over: {took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert!(gone(left[0].pid));
+    }
+
+    #[test]
+    fn a_chain_of_processes_each_forking_the_next_cannot_outrun_the_end() {
+        if !alone("a_chain_of_processes_each_forking_the_next_cannot_outrun_the_end") {
+            return;
+        }
+        subreaper();
+        let dir = tempfile::tempdir().unwrap();
+        let chain = dir.path().join("chain.sh");
+        // Each link ignores SIGTERM, lives a moment, starts the next and exits.
+        std::fs::write(&chain, "trap '' TERM\nsleep 0.02\nsh \"$0\" &\n").unwrap();
+        assert!(Command::new("sh").arg(&chain).status().unwrap().success());
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!descendants().is_empty(), "the chain runs on");
+        let started = Instant::now();
+        assert!(end_all(Duration::from_millis(200), Duration::from_secs(10)).is_empty());
+        assert!(started.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(descendants().is_empty(), "a link survived the end");
+    }
+
+    /// The command's pid while it is unreaped, as the waiting thread of a turn keeps it.
+    static UNREAPED: AtomicI32 = AtomicI32::new(0);
+
+    #[test]
+    fn a_command_past_its_limit_is_sent_sigterm_and_so_is_what_it_left_running() {
+        if !alone("a_command_past_its_limit_is_sent_sigterm_and_so_is_what_it_left_running") {
+            return;
+        }
+        subreaper();
+        let timer = Timer::new(Some(Duration::from_millis(300))).unwrap();
+        let mut t = Spawned {
+            command: sh("sleep 30 & exec sleep 30").spawn().unwrap(),
+            found: Vec::new(),
+        };
+        let pid = t.command.id() as libc::pid_t;
+        until("the sleep the command started", || {
+            t.found = below(pid);
+            t.found.len() == 1 && comm(pid) == "sleep"
+        });
+        let left = t.found[0].pid;
+        UNREAPED.store(pid, std::sync::atomic::Ordering::SeqCst);
+        let started = Instant::now();
+        timer.started(pid, &UNREAPED);
+        let status = t.command.wait().unwrap();
+        UNREAPED.store(0, std::sync::atomic::Ordering::SeqCst);
+        let took = started.elapsed();
+        assert_eq!(timer.stop(), Some(libc::SIGTERM));
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < KILL_AFTER, "{took:?}");
+        // What the command left, adopted here, ended by the same SIGTERM.
+        let mut status = 0;
+        // SAFETY: waitpid of a process this subreaper adopted, writing only `status`.
+        assert_eq!(unsafe { libc::waitpid(left, &mut status, 0) }, left);
+        assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM);
+    }
+
+    #[test]
+    fn a_command_that_ignores_its_sigterm_is_killed_kill_after_later() {
+        if !alone("a_command_that_ignores_its_sigterm_is_killed_kill_after_later") {
+            return;
+        }
+        let timer = Timer::new(Some(Duration::from_millis(100))).unwrap();
+        let mut t = Spawned {
+            command: sh("trap '' TERM; exec sleep 30").spawn().unwrap(),
+            found: Vec::new(),
+        };
+        let pid = t.command.id() as libc::pid_t;
+        until("the command ignoring SIGTERM", || {
+            comm(pid) == "sleep" && ignores_term(pid)
+        });
+        UNREAPED.store(pid, std::sync::atomic::Ordering::SeqCst);
+        let started = Instant::now();
+        timer.started(pid, &UNREAPED);
+        let status = t.command.wait().unwrap();
+        UNREAPED.store(0, std::sync::atomic::Ordering::SeqCst);
+        let took = started.elapsed();
+        assert_eq!(timer.stop(), Some(libc::SIGKILL));
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(took >= KILL_AFTER, "{took:?}");
+        assert!(took < KILL_AFTER * 3, "{took:?}");
+    }
+
+    #[test]
+    fn a_command_that_ends_in_time_is_sent_nothing() {
+        if !alone("a_command_that_ends_in_time_is_sent_nothing") {
+            return;
+        }
+        let timer = Timer::new(Some(Duration::from_secs(30))).unwrap();
+        let mut t = Spawned {
+            command: sh("sleep 0.1; exit 7").spawn().unwrap(),
+            found: Vec::new(),
+        };
+        let pid = t.command.id() as libc::pid_t;
+        UNREAPED.store(pid, std::sync::atomic::Ordering::SeqCst);
+        timer.started(pid, &UNREAPED);
+        let status = t.command.wait().unwrap();
+        UNREAPED.store(0, std::sync::atomic::Ordering::SeqCst);
+        let started = Instant::now();
+        assert_eq!(timer.stop(), None);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "stopped at once"
+        );
+        assert_eq!(status.code(), Some(7));
+    }
+
+    #[test]
+    fn a_sigterm_passed_on_is_followed_by_sigkill_kill_after_later_without_a_limit() {
+        if !alone("a_sigterm_passed_on_is_followed_by_sigkill_kill_after_later_without_a_limit") {
+            return;
+        }
+        let timer = Timer::new(None).unwrap();
+        let mut t = Spawned {
+            command: sh("trap '' TERM; exec sleep 30").spawn().unwrap(),
+            found: Vec::new(),
+        };
+        let pid = t.command.id() as libc::pid_t;
+        until("the command ignoring SIGTERM", || {
+            comm(pid) == "sleep" && ignores_term(pid)
+        });
+        UNREAPED.store(pid, std::sync::atomic::Ordering::SeqCst);
+        timer.started(pid, &UNREAPED);
+        // What a turn's handler does once it has passed a SIGTERM on to the command.
+        // SAFETY: a signal to this test's own child, not yet reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let started = Instant::now();
+        on_signal();
+        let status = t.command.wait().unwrap();
+        UNREAPED.store(0, std::sync::atomic::Ordering::SeqCst);
+        let took = started.elapsed();
+        assert_eq!(timer.stop(), None, "no limit passed");
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert!(took >= KILL_AFTER - Duration::from_millis(100), "{took:?}");
+        assert!(took < KILL_AFTER * 3, "{took:?}");
+    }
+}
