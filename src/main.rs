@@ -23,7 +23,7 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!("worktreefs: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(worktreefs::report::EXIT_USAGE);
         }
     };
     let cli = Cli::parse_from(args);

@@ -27,7 +27,7 @@ pub const EXIT_CODES: &str = "Exit codes: 0 success; 1 the request could not be 
 pub trait Exit: Send + Sync {
     /// The exit code ([`EXIT_CODES`]): 1 unless the failure says otherwise.
     fn exit_code(&self) -> u8 {
-        1
+        report::EXIT_FAILED
     }
 
     /// The sentence people get on stderr, with its causes after it.
@@ -121,7 +121,12 @@ pub struct Status(u8);
 impl Status {
     /// Ending with `code`: 1 where it is no failure's code (0, or beyond 255).
     pub fn of(code: i32) -> Status {
-        Status(u8::try_from(code).ok().filter(|&c| c != 0).unwrap_or(1))
+        Status(
+            u8::try_from(code)
+                .ok()
+                .filter(|&c| c != 0)
+                .unwrap_or(report::EXIT_FAILED),
+        )
     }
 }
 
@@ -160,7 +165,7 @@ impl Exit for report::Refusal {
 /// A command that could not be started exits as a shell's would (127, 126).
 impl Exit for RunError {
     fn exit_code(&self) -> u8 {
-        self.shell_code().unwrap_or(1)
+        self.shell_code().unwrap_or(report::EXIT_FAILED)
     }
 
     fn message(&self) -> String {

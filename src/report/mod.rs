@@ -168,8 +168,15 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
-/// The exit code of a typed conflict: the worktree cannot be had now (somebody else holds
-/// it, or it is deleting, removed or unknown). `1` stays for a request that failed.
+/// The exit codes a command chooses (`cli::exit::EXIT_CODES` says them all; `run` and
+/// `turn` otherwise end with their command's): a request that could not be carried out.
+pub const EXIT_FAILED: u8 = 1;
+
+/// Bad usage: arguments that do not parse (clap's own code too).
+pub const EXIT_USAGE: u8 = 2;
+
+/// A typed conflict: the worktree cannot be had now (somebody else holds it, or it is
+/// deleting, removed or unknown).
 pub const EXIT_CONFLICT: u8 = 3;
 
 /// The exit code of `turn` when its command ran past `--timeout` and was ended
@@ -467,7 +474,7 @@ pub fn refused(
             error: error.to_string(),
             session: session.map(str::to_string),
         }),
-        code: 1,
+        code: EXIT_FAILED,
     }
 }
 

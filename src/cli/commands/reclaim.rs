@@ -136,7 +136,7 @@ fn cmd_reclaim(
                 error: Some(error),
                 ..said
             }),
-            code: 1,
+            code: report::EXIT_FAILED,
         }
         .into()
     };

@@ -298,7 +298,7 @@ pub fn run(state: &StateDir, cmd: RepoCmd) -> Result<(), Failed> {
                         if n == 1 { "it" } else { "them" }
                     ),
                     json,
-                    code: 1,
+                    code: report::EXIT_FAILED,
                 }
                 .into());
             }

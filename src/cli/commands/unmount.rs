@@ -167,7 +167,7 @@ fn refused(error: &str, mountpoint: &Path, inside: &[String], message: String) -
             mountpoint: mountpoint.to_path_buf(),
             inside: inside.to_vec(),
         }),
-        code: 1,
+        code: report::EXIT_FAILED,
     }
     .into()
 }
