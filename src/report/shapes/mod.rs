@@ -42,17 +42,30 @@ mod tests {
     /// object per line gives each line; a block marked `json` must parse whole). An
     /// array's `"…"` (more of the same) is dropped.
     fn examples(heading: &str) -> Vec<Value> {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md"))
-            .expect("docs/cli.md");
+        let doc = cli_md();
         let start = doc
             .lines()
             .position(|l| l.starts_with(heading))
             .unwrap_or_else(|| panic!("docs/cli.md has no heading {heading:?}"));
         let level = heading.split(' ').next().unwrap().len();
+        examples_in(doc.lines().skip(start + 1), level, heading)
+    }
+
+    fn cli_md() -> String {
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md"))
+            .expect("docs/cli.md")
+    }
+
+    /// The examples of `lines`, up to a heading of `level` or above (0: to the end).
+    fn examples_in<'a>(
+        lines: impl Iterator<Item = &'a str>,
+        level: usize,
+        heading: &str,
+    ) -> Vec<Value> {
         let mut out = Vec::new();
         let mut block: Option<Vec<&str>> = None;
         let mut marked_json = false;
-        for line in doc.lines().skip(start + 1) {
+        for line in lines {
             let hashes = line.chars().take_while(|&c| c == '#').count();
             if block.is_none() && hashes > 0 && hashes <= level {
                 break;
@@ -95,6 +108,12 @@ mod tests {
             .collect()
     }
 
+    thread_local! {
+        /// The examples this thread's checks read (see
+        /// `every_json_example_in_the_docs_is_checked`).
+        static CHECKED: std::cell::RefCell<Vec<Value>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
     /// Every example under `heading` is a `T` to the field, and prints back as shown.
     fn shows<T: DeserializeOwned + Serialize>(heading: &str) -> usize {
         shows_where::<T>(heading, |_| true)
@@ -107,6 +126,7 @@ mod tests {
     ) -> usize {
         let found: Vec<Value> = examples(heading).into_iter().filter(|v| pick(v)).collect();
         assert!(!found.is_empty(), "no example under {heading:?}");
+        CHECKED.with(|c| c.borrow_mut().extend(found.iter().cloned()));
         for example in &found {
             let typed: T = serde_json::from_value(example.clone()).unwrap_or_else(|e| {
                 panic!(
@@ -125,6 +145,39 @@ mod tests {
 
     #[test]
     fn the_shared_shapes_in_the_docs_are_the_types() {
+        shared_shapes();
+    }
+
+    #[test]
+    fn the_outcomes_in_the_docs_are_the_types() {
+        outcomes();
+    }
+
+    /// No JSON example of `docs/cli.md` goes unread: each is one of those the two checks
+    /// above compare with a type.
+    #[test]
+    fn every_json_example_in_the_docs_is_checked() {
+        CHECKED.with(|c| c.borrow_mut().clear());
+        shared_shapes();
+        outcomes();
+        let checked = CHECKED.with(|c| c.borrow().clone());
+        let doc = cli_md();
+        let unread: Vec<Value> = examples_in(doc.lines(), 0, "docs/cli.md")
+            .into_iter()
+            .filter(|v| !checked.contains(v))
+            .collect();
+        assert!(
+            unread.is_empty(),
+            "examples in docs/cli.md no check reads (give each a heading and a check):\n{}",
+            unread
+                .iter()
+                .map(|v| format!("{v:#}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    fn shared_shapes() {
         assert_eq!(shows::<WorktreeJson>("### The worktree object"), 2);
         assert_eq!(shows::<LeaseJson>("### The lease object"), 2);
         assert!(shows::<LeaseJson>("## `leases --json`") >= 2);
@@ -163,8 +216,7 @@ mod tests {
 
     /// What a command prints besides the rows, checked the same way: each outcome and
     /// refusal against the examples under its command's heading.
-    #[test]
-    fn the_outcomes_in_the_docs_are_the_types() {
+    fn outcomes() {
         let error = |e: &'static str| move |v: &Value| v["error"] == e;
         let no_error = |v: &Value| v.get("error").is_none();
         assert_eq!(shows::<NewJson>("### `new --warm --json`"), 1);
@@ -234,6 +286,14 @@ mod tests {
         );
         assert_eq!(
             shows_where::<RefusedJson>("## `run --json`", error("not-mounted")),
+            1
+        );
+        assert_eq!(
+            shows_where::<OccupiedJson>("## `run --json`", error("occupied")),
+            1
+        );
+        assert_eq!(
+            shows_where::<FailedJson>("## `run --json`", error("failed")),
             1
         );
         assert_eq!(
