@@ -55,7 +55,7 @@ const CACHE_VERSION: u32 = 2;
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Cache {
     version: u32,
-    worktrees: HashMap<i64, Entry>,
+    worktrees: HashMap<WorktreeId, Entry>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -117,9 +117,9 @@ pub fn glance_all(
         if mine.is_empty() {
             continue;
         }
-        let cached: HashMap<i64, Entry> = mine
+        let cached: HashMap<WorktreeId, Entry> = mine
             .iter()
-            .filter_map(|r| cache.worktrees.get(&r.id.0).map(|e| (r.id.0, e.clone())))
+            .filter_map(|r| cache.worktrees.get(&r.id).map(|e| (r.id, e.clone())))
             .collect();
         let (tx, rx) = std::sync::mpsc::channel();
         let (state2, repo2) = (state.clone(), repo_row.clone());
@@ -153,7 +153,7 @@ pub fn glance_all(
     let before = cache.worktrees.len();
     cache
         .worktrees
-        .retain(|id, _| rows.iter().any(|r| r.id.0 == *id));
+        .retain(|id, _| rows.iter().any(|r| r.id == *id));
     dirty |= cache.worktrees.len() != before;
     if dirty {
         cache.version = CACHE_VERSION;
@@ -166,7 +166,7 @@ pub fn glance_all(
 /// and whether any entry is new.
 struct Looked {
     glances: HashMap<WorktreeId, Glance>,
-    entries: Vec<(i64, Entry)>,
+    entries: Vec<(WorktreeId, Entry)>,
     changed: bool,
 }
 
@@ -175,7 +175,7 @@ fn glance_repo(
     state: &StateDir,
     repo_row: &RepoRow,
     rows: &[WorktreeRow],
-    mut cached: HashMap<i64, Entry>,
+    mut cached: HashMap<WorktreeId, Entry>,
 ) -> Looked {
     let opened = Repository::open_bare(&repo_row.gitdir).ok().map(|repo| {
         let upstreams = Upstreams::of(&repo);
@@ -189,7 +189,7 @@ fn glance_repo(
     };
     for row in rows {
         let upper = state.upper(row.id);
-        let cached = cached.remove(&row.id.0);
+        let cached = cached.remove(&row.id);
         let (mut entry, newest) = match cached.as_ref().and_then(|e| still(&upper, e)) {
             Some(newest) => (cached.expect("checked"), newest),
             None => {
@@ -233,7 +233,7 @@ fn glance_repo(
                 touched_at: newest.map(|ns| ns / 1_000_000_000),
             },
         );
-        looked.entries.push((row.id.0, entry));
+        looked.entries.push((row.id, entry));
     }
     looked
 }
@@ -509,6 +509,16 @@ fn ends(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cache on disk keys worktrees by their id as a JSON string, as when the key was
+    /// a bare integer: a cache written before reads back.
+    #[test]
+    fn the_cache_keys_worktrees_by_their_id_as_written_before() {
+        let written = r#"{"version":2,"worktrees":{"7":{"dirs":[["",1]],"changed":1,"untracked":2,"walked_at":3,"graph":null}}}"#;
+        let cache: Cache = serde_json::from_str(written).unwrap();
+        assert_eq!(cache.worktrees[&WorktreeId(7)].untracked, 2);
+        assert_eq!(serde_json::to_string(&cache).unwrap(), written);
+    }
 
     /// Sets `path`'s modification time `secs` seconds back.
     fn age_by(path: &Path, secs: i64) {

@@ -22,7 +22,7 @@ pub struct RestoreArgs {
     pub as_name: Option<String>,
     /// Which removal of that name (its id in `worktreefs removed`; default the newest).
     #[arg(long)]
-    pub id: Option<i64>,
+    pub id: Option<worktreefs::ids::WorktreeId>,
     /// The restored worktree (or the refusal) as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -43,7 +43,7 @@ fn cmd_restore(
     state: &StateDir,
     target: &str,
     as_name: Option<&str>,
-    id: Option<i64>,
+    id: Option<worktreefs::ids::WorktreeId>,
     json: bool,
 ) -> anyhow::Result<()> {
     use worktreefs::lifecycle::restore::{restore_worktree, RestoreRequest};
@@ -58,7 +58,7 @@ fn cmd_restore(
             repo,
             name,
             as_name,
-            id: id.map(worktreefs::ids::WorktreeId),
+            id,
         },
     )?;
     daemon::poke(state);
