@@ -18,7 +18,7 @@ use git2::{BranchType, Repository};
 use crate::git;
 use crate::ids::WorktreeId;
 use crate::lease::State;
-use crate::lifecycle::cleanup::{keep, Target};
+use crate::lifecycle::cleanup::{git_files, Target};
 use crate::lifecycle::create::error::{internal, io_failure, CreateError};
 use crate::lifecycle::create::rollback::roll_back;
 use crate::lifecycle::create::steps::{
@@ -200,7 +200,7 @@ pub fn fork_worktree(
 /// git's `HEAD` and `index` of the parent, read through its checked entry; a split index
 /// is refused (half of it is in a file of the parent's own entry).
 fn git_files(t: &Target, label: &str) -> Result<(String, Option<Vec<u8>>), CreateError> {
-    let (head, index) = keep::git_files_of(t)
+    let (head, index) = git_files::git_files_of(t)
         .map_err(|why| CreateError::Internal(format!("reading git's files of '{label}': {why}")))?;
     if index
         .as_deref()
@@ -226,7 +226,7 @@ fn resolve(
     let (commit, taken) =
         crate::git::owner::as_owner_of(gitdir, move || -> crate::git::GitResult<_> {
             let repo = Repository::open(&dir)?;
-            let commit = keep::commit_of_head(&repo, &h);
+            let commit = git_files::commit_of_head(&repo, &h);
             let taken = repo.find_branch(&b, BranchType::Local).is_ok();
             Ok((commit, taken))
         })

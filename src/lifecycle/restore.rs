@@ -1,5 +1,5 @@
 //! `worktreefs restore`: a removed worktree brought back from its kept copy
-//! (`cleanup/keep.rs`), as a creation whose upper layer, index and HEAD are the kept
+//! (`cleanup/keep/`), as a creation whose upper layer, index and HEAD are the kept
 //! ones. It is recorded and rolled back like any creation (`create.rs`), except that the
 //! kept directory goes back where it was kept instead of being deleted.
 

@@ -89,7 +89,7 @@ fn cmd_restore(
         "restored {repo}/{name} as {}/{} ({} kept, removed {} ago) on {}",
         done.row.repo,
         done.row.name,
-        worktreefs::lifecycle::cleanup::keep::human_bytes(done.from.bytes.max(0) as u64),
+        worktreefs::report::human_bytes(done.from.bytes.max(0) as u64),
         worktreefs::report::age(worktreefs::store::now_secs() - done.from.kept_at),
         match &done.row.branch {
             Some(b) => format!("branch {b}"),

@@ -19,6 +19,7 @@
 mod before_unmount;
 mod decide;
 mod fsmonitor;
+pub(crate) mod git_files;
 mod inspect;
 mod inspection;
 pub mod keep;
