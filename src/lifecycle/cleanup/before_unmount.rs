@@ -17,7 +17,10 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::{judge, remove_judged, try_lock, Inspection, Judged, Outcome};
+use super::deleting::{judge, remove_judged, Judged, DECIDE_BUSY_TIMEOUT};
+use super::inspection::Inspection;
+use super::lock::try_lock;
+use super::target::Outcome;
 use crate::lease::State;
 use crate::lifecycle::error::LifecycleResult;
 use crate::lifecycle::gate::Gate;
@@ -140,7 +143,7 @@ pub fn tear_down_before_unmount(
         if row.state != State::Deleting {
             // Not while the database is busy for long: the gate is closed meanwhile. An
             // error (busy, a full disk) leaves it to the cleanup after the mount.
-            let r = store.with_busy_timeout(super::DECIDE_BUSY_TIMEOUT, |s| {
+            let r = store.with_busy_timeout(DECIDE_BUSY_TIMEOUT, |s| {
                 match s.release_leases_of(row.id, !keep_sessions, &gone, reason)? {
                     0 => s.mark_deleting_if_grace_over(row.id, 0),
                     _ => Ok(false),

@@ -6,11 +6,12 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use super::decide::{decide, Verdict};
+use super::deleting::{finish, inspect_bounded, settled};
+use super::inspection::Inspection;
 use super::keep;
 use super::lock::try_lock;
 use super::remove::{gone_by_hand, Removal};
 use super::target::{target_of, Outcome};
-use super::{finish, Inspection};
 use crate::ids::WorktreeId;
 use crate::lease::State;
 use crate::lifecycle::error::LifecycleResult;
@@ -103,7 +104,7 @@ pub fn reconcile_at_boot(
         if !t.dir.exists() {
             continue; // handled below
         }
-        let inspected = super::inspect_bounded(&t, how);
+        let inspected = inspect_bounded(&t, how);
         if let Verdict::Remove {
             delete_branch,
             integrated,
@@ -130,9 +131,9 @@ pub fn reconcile_at_boot(
                     &store,
                     delete_branch,
                     integrated.as_deref(),
-                    super::settled(&inspected),
+                    settled(&inspected),
                 );
-                let o = super::run_removal(state, &mut store, &t, &how)?;
+                let o = super::remove::run_removal(state, &mut store, &t, &how)?;
                 tracing::info!("boot reconcile: {}/{}: {o}", row.repo, row.name);
             }
         }

@@ -531,6 +531,51 @@ pub(super) fn gone_by_hand(
     Ok(Outcome::Removed(detail))
 }
 
+impl Removal {
+    /// The removal of a worktree found clean and pushed (or `integrated` upstream by
+    /// content), kept by the policy.
+    pub(super) fn clean(
+        state: &StateDir,
+        store: &Store,
+        delete_branch: bool,
+        integrated: Option<&str>,
+        settled: Option<&str>,
+    ) -> Removal {
+        let mut what = match integrated.or(settled) {
+            Some(how) => format!("clean; {how}"),
+            None => String::from("clean and pushed"),
+        };
+        let keep = keeps_now(state, store, &mut what);
+        // Commits whose content is upstream but which no other ref reaches stay on their
+        // branch unless the removal keeps its tip (restorable): deleting it then would be
+        // the only step nothing can undo.
+        let delete_branch = delete_branch && (keep || integrated.is_none());
+        if integrated.is_some() && !keep {
+            what.push_str(" (its branch is kept: the removal keeps nothing)");
+        }
+        Removal {
+            keep,
+            delete_branch,
+            what,
+            index_clean: true,
+        }
+    }
+}
+
+/// Whether a removal now keeps: by the policy, and not while the disk is low (the copy
+/// would be purged at once, and writing it could fill the disk); `what` then says so.
+pub(super) fn keeps_now(state: &StateDir, store: &Store, what: &mut String) -> bool {
+    let p = super::keep::KeepPolicy::of(store);
+    match p.low_disk(&state.root) {
+        Some(why) if p.keeps() => {
+            tracing::warn!("removal keeps nothing: {why}");
+            what.push_str(&format!(" (not kept: {why})"));
+            false
+        }
+        _ => p.keeps(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
