@@ -106,13 +106,11 @@ impl Bases {
 
 /// A worktree's list of converted base files, if it has one.
 fn read_conversions(path: &Path) -> FsResult<Option<Arc<Conversions>>> {
-    match std::fs::read(path) {
-        Ok(bytes) => Conversions::decode(&bytes)
-            .map(|c| Some(Arc::new(c)))
-            .ok_or_else(|| {
-                FsError::internal(format!("{} is not a list of conversions", path.display()))
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+    match Conversions::read(path) {
+        Ok(list) => Ok(list.map(Arc::new)),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            Err(FsError::internal(e.to_string()))
+        }
         Err(e) => Err(FsError::io(format!("reading {}", path.display()), e)),
     }
 }

@@ -94,6 +94,21 @@ impl Conversions {
         out
     }
 
+    /// A worktree's list, written at its creation at `path`: None where it has none (no
+    /// file); an error of kind `InvalidData` where the file is no such list.
+    pub fn read(path: &std::path::Path) -> std::io::Result<Option<Conversions>> {
+        match std::fs::read(path) {
+            Ok(bytes) => Conversions::decode(&bytes).map(Some).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{} is not a list of conversions", path.display()),
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn decode(bytes: &[u8]) -> Option<Conversions> {
         // A list of the first format has no dirty paths.
         let rest = bytes
@@ -520,6 +535,15 @@ mod tests {
         assert_eq!(back.dirty, c.dirty);
         assert!(back.is_dirty(b"crlf.bat") && !back.is_dirty(b"a.bat"));
         assert!(Conversions::decode(b"something else").is_none());
+        // Read from a file: none without one, an error of its kind for another file.
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("conversions");
+        assert!(Conversions::read(&path).unwrap().is_none());
+        std::fs::write(&path, c.encode()).unwrap();
+        assert_eq!(Conversions::read(&path).unwrap().unwrap().dirty, c.dirty);
+        std::fs::write(&path, b"something else").unwrap();
+        let e = Conversions::read(&path).err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
         // A list of the first format (no dirty paths) still reads.
         let mut first = MAGIC_1.to_vec();
         first.extend_from_slice(b"abc\na.bat\0");

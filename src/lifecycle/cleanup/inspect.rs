@@ -209,9 +209,10 @@ pub fn inspect_asking(
     // here: git lists them as modified once it looks at them, as in a checkout whose
     // files were touched, and so does cleanup. Only while the index still holds the
     // base's blob for them (what git compares with).
-    let conversions = fs::read(t.dir.join(crate::state::CONVERSIONS_FILE))
-        .ok()
-        .and_then(|b| crate::git::checkout::Conversions::decode(&b));
+    let conversions =
+        crate::git::checkout::Conversions::read(&t.dir.join(crate::state::CONVERSIONS_FILE))
+            .ok()
+            .flatten();
     for path in conversions.iter().flat_map(|c| c.dirty()) {
         let rel = String::from_utf8_lossy(path).into_owned();
         let touched = changes
