@@ -1303,9 +1303,12 @@ fn random_operations_agree_with_a_plain_directory() {
     if std::env::var_os("PROPTEST_CASES").is_none() {
         config.cases = 128;
     }
-    // The cases of `MUST_HAPPEN` are required of a run of the default length or longer.
-    let whole_run = config.cases >= 128;
-    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+    // The cases of `MUST_HAPPEN` are required of a run from the fixed seed, of the
+    // default length or longer: that run is known to reach each of them a dozen times;
+    // another seed may fall short by chance, which is no disagreement.
+    let fixed_seed = std::env::var_os("PROPTEST_RNG_SEED").is_none();
+    let whole_run = fixed_seed && config.cases >= 128;
+    if fixed_seed {
         config.rng_seed = RngSeed::Fixed(0x7767_6673);
     }
     let mut runner = TestRunner::new(config);
