@@ -137,7 +137,7 @@ impl Base {
     /// None for the entries of the base tree, which show a checkout's.
     pub(super) fn inherited(&self, b: &BaseRef) -> Option<Inherited> {
         if let Some(f) = self.warm_file(b) {
-            let (size, perm) = match self.warm_link(b) {
+            let (size, perm) = match self.warm.as_ref().and_then(|s| s.link(f)) {
                 Some(l) => (l.len() as u64, 0o777),
                 None => (f.size, f.perm),
             };
