@@ -1501,23 +1501,7 @@ fn rename_and_link_across_worktrees_answer_exdev() {
     let mut store = Store::open(&state.root).unwrap();
     create_at_head(&state, &mut store, "a");
     create_at_head(&state, &mut store, "b");
-    worktreefs::lifecycle::create::create_worktree(
-        &state,
-        &mut store,
-        &worktreefs::lifecycle::create::CreateRequest {
-            repo: "other",
-            name: "c",
-            base: None,
-            branch: None,
-            uid: 0,
-            gid: 0,
-            submodules: false,
-            warm: None,
-            progress: None,
-            filter_timeout: worktreefs::git::filters::DEFAULT_TIMEOUT,
-        },
-    )
-    .unwrap();
+    create_in(&state, &mut store, "other", "c");
     let view = View::new(state, env.mountpoint()).unwrap();
     let look = |dir: Ino, name: &str| view.lookup(dir, OsStr::new(name)).map(|e| e.attr.ino);
     let repo = look(ROOT_INO, "repo").unwrap();
