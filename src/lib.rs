@@ -8,7 +8,8 @@
 //! 4  fs/                the filesystem; only fs/ names fuse/ (adapter.rs, mount.rs)
 //! 3  lifecycle/         create, holders, cleanup, sweeper; reaches fs/ only through
 //!                       its own trait `lifecycle::Mounted`, which `fs::View` implements
-//! 2  report             the status table, from store rows
+//! 2  report, checkpoint the status table, from store rows; a worktree's checkpoints
+//!                       (an undo store of its upper layer)
 //! 1  git/, store/,      the repository; the SQLite store;
 //!    layout, filecopy,  the on-disk formats of the upper layer and of submodule views
 //!    state              (read through `beneath`); copying a file's data by reflink or
@@ -25,6 +26,7 @@
 pub mod asked;
 pub mod beneath;
 pub mod bounded;
+pub mod checkpoint;
 pub mod daemon;
 pub mod durable;
 pub mod failure;

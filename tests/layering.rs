@@ -30,6 +30,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("git", 1),
     ("store", 1),
     ("report", 2),
+    ("checkpoint", 2),
     ("lifecycle", 3),
     ("fs", 4),
     ("daemon", 5),
