@@ -110,6 +110,10 @@ impl StateDir {
     pub fn work(&self, id: WorktreeId) -> PathBuf {
         self.worktree_dir(id).join("work")
     }
+    /// A worktree's checkpoints (`crate::checkpoint`).
+    pub fn checkpoints(&self, id: WorktreeId) -> PathBuf {
+        self.worktree_dir(id).join("checkpoints")
+    }
     pub fn conversions(&self, id: WorktreeId) -> PathBuf {
         self.worktree_dir(id).join(CONVERSIONS_FILE)
     }

@@ -344,6 +344,12 @@ enum Op {
     Ftruncate(usize, u64),
     /// Releases a handle: the first open at the slot or after it.
     Release(usize),
+    /// Takes a checkpoint; the plain directory is copied whole.
+    Checkpoint,
+    /// Rewinds to the checkpoint at this index among those kept (modulo), every handle
+    /// released first (a rewind is refused while others write); the plain directory is
+    /// made its copy again.
+    Rewind(usize),
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -384,6 +390,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => (slot(), 0..24u64, data()).prop_map(|(s, o, d)| Op::WriteAt(s, o, d)),
         2 => (slot(), size()).prop_map(|(s, n)| Op::Ftruncate(s, n)),
         1 => slot().prop_map(Op::Release),
+        1 => Just(Op::Checkpoint),
+        1 => (0..4usize).prop_map(Op::Rewind),
     ]
 }
 
@@ -650,6 +658,8 @@ struct Model {
     root: PathBuf,
     slots: Vec<Option<Slot>>,
     umask: u32,
+    /// The checkpoints kept: each one's id and the plain directory's copy then.
+    kept: Vec<(u64, PathBuf)>,
 }
 
 /// What an operation gave: its errno (0 for success) and what it read.
@@ -780,6 +790,7 @@ impl Model {
             root,
             slots: (0..SLOTS).map(|_| None).collect(),
             umask: umask(),
+            kept: Vec::new(),
         }
     }
 
@@ -899,6 +910,59 @@ fn view_err(e: worktreefs::fs::error::FsError) -> i32 {
 }
 
 impl Model {
+    fn worktree(&self) -> worktreefs::ids::WorktreeId {
+        self.c.view.worktree_of(self.c.root).unwrap().0
+    }
+
+    /// A checkpoint on both sides: the view's, and a copy of the plain directory.
+    fn checkpoint(&mut self) -> (Outcome, Outcome) {
+        let ok = outcome(Ok(None));
+        match self.c.view.take_checkpoint(self.worktree(), None) {
+            Ok(info) => {
+                let copy = self._plain.path().join(format!("checkpoint-{}", info.id));
+                copy_exact(&self.root, &copy);
+                self.kept.push((info.id, copy));
+                (ok, outcome(Ok(None)))
+            }
+            Err(e) => (ok, outcome(Err(e.errno()))),
+        }
+    }
+
+    /// A rewind on both sides: the view's, and the plain directory made its copy at
+    /// that checkpoint again (the state left copied first, as the checkpoint the rewind
+    /// takes).
+    fn rewind(&mut self, k: usize) -> Option<(Outcome, Outcome)> {
+        if self.kept.is_empty() {
+            return None;
+        }
+        for s in 0..SLOTS {
+            self.release(s);
+        }
+        let (id, copy) = self.kept[k % self.kept.len()].clone();
+        let before = self
+            ._plain
+            .path()
+            .join(format!("before-{}", self.kept.len()));
+        copy_exact(&self.root, &before);
+        let ok = outcome(Ok(None));
+        match self.c.view.rewind(self.worktree(), id) {
+            Ok(done) => {
+                self.kept.push((done.before.id, before));
+                for e in fs::read_dir(&self.root).unwrap() {
+                    let p = e.unwrap().path();
+                    if fs::symlink_metadata(&p).unwrap().is_dir() {
+                        fs::remove_dir_all(&p).unwrap();
+                    } else {
+                        fs::remove_file(&p).unwrap();
+                    }
+                }
+                copy_into(&copy, &self.root);
+                Some((ok, outcome(Ok(None))))
+            }
+            Err(e) => Some((ok, outcome(Err(e.errno())))),
+        }
+    }
+
     fn release(&mut self, slot: usize) -> bool {
         match self.slots[slot].take() {
             Some(s) => {
@@ -921,6 +985,11 @@ impl Model {
     /// (an empty slot, a read or write the handle's mode refuses, which the kernel answers
     /// itself).
     fn step(&mut self, op: &Op) -> Option<(Outcome, Outcome)> {
+        match op {
+            Op::Checkpoint => return Some(self.checkpoint()),
+            Op::Rewind(k) => return self.rewind(*k),
+            _ => {}
+        }
         let root = self.root.clone();
         let p = |s: &str| root.join(s);
         let done = |r: std::io::Result<()>| outcome(r.map(|_| None).map_err(errno_of));
@@ -1120,6 +1189,7 @@ impl Model {
                 self.release(i);
                 (outcome(Ok(None)), outcome(Ok(None)))
             }
+            Op::Checkpoint | Op::Rewind(_) => unreachable!("answered above"),
         };
         Some((plain, view))
     }
@@ -1639,4 +1709,64 @@ fn a_renamed_directory_keeps_its_mtime() {
         .unwrap();
     let (_, moved) = c.resolve("moved").unwrap();
     assert_eq!(c.view.getattr(moved, None).unwrap().attr.mtime, set);
+}
+
+/// Copies the directory `from` to the new `to` exactly: data, modes, symlinks, groups of
+/// hard links, and times (a directory's after what goes in it).
+fn copy_exact(from: &Path, to: &Path) {
+    fs::create_dir(to).unwrap();
+    copy_into(from, to);
+}
+
+/// As [`copy_exact`], into the existing (empty) directory `to`, which gets `from`'s mode
+/// and times.
+fn copy_into(from: &Path, to: &Path) {
+    fn times(p: &Path, m: &fs::Metadata) {
+        let ts = |s: i64, ns: i64| libc::timespec {
+            tv_sec: s,
+            tv_nsec: ns,
+        };
+        let t = [ts(m.atime(), m.atime_nsec()), ts(m.mtime(), m.mtime_nsec())];
+        // SAFETY: a path and two times.
+        let rc = unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                cpath(p).as_ptr(),
+                t.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        assert_eq!(rc, 0, "utimensat {}", p.display());
+    }
+    fn walk(from: &Path, to: &Path, links: &mut BTreeMap<u64, PathBuf>) {
+        for e in fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let (src, dst) = (e.path(), to.join(e.file_name()));
+            let m = fs::symlink_metadata(&src).unwrap();
+            if m.is_dir() {
+                fs::create_dir(&dst).unwrap();
+                walk(&src, &dst, links);
+                fs::set_permissions(&dst, m.permissions()).unwrap();
+                times(&dst, &m);
+            } else if let Some(first) = links.get(&m.ino()) {
+                fs::hard_link(first, &dst).unwrap();
+            } else if m.file_type().is_symlink() {
+                std::os::unix::fs::symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
+                if m.nlink() > 1 {
+                    links.insert(m.ino(), dst);
+                }
+            } else {
+                fs::write(&dst, fs::read(&src).unwrap()).unwrap();
+                fs::set_permissions(&dst, m.permissions()).unwrap();
+                times(&dst, &m);
+                if m.nlink() > 1 {
+                    links.insert(m.ino(), dst);
+                }
+            }
+        }
+    }
+    walk(from, to, &mut BTreeMap::new());
+    let m = fs::metadata(from).unwrap();
+    fs::set_permissions(to, m.permissions()).unwrap();
+    times(to, &m);
 }

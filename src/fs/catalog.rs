@@ -293,6 +293,7 @@ mod tests {
             ),
             journal: Default::default(),
             nested: Default::default(),
+            checkpoints: None,
         })
     }
 

@@ -17,6 +17,7 @@ use crate::layout::OPAQUE_MARKER;
 use super::base_layer::Converted;
 use super::error::{FsError, FsResult};
 use super::inodes::{join_rel, ROOT_INO};
+use super::keep::keep_path;
 use super::overlay::BaseRef;
 use super::types::{systime, FType};
 use super::view::{marker, View};
@@ -127,6 +128,10 @@ impl View {
         } else {
             self.ensure_upper_dir(parent)?;
             let dir = self.upper_dir(parent)?;
+            if wt.keeping().is_some() {
+                let rel = self.nodes.read().child_rel_path(parent, &name)?;
+                keep_path(&wt, &rel)?;
+            }
             let renamed = keeping_times(dir.as_fd(), || {
                 beneath::rename_at(work, &tmp, dir.as_fd(), &name, 0)
             });
@@ -266,7 +271,7 @@ impl View {
         let (wt, ov, rel) = {
             let t = self.nodes.read();
             let (wt, ov, _) = t.wt_of(ino)?;
-            let rel = if wt.base.converts() || wt.nested.shown {
+            let rel = if wt.base.converts() || wt.nested.shown || wt.keeping().is_some() {
                 t.rel_path(ino)?
             } else {
                 Vec::new()
@@ -361,6 +366,7 @@ impl View {
                 continue;
             }
             let child_base = BaseRef::of(e);
+            let keep = || keep_path(wt, &join_rel(rel, e.name.as_bytes()));
             match beneath::stat_at(dir, &e.name) {
                 Ok(st) if wt.upper.whiteouts.is(&st) => continue,
                 Ok(st) => {
@@ -382,6 +388,7 @@ impl View {
                     ))
                 }
             }
+            keep()?;
             match e.mode {
                 MODE_TREE | MODE_GITLINK => {
                     // Made writable for what goes in it, given its mode last.
@@ -425,6 +432,7 @@ impl View {
                 }
             }
         }
+        keep_path(wt, &join_rel(rel, OPAQUE_MARKER.as_bytes()))?;
         marker(dir, OsStr::new(OPAQUE_MARKER), true)
     }
 }

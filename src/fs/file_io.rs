@@ -179,6 +179,9 @@ impl View {
                     }
                     let _m = self.mutate.lock();
                     self.copy_up(ino, flags & libc::O_TRUNC == 0)?;
+                    // Its data kept before the kernel writes past the daemon; a checkpoint
+                    // (taken under `mutate`) sees the handle once this returns.
+                    self.keep_node_content(ino)?;
                     let file = self.at_place(ino, "open", |p| p.open(upper_flags(flags)))?;
                     self.note_node(ino);
                     return Ok(self.file_handle(ino, Some(wt), Some(file), None));

@@ -142,6 +142,27 @@ impl Handles {
             .collect()
     }
 
+    /// The upper files open for writing in worktree `wt` itself (not its submodules'
+    /// views): each node's inode and a descriptor of its file.
+    pub(super) fn writable_files_in(&self, wt: &Arc<WtCtx>) -> Vec<(Ino, std::os::fd::OwnedFd)> {
+        let open: Vec<Arc<HandleKind>> = self.open.lock().values().cloned().collect();
+        open.iter()
+            .filter_map(|h| match &**h {
+                HandleKind::File {
+                    ino,
+                    wt: Some(w),
+                    file,
+                    ..
+                } if Arc::ptr_eq(w, wt) => {
+                    let f = file.read();
+                    let fd = f.as_ref()?.try_clone().ok()?;
+                    Some((*ino, fd.into()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A copy-up is done: handles reading the base look again.
     pub(super) fn copied_up(&self) {
         self.copy_ups.fetch_add(1, Ordering::AcqRel);

@@ -64,6 +64,8 @@ impl View {
             );
         }
         let admin = git::admin_dir(&repo.gitdir, &row.admin_name);
+        let checkpoints = crate::checkpoint::Checkpoints::open(self.state.checkpoints(row.id))
+            .map_err(|e| FsError::io("opening its checkpoints", e))?;
         let warm = match (row.warm, &row.warm_manifest) {
             (Some(id), Some(manifest)) => Some((id, self.state.warm().join(manifest))),
             (Some(id), None) => {
@@ -83,7 +85,7 @@ impl View {
                 .map(|(id, manifest)| (*id, manifest.as_path())),
             &self.state.conversions(row.id),
         )?;
-        Ok(WtCtx {
+        let ctx = WtCtx {
             ident: Identity {
                 id: row.id,
                 repo_id: row.repo_id,
@@ -109,7 +111,11 @@ impl View {
                 shown: self.state.submodules_marker(row.id).exists(),
                 ..Nested::default()
             },
-        })
+            checkpoints: Some(checkpoints),
+        };
+        // What a crash left of a rewind or a checkpoint, settled before anything is served.
+        self.settle_checkpoints(&ctx)?;
+        Ok(ctx)
     }
 
     /// Reloads repositories and worktrees when another connection changed the store.

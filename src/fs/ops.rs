@@ -207,6 +207,8 @@ impl View {
                 (dir, st, over)
             }
         };
+        // What the name holds now (nothing, or a whiteout) is kept for the checkpoints.
+        self.keep_child(parent, name)?;
         Ok(Prepared {
             wt,
             dir,
@@ -385,6 +387,15 @@ impl View {
         let perm = (mode & !umask & 0o1777) | sgid;
         // Over a whiteout: built in the work directory and put in its place. Where the base
         // has (had) this name, the new directory must hide the base's content: opaque.
+        if base_had_name {
+            // The marker is a name made too (the path may have held a directory at a
+            // checkpoint, without one).
+            let rel = self.nodes.read().child_rel_path(parent, name)?;
+            super::keep::keep_path(
+                &p.wt,
+                &super::inodes::join_rel(&rel, OPAQUE_MARKER.as_bytes()),
+            )?;
+        }
         let at = self.new_at(&p, name);
         beneath::mkdir_at(at.dir, &at.name, 0o700).map_err(io_err("mkdir", name))?;
         let opaque = || {
@@ -518,6 +529,11 @@ impl View {
         }
         let truncating_to_zero = set.size == Some(0);
         self.copy_up(ino, !truncating_to_zero)?;
+        if set.size.is_some() {
+            self.keep_node_content(ino)?;
+        } else {
+            self.keep_node_attrs(ino)?;
+        }
         let place = self.place(ino)?;
         let fd = place
             .fd()

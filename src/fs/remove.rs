@@ -8,6 +8,7 @@ use crate::beneath;
 use crate::layout::{UpperDir, OPAQUE_MARKER};
 
 use super::error::{ErrorKind, FsError, FsResult};
+use super::inodes::join_rel;
 use super::nodes::NodeKind;
 use super::overlay::Overlay;
 use super::place::Fd;
@@ -213,6 +214,7 @@ impl View {
                 )
             })
         };
+        self.keep_child_tree(parent, name)?;
         record(true)?;
         let work = owner.upper.work_fd.as_fd();
         let gone = match (stub, hide) {
@@ -288,6 +290,7 @@ impl View {
         self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
         let kept = self.keep(parent, name)?;
+        self.keep_child(parent, name)?;
         let wt = self.nodes.read().wt_of(parent)?.0;
         let work = wt.upper.work_fd.as_fd();
         let gone = match (self.base_has(parent, name)?, ov.in_upper) {
@@ -354,6 +357,7 @@ impl View {
         self.ensure_upper_dir(parent)?;
         let dir = self.upper_dir(parent)?;
         let kept = self.keep(parent, name)?;
+        self.keep_child_tree(parent, name)?;
         let work = wt.upper.work_fd.as_fd();
         let gone = match (self.base_has(parent, name)?, ov.in_upper) {
             (true, true) => {
@@ -483,6 +487,14 @@ impl View {
             }
         }
         if let Some((root, sub)) = src_sub {
+            // The superproject's names it changes: the two places, and the markers a stub
+            // made at the new one holds.
+            self.keep_move(parent, name, newparent, newname)?;
+            for marker in [crate::layout::SUBMODULE_MARKER, OPAQUE_MARKER] {
+                if let Some((wt, rel)) = self.keeping_child(newparent, newname)? {
+                    super::keep::keep_path(&wt, &join_rel(&rel, marker.as_bytes()))?;
+                }
+            }
             return self.rename_submodule(
                 parent,
                 name,
@@ -552,11 +564,18 @@ impl View {
         let from_dir = self.upper_dir(parent)?;
         let to_dir = self.upper_dir(newparent)?;
         let (from_dir, to_dir) = (from_dir.as_fd(), to_dir.as_fd());
-        if src.ftype == FType::Dir && self.base_has(newparent, newname)? {
+        let opaque = src.ftype == FType::Dir && self.base_has(newparent, newname)?;
+        if opaque && wt.keeping().is_some() {
+            // The marker is a name made in the directory before it moves.
+            let rel = self.nodes.read().child_rel_path(parent, name)?;
+            super::keep::keep_path(&wt, &join_rel(&rel, OPAQUE_MARKER.as_bytes()))?;
+        }
+        if opaque {
             let d = beneath::dir(from_dir, name.as_bytes())
                 .map_err(|e| FsError::io(format!("opening {}", name.to_string_lossy()), e))?;
             marker(d.as_fd(), OsStr::new(OPAQUE_MARKER), true)?;
         }
+        self.keep_move(parent, name, newparent, newname)?;
         let kept = match dst {
             Some(d) if d.in_upper => self.keep(newparent, newname)?,
             _ => None,

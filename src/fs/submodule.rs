@@ -190,6 +190,7 @@ impl View {
                     shown: true,
                     ..Nested::default()
                 },
+                checkpoints: None,
             })
         })()
         .map_err(|e| FsError::internal(format!("submodule {what}: {}", e.message)))?;

@@ -311,10 +311,10 @@ impl View {
             NodeKind::Wt { wt, ov, .. } => {
                 if ov.in_upper {
                     let (wt, spec) = t.place_spec(ino)?;
-                    let st = Place::find(wt, spec)?
+                    let st = Place::find(wt.clone(), spec)?
                         .stat()
                         .map_err(|e| FsError::io(format!("stat of inode {ino}"), e))?;
-                    Ok(Attr::from_stat(ino, &st))
+                    Ok(wt.upper_attr(ino, &st))
                 } else {
                     let mut attr = self.base_attr(ino, wt, ov, || t.rel_path(ino))?;
                     if node.is_unlinked() {
@@ -512,7 +512,10 @@ impl View {
                     if !on_base.load(Ordering::Acquire) {
                         let st = crate::beneath::fstat(opened(file)?.as_fd())
                             .map_err(|e| FsError::io("fstat", e))?;
-                        let attr = Attr::from_stat(ino, &st);
+                        let attr = match self.nodes.read().wt_of(ino) {
+                            Ok((wt, _, _)) => wt.upper_attr(ino, &st),
+                            Err(_) => Attr::from_stat(ino, &st),
+                        };
                         return Ok(Entry { attr, ttl: WT_TTL });
                     }
                 }

@@ -27,6 +27,9 @@ pub struct WtCtx {
     /// What git's fsmonitor hook asks of this worktree.
     pub(super) journal: WorktreeJournal,
     pub(super) nested: Nested,
+    /// Its checkpoints (a submodule's view has none of its own: see
+    /// `docs/design/checkpoints.md`).
+    pub(super) checkpoints: Option<crate::checkpoint::Checkpoints>,
 }
 
 /// Who a worktree is: its row's names and numbers, its owner and git's entry for it.
@@ -110,6 +113,25 @@ impl WtCtx {
                 p.record_change(&of.path());
             }
         }
+    }
+
+    /// Its checkpoints, when it keeps any (every change then keeps what it changes).
+    pub(super) fn keeping(&self) -> Option<&crate::checkpoint::Checkpoints> {
+        self.checkpoints.as_ref().filter(|c| c.any())
+    }
+
+    /// The attributes of its upper file `st` as node `ino` shows them: the links its
+    /// checkpoints hold to the file are theirs, not names in the view.
+    pub(super) fn upper_attr(
+        &self,
+        ino: crate::ino::Ino,
+        st: &crate::beneath::Stat,
+    ) -> super::types::Attr {
+        let mut attr = super::types::Attr::from_stat(ino, st);
+        if let Some(c) = &self.checkpoints {
+            attr.nlink = attr.nlink.saturating_sub(c.links_held(st.st_ino));
+        }
+        attr
     }
 
     /// Whether this is a submodule's view (nested in a worktree).

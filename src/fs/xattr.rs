@@ -136,6 +136,7 @@ impl View {
         self.writable_namespace(name, ftype)?;
         let _m = self.mutate.lock();
         self.copy_up(ino, true)?;
+        self.keep_node_attrs(ino)?;
         let f = self
             .xattr_file(ino, ftype)?
             .ok_or_else(|| FsError::internal("copied up, yet not in the upper layer"))?;
@@ -165,6 +166,7 @@ impl View {
         let Some(f) = self.xattr_file(ino, ftype)? else {
             return Err(no_data(name));
         };
+        self.keep_node_attrs(ino)?;
         let c = CString::new(name.as_bytes()).map_err(|_| FsError::invalid("name with NUL"))?;
         // SAFETY: fremovexattr of a NUL-terminated name.
         if unsafe { libc::fremovexattr(f.as_raw_fd(), c.as_ptr()) } != 0 {

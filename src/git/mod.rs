@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod blobcache;
 pub mod checkout;
+pub mod checkpoint;
 pub mod convert;
 mod error;
 pub mod filters;

@@ -236,6 +236,13 @@ pub fn restore_worktree(
         (None, _) => {}
     }
     let _ = fs::remove_dir_all(placed.join(KEPT_DIR));
+    let checkpoints = state.checkpoints(record.worktree_id);
+    if checkpoints.exists() {
+        // A removal takes the checkpoints with it: the worktree comes back as it was
+        // when removed, with none to rewind to.
+        let _ = fs::remove_dir_all(&checkpoints);
+        notes.push("its checkpoints are not restored (a removal takes them)".into());
+    }
     let subs = state.subs(record.worktree_id);
     if subs.exists() {
         // Their git entries name the removed worktree's place: they go with the records.

@@ -1,0 +1,329 @@
+//! A worktree's checkpoints taken and rewound through the view (`crate::checkpoint` keeps
+//! the upper layer; `crate::git::checkpoint` git's own state of the worktree): under
+//! `mutate`, so no change is half made; with the files open for writing copied; and after
+//! a rewind, the node table and the kernel's caches brought to what is on disk.
+
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+
+use crate::checkpoint::{Info, Rewound};
+use crate::ids::WorktreeId;
+
+use super::catalog::repo_ino;
+use super::error::{FsError, FsResult};
+use super::nodes::NodeKind;
+use super::types::{FType, Inval};
+use super::view::View;
+use super::worktree::WtCtx;
+
+/// What a rewind did, as the view reports it.
+#[derive(Debug)]
+pub struct RewindDone {
+    pub to: Info,
+    /// The checkpoint taken first, to undo it.
+    pub before: Info,
+    /// Paths put back: names removed, made or replaced, and files whose data or
+    /// attributes came back.
+    pub changed: usize,
+}
+
+impl View {
+    fn checkpointed(&self, id: WorktreeId) -> FsResult<Arc<WtCtx>> {
+        self.refresh()?;
+        let wt = self
+            .catalog
+            .worktree_by_id(id)
+            .ok_or_else(|| FsError::not_found(format!("worktree {id}")))?;
+        if wt.checkpoints.is_none() {
+            return Err(FsError::invalid("this view keeps no checkpoints"));
+        }
+        Ok(wt)
+    }
+
+    /// The files of worktree `wt` open for writing now: the path of each (none when
+    /// removed) and a descriptor of it.
+    fn open_for_writing(&self, wt: &Arc<WtCtx>) -> Vec<(Option<Vec<u8>>, OwnedFd)> {
+        let files = self.handles.writable_files_in(wt);
+        let t = self.nodes.read();
+        files
+            .into_iter()
+            .map(|(ino, fd)| (t.live_rel_path(ino).ok(), fd))
+            .collect()
+    }
+
+    /// Takes a checkpoint of worktree `id` (labelled `label`): its upper layer (O(1),
+    /// the files open for writing copied) and git's state of it.
+    pub fn take_checkpoint(&self, id: WorktreeId, label: Option<String>) -> FsResult<Info> {
+        let wt = self.checkpointed(id)?;
+        let cps = wt.checkpoints.as_ref().expect("checked");
+        let _m = self.mutate.lock();
+        let open = self.open_for_writing(&wt);
+        let open: Vec<_> = open.iter().map(|(p, f)| (p.clone(), f.as_fd())).collect();
+        let info = cps
+            .take(label, wt.upper.fd.as_fd(), &open)
+            .map_err(|e| FsError::io("taking a checkpoint", e))?;
+        if let Err(e) = self.save_git_state(&wt, info.id) {
+            let _ = cps.drop_checkpoint(info.id);
+            return Err(e);
+        }
+        tracing::info!(
+            repo = %wt.ident.repo,
+            worktree = %wt.ident.name,
+            checkpoint = info.id,
+            open_copied = info.copied_open,
+            "checkpoint taken"
+        );
+        self.drop_past_limits(&wt);
+        Ok(info)
+    }
+
+    /// The checkpoints of worktree `id`, oldest first.
+    pub fn checkpoints(&self, id: WorktreeId) -> FsResult<Vec<Info>> {
+        let wt = self.checkpointed(id)?;
+        wt.checkpoints
+            .as_ref()
+            .expect("checked")
+            .list()
+            .map_err(|e| FsError::io("listing checkpoints", e))
+    }
+
+    /// Rewinds worktree `id` to checkpoint `to`: first a checkpoint of the state it
+    /// leaves, then the upper layer and git's state as they were at `to`, then what the
+    /// kernel and the node table knew of the paths that changed dropped.
+    pub fn rewind(&self, id: WorktreeId, to: u64) -> FsResult<RewindDone> {
+        let wt = self.checkpointed(id)?;
+        let cps = wt.checkpoints.as_ref().expect("checked");
+        let _m = self.mutate.lock();
+        let target = cps
+            .list()
+            .map_err(|e| FsError::io("listing checkpoints", e))?
+            .into_iter()
+            .find(|i| i.id == to)
+            .ok_or_else(|| FsError::not_found(format!("checkpoint {to}")))?;
+        if !crate::git::checkpoint::is_saved(&self.admin_of(&wt), to) {
+            return Err(FsError::invalid(format!(
+                "checkpoint {to} is incomplete (git's state of it was not kept: a crash while it was taken?); rewind to another"
+            )));
+        }
+        let open = self.open_for_writing(&wt);
+        let open: Vec<_> = open.iter().map(|(p, f)| (p.clone(), f.as_fd())).collect();
+        let label = Some(format!("before the rewind to {to}"));
+        let upper = wt.upper.fd.as_fd();
+        let failed = |e| FsError::io(format!("rewinding to checkpoint {to}"), e);
+        let before = cps.begin_rewind(upper, to, label, &open).map_err(failed)?;
+        if let Err(e) = self.save_git_state(&wt, before.id) {
+            // Nothing changed yet: the rewind is called off whole.
+            let _ = cps.end_rewind();
+            let _ = cps.drop_checkpoint(before.id);
+            return Err(e);
+        }
+        let r = self.finish_rewind(&wt)?.expect("begun above");
+        let changed = r.names.len() + r.inodes.len();
+        self.forget_rewound(&wt, &r);
+        tracing::info!(
+            repo = %wt.ident.repo,
+            worktree = %wt.ident.name,
+            checkpoint = to,
+            undo = r.before.id,
+            changed,
+            "rewound"
+        );
+        Ok(RewindDone {
+            to: target,
+            before: r.before,
+            changed,
+        })
+    }
+
+    /// Finishes the rewind under way in `wt` (begun here, or cut short by a crash):
+    /// the upper layer, then git's state, then the mark that it was under way.
+    pub(super) fn finish_rewind(&self, wt: &WtCtx) -> FsResult<Option<Rewound>> {
+        let cps = wt.checkpoints.as_ref().expect("a worktree's own view");
+        let Some((to, before)) = cps.pending_rewind() else {
+            return Ok(None);
+        };
+        let failed = |e| FsError::io(format!("rewinding to checkpoint {to}"), e);
+        if !crate::git::checkpoint::is_saved(&self.admin_of(wt), before) {
+            // Cut short before git's state of the checkpoint it took was kept: git's
+            // files are untouched until the upper layer is back, so they are kept now.
+            self.save_git_state(wt, before)?;
+        }
+        let r = cps.continue_rewind(wt.upper.fd.as_fd()).map_err(failed)?;
+        self.restore_git_state(wt, to)?;
+        cps.end_rewind().map_err(failed)?;
+        Ok(r)
+    }
+
+    /// At the start of serving `wt`: a rewind a crash cut short is finished, and a
+    /// checkpoint a crash cut short while it was taken (its upper layer's epoch begun, git's
+    /// state of it not kept) is dropped.
+    pub(super) fn settle_checkpoints(&self, wt: &WtCtx) -> FsResult<()> {
+        let Some(cps) = wt.checkpoints.as_ref() else {
+            return Ok(());
+        };
+        if cps.pending_rewind().is_some() {
+            tracing::warn!(
+                repo = %wt.ident.repo,
+                worktree = %wt.ident.name,
+                "finishing a rewind a crash cut short"
+            );
+            self.finish_rewind(wt)?;
+        }
+        let admin = self.admin_of(wt);
+        if !admin.is_dir() {
+            return Ok(());
+        }
+        for c in cps.list().unwrap_or_default() {
+            if !crate::git::checkpoint::is_saved(&admin, c.id) {
+                tracing::warn!(
+                    repo = %wt.ident.repo,
+                    worktree = %wt.ident.name,
+                    checkpoint = c.id,
+                    "a checkpoint cut short while it was taken is dropped"
+                );
+                cps.drop_checkpoint(c.id)
+                    .map_err(|e| FsError::io(format!("dropping checkpoint {}", c.id), e))?;
+                self.drop_git_state(wt, c.id);
+            }
+        }
+        Ok(())
+    }
+
+    fn admin_of(&self, wt: &WtCtx) -> std::path::PathBuf {
+        crate::git::admin::admin_dir(&wt.base.gitdir, &wt.ident.admin_name)
+    }
+
+    fn save_git_state(&self, wt: &WtCtx, n: u64) -> FsResult<()> {
+        crate::git::checkpoint::save(
+            &wt.base.gitdir,
+            &self.admin_of(wt),
+            &wt.ident.id.to_string(),
+            n,
+        )
+        .map_err(|e| FsError::eio(format!("{e:#}"), std::io::Error::other("git state")))
+    }
+
+    fn restore_git_state(&self, wt: &WtCtx, n: u64) -> FsResult<()> {
+        crate::git::checkpoint::restore(&wt.base.gitdir, &self.admin_of(wt), n)
+            .map_err(|e| FsError::eio(format!("{e:#}"), std::io::Error::other("git state")))
+    }
+
+    fn drop_git_state(&self, wt: &WtCtx, n: u64) {
+        if let Err(e) = crate::git::checkpoint::drop(&wt.base.gitdir, &self.admin_of(wt), n) {
+            tracing::warn!("dropping git's state of checkpoint {n}: {e:#}");
+        }
+    }
+
+    /// Drops the checkpoints of `wt` past the limits (`checkpoint::KEEP_COUNT`,
+    /// `KEEP_HOURS`), oldest first; a failure is logged (the next take tries again).
+    fn drop_past_limits(&self, wt: &WtCtx) {
+        let cps = wt.checkpoints.as_ref().expect("a worktree's own view");
+        let past =
+            match cps.past_limits(crate::checkpoint::KEEP_COUNT, crate::checkpoint::KEEP_HOURS) {
+                Ok(p) => p,
+                Err(e) => return tracing::warn!("listing checkpoints to drop: {e}"),
+            };
+        for n in past {
+            match cps.drop_checkpoint(n) {
+                Ok(()) => {
+                    self.drop_git_state(wt, n);
+                    tracing::info!(
+                        repo = %wt.ident.repo,
+                        worktree = %wt.ident.name,
+                        checkpoint = n,
+                        "checkpoint dropped (past the limits)"
+                    );
+                }
+                Err(e) => return tracing::warn!("dropping checkpoint {n}: {e}"),
+            }
+        }
+    }
+
+    /// Drops checkpoint `n` of worktree `id`.
+    pub fn drop_checkpoint(&self, id: WorktreeId, n: u64) -> FsResult<()> {
+        let wt = self.checkpointed(id)?;
+        let _m = self.mutate.lock();
+        wt.checkpoints
+            .as_ref()
+            .expect("checked")
+            .drop_checkpoint(n)
+            .map_err(|e| FsError::io(format!("dropping checkpoint {n}"), e))?;
+        self.drop_git_state(&wt, n);
+        Ok(())
+    }
+
+    /// After a rewind: each changed path's node made what the disk now holds (kept
+    /// when it is still the same directory or file, else its name forgotten, so the next
+    /// lookup makes a node of what is there), and the kernel told to drop what it cached
+    /// of each name and each directory listing.
+    pub(super) fn forget_rewound(&self, wt: &Arc<WtCtx>, r: &Rewound) {
+        let mut paths: Vec<&Vec<u8>> = r.names.iter().chain(r.inodes.iter()).collect();
+        paths.sort_by_key(|p| p.iter().filter(|&&b| b == b'/').count());
+        paths.dedup();
+        let mut inval = Vec::new();
+        let root = {
+            let t = self.nodes.read();
+            t.child(repo_ino(wt.ident.repo_id), OsStr::new(&wt.ident.name))
+        };
+        let Some(root) = root else { return };
+        for rel in paths {
+            if rel.is_empty() {
+                inval.push(Inval::Inode(root));
+                continue;
+            }
+            let (parent, name) = {
+                let t = self.nodes.read();
+                let mut cur = Some(root);
+                let comps: Vec<&[u8]> = rel.split(|&b| b == b'/').collect();
+                for c in &comps[..comps.len() - 1] {
+                    cur = cur.and_then(|p| t.child(p, OsStr::from_bytes(c)));
+                }
+                match cur {
+                    Some(p) => (p, OsStr::from_bytes(comps[comps.len() - 1]).to_os_string()),
+                    None => continue, // the kernel knows nothing below
+                }
+            };
+            inval.push(Inval::Inode(parent));
+            inval.push(Inval::Entry(parent, name.clone()));
+            let Some(node) = self.nodes.read().child(parent, &name) else {
+                continue;
+            };
+            inval.push(Inval::Inode(node));
+            let fresh = self.nodes.read().wt_of(parent).and_then(|(_, dir_ov, _)| {
+                self.resolve_child(
+                    wt,
+                    &dir_ov,
+                    &mut Default::default(),
+                    || self.upper_dir(parent),
+                    &name,
+                )
+            });
+            let mut t = self.nodes.write();
+            let same = match (&fresh, t.wt_of(node)) {
+                (Ok(Some(now)), Ok((_, was, _))) => {
+                    now.ftype == was.ftype
+                        && (now.ftype == FType::Dir
+                            || (now.in_upper && now.upper_ino == was.upper_ino)
+                            || (!now.in_upper
+                                && !was.in_upper
+                                && now.base.map(|b| b.oid) == was.base.map(|b| b.oid)))
+                }
+                _ => false,
+            };
+            if same {
+                if let (Ok(Some(now)), Some(NodeKind::Wt { ov, .. })) = (fresh, t.kind_mut(node)) {
+                    *ov = now;
+                }
+            } else {
+                t.detach_name(parent, &name);
+            }
+        }
+        if let Some(send) = self.invalidator.get() {
+            for i in inval {
+                send(i);
+            }
+        }
+    }
+}
