@@ -80,6 +80,24 @@ pub enum Command {
     /// Remove REPO/WT (retained, or never leased) when cleanup's checks pass: nothing
     /// uncommitted, HEAD where it was created, every commit pushed or in the base.
     Reclaim(commands::reclaim::ReclaimArgs),
+    /// Keep a worktree's whole state, to rewind to later.
+    ///
+    /// Take a checkpoint of REPO/WT: every file the view shows (untracked and ignored
+    /// ones too), the index, HEAD and the branch it names, and a merge or rebase under
+    /// way. It costs O(1); what changes after it costs what it changes.
+    Checkpoint(commands::checkpoint::CheckpointArgs),
+    /// Bring a worktree back to one of its checkpoints (undoable).
+    ///
+    /// Rewind REPO/WT to checkpoint --to ID, exactly, in time proportional to what
+    /// changed since. A checkpoint of the state it leaves is taken first: rewinding to
+    /// it undoes the rewind. Refused while a turn runs there, while git holds its
+    /// index.lock, or while processes outside your session write there.
+    Rewind(commands::checkpoint::RewindArgs),
+    /// List a worktree's checkpoints.
+    ///
+    /// A worktree's checkpoints, oldest first: number, when taken, how many paths
+    /// changed since, and label.
+    Checkpoints(commands::checkpoint::CheckpointsArgs),
     /// List removed worktrees that can still be restored.
     ///
     /// Removed worktrees still restorable (every removal keeps what it removed for
@@ -292,6 +310,9 @@ fn run_in(cli: Cli, state: &StateDir) -> Result<(), Failed> {
         Command::Unmount(a) => commands::unmount::run(state, a),
         Command::Retained(a) => commands::retained::run(state, a),
         Command::Reclaim(a) => commands::reclaim::run(state, a),
+        Command::Checkpoint(a) => commands::checkpoint::run_checkpoint(state, a),
+        Command::Rewind(a) => commands::checkpoint::run_rewind(state, a),
+        Command::Checkpoints(a) => commands::checkpoint::run_checkpoints(state, a),
         Command::Removed(a) => commands::removed::run(state, a),
         Command::Restore(a) => commands::restore::run(state, a),
         Command::Repo(cmd) => commands::repo::run(state, cmd),

@@ -15,6 +15,7 @@ use crate::lifecycle::create::{self, META_MOUNTPOINT};
 use crate::store::Store;
 
 mod background;
+pub mod checkpoints;
 pub mod fuse_access;
 mod instance;
 pub mod mountpoint;

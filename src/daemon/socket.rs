@@ -34,6 +34,14 @@ pub enum Request {
     /// An unmount is about to unmount: the worktrees it would clean up that have a
     /// teardown command are cleaned up now (`lifecycle::cleanup::tear_down_before_unmount`).
     BeforeUnmount { keep_sessions: bool },
+    /// Take a checkpoint of a worktree (`daemon::checkpoints`).
+    Checkpoint {
+        repo: String,
+        name: String,
+        label: Option<String>,
+    },
+    /// Rewind a worktree to one of its checkpoints.
+    Rewind { repo: String, name: String, to: u64 },
 }
 
 /// One line of an answer.
@@ -79,6 +87,21 @@ pub enum Answer {
         removed: usize,
         retained: usize,
         left: usize,
+    },
+    /// A checkpoint was taken.
+    Checkpoint {
+        checkpoint: super::checkpoints::CheckpointInfo,
+    },
+    /// A rewind was done: to which checkpoint, the one taken first to undo it, and how
+    /// many paths it put back.
+    Rewound {
+        to: super::checkpoints::CheckpointInfo,
+        before: super::checkpoints::CheckpointInfo,
+        changed: usize,
+    },
+    /// Refused for now (the message names why and the ways out).
+    Refused {
+        message: String,
     },
 }
 
@@ -145,6 +168,14 @@ fn addressable(path: &Path) -> anyhow::Result<(Option<std::fs::File>, PathBuf)> 
 }
 
 fn peer_uid(conn: &UnixStream) -> Option<u32> {
+    peer_cred(conn).map(|c| c.uid)
+}
+
+fn peer_pid(conn: &UnixStream) -> Option<i32> {
+    peer_cred(conn).map(|c| c.pid).filter(|p| *p > 0)
+}
+
+fn peer_cred(conn: &UnixStream) -> Option<libc::ucred> {
     use std::os::fd::AsRawFd;
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -158,7 +189,7 @@ fn peer_uid(conn: &UnixStream) -> Option<u32> {
             &mut len,
         )
     };
-    (rc == 0).then_some(cred.uid)
+    (rc == 0).then_some(cred)
 }
 
 fn send(conn: &mut UnixStream, a: &Answer) -> anyhow::Result<()> {
@@ -176,6 +207,7 @@ fn answer(
     mountpoint: &Path,
 ) -> anyhow::Result<()> {
     let me = nix::unistd::geteuid().as_raw();
+    let caller = peer_pid(&conn);
     match peer_uid(&conn) {
         Some(uid) if uid == me || uid == 0 => {}
         other => {
@@ -217,6 +249,17 @@ fn answer(
                 },
             };
             return send(&mut conn, &a);
+        }
+        Request::Checkpoint { repo, name, label } => {
+            let store = Store::open(&state.root)?;
+            let a = super::checkpoints::take(view, &store, &repo, &name, label);
+            return send(&mut conn, &checkpoint_answer(a));
+        }
+        Request::Rewind { repo, name, to } => {
+            let store = Store::open(&state.root)?;
+            let a =
+                super::checkpoints::rewind(view, &store, mountpoint, (&repo, &name), to, caller);
+            return send(&mut conn, &checkpoint_answer(a));
         }
     };
     let mut store = Store::open(&state.root)?;
@@ -278,6 +321,25 @@ fn live_row(
     Ok(store
         .worktree(repo, name)?
         .filter(|w| w.state != crate::lease::State::Removed))
+}
+
+fn checkpoint_answer(d: super::checkpoints::Done) -> Answer {
+    use super::checkpoints::Done;
+    match d {
+        Done::Taken(checkpoint) => Answer::Checkpoint { checkpoint },
+        Done::Rewound {
+            to,
+            before,
+            changed,
+        } => Answer::Rewound {
+            to,
+            before,
+            changed,
+        },
+        Done::Refused(message) => Answer::Refused { message },
+        Done::Gone(message) => Answer::Gone { message },
+        Done::Failed(message) => Answer::Error { message },
+    }
 }
 
 fn to_answer(r: Result<Outcome, RequestError>) -> Answer {
@@ -489,4 +551,28 @@ pub fn before_unmount(
         Err(_) if line.is_empty() => bail!("the daemon ended the request without an answer"),
         Err(e) => bail!("the daemon's answer {line:?} is not understood: {e}"),
     }
+}
+
+/// Asks the daemon serving `state` to do `request` (a checkpoint or a rewind) and
+/// returns its answer. Err: no daemon serves it, or it did not answer.
+pub fn ask(state: &StateDir, request: &Request) -> anyhow::Result<Answer> {
+    if super::instance::running_daemon(state).is_none() {
+        bail!(
+            "nothing is mounted for state dir {}: checkpoints are taken and rewound by the daemon that serves the worktree; mount it first (`worktreefs mount`)",
+            state.root.display()
+        );
+    }
+    let conn = send_request(state, request)?;
+    let mut line = String::new();
+    BufReader::new(conn)
+        .read_line(&mut line)
+        .context("reading the daemon's answer")?;
+    if line.is_empty() {
+        bail!(
+            "the daemon ended the request without an answer; see {}",
+            state.log_file().display()
+        );
+    }
+    serde_json::from_str(line.trim())
+        .map_err(|e| anyhow!("the daemon's answer {line:?} is not understood: {e}"))
 }

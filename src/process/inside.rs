@@ -190,6 +190,55 @@ pub fn shared_writable_below(line: &[u8], dir: &Path) -> Option<PathBuf> {
     (path.is_absolute() && path.starts_with(dir)).then(|| path.to_path_buf())
 }
 
+/// Every process with a file below `dir` open for writing (a descriptor opened to write,
+/// or a shared writable mapping), lowest pid first, each with that file's path; `skip`
+/// says which processes are not asked about.
+pub fn writers_below(dir: &Path, skip: impl Fn(i32) -> bool) -> Vec<(i32, PathBuf)> {
+    let mut out = Vec::new();
+    let mut pids: Vec<i32> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != std::process::id() as i32 && !skip(*pid))
+        .collect();
+    pids.sort();
+    for pid in pids {
+        if let Some(p) = writing_below(pid, dir) {
+            out.push((pid, p));
+        }
+    }
+    out
+}
+
+/// The first file below `dir` process `pid` has open for writing, if any.
+fn writing_below(pid: i32, dir: &Path) -> Option<PathBuf> {
+    for e in fs::read_dir(format!("/proc/{pid}/fd")).ok()?.flatten() {
+        let Ok(target) = fs::read_link(e.path()) else {
+            continue;
+        };
+        if !target.starts_with(dir) {
+            continue;
+        }
+        let info = fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            e.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let flags = info
+            .lines()
+            .find_map(|l| l.strip_prefix("flags:"))
+            .and_then(|f| i32::from_str_radix(f.trim(), 8).ok())
+            .unwrap_or(0);
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            return Some(target);
+        }
+    }
+    let maps = fs::read(format!("/proc/{pid}/maps")).ok()?;
+    maps.split(|b| *b == b'\n')
+        .find_map(|l| shared_writable_below(l, dir))
+}
+
 /// Every live process inside `dir`, lowest pid first, except `skip`.
 pub fn processes_inside(dir: &Path, skip: i32) -> Vec<i32> {
     let mut out: Vec<i32> = fs::read_dir("/proc")

@@ -537,3 +537,37 @@ impl Env {
         )
     }
 }
+
+/// Every entry below `wt` with its type, mode and content, as a child process reads them
+/// (`.git` aside): two trees print the same when they hold the same.
+pub fn tree_listing(wt: &Path) -> String {
+    run_ok(
+        "sh",
+        &[
+            "-c",
+            "find . -path ./.git -prune -o -print | LC_ALL=C sort | while read f; do printf '== %s %s %s\\n' \"$f\" \"$(stat -c '%A %h' \"$f\")\"; if [ -L \"$f\" ]; then readlink \"$f\"; elif [ -f \"$f\" ]; then md5sum < \"$f\"; fi; done",
+        ],
+        wt,
+    )
+}
+
+/// What git says of a worktree, from a child process: status (untracked and ignored
+/// files too), the staged and unstaged diffs, HEAD, and the branch HEAD names.
+pub fn git_state(wt: &Path) -> [String; 5] {
+    [
+        run_ok(
+            "git",
+            &[
+                "status",
+                "--porcelain",
+                "--untracked-files=all",
+                "--ignored",
+            ],
+            wt,
+        ),
+        run_ok("git", &["diff", "--cached"], wt),
+        run_ok("git", &["diff"], wt),
+        run_ok("git", &["rev-parse", "HEAD"], wt),
+        run_ok("git", &["symbolic-ref", "-q", "HEAD"], wt),
+    ]
+}

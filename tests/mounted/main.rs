@@ -10,6 +10,7 @@ mod common;
 
 mod basics;
 mod checkout;
+mod checkpoints;
 mod cleanup;
 mod cli;
 mod doctor;

@@ -1,6 +1,7 @@
 //! One file per command: its options (a clap `Args` struct, or a `Subcommand` enum for
 //! a group) and its `run`.
 
+pub mod checkpoint;
 pub mod completions;
 pub mod doctor;
 pub mod du;

@@ -199,7 +199,10 @@ fn cmd_reclaim(
         Some(
             Answer::Discarding { .. }
             | Answer::BeforeUnmountBegun
-            | Answer::CleanedBeforeUnmount { .. },
+            | Answer::CleanedBeforeUnmount { .. }
+            | Answer::Checkpoint { .. }
+            | Answer::Rewound { .. }
+            | Answer::Refused { .. },
         )
         | None => {
             Err(anyhow!("reclaim of {repo}/{name} ended without an answer").into())

@@ -48,6 +48,10 @@ pub struct TurnArgs {
     /// A refusal (and a timeout) as JSON on stderr (the command's stdout stays its own).
     #[arg(long)]
     pub json: bool,
+    /// Take no checkpoint when the turn starts (by default one is, labelled `turn
+    /// SESSION`: `worktreefs rewind` brings the worktree back to it).
+    #[arg(long)]
+    pub no_checkpoint: bool,
     /// Also write the turn's outcome as one JSON object into FILE, apart from the
     /// command's output: the refusal or failure, `timed-out`, or `ended` with the exit
     /// status (for `worktreefs mcp`).
@@ -70,6 +74,7 @@ pub fn run(state: &StateDir, args: TurnArgs) -> Result<(), Failed> {
         json,
         command,
         setup,
+        no_checkpoint,
         ..
     } = args;
     let target = which(state, target.as_deref(), false)?;
@@ -80,6 +85,7 @@ pub fn run(state: &StateDir, args: TurnArgs) -> Result<(), Failed> {
         timeout,
         json,
         setup,
+        checkpoint: !no_checkpoint,
     };
     cmd_turn(state, &target, &ask, &command)
 }
@@ -93,6 +99,31 @@ struct TurnAsk<'a> {
     timeout: Option<u64>,
     json: bool,
     setup: crate::cli::commands::setup::SetupGateArgs,
+    /// Take a checkpoint as it starts.
+    checkpoint: bool,
+}
+
+/// The checkpoint a turn takes as it starts, labelled with its session, by the daemon
+/// serving the worktree.
+fn take_turn_checkpoint(
+    state: &StateDir,
+    (repo, name): (&str, &str),
+    session: &str,
+) -> Result<u64, String> {
+    use worktreefs::daemon::socket::{ask, Answer, Request};
+    let request = Request::Checkpoint {
+        repo: repo.into(),
+        name: name.into(),
+        label: Some(format!("turn {session}")),
+    };
+    match ask(state, &request) {
+        Ok(Answer::Checkpoint { checkpoint }) => Ok(checkpoint.id),
+        Ok(Answer::Error { message } | Answer::Gone { message } | Answer::Refused { message }) => {
+            Err(message)
+        }
+        Ok(other) => Err(format!("the daemon answered {other:?}")),
+        Err(e) => Err(format!("{e:#}")),
+    }
 }
 
 /// Ends this process's turn on worktree `id` and gives back the lease it took, telling
@@ -274,6 +305,21 @@ fn cmd_turn(
             )
             .into(),
         });
+    }
+    if ask.checkpoint {
+        if let Err(why) = take_turn_checkpoint(state, (repo, name), ask.session) {
+            end_own_turn(
+                state,
+                &mut store,
+                row.id,
+                &me,
+                "its checkpoint could not be taken",
+            )?;
+            return Err(anyhow!(
+                "the checkpoint a turn takes as it starts could not be taken of {repo}/{name}: {why}; nothing was started — run the turn with --no-checkpoint to go without one"
+            )
+            .into());
+        }
     }
     let limit = ask.timeout.map(Duration::from_secs);
     let env = worktreefs::lifecycle::ports::environment(&store, &row, &dir);

@@ -2,12 +2,14 @@
 //! shapes `docs/cli.md` shows are checked against them (the tests below read it). Each
 //! is made from its row and printed through `serde_json`; fields are named as printed.
 //! `rows.rs` holds the rows' shapes, `outcomes.rs` what a command did, `refusals.rs` what
-//! it would not do.
+//! it would not do, `checkpoints.rs` checkpoints and rewinds.
 
+mod checkpoints;
 mod outcomes;
 mod refusals;
 mod rows;
 
+pub use checkpoints::{CheckpointJson, CheckpointTakenJson, CheckpointsJson, RewoundJson};
 pub use outcomes::{
     AcquiredJson, CheckJson, CheckStatus, CleanedJson, ControlTurnJson, CopiedJson, DuJson,
     EnvJson, ForkJson, KeptUsageJson, MountJson, NewJson, ReclaimJson, ReleasedJson,
