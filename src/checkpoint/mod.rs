@@ -217,11 +217,18 @@ impl Checkpoints {
         let mut out = Vec::new();
         for &id in ids.iter().rev() {
             for r in read_records(&c.dir(id))? {
-                seen.insert(match r {
+                match r {
+                    // A directory's attributes, kept because a name in it changed: that
+                    // name counts, not the directory.
+                    Record::Name {
+                        was: Was::Dir(_), ..
+                    } => {}
                     Record::Name { path, .. }
                     | Record::Content { path, .. }
-                    | Record::Attrs { path, .. } => path,
-                });
+                    | Record::Attrs { path, .. } => {
+                        seen.insert(path);
+                    }
+                }
             }
             out.push((c.info(id)?, seen.len()));
         }

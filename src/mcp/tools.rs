@@ -94,6 +94,10 @@ pub struct TurnArgs {
     /// `setup-failed`).
     #[serde(default)]
     pub ignore_setup: bool,
+    /// Take no checkpoint as the turn starts (by default one is, labelled `turn
+    /// SESSION`: rewind to it undoes the turn).
+    #[serde(default)]
+    pub no_checkpoint: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -113,6 +117,22 @@ pub struct RestoreArgs {
     pub as_name: Option<String>,
     /// Which removal of that name (its id in list_removed; default the newest).
     pub id: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct CheckpointArgs {
+    /// The worktree: REPO/NAME.
+    pub worktree: String,
+    /// Words to know it by in list_checkpoints.
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct RewindArgs {
+    /// The worktree: REPO/NAME.
+    pub worktree: String,
+    /// The checkpoint to go back to (its `checkpoint` number in list_checkpoints).
+    pub to: u64,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -314,6 +334,7 @@ impl Server {
             ("--guard", a.guard),
             ("--no-wait-setup", a.no_wait_setup),
             ("--ignore-setup", a.ignore_setup),
+            ("--no-checkpoint", a.no_checkpoint),
         ] {
             if given {
                 args.push(flag.into());
@@ -466,6 +487,60 @@ impl Server {
         self.json(args).await
     }
 
+    /// Keep the worktree's whole state (files, index, HEAD, branch) to rewind to later:
+    /// the worktree object with the checkpoint's `checkpoint`, `label`, `taken_at`.
+    #[tool(
+        name = "checkpoint",
+        output_schema = worktree_schema(),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn checkpoint(
+        &self,
+        Parameters(a): Parameters<CheckpointArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut args = vec!["checkpoint".to_string(), a.worktree];
+        if let Some(l) = a.label {
+            args.push("--label".into());
+            args.push(l);
+        }
+        self.json(args).await
+    }
+
+    /// Bring the worktree back to a checkpoint exactly (a checkpoint of the state it
+    /// leaves is taken first: `undo` rewinds to it): the worktree object with
+    /// `rewound_to`, `undo`, `changed`.
+    #[tool(
+        name = "rewind",
+        output_schema = worktree_schema(),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn rewind(
+        &self,
+        Parameters(a): Parameters<RewindArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.json(vec![
+            "rewind".to_string(),
+            a.worktree,
+            "--to".into(),
+            a.to.to_string(),
+        ])
+        .await
+    }
+
+    /// The worktree's checkpoints, oldest first (`checkpoints`: each one's `checkpoint`,
+    /// `label`, `taken_at`, `changed_since`).
+    #[tool(
+        name = "list_checkpoints",
+        output_schema = checkpoints_schema(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_checkpoints(
+        &self,
+        Parameters(a): Parameters<WorktreeArg>,
+    ) -> Result<CallToolResult, ErrorData> {
+        self.json(vec!["checkpoints".to_string(), a.worktree]).await
+    }
+
     /// Bring a removed worktree back as it was: the worktree object.
     #[tool(
         name = "restore",
@@ -554,6 +629,31 @@ fn items_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
     }))
 }
 
+/// What `checkpoints --json` gives.
+fn checkpoints_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
+    schema(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "worktree": {"type": "string", "description": "REPO/NAME"},
+            "checkpoints": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "checkpoint": {"type": "integer", "description": "its number: rewind's `to`"},
+                        "label": {"type": ["string", "null"], "description": "a turn's is `turn SESSION`"},
+                        "taken_at": {"type": "string", "description": "RFC 3339"},
+                        "changed_since": {"type": "integer", "description": "paths changed since it was taken"},
+                    },
+                    "required": ["checkpoint", "taken_at"],
+                    "additionalProperties": true,
+                },
+            },
+        },
+        "required": ["worktree", "checkpoints"],
+    }))
+}
+
 fn turn_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
     schema(serde_json::json!({
         "type": "object",
@@ -574,7 +674,7 @@ fn turn_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
 impl ServerHandler for Server {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
-            "worktreefs: copy-on-write git worktrees for agents. Create one (create_worktree), hold it with a named lease (acquire_lease/release_lease), run commands one turn at a time (run_turn); cleanup keeps whatever holds work (list_retained) and every removal is restorable (list_removed, restore).",
+            "worktreefs: copy-on-write git worktrees for agents. Create one (create_worktree), hold it with a named lease (acquire_lease/release_lease), run commands one turn at a time (run_turn, each taking a checkpoint first: list_checkpoints, rewind undoes a turn); cleanup keeps whatever holds work (list_retained) and every removal is restorable (list_removed, restore).",
         )
     }
 }

@@ -77,6 +77,9 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
         "list_removed",
         "reclaim",
         "restore",
+        "checkpoint",
+        "rewind",
+        "list_checkpoints",
     ] {
         let tool = &seen["tools"][t];
         assert_eq!(tool["input"]["type"], "object", "{t}: {tool}");
@@ -98,6 +101,7 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
         "worktree_env",
         "list_retained",
         "list_removed",
+        "list_checkpoints",
     ] {
         assert_eq!(hint(t, "readOnlyHint"), true, "{t}");
     }
@@ -108,13 +112,15 @@ fn an_mcp_client_creates_leases_runs_a_turn_and_releases() {
         "run_turn",
         "reclaim",
         "restore",
+        "checkpoint",
+        "rewind",
     ] {
         assert_eq!(hint(t, "readOnlyHint"), false, "{t}");
     }
-    for t in ["reclaim", "run_turn", "release_lease"] {
+    for t in ["reclaim", "run_turn", "release_lease", "rewind"] {
         assert_eq!(hint(t, "destructiveHint"), true, "{t}");
     }
-    for t in ["create_worktree", "acquire_lease", "restore"] {
+    for t in ["create_worktree", "acquire_lease", "restore", "checkpoint"] {
         assert_eq!(hint(t, "destructiveHint"), false, "{t}");
     }
     assert_eq!(hint("run_turn", "openWorldHint"), true);
@@ -634,6 +640,37 @@ fn the_mcp_inspector_reads_every_tools_success_and_refusal() {
         call(&good, "restore", &["worktree=repo/never"]),
         "restore unknown",
         "repo/never",
+    );
+    // Checkpoints: taken, listed, rewound to; an unknown one refused.
+    let c = ok(
+        call(&good, "checkpoint", &["worktree=repo/spare", "label=mcp"]),
+        "checkpoint",
+    );
+    assert_eq!(c["label"], "mcp", "{c}");
+    let n = c["checkpoint"].as_u64().unwrap();
+    let l = ok(
+        call(&good, "list_checkpoints", &["worktree=repo/spare"]),
+        "list_checkpoints",
+    );
+    assert!(
+        l["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["label"] == "mcp"),
+        "{l}"
+    );
+    let to = format!("to={n}");
+    let r = ok(
+        call(&good, "rewind", &["worktree=repo/spare", &to]),
+        "rewind",
+    );
+    assert_eq!(r["rewound_to"]["checkpoint"].as_u64(), Some(n), "{r}");
+    assert!(r["undo"]["checkpoint"].as_u64().unwrap() > n, "{r}");
+    refused(
+        call(&good, "rewind", &["worktree=repo/spare", "to=99"]),
+        "rewind to an unknown checkpoint",
+        "no checkpoint 99",
     );
     drop(m);
 }

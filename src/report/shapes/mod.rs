@@ -231,6 +231,16 @@ mod tests {
         );
         assert_eq!(shows::<ForkJson>("### `new --from --json`"), 1);
         assert_eq!(shows::<RestoredJson>("## `restore --json`"), 1);
+        assert_eq!(shows::<CheckpointTakenJson>("## `checkpoint --json`"), 1);
+        assert_eq!(
+            shows_where::<RewoundJson>("## `rewind --json`", no_error),
+            1
+        );
+        assert_eq!(
+            shows_where::<FailedJson>("## `rewind --json`", error("not-found")),
+            1
+        );
+        assert_eq!(shows::<CheckpointsJson>("## `checkpoints --json`"), 1);
         assert_eq!(shows::<WarmJson>("## `warm --json`"), 1);
         assert_eq!(
             shows_where::<AcquiredJson>("## `lease acquire --json`", no_error),
