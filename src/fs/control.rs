@@ -29,6 +29,8 @@ pub(super) enum ControlDir {
     /// `<repo>:<worktree>@<token>`: git's fsmonitor hook reads what changed (see
     /// `git/fsmonitor.rs`, `fs/journal.rs`).
     FsMonitor,
+    /// `<repo>:<worktree>`: its checkpoints, as `checkpoints --json` prints them.
+    Checkpoints,
 }
 
 /// `.control/status`: the table `worktreefs status` prints.
@@ -39,7 +41,7 @@ pub(super) const STATS: &str = "stats";
 /// What `.control` itself holds, stated once: inode, name, and the directory it is (None:
 /// a generated file of `.control` itself). The view's fixed nodes, the listing of
 /// `.control` and its names all come from here.
-pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 10] = [
+pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 11] = [
     (Ino(3), "leases", Some(ControlDir::Leases)),
     (Ino(4), "worktrees", Some(ControlDir::Worktrees)),
     (Ino(5), "retained", Some(ControlDir::Retained)),
@@ -47,6 +49,7 @@ pub(super) const LAYOUT: [(Ino, &str, Option<ControlDir>); 10] = [
     (Ino(10), "turns", Some(ControlDir::Turns)),
     (Ino(11), "env", Some(ControlDir::Env)),
     (Ino(12), "setup-log", Some(ControlDir::SetupLog)),
+    (Ino(13), "checkpoints", Some(ControlDir::Checkpoints)),
     (Ino(6), STATUS, None),
     (Ino(7), STATS, None),
     (

@@ -103,7 +103,10 @@ impl View {
     pub(super) fn control_names(&self, dir: ControlDir) -> FsResult<Vec<String>> {
         match dir {
             ControlDir::Top => Ok(LAYOUT.iter().map(|(_, n, _)| n.to_string()).collect()),
-            ControlDir::Worktrees | ControlDir::Env | ControlDir::SetupLog => {
+            ControlDir::Worktrees
+            | ControlDir::Env
+            | ControlDir::SetupLog
+            | ControlDir::Checkpoints => {
                 self.refresh()?;
                 let mut names: Vec<String> = self
                     .catalog
@@ -251,6 +254,27 @@ impl View {
                         e,
                     )
                 })
+            }
+            (ControlDir::Checkpoints, entry) => {
+                let row = self.entry_worktree(entry)?;
+                let kept = crate::checkpoint::Checkpoints::read(&self.state.checkpoints(row.id))
+                    .map_err(|e| FsError::io("reading checkpoints", e))?;
+                let v = shapes::value(shapes::CheckpointsJson {
+                    worktree: format!("{}/{}", row.repo, row.name),
+                    checkpoints: kept
+                        .into_iter()
+                        .map(|(c, changed)| {
+                            shapes::CheckpointJson::of(
+                                c.id,
+                                c.label,
+                                c.taken_at,
+                                (c.copied_open, c.copied_bytes),
+                                Some(changed),
+                            )
+                        })
+                        .collect(),
+                });
+                Ok(format!("{v:#}\n").into_bytes())
             }
             (ControlDir::Worktrees, entry) => {
                 let row = self.entry_worktree(entry)?;

@@ -102,6 +102,12 @@ fn a_rewind_brings_back_every_file_the_index_head_and_branch_and_is_undone() {
         listed.contains(&format!("before the rewind to {one}")),
         "{listed}"
     );
+    // .control shows them as `checkpoints --json` does.
+    let control = fs::read_to_string(m.mountpoint.join(".control/checkpoints/repo:w")).unwrap();
+    let control: serde_json::Value = serde_json::from_str(&control).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&wtfs_ok(&env.state(), &["checkpoints", "repo/w", "--json"])).unwrap();
+    assert_eq!(control, json);
     m.unmount();
 }
 

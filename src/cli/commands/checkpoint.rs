@@ -7,11 +7,11 @@ use clap::Args;
 use worktreefs::daemon::checkpoints::CheckpointInfo;
 use worktreefs::daemon::socket::{self, Answer, Request};
 use worktreefs::lifecycle::create;
+use worktreefs::report;
 use worktreefs::report::shapes::{
     self, CheckpointJson, CheckpointTakenJson, CheckpointsJson, FailedJson, RewoundJson,
     WorktreeJson,
 };
-use worktreefs::report::{self, rfc3339};
 use worktreefs::state::StateDir;
 
 use crate::cli::exit::Failed;
@@ -58,14 +58,13 @@ pub struct CheckpointsArgs {
 }
 
 fn json_of(c: &CheckpointInfo, changed_since: Option<usize>) -> CheckpointJson {
-    CheckpointJson {
-        checkpoint: c.id,
-        label: c.label.clone(),
-        taken_at: rfc3339(c.taken_at),
+    CheckpointJson::of(
+        c.id,
+        c.label.clone(),
+        c.taken_at,
+        (c.copied_open, c.copied_bytes),
         changed_since,
-        copied_open: c.copied_open,
-        copied_bytes: c.copied_bytes,
-    }
+    )
 }
 
 /// The worktree `target` names, as a row that is not removed.

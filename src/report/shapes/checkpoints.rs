@@ -20,6 +20,28 @@ pub struct CheckpointJson {
     pub copied_bytes: u64,
 }
 
+impl CheckpointJson {
+    /// Checkpoint `id` (labelled `label`, taken at `taken_at` seconds, with `copied`: the
+    /// files open for writing copied then and their bytes), and the paths changed since
+    /// in a listing.
+    pub fn of(
+        id: u64,
+        label: Option<String>,
+        taken_at: i64,
+        copied: (u64, u64),
+        changed_since: Option<usize>,
+    ) -> CheckpointJson {
+        CheckpointJson {
+            checkpoint: id,
+            label,
+            taken_at: crate::report::rfc3339(taken_at),
+            changed_since,
+            copied_open: copied.0,
+            copied_bytes: copied.1,
+        }
+    }
+}
+
 /// `checkpoint --json`: the worktree, and the checkpoint taken.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
