@@ -21,6 +21,10 @@
 #            once), in a view against a checkout (scripts/bench-data)
 #   checkout: `git checkout` to a commit that differs in $CHECKOUT_FILES files (default
 #            4000) and back, in a view against a checkout
+#   checkpoints: taking one (the daemon's time); a rewind of 1,000 changed files; writing
+#            10,000 small files, and rewriting $CP_BIG upper files of 1 MiB in place, each
+#            with a checkpoint taken before against a view with none; reading every file
+#            and a find with 50 checkpoints kept against none; the disk a checkpoint uses
 #   memory:  the daemon's peak RSS with $RSS_WORKTREES worktrees, 10% of each one's files read;
 #            ten warm worktrees against ten plain ones of as many files, after a find
 #   warm:    `new --warm` with $WARM_FILES inherited files (30,000, 300 MB) against a plain
@@ -50,8 +54,9 @@ done
 
 if [ "$QUICK" = 1 ]; then
   FILES=2000; RUNS=1; SEQ_MB=${SEQ_MB:-128}; RSS_WORKTREES=${RSS_WORKTREES:-10}; IO_RUNS=1
-  CHECKOUT_FILES=${CHECKOUT_FILES:-400}; WARM_FILES=${WARM_FILES:-2000}
+  CHECKOUT_FILES=${CHECKOUT_FILES:-400}; WARM_FILES=${WARM_FILES:-2000}; CP_BIG=${CP_BIG:-100}
 fi
+CP_BIG=${CP_BIG:-1000}
 SEQ_MB=${SEQ_MB:-1024}
 CHECKOUT_FILES=${CHECKOUT_FILES:-4000}
 RSS_WORKTREES=${RSS_WORKTREES:-100}
@@ -368,6 +373,60 @@ for i in $(seq 1 "$IO_RUNS"); do
     rm -f "$d/bench-seq-$i"
   done
 done
+
+# Checkpoints (docs/design/checkpoints.md), in two views of their own: bench-cp takes
+# them, bench-nocp never does. Each pair of timings alternates the two.
+"$BIN" new bench/bench-cp >/dev/null
+"$BIN" new bench/bench-nocp >/dev/null
+CP_VIEW="$MNT/bench/bench-cp"; NOCP_VIEW="$MNT/bench/bench-nocp"
+cp_dir=$("$BIN" list --json | python3 -c 'import json,sys; print([w["id"] for w in json.load(sys.stdin) if w["worktree"] == "bench/bench-cp"][0])')
+# The worktree's directory: its upper layer and its checkpoints, a file both hold once.
+cp_dir="$STATE/worktrees/$cp_dir"
+checkpoint() { "$BIN" checkpoint bench/bench-cp >/dev/null; }
+newest_cp() { "$BIN" checkpoints bench/bench-cp --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][-1]["checkpoint"])'; }
+for i in $(seq 1 "$IO_RUNS"); do
+  # Taking one: the command's wall time, and the daemon's own (its log says).
+  time_cmd "$RUN_DIR/cp-take-cli" checkpoint
+  # A rewind of 1,000 changed files: tracked files appended to (each copied up, its data
+  # kept at the open), then put back.
+  checkpoint; to=$(newest_cp)
+  (cd "$CP_VIEW" && head -n 1000 "$RUN_DIR/alltracked" | while read -r f; do echo x >> "$f"; done)
+  time_cmd "$RUN_DIR/cp-rewind1000" "$BIN" rewind bench/bench-cp --to "$to"
+  # The write rows with a checkpoint taken before them.
+  sync; checkpoint
+  time_cmd "$RUN_DIR/cp-write10k-cp" write_small "$CP_VIEW/small-$i"
+  sync
+  time_cmd "$RUN_DIR/cp-write10k-none" write_small "$NOCP_VIEW/small-$i"
+  sync; checkpoint
+  time_cmd "$RUN_DIR/cp-seqwrite-cp" seq_write "$CP_VIEW/seq-$i"
+  sync
+  time_cmd "$RUN_DIR/cp-seqwrite-none" seq_write "$NOCP_VIEW/seq-$i"
+  rm -f "$CP_VIEW/seq-$i" "$NOCP_VIEW/seq-$i"
+done
+# Rewriting $CP_BIG upper files of 1 MiB in place: each one's data is copied at its first
+# open for writing after the checkpoint.
+make_big() { mkdir -p "$1/big"; for n in $(seq 1 "$CP_BIG"); do head -c 1048576 /dev/urandom > "$1/big/$n"; done; }
+rewrite_big() { for n in $(seq 1 "$CP_BIG"); do dd if=/dev/zero of="$1/big/$n" bs=64K count=16 conv=notrunc status=none; done; }
+make_big "$CP_VIEW"; make_big "$NOCP_VIEW"; sync
+cp_bytes_before=$(du -sk "$cp_dir" | cut -f1)
+for i in $(seq 1 "$IO_RUNS"); do
+  checkpoint; sync
+  time_cmd "$RUN_DIR/cp-rewrite-cp" rewrite_big "$CP_VIEW"
+  sync
+  time_cmd "$RUN_DIR/cp-rewrite-none" rewrite_big "$NOCP_VIEW"
+done
+cp_bytes_after=$(du -sk "$cp_dir" | cut -f1)
+# Reads and a find with 50 checkpoints kept (each after one change) against none.
+for n in $(seq 1 50); do echo "$n" > "$CP_VIEW/touched"; checkpoint; done
+for i in $(seq 1 "$IO_RUNS"); do
+  time_cmd "$RUN_DIR/cp-read-cp" read_every "$CP_VIEW"
+  time_cmd "$RUN_DIR/cp-read-none" read_every "$NOCP_VIEW"
+  time_cmd "$RUN_DIR/cp-find-cp" walk_find "$CP_VIEW"
+  time_cmd "$RUN_DIR/cp-find-none" walk_find "$NOCP_VIEW"
+done
+cp_take_us=$(grep 'checkpoint taken' "$STATE/daemon.log" | grep -o 'took_us=[0-9]*' | cut -d= -f2 | sort -n \
+  | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}')
+cp_kept=$("$BIN" checkpoints bench/bench-cp --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["checkpoints"]))')
 
 # A compile: a generated C project of 300 files in its own repository.
 CREPO="$BENCH_DIR/cproj"
@@ -702,6 +761,21 @@ frow "sequential read, $SEQ_MB MiB, warm" seqread
 frow "compile (300 C files, make -j2)" compile
 [ "$npm_ok" = 1 ] && frow "npm ci, 470 packages (cached)" npmci
 [ "$pip_ok" = 1 ] && frow "pip install --no-index, 42 wheels" pipinst
+
+printf '\n%-34s %12s %12s %9s\n' "checkpoints" "with" "without" "ratio"
+crow() { # crow NAME KEY: with a checkpoint (or 50) against none
+  local a b; a=$(median "$RUN_DIR/$2-cp"); b=$(median "$RUN_DIR/$2-none")
+  printf '%-34s %9s ms %9s ms %9s\n' "$1" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
+}
+echo "take a checkpoint: the daemon's $cp_take_us us (median of $(grep -c 'checkpoint taken' "$STATE/daemon.log")), the command's $(median "$RUN_DIR/cp-take-cli") ms"
+echo "rewind of 1,000 changed files: $(median "$RUN_DIR/cp-rewind1000") ms (the command's wall time)"
+crow "write 10,000 small files" cp-write10k
+crow "sequential write, $SEQ_MB MiB" cp-seqwrite
+crow "rewrite $CP_BIG upper files of 1 MiB" cp-rewrite
+crow "read every file, $cp_kept kept" cp-read
+crow "find -type f, $cp_kept kept" cp-find
+echo "disk the checkpoints took across the rewrites of $CP_BIG MiB ($IO_RUNS checkpoints): $(( (cp_bytes_after - cp_bytes_before) / 1024 )) MiB"
+
 a=$(median "$RUN_DIR/eight-wtfs"); b=$(median "$RUN_DIR/eight-checkout")
 printf '%-34s %9s ms %9s ms %9s\n' "eight worktrees at once" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
 echo "daemon peak RSS, $RSS_WORKTREES worktrees, 10% of files read in each: $((rss_kb / 1024)) MB (now $((rss_now_kb / 1024)) MB)"

@@ -58,6 +58,7 @@ impl View {
     pub fn take_checkpoint(&self, id: WorktreeId, label: Option<String>) -> FsResult<Info> {
         let wt = self.checkpointed(id)?;
         let cps = wt.checkpoints.as_ref().expect("checked");
+        let started = std::time::Instant::now();
         let _m = self.mutate.lock();
         let open = self.open_for_writing(&wt);
         let open: Vec<_> = open.iter().map(|(p, f)| (p.clone(), f.as_fd())).collect();
@@ -73,6 +74,7 @@ impl View {
             worktree = %wt.ident.name,
             checkpoint = info.id,
             open_copied = info.copied_open,
+            took_us = started.elapsed().as_micros() as u64,
             "checkpoint taken"
         );
         self.drop_past_limits(&wt);
@@ -110,6 +112,7 @@ impl View {
         let open = self.open_for_writing(&wt);
         let open: Vec<_> = open.iter().map(|(p, f)| (p.clone(), f.as_fd())).collect();
         let label = Some(format!("before the rewind to {to}"));
+        let started = std::time::Instant::now();
         let upper = wt.upper.fd.as_fd();
         let failed = |e| FsError::io(format!("rewinding to checkpoint {to}"), e);
         let before = cps.begin_rewind(upper, to, label, &open).map_err(failed)?;
@@ -128,6 +131,7 @@ impl View {
             checkpoint = to,
             undo = r.before.id,
             changed,
+            took_us = started.elapsed().as_micros() as u64,
             "rewound"
         );
         Ok(RewindDone {
@@ -217,14 +221,27 @@ impl View {
     }
 
     /// Drops the checkpoints of `wt` past the limits (`checkpoint::KEEP_COUNT`,
-    /// `KEEP_HOURS`), oldest first; a failure is logged (the next take tries again).
+    /// `KEEP_HOURS`), oldest first, and while the state directory's disk is low (as kept
+    /// removals give way: `KeepPolicy::low_disk`) all but the newest; a failure is logged
+    /// (the next take tries again).
     fn drop_past_limits(&self, wt: &WtCtx) {
         let cps = wt.checkpoints.as_ref().expect("a worktree's own view");
-        let past =
-            match cps.past_limits(crate::checkpoint::KEEP_COUNT, crate::checkpoint::KEEP_HOURS) {
-                Ok(p) => p,
-                Err(e) => return tracing::warn!("listing checkpoints to drop: {e}"),
-            };
+        let policy = crate::lifecycle::cleanup::keep::KeepPolicy::of(&self.store.lock());
+        let count = match policy.low_disk(&self.state.root) {
+            Some(why) => {
+                tracing::warn!(
+                    repo = %wt.ident.repo,
+                    worktree = %wt.ident.name,
+                    "{why}: its checkpoints but the newest are dropped"
+                );
+                1
+            }
+            None => crate::checkpoint::KEEP_COUNT,
+        };
+        let past = match cps.past_limits(count, crate::checkpoint::KEEP_HOURS) {
+            Ok(p) => p,
+            Err(e) => return tracing::warn!("listing checkpoints to drop: {e}"),
+        };
         for n in past {
             match cps.drop_checkpoint(n) {
                 Ok(()) => {
