@@ -34,7 +34,7 @@ impl CheckpointJson {
         CheckpointJson {
             checkpoint: id,
             label,
-            taken_at: crate::report::rfc3339(taken_at),
+            taken_at: crate::report::times::rfc3339(taken_at),
             changed_since,
             copied_open: copied.0,
             copied_bytes: copied.1,
