@@ -668,21 +668,63 @@ pub fn list(dir: BorrowedFd) -> io::Result<Vec<Listed>> {
     result.map(|_| out)
 }
 
-/// Removes `name` in `dir` and everything below it, never following a symlink.
+/// Removes `name` in `dir` and everything below it, never following a symlink. The walk
+/// keeps its own stack (each directory's name and what of its listing is left) and one
+/// descriptor at a time (going back up by `..`, which nothing else renames meanwhile: the
+/// callers hold their tree still): a tree as deep as a user can make one costs neither a
+/// thread's stack nor the process's descriptors.
 pub fn remove_tree(dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
-    match unlink_at(dir, name, false) {
-        Ok(()) => return Ok(()),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::EPERM)) => {}
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
-        Err(e) => return Err(e),
+    // Removes a non-directory; whether it was a directory instead.
+    let unlinked = |d: BorrowedFd, n: &OsStr| match unlink_at(d, n, false) {
+        Ok(()) => Ok(false),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::EPERM)) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    };
+    if !unlinked(dir, name)? {
+        return Ok(());
     }
-    let sub = open(dir, name.as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0)?;
-    for e in list(sub.as_fd())? {
-        remove_tree(sub.as_fd(), &e.name)?;
-    }
-    match unlink_at(dir, name, true) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        other => other,
+    let mut cur = open(dir, name.as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    let mut stack: Vec<(OsString, Vec<Listed>)> = vec![(name.to_os_string(), list(cur.as_fd())?)];
+    loop {
+        let (_, left) = stack.last_mut().expect("emptied only at the end");
+        let mut deeper = None;
+        while let Some(e) = left.pop() {
+            if unlinked(cur.as_fd(), &e.name)? {
+                deeper = Some(e.name);
+                break;
+            }
+        }
+        if let Some(child) = deeper {
+            cur = open(
+                cur.as_fd(),
+                child.as_bytes(),
+                libc::O_PATH | libc::O_DIRECTORY,
+                0,
+            )?;
+            let entries = list(cur.as_fd())?;
+            stack.push((child, entries));
+            continue;
+        }
+        let (n, _) = stack.pop().expect("looked at above");
+        if stack.is_empty() {
+            return match unlink_at(dir, &n, true) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+                other => other,
+            };
+        }
+        // SAFETY: a valid descriptor and a NUL-terminated name.
+        cur = owned(unsafe {
+            libc::openat(
+                cur.as_raw_fd(),
+                c"..".as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        match unlink_at(cur.as_fd(), &n, true) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            other => other?,
+        }
     }
 }
 

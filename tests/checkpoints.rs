@@ -514,3 +514,180 @@ fn random_changes_rewind_to_exactly_each_checkpoint() {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// A directory `depth` levels deep below `root/top` (made by descriptor, as no path that
+/// long could name it).
+fn deep_tree(root: &Path, top: &str, depth: usize) {
+    fs::create_dir(root.join(top)).unwrap();
+    let mut cur = beneath::open_root(&root.join(top)).unwrap();
+    for _ in 0..depth {
+        beneath::mkdir_at(cur.as_fd(), std::ffi::OsStr::new("d"), 0o755).unwrap();
+        cur = beneath::dir(cur.as_fd(), b"d").unwrap();
+    }
+    beneath::replace_file_at(cur.as_fd(), std::ffi::OsStr::new("leaf"), b"leaf", 0o644).unwrap();
+}
+
+/// How deep the chain of `d` below `root/top` goes, and whether its leaf is there.
+fn depth_of(root: &Path, top: &str) -> (usize, bool) {
+    let mut cur = beneath::open_root(&root.join(top)).unwrap();
+    let mut n = 0;
+    while let Ok(d) = beneath::dir(cur.as_fd(), b"d") {
+        cur = d;
+        n += 1;
+    }
+    (
+        n,
+        beneath::stat_at(cur.as_fd(), std::ffi::OsStr::new("leaf")).is_ok(),
+    )
+}
+
+/// A user can make a tree deeper than any stack and move it: keeping it, and a rewind
+/// that removes it and puts it back, walk it with stacks of their own (on a thread of a
+/// small stack) and hold one descriptor at a time (more levels than descriptors allowed).
+#[test]
+fn a_tree_deeper_than_a_stack_is_kept_moved_and_rewound() {
+    let run = Run::new();
+    deep_tree(&run.upper, "x", 3000);
+    let run = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || {
+            let up = run.fd.as_fd();
+            let one = run.cps.take(None, up, &[]).unwrap();
+            run.cps.keep_moved(up, b"x", b"y").unwrap();
+            fs::rename(run.upper.join("x"), run.upper.join("y")).unwrap();
+            run.cps.rewind(up, one.id, None, &[]).unwrap();
+            run
+        })
+        .unwrap()
+        .join()
+        .expect("the walks fit a small stack");
+    assert_eq!(depth_of(&run.upper, "x"), (3000, true));
+    assert!(!run.upper.join("y").exists());
+    // The tree goes without std's recursive removal (the test's own clean-up).
+    beneath::remove_tree(
+        beneath::open_root(&run.upper).unwrap().as_fd(),
+        std::ffi::OsStr::new("x"),
+    )
+    .unwrap();
+    let kept = run.cps.path().to_path_buf();
+    for e in fs::read_dir(&kept).unwrap().flatten() {
+        if e.path().is_dir() {
+            beneath::remove_tree(beneath::open_root(&kept).unwrap().as_fd(), &e.file_name())
+                .unwrap();
+        }
+    }
+}
+
+/// A rewind cut short (begun, the process gone before it ran) is finished by the next
+/// instance over the same directory, leftovers of an earlier run of its own cleaned up.
+#[test]
+fn a_rewind_begun_and_cut_short_is_finished_after_a_restart() {
+    let run = Run::new();
+    let up = run.fd.as_fd();
+    fs::write(run.upper.join("b"), b"one").unwrap();
+    let want = capture(&run.upper);
+    let one = run.cps.take(None, up, &[]).unwrap();
+    run.cps.keep_name(up, b"b").unwrap();
+    fs::remove_file(run.upper.join("b")).unwrap();
+    run.cps.keep_name(up, b"c").unwrap();
+    fs::write(run.upper.join("c"), b"new").unwrap();
+    let before = run.cps.begin_rewind(up, one.id, None, &[]).unwrap();
+    // A copy a run cut short left in its checkpoint's directory.
+    let leftover = run.cps.dir(before.id).join("fresh-1");
+    fs::write(&leftover, b"half").unwrap();
+    let path = run.cps.path().to_path_buf();
+    drop(run.cps);
+    let again = Checkpoints::open(path).unwrap();
+    assert_eq!(again.pending_rewind(), Some((one.id, before.id)));
+    again.continue_rewind(up).unwrap().expect("under way");
+    again.end_rewind().unwrap();
+    assert_eq!(again.pending_rewind(), None);
+    assert_eq!(capture(&run.upper), want);
+    assert!(!leftover.exists());
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// git's state of a worktree lives in its admin entry, which its user writes: a link
+/// planted there is replaced, never written through; a file kept there that is not a
+/// regular file is not read; and the branches a rewind moves come from the daemon's own
+/// directory, not from anything the entry holds.
+#[test]
+fn git_state_is_kept_and_put_back_through_no_link_its_user_planted() {
+    use worktreefs::git::checkpoint::{restore, save, Place};
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    fs::write(repo.join("f"), "one\n").unwrap();
+    git(&repo, &["add", "f"]);
+    git(&repo, &["commit", "-qm", "one"]);
+    git(&repo, &["worktree", "add", "-q", "-b", "feature", "../wt"]);
+    let wt = tmp.path().join("wt");
+    let gitdir = repo.join(".git").canonicalize().unwrap();
+    let admin = gitdir.join("worktrees/wt");
+    let daemon = tmp.path().join("daemon-1");
+    fs::create_dir(&daemon).unwrap();
+    let place = Place {
+        gitdir: &gitdir,
+        admin_name: "wt",
+    };
+    fs::write(admin.join("MERGE_MSG"), "kept\n").unwrap();
+    save(&place, &daemon, "7", 1, &[]).unwrap();
+    assert!(place.is_saved(1));
+    let head_then = fs::read_to_string(admin.join("HEAD")).unwrap();
+    git(&wt, &["commit", "-q", "--allow-empty", "-m", "two"]);
+
+    // What the entry's user can plant: links to a file of root's in place of the files
+    // a rewind writes, a FIFO in place of one it reads.
+    let victim = tmp.path().join("victim");
+    fs::write(&victim, "root's\n").unwrap();
+    let _ = fs::remove_file(admin.join("MERGE_MSG"));
+    std::os::unix::fs::symlink(&victim, admin.join("MERGE_MSG")).unwrap();
+    fs::create_dir_all(admin.join("logs")).unwrap();
+    let _ = fs::remove_file(admin.join("logs/HEAD"));
+    std::os::unix::fs::symlink(&victim, admin.join("logs/HEAD")).unwrap();
+    restore(&place, &daemon, 1).unwrap();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "root's\n");
+    assert!(!fs::symlink_metadata(admin.join("MERGE_MSG"))
+        .unwrap()
+        .is_symlink());
+    assert_eq!(
+        fs::read_to_string(admin.join("MERGE_MSG")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(fs::read_to_string(admin.join("HEAD")).unwrap(), head_then);
+    // The branch is back at its commit then.
+    let out = std::process::Command::new("git")
+        .args(["log", "--format=%s", "-1", "feature"])
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "one");
+
+    // A FIFO as HEAD is not opened: the save says what it met, at once.
+    fs::remove_file(admin.join("HEAD")).unwrap();
+    nix::unistd::mkfifo(
+        &admin.join("HEAD"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let _ = save(&place, &daemon, "7", 2, &[]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}

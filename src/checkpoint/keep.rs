@@ -115,17 +115,22 @@ impl Epoch {
         }
     }
 
+    /// Keeps `rel` and, a directory, everything below it (a walk with a stack of its
+    /// own: a tree as deep as a user makes it costs no thread's stack).
     pub(super) fn keep_tree(&mut self, upper: BorrowedFd, rel: &[u8]) -> io::Result<()> {
-        self.keep_name(upper, rel)?;
-        let Some(st) = entry_at(upper, rel)? else {
-            return Ok(());
-        };
-        if !is_dir(st.st_mode) {
-            return Ok(());
-        }
-        let d = beneath::dir(upper, rel)?;
-        for e in beneath::list(d.as_fd())? {
-            self.keep_tree(upper, &join(rel, e.name.as_bytes()))?;
+        let mut stack = vec![rel.to_vec()];
+        while let Some(rel) = stack.pop() {
+            self.keep_name(upper, &rel)?;
+            let Some(st) = entry_at(upper, &rel)? else {
+                continue;
+            };
+            if !is_dir(st.st_mode) {
+                continue;
+            }
+            let d = beneath::dir(upper, &rel)?;
+            for e in beneath::list(d.as_fd())? {
+                stack.push(join(&rel, e.name.as_bytes()));
+            }
         }
         Ok(())
     }
@@ -149,12 +154,15 @@ impl Epoch {
 
     /// Keeps each path below `to` that the entries below `from` will take.
     fn keep_arriving(&mut self, upper: BorrowedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
-        let d = beneath::dir(upper, from)?;
-        for e in beneath::list(d.as_fd())? {
-            let (f, t) = (join(from, e.name.as_bytes()), join(to, e.name.as_bytes()));
-            self.keep_name(upper, &t)?;
-            if e.is_dir(d.as_fd()) {
-                self.keep_arriving(upper, &f, &t)?;
+        let mut stack = vec![(from.to_vec(), to.to_vec())];
+        while let Some((from, to)) = stack.pop() {
+            let d = beneath::dir(upper, &from)?;
+            for e in beneath::list(d.as_fd())? {
+                let (f, t) = (join(&from, e.name.as_bytes()), join(&to, e.name.as_bytes()));
+                self.keep_name(upper, &t)?;
+                if e.is_dir(d.as_fd()) {
+                    stack.push((f, t));
+                }
             }
         }
         Ok(())

@@ -435,6 +435,14 @@ impl Checkpoints {
     pub fn drop_checkpoint(&self, id: u64) -> io::Result<()> {
         let _changes = self.changes.write();
         let mut state = self.state.lock();
+        if let Some((to, before)) = self.pending_rewind() {
+            if id == to || id == before {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!("checkpoint {id} is in the rewind to {to} that did not finish"),
+                ));
+            }
+        }
         let ids = self.epoch_ids()?;
         let Some(at) = ids.iter().position(|&i| i == id) else {
             return Err(io::Error::new(
@@ -525,11 +533,13 @@ fn read_records(dir: &Path) -> io::Result<Vec<Record>> {
     Record::decode_all(&fs::read(dir.join(RECORDS))?)
 }
 
-/// Moves the kept entry `ino` from one epoch's store to another's, unless that one has
-/// it already (the same inode, kept under another record) or this one has it no more.
+/// Gives another epoch's store the kept entry `ino` (a link: the dropped epoch's goes
+/// with its directory, after every record is handed over, so a crash between leaves both
+/// whole), unless that one has it already (the same inode, kept under another record).
 fn move_kept(from: BorrowedFd, to: BorrowedFd, ino: u64) -> io::Result<()> {
     let n = ino_name(ino);
-    match beneath::rename_at(from, &n, to, &n, libc::RENAME_NOREPLACE) {
+    match beneath::link_at(from, &n, to, &n) {
+        // Kept there already; or never linked here (a file with no name left when kept).
         Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST) | Some(libc::ENOENT)) => Ok(()),
         other => other,
     }

@@ -44,6 +44,8 @@ pub struct Rewound {
     pub names: Vec<Vec<u8>>,
     /// Paths of files whose data or attributes it put back.
     pub inodes: Vec<Vec<u8>>,
+    /// Paths of directories whose attributes it put back.
+    pub dirs: Vec<Vec<u8>>,
 }
 
 /// What `put_back` changed: the paths whose entry it removed, made or replaced, and
@@ -51,6 +53,7 @@ pub struct Rewound {
 struct PutBack {
     names: Vec<Vec<u8>>,
     inodes: Vec<Vec<u8>>,
+    dirs: Vec<Vec<u8>>,
 }
 
 /// What the epochs from the checkpoint on say the upper layer was then.
@@ -139,12 +142,17 @@ impl Checkpoints {
                 )))
             }
         };
-        let PutBack { names, inodes } = self.put_back(epoch, upper, to)?;
+        let PutBack {
+            names,
+            inodes,
+            dirs,
+        } = self.put_back(epoch, upper, to)?;
         Ok(Some(Rewound {
             to,
             before: info,
             names,
             inodes,
+            dirs,
         }))
     }
 
@@ -184,6 +192,13 @@ impl Checkpoints {
     /// in `epoch` (the one the rewind began). The paths changed, and the files put back.
     fn put_back(&self, epoch: &mut Epoch, upper: BorrowedFd, to: u64) -> io::Result<PutBack> {
         let t = self.target(to, epoch.id)?;
+        // Copies a run cut short made and never renamed into place.
+        let own_dir = beneath::open_root(&self.dir(epoch.id))?;
+        for e in beneath::list(own_dir.as_fd())? {
+            if e.name.as_bytes().starts_with(FRESH.as_bytes()) {
+                beneath::unlink_at(own_dir.as_fd(), &e.name, false)?;
+            }
+        }
         let mut changed = Vec::new();
         let mut paths: Vec<&Vec<u8>> = t.names.keys().collect();
 
@@ -277,38 +292,27 @@ impl Checkpoints {
                 continue;
             };
             let links_kept = self.links_kept(ino)?;
-            if let (Some(_), true) = (
-                names.first(),
-                st.st_nlink as usize == names.len() + links_kept,
-            ) {
-                // Every name known: a new file over each.
+            if let ([p], true) = (names.as_slice(), st.st_nlink as usize == 1 + links_kept) {
+                // Its one name known: a new file over it, given its attributes first (a
+                // crash after the rename leaves the name a whole file).
                 let fresh = self.fresh_copy(epoch, &copy)?;
-                for p in &names {
-                    epoch.keep_name(upper, p)?;
-                    let (dir, name) = split(p);
-                    let d = beneath::dir(upper, dir)?;
-                    let tmp = std::ffi::OsString::from(format!("put-back-{ino}"));
-                    let tmp_dir = beneath::open_root(&self.dir(epoch.id))?;
-                    beneath::link_at(tmp_dir.as_fd(), &fresh, tmp_dir.as_fd(), &tmp)?;
-                    // The directory's times stay (the name's file changes, not the name).
-                    let times = beneath::fstat(d.as_fd())?;
-                    beneath::rename_at(tmp_dir.as_fd(), &tmp, d.as_fd(), name, 0)?;
-                    beneath::set_times(
-                        d.as_fd(),
-                        timespec(times.st_atime, times.st_atime_nsec),
-                        timespec(times.st_mtime, times.st_mtime_nsec),
-                    )?;
-                }
                 let tmp_dir = beneath::open_root(&self.dir(epoch.id))?;
-                beneath::unlink_at(tmp_dir.as_fd(), &fresh, false)?;
-                replaced.insert(ino);
-                changed.extend(names.iter().cloned());
                 if let Some((_, _, meta)) = t.attrs.get(&ino) {
-                    for p in &names {
-                        let (dir, name) = split(p);
-                        meta.apply(beneath::dir(upper, dir)?.as_fd(), name)?;
-                    }
+                    meta.apply(tmp_dir.as_fd(), &fresh)?;
                 }
+                epoch.keep_name(upper, p)?;
+                let (dir, name) = split(p);
+                let d = beneath::dir(upper, dir)?;
+                // The directory's times stay (the name's file changes, not the name).
+                let times = beneath::fstat(d.as_fd())?;
+                beneath::rename_at(tmp_dir.as_fd(), &fresh, d.as_fd(), name, 0)?;
+                beneath::set_times(
+                    d.as_fd(),
+                    timespec(times.st_atime, times.st_atime_nsec),
+                    timespec(times.st_mtime, times.st_mtime_nsec),
+                )?;
+                replaced.insert(ino);
+                changed.push(p.clone());
             } else {
                 // Names of it unknown: back into the file itself, through its link.
                 let fd = beneath::entry(saved.as_fd(), &ino_name(ino))?;
@@ -350,7 +354,17 @@ impl Checkpoints {
             })
             .collect();
         dirs.sort_by_key(|(p, _)| std::cmp::Reverse(depth(p)));
+        let mut dirs_back = Vec::new();
         for (p, meta) in dirs {
+            let now = if p.is_empty() {
+                Meta::of_fd(upper)?
+            } else {
+                let (dir, name) = split(p);
+                Meta::of(beneath::dir(upper, dir)?.as_fd(), name)?
+            };
+            if now == *meta {
+                continue;
+            }
             epoch.keep_name(upper, p)?;
             if p.is_empty() {
                 meta.apply_to_dir(upper)?;
@@ -358,10 +372,13 @@ impl Checkpoints {
                 let (dir, name) = split(p);
                 meta.apply(beneath::dir(upper, dir)?.as_fd(), name)?;
             }
+            // Reported: what the kernel cached of it (its mode, which it checks) goes.
+            dirs_back.push(p.clone());
         }
         Ok(PutBack {
             names: changed,
             inodes,
+            dirs: dirs_back,
         })
     }
 
@@ -382,7 +399,7 @@ impl Checkpoints {
     /// A new file in the epoch's directory with the data of `copy`; its name there.
     fn fresh_copy(&self, epoch: &Epoch, copy: &File) -> io::Result<std::ffi::OsString> {
         let dir: OwnedFd = beneath::open_root(&self.dir(epoch.id))?;
-        let name = std::ffi::OsString::from(format!("fresh-{}", super::now_nanos()));
+        let name = std::ffi::OsString::from(format!("{FRESH}{}", super::now_nanos()));
         let dst = File::from(beneath::open(
             dir.as_fd(),
             name.as_bytes(),
@@ -393,6 +410,10 @@ impl Checkpoints {
         Ok(name)
     }
 }
+
+/// The start of the name of a file a rewind copies data into before it renames it over
+/// the file's name.
+const FRESH: &str = "fresh-";
 
 fn timespec(s: i64, ns: i64) -> libc::timespec {
     libc::timespec {

@@ -60,12 +60,13 @@ impl View {
         let cps = wt.checkpoints.as_ref().expect("checked");
         let started = std::time::Instant::now();
         let _m = self.mutate.lock();
+        self.refuse_while_unfinished(&wt)?;
         let open = self.open_for_writing(&wt);
         let open: Vec<_> = open.iter().map(|(p, f)| (p.clone(), f.as_fd())).collect();
         let info = cps
             .take(label, wt.upper.fd.as_fd(), &open)
             .map_err(|e| FsError::io("taking a checkpoint", e))?;
-        if let Err(e) = self.save_git_state(&wt, info.id) {
+        if let Err(e) = self.save_git_state(&wt, info.id, &[]) {
             let _ = cps.drop_checkpoint(info.id);
             return Err(e);
         }
@@ -98,13 +99,17 @@ impl View {
         let wt = self.checkpointed(id)?;
         let cps = wt.checkpoints.as_ref().expect("checked");
         let _m = self.mutate.lock();
+        // One that did not finish is finished first (or says again why it cannot be).
+        if let Some(r) = self.finish_rewind(&wt)? {
+            self.forget_rewound(&wt, &r);
+        }
         let target = cps
             .list()
             .map_err(|e| FsError::io("listing checkpoints", e))?
             .into_iter()
             .find(|i| i.id == to)
             .ok_or_else(|| FsError::not_found(format!("checkpoint {to}")))?;
-        if !crate::git::checkpoint::is_saved(&self.admin_of(&wt), to) {
+        if !self.git_place(&wt).is_saved(to) {
             return Err(FsError::invalid(format!(
                 "checkpoint {to} is incomplete (git's state of it was not kept: a crash while it was taken?); rewind to another"
             )));
@@ -116,13 +121,23 @@ impl View {
         let upper = wt.upper.fd.as_fd();
         let failed = |e| FsError::io(format!("rewinding to checkpoint {to}"), e);
         let before = cps.begin_rewind(upper, to, label, &open).map_err(failed)?;
-        if let Err(e) = self.save_git_state(&wt, before.id) {
+        // The branches the rewind moves are kept too, so that its undo moves them back.
+        let moved = crate::git::checkpoint::branches_of(&cps.dir(to));
+        if let Err(e) = self.save_git_state(&wt, before.id, &moved) {
             // Nothing changed yet: the rewind is called off whole.
             let _ = cps.end_rewind();
             let _ = cps.drop_checkpoint(before.id);
             return Err(e);
         }
-        let r = self.finish_rewind(&wt)?.expect("begun above");
+        let r = match self.finish_rewind(&wt) {
+            Ok(r) => r.expect("begun above"),
+            Err(e) => {
+                // Cut short: what changed is not known; everything the kernel knows of
+                // the worktree is dropped, and the rewind stays marked as under way.
+                self.forget_worktree(&wt);
+                return Err(e);
+            }
+        };
         let changed = r.names.len() + r.inodes.len();
         self.forget_rewound(&wt, &r);
         tracing::info!(
@@ -148,11 +163,19 @@ impl View {
         let Some((to, before)) = cps.pending_rewind() else {
             return Ok(None);
         };
-        let failed = |e| FsError::io(format!("rewinding to checkpoint {to}"), e);
-        if !crate::git::checkpoint::is_saved(&self.admin_of(wt), before) {
+        let failed = |e| {
+            FsError::io(
+                format!(
+                    "the rewind to checkpoint {to} did not finish (rewind again to finish it, or to checkpoint {before} to go back)"
+                ),
+                e,
+            )
+        };
+        if !self.git_place(wt).is_saved(before) {
             // Cut short before git's state of the checkpoint it took was kept: git's
             // files are untouched until the upper layer is back, so they are kept now.
-            self.save_git_state(wt, before)?;
+            let moved = crate::git::checkpoint::branches_of(&cps.dir(to));
+            self.save_git_state(wt, before, &moved)?;
         }
         let r = cps.continue_rewind(wt.upper.fd.as_fd()).map_err(failed)?;
         self.restore_git_state(wt, to)?;
@@ -173,14 +196,23 @@ impl View {
                 worktree = %wt.ident.name,
                 "finishing a rewind a crash cut short"
             );
-            self.finish_rewind(wt)?;
+            if let Err(e) = self.finish_rewind(wt) {
+                // Served as it is: its checkpoints refuse new ones until it is finished.
+                tracing::error!(
+                    repo = %wt.ident.repo,
+                    worktree = %wt.ident.name,
+                    "{}",
+                    e.message
+                );
+                return Ok(());
+            }
         }
-        let admin = self.admin_of(wt);
-        if !admin.is_dir() {
+        let place = self.git_place(wt);
+        if !place.exists() {
             return Ok(());
         }
         for c in cps.list().unwrap_or_default() {
-            if !crate::git::checkpoint::is_saved(&admin, c.id) {
+            if !place.is_saved(c.id) {
                 tracing::warn!(
                     repo = %wt.ident.repo,
                     worktree = %wt.ident.name,
@@ -195,27 +227,48 @@ impl View {
         Ok(())
     }
 
-    fn admin_of(&self, wt: &WtCtx) -> std::path::PathBuf {
-        crate::git::admin::admin_dir(&wt.base.gitdir, &wt.ident.admin_name)
+    /// Refuses a checkpoint while a rewind that did not finish is marked in `wt`.
+    fn refuse_while_unfinished(&self, wt: &WtCtx) -> FsResult<()> {
+        let cps = wt.checkpoints.as_ref().expect("a worktree's own view");
+        match cps.pending_rewind() {
+            Some((to, before)) => Err(FsError::new(
+                super::error::ErrorKind::Busy,
+                format!(
+                    "a rewind to checkpoint {to} did not finish: rewind again to finish it (or to checkpoint {before}, the state before it)"
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
-    fn save_git_state(&self, wt: &WtCtx, n: u64) -> FsResult<()> {
+    /// Where `wt`'s git state is.
+    fn git_place<'a>(&self, wt: &'a WtCtx) -> crate::git::checkpoint::Place<'a> {
+        crate::git::checkpoint::Place {
+            gitdir: &wt.base.gitdir,
+            admin_name: &wt.ident.admin_name,
+        }
+    }
+
+    fn save_git_state(&self, wt: &WtCtx, n: u64, also: &[String]) -> FsResult<()> {
+        let cps = wt.checkpoints.as_ref().expect("a worktree's own view");
         crate::git::checkpoint::save(
-            &wt.base.gitdir,
-            &self.admin_of(wt),
+            &self.git_place(wt),
+            &cps.dir(n),
             &wt.ident.id.to_string(),
             n,
+            also,
         )
         .map_err(|e| FsError::eio(format!("{e:#}"), std::io::Error::other("git state")))
     }
 
     fn restore_git_state(&self, wt: &WtCtx, n: u64) -> FsResult<()> {
-        crate::git::checkpoint::restore(&wt.base.gitdir, &self.admin_of(wt), n)
+        let cps = wt.checkpoints.as_ref().expect("a worktree's own view");
+        crate::git::checkpoint::restore(&self.git_place(wt), &cps.dir(n), n)
             .map_err(|e| FsError::eio(format!("{e:#}"), std::io::Error::other("git state")))
     }
 
     fn drop_git_state(&self, wt: &WtCtx, n: u64) {
-        if let Err(e) = crate::git::checkpoint::drop(&wt.base.gitdir, &self.admin_of(wt), n) {
+        if let Err(e) = crate::git::checkpoint::drop(&self.git_place(wt), n) {
             tracing::warn!("dropping git's state of checkpoint {n}: {e:#}");
         }
     }
@@ -276,9 +329,39 @@ impl View {
     /// lookup makes a node of what is there), and the kernel told to drop what it cached
     /// of each name and each directory listing.
     pub(super) fn forget_rewound(&self, wt: &Arc<WtCtx>, r: &Rewound) {
-        let mut paths: Vec<&Vec<u8>> = r.names.iter().chain(r.inodes.iter()).collect();
-        paths.sort_by_key(|p| p.iter().filter(|&&b| b == b'/').count());
+        let paths: Vec<Vec<u8>> = r
+            .names
+            .iter()
+            .chain(r.inodes.iter())
+            .chain(r.dirs.iter())
+            .cloned()
+            .collect();
+        self.forget_paths(wt, paths);
+    }
+
+    /// After a rewind that did not finish: every path of `wt` the node table knows, as
+    /// `forget_rewound` does for those a rewind put back.
+    fn forget_worktree(&self, wt: &Arc<WtCtx>) {
+        let paths: Vec<Vec<u8>> = {
+            let t = self.nodes.read();
+            let root = t.child(repo_ino(wt.ident.repo_id), OsStr::new(&wt.ident.name));
+            match root {
+                Some(root) => t
+                    .below(root)
+                    .into_iter()
+                    .filter_map(|n| t.live_rel_path(n).ok())
+                    .chain(std::iter::once(Vec::new()))
+                    .collect(),
+                None => Vec::new(),
+            }
+        };
+        self.forget_paths(wt, paths);
+    }
+
+    fn forget_paths(&self, wt: &Arc<WtCtx>, mut paths: Vec<Vec<u8>>) {
+        paths.sort();
         paths.dedup();
+        paths.sort_by_key(|p| p.iter().filter(|&&b| b == b'/').count());
         let mut inval = Vec::new();
         let root = {
             let t = self.nodes.read();

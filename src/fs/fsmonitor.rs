@@ -43,19 +43,26 @@ impl View {
     }
 
     /// Records every path below the upper directory `dir` (at `rel` in the worktree) under
-    /// both `rel` and `old_rel`: a directory moved from `old_rel`.
+    /// both `rel` and `old_rel`: a directory moved from `old_rel`. A walk with a stack of
+    /// its own (a tree as deep as a user makes one costs no thread's stack).
     pub(super) fn note_moved_tree(&self, wt: &WtCtx, dir: BorrowedFd, rel: &[u8], old_rel: &[u8]) {
-        let Ok(upper) = UpperDir::read(dir, &wt.upper.whiteouts) else {
-            return;
-        };
-        for e in &upper.entries {
-            let name = e.name.as_bytes();
-            let (new, old) = (join_rel(rel, name), join_rel(old_rel, name));
-            wt.record_change(&new);
-            wt.record_change(&old);
-            if e.is_dir(dir) {
-                if let Ok(sub) = beneath::dir(dir, name) {
-                    self.note_moved_tree(wt, sub.as_fd(), &new, &old);
+        // Each directory to look in: its path below `dir`, and its two paths in the worktree
+        // (paths, not descriptors: a wide tree holds none open).
+        let mut stack = vec![(Vec::new(), rel.to_vec(), old_rel.to_vec())];
+        while let Some((below, rel, old_rel)) = stack.pop() {
+            let Ok(d) = beneath::dir(dir, &below) else {
+                continue;
+            };
+            let Ok(upper) = UpperDir::read(d.as_fd(), &wt.upper.whiteouts) else {
+                continue;
+            };
+            for e in &upper.entries {
+                let name = e.name.as_bytes();
+                let (new, old) = (join_rel(&rel, name), join_rel(&old_rel, name));
+                wt.record_change(&new);
+                wt.record_change(&old);
+                if e.is_dir(d.as_fd()) {
+                    stack.push((join_rel(&below, name), new, old));
                 }
             }
         }

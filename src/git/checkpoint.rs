@@ -1,117 +1,189 @@
 //! git's own state of a linked worktree at a checkpoint: its `HEAD`, its index and the
-//! files of a merge, cherry-pick, revert or rebase under way, kept beside them in its
-//! admin directory (`<admin>/worktreefs-checkpoints/<n>/`; the index as a hard link:
-//! git only ever replaces it by a rename, so the link keeps the old one, in O(1)); the
-//! branch `HEAD` names and its commit; and a ref that keeps `HEAD`'s commit reachable
-//! while the checkpoint is kept. Everything is done as the repository's owner (see
-//! `owner.rs`). Shared refs (other branches, remote-tracking refs, `refs/stash`) are
-//! never touched; the reflogs are appended to, never rewound.
+//! files of a merge, cherry-pick, revert, rebase or bisect under way, kept beside them in
+//! its admin entry (`<admin>/worktreefs-checkpoints/<n>/`; the index as a hard link: git
+//! only ever replaces it by a rename, so the link keeps the old one, in O(1)); the
+//! branches a rewind may move, with their commits, kept in the daemon's own checkpoint
+//! directory (the worktree's user writes its admin entry, never that); and a ref that
+//! keeps `HEAD`'s commit reachable while the checkpoint is kept.
+//!
+//! The admin entry is its worktree's user's: every file there is reached by descriptor,
+//! through no symbolic link, read only when it is a regular file (a FIFO is never
+//! opened), and written as a new file renamed into place (never through what a name
+//! holds), given the entry's owner. Refs are changed as the repository's owner
+//! (`owner.rs`), and only branches (`refs/heads/`). Shared refs (other branches,
+//! remote-tracking refs, `refs/stash`) are never touched; the reflogs are appended to,
+//! never rewound.
 
-use std::fs;
+use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::error::{GitContext, GitResult};
-use super::owner::as_owner_of;
+use super::owner::{as_owner_of, pinned};
+use crate::beneath;
 
 /// The directory in a worktree's admin entry holding its checkpoints' git state.
 pub const DIR: &str = "worktreefs-checkpoints";
 /// Written last: the state of a checkpoint is complete.
 const COMPLETE: &str = "complete";
 /// The per-worktree files git keeps in the admin entry that a checkpoint keeps.
-const FILES: [&str; 8] = [
+const FILES: [&str; 18] = [
     "HEAD",
     "ORIG_HEAD",
     "MERGE_HEAD",
     "MERGE_MSG",
     "MERGE_MODE",
+    "MERGE_AUTOSTASH",
     "AUTO_MERGE",
     "CHERRY_PICK_HEAD",
     "REVERT_HEAD",
+    "REBASE_HEAD",
+    "SQUASH_MSG",
+    "BISECT_LOG",
+    "BISECT_START",
+    "BISECT_TERMS",
+    "BISECT_EXPECTED_REV",
+    "BISECT_ANCESTORS_OK",
+    "BISECT_NAMES",
+    "BISECT_RUN",
 ];
 /// The per-worktree directories of an operation under way.
 const DIRS: [&str; 3] = ["rebase-merge", "rebase-apply", "sequencer"];
 const INDEX: &str = "index";
-const BRANCH: &str = "branch";
+/// In the daemon's checkpoint directory: `<ref> <commit or ->` per branch.
+const BRANCHES: &str = "git-branches";
+/// The most a kept file of git's may hold (a MERGE_MSG, a rebase's todo list).
+const CAP: u64 = 16 << 20;
+
+/// Where a worktree's git state is: its repository, its admin entry's name there, and
+/// the daemon's directory of the checkpoint in question.
+pub struct Place<'a> {
+    pub gitdir: &'a Path,
+    pub admin_name: &'a str,
+}
 
 /// The ref keeping checkpoint `n`'s `HEAD` commit of worktree `key` reachable.
 pub fn keep_ref(key: &str, n: u64) -> String {
     format!("refs/worktreefs/checkpoints/{key}/{n}")
 }
 
-fn state_dir(admin: &Path, n: u64) -> PathBuf {
-    admin.join(DIR).join(n.to_string())
+fn n_name(n: u64) -> OsString {
+    OsString::from(n.to_string())
 }
 
-/// Whether checkpoint `n`'s git state is kept whole.
-pub fn is_saved(admin: &Path, n: u64) -> bool {
-    state_dir(admin, n).join(COMPLETE).is_file()
+impl Place<'_> {
+    /// The admin entry, reached from the registered git directory through no link.
+    fn admin(&self) -> io::Result<OwnedFd> {
+        let git = pinned(self.gitdir).map_err(|e| io::Error::other(format!("{e:#}")))?;
+        beneath::dir(
+            git.as_fd(),
+            format!("worktrees/{}", self.admin_name).as_bytes(),
+        )
+    }
+
+    /// The admin entry's directory of checkpoint `n`'s files, if it is there.
+    fn state_of(&self, admin: BorrowedFd, n: u64) -> io::Result<OwnedFd> {
+        beneath::dir(admin, format!("{DIR}/{n}").as_bytes())
+    }
+
+    /// Whether checkpoint `n`'s git state is kept whole.
+    pub fn is_saved(&self, n: u64) -> bool {
+        self.admin()
+            .and_then(|a| self.state_of(a.as_fd(), n))
+            .and_then(|d| beneath::stat_at(d.as_fd(), OsStr::new(COMPLETE)))
+            .is_ok()
+    }
+
+    /// Whether the admin entry is there at all.
+    pub fn exists(&self) -> bool {
+        self.admin().is_ok()
+    }
 }
 
-fn is_file(p: &Path) -> bool {
-    fs::symlink_metadata(p).is_ok_and(|m| m.is_file())
+/// A new file `name` in `dir` holding `bytes`, owned as `owner`: made beside the name
+/// (`O_EXCL`, never following) and renamed over whatever the name holds.
+fn write_at(dir: BorrowedFd, name: &OsStr, bytes: &[u8], owner: (u32, u32)) -> io::Result<()> {
+    use std::io::Write;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = OsString::from(".worktreefs-");
+    tmp.push(format!("{}-{n}-", std::process::id()));
+    tmp.push(name);
+    let fd = beneath::open(
+        dir,
+        tmp.as_bytes(),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        0o644,
+    )?;
+    let mut f = std::fs::File::from(fd);
+    let done = f
+        .write_all(bytes)
+        .and_then(|_| own(f.as_fd(), owner))
+        .and_then(|_| beneath::rename_at(dir, &tmp, dir, name, 0));
+    if done.is_err() {
+        let _ = beneath::unlink_at(dir, &tmp, false);
+    }
+    done
 }
 
-fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
-    fs::create_dir_all(to)?;
-    for e in fs::read_dir(from)? {
-        let e = e?;
-        let t = e.file_type()?;
-        if t.is_dir() {
-            copy_tree(&e.path(), &to.join(e.file_name()))?;
-        } else if t.is_file() {
-            fs::copy(e.path(), to.join(e.file_name()))?;
+fn own(fd: BorrowedFd, (uid, gid): (u32, u32)) -> io::Result<()> {
+    // SAFETY: a valid descriptor.
+    if unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The regular file `name` of `dir`, when it is one (a FIFO, a link: None).
+fn read_at(dir: BorrowedFd, name: &str) -> io::Result<Option<Vec<u8>>> {
+    match beneath::read_regular(dir, name.as_bytes(), CAP) {
+        Ok((b, _)) => Ok(Some(b)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT)) => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Copies the directory `name` of `from` into `to` (made), regular files and
+/// directories only, through no link.
+fn copy_dir(from: BorrowedFd, to: BorrowedFd, name: &OsStr, owner: (u32, u32)) -> io::Result<()> {
+    let mut stack: Vec<(OwnedFd, OwnedFd)> = Vec::new();
+    let src = beneath::dir(from, name.as_bytes())?;
+    beneath::mkdir_at(to, name, 0o755)?;
+    let dst = beneath::dir(to, name.as_bytes())?;
+    own(
+        beneath::reopen(dst.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?.as_fd(),
+        owner,
+    )?;
+    stack.push((src, dst));
+    while let Some((src, dst)) = stack.pop() {
+        for e in beneath::list(src.as_fd())? {
+            let st = beneath::stat_at(src.as_fd(), &e.name)?;
+            match st.st_mode & libc::S_IFMT {
+                libc::S_IFDIR => {
+                    beneath::mkdir_at(dst.as_fd(), &e.name, 0o755)?;
+                    let (s, d) = (
+                        beneath::dir(src.as_fd(), e.name.as_bytes())?,
+                        beneath::dir(dst.as_fd(), e.name.as_bytes())?,
+                    );
+                    own(
+                        beneath::reopen(d.as_fd(), libc::O_RDONLY | libc::O_DIRECTORY)?.as_fd(),
+                        owner,
+                    )?;
+                    stack.push((s, d));
+                }
+                libc::S_IFREG => {
+                    let (b, _) = beneath::read_regular(src.as_fd(), e.name.as_bytes(), CAP)?;
+                    write_at(dst.as_fd(), &e.name, &b, owner)?;
+                }
+                _ => {}
+            }
         }
     }
     Ok(())
-}
-
-/// Keeps the git state of the worktree whose admin entry is `admin` (of the repository
-/// `gitdir`) as checkpoint `n`'s, `key` naming the worktree in the ref that keeps its
-/// commit.
-pub fn save(gitdir: &Path, admin: &Path, key: &str, n: u64) -> GitResult<()> {
-    let (gitdir, admin, key) = (gitdir.to_path_buf(), admin.to_path_buf(), key.to_string());
-    let what = format!(
-        "keeping git's state of {} as checkpoint {n}",
-        admin.display()
-    );
-    as_owner_of(&gitdir.clone(), move || -> GitResult<()> {
-        let to = state_dir(&admin, n);
-        if to.exists() {
-            fs::remove_dir_all(&to)?;
-        }
-        fs::create_dir_all(&to)?;
-        for f in FILES {
-            if is_file(&admin.join(f)) {
-                fs::copy(admin.join(f), to.join(f))?;
-            }
-        }
-        if is_file(&admin.join(INDEX)) && fs::hard_link(admin.join(INDEX), to.join(INDEX)).is_err()
-        {
-            fs::copy(admin.join(INDEX), to.join(INDEX))?;
-        }
-        for d in DIRS {
-            if admin.join(d).is_dir() {
-                copy_tree(&admin.join(d), &to.join(d))?;
-            }
-        }
-        let head = fs::read_to_string(admin.join("HEAD")).unwrap_or_default();
-        let repo = git2::Repository::open_bare(&gitdir)?;
-        if let Some(branch) = head.trim_end().strip_prefix("ref: ") {
-            let oid = repo
-                .find_reference(branch)
-                .ok()
-                .and_then(|r| r.target())
-                .map_or("-".to_string(), |o| o.to_string());
-            fs::write(to.join(BRANCH), format!("{branch} {oid}\n"))?;
-        }
-        if let Some(commit) = head_commit(&repo, &head) {
-            repo.reference(&keep_ref(&key, n), commit, true, "worktreefs: checkpoint")?;
-        }
-        fs::write(to.join(COMPLETE), b"")?;
-        Ok(())
-    })
-    .with_context(|| what)
 }
 
 /// The commit a `HEAD` file's text names (none for an unborn branch).
@@ -123,82 +195,195 @@ fn head_commit(repo: &git2::Repository, head: &str) -> Option<git2::Oid> {
     }
 }
 
-/// Puts checkpoint `n`'s git state back: the files of the admin entry (those it did not
-/// have removed), the index, and the branch `HEAD` named at its commit then; `HEAD`'s
-/// reflog and the branch's get a line saying so.
-pub fn restore(gitdir: &Path, admin: &Path, n: u64) -> GitResult<()> {
-    let (gitdir, admin) = (gitdir.to_path_buf(), admin.to_path_buf());
+/// The branch a `HEAD` file's text names, when it names one.
+fn head_branch(head: &str) -> Option<&str> {
+    head.trim_end()
+        .strip_prefix("ref: ")
+        .filter(|r| r.starts_with("refs/heads/"))
+}
+
+/// Keeps the git state of the worktree at `at` as checkpoint `n`'s: its files in its
+/// admin entry, the branch its `HEAD` names (with `also`, branches a rewind about to run
+/// will move) in `daemon_dir`, and the ref that keeps `HEAD`'s commit (`key` naming the
+/// worktree).
+pub fn save(at: &Place, daemon_dir: &Path, key: &str, n: u64, also: &[String]) -> GitResult<()> {
     let what = format!(
-        "putting back git's state of {} at checkpoint {n}",
-        admin.display()
+        "keeping git's state of worktree entry {} as checkpoint {n}",
+        at.admin_name
     );
-    as_owner_of(&gitdir.clone(), move || -> GitResult<()> {
-        let from = state_dir(&admin, n);
-        if !from.join(COMPLETE).is_file() {
+    (|| -> GitResult<()> {
+        let admin = at.admin()?;
+        let st = beneath::fstat(admin.as_fd())?;
+        let owner = (st.st_uid, st.st_gid);
+        match beneath::mkdir_at(admin.as_fd(), OsStr::new(DIR), 0o755) {
+            Ok(()) => own(
+                beneath::reopen(
+                    beneath::dir(admin.as_fd(), DIR.as_bytes())?.as_fd(),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                )?
+                .as_fd(),
+                owner,
+            )?,
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let all = beneath::dir(admin.as_fd(), DIR.as_bytes())?;
+        beneath::remove_tree(all.as_fd(), &n_name(n))?;
+        beneath::mkdir_at(all.as_fd(), &n_name(n), 0o755)?;
+        let to = beneath::dir(all.as_fd(), n.to_string().as_bytes())?;
+        for f in FILES {
+            if let Some(b) = read_at(admin.as_fd(), f)? {
+                write_at(to.as_fd(), OsStr::new(f), &b, owner)?;
+            }
+        }
+        let index = OsStr::new(INDEX);
+        if beneath::stat_at(admin.as_fd(), index)
+            .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFREG)
+        {
+            beneath::link_at(admin.as_fd(), index, to.as_fd(), index)?;
+        }
+        for d in DIRS {
+            if beneath::stat_at(admin.as_fd(), OsStr::new(d))
+                .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            {
+                copy_dir(admin.as_fd(), to.as_fd(), OsStr::new(d), owner)?;
+            }
+        }
+        let head = String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD")?.unwrap_or_default())
+            .into_owned();
+        let mut branches: Vec<String> =
+            head_branch(&head).map(str::to_string).into_iter().collect();
+        branches.extend(
+            also.iter()
+                .filter(|b| b.starts_with("refs/heads/"))
+                .cloned(),
+        );
+        branches.dedup();
+        let (gitdir, key2, head2) = (at.gitdir.to_path_buf(), key.to_string(), head.clone());
+        let lines = as_owner_of(at.gitdir, move || -> GitResult<String> {
+            let repo = git2::Repository::open_bare(&gitdir)?;
+            let mut lines = String::new();
+            for b in branches {
+                let oid = repo
+                    .find_reference(&b)
+                    .ok()
+                    .and_then(|r| r.target())
+                    .map_or("-".to_string(), |o| o.to_string());
+                lines.push_str(&format!("{b} {oid}\n"));
+            }
+            if let Some(commit) = head_commit(&repo, &head2) {
+                repo.reference(&keep_ref(&key2, n), commit, true, "worktreefs: checkpoint")?;
+            }
+            Ok(lines)
+        })?;
+        crate::durable::write_file_synced(&daemon_dir.join(BRANCHES), lines.as_bytes())?;
+        write_at(to.as_fd(), OsStr::new(COMPLETE), b"", owner)?;
+        Ok(())
+    })()
+    .with_context(|| what)
+}
+
+/// The branches checkpoint `n` (its daemon directory `daemon_dir`) recorded.
+pub fn branches_of(daemon_dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(daemon_dir.join(BRANCHES))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(b, _)| b.to_string()))
+        .collect()
+}
+
+/// Puts checkpoint `n`'s git state back: the files of the admin entry (those it did not
+/// have removed), the index, and the branches it recorded at their commits then;
+/// `HEAD`'s reflog and each branch's get a line saying so.
+pub fn restore(at: &Place, daemon_dir: &Path, n: u64) -> GitResult<()> {
+    let what = format!(
+        "putting back git's state of worktree entry {} at checkpoint {n}",
+        at.admin_name
+    );
+    (|| -> GitResult<()> {
+        let admin = at.admin()?;
+        let st = beneath::fstat(admin.as_fd())?;
+        let owner = (st.st_uid, st.st_gid);
+        let from = at.state_of(admin.as_fd(), n)?;
+        if beneath::stat_at(from.as_fd(), OsStr::new(COMPLETE)).is_err() {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
-                format!("{} is not complete", from.display()),
+                format!("git's state of checkpoint {n} is not complete"),
             )
             .into());
         }
-        let repo = git2::Repository::open_bare(&gitdir)?;
-        let before = fs::read_to_string(admin.join("HEAD")).unwrap_or_default();
-        let old = head_commit(&repo, &before);
-        let tmp = |f: &str| admin.join(format!("{f}.worktreefs-tmp"));
+        let before = String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD")?.unwrap_or_default())
+            .into_owned();
         for f in FILES {
-            if is_file(&from.join(f)) {
-                fs::copy(from.join(f), tmp(f))?;
-                fs::rename(tmp(f), admin.join(f))?;
-            } else if is_file(&admin.join(f)) {
-                fs::remove_file(admin.join(f))?;
+            match read_at(from.as_fd(), f)? {
+                Some(b) => write_at(admin.as_fd(), OsStr::new(f), &b, owner)?,
+                None => match beneath::unlink_at(admin.as_fd(), OsStr::new(f), false) {
+                    Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e.into()),
+                    _ => {}
+                },
             }
         }
-        if is_file(&from.join(INDEX)) {
-            let _ = fs::remove_file(tmp(INDEX));
-            if fs::hard_link(from.join(INDEX), tmp(INDEX)).is_err() {
-                fs::copy(from.join(INDEX), tmp(INDEX))?;
+        let index = OsStr::new(INDEX);
+        if beneath::stat_at(from.as_fd(), index).is_ok() {
+            let tmp = OsString::from(format!(".worktreefs-{}-index", std::process::id()));
+            let _ = beneath::unlink_at(admin.as_fd(), &tmp, false);
+            beneath::link_at(from.as_fd(), index, admin.as_fd(), &tmp)?;
+            beneath::rename_at(admin.as_fd(), &tmp, admin.as_fd(), index, 0)?;
+        } else {
+            match beneath::unlink_at(admin.as_fd(), index, false) {
+                Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e.into()),
+                _ => {}
             }
-            fs::rename(tmp(INDEX), admin.join(INDEX))?;
-        } else if is_file(&admin.join(INDEX)) {
-            fs::remove_file(admin.join(INDEX))?;
         }
         for d in DIRS {
-            if admin.join(d).is_dir() {
-                fs::remove_dir_all(admin.join(d))?;
-            }
-            if from.join(d).is_dir() {
-                copy_tree(&from.join(d), &admin.join(d))?;
+            beneath::remove_tree(admin.as_fd(), OsStr::new(d))?;
+            if beneath::stat_at(from.as_fd(), OsStr::new(d)).is_ok() {
+                copy_dir(from.as_fd(), admin.as_fd(), OsStr::new(d), owner)?;
             }
         }
+        let after = String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD")?.unwrap_or_default())
+            .into_owned();
         let message = format!("worktreefs: rewind to checkpoint {n}");
-        if let Ok(line) = fs::read_to_string(from.join(BRANCH)) {
-            if let Some((name, oid)) = line.trim_end().split_once(' ') {
+        let branches = std::fs::read_to_string(daemon_dir.join(BRANCHES)).unwrap_or_default();
+        let gitdir = at.gitdir.to_path_buf();
+        let message2 = message.clone();
+        let (old, new) = as_owner_of(at.gitdir, move || -> GitResult<_> {
+            let repo = git2::Repository::open_bare(&gitdir)?;
+            let old = head_commit(&repo, &before);
+            for line in branches.lines() {
+                let Some((name, oid)) = line.split_once(' ') else {
+                    continue;
+                };
+                if !name.starts_with("refs/heads/") || !git2::Reference::is_valid_name(name) {
+                    continue;
+                }
                 match git2::Oid::from_str(oid) {
                     Ok(oid) => {
-                        repo.reference(name, oid, true, &message)?;
+                        repo.reference(name, oid, true, &message2)?;
                     }
                     Err(_) => {
+                        // Unborn then: the branch goes (its reflog with it, as git's).
                         if let Ok(mut r) = repo.find_reference(name) {
                             r.delete()?;
                         }
                     }
                 }
             }
-        }
-        let after = fs::read_to_string(admin.join("HEAD")).unwrap_or_default();
-        let new = head_commit(&repo, &after);
-        append_head_log(&admin, old, new, &message)?;
+            Ok((old, head_commit(&repo, &after)))
+        })?;
+        append_head_log(admin.as_fd(), old, new, &message, owner)?;
         Ok(())
-    })
+    })()
     .with_context(|| what)
 }
 
 /// A line in the worktree's `HEAD` reflog, as git writes one.
 fn append_head_log(
-    admin: &Path,
+    admin: BorrowedFd,
     old: Option<git2::Oid>,
     new: Option<git2::Oid>,
     message: &str,
+    owner: (u32, u32),
 ) -> io::Result<()> {
     use std::io::Write;
     let zero = git2::Oid::zero();
@@ -210,23 +395,61 @@ fn append_head_log(
         old.unwrap_or(zero),
         new.unwrap_or(zero)
     );
-    fs::create_dir_all(admin.join("logs"))?;
-    fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(admin.join("logs").join("HEAD"))?
-        .write_all(line.as_bytes())
+    match beneath::mkdir_at(admin, OsStr::new("logs"), 0o755) {
+        Ok(()) => own(
+            beneath::reopen(
+                beneath::dir(admin, b"logs")?.as_fd(),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            )?
+            .as_fd(),
+            owner,
+        )?,
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+        Err(e) => return Err(e),
+    }
+    let fd = match beneath::open(
+        admin,
+        b"logs/HEAD",
+        libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT,
+        0o644,
+    ) {
+        Ok(fd) => fd,
+        // Not a file (a link, a directory): the line is not written, nothing else fails.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ELOOP) | Some(libc::EISDIR) | Some(libc::ENOTDIR)
+            ) =>
+        {
+            tracing::warn!("the HEAD reflog of a worktree entry is not a file: no line written");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let st = beneath::fstat(fd.as_fd())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(());
+    }
+    if st.st_size == 0 {
+        own(fd.as_fd(), owner)?;
+    }
+    std::fs::File::from(fd).write_all(line.as_bytes())
 }
 
 /// Removes checkpoint `n`'s git state. Its ref stays: the commit it keeps goes only when
 /// a removal's kept refs would (nothing a checkpoint reached is lost with it).
-pub fn drop(gitdir: &Path, admin: &Path, n: u64) -> GitResult<()> {
-    let (gitdir, admin) = (gitdir.to_path_buf(), admin.to_path_buf());
-    as_owner_of(&gitdir, move || -> GitResult<()> {
-        let d = state_dir(&admin, n);
-        if d.exists() {
-            fs::remove_dir_all(d)?;
-        }
-        Ok(())
-    })
+pub fn drop(at: &Place, n: u64) -> GitResult<()> {
+    let admin = at.admin()?;
+    let all = match beneath::dir(admin.as_fd(), DIR.as_bytes()) {
+        Ok(d) => d,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    beneath::remove_tree(all.as_fd(), &n_name(n))?;
+    Ok(())
+}
+
+/// Where `place`'s admin entry is, for messages.
+pub fn admin_path(gitdir: &Path, admin_name: &str) -> PathBuf {
+    super::admin::admin_dir(gitdir, admin_name)
 }

@@ -71,6 +71,8 @@ fn a_rewind_brings_back_every_file_the_index_head_and_branch_and_is_undone() {
     );
     let (files_after, git_after) = (tree_listing(&wt), git_state(&wt));
     assert_ne!(files_after, files);
+    let branch_w = |wt: &Path| run_ok("git", &["rev-parse", "refs/heads/w"], wt);
+    let w_after = branch_w(&wt);
 
     let undo = rewind(&env, one);
     assert_eq!(tree_listing(&wt), files, "every file back");
@@ -87,10 +89,13 @@ fn a_rewind_brings_back_every_file_the_index_head_and_branch_and_is_undone() {
     );
     assert!(refs.lines().count() >= 2, "{refs}");
 
-    // The rewind is undone by the checkpoint it took.
+    // The rewind is undone by the checkpoint it took, the branch it moved (not HEAD's
+    // then) moved back too.
+    assert_ne!(branch_w(&wt), w_after);
     rewind(&env, undo);
     assert_eq!(tree_listing(&wt), files_after);
     assert_eq!(git_state(&wt), git_after);
+    assert_eq!(branch_w(&wt), w_after);
     // And back again: every checkpoint stays good after rewinds.
     rewind(&env, one);
     assert_eq!(tree_listing(&wt), files);
