@@ -669,10 +669,12 @@ pub fn list(dir: BorrowedFd) -> io::Result<Vec<Listed>> {
 }
 
 /// Removes `name` in `dir` and everything below it, never following a symlink. The walk
-/// keeps its own stack (each directory's name and what of its listing is left) and one
-/// descriptor at a time (going back up by `..`, which nothing else renames meanwhile: the
-/// callers hold their tree still): a tree as deep as a user can make one costs neither a
-/// thread's stack nor the process's descriptors.
+/// keeps its own stack (each directory's name, identity and what of its listing is left)
+/// and one descriptor at a time, going back up by `..`: a tree as deep as a user can make
+/// one costs neither a thread's stack nor the process's descriptors. A directory moved
+/// out of the tree meanwhile (by a user who owns it) would lead `..` elsewhere: the
+/// directory reached must be the one the walk came down from (device and inode), or the
+/// removal stops (EXDEV) having removed nothing outside the tree.
 pub fn remove_tree(dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
     // Removes a non-directory; whether it was a directory instead.
     let unlinked = |d: BorrowedFd, n: &OsStr| match unlink_at(d, n, false) {
@@ -684,10 +686,15 @@ pub fn remove_tree(dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
     if !unlinked(dir, name)? {
         return Ok(());
     }
+    let identity = |fd: BorrowedFd| fstat(fd).map(|st| (st.st_dev, st.st_ino));
     let mut cur = open(dir, name.as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0)?;
-    let mut stack: Vec<(OsString, Vec<Listed>)> = vec![(name.to_os_string(), list(cur.as_fd())?)];
+    let mut stack: Vec<(OsString, (u64, u64), Vec<Listed>)> = vec![(
+        name.to_os_string(),
+        identity(cur.as_fd())?,
+        list(cur.as_fd())?,
+    )];
     loop {
-        let (_, left) = stack.last_mut().expect("emptied only at the end");
+        let (_, _, left) = stack.last_mut().expect("emptied only at the end");
         let mut deeper = None;
         while let Some(e) = left.pop() {
             if unlinked(cur.as_fd(), &e.name)? {
@@ -703,10 +710,10 @@ pub fn remove_tree(dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
                 0,
             )?;
             let entries = list(cur.as_fd())?;
-            stack.push((child, entries));
+            stack.push((child, identity(cur.as_fd())?, entries));
             continue;
         }
-        let (n, _) = stack.pop().expect("looked at above");
+        let (n, _, _) = stack.pop().expect("looked at above");
         if stack.is_empty() {
             return match unlink_at(dir, &n, true) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
@@ -721,6 +728,10 @@ pub fn remove_tree(dir: BorrowedFd, name: &OsStr) -> io::Result<()> {
                 libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
             )
         })?;
+        let (_, came_from, _) = stack.last().expect("not empty");
+        if identity(cur.as_fd())? != *came_from {
+            return Err(io::Error::from_raw_os_error(libc::EXDEV));
+        }
         match unlink_at(cur.as_fd(), &n, true) {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             other => other?,
@@ -923,5 +934,49 @@ mod tests {
         remove_tree(r, OsStr::new("a")).unwrap();
         assert_eq!(fs::read(d.path().join("outside/f")).unwrap(), b"outside");
         assert!(!d.path().join("root/a").exists());
+    }
+
+    /// A directory moved out of a tree while the tree is removed: the walk, going back up
+    /// from it, meets another directory than the one it came down from, and stops there,
+    /// leaving the names of that directory (here the same names the tree's had) alone.
+    #[test]
+    fn removing_a_tree_stops_where_a_level_moved_out_of_it_leads() {
+        let d = tempfile::tempdir().unwrap();
+        let (tree, outside) = (d.path().join("a/b"), d.path().join("outside"));
+        fs::create_dir_all(tree.join("y")).unwrap();
+        fs::create_dir(&outside).unwrap();
+        for n in 0..20_000 {
+            fs::write(tree.join("y").join(n.to_string()), b"").unwrap();
+        }
+        // Names after `y` in b's listing, and the same names outside.
+        for n in 0..50 {
+            fs::write(tree.join(format!("v{n}")), b"tree").unwrap();
+            fs::write(outside.join(format!("v{n}")), b"outside").unwrap();
+        }
+        let mover = {
+            let (y, to) = (tree.join("y"), outside.join("y"));
+            std::thread::spawn(move || loop {
+                let left = fs::read_dir(&y).map(|r| r.count()).unwrap_or(0);
+                if left < 19_000 {
+                    let _ = fs::rename(&y, &to);
+                    return;
+                }
+                std::thread::yield_now();
+            })
+        };
+        let root = open_root(d.path()).unwrap();
+        let r = remove_tree(root.as_fd(), OsStr::new("a"));
+        mover.join().unwrap();
+        for n in 0..50 {
+            assert_eq!(
+                fs::read(outside.join(format!("v{n}"))).unwrap(),
+                b"outside",
+                "v{n} outside the tree"
+            );
+        }
+        if outside.join("y").exists() {
+            // Moved in time: the walk met it elsewhere and stopped.
+            assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EXDEV));
+        }
     }
 }

@@ -643,9 +643,13 @@ fn git_state_is_kept_and_put_back_through_no_link_its_user_planted() {
     let admin = gitdir.join("worktrees/wt");
     let daemon = tmp.path().join("daemon-1");
     fs::create_dir(&daemon).unwrap();
+    // The entry names the worktree as a mount would (`<mount>/<repo>/<name>/.git`).
+    fs::write(admin.join("gitdir"), "/mnt/repo/wt/.git\n").unwrap();
     let place = Place {
         gitdir: &gitdir,
         admin_name: "wt",
+        worktree: "repo/wt".into(),
+        uid: 0,
     };
     fs::write(admin.join("MERGE_MSG"), "kept\n").unwrap();
     save(&place, &daemon, "7", 1, &[]).unwrap();

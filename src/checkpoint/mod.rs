@@ -78,6 +78,9 @@ pub struct Checkpoints {
     /// How many links to each inode the epochs' `saved/` stores hold (one per epoch at
     /// most): names the view does not show, taken off the link count it shows.
     held: Held,
+    /// A rewind is marked as under way (begun, not ended): changes are refused meanwhile,
+    /// since what they changed could not be kept apart from what the rewind changes.
+    unfinished: std::sync::atomic::AtomicBool,
     /// Held shared by a change from its keep until the view knows of what it opened; held
     /// exclusively while a checkpoint is taken, so that no open for writing falls between
     /// the two (neither kept in the epoch before nor copied as open by the new one).
@@ -112,6 +115,7 @@ impl Checkpoints {
             path,
             state: Mutex::new(None),
             held: Held::default(),
+            unfinished: Default::default(),
             changes: RwLock::new(()),
         };
         let ids = c.epoch_ids()?;
@@ -119,7 +123,22 @@ impl Checkpoints {
             *c.state.lock() = Some(c.load_epoch(last)?);
         }
         c.count_held()?;
+        if c.pending_rewind().is_some() {
+            c.unfinished
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         Ok(c)
+    }
+
+    /// Refuses a change while a rewind is marked as under way.
+    fn changes_allowed(&self) -> io::Result<()> {
+        if self.unfinished.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "a rewind of this worktree did not finish: rewind again (to finish it, or to the checkpoint it took first, to go back)",
+            ));
+        }
+        Ok(())
     }
 
     /// How many links to inode `ino` the checkpoints hold.
@@ -200,6 +219,7 @@ impl Checkpoints {
             path: path.to_path_buf(),
             state: Mutex::new(None),
             held: Held::default(),
+            unfinished: Default::default(),
             changes: RwLock::new(()),
         };
         let rd = match fs::read_dir(path) {
@@ -353,6 +373,7 @@ impl Checkpoints {
 
     /// Before the name `rel` of the upper layer `upper` is made, removed or replaced.
     pub fn keep_name(&self, upper: BorrowedFd, rel: &[u8]) -> io::Result<()> {
+        self.changes_allowed()?;
         match self.state.lock().as_mut() {
             Some(e) => e.keep_name(upper, rel),
             None => Ok(()),
@@ -362,6 +383,7 @@ impl Checkpoints {
     /// Before the entry at `rel` is removed or replaced: it and, a directory, everything
     /// in it.
     pub fn keep_tree(&self, upper: BorrowedFd, rel: &[u8]) -> io::Result<()> {
+        self.changes_allowed()?;
         match self.state.lock().as_mut() {
             Some(e) => e.keep_tree(upper, rel),
             None => Ok(()),
@@ -371,6 +393,7 @@ impl Checkpoints {
     /// Before the entry at `from` moves to `to` (replacing what is there): both trees,
     /// and every path below `to` that an entry below `from` will take.
     pub fn keep_moved(&self, upper: BorrowedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
+        self.changes_allowed()?;
         match self.state.lock().as_mut() {
             Some(e) => e.keep_moved(upper, from, to),
             None => Ok(()),
@@ -384,6 +407,7 @@ impl Checkpoints {
         rel: Option<&[u8]>,
         fd: BorrowedFd,
     ) -> io::Result<()> {
+        self.changes_allowed()?;
         match self.state.lock().as_mut() {
             Some(e) => e.keep_attrs(upper, rel, fd),
             None => Ok(()),
@@ -398,6 +422,7 @@ impl Checkpoints {
         rel: Option<&[u8]>,
         fd: BorrowedFd,
     ) -> io::Result<()> {
+        self.changes_allowed()?;
         match self.state.lock().as_mut() {
             Some(e) => e.keep_content(upper, rel, fd).map(|_| ()),
             None => Ok(()),

@@ -114,6 +114,8 @@ impl Checkpoints {
             &self.path.join(REWINDING),
             format!("{to} {}\n", before.id).as_bytes(),
         )?;
+        self.unfinished
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(before)
     }
 
@@ -160,7 +162,11 @@ impl Checkpoints {
     pub fn end_rewind(&self) -> io::Result<()> {
         match fs::remove_file(self.path.join(REWINDING)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+            _ => {
+                self.unfinished
+                    .store(false, std::sync::atomic::Ordering::Release);
+                Ok(())
+            }
         }
     }
 

@@ -99,9 +99,20 @@ impl View {
         let wt = self.checkpointed(id)?;
         let cps = wt.checkpoints.as_ref().expect("checked");
         let _m = self.mutate.lock();
-        // One that did not finish is finished first (or says again why it cannot be).
-        if let Some(r) = self.finish_rewind(&wt)? {
-            self.forget_rewound(&wt, &r);
+        // One that did not finish: a rewind to the checkpoint it took first goes back to
+        // the state before it (every change it made is kept there), anything else finishes
+        // it first (or says again why it cannot).
+        match cps.pending_rewind() {
+            Some((_, before)) if before == to => {
+                cps.end_rewind()
+                    .map_err(|e| FsError::io("calling off the rewind that did not finish", e))?;
+            }
+            Some(_) => {
+                if let Some(r) = self.finish_rewind(&wt)? {
+                    self.forget_rewound(&wt, &r);
+                }
+            }
+            None => {}
         }
         let target = cps
             .list()
@@ -178,7 +189,15 @@ impl View {
             self.save_git_state(wt, before, &moved)?;
         }
         let r = cps.continue_rewind(wt.upper.fd.as_fd()).map_err(failed)?;
-        self.restore_git_state(wt, to)?;
+        self.restore_git_state(wt, to).map_err(|e| {
+            FsError::eio(
+                format!(
+                    "the rewind to checkpoint {to} did not finish (rewind again to finish it, or to checkpoint {before} to go back): {}",
+                    e.message
+                ),
+                std::io::Error::other("git state"),
+            )
+        })?;
         cps.end_rewind().map_err(failed)?;
         Ok(r)
     }
@@ -246,6 +265,8 @@ impl View {
         crate::git::checkpoint::Place {
             gitdir: &wt.base.gitdir,
             admin_name: &wt.ident.admin_name,
+            worktree: format!("{}/{}", wt.ident.repo, wt.ident.name),
+            uid: wt.ident.uid,
         }
     }
 

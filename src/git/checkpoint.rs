@@ -55,13 +55,20 @@ const INDEX: &str = "index";
 /// In the daemon's checkpoint directory: `<ref> <commit or ->` per branch.
 const BRANCHES: &str = "git-branches";
 /// The most a kept file of git's may hold (a MERGE_MSG, a rebase's todo list).
-const CAP: u64 = 16 << 20;
+const CAP: u64 = 4 << 20;
+/// The most entries a kept directory of git's may hold (a rebase's state).
+const DIR_ENTRIES: usize = 10_000;
 
 /// Where a worktree's git state is: its repository, its admin entry's name there, and
 /// the daemon's directory of the checkpoint in question.
 pub struct Place<'a> {
     pub gitdir: &'a Path,
     pub admin_name: &'a str,
+    /// The worktree as `<repo>/<name>` (a mount's path below its mountpoint), and its
+    /// owner: the entry must be this worktree's (its `gitdir` names it, and it is the
+    /// owner's or the daemon's), not another's renamed into its name.
+    pub worktree: String,
+    pub uid: u32,
 }
 
 /// The ref keeping checkpoint `n`'s `HEAD` commit of worktree `key` reachable.
@@ -74,13 +81,25 @@ fn n_name(n: u64) -> OsString {
 }
 
 impl Place<'_> {
-    /// The admin entry, reached from the registered git directory through no link.
+    /// The admin entry, reached from the registered git directory through no link, and
+    /// checked to be this worktree's.
     fn admin(&self) -> io::Result<OwnedFd> {
         let git = pinned(self.gitdir).map_err(|e| io::Error::other(format!("{e:#}")))?;
-        beneath::dir(
+        let fd = beneath::dir(
             git.as_fd(),
             format!("worktrees/{}", self.admin_name).as_bytes(),
-        )
+        )?;
+        let st = beneath::fstat(fd.as_fd())?;
+        let me = nix::unistd::geteuid().as_raw();
+        let names_it = beneath::read_regular(fd.as_fd(), b"gitdir", 64 << 10)
+            .is_ok_and(|(b, _)| b.ends_with(format!("/{}/.git\n", self.worktree).as_bytes()));
+        if (st.st_uid != self.uid && st.st_uid != me) || !names_it {
+            return Err(io::Error::other(format!(
+                "git's entry worktrees/{} is not worktree {}'s (renamed there from another?)",
+                self.admin_name, self.worktree
+            )));
+        }
+        Ok(fd)
     }
 
     /// The admin entry's directory of checkpoint `n`'s files, if it is there.
@@ -137,10 +156,13 @@ fn own(fd: BorrowedFd, (uid, gid): (u32, u32)) -> io::Result<()> {
     }
 }
 
-/// The regular file `name` of `dir`, when it is one (a FIFO, a link: None).
-fn read_at(dir: BorrowedFd, name: &str) -> io::Result<Option<Vec<u8>>> {
+/// The regular file `name` of `dir` when it is one of the entry's owner's own (`owner`):
+/// a FIFO, a link, or a file of someone else's linked there reads as none (what the
+/// daemon copies out of the entry is only what its owner could have written).
+fn read_at(dir: BorrowedFd, name: &str, owner: (u32, u32)) -> io::Result<Option<Vec<u8>>> {
     match beneath::read_regular(dir, name.as_bytes(), CAP) {
-        Ok((b, _)) => Ok(Some(b)),
+        Ok((b, st)) if st.st_uid == owner.0 && st.st_nlink == 1 => Ok(Some(b)),
+        Ok(_) => Ok(None),
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT)) => Ok(None),
         Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(None),
         Err(e) => Err(e),
@@ -159,8 +181,16 @@ fn copy_dir(from: BorrowedFd, to: BorrowedFd, name: &OsStr, owner: (u32, u32)) -
         owner,
     )?;
     stack.push((src, dst));
+    let mut seen = 0;
     while let Some((src, dst)) = stack.pop() {
         for e in beneath::list(src.as_fd())? {
+            seen += 1;
+            if seen > DIR_ENTRIES {
+                return Err(io::Error::other(format!(
+                    "{} holds more than {DIR_ENTRIES} entries: not git's state",
+                    name.to_string_lossy()
+                )));
+            }
             let st = beneath::stat_at(src.as_fd(), &e.name)?;
             match st.st_mode & libc::S_IFMT {
                 libc::S_IFDIR => {
@@ -176,8 +206,9 @@ fn copy_dir(from: BorrowedFd, to: BorrowedFd, name: &OsStr, owner: (u32, u32)) -
                     stack.push((s, d));
                 }
                 libc::S_IFREG => {
-                    let (b, _) = beneath::read_regular(src.as_fd(), e.name.as_bytes(), CAP)?;
-                    write_at(dst.as_fd(), &e.name, &b, owner)?;
+                    if let Some(b) = read_at(src.as_fd(), &e.name.to_string_lossy(), owner)? {
+                        write_at(dst.as_fd(), &e.name, &b, owner)?;
+                    }
                 }
                 _ => {}
             }
@@ -232,13 +263,13 @@ pub fn save(at: &Place, daemon_dir: &Path, key: &str, n: u64, also: &[String]) -
         beneath::mkdir_at(all.as_fd(), &n_name(n), 0o755)?;
         let to = beneath::dir(all.as_fd(), n.to_string().as_bytes())?;
         for f in FILES {
-            if let Some(b) = read_at(admin.as_fd(), f)? {
+            if let Some(b) = read_at(admin.as_fd(), f, owner)? {
                 write_at(to.as_fd(), OsStr::new(f), &b, owner)?;
             }
         }
         let index = OsStr::new(INDEX);
         if beneath::stat_at(admin.as_fd(), index)
-            .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFREG)
+            .is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFREG && s.st_uid == owner.0)
         {
             beneath::link_at(admin.as_fd(), index, to.as_fd(), index)?;
         }
@@ -249,8 +280,9 @@ pub fn save(at: &Place, daemon_dir: &Path, key: &str, n: u64, also: &[String]) -
                 copy_dir(admin.as_fd(), to.as_fd(), OsStr::new(d), owner)?;
             }
         }
-        let head = String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD")?.unwrap_or_default())
-            .into_owned();
+        let head =
+            String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD", owner)?.unwrap_or_default())
+                .into_owned();
         let mut branches: Vec<String> =
             head_branch(&head).map(str::to_string).into_iter().collect();
         branches.extend(
@@ -258,6 +290,7 @@ pub fn save(at: &Place, daemon_dir: &Path, key: &str, n: u64, also: &[String]) -
                 .filter(|b| b.starts_with("refs/heads/"))
                 .cloned(),
         );
+        branches.sort();
         branches.dedup();
         let (gitdir, key2, head2) = (at.gitdir.to_path_buf(), key.to_string(), head.clone());
         let lines = as_owner_of(at.gitdir, move || -> GitResult<String> {
@@ -312,10 +345,11 @@ pub fn restore(at: &Place, daemon_dir: &Path, n: u64) -> GitResult<()> {
             )
             .into());
         }
-        let before = String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD")?.unwrap_or_default())
-            .into_owned();
+        let before =
+            String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD", owner)?.unwrap_or_default())
+                .into_owned();
         for f in FILES {
-            match read_at(from.as_fd(), f)? {
+            match read_at(from.as_fd(), f, owner)? {
                 Some(b) => write_at(admin.as_fd(), OsStr::new(f), &b, owner)?,
                 None => match beneath::unlink_at(admin.as_fd(), OsStr::new(f), false) {
                     Err(e) if e.raw_os_error() != Some(libc::ENOENT) => return Err(e.into()),
@@ -341,20 +375,32 @@ pub fn restore(at: &Place, daemon_dir: &Path, n: u64) -> GitResult<()> {
                 copy_dir(from.as_fd(), admin.as_fd(), OsStr::new(d), owner)?;
             }
         }
-        let after = String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD")?.unwrap_or_default())
-            .into_owned();
+        let after =
+            String::from_utf8_lossy(&read_at(admin.as_fd(), "HEAD", owner)?.unwrap_or_default())
+                .into_owned();
         let message = format!("worktreefs: rewind to checkpoint {n}");
         let branches = std::fs::read_to_string(daemon_dir.join(BRANCHES)).unwrap_or_default();
         let gitdir = at.gitdir.to_path_buf();
         let message2 = message.clone();
+        let this_entry = at.admin_name.to_string();
         let (old, new) = as_owner_of(at.gitdir, move || -> GitResult<_> {
             let repo = git2::Repository::open_bare(&gitdir)?;
             let old = head_commit(&repo, &before);
+            // A branch another worktree has checked out is its: never moved from here.
+            let elsewhere: Vec<String> = super::admin::checked_out_branches(&repo)
+                .into_iter()
+                .filter(|(holder, _)| *holder != this_entry)
+                .map(|(_, r)| r)
+                .collect();
             for line in branches.lines() {
                 let Some((name, oid)) = line.split_once(' ') else {
                     continue;
                 };
                 if !name.starts_with("refs/heads/") || !git2::Reference::is_valid_name(name) {
+                    continue;
+                }
+                if elsewhere.iter().any(|r| r == name) {
+                    tracing::warn!("{name} is checked out in another worktree: not moved back");
                     continue;
                 }
                 match git2::Oid::from_str(oid) {
@@ -407,32 +453,40 @@ fn append_head_log(
         Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
         Err(e) => return Err(e),
     }
+    // An existing log is written only when it is a plain file of the owner's (opened
+    // without blocking: a FIFO there holds nobody); a new one is made and given to him.
+    let not_written = |why: &str| {
+        tracing::warn!("the HEAD reflog of a worktree entry {why}: no line written");
+        Ok(())
+    };
     let fd = match beneath::open(
         admin,
         b"logs/HEAD",
-        libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT,
-        0o644,
+        libc::O_WRONLY | libc::O_APPEND | libc::O_NONBLOCK,
+        0,
     ) {
-        Ok(fd) => fd,
-        // Not a file (a link, a directory): the line is not written, nothing else fails.
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ELOOP) | Some(libc::EISDIR) | Some(libc::ENOTDIR)
-            ) =>
-        {
-            tracing::warn!("the HEAD reflog of a worktree entry is not a file: no line written");
-            return Ok(());
+        Ok(fd) => {
+            let st = beneath::fstat(fd.as_fd())?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG
+                || st.st_uid != owner.0
+                || st.st_nlink != 1
+            {
+                return not_written("is not a plain file of its owner's");
+            }
+            fd
         }
-        Err(e) => return Err(e),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            let fd = beneath::open(
+                admin,
+                b"logs/HEAD",
+                libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_EXCL,
+                0o644,
+            )?;
+            own(fd.as_fd(), owner)?;
+            fd
+        }
+        Err(_) => return not_written("cannot be opened as a file"),
     };
-    let st = beneath::fstat(fd.as_fd())?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Ok(());
-    }
-    if st.st_size == 0 {
-        own(fd.as_fd(), owner)?;
-    }
     std::fs::File::from(fd).write_all(line.as_bytes())
 }
 
