@@ -34,7 +34,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::beneath;
@@ -81,10 +81,6 @@ pub struct Checkpoints {
     /// A rewind is marked as under way (begun, not ended): changes are refused meanwhile,
     /// since what they changed could not be kept apart from what the rewind changes.
     unfinished: std::sync::atomic::AtomicBool,
-    /// Held shared by a change from its keep until the view knows of what it opened; held
-    /// exclusively while a checkpoint is taken, so that no open for writing falls between
-    /// the two (neither kept in the epoch before nor copied as open by the new one).
-    changes: RwLock<()>,
 }
 
 /// The links to each inode the stores hold, shared by the epoch under way.
@@ -116,7 +112,6 @@ impl Checkpoints {
             state: Mutex::new(None),
             held: Held::default(),
             unfinished: Default::default(),
-            changes: RwLock::new(()),
         };
         let ids = c.epoch_ids()?;
         if let Some(&last) = ids.last() {
@@ -180,11 +175,6 @@ impl Checkpoints {
         self.state.lock().is_some()
     }
 
-    /// Shared by a change while it keeps and opens (see `changes`).
-    pub fn hold(&self) -> RwLockReadGuard<'_, ()> {
-        self.changes.read()
-    }
-
     /// The ids of the complete checkpoints, oldest first; an incomplete one removed.
     fn epoch_ids(&self) -> io::Result<Vec<u64>> {
         let rd = match fs::read_dir(&self.path) {
@@ -220,7 +210,6 @@ impl Checkpoints {
             state: Mutex::new(None),
             held: Held::default(),
             unfinished: Default::default(),
-            changes: RwLock::new(()),
         };
         let rd = match fs::read_dir(path) {
             Ok(rd) => rd,
@@ -305,7 +294,6 @@ impl Checkpoints {
         upper: BorrowedFd,
         open_for_writing: &[(Option<Vec<u8>>, BorrowedFd)],
     ) -> io::Result<Info> {
-        let _changes = self.changes.write();
         let mut state = self.state.lock();
         self.take_locked(&mut state, label, upper, open_for_writing)
     }
@@ -443,22 +431,9 @@ impl Checkpoints {
             .collect())
     }
 
-    /// Removes every checkpoint (a worktree removed or made anew).
-    pub fn remove_all(&self) -> io::Result<()> {
-        let _changes = self.changes.write();
-        let mut state = self.state.lock();
-        *state = None;
-        self.held.lock().clear();
-        match fs::remove_dir_all(&self.path) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
-    }
-
     /// Drops checkpoint `id`. What its epoch kept that the one before it did not is
     /// handed to that one (a rewind there still needs it); the oldest is simply deleted.
     pub fn drop_checkpoint(&self, id: u64) -> io::Result<()> {
-        let _changes = self.changes.write();
         let mut state = self.state.lock();
         if let Some((to, before)) = self.pending_rewind() {
             if id == to || id == before {
@@ -530,27 +505,6 @@ impl Checkpoints {
         }
         self.count_held()?;
         Ok(())
-    }
-
-    /// How many bytes the checkpoints hold on disk of their own (data kept only by them).
-    pub fn disk_usage(&self) -> u64 {
-        fn walk(p: &Path, seen: &mut HashSet<(u64, u64)>) -> u64 {
-            use std::os::unix::fs::MetadataExt;
-            let Ok(rd) = fs::read_dir(p) else { return 0 };
-            let mut n = 0;
-            for e in rd.flatten() {
-                let Ok(m) = e.path().symlink_metadata() else {
-                    continue;
-                };
-                if m.is_dir() {
-                    n += walk(&e.path(), seen);
-                } else if seen.insert((m.dev(), m.ino())) {
-                    n += m.blocks() * 512;
-                }
-            }
-            n
-        }
-        walk(&self.path, &mut HashSet::new())
     }
 }
 

@@ -101,7 +101,6 @@ impl Checkpoints {
         label: Option<String>,
         open_for_writing: &[(Option<Vec<u8>>, BorrowedFd)],
     ) -> io::Result<Info> {
-        let _changes = self.changes.write();
         let mut state = self.state.lock();
         if !self.epoch_ids()?.contains(&to) {
             return Err(io::Error::new(
@@ -133,7 +132,6 @@ impl Checkpoints {
         let Some((to, before)) = self.pending_rewind() else {
             return Ok(None);
         };
-        let _changes = self.changes.write();
         let mut state = self.state.lock();
         let info = self.info(before)?;
         let epoch = match state.as_mut() {

@@ -1,8 +1,9 @@
 //! What a change to a worktree's upper layer keeps first when the worktree keeps
 //! checkpoints (`crate::checkpoint`): each name it makes, removes or replaces, and the
-//! attributes or data it changes in place. Names are kept under `mutate`; data at an
-//! open for writing, holding the checkpoints' `hold` until the handle is in the table.
-//! A worktree without checkpoints pays one check per change.
+//! attributes or data it changes in place. All under `mutate`, which taking a checkpoint
+//! holds too: no open for writing falls between a checkpoint and the handle table it
+//! reads (kept in the epoch before, or copied as open by the new one). A worktree without
+//! checkpoints pays one check per change.
 
 use std::ffi::OsStr;
 use std::io;
