@@ -331,7 +331,8 @@ fn a_daemon_killed_during_a_rewind_leaves_the_worktree_all_before_or_all_after()
             before += 1;
         }
         // The checkpoint still rewinds exactly (timed: the next kill lands within one).
-        sh(&wt, "rm -rf a; mkdir b; cd b; seq 1 1500 | xargs touch");
+        // From A or B, whichever the kill left: changes for the rewind to put back.
+        sh(&wt, "rm -rf a b; mkdir b; cd b; seq 1 1500 | xargs touch");
         let started = std::time::Instant::now();
         rewind(&env, cp);
         took = started.elapsed();
