@@ -67,7 +67,9 @@ impl View {
             .take(label, wt.upper.fd.as_fd(), &open)
             .map_err(|e| FsError::io("taking a checkpoint", e))?;
         if let Err(e) = self.save_git_state(&wt, info.id, &[]) {
-            let _ = cps.drop_checkpoint(info.id);
+            if cps.drop_checkpoint(info.id).is_ok() {
+                self.drop_git_state(&wt, info.id);
+            }
             return Err(e);
         }
         tracing::info!(
@@ -137,7 +139,9 @@ impl View {
         if let Err(e) = self.save_git_state(&wt, before.id, &moved) {
             // Nothing changed yet: the rewind is called off whole.
             let _ = cps.end_rewind();
-            let _ = cps.drop_checkpoint(before.id);
+            if cps.drop_checkpoint(before.id).is_ok() {
+                self.drop_git_state(&wt, before.id);
+            }
             return Err(e);
         }
         let r = match self.finish_rewind(&wt) {
@@ -288,9 +292,16 @@ impl View {
             .map_err(|e| FsError::eio(format!("{e:#}"), std::io::Error::other("git state")))
     }
 
+    /// Drops checkpoint `n`'s git state, and retires the ref that kept what it reached
+    /// (kept for the removal period: nothing it reached is lost with it).
     fn drop_git_state(&self, wt: &WtCtx, n: u64) {
         if let Err(e) = crate::git::checkpoint::drop(&self.git_place(wt), n) {
             tracing::warn!("dropping git's state of checkpoint {n}: {e:#}");
+        }
+        let key = wt.ident.id.to_string();
+        if let Err(e) = crate::git::checkpoint_refs::retire(&wt.base.gitdir, &key, n) {
+            // Retired at the worktree's removal, or kept until then.
+            tracing::warn!("retiring the ref of checkpoint {n}: {e:#}");
         }
     }
 
@@ -332,17 +343,53 @@ impl View {
         }
     }
 
-    /// Drops checkpoint `n` of worktree `id`.
-    pub fn drop_checkpoint(&self, id: WorktreeId, n: u64) -> FsResult<()> {
-        let wt = self.checkpointed(id)?;
-        let _m = self.mutate.lock();
-        wt.checkpoints
-            .as_ref()
-            .expect("checked")
-            .drop_checkpoint(n)
-            .map_err(|e| FsError::io(format!("dropping checkpoint {n}"), e))?;
-        self.drop_git_state(&wt, n);
-        Ok(())
+    /// While the state directory's disk is low (`policy.low_disk`; kept removals gave
+    /// way first): the checkpoints of every worktree, oldest first across them, each
+    /// worktree keeping its newest (the one that undoes the turn under way). Returns how
+    /// many went.
+    pub fn drop_checkpoints_for_disk(
+        &self,
+        policy: &crate::lifecycle::cleanup::keep::KeepPolicy,
+    ) -> usize {
+        let mut all: Vec<(i64, u64, Arc<WtCtx>)> = Vec::new();
+        for wt in self.catalog.worktrees() {
+            let Some(cps) = wt.checkpoints.as_ref() else {
+                continue;
+            };
+            let Ok(list) = cps.list() else { continue };
+            let n = list.len();
+            for c in list.into_iter().take(n.saturating_sub(1)) {
+                all.push((c.taken_at, c.id, wt.clone()));
+            }
+        }
+        all.sort_by_key(|(at, id, _)| (*at, *id));
+        let mut dropped = 0;
+        for (_, n, wt) in all {
+            let Some(why) = policy.low_disk(&self.state.root) else {
+                break;
+            };
+            let _m = self.mutate.lock();
+            let cps = wt.checkpoints.as_ref().expect("listed");
+            match cps.drop_checkpoint(n) {
+                Ok(()) => {
+                    self.drop_git_state(&wt, n);
+                    dropped += 1;
+                    tracing::warn!(
+                        repo = %wt.ident.repo,
+                        worktree = %wt.ident.name,
+                        checkpoint = n,
+                        "checkpoint dropped: {why}"
+                    );
+                }
+                // Gone meanwhile, or held by a rewind that did not finish.
+                Err(e) => tracing::info!(
+                    repo = %wt.ident.repo,
+                    worktree = %wt.ident.name,
+                    "checkpoint {n} not dropped for the disk: {e}"
+                ),
+            }
+        }
+        dropped
     }
 
     /// After a rewind: each changed path's node made what the disk now holds (kept

@@ -535,6 +535,13 @@ impl crate::lifecycle::Mounted for View {
     fn running_turns(&self) -> Vec<crate::store::TurnRow> {
         self.turns.running()
     }
+
+    fn drop_checkpoints_for_disk(
+        &self,
+        policy: &crate::lifecycle::cleanup::keep::KeepPolicy,
+    ) -> usize {
+        View::drop_checkpoints_for_disk(self, policy)
+    }
 }
 
 /// The descriptors of an upper layer and its work directory, with its whiteout files,

@@ -4,7 +4,7 @@
 //! only ever replaces it by a rename, so the link keeps the old one, in O(1)); the
 //! branches a rewind may move, with their commits, kept in the daemon's own checkpoint
 //! directory (the worktree's user writes its admin entry, never that); and a ref that
-//! keeps `HEAD`'s commit reachable while the checkpoint is kept.
+//! keeps `HEAD`'s commit and those branches' reachable (`checkpoint_refs.rs`).
 //!
 //! The admin entry is its worktree's user's: every file there is reached by descriptor,
 //! through no symbolic link, read only when it is a regular file (a FIFO is never
@@ -69,11 +69,6 @@ pub struct Place<'a> {
     /// owner's or the daemon's), not another's renamed into its name.
     pub worktree: String,
     pub uid: u32,
-}
-
-/// The ref keeping checkpoint `n`'s `HEAD` commit of worktree `key` reachable.
-pub fn keep_ref(key: &str, n: u64) -> String {
-    format!("refs/worktreefs/checkpoints/{key}/{n}")
 }
 
 fn n_name(n: u64) -> OsString {
@@ -296,17 +291,14 @@ pub fn save(at: &Place, daemon_dir: &Path, key: &str, n: u64, also: &[String]) -
         let lines = as_owner_of(at.gitdir, move || -> GitResult<String> {
             let repo = git2::Repository::open_bare(&gitdir)?;
             let mut lines = String::new();
+            let mut reached: Vec<git2::Oid> = head_commit(&repo, &head2).into_iter().collect();
             for b in branches {
-                let oid = repo
-                    .find_reference(&b)
-                    .ok()
-                    .and_then(|r| r.target())
-                    .map_or("-".to_string(), |o| o.to_string());
+                let oid = repo.find_reference(&b).ok().and_then(|r| r.target());
+                reached.extend(oid);
+                let oid = oid.map_or("-".to_string(), |o| o.to_string());
                 lines.push_str(&format!("{b} {oid}\n"));
             }
-            if let Some(commit) = head_commit(&repo, &head2) {
-                repo.reference(&keep_ref(&key2, n), commit, true, "worktreefs: checkpoint")?;
-            }
+            super::checkpoint_refs::keep(&repo, &key2, n, &reached)?;
             Ok(lines)
         })?;
         crate::durable::write_file_synced(&daemon_dir.join(BRANCHES), lines.as_bytes())?;
@@ -490,8 +482,8 @@ fn append_head_log(
     std::fs::File::from(fd).write_all(line.as_bytes())
 }
 
-/// Removes checkpoint `n`'s git state. Its ref stays: the commit it keeps goes only when
-/// a removal's kept refs would (nothing a checkpoint reached is lost with it).
+/// Removes checkpoint `n`'s git state. Its ref is not this one's to move: the caller
+/// retires it (`checkpoint_refs::retire`), for the removal period.
 pub fn drop(at: &Place, n: u64) -> GitResult<()> {
     let admin = at.admin()?;
     let all = match beneath::dir(admin.as_fd(), DIR.as_bytes()) {

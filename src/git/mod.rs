@@ -14,6 +14,7 @@ pub mod admin;
 pub mod blobcache;
 pub mod checkout;
 pub mod checkpoint;
+pub mod checkpoint_refs;
 pub mod convert;
 mod error;
 pub mod filters;

@@ -298,6 +298,14 @@ fn make(
             p.label
         ));
     }
+    if crate::checkpoint::Checkpoints::read(&state.checkpoints(p.parent.id))
+        .is_ok_and(|kept| !kept.is_empty())
+    {
+        notes.push(format!(
+            "the checkpoints of {} are not copied: the fork starts with none (they stay with {}, to rewind it)",
+            p.label, p.label
+        ));
+    }
     let copy_error = |e: CopyError| {
         match e {
         CopyError::Io(what, e) if e.raw_os_error() == Some(libc::EACCES) => {

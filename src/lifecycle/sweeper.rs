@@ -34,6 +34,9 @@ pub trait Mounted: Send + Sync {
     ) -> usize;
     /// The running turns the filesystem knows (its gate's table).
     fn running_turns(&self) -> Vec<crate::store::TurnRow>;
+    /// While the state directory's disk is low: worktrees' checkpoints dropped, oldest
+    /// first across them, each keeping its newest. Returns how many went.
+    fn drop_checkpoints_for_disk(&self, policy: &cleanup::keep::KeepPolicy) -> usize;
 }
 
 /// What the sweeper is set to do, from the mount's options.
@@ -105,6 +108,14 @@ pub fn spawn(
                     let policy = cleanup::keep::KeepPolicy::of(&store);
                     if cleanup::keep::purge_due(&state, &mut store, &policy) > 0 {
                         view.catalog_changed();
+                    }
+                    // Checkpoints give way after kept removals, as long as the disk is low.
+                    if policy.low_disk(&state.root).is_some() {
+                        view.drop_checkpoints_for_disk(&policy);
+                    }
+                    // Every minute: the refs of checkpoints gone.
+                    if tick.is_multiple_of(240) {
+                        cleanup::keep::sweep_checkpoint_refs(&store, &policy);
                     }
                     let journals = crate::lifecycle::warm::journals(&state);
                     prune_due = prune_due

@@ -1,7 +1,10 @@
 //! Checkpoints and rewinds of a mounted worktree, with a real repository and the real
 //! `git` binary: every file the view shows, the index, HEAD and its branch, and a merge
 //! stopped on a conflict come back exactly; a rewind is undone by the checkpoint it took;
-//! a turn takes one as it starts; a rewind is refused while others write there.
+//! a turn takes one as it starts; a rewind is refused while others write there; a kill
+//! -9 while one is taken, while changes are kept or while a rewind runs leaves every
+//! checkpoint good; what a checkpoint gone reached is kept for the removal period;
+//! checkpoints give way when the disk is low.
 
 use std::fs;
 use std::path::Path;
@@ -14,14 +17,51 @@ fn sh(dir: &Path, script: &str) -> String {
 }
 
 fn checkpoint(env: &Env, label: &str) -> u64 {
+    checkpoint_of(env, "repo/w", label)
+}
+
+fn checkpoint_of(env: &Env, target: &str, label: &str) -> u64 {
     let out = wtfs_ok(
         &env.state(),
-        &["checkpoint", "repo/w", "--label", label, "--json"],
+        &["checkpoint", target, "--label", label, "--json"],
     );
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["worktree"], "repo/w", "{out}");
+    assert_eq!(v["worktree"], target, "{out}");
     assert_eq!(v["label"], label, "{out}");
     v["checkpoint"].as_u64().unwrap()
+}
+
+/// The ids of `target`'s checkpoints, oldest first.
+fn checkpoint_ids(env: &Env, target: &str) -> Vec<u64> {
+    let out = wtfs_ok(&env.state(), &["checkpoints", target, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["checkpoint"].as_u64().unwrap())
+        .collect()
+}
+
+/// The refs under `prefix` of the repository, each with the commit it names.
+fn refs_under(env: &Env, prefix: &str) -> Vec<(String, String)> {
+    run_ok(
+        "git",
+        &["for-each-ref", "--format=%(refname) %(objectname)", prefix],
+        &env.repo.path(),
+    )
+    .lines()
+    .map(|l| {
+        let (r, o) = l.split_once(' ').unwrap();
+        (r.to_string(), o.to_string())
+    })
+    .collect()
+}
+
+fn id_of(env: &Env, name: &str) -> u64 {
+    listed(env, name).unwrap_or_else(|| panic!("no worktree {name}"))["id"]
+        .as_u64()
+        .unwrap()
 }
 
 /// Rewinds repo/w to `to`; the checkpoint that undoes it.
@@ -342,5 +382,337 @@ fn a_daemon_killed_during_a_rewind_leaves_the_worktree_all_before_or_all_after()
     eprintln!(
         "killed before the rewind began {before} times, during or after it {after} times ({finished_at_mount} finished by the next mount)"
     );
+    m.unmount();
+}
+
+/// A checkpoint that goes (past the count kept, or with its worktree) leaves what it
+/// reached under `refs/worktreefs/removed/checkpoints/` for the removal period: a commit
+/// only it reached survives `git gc`, and the ref goes once the period is over.
+#[test]
+fn a_checkpoint_gone_keeps_its_commits_for_the_removal_period() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    wtfs_ok(&env.state(), &["new", "repo/other"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "w");
+    sh(
+        &wt,
+        "git config user.email a@example.com; git config user.name agent
+         echo only > only.txt; git add only.txt; git commit -qm only-here",
+    );
+    let only = run_ok("git", &["rev-parse", "HEAD"], &wt)
+        .trim()
+        .to_string();
+    let first = checkpoint(&env, "reaches only-here");
+    sh(&wt, "git reset -q --hard HEAD~1");
+    let (w, other) = (id_of(&env, "w"), id_of(&env, "other"));
+    // One more than the count kept: the first goes.
+    for i in 0..50 {
+        checkpoint(&env, &format!("c{i}"));
+    }
+    let ids = checkpoint_ids(&env, "repo/w");
+    assert_eq!(ids.len(), 50, "{ids:?}");
+    assert!(!ids.contains(&first), "{ids:?}");
+    let kept = refs_under(&env, &format!("refs/worktreefs/checkpoints/{w}/"));
+    assert_eq!(kept.len(), 50, "{kept:?}");
+    let retired = refs_under(&env, "refs/worktreefs/removed/checkpoints/");
+    assert_eq!(retired.len(), 1, "{retired:?}");
+    assert!(
+        retired[0]
+            .0
+            .starts_with(&format!("refs/worktreefs/removed/checkpoints/{w}-{first}-")),
+        "{retired:?}"
+    );
+    assert_eq!(retired[0].1, only);
+    // git's gc keeps what only the retired ref reaches.
+    let repo = env.repo.path();
+    run_ok("git", &["reflog", "expire", "--expire=now", "--all"], &repo);
+    run_ok("git", &["gc", "-q", "--prune=now"], &repo);
+    run_ok("git", &["cat-file", "-e", &only], &repo);
+
+    // A removed worktree's checkpoints go with it; their refs are retired (here by the
+    // next mount's reconcile; a running daemon's sweeper does it within a minute).
+    checkpoint_of(&env, "repo/other", "o1");
+    checkpoint_of(&env, "repo/other", "o2");
+    assert_eq!(
+        refs_under(&env, &format!("refs/worktreefs/checkpoints/{other}/")).len(),
+        2
+    );
+    fs::remove_dir(m.wt("repo", "other")).unwrap();
+    // Work of its own keeps w from the unmount's cleanup (its checkpoints are no work).
+    fs::write(wt.join("work.txt"), "work").unwrap();
+    m.unmount();
+    let m = env.mount();
+    assert!(refs_under(&env, &format!("refs/worktreefs/checkpoints/{other}/")).is_empty());
+    let retired = refs_under(&env, "refs/worktreefs/removed/checkpoints/");
+    assert_eq!(retired.len(), 3, "{retired:?}");
+    assert_eq!(
+        retired
+            .iter()
+            .filter(|(r, _)| r.starts_with(&format!("refs/worktreefs/removed/checkpoints/{other}-")))
+            .count(),
+        2,
+        "{retired:?}"
+    );
+    // The live worktree's stay as they were.
+    assert_eq!(
+        refs_under(&env, &format!("refs/worktreefs/checkpoints/{w}/")).len(),
+        50
+    );
+    m.unmount();
+
+    // The period over (`--keep-removed 0`: nothing is kept): the retired refs go, the
+    // kept checkpoints' stay.
+    let m = env.mount_with(&["--keep-removed", "0"]);
+    assert!(refs_under(&env, "refs/worktreefs/removed/checkpoints/").is_empty());
+    assert_eq!(
+        refs_under(&env, &format!("refs/worktreefs/checkpoints/{w}/")).len(),
+        50
+    );
+    m.unmount();
+}
+
+/// While the state directory's disk is low, the checkpoints of every worktree give way,
+/// oldest first, each worktree keeping its newest; what they reached is retired, not lost.
+#[test]
+fn checkpoints_give_way_across_worktrees_while_the_disk_is_low() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    wtfs_ok(&env.state(), &["new", "repo/v"]);
+    let m = env.mount();
+    for i in 0..3 {
+        fs::write(m.wt("repo", "w").join("f.txt"), format!("{i}")).unwrap();
+        checkpoint_of(&env, "repo/w", &format!("w{i}"));
+        fs::write(m.wt("repo", "v").join("f.txt"), format!("{i}")).unwrap();
+        checkpoint_of(&env, "repo/v", &format!("v{i}"));
+    }
+    let (w, v) = (
+        checkpoint_ids(&env, "repo/w"),
+        checkpoint_ids(&env, "repo/v"),
+    );
+    assert_eq!((w.len(), v.len()), (3, 3));
+    m.unmount();
+    let m = env.mount_with(&["--keep-min-free-gib", "100000000"]);
+    wait_until(
+        "checkpoints dropped for the disk",
+        Duration::from_secs(30),
+        || checkpoint_ids(&env, "repo/w").len() == 1 && checkpoint_ids(&env, "repo/v").len() == 1,
+    );
+    assert_eq!(checkpoint_ids(&env, "repo/w"), vec![w[2]]);
+    assert_eq!(checkpoint_ids(&env, "repo/v"), vec![v[2]]);
+    assert_eq!(
+        refs_under(&env, "refs/worktreefs/removed/checkpoints/").len(),
+        4
+    );
+    assert!(m
+        .log()
+        .contains("checkpoint dropped: the state directory's disk has"));
+    // The newest still rewinds exactly.
+    fs::write(m.wt("repo", "w").join("f.txt"), "later").unwrap();
+    rewind(&env, w[2]);
+    assert_eq!(
+        fs::read_to_string(m.wt("repo", "w").join("f.txt")).unwrap(),
+        "2"
+    );
+    m.unmount();
+}
+
+/// A fork starts with no checkpoints, and says so; its parent keeps its own.
+#[test]
+fn a_fork_copies_no_checkpoints_and_says_so() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    let m = env.mount();
+    fs::write(m.wt("repo", "w").join("f.txt"), "one").unwrap();
+    let one = checkpoint(&env, "one");
+    fs::remove_file(m.wt("repo", "w").join("f.txt")).unwrap();
+    let out = wtfs_ok(&env.state(), &["new", "repo/f", "--from", "w"]);
+    assert!(
+        out.contains("the checkpoints of repo/w are not copied"),
+        "{out}"
+    );
+    assert!(checkpoint_ids(&env, "repo/f").is_empty());
+    assert!(!m.wt("repo", "f").join("f.txt").exists());
+    rewind(&env, one);
+    assert_eq!(
+        fs::read_to_string(m.wt("repo", "w").join("f.txt")).unwrap(),
+        "one"
+    );
+    m.unmount();
+}
+
+/// `shape_of` and the bytes of `big.bin`: what the crash tests of takes and keeps compare.
+fn fingerprint(wt: &Path) -> String {
+    format!(
+        "{}{}",
+        shape_of(wt),
+        run_ok("sh", &["-c", "md5sum big.bin 2>&1 || true"], wt)
+    )
+}
+
+/// A process of the test's own, ended (by pid) when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_in(dir: &Path, script: &str) -> Child {
+    Child(
+        std::process::Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Waits until process `pid` has a file named `name` open.
+fn wait_open(pid: u32, name: &str) {
+    wait_until(
+        &format!("pid {pid} opens {name}"),
+        Duration::from_secs(20),
+        || {
+            fs::read_dir(format!("/proc/{pid}/fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| fs::read_link(e.path()).is_ok_and(|l| l.ends_with(name)))
+        },
+    );
+}
+
+/// kill -9 of the daemon while it takes a checkpoint (made long by a file of 64 MiB
+/// open for writing, which a take copies): the next mount shows the worktree as it was
+/// (a take changes nothing of it), and every checkpoint there, the one cut short too
+/// when it is listed, rewinds exactly.
+#[test]
+fn a_daemon_killed_while_it_takes_a_checkpoint_leaves_every_checkpoint_good() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    let mut rng = Rng::new(seed_or(0x7461_6b65));
+    let mut m = env.mount();
+    let (mut listed_after, mut not_listed) = (0, 0);
+    let mut took = Duration::ZERO;
+    for round in 0..4 {
+        let wt = m.wt("repo", "w");
+        sh(
+            &wt,
+            &format!(
+                "git config user.email a@example.com; git config user.name agent
+                 rm -rf a; mkdir a; cd a; seq 1 300 | xargs touch; cd ..
+                 head -c 67108864 /dev/urandom > big.bin
+                 echo {round} > r.txt; git add r.txt; git commit -qm r{round}"
+            ),
+        );
+        let (print_a, git_a) = (fingerprint(&wt), git_state(&wt));
+        let cp_a = checkpoint(&env, "A");
+        sh(
+            &wt,
+            "rm -rf a; echo B >> r.txt; git commit -qam B
+             dd if=/dev/zero of=big.bin bs=4096 count=1 seek=3 conv=notrunc 2>/dev/null",
+        );
+        let (print_b, git_b) = (fingerprint(&wt), git_state(&wt));
+        let holder = spawn_in(&wt, "exec 3>>big.bin; sleep 60");
+        wait_open(holder.0.id(), "big.bin");
+        if took.is_zero() {
+            let started = std::time::Instant::now();
+            checkpoint(&env, "timed");
+            took = started.elapsed();
+        }
+        let mut taking = std::process::Command::new(BIN)
+            .args(["--state-dir", env.state().to_str().unwrap()])
+            .args(["checkpoint", "repo/w", "--label", "cut short"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let ms = took.as_millis() as u64;
+        let wait = rng.below(ms + 1);
+        eprintln!("round {round}: a take copying 64 MiB takes {ms} ms; killed after {wait} ms");
+        std::thread::sleep(Duration::from_millis(wait));
+        m.kill9();
+        let _ = taking.wait();
+        drop(holder);
+        m = env.mount();
+        let wt = m.wt("repo", "w");
+        assert_eq!(
+            fingerprint(&wt),
+            print_b,
+            "round {round}: a take changed files"
+        );
+        assert_eq!(git_state(&wt), git_b, "round {round}: a take changed git");
+        let ids = checkpoint_ids(&env, "repo/w");
+        assert!(ids.contains(&cp_a), "round {round}: {ids:?}");
+        let cut = ids.iter().copied().filter(|&i| i > cp_a).max();
+        if let Some(cut) = cut {
+            listed_after += 1;
+            sh(&wt, "rm -f big.bin; echo C > r.txt");
+            rewind(&env, cut);
+            assert_eq!(fingerprint(&wt), print_b, "round {round}");
+            assert_eq!(git_state(&wt), git_b, "round {round}");
+        } else {
+            not_listed += 1;
+        }
+        rewind(&env, cp_a);
+        assert_eq!(fingerprint(&wt), print_a, "round {round}");
+        assert_eq!(git_state(&wt), git_a, "round {round}");
+    }
+    eprintln!(
+        "the checkpoint cut short was there after the crash {listed_after} times, gone {not_listed} times"
+    );
+    m.unmount();
+}
+
+/// kill -9 of the daemon while a turn changes the worktree (each first change keeping
+/// what it changes: a tree removed, files made, a file of 64 MiB copied at its first
+/// open for writing, a rename): the checkpoint taken before still rewinds exactly.
+#[test]
+fn a_daemon_killed_while_changes_are_kept_leaves_the_checkpoint_good() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    let mut rng = Rng::new(seed_or(0x6b65_6570));
+    let mut m = env.mount();
+    let changes = "rm -rf a; mkdir b; cd b; seq 1 1500 | xargs touch; cd ..
+                   dd if=/dev/zero of=big.bin bs=4096 count=1 seek=7 conv=notrunc 2>/dev/null
+                   mv r.txt r2.txt; echo changed > r2.txt; chmod 600 r2.txt";
+    let mut took = Duration::from_millis(500);
+    for round in 0..4 {
+        let wt = m.wt("repo", "w");
+        sh(
+            &wt,
+            &format!(
+                "git config user.email a@example.com; git config user.name agent
+                 rm -rf a b r2.txt; mkdir a; cd a; seq 1 1500 | xargs touch; cd ..
+                 head -c 67108864 /dev/urandom > big.bin
+                 echo {round} > r.txt; git add r.txt; git commit -qm r{round}"
+            ),
+        );
+        let (print_a, git_a) = (fingerprint(&wt), git_state(&wt));
+        let cp = checkpoint(&env, "A");
+        let changer = spawn_in(&wt, changes);
+        let ms = took.as_millis() as u64;
+        let wait = rng.below(ms + 1);
+        eprintln!("round {round}: the changes take {ms} ms; killed after {wait} ms");
+        std::thread::sleep(Duration::from_millis(wait));
+        m.kill9();
+        drop(changer);
+        m = env.mount();
+        let wt = m.wt("repo", "w");
+        rewind(&env, cp);
+        assert_eq!(fingerprint(&wt), print_a, "round {round}");
+        assert_eq!(git_state(&wt), git_a, "round {round}");
+        // Timed whole: the next kill lands within the changes.
+        let started = std::time::Instant::now();
+        sh(&wt, changes);
+        took = started.elapsed();
+        rewind(&env, cp);
+        assert_eq!(fingerprint(&wt), print_a, "round {round}");
+    }
     m.unmount();
 }

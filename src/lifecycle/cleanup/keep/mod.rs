@@ -7,7 +7,8 @@
 //! directory's disk is low; `worktreefs restore` brings one back (`lifecycle/restore.rs`).
 //!
 //! `kept.rs` keeps a removal and undoes that; `purge.rs` deletes kept copies; `policy.rs`
-//! says how long they stay. A worktree's `HEAD` and `index` are read through
+//! says how long they stay. The refs of checkpoints gone are kept for the same period
+//! (`purge.rs`, `git::checkpoint_refs`). A worktree's `HEAD` and `index` are read through
 //! `cleanup/git_files.rs`, which a fork reads them through too.
 
 mod kept;
@@ -17,4 +18,4 @@ mod purge;
 pub use kept::{delete_ref, KEPT_DIR, REMOVED_REF_PREFIX};
 pub(super) use kept::{drop_unkept, keep, kept_record, unkeep};
 pub use policy::{disk_usage, KeepPolicy};
-pub use purge::{purge_due, purge_kept, purge_repo, PURGING};
+pub use purge::{purge_due, purge_kept, purge_repo, sweep_checkpoint_refs, PURGING};

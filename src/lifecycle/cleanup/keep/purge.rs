@@ -1,5 +1,6 @@
 //! Purging kept copies: one (its directory out of a restore's reach first, its ref, its
-//! row), those whose time is over or that the disk needs, a repository's all.
+//! row), those whose time is over or that the disk needs, a repository's all; and the
+//! refs of checkpoints gone, whose time is over (`git::checkpoint_refs`).
 
 use std::fs;
 
@@ -124,8 +125,47 @@ pub fn purge_due(state: &StateDir, store: &mut Store, policy: &KeepPolicy) -> us
     n
 }
 
-/// Purges every kept copy of repository `repo_id` (before it is unregistered).
+/// In every registered repository, the refs of checkpoints gone: those of worktrees
+/// removed since (or whose removal was cut short before it retired them) retired, and
+/// those retired `policy.keep_secs` ago or more deleted, as a removal's kept tip is.
+/// Returns how many were deleted.
+pub fn sweep_checkpoint_refs(store: &Store, policy: &KeepPolicy) -> usize {
+    let (Ok(repos), Ok(worktrees)) = (store.repos(), store.worktrees()) else {
+        return 0;
+    };
+    let mut deleted = 0;
+    for repo in repos {
+        let live: Vec<String> = worktrees
+            .iter()
+            .filter(|w| w.repo_id == repo.id)
+            .map(|w| w.id.to_string())
+            .collect();
+        match crate::git::checkpoint_refs::sweep(&repo.gitdir, live, policy.keep_secs) {
+            Ok(s) => {
+                if s.retired + s.deleted > 0 {
+                    tracing::info!(
+                        repo = %repo.name,
+                        retired = s.retired,
+                        deleted = s.deleted,
+                        "refs of checkpoints gone: those of removed worktrees retired, those past the removal period deleted"
+                    );
+                }
+                deleted += s.deleted;
+            }
+            Err(e) => tracing::warn!("sweeping the checkpoint refs of {}: {e:#}", repo.name),
+        }
+    }
+    deleted
+}
+
+/// Purges every kept copy of repository `repo` (before it is unregistered), and the
+/// refs of its worktrees' checkpoints.
 pub fn purge_repo(state: &StateDir, store: &mut Store, repo: &str) -> LifecycleResult<usize> {
+    if let Some(row) = store.repos()?.into_iter().find(|r| r.name == repo) {
+        if let Err(e) = crate::git::checkpoint_refs::delete_all(&row.gitdir) {
+            tracing::warn!("deleting the checkpoint refs of {repo}: {e:#}");
+        }
+    }
     let mut n = 0;
     for r in store.kept()?.into_iter().filter(|r| r.repo == repo) {
         if purge_kept(
