@@ -568,6 +568,7 @@ pub fn git_state(wt: &Path) -> [String; 5] {
         run_ok("git", &["diff", "--cached"], wt),
         run_ok("git", &["diff"], wt),
         run_ok("git", &["rev-parse", "HEAD"], wt),
-        run_ok("git", &["symbolic-ref", "-q", "HEAD"], wt),
+        // The branch, or `HEAD` when detached.
+        run_ok("git", &["rev-parse", "--symbolic-full-name", "HEAD"], wt),
     ]
 }

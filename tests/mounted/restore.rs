@@ -24,38 +24,6 @@ fn agent(dir: &Path, script: &str) {
     run_ok("sh", &["-c", script], dir);
 }
 
-/// What git says of a worktree, from a child process: status, staged diff, HEAD.
-fn git_view(wt: &Path) -> (String, String, String) {
-    (
-        run_ok(
-            "git",
-            &[
-                "status",
-                "--porcelain",
-                "--untracked-files=all",
-                "--ignored",
-            ],
-            wt,
-        ),
-        run_ok("git", &["diff", "--cached"], wt),
-        run_ok("git", &["rev-parse", "--symbolic-full-name", "HEAD"], wt)
-            + &run_ok("git", &["rev-parse", "HEAD"], wt),
-    )
-}
-
-/// Every file below `wt` with its content (read by a child process: the test process
-/// must not lease the worktree), `.git` aside.
-fn files_of(wt: &Path) -> String {
-    run_ok(
-        "sh",
-        &[
-            "-c",
-            "find . -path ./.git -prune -o \\( -type f -o -type l \\) -print | LC_ALL=C sort | while read f; do echo \"== $f\"; if [ -L \"$f\" ]; then readlink \"$f\"; else md5sum < \"$f\"; fi; done",
-        ],
-        wt,
-    )
-}
-
 #[test]
 fn every_kind_of_removal_can_be_undone_as_it_was() {
     let env = Env::new();
@@ -77,7 +45,7 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
          && echo new > untracked.txt && mkdir -p build && echo out > build/out.o \
          && rm empty.txt && ln -s README.md new-link",
     );
-    let before = (git_view(&wt), files_of(&wt));
+    let before = (git_state(&wt), tree_listing(&wt));
     wait_for_state(&env, "discarded", "lingering", Duration::from_secs(10));
     let out = wtfs_ok(&env.state(), &["reclaim", "repo/discarded", "--discard"]);
     assert!(out.contains("removed repo/discarded"), "{out}");
@@ -114,7 +82,11 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
     let out = wtfs_ok(&env.state(), &["restore", "repo/discarded"]);
     assert!(out.contains("restored repo/discarded"), "{out}");
     assert_eq!(state_of(&env, "discarded"), "ready");
-    assert_eq!((git_view(&wt), files_of(&wt)), before, "restored as it was");
+    assert_eq!(
+        (git_state(&wt), tree_listing(&wt)),
+        before,
+        "restored as it was"
+    );
     assert!(kept_of(&env, "discarded").is_none());
     assert_eq!(git(&repo, &["for-each-ref", "refs/worktreefs"]), "");
     // And it is an ordinary worktree again: it diverges, commits.
@@ -130,14 +102,14 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
         &wt,
         "git checkout -q --detach && echo d > d.txt && git add d.txt && git commit -q -m detached",
     );
-    let before = (git_view(&wt), files_of(&wt));
+    let before = (git_state(&wt), tree_listing(&wt));
     let head = run_ok("git", &["rev-parse", "HEAD"], &wt);
     wait_for_state(&env, "detached", "lingering", Duration::from_secs(10));
     let out = wtfs_ok(&env.state(), &["reclaim", "repo/detached", "--discard"]);
     assert!(out.contains("on no branch"), "{out}");
     git(&repo, &["gc", "-q", "--prune=now"]);
     wtfs_ok(&env.state(), &["restore", "repo/detached"]);
-    assert_eq!((git_view(&wt), files_of(&wt)), before);
+    assert_eq!((git_state(&wt), tree_listing(&wt)), before);
     assert_eq!(run_ok("git", &["rev-parse", "HEAD"], &wt), head);
 
     // 3. rmdir of a worktree holding only ignored build output: removed, then restored
@@ -147,19 +119,19 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
         &wt,
         "mkdir -p build target && echo obj > build/a.o && echo bin > target/app",
     );
-    let before = (git_view(&wt), files_of(&wt));
+    let before = (git_state(&wt), tree_listing(&wt));
     wait_for_state(&env, "fresh", "lingering", Duration::from_secs(10));
     fs::remove_dir(&wt).unwrap();
     assert_eq!(state_of(&env, "fresh"), "removed");
     assert!(!git(&repo, &["branch", "--list", "fresh"]).contains("fresh"));
     let out = wtfs_ok(&env.state(), &["restore", "repo/fresh"]);
     assert!(out.contains("branch fresh made again"), "{out}");
-    assert_eq!((git_view(&wt), files_of(&wt)), before);
+    assert_eq!((git_state(&wt), tree_listing(&wt)), before);
 
     // 4. Cleanup after the last lease.
     let wt = m.wt("repo", "lingered");
     agent(&wt, "mkdir -p build && echo o > build/l.o");
-    let before = (git_view(&wt), files_of(&wt));
+    let before = (git_state(&wt), tree_listing(&wt));
     wait_for_state(&env, "lingered", "removed", Duration::from_secs(20));
     assert!(kept_of(&env, "lingered").is_some());
     // Its name used again: the restore says so and suggests --as.
@@ -192,8 +164,8 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
     assert!(out.contains("as repo/lingered2"), "{out}");
     assert_eq!(
         (
-            git_view(&m.wt("repo", "lingered2")),
-            files_of(&m.wt("repo", "lingered2"))
+            git_state(&m.wt("repo", "lingered2")),
+            tree_listing(&m.wt("repo", "lingered2"))
         ),
         before
     );
@@ -201,7 +173,7 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
     // 5. Unmount: the session's lease goes, cleanup removes, a later mount restores.
     let wt = m.wt("repo", "unmounted");
     agent(&wt, "mkdir -p build && echo u > build/u.o");
-    let before = (git_view(&wt), files_of(&wt));
+    let before = (git_state(&wt), tree_listing(&wt));
     wtfs_ok(
         &env.state(),
         &["lease", "acquire", "repo/unmounted", "--session", "s1"],
@@ -213,8 +185,8 @@ fn every_kind_of_removal_can_be_undone_as_it_was() {
     let m = env.mount();
     assert_eq!(
         (
-            git_view(&m.wt("repo", "unmounted")),
-            files_of(&m.wt("repo", "unmounted"))
+            git_state(&m.wt("repo", "unmounted")),
+            tree_listing(&m.wt("repo", "unmounted"))
         ),
         before
     );
