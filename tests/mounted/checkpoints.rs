@@ -58,12 +58,6 @@ fn refs_under(env: &Env, prefix: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-fn id_of(env: &Env, name: &str) -> u64 {
-    listed(env, name).unwrap_or_else(|| panic!("no worktree {name}"))["id"]
-        .as_u64()
-        .unwrap()
-}
-
 /// Rewinds repo/w to `to`; the checkpoint that undoes it.
 fn rewind(env: &Env, to: u64) -> u64 {
     let out = wtfs_ok(

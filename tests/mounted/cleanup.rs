@@ -15,15 +15,6 @@ fn rows(env: &Env) -> Vec<serde_json::Value> {
     json.as_array().unwrap().clone()
 }
 
-fn id_of(env: &Env, name: &str) -> i64 {
-    rows(env)
-        .iter()
-        .find(|w| w["name"] == name)
-        .unwrap_or_else(|| panic!("no worktree {name}"))["id"]
-        .as_i64()
-        .unwrap()
-}
-
 fn retained(env: &Env) -> Vec<serde_json::Value> {
     let json: serde_json::Value =
         serde_json::from_str(&wtfs_ok(&env.state(), &["retained", "--json"])).unwrap();

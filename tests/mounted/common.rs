@@ -315,6 +315,13 @@ pub fn listed(env: &Env, name: &str) -> Option<serde_json::Value> {
         .cloned()
 }
 
+/// The id of worktree `repo/<name>` (it must be listed).
+pub fn id_of(env: &Env, name: &str) -> i64 {
+    listed(env, name).unwrap_or_else(|| panic!("no worktree {name}"))["id"]
+        .as_i64()
+        .unwrap()
+}
+
 /// Waits until `f` holds; fails naming `what` if it does not by `limit`.
 pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + limit;

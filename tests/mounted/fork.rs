@@ -13,22 +13,10 @@ fn agent(dir: &Path, script: &str) -> String {
     run_ok("sh", &["-c", script], dir)
 }
 
-fn worktree_id(env: &Env, name: &str) -> i64 {
-    let json: serde_json::Value =
-        serde_json::from_str(&wtfs_ok(&env.state(), &["list", "--json"])).unwrap();
-    json.as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["name"] == name)
-        .unwrap_or_else(|| panic!("no worktree {name}"))["id"]
-        .as_i64()
-        .unwrap()
-}
-
 fn upper_of(env: &Env, name: &str) -> PathBuf {
     env.state()
         .join("worktrees")
-        .join(worktree_id(env, name).to_string())
+        .join(id_of(env, name).to_string())
         .join("upper")
 }
 
@@ -264,7 +252,7 @@ fn a_fork_that_cannot_be_made_says_why_and_leaves_nothing() {
         &["cannot be used with"],
     );
     // A parent being cleaned up (its cleanup lock held) and one removed.
-    let pid = worktree_id(&env, "parent");
+    let pid = id_of(&env, "parent");
     let lock = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
