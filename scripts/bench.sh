@@ -24,7 +24,8 @@
 #   checkpoints: taking one (the daemon's time); a rewind of 1,000 changed files; writing
 #            10,000 small files, and rewriting $CP_BIG upper files of 1 MiB in place, each
 #            with a checkpoint taken before against a view with none; reading every file
-#            and a find with 50 checkpoints kept against none; the disk a checkpoint uses
+#            and a find with 50 checkpoints kept against none; the disk a checkpoint uses;
+#            what syncing each record would cost
 #   memory:  the daemon's peak RSS with $RSS_WORKTREES worktrees, 10% of each one's files read;
 #            ten warm worktrees against ten plain ones of as many files, after a find
 #   warm:    `new --warm` with $WARM_FILES inherited files (30,000, 300 MB) against a plain
@@ -427,6 +428,14 @@ done
 cp_take_us=$(grep 'checkpoint taken' "$STATE/daemon.log" | grep -o 'took_us=[0-9]*' | cut -d= -f2 | sort -n \
   | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}')
 cp_kept=$("$BIN" checkpoints bench/bench-cp --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["checkpoints"]))')
+# What covering a power loss would cost (records are not synced): one fdatasync per
+# record on the state directory's disk (on ext4 that commits the journal, a kept link
+# with it), measured as 1,000 appends of a record's size with O_DSYNC.
+probe="$STATE/bench-sync-probe"; rm -f "$probe"
+t0=$(date +%s%N)
+dd if=/dev/zero of="$probe" bs=64 count=1000 oflag=dsync,append conv=notrunc status=none
+t1=$(date +%s%N); rm -f "$probe"
+cp_sync_us=$(( (t1 - t0) / 1000000 ))
 
 # A compile: a generated C project of 300 files in its own repository.
 CREPO="$BENCH_DIR/cproj"
@@ -775,6 +784,7 @@ crow "rewrite $CP_BIG upper files of 1 MiB" cp-rewrite
 crow "read every file, $cp_kept kept" cp-read
 crow "find -type f, $cp_kept kept" cp-find
 echo "disk the checkpoints took across the rewrites of $CP_BIG MiB ($IO_RUNS checkpoints): $(( (cp_bytes_after - cp_bytes_before) / 1024 )) MiB"
+echo "a record synced (power loss is not covered; this is what covering it would add per first change in an epoch): $cp_sync_us us, so $((cp_sync_us * 10)) ms on the 10,000 small files"
 
 a=$(median "$RUN_DIR/eight-wtfs"); b=$(median "$RUN_DIR/eight-checkout")
 printf '%-34s %9s ms %9s ms %9s\n' "eight worktrees at once" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')"
