@@ -279,7 +279,7 @@ impl View {
         crate::git::checkpoint::save(
             &self.git_place(wt),
             &cps.dir(n),
-            &wt.ident.id.to_string(),
+            &crate::git::checkpoint_refs::worktree_key(&self.refs_key, wt.ident.id.0),
             n,
             also,
         )
@@ -298,7 +298,7 @@ impl View {
         if let Err(e) = crate::git::checkpoint::drop(&self.git_place(wt), n) {
             tracing::warn!("dropping git's state of checkpoint {n}: {e:#}");
         }
-        let key = wt.ident.id.to_string();
+        let key = crate::git::checkpoint_refs::worktree_key(&self.refs_key, wt.ident.id.0);
         if let Err(e) = crate::git::checkpoint_refs::retire(&wt.base.gitdir, &key, n) {
             // Retired at the worktree's removal, or kept until then.
             tracing::warn!("retiring the ref of checkpoint {n}: {e:#}");

@@ -108,6 +108,8 @@ pub struct View {
     pub(super) turns: crate::lifecycle::turns::Turns,
     /// Names this daemon's fsmonitor tokens, so a token from an earlier life is known.
     pub(super) instance: String,
+    /// The state directory's own name in its repositories' refs (`Store::refs_key`).
+    pub(super) refs_key: String,
     pub stats: Stats,
 }
 
@@ -152,6 +154,7 @@ impl View {
 
     pub fn new(state: StateDir, mountpoint: PathBuf) -> crate::store::StoreResult<View> {
         let store = Store::open(&state.root)?;
+        let refs_key = store.refs_key()?;
         let events = crate::store::EventQueue::new(state.root.clone());
         let blobs = BlobCache::new(state.blobs(), state.blobs_tmp());
         let root = (ROOT_INO, NodeKind::Root, ROOT_INO, "");
@@ -183,6 +186,7 @@ impl View {
                     .map(|d| d.as_nanos())
                     .unwrap_or(0)
             ),
+            refs_key,
             stats: Stats::default(),
         };
         view.refresh_catalog(true)?;

@@ -1,5 +1,6 @@
-//! git's own state of a linked worktree at a checkpoint: its `HEAD`, its index and the
-//! files of a merge, cherry-pick, revert, rebase or bisect under way, kept beside them in
+//! git's own state of a linked worktree at a checkpoint: its `HEAD`, its index, the
+//! files of a merge, cherry-pick, revert, rebase or bisect under way, and its own refs
+//! (`refs/bisect/` and the like), config and sparse-checkout, kept beside them in
 //! its admin entry (`<admin>/worktreefs-checkpoints/<n>/`; the index as a hard link: git
 //! only ever replaces it by a rename, so the link keeps the old one, in O(1)); the
 //! branches a rewind may move, with their commits, kept in the daemon's own checkpoint
@@ -29,7 +30,7 @@ pub const DIR: &str = "worktreefs-checkpoints";
 /// Written last: the state of a checkpoint is complete.
 const COMPLETE: &str = "complete";
 /// The per-worktree files git keeps in the admin entry that a checkpoint keeps.
-const FILES: [&str; 18] = [
+const FILES: [&str; 19] = [
     "HEAD",
     "ORIG_HEAD",
     "MERGE_HEAD",
@@ -48,9 +49,21 @@ const FILES: [&str; 18] = [
     "BISECT_ANCESTORS_OK",
     "BISECT_NAMES",
     "BISECT_RUN",
+    // The worktree's own config (`extensions.worktreeConfig`).
+    "config.worktree",
 ];
-/// The per-worktree directories of an operation under way.
-const DIRS: [&str; 3] = ["rebase-merge", "rebase-apply", "sequencer"];
+/// The files among those that name commits of an operation under way.
+const OPERATION_HEADS: [&str; 5] = [
+    "ORIG_HEAD",
+    "MERGE_HEAD",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "REBASE_HEAD",
+];
+/// The per-worktree directories: of an operation under way, the worktree's own refs
+/// (`refs/bisect/`, `refs/worktree/`, `refs/rewritten/`), and `info/` (its
+/// `sparse-checkout`).
+const DIRS: [&str; 5] = ["rebase-merge", "rebase-apply", "sequencer", "refs", "info"];
 const INDEX: &str = "index";
 /// In the daemon's checkpoint directory: `<ref> <commit or ->` per branch.
 const BRANCHES: &str = "git-branches";
@@ -287,6 +300,18 @@ pub fn save(at: &Place, daemon_dir: &Path, key: &str, n: u64, also: &[String]) -
         );
         branches.sort();
         branches.dedup();
+        // The commits of an operation under way (a merge's other heads, the commit being
+        // picked or reverted, the rebase's): a rewind brings them back too.
+        let mut under_way: Vec<git2::Oid> = Vec::new();
+        for f in OPERATION_HEADS {
+            if let Some(b) = read_at(admin.as_fd(), f, owner)? {
+                under_way.extend(
+                    String::from_utf8_lossy(&b)
+                        .split_whitespace()
+                        .filter_map(|w| git2::Oid::from_str(w).ok()),
+                );
+            }
+        }
         let (gitdir, key2, head2) = (at.gitdir.to_path_buf(), key.to_string(), head.clone());
         let lines = as_owner_of(at.gitdir, move || -> GitResult<String> {
             let repo = git2::Repository::open_bare(&gitdir)?;
@@ -298,6 +323,7 @@ pub fn save(at: &Place, daemon_dir: &Path, key: &str, n: u64, also: &[String]) -
                 let oid = oid.map_or("-".to_string(), |o| o.to_string());
                 lines.push_str(&format!("{b} {oid}\n"));
             }
+            reached.extend(under_way);
             super::checkpoint_refs::keep(&repo, &key2, n, &reached)?;
             Ok(lines)
         })?;

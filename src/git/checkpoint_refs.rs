@@ -1,15 +1,20 @@
 //! The refs that keep the commits a worktree's checkpoints reach, so that `git gc` never
-//! prunes what a rewind would bring back: `refs/worktreefs/checkpoints/<worktree id>/<n>`
-//! while checkpoint `n` is kept. When it goes (dropped past the limits or for the disk,
-//! or with its worktree at a removal) its ref is retired to
-//! `refs/worktreefs/removed/checkpoints/<worktree id>-<n>-<secs>` (`secs`: when), beside
-//! the refs removals keep their tips under, and deleted once a removal's kept copy would
-//! be (`mount --keep-removed` after it was retired).
+//! prunes what a rewind would bring back: `refs/worktreefs/checkpoints/<key>/<n>` while
+//! checkpoint `n` is kept, `<key>` naming the worktree as `<state key>-<worktree id>` (the
+//! state directory's own key: ids are each store's, and one repository may be registered
+//! in two). When it goes (dropped past the limits or for the disk, or with its worktree
+//! at a removal) its ref is retired to
+//! `refs/worktreefs/removed/checkpoints/<key>-<n>-<secs>` (`secs`: when), beside the refs
+//! removals keep their tips under, and deleted once a removal's kept copy would be
+//! (`mount --keep-removed` after it was retired). Refs of the first version named the
+//! worktree by its id alone (`<id>/<n>`): taken as this state directory's.
 //!
-//! A checkpoint reaches `HEAD`'s commit and the commits of the branches it recorded (a
-//! rewind puts them back); its ref names that commit when it is the only one, else a
-//! commit of worktreefs's whose parents they are. Refs are changed as the repository's
-//! owner (`owner.rs`).
+//! A checkpoint reaches `HEAD`'s commit, the commits of the branches it recorded (a
+//! rewind puts them back) and those of an operation under way (`MERGE_HEAD` and the
+//! like); its ref names that commit when it is the only one, else a commit of
+//! worktreefs's whose parents they are. Blobs only its index names (staged, never
+//! committed) are not kept from `gc`. Refs are changed as the repository's owner
+//! (`owner.rs`); one that cannot be is logged and the others go on.
 
 use std::path::Path;
 
@@ -26,6 +31,35 @@ pub const RETIRED_PREFIX: &str = "refs/worktreefs/removed/checkpoints/";
 /// The ref keeping what checkpoint `n` of worktree `key` reaches.
 pub fn kept_ref(key: &str, n: u64) -> String {
     format!("{KEPT_PREFIX}{key}/{n}")
+}
+
+/// How worktree `id` of the state directory whose key is `refs_key` is named in refs.
+pub fn worktree_key(refs_key: &str, id: i64) -> String {
+    format!("{refs_key}-{id}")
+}
+
+/// The worktree id a ref's worktree part (`<key>` of a kept ref; `<key>-<n>[.k]-<secs>`
+/// of a retired one, with `retired`) names, when it is this state directory's.
+fn ours(part: &str, refs_key: &str, retired: bool) -> Option<i64> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let rest = match part
+        .strip_prefix(refs_key)
+        .and_then(|r| r.strip_prefix('-'))
+    {
+        Some(rest) => rest,
+        // The first version's: the id alone.
+        None if part.split('-').next().is_some_and(digits) => part,
+        None => return None,
+    };
+    let mut fields = rest.split('-');
+    let id = fields.next().filter(|f| digits(f))?.parse().ok()?;
+    let more: Vec<&str> = fields.collect();
+    let shape = if retired {
+        more.len() == 2 && digits(more[1])
+    } else {
+        more.is_empty()
+    };
+    shape.then_some(id)
 }
 
 /// Makes checkpoint `n`'s ref name what it reaches: `commits`, `HEAD`'s first (none for
@@ -60,7 +94,16 @@ pub(super) fn keep(repo: &Repository, key: &str, n: u64, commits: &[Oid]) -> Git
             )?
         }
     };
-    repo.reference(&kept_ref(key, n), target, true, "worktreefs: checkpoint")?;
+    // One left under this name (a number taken again after the newest checkpoint was
+    // dropped, its ref not retired then) keeps what it kept: retired first.
+    let name = kept_ref(key, n);
+    if repo
+        .find_reference(&name)
+        .is_ok_and(|r| r.target() != Some(target))
+    {
+        retire_in(repo, &name, now_secs())?;
+    }
+    repo.reference(&name, target, true, "worktreefs: checkpoint")?;
     Ok(())
 }
 
@@ -125,32 +168,41 @@ pub struct Swept {
     pub deleted: usize,
 }
 
-/// In the repository at `gitdir`: retires the refs of every worktree not in `live` (its
-/// ids: removed, or a removal cut short before it retired them), then deletes the
-/// retired refs retired `keep_secs` or more ago.
-pub fn sweep(gitdir: &Path, live: Vec<String>, keep_secs: i64) -> GitResult<Swept> {
-    let dir = gitdir.to_path_buf();
+/// In the repository at `gitdir`, among the refs of the state directory whose key is
+/// `refs_key`: retires those of the worktrees `removed` (their ids: a removal retires
+/// them here, after it or after it was cut short; a worktree the store does not know as
+/// removed, made a moment ago included, is let be), then deletes those retired
+/// `keep_secs` or more ago.
+pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -> GitResult<Swept> {
+    let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
     let now = now_secs();
     as_owner_of(gitdir, move || -> GitResult<Swept> {
         let repo = Repository::open_bare(&dir)?;
         let mut swept = Swept::default();
         for name in names_under(&repo, KEPT_PREFIX)? {
             let key = name[KEPT_PREFIX.len()..].split('/').next().unwrap_or("");
-            if !live.iter().any(|l| l == key) && retire_in(&repo, &name, now)? {
-                swept.retired += 1;
+            if !ours(key, &refs_key, false).is_some_and(|id| removed.contains(&id)) {
+                continue;
+            }
+            match retire_in(&repo, &name, now) {
+                Ok(done) => swept.retired += done as usize,
+                Err(e) => tracing::warn!("retiring {name}: {e:#}"),
             }
         }
         for name in names_under(&repo, RETIRED_PREFIX)? {
+            if ours(&name[RETIRED_PREFIX.len()..], &refs_key, true).is_none() {
+                continue; // another state directory's, or not a name this file gives
+            }
             let Some(at) = name
                 .rsplit_once('-')
                 .and_then(|(_, s)| s.parse::<i64>().ok())
             else {
-                continue; // not a name this file gives
+                continue;
             };
             if now - at >= keep_secs {
-                if let Ok(mut r) = repo.find_reference(&name) {
-                    r.delete()?;
-                    swept.deleted += 1;
+                match repo.find_reference(&name).and_then(|mut r| r.delete()) {
+                    Ok(()) => swept.deleted += 1,
+                    Err(e) => tracing::warn!("deleting {name}: {e:#}"),
                 }
             }
         }
@@ -158,18 +210,28 @@ pub fn sweep(gitdir: &Path, live: Vec<String>, keep_secs: i64) -> GitResult<Swep
     })
 }
 
-/// Deletes every checkpoint ref of the repository at `gitdir`, kept and retired (before
-/// it is unregistered). Returns how many went.
-pub fn delete_all(gitdir: &Path) -> GitResult<usize> {
-    let dir = gitdir.to_path_buf();
+/// Deletes every checkpoint ref of the state directory whose key is `refs_key` in the
+/// repository at `gitdir`, kept and retired (before it is unregistered there). Returns
+/// how many went.
+pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
+    let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
     as_owner_of(gitdir, move || -> GitResult<usize> {
         let repo = Repository::open_bare(&dir)?;
         let mut n = 0;
-        for prefix in [KEPT_PREFIX, RETIRED_PREFIX] {
+        for (prefix, retired) in [(KEPT_PREFIX, false), (RETIRED_PREFIX, true)] {
             for name in names_under(&repo, prefix)? {
-                if let Ok(mut r) = repo.find_reference(&name) {
-                    r.delete()?;
-                    n += 1;
+                let part = &name[prefix.len()..];
+                let part = if retired {
+                    part
+                } else {
+                    part.split('/').next().unwrap_or("")
+                };
+                if ours(part, &refs_key, retired).is_none() {
+                    continue;
+                }
+                match repo.find_reference(&name).and_then(|mut r| r.delete()) {
+                    Ok(()) => n += 1,
+                    Err(e) => tracing::warn!("deleting {name}: {e:#}"),
                 }
             }
         }
@@ -237,39 +299,67 @@ mod tests {
     fn retired_refs_keep_their_commit_until_the_period_is_over() {
         let (dir, c) = repo_with_commits(2);
         let repo = Repository::open_bare(dir.path()).unwrap();
-        keep(&repo, "7", 1, &[c[0]]).unwrap();
-        keep(&repo, "7", 2, &[c[1]]).unwrap();
-        keep(&repo, "12", 1, &[c[1]]).unwrap();
-        retire(dir.path(), "7", 1).unwrap();
+        let (k7, k12) = (worktree_key("sab", 7), worktree_key("sab", 12));
+        keep(&repo, &k7, 1, &[c[0]]).unwrap();
+        keep(&repo, &k7, 2, &[c[1]]).unwrap();
+        keep(&repo, &k12, 1, &[c[1]]).unwrap();
+        // Another state directory's worktree 12, and one of the first version's.
+        keep(&repo, &worktree_key("scd", 12), 1, &[c[1]]).unwrap();
+        keep(&repo, "3", 1, &[c[0]]).unwrap();
+        retire(dir.path(), &k7, 1).unwrap();
         // Nothing there: nothing to do.
-        retire(dir.path(), "7", 9).unwrap();
+        retire(dir.path(), &k7, 9).unwrap();
         let retired = names(dir.path(), RETIRED_PREFIX);
         assert_eq!(retired.len(), 1, "{retired:?}");
-        assert!(retired[0].starts_with(&format!("{RETIRED_PREFIX}7-1-")));
+        assert!(retired[0].starts_with(&format!("{RETIRED_PREFIX}{k7}-1-")));
         assert_eq!(repo.refname_to_id(&retired[0]).unwrap(), c[0]);
-        // Worktree 12 is gone, 7 lives (an id that is a prefix of another is not it).
-        let s = sweep(dir.path(), vec!["7".into(), "1".into()], 3600).unwrap();
+        // Worktrees 12 and 3 removed (1 too, an id that is a prefix of another's): this
+        // state directory's are retired, the other's let be.
+        let s = sweep(dir.path(), "sab", vec![12, 1, 3], 3600).unwrap();
         assert_eq!(
             s,
             Swept {
-                retired: 1,
+                retired: 2,
                 deleted: 0
             }
         );
-        assert_eq!(names(dir.path(), KEPT_PREFIX), vec![kept_ref("7", 2)]);
-        assert_eq!(names(dir.path(), RETIRED_PREFIX).len(), 2);
-        // The period over: the retired ones go, the kept one stays.
-        let s = sweep(dir.path(), vec!["7".into()], 0).unwrap();
+        let mut kept = names(dir.path(), KEPT_PREFIX);
+        kept.sort();
+        assert_eq!(kept, vec![kept_ref(&k7, 2), kept_ref("scd-12", 1)]);
+        assert_eq!(names(dir.path(), RETIRED_PREFIX).len(), 3);
+        // The period over: this state directory's retired ones go, kept ones stay.
+        keep(&repo, "scd-5", 1, &[c[0]]).unwrap();
+        retire(dir.path(), "scd-5", 1).unwrap();
+        let s = sweep(dir.path(), "sab", vec![], 0).unwrap();
         assert_eq!(
             s,
             Swept {
                 retired: 0,
-                deleted: 2
+                deleted: 3
             }
         );
-        assert_eq!(names(dir.path(), KEPT_PREFIX), vec![kept_ref("7", 2)]);
-        assert_eq!(delete_all(dir.path()).unwrap(), 1);
-        assert!(names(dir.path(), "refs/worktreefs/").is_empty());
+        assert_eq!(
+            names(dir.path(), RETIRED_PREFIX).len(),
+            1,
+            "the other's stays"
+        );
+        assert_eq!(delete_all(dir.path(), "sab").unwrap(), 1);
+        let mut left = names(dir.path(), "refs/worktreefs/");
+        left.sort();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(left.iter().all(|n| n.contains("scd-")), "{left:?}");
+    }
+
+    #[test]
+    fn a_ref_left_under_a_number_taken_again_is_retired_not_overwritten() {
+        let (dir, c) = repo_with_commits(2);
+        let repo = Repository::open_bare(dir.path()).unwrap();
+        keep(&repo, "sab-1", 4, &[c[0]]).unwrap();
+        keep(&repo, "sab-1", 4, &[c[1]]).unwrap();
+        assert_eq!(repo.refname_to_id(&kept_ref("sab-1", 4)).unwrap(), c[1]);
+        let retired = names(dir.path(), RETIRED_PREFIX);
+        assert_eq!(retired.len(), 1);
+        assert_eq!(repo.refname_to_id(&retired[0]).unwrap(), c[0]);
     }
 
     #[test]

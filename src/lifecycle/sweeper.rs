@@ -96,6 +96,7 @@ pub fn spawn(
             // The journals of failed takes the last prune left (one it could not read, or
             // with contents it could not tell about): pruned again only once that changes.
             let mut journals_left = Vec::new();
+            let mut refs_sweep: Option<std::thread::JoinHandle<()>> = None;
             loop {
                 std::thread::sleep(Duration::from_millis(250));
                 if stopping.load(Ordering::Relaxed) {
@@ -113,9 +114,21 @@ pub fn spawn(
                     if policy.low_disk(&state.root).is_some() {
                         view.drop_checkpoints_for_disk(&policy);
                     }
-                    // Every minute: the refs of checkpoints gone.
-                    if tick.is_multiple_of(240) {
-                        cleanup::keep::sweep_checkpoint_refs(&store, &policy);
+                    // Every minute: the refs of checkpoints gone, on a thread of its own
+                    // (a repository's owner can make its refs slow to read: nothing
+                    // else here waits for that), one sweep at a time.
+                    if tick.is_multiple_of(240)
+                        && refs_sweep.as_ref().is_none_or(|t| t.is_finished())
+                    {
+                        let root = state.root.clone();
+                        refs_sweep = std::thread::Builder::new()
+                            .name("checkpoint-refs".into())
+                            .spawn(move || {
+                                if let Ok(store) = Store::open(&root) {
+                                    cleanup::keep::sweep_checkpoint_refs(&store, &policy);
+                                }
+                            })
+                            .ok();
                     }
                     let journals = crate::lifecycle::warm::journals(&state);
                     prune_due = prune_due

@@ -324,6 +324,15 @@ impl Store {
             .optional()?)
     }
 
+    /// The ids of repository `repo_id`'s removed worktrees.
+    pub fn removed_ids(&self, repo_id: RepoId) -> StoreResult<Vec<WorktreeId>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT id FROM worktrees WHERE repo_id = ?1 AND state = '{REMOVED}'"
+        ))?;
+        let rows = stmt.query_map([repo_id], |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Removes a row that never became a usable worktree (creation failed after the insert).
     pub fn delete_worktree_row(&self, id: WorktreeId) -> StoreResult<()> {
         self.conn

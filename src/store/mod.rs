@@ -161,6 +161,36 @@ impl Store {
             .optional()?)
     }
 
+    /// A name of this state directory of its own, made at its first use: what tells its
+    /// refs in a repository from another state directory's (worktree ids are each
+    /// store's own, and one repository may be registered in two).
+    pub fn refs_key(&self) -> StoreResult<String> {
+        const KEY: &str = "refs_key";
+        if let Some(k) = self.meta_get(KEY)? {
+            return Ok(k);
+        }
+        let mut bytes = [0u8; 6];
+        let made = std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+        if made.is_err() {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()) as u64
+                ^ u64::from(std::process::id()) << 40;
+            bytes.copy_from_slice(&t.to_le_bytes()[..6]);
+        }
+        // A letter first: never all digits, as the ids beside it in a ref's name are.
+        let k: String = std::iter::once("s".to_string())
+            .chain(bytes.iter().map(|b| format!("{b:02x}")))
+            .collect();
+        // Two first uses at once: the one written first is kept.
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO NOTHING",
+            params![KEY, k],
+        )?;
+        Ok(self.meta_get(KEY)?.unwrap_or(k))
+    }
+
     pub fn meta_set(&self, key: &str, value: &str) -> StoreResult<()> {
         self.conn.execute(
             "INSERT INTO meta(key, value) VALUES (?1, ?2)

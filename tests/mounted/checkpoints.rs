@@ -58,6 +58,14 @@ fn refs_under(env: &Env, prefix: &str) -> Vec<(String, String)> {
     .collect()
 }
 
+/// The refs keeping the checkpoints of worktree `id` (`<state key>-<id>/<n>`).
+fn kept_refs_of(env: &Env, id: i64) -> Vec<(String, String)> {
+    refs_under(env, "refs/worktreefs/checkpoints/")
+        .into_iter()
+        .filter(|(r, _)| r.contains(&format!("-{id}/")))
+        .collect()
+}
+
 /// Rewinds repo/w to `to`; the checkpoint that undoes it.
 fn rewind(env: &Env, to: u64) -> u64 {
     let out = wtfs_ok(
@@ -147,6 +155,71 @@ fn a_rewind_brings_back_every_file_the_index_head_and_branch_and_is_undone() {
     let json: serde_json::Value =
         serde_json::from_str(&wtfs_ok(&env.state(), &["checkpoints", "repo/w", "--json"])).unwrap();
     assert_eq!(control, json);
+    m.unmount();
+}
+
+/// A bisect under way (its `refs/bisect/*`, the worktree's own refs), the worktree's own
+/// config and its sparse-checkout patterns come back with a rewind.
+#[test]
+fn a_bisect_the_worktree_config_and_sparse_patterns_come_back() {
+    let env = Env::new();
+    git(
+        &env.repo.path(),
+        &["config", "extensions.worktreeConfig", "true"],
+    );
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "w");
+    sh(
+        &wt,
+        "git config user.email a@example.com; git config user.name agent
+         for i in 1 2 3 4; do echo $i > n.txt; git add n.txt; git commit -qm c$i; done
+         git bisect start HEAD HEAD~3 >/dev/null
+         git config --worktree wt.setting kept
+         p=$(git rev-parse --git-path info/sparse-checkout)
+         mkdir -p \"$(dirname \"$p\")\"; echo '/src/' > \"$p\"",
+    );
+    let bisect = |wt: &Path| {
+        run_ok(
+            "git",
+            &[
+                "for-each-ref",
+                "--format=%(refname) %(objectname)",
+                "refs/bisect/",
+            ],
+            wt,
+        )
+    };
+    let sparse = |wt: &Path| {
+        let p = run_ok(
+            "git",
+            &["rev-parse", "--git-path", "info/sparse-checkout"],
+            wt,
+        );
+        fs::read_to_string(wt.join(p.trim())).unwrap_or_default()
+    };
+    let config = |wt: &Path| run_ok("git", &["config", "--worktree", "--list"], wt);
+    let then = (bisect(&wt), config(&wt), sparse(&wt), git_state(&wt));
+    assert!(then.0.contains("refs/bisect/bad"), "{}", then.0);
+    assert!(then.1.contains("wt.setting=kept"), "{}", then.1);
+    assert_eq!(then.2, "/src/\n");
+    let one = checkpoint(&env, "bisecting");
+    sh(
+        &wt,
+        "git bisect reset >/dev/null
+         git config --worktree wt.setting changed
+         rm -f \"$(git rev-parse --git-path info/sparse-checkout)\"",
+    );
+    assert_ne!(
+        (bisect(&wt), config(&wt), sparse(&wt)),
+        (then.0.clone(), then.1.clone(), then.2.clone())
+    );
+    rewind(&env, one);
+    assert_eq!(
+        (bisect(&wt), config(&wt), sparse(&wt), git_state(&wt)),
+        then
+    );
+    run_ok("git", &["bisect", "log"], &wt);
     m.unmount();
 }
 
@@ -407,14 +480,12 @@ fn a_checkpoint_gone_keeps_its_commits_for_the_removal_period() {
     let ids = checkpoint_ids(&env, "repo/w");
     assert_eq!(ids.len(), 50, "{ids:?}");
     assert!(!ids.contains(&first), "{ids:?}");
-    let kept = refs_under(&env, &format!("refs/worktreefs/checkpoints/{w}/"));
+    let kept = kept_refs_of(&env, w);
     assert_eq!(kept.len(), 50, "{kept:?}");
     let retired = refs_under(&env, "refs/worktreefs/removed/checkpoints/");
     assert_eq!(retired.len(), 1, "{retired:?}");
     assert!(
-        retired[0]
-            .0
-            .starts_with(&format!("refs/worktreefs/removed/checkpoints/{w}-{first}-")),
+        retired[0].0.contains(&format!("-{w}-{first}-")),
         "{retired:?}"
     );
     assert_eq!(retired[0].1, only);
@@ -428,41 +499,32 @@ fn a_checkpoint_gone_keeps_its_commits_for_the_removal_period() {
     // next mount's reconcile; a running daemon's sweeper does it within a minute).
     checkpoint_of(&env, "repo/other", "o1");
     checkpoint_of(&env, "repo/other", "o2");
-    assert_eq!(
-        refs_under(&env, &format!("refs/worktreefs/checkpoints/{other}/")).len(),
-        2
-    );
+    assert_eq!(kept_refs_of(&env, other).len(), 2);
     fs::remove_dir(m.wt("repo", "other")).unwrap();
     // Work of its own keeps w from the unmount's cleanup (its checkpoints are no work).
     fs::write(wt.join("work.txt"), "work").unwrap();
     m.unmount();
     let m = env.mount();
-    assert!(refs_under(&env, &format!("refs/worktreefs/checkpoints/{other}/")).is_empty());
+    assert!(kept_refs_of(&env, other).is_empty());
     let retired = refs_under(&env, "refs/worktreefs/removed/checkpoints/");
     assert_eq!(retired.len(), 3, "{retired:?}");
     assert_eq!(
         retired
             .iter()
-            .filter(|(r, _)| r.starts_with(&format!("refs/worktreefs/removed/checkpoints/{other}-")))
+            .filter(|(r, _)| r.contains(&format!("-{other}-")))
             .count(),
         2,
         "{retired:?}"
     );
     // The live worktree's stay as they were.
-    assert_eq!(
-        refs_under(&env, &format!("refs/worktreefs/checkpoints/{w}/")).len(),
-        50
-    );
+    assert_eq!(kept_refs_of(&env, w).len(), 50);
     m.unmount();
 
     // The period over (`--keep-removed 0`: nothing is kept): the retired refs go, the
     // kept checkpoints' stay.
     let m = env.mount_with(&["--keep-removed", "0"]);
     assert!(refs_under(&env, "refs/worktreefs/removed/checkpoints/").is_empty());
-    assert_eq!(
-        refs_under(&env, &format!("refs/worktreefs/checkpoints/{w}/")).len(),
-        50
-    );
+    assert_eq!(kept_refs_of(&env, w).len(), 50);
     m.unmount();
 }
 
@@ -544,25 +606,30 @@ fn fingerprint(wt: &Path) -> String {
     )
 }
 
-/// A process of the test's own, ended (by pid) when dropped.
+/// A shell of the test's own in a process group of its own, the group ended (by its
+/// id: the shell's pid) when dropped, the commands it started with it.
 struct Child(std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // SAFETY: a signal to the process group this test made.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
         let _ = self.0.wait();
     }
 }
 
 fn spawn_in(dir: &Path, script: &str) -> Child {
     Child(
-        std::process::Command::new("sh")
-            .args(["-c", script])
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+        std::os::unix::process::CommandExt::process_group(
+            std::process::Command::new("sh")
+                .args(["-c", script])
+                .current_dir(dir)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+            0,
+        )
+        .spawn()
+        .unwrap(),
     )
 }
 

@@ -125,22 +125,24 @@ pub fn purge_due(state: &StateDir, store: &mut Store, policy: &KeepPolicy) -> us
     n
 }
 
-/// In every registered repository, the refs of checkpoints gone: those of worktrees
-/// removed since (or whose removal was cut short before it retired them) retired, and
-/// those retired `policy.keep_secs` ago or more deleted, as a removal's kept tip is.
-/// Returns how many were deleted.
+/// In every registered repository, this state directory's refs of checkpoints gone:
+/// those of worktrees removed (the removal leaves them to this) retired, and those
+/// retired `policy.keep_secs` ago or more deleted, as a removal's kept tip is. Returns
+/// how many were deleted.
 pub fn sweep_checkpoint_refs(store: &Store, policy: &KeepPolicy) -> usize {
-    let (Ok(repos), Ok(worktrees)) = (store.repos(), store.worktrees()) else {
+    let (Ok(repos), Ok(key)) = (store.repos(), store.refs_key()) else {
         return 0;
     };
     let mut deleted = 0;
     for repo in repos {
-        let live: Vec<String> = worktrees
-            .iter()
-            .filter(|w| w.repo_id == repo.id)
-            .map(|w| w.id.to_string())
+        // Removed for good: a row removed stays removed (a restore is a new worktree).
+        let removed: Vec<i64> = store
+            .removed_ids(repo.id)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|id| id.0)
             .collect();
-        match crate::git::checkpoint_refs::sweep(&repo.gitdir, live, policy.keep_secs) {
+        match crate::git::checkpoint_refs::sweep(&repo.gitdir, &key, removed, policy.keep_secs) {
             Ok(s) => {
                 if s.retired + s.deleted > 0 {
                     tracing::info!(
@@ -162,7 +164,7 @@ pub fn sweep_checkpoint_refs(store: &Store, policy: &KeepPolicy) -> usize {
 /// refs of its worktrees' checkpoints.
 pub fn purge_repo(state: &StateDir, store: &mut Store, repo: &str) -> LifecycleResult<usize> {
     if let Some(row) = store.repos()?.into_iter().find(|r| r.name == repo) {
-        if let Err(e) = crate::git::checkpoint_refs::delete_all(&row.gitdir) {
+        if let Err(e) = crate::git::checkpoint_refs::delete_all(&row.gitdir, &store.refs_key()?) {
             tracing::warn!("deleting the checkpoint refs of {repo}: {e:#}");
         }
     }
