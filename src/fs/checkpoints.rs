@@ -345,8 +345,8 @@ impl View {
 
     /// While the state directory's disk is low (`policy.low_disk`; kept removals gave
     /// way first): the checkpoints of every worktree, oldest first across them, each
-    /// worktree keeping its newest (the one that undoes the turn under way). Returns how
-    /// many went.
+    /// worktree keeping its newest (most often the one that undoes the turn under way).
+    /// Returns how many went.
     pub fn drop_checkpoints_for_disk(
         &self,
         policy: &crate::lifecycle::cleanup::keep::KeepPolicy,
