@@ -359,33 +359,31 @@ impl Checkpoints {
         })
     }
 
-    /// Before the name `rel` of the upper layer `upper` is made, removed or replaced.
-    pub fn keep_name(&self, upper: BorrowedFd, rel: &[u8]) -> io::Result<()> {
+    /// A keep: refused while a rewind is unfinished, else done by the epoch under way
+    /// (nothing to keep before the first checkpoint).
+    fn in_epoch(&self, keep: impl FnOnce(&mut Epoch) -> io::Result<()>) -> io::Result<()> {
         self.changes_allowed()?;
         match self.state.lock().as_mut() {
-            Some(e) => e.keep_name(upper, rel),
+            Some(e) => keep(e),
             None => Ok(()),
         }
+    }
+
+    /// Before the name `rel` of the upper layer `upper` is made, removed or replaced.
+    pub fn keep_name(&self, upper: BorrowedFd, rel: &[u8]) -> io::Result<()> {
+        self.in_epoch(|e| e.keep_name(upper, rel))
     }
 
     /// Before the entry at `rel` is removed or replaced: it and, a directory, everything
     /// in it.
     pub fn keep_tree(&self, upper: BorrowedFd, rel: &[u8]) -> io::Result<()> {
-        self.changes_allowed()?;
-        match self.state.lock().as_mut() {
-            Some(e) => e.keep_tree(upper, rel),
-            None => Ok(()),
-        }
+        self.in_epoch(|e| e.keep_tree(upper, rel))
     }
 
     /// Before the entry at `from` moves to `to` (replacing what is there): both trees,
     /// and every path below `to` that an entry below `from` will take.
     pub fn keep_moved(&self, upper: BorrowedFd, from: &[u8], to: &[u8]) -> io::Result<()> {
-        self.changes_allowed()?;
-        match self.state.lock().as_mut() {
-            Some(e) => e.keep_moved(upper, from, to),
-            None => Ok(()),
-        }
+        self.in_epoch(|e| e.keep_moved(upper, from, to))
     }
 
     /// Before the attributes of the entry `fd` (at `rel` if it has a name) change.
@@ -395,11 +393,7 @@ impl Checkpoints {
         rel: Option<&[u8]>,
         fd: BorrowedFd,
     ) -> io::Result<()> {
-        self.changes_allowed()?;
-        match self.state.lock().as_mut() {
-            Some(e) => e.keep_attrs(upper, rel, fd),
-            None => Ok(()),
-        }
+        self.in_epoch(|e| e.keep_attrs(upper, rel, fd))
     }
 
     /// Before the regular file `fd` (at `rel` if it has a name) is opened for writing or
@@ -410,11 +404,7 @@ impl Checkpoints {
         rel: Option<&[u8]>,
         fd: BorrowedFd,
     ) -> io::Result<()> {
-        self.changes_allowed()?;
-        match self.state.lock().as_mut() {
-            Some(e) => e.keep_content(upper, rel, fd).map(|_| ()),
-            None => Ok(()),
-        }
+        self.in_epoch(|e| e.keep_content(upper, rel, fd).map(|_| ()))
     }
 
     /// The checkpoints past the limits (more than `count`, or taken more than `hours`
