@@ -606,6 +606,30 @@ fn a_rewind_begun_and_cut_short_is_finished_after_a_restart() {
     assert!(!leftover.exists());
 }
 
+/// A listing read while a checkpoint is dropped (its directory removed file by file, its
+/// records handed to the one before first) leaves that one out and lists the others.
+#[test]
+fn a_listing_read_while_a_checkpoint_goes_leaves_it_out() {
+    let run = Run::new();
+    let up = run.fd.as_fd();
+    fs::write(run.upper.join("b"), b"one").unwrap();
+    let one = run.cps.take(None, up, &[]).unwrap();
+    run.cps.keep_name(up, b"b").unwrap();
+    fs::remove_file(run.upper.join("b")).unwrap();
+    let two = run.cps.take(None, up, &[]).unwrap();
+    run.cps.keep_name(up, b"c").unwrap();
+    fs::write(run.upper.join("c"), b"new").unwrap();
+    let three = run.cps.take(None, up, &[]).unwrap();
+    // Half removed: its info still there, its records gone.
+    fs::remove_file(run.cps.dir(two.id).join("records")).unwrap();
+    let listed: Vec<(u64, usize)> = Checkpoints::read(run.cps.path())
+        .unwrap()
+        .into_iter()
+        .map(|(i, changed)| (i.id, changed))
+        .collect();
+    assert_eq!(listed, vec![(one.id, 1), (three.id, 0)]);
+}
+
 fn git(dir: &Path, args: &[&str]) {
     let out = std::process::Command::new("git")
         .args(args)

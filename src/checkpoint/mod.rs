@@ -203,7 +203,9 @@ impl Checkpoints {
     }
 
     /// The checkpoints kept in `path`, oldest first, each with how many paths changed
-    /// since it was taken; read only (a checkpoint being taken meanwhile is left out).
+    /// since it was taken; read only, beside the daemon: a checkpoint being taken or
+    /// dropped meanwhile is left out (a drop hands its records to the checkpoint before
+    /// it first, then removes its directory file by file).
     pub fn read(path: &Path) -> io::Result<Vec<(Info, usize)>> {
         let c = Checkpoints {
             path: path.to_path_buf(),
@@ -225,8 +227,14 @@ impl Checkpoints {
         // Paths changed since each: those its epoch and every later one touched.
         let mut seen = HashSet::new();
         let mut out = Vec::new();
+        let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
         for &id in ids.iter().rev() {
-            for r in read_records(&c.dir(id))? {
+            let (records, info) = match (read_records(&c.dir(id)), c.info(id)) {
+                (Ok(records), Ok(info)) => (records, info),
+                (Err(e), _) | (_, Err(e)) if gone(&e) => continue,
+                (Err(e), _) | (_, Err(e)) => return Err(e),
+            };
+            for r in records {
                 match r {
                     // A directory's attributes, kept because a name in it changed: that
                     // name counts, not the directory.
@@ -240,7 +248,7 @@ impl Checkpoints {
                     }
                 }
             }
-            out.push((c.info(id)?, seen.len()));
+            out.push((info, seen.len()));
         }
         out.reverse();
         Ok(out)
