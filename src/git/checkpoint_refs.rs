@@ -239,6 +239,68 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
     })
 }
 
+/// Removes the lock files left on this state directory's checkpoint refs (those of the
+/// state directory whose key is `refs_key`) in the repository at `gitdir`: a daemon
+/// killed while it changed one leaves its `<ref>.lock`, and the number is taken again by
+/// the next take, which could not lock it. Only at a mount, before it serves: no other
+/// process changes these refs then (one daemon per state directory). Returns how many
+/// went; ref storages without such files (reftable) have none.
+pub fn clear_dead_locks(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
+    let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
+    as_owner_of(gitdir, move || -> GitResult<usize> {
+        let mut n = 0;
+        let mut remove = |f: &Path| match std::fs::remove_file(f) {
+            Ok(()) => {
+                tracing::info!(
+                    "removed {}, left by a daemon killed as it changed a checkpoint's ref",
+                    f.display()
+                );
+                n += 1;
+            }
+            Err(e) => tracing::warn!("removing {}: {e}", f.display()),
+        };
+        for base in [dir.join(""), dir.join("logs")] {
+            let kept = base.join(KEPT_PREFIX);
+            for worktree in lock_dir_entries(&kept) {
+                let name = worktree.file_name().to_string_lossy().into_owned();
+                if !worktree.file_type().is_ok_and(|t| t.is_dir())
+                    || ours(&name, &refs_key, false).is_none()
+                {
+                    continue;
+                }
+                for f in lock_dir_entries(&worktree.path()) {
+                    if is_lock_file(&f) {
+                        remove(&f.path());
+                    }
+                }
+            }
+            for f in lock_dir_entries(&base.join(RETIRED_PREFIX)) {
+                let name = f.file_name().to_string_lossy().into_owned();
+                if is_lock_file(&f)
+                    && name
+                        .strip_suffix(".lock")
+                        .is_some_and(|ref_name| ours(ref_name, &refs_key, true).is_some())
+                {
+                    remove(&f.path());
+                }
+            }
+        }
+        Ok(n)
+    })
+}
+
+/// The entries of directory `dir`, none when it cannot be read (absent, most often).
+fn lock_dir_entries(dir: &Path) -> Vec<std::fs::DirEntry> {
+    std::fs::read_dir(dir)
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default()
+}
+
+/// A regular file named `*.lock` (never followed through a link).
+fn is_lock_file(e: &std::fs::DirEntry) -> bool {
+    e.file_name().to_string_lossy().ends_with(".lock") && e.file_type().is_ok_and(|t| t.is_file())
+}
+
 fn names_under(repo: &Repository, prefix: &str) -> GitResult<Vec<String>> {
     let mut names = Vec::new();
     for r in repo.references_glob(&format!("{prefix}*"))? {
