@@ -96,8 +96,16 @@ impl View {
 
     /// Rewinds worktree `id` to checkpoint `to`: first a checkpoint of the state it
     /// leaves, then the upper layer and git's state as they were at `to`, then what the
-    /// kernel and the node table knew of the paths that changed dropped.
+    /// kernel and the node table knew of the paths that changed dropped. Answers once
+    /// the kernel was told (outside the lock on changes: telling it may wait for a
+    /// request that needs that lock).
     pub fn rewind(&self, id: WorktreeId, to: u64) -> FsResult<RewindDone> {
+        let done = self.rewind_locked(id, to);
+        self.await_invalidations(std::time::Duration::from_secs(10));
+        done
+    }
+
+    fn rewind_locked(&self, id: WorktreeId, to: u64) -> FsResult<RewindDone> {
         let wt = self.checkpointed(id)?;
         let cps = wt.checkpoints.as_ref().expect("checked");
         let _m = self.mutate.lock();

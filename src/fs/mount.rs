@@ -347,6 +347,10 @@ pub fn mount(
                 let result = match &what {
                     Inval::Inode(ino) => notifier.inval_inode(ino.0),
                     Inval::Entry(parent, name) => notifier.inval_entry(parent.0, name),
+                    Inval::Delivered(done) => {
+                        let _ = done.send(());
+                        continue;
+                    }
                 };
                 // ENOENT: the kernel had nothing cached; nothing to drop.
                 if let Err(e) = result {

@@ -127,6 +127,8 @@ pub enum Inval {
     Inode(Ino),
     /// The name `name` in directory `parent`.
     Entry(Ino, OsString),
+    /// Nothing to forget: answered once every invalidation sent before it was delivered.
+    Delivered(std::sync::mpsc::SyncSender<()>),
 }
 
 /// Tells the kernel to drop what it cached. Set by the daemon once the FUSE session exists;

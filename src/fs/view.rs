@@ -294,6 +294,24 @@ impl View {
         let _ = self.invalidator.set(f);
     }
 
+    /// Waits (up to `limit`) until the kernel was told every invalidation sent so far.
+    /// A change made outside a request (a rewind) answers after it: whoever asked for it
+    /// then opens what it made, never a name the kernel still had of what it replaced.
+    /// Never from a request's thread: the invalidations may wait for a lock the kernel
+    /// holds while that request runs.
+    pub(super) fn await_invalidations(&self, limit: std::time::Duration) {
+        let Some(send) = self.invalidator.get() else {
+            return;
+        };
+        let (done, delivered) = std::sync::mpsc::sync_channel(1);
+        send(super::types::Inval::Delivered(done));
+        if delivered.recv_timeout(limit).is_err() {
+            tracing::warn!(
+                "the kernel was not told of changed names within {limit:?}: it may show the old ones a little longer"
+            );
+        }
+    }
+
     pub(super) fn node_attr(&self, t: &NodeTable, ino: Ino) -> FsResult<Attr> {
         let node = t.get(ino).ok_or_else(|| FsError::stale(ino))?;
         match node.kind() {

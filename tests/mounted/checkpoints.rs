@@ -573,6 +573,30 @@ fn checkpoints_give_way_across_worktrees_while_the_disk_is_low() {
     m.unmount();
 }
 
+/// What a rewind put back is what the next open of its path sees, however soon: the
+/// kernel's cached names and attributes are dropped before the rewind answers.
+#[test]
+fn a_file_opened_right_after_a_rewind_is_the_one_it_put_back() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    let m = env.mount();
+    let f = m.wt("repo", "w").join("f.txt");
+    fs::write(&f, "a").unwrap();
+    let mut back = checkpoint(&env, "a");
+    fs::write(&f, "b").unwrap();
+    for round in 0..30 {
+        // The kernel knows the name and the inode the rewind replaces.
+        let was = fs::read_to_string(&f).unwrap();
+        back = rewind(&env, back);
+        let want = if was == "a" { "b" } else { "a" };
+        match fs::read_to_string(&f) {
+            Ok(now) => assert_eq!(now, want, "round {round}"),
+            Err(e) => panic!("round {round}: f.txt right after the rewind: {e}"),
+        }
+    }
+    m.unmount();
+}
+
 /// The lock files a daemon killed while it changed a checkpoint's ref leaves (the
 /// number it held is taken again next) are cleared at the next mount, this state
 /// directory's only: a take after it keeps its ref.
