@@ -134,6 +134,9 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
     let limit = raise_open_file_limit();
     tracing::debug!(limit, "open-file limit");
     let mut lock = acquire_lock(&req.state)?;
+    // Lock files on this state directory's checkpoint refs made before now are a dead
+    // daemon's.
+    crate::git::checkpoint_refs::sole_writer_since(std::time::SystemTime::now());
     lock.set_len(0)?;
     // Its pid namespace too: a command elsewhere must not take the pid for one of its own.
     let pid_ns = fs::read_link("/proc/self/ns/pid")

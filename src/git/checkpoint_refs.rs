@@ -94,17 +94,70 @@ pub(super) fn keep(repo: &Repository, key: &str, n: u64, commits: &[Oid]) -> Git
             )?
         }
     };
+    let name = kept_ref(key, n);
+    // A lock a daemon killed as it changed this ref left (the number is taken again).
+    clear_dead_lock(repo, &name);
     // One left under this name (a number taken again after the newest checkpoint was
     // dropped, its ref not retired then) keeps what it kept: retired first.
-    let name = kept_ref(key, n);
     if repo
         .find_reference(&name)
         .is_ok_and(|r| r.target() != Some(target))
     {
         retire_in(repo, &name, now_secs())?;
     }
-    repo.reference(&name, target, true, "worktreefs: checkpoint")?;
-    Ok(())
+    let mut tries = 0;
+    loop {
+        match repo.reference(&name, target, true, "worktreefs: checkpoint") {
+            Err(e) if e.code() == git2::ErrorCode::Locked && tries < LOCK_TRIES => {
+                tries += 1;
+                std::thread::sleep(LOCK_WAIT);
+            }
+            Err(e) => return Err(e.into()),
+            Ok(_) => return Ok(()),
+        }
+    }
+}
+
+/// How often a take tries again a ref another holds the lock of (a `git gc` packing
+/// refs holds each a moment), and how long it waits between.
+const LOCK_TRIES: u32 = 10;
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Since when this process is the only daemon of its state directory (it holds the
+/// state directory's lock), once the daemon says so.
+static SOLE_WRITER_SINCE: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
+
+/// Said by the daemon once it holds its state directory's lock: no other daemon of it
+/// changes its checkpoint refs from then on.
+pub fn sole_writer_since(at: std::time::SystemTime) {
+    let _ = SOLE_WRITER_SINCE.set(at);
+}
+
+/// Removes the lock file of this state directory's ref `name` when it was made before
+/// this daemon became the state directory's only one: a daemon killed as it changed the
+/// ref left it (the number is taken again by the next take). A user's `git gc` packing
+/// refs holds each lock a moment; one made since is let be (the take tries again after
+/// [`LOCK_WAIT`]). Runs as the repository's owner (the caller's `as_owner_of`): a link
+/// planted at the name is removed, never followed.
+fn clear_dead_lock(repo: &Repository, name: &str) {
+    let Some(since) = SOLE_WRITER_SINCE.get() else {
+        return;
+    };
+    let lock = repo.path().join(format!("{name}.lock"));
+    let made = std::fs::symlink_metadata(&lock)
+        .ok()
+        .filter(|m| m.file_type().is_file())
+        .and_then(|m| m.modified().ok());
+    if made.is_none_or(|t| t >= *since) {
+        return;
+    }
+    match std::fs::remove_file(&lock) {
+        Ok(()) => tracing::warn!(
+            "removed {}, left by a daemon killed as it changed checkpoint ref {name}",
+            lock.display()
+        ),
+        Err(e) => tracing::warn!("removing {}: {e}", lock.display()),
+    }
 }
 
 /// Moves the ref `name` (a kept checkpoint's, `<key>/<n>` after [`KEPT_PREFIX`]) to the
@@ -239,68 +292,6 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
     })
 }
 
-/// Removes the lock files left on this state directory's checkpoint refs (those of the
-/// state directory whose key is `refs_key`) in the repository at `gitdir`: a daemon
-/// killed while it changed one leaves its `<ref>.lock`, and the number is taken again by
-/// the next take, which could not lock it. Only at a mount, before it serves: no other
-/// process changes these refs then (one daemon per state directory). Returns how many
-/// went; ref storages without such files (reftable) have none.
-pub fn clear_dead_locks(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
-    let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
-    as_owner_of(gitdir, move || -> GitResult<usize> {
-        let mut n = 0;
-        let mut remove = |f: &Path| match std::fs::remove_file(f) {
-            Ok(()) => {
-                tracing::info!(
-                    "removed {}, left by a daemon killed as it changed a checkpoint's ref",
-                    f.display()
-                );
-                n += 1;
-            }
-            Err(e) => tracing::warn!("removing {}: {e}", f.display()),
-        };
-        for base in [dir.join(""), dir.join("logs")] {
-            let kept = base.join(KEPT_PREFIX);
-            for worktree in lock_dir_entries(&kept) {
-                let name = worktree.file_name().to_string_lossy().into_owned();
-                if !worktree.file_type().is_ok_and(|t| t.is_dir())
-                    || ours(&name, &refs_key, false).is_none()
-                {
-                    continue;
-                }
-                for f in lock_dir_entries(&worktree.path()) {
-                    if is_lock_file(&f) {
-                        remove(&f.path());
-                    }
-                }
-            }
-            for f in lock_dir_entries(&base.join(RETIRED_PREFIX)) {
-                let name = f.file_name().to_string_lossy().into_owned();
-                if is_lock_file(&f)
-                    && name
-                        .strip_suffix(".lock")
-                        .is_some_and(|ref_name| ours(ref_name, &refs_key, true).is_some())
-                {
-                    remove(&f.path());
-                }
-            }
-        }
-        Ok(n)
-    })
-}
-
-/// The entries of directory `dir`, none when it cannot be read (absent, most often).
-fn lock_dir_entries(dir: &Path) -> Vec<std::fs::DirEntry> {
-    std::fs::read_dir(dir)
-        .map(|d| d.flatten().collect())
-        .unwrap_or_default()
-}
-
-/// A regular file named `*.lock` (never followed through a link).
-fn is_lock_file(e: &std::fs::DirEntry) -> bool {
-    e.file_name().to_string_lossy().ends_with(".lock") && e.file_type().is_ok_and(|t| t.is_file())
-}
-
 fn names_under(repo: &Repository, prefix: &str) -> GitResult<Vec<String>> {
     let mut names = Vec::new();
     for r in repo.references_glob(&format!("{prefix}*"))? {
@@ -355,6 +346,39 @@ mod tests {
         // Nothing to reach (an unborn branch): no ref.
         keep(&repo, "7", 3, &[]).unwrap();
         assert!(repo.find_reference(&kept_ref("7", 3)).is_err());
+    }
+
+    /// A lock made before the daemon became the state directory's only one is a dead
+    /// daemon's: removed, the ref set. One made since (a `git gc` packing refs) is
+    /// waited for; one held past the tries fails the take.
+    #[test]
+    fn a_dead_daemons_lock_goes_and_a_live_one_is_waited_for() {
+        let (dir, c) = repo_with_commits(1);
+        let repo = Repository::open_bare(dir.path()).unwrap();
+        let since = std::time::SystemTime::now();
+        sole_writer_since(since);
+        let lock = |n: u64| dir.path().join(format!("{}.lock", kept_ref("5", n)));
+        std::fs::create_dir_all(lock(1).parent().unwrap()).unwrap();
+        let old = std::fs::File::create(lock(1)).unwrap();
+        old.set_modified(since - std::time::Duration::from_secs(60))
+            .unwrap();
+        keep(&repo, "5", 1, &[c[0]]).unwrap();
+        assert!(!lock(1).exists());
+        assert_eq!(repo.refname_to_id(&kept_ref("5", 1)).unwrap(), c[0]);
+
+        std::fs::File::create(lock(2)).unwrap();
+        let held = lock(2);
+        let gc = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            std::fs::remove_file(held).unwrap();
+        });
+        keep(&repo, "5", 2, &[c[0]]).unwrap();
+        gc.join().unwrap();
+        assert_eq!(repo.refname_to_id(&kept_ref("5", 2)).unwrap(), c[0]);
+
+        std::fs::File::create(lock(3)).unwrap();
+        assert!(keep(&repo, "5", 3, &[c[0]]).is_err());
+        assert!(lock(3).exists(), "a live lock was removed");
     }
 
     #[test]

@@ -91,7 +91,6 @@ pub fn reconcile_at_boot(
     }
     let policy = keep::KeepPolicy::of(&store);
     keep::purge_due(state, &mut store, &policy);
-    keep::clear_dead_checkpoint_ref_locks(&store);
     keep::sweep_checkpoint_refs(&store, &policy);
     for (row, r) in finish_all_deleting(state, &mut store, mountpoint, how, None) {
         if let Ok(o) = r {

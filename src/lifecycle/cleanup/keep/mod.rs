@@ -18,7 +18,4 @@ mod purge;
 pub use kept::{delete_ref, KEPT_DIR, REMOVED_REF_PREFIX};
 pub(super) use kept::{drop_unkept, keep, kept_record, unkeep};
 pub use policy::{disk_usage, KeepPolicy};
-pub use purge::{
-    clear_dead_checkpoint_ref_locks, purge_due, purge_kept, purge_repo, sweep_checkpoint_refs,
-    PURGING,
-};
+pub use purge::{purge_due, purge_kept, purge_repo, sweep_checkpoint_refs, PURGING};

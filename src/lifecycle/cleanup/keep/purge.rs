@@ -160,23 +160,6 @@ pub fn sweep_checkpoint_refs(store: &Store, policy: &KeepPolicy) -> usize {
     deleted
 }
 
-/// In every registered repository, the lock files a daemon killed as it changed one of
-/// this state directory's checkpoint refs left, removed. Only at a mount, before it
-/// serves.
-pub fn clear_dead_checkpoint_ref_locks(store: &Store) {
-    let (Ok(repos), Ok(key)) = (store.repos(), store.refs_key()) else {
-        return;
-    };
-    for repo in repos {
-        if let Err(e) = crate::git::checkpoint_refs::clear_dead_locks(&repo.gitdir, &key) {
-            tracing::warn!(
-                "clearing the lock files of {}'s checkpoint refs: {e:#}",
-                repo.name
-            );
-        }
-    }
-}
-
 /// Purges every kept copy of repository `repo` (before it is unregistered), and the
 /// refs of its worktrees' checkpoints.
 pub fn purge_repo(state: &StateDir, store: &mut Store, repo: &str) -> LifecycleResult<usize> {
