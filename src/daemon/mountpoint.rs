@@ -31,24 +31,44 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// No answer is a busy or stopped daemon, except at the mount the state directory `own`
 /// (the one about to mount or unmount there) left: a connection can outlive its daemon
 /// (the kernel ends a killed daemon's io_uring queues after it is gone; a `/dev/fuse`
-/// descriptor left in another process holds it), and then nothing ever answers. Only
-/// that mount is taken for dead, and only when `own`'s lock is free and names this
-/// mountpoint and this very mount (its device, which the daemon records once mounted and
-/// erases when its mount has ended cleanly), and no running daemon names it either:
-/// evidence that holds across pid and mount namespaces, where a search of `/proc` alone
-/// can miss a live daemon.
+/// descriptor left in another process holds it), and then nothing ever answers, or a
+/// request is answered ECANCELED (cancelled with the queue it went to), taken as no
+/// answer. Only that mount is taken for dead, and only when `own`'s lock is free and
+/// names this mountpoint and this very mount (its device, which the daemon records once
+/// mounted and erases when its mount has ended cleanly), and no running daemon names it
+/// either: evidence that holds across pid and mount namespaces, where a search of
+/// `/proc` alone can miss a live daemon.
 pub fn probe(path: &Path, own: Option<&StateDir>) -> Liveness {
     match crate::asked::statx_sync(path, PROBE_TIMEOUT) {
         Some(libc::ENOTCONN | libc::ECONNABORTED) => Liveness::Dead,
-        None if own.is_some_and(|s| left_by_own_daemon(path, s)) => {
+        // ECANCELED: the request was cancelled with the io_uring queue it went to, as
+        // the kernel does with a killed daemon's (none of ours answers it otherwise).
+        None | Some(libc::ECANCELED) => match own.map(|s| (s, left_by_own_daemon(path, s))) {
+            Some((s, Ok(()))) => {
+                tracing::info!(
+                    "the worktreefs mount at {} does not answer, and the daemon of {} that made it is gone",
+                    path.display(),
+                    s.root.display()
+                );
+                Liveness::Dead
+            }
+            Some((_, Err(why))) => {
+                tracing::info!(
+                    "the mount at {} does not answer within {PROBE_TIMEOUT:?} (or its request was cancelled): taken for a busy or stopped daemon's, since {why}",
+                    path.display()
+                );
+                Liveness::Alive
+            }
+            None => Liveness::Alive,
+        },
+        Some(errno) => {
             tracing::info!(
-                "the worktreefs mount at {} does not answer, and the daemon of {} that made it is gone",
+                "the mount at {} answered ({}): live",
                 path.display(),
-                own.map(|s| s.root.display().to_string()).unwrap_or_default()
+                std::io::Error::from_raw_os_error(errno)
             );
-            Liveness::Dead
+            Liveness::Alive
         }
-        _ => Liveness::Alive,
     }
 }
 
@@ -56,16 +76,37 @@ pub fn probe(path: &Path, own: Option<&StateDir>) -> Liveness {
 /// nobody holds `own`'s lock, the lock names `path` as that daemon's mountpoint and the
 /// mount there now as its own (its device, which each connection has of its own: not a
 /// mount another daemon made there since), and no running daemon serves `path`.
-fn left_by_own_daemon(path: &Path, own: &StateDir) -> bool {
-    mount_type(path)
+/// Err says which does not hold.
+fn left_by_own_daemon(path: &Path, own: &StateDir) -> Result<(), String> {
+    if !mount_type(path)
         .is_some_and(|(source, fstype)| source == "worktreefs" && fstype.starts_with("fuse"))
-        && super::instance::running_daemon(own).is_none()
-        && super::instance::read_holder(&own.lock_file()).is_some_and(|h| {
-            h.mountpoint == path
-                && h.device.is_some()
-                && h.device == crate::mounttable::mount_device(path)
-        })
-        && daemon_serving(path).is_none()
+    {
+        return Err("it is not a worktreefs mount".into());
+    }
+    if let Some(h) = super::instance::running_daemon(own) {
+        return Err(format!(
+            "{}'s lock is held (by pid {} when it says so)",
+            own.lock_file().display(),
+            h.pid
+        ));
+    }
+    let Some(h) = super::instance::read_holder(&own.lock_file()) else {
+        return Err(format!("{} names no daemon", own.lock_file().display()));
+    };
+    let here = crate::mounttable::mount_device(path);
+    if h.mountpoint != path || h.device.is_none() || h.device != here {
+        return Err(format!(
+            "{}'s last daemon made another mount ({} device {:?}; this one's {:?})",
+            own.root.display(),
+            h.mountpoint.display(),
+            h.device,
+            here
+        ));
+    }
+    if let Some((pid, _)) = daemon_serving(path) {
+        return Err(format!("daemon {pid} serves it"));
+    }
+    Ok(())
 }
 
 /// The worktreefs daemon serving `mountpoint`, found from the descriptors of running
