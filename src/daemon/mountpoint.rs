@@ -31,9 +31,9 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// No answer is a busy or stopped daemon, except at the mount the state directory `own`
 /// (the one about to mount or unmount there) left: a connection can outlive its daemon
 /// (the kernel ends a killed daemon's io_uring queues after it is gone; a `/dev/fuse`
-/// descriptor left in another process holds it), and then nothing ever answers, or a
-/// request is answered ECANCELED (cancelled with the queue it went to), taken as no
-/// answer. Only that mount is taken for dead, and only when `own`'s lock is free and
+/// descriptor left in another process holds it), and then nothing ever answers, or (seen
+/// on Linux 6.18 while a killed daemon's io_uring queues were torn down) a request is
+/// answered ECANCELED, taken as no answer. Only that mount is taken for dead, and only when `own`'s lock is free and
 /// names this mountpoint and this very mount (its device, which the daemon records once
 /// mounted and erases when its mount has ended cleanly), and no running daemon names it
 /// either: evidence that holds across pid and mount namespaces, where a search of
@@ -41,8 +41,9 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 pub fn probe(path: &Path, own: Option<&StateDir>) -> Liveness {
     match crate::asked::statx_sync(path, PROBE_TIMEOUT) {
         Some(libc::ENOTCONN | libc::ECONNABORTED) => Liveness::Dead,
-        // ECANCELED: the request was cancelled with the io_uring queue it went to, as
-        // the kernel does with a killed daemon's (none of ours answers it otherwise).
+        // ECANCELED: what a request to a killed daemon's io_uring queues answered here
+        // (Linux 6.18), seen while they were torn down; none of ours answers it
+        // otherwise.
         None | Some(libc::ECANCELED) => match own.map(|s| (s, left_by_own_daemon(path, s))) {
             Some((s, Ok(()))) => {
                 tracing::info!(
@@ -61,6 +62,7 @@ pub fn probe(path: &Path, own: Option<&StateDir>) -> Liveness {
             }
             None => Liveness::Alive,
         },
+        Some(0) => Liveness::Alive,
         Some(errno) => {
             tracing::info!(
                 "the mount at {} answered ({}): live",
@@ -84,24 +86,31 @@ fn left_by_own_daemon(path: &Path, own: &StateDir) -> Result<(), String> {
         return Err("it is not a worktreefs mount".into());
     }
     if let Some(h) = super::instance::running_daemon(own) {
-        return Err(format!(
-            "{}'s lock is held (by pid {} when it says so)",
-            own.lock_file().display(),
-            h.pid
-        ));
+        return Err(match h.pid {
+            0 => format!("{} is locked", own.lock_file().display()),
+            pid => format!("{} is locked (by pid {pid})", own.lock_file().display()),
+        });
     }
     let Some(h) = super::instance::read_holder(&own.lock_file()) else {
         return Err(format!("{} names no daemon", own.lock_file().display()));
     };
     let here = crate::mounttable::mount_device(path);
-    if h.mountpoint != path || h.device.is_none() || h.device != here {
-        return Err(format!(
-            "{}'s last daemon made another mount ({} device {:?}; this one's {:?})",
-            own.root.display(),
-            h.mountpoint.display(),
-            h.device,
-            here
-        ));
+    match &h.device {
+        None => {
+            return Err(format!(
+                "{}'s last daemon ended its mount cleanly or never finished it: this one is not known to be its",
+                own.root.display()
+            ))
+        }
+        Some(d) if h.mountpoint != path || Some(d) != here.as_ref() => {
+            return Err(format!(
+                "{}'s last daemon made another mount ({}, device {d}; this one's {})",
+                own.root.display(),
+                h.mountpoint.display(),
+                here.as_deref().unwrap_or("unknown")
+            ))
+        }
+        Some(_) => {}
     }
     if let Some((pid, _)) = daemon_serving(path) {
         return Err(format!("daemon {pid} serves it"));

@@ -20,7 +20,7 @@ use std::path::Path;
 
 use git2::{Oid, Repository};
 
-use super::error::GitResult;
+use super::error::{GitContext, GitResult};
 use super::owner::as_owner_of;
 
 /// Where the refs of kept checkpoints are.
@@ -105,23 +105,31 @@ pub(super) fn keep(repo: &Repository, key: &str, n: u64, commits: &[Oid]) -> Git
     {
         retire_in(repo, &name, now_secs())?;
     }
-    let mut tries = 0;
+    let mut waits = LOCK_WAITS_MS.iter();
     loop {
         match repo.reference(&name, target, true, "worktreefs: checkpoint") {
-            Err(e) if e.code() == git2::ErrorCode::Locked && tries < LOCK_TRIES => {
-                tries += 1;
-                std::thread::sleep(LOCK_WAIT);
-            }
+            Err(e) if e.code() == git2::ErrorCode::Locked => match waits.next() {
+                Some(ms) => std::thread::sleep(std::time::Duration::from_millis(*ms)),
+                None => {
+                    let lock = repo.path().join(format!("{name}.lock"));
+                    return Err(e).with_context(|| {
+                        format!(
+                            "{} is held by another process; if no git command runs in the repository, remove it",
+                            lock.display()
+                        )
+                    });
+                }
+            },
             Err(e) => return Err(e.into()),
             Ok(_) => return Ok(()),
         }
     }
 }
 
-/// How often a take tries again a ref another holds the lock of (a `git gc` packing
-/// refs holds each a moment), and how long it waits between.
-const LOCK_TRIES: u32 = 10;
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long a take waits, each time, for a ref another holds the lock of (a `git gc`
+/// packing refs holds each well under a millisecond), before it gives up: the take
+/// holds the view's lock on changes meanwhile.
+const LOCK_WAITS_MS: [u64; 5] = [5, 10, 20, 40, 80];
 
 /// Since when this process is the only daemon of its state directory (it holds the
 /// state directory's lock), once the daemon says so.
@@ -136,19 +144,27 @@ pub fn sole_writer_since(at: std::time::SystemTime) {
 /// Removes the lock file of this state directory's ref `name` when it was made before
 /// this daemon became the state directory's only one: a daemon killed as it changed the
 /// ref left it (the number is taken again by the next take). A user's `git gc` packing
-/// refs holds each lock a moment; one made since is let be (the take tries again after
-/// [`LOCK_WAIT`]). Runs as the repository's owner (the caller's `as_owner_of`): a link
-/// planted at the name is removed, never followed.
+/// refs holds each lock a moment; one made since is let be (a take waits for it, a
+/// little: [`LOCK_WAITS_MS`]). Told by the file's change time, which no user sets (a
+/// clock stepped back, or a file server's behind this one's, could make a live lock look
+/// old). Runs as the repository's owner (the caller's `as_owner_of`); a link or a
+/// directory there is let be.
 fn clear_dead_lock(repo: &Repository, name: &str) {
+    use std::os::unix::fs::MetadataExt;
     let Some(since) = SOLE_WRITER_SINCE.get() else {
         return;
     };
     let lock = repo.path().join(format!("{name}.lock"));
-    let made = std::fs::symlink_metadata(&lock)
-        .ok()
-        .filter(|m| m.file_type().is_file())
-        .and_then(|m| m.modified().ok());
-    if made.is_none_or(|t| t >= *since) {
+    let Ok(m) = std::fs::symlink_metadata(&lock) else {
+        return;
+    };
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            m.ctime().max(0) as u64,
+            m.ctime_nsec().clamp(0, 999_999_999) as u32,
+        );
+    // File times come from the kernel's coarse clock, a tick behind ours at most.
+    if !m.file_type().is_file() || changed + coarse_tick() >= *since {
         return;
     }
     match std::fs::remove_file(&lock) {
@@ -157,6 +173,22 @@ fn clear_dead_lock(repo: &Repository, name: &str) {
             lock.display()
         ),
         Err(e) => tracing::warn!("removing {}: {e}", lock.display()),
+    }
+}
+
+/// How far behind the precise clock file times may be: the resolution of the kernel's
+/// coarse clock (a tick), 10 ms when it cannot be read.
+fn coarse_tick() -> std::time::Duration {
+    let mut res = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_getres writes the timespec it is given.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_REALTIME_COARSE, &mut res) };
+    if rc == 0 && res.tv_sec == 0 && res.tv_nsec > 0 {
+        std::time::Duration::from_nanos(res.tv_nsec as u64)
+    } else {
+        std::time::Duration::from_millis(10)
     }
 }
 
@@ -173,6 +205,7 @@ fn retire_in(repo: &Repository, name: &str, now: i64) -> GitResult<bool> {
     let Ok(mut r) = repo.find_reference(name) else {
         return Ok(false);
     };
+    clear_dead_lock(repo, name);
     let target = r.target();
     for k in 0..100 {
         let suffix = if k == 0 {
@@ -181,6 +214,7 @@ fn retire_in(repo: &Repository, name: &str, now: i64) -> GitResult<bool> {
             format!(".{k}")
         };
         let to = format!("{RETIRED_PREFIX}{key}-{n}{suffix}-{now}");
+        clear_dead_lock(repo, &to);
         match repo.find_reference(&to) {
             Ok(there) if there.target() == target => {
                 r.delete()?;
@@ -253,6 +287,7 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
                 continue;
             };
             if now - at >= keep_secs {
+                clear_dead_lock(&repo, &name);
                 match repo.find_reference(&name).and_then(|mut r| r.delete()) {
                     Ok(()) => swept.deleted += 1,
                     Err(e) => tracing::warn!("deleting {name}: {e:#}"),
@@ -350,17 +385,21 @@ mod tests {
 
     /// A lock made before the daemon became the state directory's only one is a dead
     /// daemon's: removed, the ref set. One made since (a `git gc` packing refs) is
-    /// waited for; one held past the tries fails the take.
+    /// waited for; one held past the waits fails the take, naming it; a lock whose
+    /// modification time its user set back is still one made since.
     #[test]
     fn a_dead_daemons_lock_goes_and_a_live_one_is_waited_for() {
         let (dir, c) = repo_with_commits(1);
         let repo = Repository::open_bare(dir.path()).unwrap();
-        let since = std::time::SystemTime::now();
-        sole_writer_since(since);
         let lock = |n: u64| dir.path().join(format!("{}.lock", kept_ref("5", n)));
         std::fs::create_dir_all(lock(1).parent().unwrap()).unwrap();
-        let old = std::fs::File::create(lock(1)).unwrap();
-        old.set_modified(since - std::time::Duration::from_secs(60))
+        std::fs::File::create(lock(1)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        sole_writer_since(std::time::SystemTime::now());
+        // A lock a user dates back is still one made since.
+        std::fs::File::create(lock(4))
+            .unwrap()
+            .set_modified(std::time::UNIX_EPOCH)
             .unwrap();
         keep(&repo, "5", 1, &[c[0]]).unwrap();
         assert!(!lock(1).exists());
@@ -369,7 +408,7 @@ mod tests {
         std::fs::File::create(lock(2)).unwrap();
         let held = lock(2);
         let gc = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            std::thread::sleep(std::time::Duration::from_millis(60));
             std::fs::remove_file(held).unwrap();
         });
         keep(&repo, "5", 2, &[c[0]]).unwrap();
@@ -377,8 +416,14 @@ mod tests {
         assert_eq!(repo.refname_to_id(&kept_ref("5", 2)).unwrap(), c[0]);
 
         std::fs::File::create(lock(3)).unwrap();
-        assert!(keep(&repo, "5", 3, &[c[0]]).is_err());
+        let e = keep(&repo, "5", 3, &[c[0]]).unwrap_err();
+        assert!(format!("{e:#}").contains("remove it"), "{e:#}");
         assert!(lock(3).exists(), "a live lock was removed");
+        assert!(keep(&repo, "5", 4, &[c[0]]).is_err());
+        assert!(
+            lock(4).exists(),
+            "a lock dated back was taken for a dead one"
+        );
     }
 
     #[test]

@@ -619,6 +619,8 @@ fn a_lock_file_a_killed_daemon_left_on_its_ref_is_removed_by_the_next_take() {
         fs::create_dir_all(f.parent().unwrap()).unwrap();
         fs::write(f, "").unwrap();
     }
+    // Its daemon killed a moment before the next started.
+    std::thread::sleep(Duration::from_millis(100));
     let m = env.mount();
     fs::write(m.wt("repo", "w").join("f.txt"), "two").unwrap();
     let two = checkpoint(&env, "two");
