@@ -33,11 +33,11 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// (the kernel ends a killed daemon's io_uring queues after it is gone; a `/dev/fuse`
 /// descriptor left in another process holds it), and then nothing ever answers, or (seen
 /// on Linux 6.18 while a killed daemon's io_uring queues were torn down) a request is
-/// answered ECANCELED, taken as no answer. Only that mount is taken for dead, and only when `own`'s lock is free and
-/// names this mountpoint and this very mount (its device, which the daemon records once
-/// mounted and erases when its mount has ended cleanly), and no running daemon names it
-/// either: evidence that holds across pid and mount namespaces, where a search of
-/// `/proc` alone can miss a live daemon.
+/// answered ECANCELED, taken as no answer. Only that mount is taken for dead, and only
+/// when `own`'s lock is free and names this mountpoint and this very mount (its device,
+/// which the daemon records once mounted and erases when its mount has ended cleanly),
+/// and no running daemon names it either: evidence that holds across pid and mount
+/// namespaces, where a search of `/proc` alone can miss a live daemon.
 pub fn probe(path: &Path, own: Option<&StateDir>) -> Liveness {
     match crate::asked::statx_sync(path, PROBE_TIMEOUT) {
         Some(libc::ENOTCONN | libc::ECONNABORTED) => Liveness::Dead,
