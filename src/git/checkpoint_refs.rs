@@ -105,13 +105,46 @@ pub(super) fn keep(repo: &Repository, key: &str, n: u64, commits: &[Oid]) -> Git
     {
         retire_in(repo, &name, now_secs())?;
     }
+    waiting_for_locks(repo, &name, |repo| {
+        repo.reference(&name, target, true, "worktreefs: checkpoint")
+            .map(|_| ())
+    })?;
+    Ok(())
+}
+
+/// How long a change of a ref waits, each time, for a lock another holds (a `git gc`
+/// packing refs holds each well under a millisecond), before it gives up: a take holds
+/// its worktree's lock on changes meanwhile.
+const LOCK_WAITS_MS: [u64; 5] = [5, 10, 20, 40, 80];
+
+/// `op`, a change of ref `name` in `repo`, tried again while a lock it needs is
+/// another's: the ref's own, or `packed-refs`'s when the ref is packed (a `git gc`, or
+/// this daemon changing another worktree's refs of the repository). Each try after the
+/// first reads the repository afresh: libgit2 forgets a packed ref as it deletes it even
+/// when writing `packed-refs` then fails, and the same repository would answer that it
+/// is gone. Waits [`LOCK_WAITS_MS`], then fails naming the lock and the way out.
+fn waiting_for_locks<T>(
+    repo: &Repository,
+    name: &str,
+    mut op: impl FnMut(&Repository) -> Result<T, git2::Error>,
+) -> GitResult<T> {
     let mut waits = LOCK_WAITS_MS.iter();
+    let mut fresh: Option<Repository> = None;
     loop {
-        match repo.reference(&name, target, true, "worktreefs: checkpoint") {
+        match op(fresh.as_ref().unwrap_or(repo)) {
             Err(e) if e.code() == git2::ErrorCode::Locked => match waits.next() {
-                Some(ms) => std::thread::sleep(std::time::Duration::from_millis(*ms)),
+                Some(ms) => {
+                    std::thread::sleep(std::time::Duration::from_millis(*ms));
+                    fresh = Some(Repository::open_bare(repo.path())?);
+                }
                 None => {
-                    let lock = repo.path().join(format!("{name}.lock"));
+                    let own = repo.path().join(format!("{name}.lock"));
+                    let packed = repo.path().join("packed-refs.lock");
+                    let lock = if !own.exists() && packed.exists() {
+                        packed
+                    } else {
+                        own
+                    };
                     return Err(e).with_context(|| {
                         format!(
                             "{} is held by another process; if no git command runs in the repository, remove it",
@@ -120,16 +153,10 @@ pub(super) fn keep(repo: &Repository, key: &str, n: u64, commits: &[Oid]) -> Git
                     });
                 }
             },
-            Err(e) => return Err(e.into()),
-            Ok(_) => return Ok(()),
+            other => return other.map_err(Into::into),
         }
     }
 }
-
-/// How long a take waits, each time, for a ref another holds the lock of (a `git gc`
-/// packing refs holds each well under a millisecond), before it gives up: the take
-/// holds the view's lock on changes meanwhile.
-const LOCK_WAITS_MS: [u64; 5] = [5, 10, 20, 40, 80];
 
 /// Since when this process is the only daemon of its state directory (it holds the
 /// state directory's lock), once the daemon says so.
@@ -202,11 +229,14 @@ fn retire_in(repo: &Repository, name: &str, now: i64) -> GitResult<bool> {
     else {
         return Ok(false);
     };
-    let Ok(mut r) = repo.find_reference(name) else {
+    let Ok(r) = repo.find_reference(name) else {
         return Ok(false);
     };
     clear_dead_lock(repo, name);
-    let target = r.target();
+    // Ours name a commit; a symbolic one planted under our names is let be.
+    let Some(target) = r.target() else {
+        return Ok(false);
+    };
     for k in 0..100 {
         let suffix = if k == 0 {
             String::new()
@@ -216,17 +246,25 @@ fn retire_in(repo: &Repository, name: &str, now: i64) -> GitResult<bool> {
         let to = format!("{RETIRED_PREFIX}{key}-{n}{suffix}-{now}");
         clear_dead_lock(repo, &to);
         match repo.find_reference(&to) {
-            Ok(there) if there.target() == target => {
-                r.delete()?;
+            Ok(there) if there.target() == Some(target) => {
+                waiting_for_locks(repo, name, delete(name))?;
                 return Ok(true);
             }
             Ok(_) => continue,
+            // Made, then the old one deleted (not renamed: a rename of a packed ref
+            // whose `packed-refs` is locked a moment makes the new name and leaves the
+            // old one, answering success). Either way the commit stays reached.
             Err(_) => {
-                r.rename(
-                    &to,
-                    false,
-                    "worktreefs: checkpoint gone, kept for the removal period",
-                )?;
+                waiting_for_locks(repo, &to, |repo| {
+                    repo.reference(
+                        &to,
+                        target,
+                        false,
+                        "worktreefs: checkpoint gone, kept for the removal period",
+                    )
+                    .map(|_| ())
+                })?;
+                waiting_for_locks(repo, name, delete(name))?;
                 return Ok(true);
             }
         }
@@ -288,7 +326,7 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
             };
             if now - at >= keep_secs {
                 clear_dead_lock(&repo, &name);
-                match repo.find_reference(&name).and_then(|mut r| r.delete()) {
+                match waiting_for_locks(&repo, &name, delete(&name)) {
                     Ok(()) => swept.deleted += 1,
                     Err(e) => tracing::warn!("deleting {name}: {e:#}"),
                 }
@@ -317,7 +355,7 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
                 if ours(part, &refs_key, retired).is_none() {
                     continue;
                 }
-                match repo.find_reference(&name).and_then(|mut r| r.delete()) {
+                match waiting_for_locks(&repo, &name, delete(&name)) {
                     Ok(()) => n += 1,
                     Err(e) => tracing::warn!("deleting {name}: {e:#}"),
                 }
@@ -325,6 +363,11 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
         }
         Ok(n)
     })
+}
+
+/// The deletion of ref `name`, for [`waiting_for_locks`].
+fn delete(name: &str) -> impl FnMut(&Repository) -> Result<(), git2::Error> + '_ {
+    move |repo| repo.find_reference(name).and_then(|mut r| r.delete())
 }
 
 fn names_under(repo: &Repository, prefix: &str) -> GitResult<Vec<String>> {
@@ -424,6 +467,40 @@ mod tests {
             lock(4).exists(),
             "a lock dated back was taken for a dead one"
         );
+    }
+
+    /// A retire of a packed ref rewrites `packed-refs`, whose lock another holds a moment
+    /// (a take's drop in another worktree of the repository, a `git gc`): it waits, and
+    /// the ref is retired, not left kept.
+    #[test]
+    fn a_retire_waits_for_packed_refs_locked_a_moment() {
+        let (dir, c) = repo_with_commits(1);
+        let repo = Repository::open_bare(dir.path()).unwrap();
+        keep(&repo, "sab-1", 1, &[c[0]]).unwrap();
+        keep(&repo, "sab-1", 2, &[c[0]]).unwrap();
+        let out = std::process::Command::new("git")
+            .args(["pack-refs", "--all"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(!dir.path().join(kept_ref("sab-1", 1)).exists());
+        let lock = dir.path().join("packed-refs.lock");
+        std::fs::File::create(&lock).unwrap();
+        let held = lock.clone();
+        let other = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            std::fs::remove_file(held).unwrap();
+        });
+        retire(dir.path(), "sab-1", 1).unwrap();
+        other.join().unwrap();
+        assert_eq!(names(dir.path(), KEPT_PREFIX), vec![kept_ref("sab-1", 2)]);
+        assert_eq!(names(dir.path(), RETIRED_PREFIX).len(), 1);
+        // Held on: the retire fails, naming the lock; the ref stays kept.
+        std::fs::File::create(&lock).unwrap();
+        let e = retire(dir.path(), "sab-1", 2).unwrap_err();
+        assert!(format!("{e:#}").contains("packed-refs.lock"), "{e:#}");
+        assert_eq!(names(dir.path(), KEPT_PREFIX), vec![kept_ref("sab-1", 2)]);
     }
 
     #[test]
