@@ -59,7 +59,7 @@ impl View {
         let wt = self.checkpointed(id)?;
         let cps = wt.checkpoints.as_ref().expect("checked");
         let started = std::time::Instant::now();
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes_of(&wt);
         self.refuse_while_unfinished(&wt)?;
         let open = self.open_for_writing(&wt);
         let open: Vec<_> = open.iter().map(|(p, f)| (p.clone(), f.as_fd())).collect();
@@ -108,7 +108,7 @@ impl View {
     fn rewind_locked(&self, id: WorktreeId, to: u64) -> FsResult<RewindDone> {
         let wt = self.checkpointed(id)?;
         let cps = wt.checkpoints.as_ref().expect("checked");
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes_of(&wt);
         // One that did not finish: a rewind to the checkpoint it took first goes back to
         // the state before it (every change it made is kept there), anything else finishes
         // it first (or says again why it cannot).
@@ -376,7 +376,7 @@ impl View {
             let Some(why) = policy.low_disk(&self.state.root) else {
                 break;
             };
-            let _m = self.mutate.lock();
+            let _m = self.lock_changes_of(&wt);
             let cps = wt.checkpoints.as_ref().expect("listed");
             match cps.drop_checkpoint(n) {
                 Ok(()) => {

@@ -177,7 +177,7 @@ impl View {
                             }
                         }
                     }
-                    let _m = self.mutate.lock();
+                    let _m = self.lock_changes_of(&wt);
                     self.copy_up(ino, flags & libc::O_TRUNC == 0)?;
                     // Its data kept before the kernel writes past the daemon; a checkpoint
                     // (taken under `mutate`) sees the handle once this returns.

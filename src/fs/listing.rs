@@ -187,7 +187,7 @@ impl View {
                     // A rename of the directory or an ancestor in flight: listed again
                     // once it is done (the table's lock is not held while waiting).
                     Err(e) if is_changing(Some(e.errno())) && !held() => {
-                        let _m = self.mutate.lock();
+                        let _m = self.lock_changes(ino);
                         once()
                     }
                     other => other,

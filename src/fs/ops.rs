@@ -247,7 +247,7 @@ impl View {
         flags: i32,
         caller: Caller,
     ) -> FsResult<(Entry, Fh)> {
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(parent);
         let p = self.prepare_create(parent, name)?;
         let extra = flags & (libc::O_APPEND | libc::O_NOATIME | libc::O_SYNC | libc::O_DSYNC);
         let at = self.new_at(&p, name);
@@ -293,7 +293,7 @@ impl View {
             Ok((wt, _, _)) => wt,
             Err(_) => return Err(not_supported("a file with no name outside a worktree")),
         };
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes_of(&wt);
         self.ensure_upper_dir(parent)?;
         let (dir, dir_attr) = self.upper_dir_stat(parent)?;
         let extra = flags
@@ -342,7 +342,7 @@ impl View {
         if self.is_repo(parent) {
             return Err(not_supported("creating a file beside worktrees"));
         }
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(parent);
         let p = self.prepare_create(parent, name)?;
         let at = self.new_at(&p, name);
         beneath::mknod_at(at.dir, &at.name, (mode & libc::S_IFMT) | 0o600, rdev as u64)
@@ -380,7 +380,7 @@ impl View {
             }
             _ => return Err(not_supported("mkdir here")),
         }
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(parent);
         let base_had_name = self.base_has(parent, name)?;
         let p = self.prepare_create(parent, name)?;
         let (uid, gid, sgid) = new_owner(caller, &p.dir_attr, true);
@@ -422,7 +422,7 @@ impl View {
         if self.is_repo(parent) {
             return Err(not_supported("creating a symlink beside worktrees"));
         }
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(parent);
         let p = self.prepare_create(parent, name)?;
         let at = self.new_at(&p, name);
         beneath::symlink_at(target.as_os_str().as_bytes(), at.dir, &at.name)
@@ -451,7 +451,7 @@ impl View {
     pub fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr) -> FsResult<Entry> {
         self.nodes.read().same_domain(ino, newparent, "link")?;
         self.prepare_content(ino);
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(ino);
         let (_, ov, _) = {
             let t = self.nodes.read();
             t.wt_of(ino)?
@@ -501,7 +501,7 @@ impl View {
         if set.size != Some(0) {
             self.prepare_content(ino);
         }
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(ino);
         {
             let t = self.nodes.read();
             match t.kind(ino) {

@@ -14,6 +14,7 @@
 //! * An ancestor whose name is gone makes every name below it unreachable (ENOENT), as on
 //!   ext4 in a removed directory.
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
@@ -25,6 +26,7 @@ use crate::beneath::{self, Stat};
 use super::error::{FsError, FsResult};
 use super::nodes::NodeTable;
 use super::worktree::WtCtx;
+use crate::ids::WorktreeId;
 use crate::ino::Ino;
 
 /// What the node table says about where a node's file is (computed under its lock,
@@ -152,22 +154,31 @@ impl Place {
     }
 }
 
-/// The `mutate` lock: one namespace change at a time. Knows whether this thread holds
-/// it, so a request that finds a name changing under it waits for the change only when it
-/// is not the one making it.
+/// The `mutate` locks: one namespace change at a time in each worktree, the submodule
+/// views nested in it included (one lock for the worktree a lease covers, `lease_id`).
+/// Changes in different worktrees go on side by side: a large file's copy, or a take
+/// waiting on its repository's refs, holds up only its own worktree. A change never spans
+/// two worktrees (a rename or link across them is refused first), so no thread takes two.
+/// Knows whether this thread holds one, so a request that finds a name changing under it
+/// waits for the change only when it is not the one making it.
 pub(super) struct Mutate {
-    lock: parking_lot::Mutex<()>,
+    /// Each worktree's lock (`None`: the top of the mount and `.control`, which hold no
+    /// worktree's files). An entry no guard holds goes when the map grows past `PRUNE_AT`.
+    locks: parking_lot::Mutex<HashMap<Option<WorktreeId>, Arc<parking_lot::Mutex<()>>>>,
 }
+
+/// How many worktrees' locks the map keeps before those no one holds are let go.
+const PRUNE_AT: usize = 256;
 
 thread_local! {
     static HOLDS_MUTATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-pub(super) struct MutateGuard<'a> {
-    _g: parking_lot::MutexGuard<'a, ()>,
+pub(super) struct MutateGuard {
+    _g: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
 }
 
-impl Drop for MutateGuard<'_> {
+impl Drop for MutateGuard {
     fn drop(&mut self) {
         HOLDS_MUTATE.with(|h| h.set(false));
     }
@@ -176,20 +187,23 @@ impl Drop for MutateGuard<'_> {
 impl Mutate {
     pub(super) fn new() -> Mutate {
         Mutate {
-            lock: parking_lot::Mutex::new(()),
+            locks: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
-    pub(super) fn lock(&self) -> MutateGuard<'_> {
+    /// Holds worktree `of`'s lock (`None`: the one of what is outside every worktree).
+    pub(super) fn lock(&self, of: Option<WorktreeId>) -> MutateGuard {
         debug_assert!(!held(), "mutate taken twice by one thread");
-        let g = self.lock.lock();
+        let lock = {
+            let mut locks = self.locks.lock();
+            if locks.len() >= PRUNE_AT && !locks.contains_key(&of) {
+                locks.retain(|_, l| Arc::strong_count(l) > 1);
+            }
+            locks.entry(of).or_default().clone()
+        };
+        let g = lock.lock_arc();
         HOLDS_MUTATE.with(|h| h.set(true));
         MutateGuard { _g: g }
-    }
-
-    /// Holds the lock unless this thread already does.
-    pub(super) fn lock_unless_held(&self) -> Option<MutateGuard<'_>> {
-        (!held()).then(|| self.lock())
     }
 }
 

@@ -277,7 +277,7 @@ impl View {
     }
 
     pub fn unlink(&self, parent: Ino, name: &OsStr) -> FsResult<()> {
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(parent);
         if name == super::types::GITFILE_NAME {
             if let Some(sub) = self.sub_root(parent) {
                 return self.unlink_sub_gitfile(parent, &sub);
@@ -314,7 +314,7 @@ impl View {
         if let Some(NodeKind::Repo(repo_id)) = parent_kind {
             return self.rmdir_worktree(parent, repo_id, name);
         }
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(parent);
         let (ino, ov) = self.remove_checks(parent, name)?;
         if ov.ftype != FType::Dir {
             return Err(FsError::not_dir());
@@ -429,7 +429,7 @@ impl View {
                 self.prepare_content(ino);
             }
         }
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(parent);
         let (src_ino, src) = self.remove_checks(parent, name)?;
         let src_sub = src_ino.and_then(|i| Some((i, self.sub_root(i)?)));
         if src.ftype == FType::Dir {

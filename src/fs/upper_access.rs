@@ -17,9 +17,14 @@ impl View {
         Place::find(wt, spec)
     }
 
-    /// `attempt`, once more holding `mutate` when it failed as a namespace change in
-    /// flight would make it fail (see `is_changing`) and this thread does not hold it.
-    fn settled<T>(&self, attempt: impl Fn() -> FsResult<io::Result<T>>) -> FsResult<io::Result<T>> {
+    /// `attempt` on node `ino`, once more holding its worktree's `mutate` when it failed
+    /// as a namespace change in flight would make it fail (see `is_changing`) and this
+    /// thread holds none.
+    fn settled<T>(
+        &self,
+        ino: Ino,
+        attempt: impl Fn() -> FsResult<io::Result<T>>,
+    ) -> FsResult<io::Result<T>> {
         let first = attempt();
         let changing = match &first {
             Ok(Err(e)) => is_changing(e.raw_os_error()),
@@ -27,7 +32,7 @@ impl View {
             Ok(Ok(_)) => false,
         };
         if changing && !held() {
-            let _m = self.mutate.lock_unless_held();
+            let _m = self.lock_changes(ino);
             attempt()
         } else {
             first
@@ -43,7 +48,7 @@ impl View {
         what: &str,
         f: impl Fn(&Place) -> io::Result<T>,
     ) -> FsResult<T> {
-        self.settled(|| self.place(ino).map(|p| f(&p)))?
+        self.settled(ino, || self.place(ino).map(|p| f(&p)))?
             .map_err(|e| FsError::io(format!("{what} of inode {ino}"), e))
     }
 
@@ -55,7 +60,7 @@ impl View {
 
     /// As `upper_dir`, with the directory's attributes.
     pub(super) fn upper_dir_stat(&self, ino: Ino) -> FsResult<(OwnedFd, beneath::Stat)> {
-        self.settled(|| {
+        self.settled(ino, || {
             let (wt, rel, expect) = self.nodes.read().dir_spec(ino)?;
             Ok(beneath::dir(wt.upper.fd.as_fd(), &rel).and_then(|fd| {
                 let st = beneath::fstat(fd.as_fd())?;

@@ -3,7 +3,8 @@
 //!
 //! ## Locks (take them in this order, never the reverse)
 //!
-//! 1. `mutate`: one namespace change at a time (create, unlink, rename, copy-up, …).
+//! 1. `mutate`: one namespace change at a time in a worktree (create, unlink, rename,
+//!    copy-up, …); each worktree has its own (`place::Mutate`), a thread holds one.
 //! 2. `nodes` (`nodes.rs`): the inode table, read-locked by lookups, getattr and path
 //!    resolution, write-locked to add, move or forget nodes. No thread takes it while it
 //!    already holds it, not even to read twice (parking_lot's lock is fair: a second read
@@ -212,6 +213,16 @@ impl View {
         }
     }
 
+    /// Holds the lock on changes of the worktree `ino` is in (see `place::Mutate`).
+    pub(super) fn lock_changes(&self, ino: Ino) -> super::place::MutateGuard {
+        self.mutate.lock(self.worktree_of(ino).map(|(id, _)| id))
+    }
+
+    /// Holds the lock on changes of worktree `wt` (and the submodule views in it).
+    pub(super) fn lock_changes_of(&self, wt: &super::worktree::WtCtx) -> super::place::MutateGuard {
+        self.mutate.lock(Some(wt.ident.lease_id))
+    }
+
     /// How many inodes the daemon keeps (one per inode the kernel holds).
     pub fn node_count(&self) -> usize {
         self.nodes.len()
@@ -295,11 +306,11 @@ impl View {
     }
 
     /// Waits (up to `limit`) until the kernel was told every invalidation sent so far.
-    /// A change made outside a request (a rewind) answers after it: whoever asked for it
-    /// then opens what it made, never a name the kernel still had of what it replaced.
-    /// Never from a request's thread: the invalidations may wait for a lock the kernel
-    /// holds while that request runs.
-    pub(super) fn await_invalidations(&self, limit: std::time::Duration) {
+    /// A change made outside a request (a rewind, a removal asked through the socket)
+    /// answers after it: whoever asked for it then opens what it made, never a name the
+    /// kernel still had of what it replaced. Never from a request's thread: the
+    /// invalidations may wait for a lock the kernel holds while that request runs.
+    pub fn await_invalidations(&self, limit: std::time::Duration) {
         let Some(send) = self.invalidator.get() else {
             return;
         };
@@ -358,7 +369,7 @@ impl View {
         };
         match once() {
             Err(e) if is_changing(Some(e.errno())) && !held() => {
-                let _m = self.mutate.lock();
+                let _m = self.lock_changes(ino);
                 once()
             }
             other => other,

@@ -134,7 +134,7 @@ impl View {
     pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: u32) -> FsResult<()> {
         let ftype = self.xattr_target(ino)?;
         self.writable_namespace(name, ftype)?;
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(ino);
         self.copy_up(ino, true)?;
         self.keep_node_attrs(ino)?;
         let f = self
@@ -162,7 +162,7 @@ impl View {
     pub fn removexattr(&self, ino: Ino, name: &OsStr) -> FsResult<()> {
         let ftype = self.xattr_target(ino)?;
         self.writable_namespace(name, ftype)?;
-        let _m = self.mutate.lock();
+        let _m = self.lock_changes(ino);
         let Some(f) = self.xattr_file(ino, ftype)? else {
             return Err(no_data(name));
         };

@@ -637,6 +637,101 @@ fn a_lock_file_a_killed_daemon_left_on_its_ref_is_removed_by_the_next_take() {
     m.unmount();
 }
 
+/// A take stalled in one worktree (its repository's owner made `packed-refs` a FIFO, so
+/// the take's ref change waits for a writer) holds up no other worktree's changes: each
+/// worktree has its own lock on changes.
+#[test]
+fn a_take_stalled_in_one_worktree_holds_up_no_other_worktrees_changes() {
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/w"]);
+    wtfs_ok(&env.state(), &["new", "repo/v"]);
+    let m = env.mount();
+    fs::write(m.wt("repo", "w").join("f.txt"), "w").unwrap();
+    let packed = env.repo.path().join(".git/packed-refs");
+    let aside = env.repo.path().join(".git/packed-refs.aside");
+    let had = packed.exists();
+    if had {
+        fs::rename(&packed, &aside).unwrap();
+    }
+    nix::unistd::mkfifo(&packed, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    // Whatever happens below, the FIFO's reader is let go and packed-refs put back.
+    struct PutBack(std::path::PathBuf, std::path::PathBuf, bool);
+    impl Drop for PutBack {
+        fn drop(&mut self) {
+            release_fifo(&self.0);
+            let _ = fs::remove_file(&self.0);
+            if self.2 {
+                let _ = fs::rename(&self.1, &self.0);
+            }
+        }
+    }
+    let put_back = PutBack(packed.clone(), aside, had);
+    let mut take = std::process::Command::new(BIN)
+        .args(["--state-dir", env.state().to_str().unwrap()])
+        .args(["checkpoint", "repo/w", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The take is at its ref change, as the repository's owner, stalled on the FIFO.
+    let stalled = || thread_named(m.pid(), "as-repo-owner");
+    wait_until(
+        "the take reaches its refs",
+        Duration::from_secs(20),
+        stalled,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(stalled(), "the take did not stall on the FIFO");
+    let started = std::time::Instant::now();
+    let v = m.wt("repo", "v");
+    for i in 0..20 {
+        fs::write(v.join(format!("n{i}.txt")), "v").unwrap();
+        fs::rename(v.join(format!("n{i}.txt")), v.join(format!("m{i}.txt"))).unwrap();
+    }
+    let took = started.elapsed();
+    assert!(
+        take.try_wait().unwrap().is_none(),
+        "the take finished before the other worktree's changes did"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "repo/v's creates and renames waited {took:?} for repo/w's take"
+    );
+    drop(put_back);
+    let out = take.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::write(m.wt("repo", "w").join("f.txt"), "later").unwrap();
+    let n: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    rewind(&env, n["checkpoint"].as_u64().unwrap());
+    assert_eq!(
+        fs::read_to_string(m.wt("repo", "w").join("f.txt")).unwrap(),
+        "w"
+    );
+    m.unmount();
+}
+
+/// Lets a reader blocked in opening the FIFO `path` go on (it then reads nothing).
+fn release_fifo(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
+}
+
+/// Whether process `pid` has a thread named `name`.
+fn thread_named(pid: u32, name: &str) -> bool {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|t| fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+}
+
 /// A fork starts with no checkpoints, and says so; its parent keeps its own.
 #[test]
 fn a_fork_copies_no_checkpoints_and_says_so() {
