@@ -290,6 +290,8 @@ fn answer(
         },
     );
     view.catalog_changed();
+    // The kernel forgets the worktree's name before the command hears it is gone.
+    view.await_invalidations(Duration::from_secs(10));
     send(&mut conn, &to_answer(r))
 }
 

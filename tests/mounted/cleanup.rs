@@ -1250,3 +1250,28 @@ fn rmdir_right_after_a_holder_exits_or_leaves_removes_the_worktree() {
     assert_eq!(state_of(&env, "left"), "removed");
     drop(m);
 }
+
+/// When `reclaim` answers that a worktree is removed, the mount no longer shows it, not
+/// even by a name the kernel had cached a moment before.
+#[test]
+fn a_reclaimed_worktree_is_gone_from_the_mount_when_reclaim_answers() {
+    let env = Env::new();
+    let m = env.mount();
+    for round in 0..15 {
+        let name = format!("r{round}");
+        wtfs_ok(&env.state(), &["new", &format!("repo/{name}")]);
+        let wt = m.wt("repo", &name);
+        // The kernel knows the name and its attributes.
+        assert!(fs::symlink_metadata(&wt).unwrap().is_dir());
+        let out = wtfs_ok(&env.state(), &["reclaim", &format!("repo/{name}")]);
+        assert!(out.contains("removed"), "round {round}: {out}");
+        match fs::symlink_metadata(&wt) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => panic!(
+                "round {round}: {} right after reclaim: {other:?}",
+                wt.display()
+            ),
+        }
+    }
+    m.unmount();
+}
