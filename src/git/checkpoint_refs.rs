@@ -117,13 +117,34 @@ pub(super) fn keep(repo: &Repository, key: &str, n: u64, commits: &[Oid]) -> Git
 /// its worktree's lock on changes meanwhile.
 const LOCK_WAITS_MS: [u64; 5] = [5, 10, 20, 40, 80];
 
+/// Holds the lock on this daemon's ref changes in the repository at `gitdir` (every
+/// worktree's, one at a time): libgit2 reads `packed-refs` before it takes its lock and
+/// writes back what it read less the ref it deletes, so two deletions at once in one
+/// repository would bring the first one's ref back. Taken on the thread that changes the
+/// refs (as the repository's owner), for the whole change.
+pub(super) fn changing_refs_of(
+    gitdir: &Path,
+) -> parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()> {
+    type Locks = parking_lot::Mutex<
+        std::collections::HashMap<std::path::PathBuf, std::sync::Arc<parking_lot::Mutex<()>>>,
+    >;
+    static LOCKS: std::sync::OnceLock<Locks> = std::sync::OnceLock::new();
+    let lock = LOCKS
+        .get_or_init(Default::default)
+        .lock()
+        .entry(gitdir.to_path_buf())
+        .or_default()
+        .clone();
+    lock.lock_arc()
+}
+
 /// `op`, a change of ref `name` in `repo`, tried again while a lock it needs is
 /// another's: the ref's own, or `packed-refs`'s when the ref is packed (a `git gc`, or
 /// this daemon changing another worktree's refs of the repository). Each try after the
 /// first reads the repository afresh: libgit2 forgets a packed ref as it deletes it even
 /// when writing `packed-refs` then fails, and the same repository would answer that it
 /// is gone. Waits [`LOCK_WAITS_MS`], then fails naming the lock and the way out.
-fn waiting_for_locks<T>(
+pub(super) fn waiting_for_locks<T>(
     repo: &Repository,
     name: &str,
     mut op: impl FnMut(&Repository) -> Result<T, git2::Error>,
@@ -278,6 +299,7 @@ pub fn retire(gitdir: &Path, key: &str, n: u64) -> GitResult<()> {
     let (dir, name) = (gitdir.to_path_buf(), kept_ref(key, n));
     let now = now_secs();
     as_owner_of(gitdir, move || -> GitResult<()> {
+        let _refs = changing_refs_of(&dir);
         let repo = Repository::open_bare(&dir)?;
         retire_in(&repo, &name, now)?;
         Ok(())
@@ -302,6 +324,7 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
     let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
     let now = now_secs();
     as_owner_of(gitdir, move || -> GitResult<Swept> {
+        let _refs = changing_refs_of(&dir);
         let repo = Repository::open_bare(&dir)?;
         let mut swept = Swept::default();
         for name in names_under(&repo, KEPT_PREFIX)? {
@@ -342,6 +365,7 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
 pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
     let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
     as_owner_of(gitdir, move || -> GitResult<usize> {
+        let _refs = changing_refs_of(&dir);
         let repo = Repository::open_bare(&dir)?;
         let mut n = 0;
         for (prefix, retired) in [(KEPT_PREFIX, false), (RETIRED_PREFIX, true)] {
@@ -366,7 +390,7 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
 }
 
 /// The deletion of ref `name`, for [`waiting_for_locks`].
-fn delete(name: &str) -> impl FnMut(&Repository) -> Result<(), git2::Error> + '_ {
+pub(super) fn delete(name: &str) -> impl FnMut(&Repository) -> Result<(), git2::Error> + '_ {
     move |repo| repo.find_reference(name).and_then(|mut r| r.delete())
 }
 

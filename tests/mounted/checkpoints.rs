@@ -638,8 +638,9 @@ fn a_lock_file_a_killed_daemon_left_on_its_ref_is_removed_by_the_next_take() {
 }
 
 /// A take stalled in one worktree (its repository's owner made `packed-refs` a FIFO, so
-/// the take's ref change waits for a writer) holds up no other worktree's changes: each
-/// worktree has its own lock on changes.
+/// the take's ref change waits for a writer) holds up that worktree's changes, not
+/// another's: each worktree has its own lock on changes (while the stalled worktree's
+/// requests leave the transport workers to serve others: see docs/design/locks.md).
 #[test]
 fn a_take_stalled_in_one_worktree_holds_up_no_other_worktrees_changes() {
     let env = Env::new();
@@ -682,6 +683,16 @@ fn a_take_stalled_in_one_worktree_holds_up_no_other_worktrees_changes() {
     );
     std::thread::sleep(Duration::from_millis(300));
     assert!(stalled(), "the take did not stall on the FIFO");
+    // A change in repo/w waits for its take.
+    let blocked = {
+        let f = m.wt("repo", "w").join("blocked.txt");
+        std::thread::spawn(move || fs::write(f, "w"))
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !blocked.is_finished(),
+        "repo/w's create did not wait for its take"
+    );
     let started = std::time::Instant::now();
     let v = m.wt("repo", "v");
     for i in 0..20 {
@@ -698,6 +709,7 @@ fn a_take_stalled_in_one_worktree_holds_up_no_other_worktrees_changes() {
         "repo/v's creates and renames waited {took:?} for repo/w's take"
     );
     drop(put_back);
+    blocked.join().unwrap().unwrap();
     let out = take.wait_with_output().unwrap();
     assert!(
         out.status.success(),
