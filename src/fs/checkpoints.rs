@@ -201,6 +201,7 @@ impl View {
             self.save_git_state(wt, before, &moved)?;
         }
         let r = cps.continue_rewind(wt.upper.fd.as_fd()).map_err(failed)?;
+        self.restore_submodule_records(wt, &cps.dir(to))?;
         self.restore_git_state(wt, to).map_err(|e| {
             FsError::eio(
                 format!(
@@ -282,8 +283,11 @@ impl View {
         }
     }
 
+    /// Keeps git's state of checkpoint `n` (and, first, where the submodule views are):
+    /// once it is kept, the checkpoint is whole.
     fn save_git_state(&self, wt: &WtCtx, n: u64, also: &[String]) -> FsResult<()> {
         let cps = wt.checkpoints.as_ref().expect("a worktree's own view");
+        self.keep_submodule_records(wt, &cps.dir(n))?;
         crate::git::checkpoint::save(
             &self.git_place(wt),
             &cps.dir(n),
@@ -467,7 +471,10 @@ impl View {
                 continue;
             };
             inval.push(Inval::Inode(node));
-            let fresh = self.nodes.read().wt_of(parent).and_then(|(_, dir_ov, _)| {
+            // The table's read lock let go before the disk is looked at (`upper_dir`
+            // takes it again: a writer queued between two reads would wait forever).
+            let dir = self.nodes.read().wt_of(parent);
+            let fresh = dir.and_then(|(_, dir_ov, _)| {
                 self.resolve_child(
                     wt,
                     &dir_ov,

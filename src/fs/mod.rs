@@ -15,6 +15,7 @@ mod base;
 mod base_layer;
 mod bases;
 mod catalog;
+mod checkpoint_submodules;
 mod checkpoints;
 mod control;
 mod control_files;

@@ -40,6 +40,23 @@ pub struct SubRecord {
     /// still name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moving_from: Option<String>,
+    /// The path (in the worktree) it was made at, which names its directory (`key_of`);
+    /// absent in records of versions before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+}
+
+impl SubRecord {
+    /// The path it was made at: recorded, or for an older record one of the paths it
+    /// names whose key is its directory's `key` (None when it moved on from there).
+    pub fn origin_of(&self, key: &str) -> Option<String> {
+        self.origin.clone().or_else(|| {
+            std::iter::once(&self.path)
+                .chain(&self.moving_from)
+                .find(|p| key_of(p.as_bytes()) == key)
+                .cloned()
+        })
+    }
 }
 
 /// The name of a submodule's directory under `subs/`: from its path.

@@ -264,6 +264,7 @@ pub fn ensure(
                 ),
                 removed: false,
                 moving_from: None,
+                origin: Some(full_path(p.within, origin_s)),
             };
             for d in [dir.join("upper"), dir.join("work")] {
                 fs::create_dir_all(&d)?;
@@ -400,10 +401,17 @@ pub fn mark_removed(
     origin: &[u8],
     removed: bool,
 ) -> LifecycleResult<()> {
-    let record_path = state.subs(id).join(key_of(origin)).join("record");
+    set_removed(&state.subs(id).join(key_of(origin)), removed)
+}
+
+/// As [`mark_removed`], for the view whose directory (under `subs/`) is `dir`.
+pub fn set_removed(dir: &Path, removed: bool) -> LifecycleResult<()> {
+    let record_path = dir.join("record");
     let mut r: SubRecord = serde_json::from_slice(&fs::read(&record_path)?)?;
-    r.removed = removed;
-    crate::durable::write_file_synced(&record_path, &serde_json::to_vec_pretty(&r)?)?;
+    if r.removed != removed {
+        r.removed = removed;
+        crate::durable::write_file_synced(&record_path, &serde_json::to_vec_pretty(&r)?)?;
+    }
     Ok(())
 }
 

@@ -1147,3 +1147,82 @@ fn a_worktree_removed_by_hand_takes_its_submodule_entries() {
     );
     m.unmount();
 }
+
+/// A rewind puts a submodule view moved since the checkpoint back where it was: the
+/// superproject's names and the view's record both (its own files are its own layer's,
+/// which no checkpoint keeps: they move with it, unchanged). Its undo moves it again.
+#[test]
+fn a_rewind_puts_a_moved_submodule_view_back_where_it_was() {
+    let env = Env::new();
+    let (_lib_dir, _lib) = with_submodule(&env);
+    wtfs_ok(&env.state(), &["new", "repo/w", "--submodules"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "w");
+    let status = |d: &Path| git(d, &["status", "--porcelain", "--untracked-files=all"]);
+    run_ok("sh", &["-c", "echo draft > vendor/lib/draft.txt"], &wt);
+    let before = status(&wt);
+    let lib_head = git(&wt.join("vendor/lib"), &["rev-parse", "HEAD"]);
+    let taken = |label: &str| -> u64 {
+        let out = wtfs_ok(
+            &env.state(),
+            &["checkpoint", "repo/w", "--label", label, "--json"],
+        );
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["checkpoint"]
+            .as_u64()
+            .unwrap()
+    };
+    let rewind = |to: u64| -> u64 {
+        let out = wtfs_ok(
+            &env.state(),
+            &["rewind", "repo/w", "--to", &to.to_string(), "--json"],
+        );
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["undo"]["checkpoint"]
+            .as_u64()
+            .unwrap()
+    };
+    let at_first = taken("before the move");
+    git(&wt, &["mv", "vendor/lib", "lib"]);
+    assert_eq!(run_ok("cat", &["lib/draft.txt"], &wt), "draft\n");
+    let undo = rewind(at_first);
+    let back_at = |at: &str, gone: &str| {
+        assert!(
+            !run("test", &["-e", gone], &wt).status.success(),
+            "{gone} is still there"
+        );
+        assert_eq!(run_ok("cat", &[&format!("{at}/l.txt")], &wt), "library\n");
+        assert_eq!(run_ok("cat", &[&format!("{at}/draft.txt")], &wt), "draft\n");
+        assert_eq!(git(&wt.join(at), &["rev-parse", "HEAD"]), lib_head);
+        assert_eq!(status(&wt.join(at)), "?? draft.txt\n");
+    };
+    back_at("vendor/lib", "lib");
+    assert_eq!(status(&wt), before);
+    // Its undo moves it again; a remount keeps what the last rewind said.
+    rewind(undo);
+    back_at("lib", "vendor/lib");
+    m.unmount();
+    let m = env.mount();
+    back_at("lib", "vendor/lib");
+    rewind(at_first);
+    back_at("vendor/lib", "lib");
+    assert_eq!(status(&wt), before);
+    // Removed: a rewind shows its directory again (what the removal deleted inside it
+    // is its own layer's, not kept).
+    let kept = taken("before the removal");
+    git(&wt, &["rm", "-q", "-f", "vendor/lib"]);
+    assert!(!run("test", &["-e", "vendor/lib"], &wt).status.success());
+    rewind(kept);
+    assert!(run("test", &["-d", "vendor/lib"], &wt).status.success());
+    let record = fs::read_dir(
+        env.state()
+            .join("worktrees")
+            .join(id_of(&env, "w").to_string())
+            .join("subs"),
+    )
+    .unwrap()
+    .flatten()
+    .map(|e| fs::read_to_string(e.path().join("record")).unwrap())
+    .collect::<Vec<_>>();
+    assert_eq!(record.len(), 1);
+    assert!(record[0].contains("\"removed\": false"), "{}", record[0]);
+    m.unmount();
+}
