@@ -314,7 +314,6 @@ pub fn save(at: &Place, daemon_dir: &Path, key: &str, n: u64, also: &[String]) -
         }
         let (gitdir, key2, head2) = (at.gitdir.to_path_buf(), key.to_string(), head.clone());
         let lines = as_owner_of(at.gitdir, move || -> GitResult<String> {
-            let _refs = super::checkpoint_refs::changing_refs_of(&gitdir);
             let repo = git2::Repository::open_bare(&gitdir)?;
             let mut lines = String::new();
             let mut reached: Vec<git2::Oid> = head_commit(&repo, &head2).into_iter().collect();
@@ -403,7 +402,6 @@ pub fn restore(at: &Place, daemon_dir: &Path, n: u64) -> GitResult<()> {
         let message2 = message.clone();
         let this_entry = at.admin_name.to_string();
         let (old, new) = as_owner_of(at.gitdir, move || -> GitResult<_> {
-            let _refs = super::checkpoint_refs::changing_refs_of(&gitdir);
             let repo = git2::Repository::open_bare(&gitdir)?;
             let old = head_commit(&repo, &before);
             // A branch another worktree has checked out is its: never moved from here.
@@ -432,11 +430,7 @@ pub fn restore(at: &Place, daemon_dir: &Path, n: u64) -> GitResult<()> {
                     Err(_) => {
                         // Unborn then: the branch goes (its reflog with it, as git's).
                         if repo.find_reference(name).is_ok() {
-                            super::checkpoint_refs::waiting_for_locks(
-                                &repo,
-                                name,
-                                super::checkpoint_refs::delete(name),
-                            )?;
+                            super::ref_delete::delete_ref(&gitdir, name, None)?;
                         }
                     }
                 }

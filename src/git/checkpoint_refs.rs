@@ -117,55 +117,22 @@ pub(super) fn keep(repo: &Repository, key: &str, n: u64, commits: &[Oid]) -> Git
 /// its worktree's lock on changes meanwhile.
 const LOCK_WAITS_MS: [u64; 5] = [5, 10, 20, 40, 80];
 
-/// Holds the lock on this daemon's ref changes in the repository at `gitdir` (every
-/// worktree's, one at a time): libgit2 reads `packed-refs` before it takes its lock and
-/// writes back what it read less the ref it deletes, so two deletions at once in one
-/// repository would bring the first one's ref back. Taken on the thread that changes the
-/// refs (as the repository's owner), for the whole change.
-pub(super) fn changing_refs_of(
-    gitdir: &Path,
-) -> parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()> {
-    type Locks = parking_lot::Mutex<
-        std::collections::HashMap<std::path::PathBuf, std::sync::Arc<parking_lot::Mutex<()>>>,
-    >;
-    static LOCKS: std::sync::OnceLock<Locks> = std::sync::OnceLock::new();
-    let lock = LOCKS
-        .get_or_init(Default::default)
-        .lock()
-        .entry(gitdir.to_path_buf())
-        .or_default()
-        .clone();
-    lock.lock_arc()
-}
-
-/// `op`, a change of ref `name` in `repo`, tried again while a lock it needs is
-/// another's: the ref's own, or `packed-refs`'s when the ref is packed (a `git gc`, or
-/// this daemon changing another worktree's refs of the repository). Each try after the
-/// first reads the repository afresh: libgit2 forgets a packed ref as it deletes it even
-/// when writing `packed-refs` then fails, and the same repository would answer that it
-/// is gone. Waits [`LOCK_WAITS_MS`], then fails naming the lock and the way out.
+/// `op`, a creation or move of ref `name` in `repo` (a loose ref: libgit2 writes no
+/// `packed-refs` for it; deletions go through git, `ref_delete.rs`), tried again while
+/// another holds the ref's lock (a `git gc` packing refs). Waits [`LOCK_WAITS_MS`], then
+/// fails naming the lock and the way out.
 pub(super) fn waiting_for_locks<T>(
     repo: &Repository,
     name: &str,
     mut op: impl FnMut(&Repository) -> Result<T, git2::Error>,
 ) -> GitResult<T> {
     let mut waits = LOCK_WAITS_MS.iter();
-    let mut fresh: Option<Repository> = None;
     loop {
-        match op(fresh.as_ref().unwrap_or(repo)) {
+        match op(repo) {
             Err(e) if e.code() == git2::ErrorCode::Locked => match waits.next() {
-                Some(ms) => {
-                    std::thread::sleep(std::time::Duration::from_millis(*ms));
-                    fresh = Some(Repository::open_bare(repo.path())?);
-                }
+                Some(ms) => std::thread::sleep(std::time::Duration::from_millis(*ms)),
                 None => {
-                    let own = repo.path().join(format!("{name}.lock"));
-                    let packed = repo.path().join("packed-refs.lock");
-                    let lock = if !own.exists() && packed.exists() {
-                        packed
-                    } else {
-                        own
-                    };
+                    let lock = repo.path().join(format!("{name}.lock"));
                     return Err(e).with_context(|| {
                         format!(
                             "{} is held by another process; if no git command runs in the repository, remove it",
@@ -268,7 +235,7 @@ fn retire_in(repo: &Repository, name: &str, now: i64) -> GitResult<bool> {
         clear_dead_lock(repo, &to);
         match repo.find_reference(&to) {
             Ok(there) if there.target() == Some(target) => {
-                waiting_for_locks(repo, name, delete(name))?;
+                super::ref_delete::delete_ref(repo.path(), name, Some(target))?;
                 return Ok(true);
             }
             Ok(_) => continue,
@@ -285,7 +252,7 @@ fn retire_in(repo: &Repository, name: &str, now: i64) -> GitResult<bool> {
                     )
                     .map(|_| ())
                 })?;
-                waiting_for_locks(repo, name, delete(name))?;
+                super::ref_delete::delete_ref(repo.path(), name, Some(target))?;
                 return Ok(true);
             }
         }
@@ -299,7 +266,6 @@ pub fn retire(gitdir: &Path, key: &str, n: u64) -> GitResult<()> {
     let (dir, name) = (gitdir.to_path_buf(), kept_ref(key, n));
     let now = now_secs();
     as_owner_of(gitdir, move || -> GitResult<()> {
-        let _refs = changing_refs_of(&dir);
         let repo = Repository::open_bare(&dir)?;
         retire_in(&repo, &name, now)?;
         Ok(())
@@ -324,7 +290,6 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
     let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
     let now = now_secs();
     as_owner_of(gitdir, move || -> GitResult<Swept> {
-        let _refs = changing_refs_of(&dir);
         let repo = Repository::open_bare(&dir)?;
         let mut swept = Swept::default();
         for name in names_under(&repo, KEPT_PREFIX)? {
@@ -349,7 +314,7 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
             };
             if now - at >= keep_secs {
                 clear_dead_lock(&repo, &name);
-                match waiting_for_locks(&repo, &name, delete(&name)) {
+                match super::ref_delete::delete_ref(&dir, &name, None) {
                     Ok(()) => swept.deleted += 1,
                     Err(e) => tracing::warn!("deleting {name}: {e:#}"),
                 }
@@ -365,7 +330,6 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
 pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
     let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
     as_owner_of(gitdir, move || -> GitResult<usize> {
-        let _refs = changing_refs_of(&dir);
         let repo = Repository::open_bare(&dir)?;
         let mut n = 0;
         for (prefix, retired) in [(KEPT_PREFIX, false), (RETIRED_PREFIX, true)] {
@@ -379,7 +343,7 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
                 if ours(part, &refs_key, retired).is_none() {
                     continue;
                 }
-                match waiting_for_locks(&repo, &name, delete(&name)) {
+                match super::ref_delete::delete_ref(&dir, &name, None) {
                     Ok(()) => n += 1,
                     Err(e) => tracing::warn!("deleting {name}: {e:#}"),
                 }
@@ -387,11 +351,6 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
         }
         Ok(n)
     })
-}
-
-/// The deletion of ref `name`, for [`waiting_for_locks`].
-pub(super) fn delete(name: &str) -> impl FnMut(&Repository) -> Result<(), git2::Error> + '_ {
-    move |repo| repo.find_reference(name).and_then(|mut r| r.delete())
 }
 
 fn names_under(repo: &Repository, prefix: &str) -> GitResult<Vec<String>> {

@@ -8,7 +8,8 @@
 //! is git's hook protocol and its configuration; `blobcache` keeps blobs as files;
 //! `convert` is what a checkout does to a blob (attributes, end of line, `ident`),
 //! `checkout` which files of a tree it converts, `filters` runs git as a worktree's owner
-//! for the rest.
+//! for the rest; `ref_delete` deletes refs through git, which libgit2 cannot do safely
+//! beside a `git gc`.
 
 pub mod admin;
 pub mod blobcache;
@@ -23,6 +24,7 @@ pub mod index;
 pub mod integrated;
 pub mod objects;
 pub mod owner;
+pub mod ref_delete;
 pub mod untracked;
 pub mod walk;
 pub mod warm;

@@ -282,7 +282,7 @@ impl Remover for FsRemover<'_> {
                 };
                 let repo = Repository::open(&self.t.gitdir).map_err(|e| e.to_string())?;
                 let name = format!("refs/heads/{branch}");
-                let Ok(mut r) = repo.find_reference(&name) else {
+                let Ok(r) = repo.find_reference(&name) else {
                     return Ok(());
                 };
                 let tip = r
@@ -298,7 +298,9 @@ impl Remover for FsRemover<'_> {
                         "{name} now points at {tip}, which no other ref reaches and whose content is on no remote-tracking ref"
                     ));
                 }
-                r.delete().map_err(|e| e.to_string())?;
+                // Through git, and only while it still names the tip checked.
+                crate::git::ref_delete::delete_ref(&self.t.gitdir, &name, Some(tip))
+                    .map_err(|e| format!("{e:#}"))?;
                 self.deleted_tip = Some(tip);
                 Ok(())
             }

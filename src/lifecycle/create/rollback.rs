@@ -256,7 +256,7 @@ pub(crate) fn roll_back(
             let checked_out = git::checked_out_branches(&repo)
                 .into_iter()
                 .any(|(_, r)| r == full);
-            if let Ok(mut br) = repo.find_branch(b, BranchType::Local) {
+            if let Ok(br) = repo.find_branch(b, BranchType::Local) {
                 let tip = br.get().target().map(|t| t.to_string());
                 // Made by this creation and untouched since: one reflog entry, its own
                 // (written by the creation even where the repository keeps no reflogs).
@@ -266,10 +266,11 @@ pub(crate) fn roll_back(
                             == Some(branch_log_message(c.worktree_id))
                 });
                 if made_here && tip.as_deref() == Some(c.base_commit.as_str()) && !checked_out {
-                    br.delete().map_err(|e| {
+                    // Through git (`git::ref_delete`), only while it names that tip.
+                    let tip = br.get().target();
+                    crate::git::ref_delete::delete_ref(gitdir, &full, tip).map_err(|e| {
                         crate::lifecycle::error::failed(format!(
-                            "{what}: deleting branch {b}: {}",
-                            e.message()
+                            "{what}: deleting branch {b}: {e:#}"
                         ))
                     })?;
                 } else {

@@ -130,16 +130,11 @@ fn index_tree(repo: &Repository, bytes: &[u8]) -> LifecycleResult<Oid> {
     r
 }
 
-/// Deletes the ref `name` of the repository at `gitdir`, as its owner.
+/// Deletes the ref `name` of the repository at `gitdir`, as its owner (through git:
+/// `git::ref_delete`).
 fn drop_ref(gitdir: &Path, name: &str) -> LifecycleResult<()> {
-    let (dir, name) = (gitdir.to_path_buf(), name.to_string());
-    crate::git::owner::as_owner_of(gitdir, move || {
-        let repo = Repository::open(&dir)?;
-        if let Ok(mut r) = repo.find_reference(&name) {
-            r.delete()?;
-        }
-        Ok(())
-    })
+    crate::git::ref_delete::delete_ref(gitdir, name, None)?;
+    Ok(())
 }
 
 /// Deletes the ref `name` (under [`REMOVED_REF_PREFIX`]) that keeps a removal's objects.
