@@ -102,6 +102,11 @@ pub(super) fn rewind(
         Err(e) if e.errno() == libc::ENOENT => Done::Gone(format!(
             "{repo}/{name} has no checkpoint {to}: see `worktreefs checkpoints {repo}/{name}`"
         )),
+        // Refused before anything changed, with the way out.
+        Err(e) if e.errno() == libc::EBUSY => Done::Refused(format!(
+            "the rewind of {repo}/{name} to checkpoint {to}: {}",
+            e.message
+        )),
         Err(e) => error(format!(
             "the rewind of {repo}/{name} to checkpoint {to} failed: {}",
             e.message

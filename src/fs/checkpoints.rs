@@ -135,6 +135,7 @@ impl View {
                 "checkpoint {to} is incomplete (git's state of it was not kept: a crash while it was taken?); rewind to another"
             )));
         }
+        self.refuse_moving_nested_views(&wt, &cps.dir(to))?;
         let open = self.open_for_writing(&wt);
         let open: Vec<_> = open.iter().map(|(p, f)| (p.clone(), f.as_fd())).collect();
         let label = Some(format!("before the rewind to {to}"));
@@ -200,8 +201,12 @@ impl View {
             let moved = crate::git::checkpoint::branches_of(&cps.dir(to));
             self.save_git_state(wt, before, &moved)?;
         }
-        let r = cps.continue_rewind(wt.upper.fd.as_fd()).map_err(failed)?;
-        self.restore_submodule_records(wt, &cps.dir(to))?;
+        let mut r = cps.continue_rewind(wt.upper.fd.as_fd()).map_err(failed)?;
+        let moved = self.restore_submodule_records(wt, &cps.dir(to))?;
+        if let Some(r) = r.as_mut() {
+            // Where the moved views were shown and are now: looked up again.
+            r.names.extend(moved);
+        }
         self.restore_git_state(wt, to).map_err(|e| {
             FsError::eio(
                 format!(

@@ -1226,3 +1226,115 @@ fn a_rewind_puts_a_moved_submodule_view_back_where_it_was() {
     assert!(record[0].contains("\"removed\": false"), "{}", record[0]);
     m.unmount();
 }
+
+/// Nested views (a submodule's own submodule) are their parent view's to show: a rewind
+/// leaves a nested view moved inside its parent where it is (the parent's layer, which
+/// holds that move, is not rewound), and refuses to move back a view that has nested
+/// views of its own, saying how to go on.
+#[test]
+fn a_rewind_leaves_nested_views_to_their_parent_and_refuses_moving_one_back() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let with_file = |args: &[&str]| -> Vec<String> {
+        ["-c", "protocol.file.allow=always"]
+            .iter()
+            .chain(args)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let git_s = |d: &Path, args: Vec<String>| {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        git(d, &a);
+    };
+    let deep = dir.path().join("deep");
+    fs::create_dir(&deep).unwrap();
+    git(&deep, &["init", "-q", "-b", "main"]);
+    fs::write(deep.join("d.txt"), b"deep\n").unwrap();
+    git(&deep, &["add", "-A"]);
+    git(&deep, &["commit", "-q", "-m", "deep"]);
+    let lib = dir.path().join("lib");
+    fs::create_dir(&lib).unwrap();
+    git(&lib, &["init", "-q", "-b", "main"]);
+    fs::write(lib.join("l.txt"), b"library\n").unwrap();
+    git(&lib, &["add", "-A"]);
+    git_s(
+        &lib,
+        with_file(&[
+            "submodule",
+            "add",
+            "-q",
+            deep.to_str().unwrap(),
+            "third/deep",
+        ]),
+    );
+    git(&lib, &["commit", "-q", "-m", "lib"]);
+    let repo = env.repo.path();
+    git_s(
+        &repo,
+        with_file(&[
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().unwrap(),
+            "vendor/lib",
+        ]),
+    );
+    git_s(
+        &repo,
+        with_file(&[
+            "submodule",
+            "update",
+            "-q",
+            "--init",
+            "--recursive",
+            "vendor/lib",
+        ]),
+    );
+    git(&repo, &["commit", "-q", "-m", "add the library"]);
+    wtfs_ok(&env.state(), &["new", "repo/w", "--submodules"]);
+    let m = env.mount();
+    let wt = m.wt("repo", "w");
+    let taken = || -> String {
+        let out = wtfs_ok(&env.state(), &["checkpoint", "repo/w", "--json"]);
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["checkpoint"]
+            .as_u64()
+            .unwrap()
+            .to_string()
+    };
+    // Moved inside its parent view: the rewind leaves it there.
+    assert_eq!(
+        run_ok("cat", &["vendor/lib/third/deep/d.txt"], &wt),
+        "deep\n"
+    );
+    let before = taken();
+    git(&wt.join("vendor/lib"), &["mv", "third/deep", "deep2"]);
+    wtfs_ok(&env.state(), &["rewind", "repo/w", "--to", &before]);
+    assert_eq!(run_ok("cat", &["vendor/lib/deep2/d.txt"], &wt), "deep\n");
+    assert!(!run("test", &["-e", "vendor/lib/third/deep"], &wt)
+        .status
+        .success());
+    // A view with a nested view, moved since the checkpoint: refused, nothing changed.
+    let m2 = {
+        m.unmount();
+        wtfs_ok(&env.state(), &["new", "repo/v", "--submodules"]);
+        env.mount()
+    };
+    let v = m2.wt("repo", "v");
+    assert_eq!(run_ok("cat", &["vendor/lib/l.txt"], &v), "library\n");
+    let out = wtfs_ok(&env.state(), &["checkpoint", "repo/v", "--json"]);
+    let at = serde_json::from_str::<serde_json::Value>(&out).unwrap()["checkpoint"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    // Moved before its nested view is made (git mv would rewrite that view's .git).
+    run_ok("mv", &["vendor/lib", "lib"], &v);
+    assert_eq!(run_ok("cat", &["lib/third/deep/d.txt"], &v), "deep\n");
+    let r = wtfs(&env.state(), &["rewind", "repo/v", "--to", &at]);
+    let said = String::from_utf8_lossy(&r.stderr).into_owned();
+    assert!(!r.status.success(), "{said}");
+    assert!(said.contains("has submodule views of its own"), "{said}");
+    assert!(said.contains("submodule deinit"), "{said}");
+    assert_eq!(run_ok("cat", &["lib/third/deep/d.txt"], &v), "deep\n");
+    assert!(!run("test", &["-e", "vendor/lib"], &v).status.success());
+    m2.unmount();
+}
