@@ -429,8 +429,10 @@ pub fn restore(at: &Place, daemon_dir: &Path, n: u64) -> GitResult<()> {
                     }
                     Err(_) => {
                         // Unborn then: the branch goes (its reflog with it, as git's).
-                        if repo.find_reference(name).is_ok() {
-                            super::ref_delete::delete_ref(&gitdir, name, None)?;
+                        // While it names what it was read to name (a commit made
+                        // meanwhile keeps it).
+                        if let Ok(r) = repo.find_reference(name) {
+                            super::ref_delete::delete_ref(&gitdir, name, r.target())?;
                         }
                     }
                 }

@@ -178,8 +178,10 @@ fn clear_dead_lock(repo: &Repository, name: &str) {
             m.ctime().max(0) as u64,
             m.ctime_nsec().clamp(0, 999_999_999) as u32,
         );
-    // File times come from the kernel's coarse clock, a tick behind ours at most.
-    if !m.file_type().is_file() || changed + coarse_tick() >= *since {
+    // File times come from the kernel's coarse clock, a tick behind ours, and more on a
+    // loaded machine whose tick comes late: a lock made just after this daemon started
+    // is never taken for a dead one.
+    if !m.file_type().is_file() || changed + coarse_tick() + LATE_TICK >= *since {
         return;
     }
     match std::fs::remove_file(&lock) {
@@ -190,6 +192,10 @@ fn clear_dead_lock(repo: &Repository, name: &str) {
         Err(e) => tracing::warn!("removing {}: {e}", lock.display()),
     }
 }
+
+/// How much later than its time a busy machine's tick may come (seen here: a lock made
+/// right after the daemon started dated before it, with two test threads per CPU).
+const LATE_TICK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// How far behind the precise clock file times may be: the resolution of the kernel's
 /// coarse clock (a tick), 10 ms when it cannot be read.
@@ -302,6 +308,7 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
                 Err(e) => tracing::warn!("retiring {name}: {e:#}"),
             }
         }
+        let mut over = Vec::new();
         for name in names_under(&repo, RETIRED_PREFIX)? {
             if ours(&name[RETIRED_PREFIX.len()..], &refs_key, true).is_none() {
                 continue; // another state directory's, or not a name this file gives
@@ -314,12 +321,10 @@ pub fn sweep(gitdir: &Path, refs_key: &str, removed: Vec<i64>, keep_secs: i64) -
             };
             if now - at >= keep_secs {
                 clear_dead_lock(&repo, &name);
-                match super::ref_delete::delete_ref(&dir, &name, None) {
-                    Ok(()) => swept.deleted += 1,
-                    Err(e) => tracing::warn!("deleting {name}: {e:#}"),
-                }
+                over.extend(direct(&repo, name));
             }
         }
+        swept.deleted = deleted(&dir, &over);
         Ok(swept)
     })
 }
@@ -331,7 +336,7 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
     let (dir, refs_key) = (gitdir.to_path_buf(), refs_key.to_string());
     as_owner_of(gitdir, move || -> GitResult<usize> {
         let repo = Repository::open_bare(&dir)?;
-        let mut n = 0;
+        let mut all = Vec::new();
         for (prefix, retired) in [(KEPT_PREFIX, false), (RETIRED_PREFIX, true)] {
             for name in names_under(&repo, prefix)? {
                 let part = &name[prefix.len()..];
@@ -343,14 +348,34 @@ pub fn delete_all(gitdir: &Path, refs_key: &str) -> GitResult<usize> {
                 if ours(part, &refs_key, retired).is_none() {
                     continue;
                 }
-                match super::ref_delete::delete_ref(&dir, &name, None) {
-                    Ok(()) => n += 1,
-                    Err(e) => tracing::warn!("deleting {name}: {e:#}"),
-                }
+                all.extend(direct(&repo, name));
             }
         }
-        Ok(n)
+        Ok(deleted(&dir, &all))
     })
+}
+
+/// Ref `name` with the commit it names, to delete while it still does; None for a
+/// symbolic one (ours never are: one planted under our names is let be) or one gone.
+fn direct(repo: &Repository, name: String) -> Option<(String, Option<Oid>)> {
+    let target = repo.find_reference(&name).ok()?.target()?;
+    Some((name, Some(target)))
+}
+
+/// Deletes `refs` of the repository at `gitdir` (through git: `ref_delete.rs`), each
+/// failure logged; returns how many went.
+fn deleted(gitdir: &Path, refs: &[(String, Option<Oid>)]) -> usize {
+    let mut n = 0;
+    for ((name, _), r) in refs
+        .iter()
+        .zip(super::ref_delete::delete_refs(gitdir, refs))
+    {
+        match r {
+            Ok(()) => n += 1,
+            Err(e) => tracing::warn!("deleting {name}: {e:#}"),
+        }
+    }
+    n
 }
 
 fn names_under(repo: &Repository, prefix: &str) -> GitResult<Vec<String>> {
@@ -420,7 +445,7 @@ mod tests {
         let lock = |n: u64| dir.path().join(format!("{}.lock", kept_ref("5", n)));
         std::fs::create_dir_all(lock(1).parent().unwrap()).unwrap();
         std::fs::File::create(lock(1)).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(std::time::Duration::from_millis(100));
         sole_writer_since(std::time::SystemTime::now());
         // A lock a user dates back is still one made since.
         std::fs::File::create(lock(4))

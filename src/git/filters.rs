@@ -270,9 +270,55 @@ pub fn run_git(
     stdin: Option<File>,
     stdout: File,
 ) -> Result<(), RunError> {
+    run(owner, GitDir::Path(common_dir), args, stdin, stdout)
+}
+
+/// As [`run_git`], in the git directory open as `dir`: git starts there (`--git-dir=.`),
+/// so a path swapped for a symbolic link meanwhile leads it nowhere else.
+pub fn run_git_in(
+    owner: &Owner,
+    dir: std::os::fd::BorrowedFd,
+    args: &[&std::ffi::OsStr],
+    stdin: Option<File>,
+    stdout: File,
+) -> Result<(), RunError> {
+    run(owner, GitDir::Open(dir), args, stdin, stdout)
+}
+
+/// Where git finds the repository.
+enum GitDir<'a> {
+    Path(&'a Path),
+    Open(std::os::fd::BorrowedFd<'a>),
+}
+
+fn run(
+    owner: &Owner,
+    git_dir: GitDir,
+    args: &[&std::ffi::OsStr],
+    stdin: Option<File>,
+    stdout: File,
+) -> Result<(), RunError> {
     let mut cmd = Command::new("git");
-    cmd.arg(format!("--git-dir={}", common_dir.display()))
-        .args(args)
+    match git_dir {
+        GitDir::Path(p) => {
+            cmd.arg(format!("--git-dir={}", p.display()));
+        }
+        GitDir::Open(fd) => {
+            use std::os::fd::AsRawFd;
+            let fd = fd.as_raw_fd();
+            cmd.arg("--git-dir=.");
+            // SAFETY: fchdir is async-signal-safe; the descriptor is open until exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::fchdir(fd) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+    }
+    cmd.args(args)
         .env_clear()
         .env("HOME", &owner.home)
         .env("USER", &owner.name)
@@ -347,8 +393,19 @@ pub fn run_git(
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(20));
     }
-    // The whole group goes: git and the filters it started (on a timeout), or what a
+    // On a timeout, asked first (git removes the lock files it holds as it ends), then
+    // a second later the whole group goes: git and the filters it started, or what a
     // filter left running in it. The group is this run's own, led by our unreaped child.
+    if timed_out {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let asked = Instant::now();
+        while !exited() && asked.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     let _ = nix::sys::signal::killpg(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
