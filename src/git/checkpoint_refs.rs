@@ -395,10 +395,11 @@ fn now_secs() -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn repo_with_commits(n: usize) -> (tempfile::TempDir, Vec<Oid>) {
+    /// A bare repository with `n` commits (of an empty tree) that no ref names.
+    pub(in crate::git) fn repo_with_commits(n: usize) -> (tempfile::TempDir, Vec<Oid>) {
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init_bare(dir.path()).unwrap();
         let sig = git2::Signature::now("t", "t@example.com").unwrap();

@@ -127,6 +127,13 @@ fn run_update_ref(
 mod tests {
     use super::*;
 
+    /// A bare repository with `n` commits that no ref names, open.
+    fn bare_with_commits(n: usize) -> (tempfile::TempDir, git2::Repository, Vec<Oid>) {
+        let (dir, commits) = crate::git::checkpoint_refs::tests::repo_with_commits(n);
+        let repo = git2::Repository::open_bare(dir.path()).unwrap();
+        (dir, repo, commits)
+    }
+
     fn git(dir: &Path, args: &[&str]) -> std::process::Output {
         let out = std::process::Command::new("git")
             .args(args)
@@ -142,13 +149,8 @@ mod tests {
     /// rounds, all but never none).
     #[test]
     fn a_deletion_beside_pack_refs_loses_no_other_ref() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = git2::Repository::init_bare(dir.path()).unwrap();
-        let sig = git2::Signature::now("t", "t@example.com").unwrap();
-        let tree = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
-        let c = repo.commit(None, &sig, &sig, "c", &tree, &[]).unwrap();
+        let (dir, repo, c) = bare_with_commits(1);
+        let c = c[0];
         let mut lost = Vec::new();
         for i in 0..200u64 {
             repo.reference(&format!("refs/a/{i}"), c, true, "").unwrap();
@@ -173,13 +175,8 @@ mod tests {
     /// directory reached through a symbolic link, or one anyone may write, is refused.
     #[test]
     fn a_symbolic_ref_goes_itself_no_hook_runs_and_a_linked_or_open_dir_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = git2::Repository::init_bare(dir.path()).unwrap();
-        let sig = git2::Signature::now("t", "t@example.com").unwrap();
-        let tree = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
-        let c = repo.commit(None, &sig, &sig, "c", &tree, &[]).unwrap();
+        let (dir, repo, c) = bare_with_commits(1);
+        let c = c[0];
         repo.reference("refs/heads/main", c, true, "").unwrap();
         repo.reference_symbolic("refs/worktreefs/planted", "refs/heads/main", true, "")
             .unwrap();
@@ -208,14 +205,8 @@ mod tests {
     /// Several in one run; one that moved since fails alone, the others go.
     #[test]
     fn of_several_one_that_moved_fails_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = git2::Repository::init_bare(dir.path()).unwrap();
-        let sig = git2::Signature::now("t", "t@example.com").unwrap();
-        let tree = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
-        let a = repo.commit(None, &sig, &sig, "a", &tree, &[]).unwrap();
-        let b = repo.commit(None, &sig, &sig, "b", &tree, &[]).unwrap();
+        let (dir, repo, c) = bare_with_commits(2);
+        let (a, b) = (c[0], c[1]);
         for n in ["x", "y", "z"] {
             repo.reference(&format!("refs/t/{n}"), a, true, "").unwrap();
         }
@@ -237,14 +228,8 @@ mod tests {
     /// Only while it names `old`; a ref not there is no error without one.
     #[test]
     fn a_ref_that_moved_is_kept_and_one_not_there_is_no_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = git2::Repository::init_bare(dir.path()).unwrap();
-        let sig = git2::Signature::now("t", "t@example.com").unwrap();
-        let tree = repo
-            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
-            .unwrap();
-        let a = repo.commit(None, &sig, &sig, "a", &tree, &[]).unwrap();
-        let b = repo.commit(None, &sig, &sig, "b", &tree, &[]).unwrap();
+        let (dir, repo, c) = bare_with_commits(2);
+        let (a, b) = (c[0], c[1]);
         repo.reference("refs/heads/x", b, true, "").unwrap();
         let e = delete_ref(dir.path(), "refs/heads/x", Some(a)).unwrap_err();
         assert!(format!("{e:#}").contains("refs/heads/x"), "{e:#}");

@@ -586,10 +586,15 @@ fn a_submodule_commit_outlives_the_removal_of_its_directory() {
     drop(m);
 }
 
-#[test]
-fn nested_submodules_are_views_too() {
-    let env = Env::new();
-    // deep, a submodule of lib, a submodule of the repository; all initialized.
+/// `args` with file:// submodule URLs allowed.
+fn with_file<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    [&["-c", "protocol.file.allow=always"][..], args].concat()
+}
+
+/// `deep`, a submodule of `lib`, a submodule of the test repository at `vendor/lib`; all
+/// initialized in the source checkout. The directory holding their repositories is
+/// returned, to be kept while the test runs.
+fn with_nested_submodules(env: &Env) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let deep = dir.path().join("deep");
     fs::create_dir(&deep).unwrap();
@@ -602,9 +607,6 @@ fn nested_submodules_are_views_too() {
     git(&lib, &["init", "-q", "-b", "main"]);
     fs::write(lib.join("l.txt"), b"library\n").unwrap();
     git(&lib, &["add", "-A"]);
-    fn with_file<'a>(args: &[&'a str]) -> Vec<&'a str> {
-        [&["-c", "protocol.file.allow=always"][..], args].concat()
-    }
     git(
         &lib,
         &with_file(&[
@@ -639,6 +641,14 @@ fn nested_submodules_are_views_too() {
         ]),
     );
     git(&repo, &["commit", "-q", "-m", "add the library"]);
+    dir
+}
+
+#[test]
+fn nested_submodules_are_views_too() {
+    let env = Env::new();
+    let _dir = with_nested_submodules(&env);
+    let repo = env.repo.path();
     for name in ["n", "work", "rmn"] {
         wtfs_ok(
             &env.state(),
@@ -1234,63 +1244,7 @@ fn a_rewind_puts_a_moved_submodule_view_back_where_it_was() {
 #[test]
 fn a_rewind_leaves_nested_views_to_their_parent_and_refuses_moving_one_back() {
     let env = Env::new();
-    let dir = tempfile::tempdir().unwrap();
-    let with_file = |args: &[&str]| -> Vec<String> {
-        ["-c", "protocol.file.allow=always"]
-            .iter()
-            .chain(args)
-            .map(|s| s.to_string())
-            .collect()
-    };
-    let git_s = |d: &Path, args: Vec<String>| {
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        git(d, &a);
-    };
-    let deep = dir.path().join("deep");
-    fs::create_dir(&deep).unwrap();
-    git(&deep, &["init", "-q", "-b", "main"]);
-    fs::write(deep.join("d.txt"), b"deep\n").unwrap();
-    git(&deep, &["add", "-A"]);
-    git(&deep, &["commit", "-q", "-m", "deep"]);
-    let lib = dir.path().join("lib");
-    fs::create_dir(&lib).unwrap();
-    git(&lib, &["init", "-q", "-b", "main"]);
-    fs::write(lib.join("l.txt"), b"library\n").unwrap();
-    git(&lib, &["add", "-A"]);
-    git_s(
-        &lib,
-        with_file(&[
-            "submodule",
-            "add",
-            "-q",
-            deep.to_str().unwrap(),
-            "third/deep",
-        ]),
-    );
-    git(&lib, &["commit", "-q", "-m", "lib"]);
-    let repo = env.repo.path();
-    git_s(
-        &repo,
-        with_file(&[
-            "submodule",
-            "add",
-            "-q",
-            lib.to_str().unwrap(),
-            "vendor/lib",
-        ]),
-    );
-    git_s(
-        &repo,
-        with_file(&[
-            "submodule",
-            "update",
-            "-q",
-            "--init",
-            "--recursive",
-            "vendor/lib",
-        ]),
-    );
-    git(&repo, &["commit", "-q", "-m", "add the library"]);
+    let _dir = with_nested_submodules(&env);
     wtfs_ok(&env.state(), &["new", "repo/w", "--submodules"]);
     let m = env.mount();
     let wt = m.wt("repo", "w");
