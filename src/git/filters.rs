@@ -339,7 +339,7 @@ fn run(
     if me != owner.uid {
         if me != 0 {
             return Err(RunError::Spawn(format!(
-                "the daemon (uid {me}) cannot run git as the worktree's owner (uid {})",
+                "the daemon (uid {me}) cannot run git as uid {} (the owner of the worktree or repository it is for): run the daemon as root, or as that user",
                 owner.uid
             )));
         }

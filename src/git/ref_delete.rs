@@ -15,7 +15,7 @@ use std::path::Path;
 use git2::Oid;
 
 use super::error::{GitError, GitErrorKind, GitResult};
-use super::filters::{input, run_git_in, Owner};
+use super::filters::{input, run_git_in, Owner, RunError};
 
 /// How long one run of git may take (it waits up to a second for `packed-refs.lock`).
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -31,18 +31,19 @@ pub fn delete_ref(gitdir: &Path, name: &str, old: Option<Oid>) -> GitResult<()> 
 /// Deletes the refs `refs` of the repository whose git directory is `gitdir`, each only
 /// while it names the value given with it (git checks under the ref's lock; without one,
 /// a ref not there is no error, with one it is). A symbolic ref is deleted itself, never
-/// the ref it names. One run of git for all (one transaction); when that fails (one of
-/// them moved since), each alone. Returns each one's result, in order.
+/// the ref it names. One run of git for all (one transaction); when git refuses that
+/// (one of them moved since), each alone. Returns each one's result, in order.
 ///
 /// git runs as the owner of the directory, in it by descriptor (reached through no
-/// symbolic link), with hooks off: the daemon's deletions run no hook of anyone's. A git
-/// directory anyone may write is refused: its owner is not the only one who decides
-/// what git finds there.
+/// symbolic link), with the hooks directory off (`core.hooksPath`; hooks a newer git
+/// takes from config are the owner's, run as the owner, as their own git would). A git
+/// directory anyone may write is refused, and one of root's its group may write: its
+/// owner is not the only one who decides what git finds there.
 pub fn delete_refs(gitdir: &Path, refs: &[(String, Option<Oid>)]) -> Vec<GitResult<()>> {
     if refs.is_empty() {
         return Vec::new();
     }
-    let all = |r: GitResult<()>| -> Vec<GitResult<()>> {
+    let all = |r: Result<(), GitError>| -> Vec<GitResult<()>> {
         match r {
             Ok(()) => refs.iter().map(|_| Ok(())).collect(),
             Err(e) => {
@@ -53,29 +54,57 @@ pub fn delete_refs(gitdir: &Path, refs: &[(String, Option<Oid>)]) -> Vec<GitResu
             }
         }
     };
+    if let Some((name, _)) = refs
+        .iter()
+        .find(|(n, _)| !git2::Reference::is_valid_name(n))
+    {
+        return all(Err(GitError::new(
+            GitErrorKind::Failed,
+            format!("{name:?} is not a ref name git takes: nothing deleted"),
+        )));
+    }
     let (dir, owner) = match opened(gitdir) {
         Ok(o) => o,
         Err(e) => return all(Err(e)),
     };
-    let together = run_update_ref(&dir, &owner, gitdir, refs);
-    if together.is_ok() || refs.len() == 1 {
-        return all(together);
+    let failed = |refs: &[(String, Option<Oid>)], e: RunError| {
+        let names: Vec<&str> = refs.iter().map(|(n, _)| n.as_str()).collect();
+        GitError::new(
+            GitErrorKind::Failed,
+            format!(
+                "git update-ref deleting {} in {}: {e}",
+                names.join(", "),
+                gitdir.display()
+            ),
+        )
+    };
+    match run_update_ref(&dir, &owner, refs) {
+        Ok(()) => all(Ok(())),
+        // git refused the transaction (a ref moved since, or is gone): each alone.
+        Err(RunError::Failed(_)) if refs.len() > 1 => refs
+            .iter()
+            .map(|r| {
+                let one = std::slice::from_ref(r);
+                run_update_ref(&dir, &owner, one).map_err(|e| failed(one, e))
+            })
+            .collect(),
+        // It could not start, or ran past its time: the same for each.
+        Err(e) => all(Err(failed(refs, e))),
     }
-    refs.iter()
-        .map(|r| run_update_ref(&dir, &owner, gitdir, std::slice::from_ref(r)))
-        .collect()
 }
 
 /// The git directory `gitdir`, open, and its owner to run git as.
 fn opened(gitdir: &Path) -> GitResult<(std::os::fd::OwnedFd, Owner)> {
     let dir = super::owner::pinned(gitdir)?;
     let st = crate::beneath::fstat(dir.as_fd()).map_err(GitError::from)?;
-    if st.st_mode & 0o002 != 0 {
+    let open_to = if st.st_uid == 0 { 0o022 } else { 0o002 };
+    if st.st_mode & open_to != 0 {
         return Err(GitError::new(
             GitErrorKind::Failed,
             format!(
-                "{} may be written by anyone, so no git is run there for its owner; make it its owner's alone (`chmod o-w {}`)",
+                "{} may be written by others than its owner (uid {}), so no git is run there as that owner; make it its owner's alone (`chmod go-w {}`)",
                 gitdir.display(),
+                st.st_uid,
                 gitdir.display()
             ),
         ));
@@ -87,9 +116,8 @@ fn opened(gitdir: &Path) -> GitResult<(std::os::fd::OwnedFd, Owner)> {
 fn run_update_ref(
     dir: &std::os::fd::OwnedFd,
     owner: &Owner,
-    gitdir: &Path,
     refs: &[(String, Option<Oid>)],
-) -> GitResult<()> {
+) -> Result<(), RunError> {
     let mut lines = String::new();
     for (name, old) in refs {
         lines.push_str("option no-deref\n");
@@ -98,29 +126,18 @@ fn run_update_ref(
             None => lines.push_str(&format!("delete {name}\n")),
         }
     }
-    let failed = |e: String| {
-        let names: Vec<&str> = refs.iter().map(|(n, _)| n.as_str()).collect();
-        GitError::new(
-            GitErrorKind::Failed,
-            format!(
-                "git update-ref deleting {} in {}: {e}",
-                names.join(", "),
-                gitdir.display()
-            ),
-        )
-    };
-    let stdin = input(lines.as_bytes()).map_err(|e| failed(e.to_string()))?;
+    let stdin = input(lines.as_bytes()).map_err(|e| RunError::Spawn(e.to_string()))?;
     let null = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/null")
-        .map_err(|e| failed(e.to_string()))?;
+        .map_err(|e| RunError::Spawn(e.to_string()))?;
     let args: [&std::ffi::OsStr; 4] = [
         "-c".as_ref(),
         "core.hooksPath=/dev/null".as_ref(),
         "update-ref".as_ref(),
         "--stdin".as_ref(),
     ];
-    run_git_in(owner, dir.as_fd(), &args, Some(stdin), null).map_err(|e| failed(e.to_string()))
+    run_git_in(owner, dir.as_fd(), &args, Some(stdin), null)
 }
 
 #[cfg(test)]
@@ -198,8 +215,31 @@ mod tests {
         // Writable by anyone: refused, nothing deleted.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = delete_ref(dir.path(), "refs/heads/main", Some(c)).unwrap_err();
-        assert!(format!("{e:#}").contains("chmod o-w"), "{e:#}");
-        assert_eq!(repo.refname_to_id("refs/heads/main").unwrap(), c);
+        assert!(format!("{e:#}").contains("chmod go-w"), "{e:#}");
+        // Root's, writable by its group: refused too (as root, git would run there).
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o775)).unwrap();
+        let refused = delete_ref(dir.path(), "refs/heads/main", Some(c));
+        assert_eq!(
+            refused.is_err(),
+            nix::unistd::geteuid().is_root(),
+            "{refused:?}"
+        );
+        assert_eq!(
+            repo.find_reference("refs/heads/main").is_ok(),
+            refused.is_err()
+        );
+        // A name git would read as more than one command: refused, nothing run.
+        repo.reference("refs/t/x", c, true, "").unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = delete_refs(
+            dir.path(),
+            &[
+                ("refs/t/x".to_string(), None),
+                ("refs/t/y\ndelete refs/t/x".to_string(), None),
+            ],
+        );
+        assert!(e.iter().all(|r| r.is_err()), "{e:?}");
+        assert!(repo.find_reference("refs/t/x").is_ok());
     }
 
     /// Several in one run; one that moved since fails alone, the others go.
