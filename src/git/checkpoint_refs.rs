@@ -239,29 +239,25 @@ fn retire_in(repo: &Repository, name: &str, now: i64) -> GitResult<bool> {
         };
         let to = format!("{RETIRED_PREFIX}{key}-{n}{suffix}-{now}");
         clear_dead_lock(repo, &to);
+        // The retired name made (or there already, naming the same commit), then the
+        // kept one deleted (not renamed: a rename of a packed ref whose `packed-refs` is
+        // locked a moment makes the new name and leaves the old one, answering
+        // success). Whatever fails, the commit stays reached.
         match repo.find_reference(&to) {
-            Ok(there) if there.target() == Some(target) => {
-                super::ref_delete::delete_ref(repo.path(), name, Some(target))?;
-                return Ok(true);
-            }
+            Ok(there) if there.target() == Some(target) => {}
             Ok(_) => continue,
-            // Made, then the old one deleted (not renamed: a rename of a packed ref
-            // whose `packed-refs` is locked a moment makes the new name and leaves the
-            // old one, answering success). Either way the commit stays reached.
-            Err(_) => {
-                waiting_for_locks(repo, &to, |repo| {
-                    repo.reference(
-                        &to,
-                        target,
-                        false,
-                        "worktreefs: checkpoint gone, kept for the removal period",
-                    )
-                    .map(|_| ())
-                })?;
-                super::ref_delete::delete_ref(repo.path(), name, Some(target))?;
-                return Ok(true);
-            }
+            Err(_) => waiting_for_locks(repo, &to, |repo| {
+                repo.reference(
+                    &to,
+                    target,
+                    false,
+                    "worktreefs: checkpoint gone, kept for the removal period",
+                )
+                .map(|_| ())
+            })?,
         }
+        super::ref_delete::delete_ref(repo.path(), name, Some(target))?;
+        return Ok(true);
     }
     Ok(false)
 }

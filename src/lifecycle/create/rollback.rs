@@ -257,7 +257,7 @@ pub(crate) fn roll_back(
                 .into_iter()
                 .any(|(_, r)| r == full);
             if let Ok(br) = repo.find_branch(b, BranchType::Local) {
-                let tip = br.get().target().map(|t| t.to_string());
+                let tip = br.get().target();
                 // Made by this creation and untouched since: one reflog entry, its own
                 // (written by the creation even where the repository keeps no reflogs).
                 let made_here = repo.reflog(&full).is_ok_and(|log| {
@@ -265,9 +265,9 @@ pub(crate) fn roll_back(
                         && log.get(0).and_then(|e| e.message().map(str::to_string))
                             == Some(branch_log_message(c.worktree_id))
                 });
-                if made_here && tip.as_deref() == Some(c.base_commit.as_str()) && !checked_out {
+                let at_base = tip.is_some_and(|t| t.to_string() == c.base_commit);
+                if made_here && at_base && !checked_out {
                     // Through git (`git::ref_delete`), only while it names that tip.
-                    let tip = br.get().target();
                     crate::git::ref_delete::delete_ref(gitdir, &full, tip).map_err(|e| {
                         crate::lifecycle::error::failed(format!(
                             "{what}: deleting branch {b}: {e:#}"
