@@ -75,6 +75,9 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
         cmd.arg("--no-readdirplus");
     }
     cmd.arg("--uring").arg(req.uring.to_string());
+    if !req.yield_cpu {
+        cmd.arg("--no-yield-cpu");
+    }
     if req.xattrs {
         cmd.arg("--xattr");
     }

@@ -246,6 +246,7 @@ fn serve_inner(req: &MountRequest, ready: &mut Option<File>) -> anyhow::Result<(
             allow_other: req.allow_other,
             uring: req.uring,
             xattrs: req.xattrs,
+            yield_cpu: req.yield_cpu,
         },
     )?;
     // Which mount is this daemon's: a later probe takes a mount that does not answer for

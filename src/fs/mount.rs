@@ -35,6 +35,9 @@ pub struct MountOptions {
     pub uring: Uring,
     /// `user.` extended attributes served (each write then costs one more round trip).
     pub xattrs: bool,
+    /// io_uring's queue threads yield their CPU to the callers they answer, where the
+    /// system allows it (`fuse/yielding.rs`).
+    pub yield_cpu: bool,
 }
 
 /// A mounted filesystem; `run` serves it until it is unmounted.
@@ -333,7 +336,7 @@ pub fn mount(
             None => return Err(MountError(cannot_mount_message())),
         },
     };
-    let session = Session::new(fs, fd, opts.threads.max(1), opts.uring);
+    let session = Session::new(fs, fd, opts.threads.max(1), opts.uring, opts.yield_cpu);
     // Invalidations are sent from their own thread, never from the thread answering a
     // request: the kernel holds a directory's lock while it waits for our answer to a
     // lookup, mkdir or rmdir in it, and invalidating an entry of that directory takes the

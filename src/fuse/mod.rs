@@ -13,6 +13,7 @@ pub mod reply;
 pub mod request;
 pub mod session;
 pub mod uring;
+pub mod yielding;
 
 pub use device::{BackingId, Device, Notifier};
 pub use reply::{Answer, DirBuf};

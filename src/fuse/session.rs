@@ -12,6 +12,7 @@ use super::dispatch::answer;
 use super::reply::Answer;
 use super::request::{self, Op};
 use super::uring::{self, Rings};
+use super::yielding::{self, Yielding};
 use super::{Filesystem, KernelInit, Uring};
 
 /// The largest write (and read) the kernel is told to send over `/dev/fuse`.
@@ -26,6 +27,8 @@ pub struct Session<F: Filesystem> {
     device: Arc<Device>,
     threads: usize,
     uring: Uring,
+    /// Queue threads yield their CPU to the callers they answer (io_uring only).
+    yield_cpu: bool,
 }
 
 /// How a read of `/dev/fuse` ended.
@@ -55,13 +58,15 @@ fn read_request(fd: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<Read> {
 
 impl<F: Filesystem> Session<F> {
     /// A session over the mount's descriptor `fd`, served by `threads` threads reading
-    /// `/dev/fuse` and, as `uring` says, by io_uring's queues.
-    pub fn new(fs: F, fd: OwnedFd, threads: usize, uring: Uring) -> Session<F> {
+    /// `/dev/fuse` and, as `uring` says, by io_uring's queues, whose threads yield their
+    /// CPU to the callers they answer where `yield_cpu` and the system allow it.
+    pub fn new(fs: F, fd: OwnedFd, threads: usize, uring: Uring, yield_cpu: bool) -> Session<F> {
         Session {
             fs: Arc::new(fs),
             device: Arc::new(Device::new(fd)),
             threads: threads.max(1),
             uring,
+            yield_cpu,
         }
     }
 
@@ -89,7 +94,9 @@ impl<F: Filesystem> Session<F> {
         let failed = Arc::new(AtomicBool::new(false));
         let (queues, stop) = match rings {
             Some(r) => {
-                let (threads, stop) = r.start(self.fs.clone(), self.device.clone(), failed)?;
+                let yielding = self.yielding(r.entries());
+                let (threads, stop) =
+                    r.start(self.fs.clone(), self.device.clone(), failed, yielding)?;
                 (threads, Some(stop))
             }
             None => (Vec::new(), None),
@@ -127,6 +134,29 @@ impl<F: Filesystem> Session<F> {
         }
         self.fs.destroy();
         result
+    }
+
+    /// Yielding for `entries` queue threads, if asked for and possible here (one log line
+    /// saying which, and why not).
+    fn yielding(&self, entries: usize) -> Option<Arc<Yielding>> {
+        if !self.yield_cpu {
+            tracing::info!(
+                "FUSE over io_uring: answers leave their callers to the scheduler (--no-yield-cpu)"
+            );
+            return None;
+        }
+        match Yielding::start(entries) {
+            Ok(y) => {
+                tracing::info!("FUSE over io_uring: each answer yields its CPU to the caller (SCHED_IDLE until the next request, {} ms at most)", yielding::LIMIT.as_millis());
+                Some(Arc::new(y))
+            }
+            Err(why) => {
+                tracing::info!(
+                    "FUSE over io_uring: answers leave their callers to the scheduler: {why}"
+                );
+                None
+            }
+        }
     }
 
     /// Whether to ask for io_uring, given what the kernel offers: the rings made ready

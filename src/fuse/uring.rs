@@ -26,6 +26,7 @@ use super::device::Device;
 use super::dispatch;
 use super::reply::Answer;
 use super::request;
+use super::yielding::{Turn, Yielding};
 use super::Filesystem;
 
 /// The largest write (and read) the kernel is told to send when io_uring carries the
@@ -286,14 +287,21 @@ impl Rings {
         Ok(Rings { entries, stop })
     }
 
+    /// How many entries (threads) these rings have.
+    pub fn entries(&self) -> usize {
+        self.entries.len()
+    }
+
     /// Starts a thread per entry, which registers it and serves what arrives there.
     /// `failed` is set when the kernel refused an entry (that entry's thread ends; the
-    /// others go on).
+    /// others go on). With `yielding`, each thread leaves the callers it answers on their
+    /// CPU (see [`super::yielding`]).
     pub fn start<F: Filesystem>(
         self,
         fs: Arc<F>,
         device: Arc<Device>,
         failed: Arc<AtomicBool>,
+        yielding: Option<Arc<Yielding>>,
     ) -> std::io::Result<(Vec<std::thread::JoinHandle<()>>, Stop)> {
         let online = online_cpus();
         let mut threads = Vec::with_capacity(self.entries.len());
@@ -302,6 +310,7 @@ impl Rings {
             let device = device.clone();
             let stop = self.stop.clone();
             let failed = failed.clone();
+            let yielding = yielding.clone();
             let pin = online.contains(&(entry.qid as usize));
             threads.push(
                 std::thread::Builder::new()
@@ -310,7 +319,8 @@ impl Rings {
                         if pin {
                             pin_to(entry.qid as usize);
                         }
-                        if let Err(e) = serve_entry(&*fs, &device, entry, &stop, &failed) {
+                        let turn = yielding.as_ref().map(|y| y.turn(i));
+                        if let Err(e) = serve_entry(&*fs, &device, entry, &stop, &failed, turn) {
                             tracing::error!("FUSE over io_uring: an entry's thread ended: {e}");
                         }
                     })?,
@@ -375,13 +385,14 @@ fn pin_to(cpu: usize) {
 }
 
 /// Runs `f` with the calling thread allowed on the CPUs it had before a queue pinned it
-/// (a thread that is no queue's runs `f` as it is), then pins it again: a process or a
-/// thread that `f` starts inherits those CPUs, not the queue's one. Used around what
-/// starts processes or threads while answering a request (a checkout filter, a
-/// worktree's creation).
+/// (a thread that is no queue's runs `f` as it is), then pins it again, and at the
+/// thread's own scheduling policy (see [`super::yielding::at_own_policy`]): a process or
+/// a thread that `f` starts inherits those CPUs and that policy, not the queue's. Used
+/// around what starts processes or threads while answering a request (a checkout
+/// filter, a worktree's creation).
 pub fn unpinned<T>(f: impl FnOnce() -> T) -> T {
     let Some((cpu, before)) = PINNED.get() else {
-        return f();
+        return super::yielding::at_own_policy(f);
     };
     /// Pins the thread again when `f` ends, by a panic too.
     struct Again(usize);
@@ -392,10 +403,10 @@ pub fn unpinned<T>(f: impl FnOnce() -> T) -> T {
     }
     if let Err(e) = set_affinity(&before) {
         tracing::debug!("a FUSE queue thread back on its CPUs: {e}");
-        return f();
+        return super::yielding::at_own_policy(f);
     }
     let _again = Again(cpu);
-    f()
+    super::yielding::at_own_policy(f)
 }
 
 /// user_data of the entry's command, and of the stop poll.
@@ -448,6 +459,7 @@ fn serve_entry<F: Filesystem>(
     mut e: Entry,
     stop: &OwnedFd,
     failed: &AtomicBool,
+    mut turn: Option<Turn>,
 ) -> std::io::Result<()> {
     let poll = opcode::PollAdd::new(types::Fd(stop.as_raw_fd()), libc::POLLIN as u32)
         .build()
@@ -477,9 +489,15 @@ fn serve_entry<F: Filesystem>(
             match res {
                 0 => {
                     registered = true;
+                    if let Some(t) = turn.as_mut() {
+                        t.serve(waited_for(&e));
+                    }
                     let commit_id = serve_one(fs, device, &mut e);
                     last = command(&e, device, Some(commit_id));
                     push(&mut e.ring, &last);
+                    if let Some(t) = turn.as_mut() {
+                        t.answer();
+                    }
                 }
                 // INIT's answer is not processed yet, or a signal: the same again.
                 r if r == -libc::EAGAIN || r == -libc::EINTR => push(&mut e.ring, &last),
@@ -512,6 +530,15 @@ fn serve_entry<F: Filesystem>(
             return Ok(());
         }
     }
+}
+
+/// Whether the caller waits for the answer to the request in `e` (all but RELEASE and
+/// RELEASEDIR, which the kernel sends in the background).
+fn waited_for(e: &Entry) -> bool {
+    let h = abi::InHeader::read_from_prefix(e.header.bytes())
+        .expect("40 bytes")
+        .0;
+    !matches!(h.opcode, abi::opcode::RELEASE | abi::opcode::RELEASEDIR)
 }
 
 /// Decodes the request in `e`'s buffers, serves it and writes the answer there; returns

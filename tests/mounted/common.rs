@@ -123,7 +123,18 @@ impl Mounted {
         } else {
             &["--keep-min-free-percent", "0", "--keep-min-free-gib", "0"]
         };
-        let child = Command::new(program)
+        let mut cmd = Command::new(program);
+        // A session of its own, as `mount` in the background has (a daemon in the
+        // session of the test's process would share its scheduling group, and its
+        // io_uring threads would not yield their CPU: see fuse/yielding.rs).
+        // SAFETY: setsid(2) is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let child = cmd
             .arg("mount")
             .arg(mountpoint)
             .arg("--state-dir")

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use crate::common::*;
 
@@ -149,9 +150,11 @@ fn a_filter_run_for_a_read_may_use_every_cpu() {
     let env = Env::new();
     let repo = env.repo.path();
     let seen = env.dir.path().join("filter-cpus");
+    let policies = env.dir.path().join("filter-policies");
     let filter = format!(
-        "sh -c 'grep Cpus_allowed_list /proc/self/status >> {}; tr a-z A-Z'",
-        seen.display()
+        "sh -c 'grep Cpus_allowed_list /proc/self/status >> {}; cut -d\" \" -f41 /proc/$$/stat >> {}; tr a-z A-Z'",
+        seen.display(),
+        policies.display()
     );
     git(&repo, &["config", "filter.up.smudge", &filter]);
     git(&repo, &["config", "filter.up.clean", "tr A-Z a-z"]);
@@ -177,5 +180,60 @@ fn a_filter_run_for_a_read_may_use_every_cpu() {
     for l in lists.lines() {
         assert_eq!(cpus_allowed(l), ours, "a filter ran on {l:?}; {}", m.log());
     }
+    // Nor the policy a queue thread takes while it waits (SCHED_IDLE, 5): a request
+    // someone waits for is served at the daemon's own (SCHED_OTHER, 0).
+    let policies = std::fs::read_to_string(&policies).unwrap_or_default();
+    assert!(!policies.is_empty(), "the filter never ran");
+    for p in policies.lines() {
+        assert_eq!(p.trim(), "0", "a filter ran with policy {p}; {}", m.log());
+    }
+    drop(m);
+}
+
+/// A thread's scheduling policy (the 41st field of its /proc stat line).
+fn policy_in(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(41 - 3)?.parse().ok()
+}
+
+/// Over io_uring, a daemon in a session of its own yields its CPU to each caller it
+/// answers (its queue threads turn SCHED_IDLE until the next request: see
+/// fuse/yielding.rs), and no queue thread stays so once requests stop.
+#[test]
+fn queue_threads_yield_and_none_is_left_idle_once_requests_stop() {
+    if !uring_here() {
+        assert!(std::env::var_os("CI").is_none(), "CI turns enable_uring on");
+        eprintln!("io_uring is off in this kernel: nothing to check");
+        return;
+    }
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/y"]);
+    let m = env.mount();
+    assert!(
+        m.log().contains("each answer yields its CPU"),
+        "a daemon in a session of its own yields: {}",
+        m.log()
+    );
+    let wt = m.wt("repo", "y");
+    for i in 0..200 {
+        std::fs::write(wt.join(format!("f{i}")), "x").unwrap();
+        std::fs::read(wt.join(format!("f{i}"))).unwrap();
+    }
+    // Every queue thread has its own policy back soon after (1 ms, and the watchdog's
+    // sleep): none is left idle.
+    let tasks = format!("/proc/{}/task", m.pid());
+    let idle = || -> Vec<String> {
+        let mut left = Vec::new();
+        for t in std::fs::read_dir(&tasks).unwrap().flatten() {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+            if stat.contains("(fuse-q") && policy_in(&stat) != Some(0) {
+                left.push(stat);
+            }
+        }
+        left
+    };
+    wait_until("no queue thread left idle", Duration::from_secs(2), || {
+        idle().is_empty()
+    });
     drop(m);
 }

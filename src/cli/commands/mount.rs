@@ -62,6 +62,12 @@ pub struct MountArgs {
         value_name = "auto|off|on"
     )]
     pub uring: worktreefs::fs::mount::Uring,
+    /// Over io_uring, answer without yielding the CPU to the caller. By default each
+    /// queue thread turns SCHED_IDLE as it answers (for 1 ms at most), so the caller
+    /// wakes on its own CPU instead of an idle one, where the daemon has a scheduling
+    /// group of its own (a session in the background, or a service's control group).
+    #[arg(long)]
+    pub no_yield_cpu: bool,
     /// Keep `user.` extended attributes on files and directories of worktrees. Off by
     /// default: with attributes served, the kernel asks each file's
     /// security.capability before every write(2), one more round trip per write.
@@ -143,6 +149,7 @@ fn request(state: &StateDir, args: &MountArgs) -> anyhow::Result<MountRequest> {
         passthrough: !args.no_passthrough,
         readdirplus: !args.no_readdirplus,
         uring: args.uring,
+        yield_cpu: !args.no_yield_cpu,
         xattrs: args.xattr,
         cache_nodes: args.cache_nodes,
         allow_other: args.allow_other,

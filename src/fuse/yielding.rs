@@ -1,0 +1,571 @@
+//! Answers over io_uring that leave the caller on its CPU.
+//!
+//! A request over io_uring reaches a queue thread pinned to the caller's CPU, and the
+//! caller sleeps until the answer comes. The answer wakes it from inside the queue
+//! thread's system call, while that thread still runs there, so the scheduler puts the
+//! caller on another CPU that is idle. On a virtual machine an idle CPU is halted and
+//! waking it goes through the hypervisor: tens of microseconds, more than the round trip
+//! itself, and paid again at the next request as the caller hops back.
+//!
+//! The scheduler counts a CPU whose runnable threads are all `SCHED_IDLE` as idle: it
+//! wakes a task there and lets it run at once. So a queue thread turns itself
+//! `SCHED_IDLE` just before it commits an answer and stays so while it waits for the
+//! next request; the caller wakes on its own CPU, and its next request finds the thread
+//! there. The thread takes its own policy back as soon as a request arrives that
+//! someone waits for; RELEASE and RELEASEDIR (nobody waits) are served as it is.
+//!
+//! A `SCHED_IDLE` thread runs only when nothing else of its scheduling group wants the
+//! CPU (its weight is 3 against 1,024). Two things bound what that can cost:
+//! * it is done only where the daemon's scheduling group holds the daemon alone (its own
+//!   session under the kernel's autogroup, or a control group of its own, as a systemd
+//!   service has): programs in other groups compete with the daemon's group at the
+//!   group's full weight, whatever its threads' policy;
+//! * a watchdog thread gives its policy back to any queue thread that has been
+//!   `SCHED_IDLE` for [`LIMIT`], so a request that came while the daemon's own other
+//!   threads kept the CPU busy waits about that long at most.
+//!
+//! What a thread starts inherits its policy: threads and processes are started only while
+//! serving requests someone waits for, which are served at the thread's own policy.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// How long a queue thread stays `SCHED_IDLE` at most before the watchdog turns it back.
+pub const LIMIT: Duration = Duration::from_millis(1);
+
+/// How long no thread yields after the watchdog found one it turned back waiting for
+/// its CPU: the CPUs are busy, where yielding gains nothing and a thread may wait.
+pub const BACK_OFF: Duration = Duration::from_millis(100);
+
+/// One queue thread as the watchdog sees it.
+struct Slot {
+    tid: AtomicI32,
+    /// When the thread turned `SCHED_IDLE` (monotonic ns); 0 while it runs at its policy.
+    since: AtomicU64,
+}
+
+struct Shared {
+    slots: Box<[Slot]>,
+    /// The policy the threads take back (`SCHED_OTHER`, or `SCHED_BATCH` if the daemon
+    /// was started so).
+    policy: libc::c_int,
+    /// The watchdog sleeps until a thread turns idle again.
+    parked: AtomicBool,
+    /// No thread yields before this time (monotonic ns; see [`BACK_OFF`]).
+    busy_until: AtomicU64,
+    stop: AtomicBool,
+    watchdog: OnceLock<std::thread::Thread>,
+}
+
+/// Yielding for one connection's queue threads, and its watchdog.
+pub struct Yielding {
+    shared: Arc<Shared>,
+    watchdog: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Yielding {
+    /// Yielding for `threads` queue threads; Err says why it is not done here.
+    pub fn start(threads: usize) -> Result<Yielding, String> {
+        let policy = own_policy()?;
+        own_group(&ProcFiles)?;
+        probe(policy)?;
+        Yielding::begin(threads, policy)
+    }
+
+    /// Yielding back to `policy`, once the checks of [`Yielding::start`] passed.
+    fn begin(threads: usize, policy: libc::c_int) -> Result<Yielding, String> {
+        let shared = Arc::new(Shared {
+            slots: (0..threads)
+                .map(|_| Slot {
+                    tid: AtomicI32::new(0),
+                    since: AtomicU64::new(0),
+                })
+                .collect(),
+            policy,
+            parked: AtomicBool::new(false),
+            busy_until: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            watchdog: OnceLock::new(),
+        });
+        let watched = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("fuse-yield".into())
+            .spawn(move || watch(&watched))
+            .map_err(|e| format!("its watchdog thread could not start ({e})"))?;
+        let _ = shared.watchdog.set(handle.thread().clone());
+        Ok(Yielding {
+            shared,
+            watchdog: Some(handle),
+        })
+    }
+
+    /// The calling queue thread's part, as slot `slot` (below the `threads` given).
+    pub fn turn(&self, slot: usize) -> Turn {
+        // SAFETY: gettid(2) has no failure and no arguments.
+        let tid = unsafe { libc::gettid() };
+        self.shared.slots[slot].tid.store(tid, SeqCst);
+        Turn {
+            shared: self.shared.clone(),
+            slot,
+        }
+    }
+}
+
+impl Drop for Yielding {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, SeqCst);
+        if let Some(w) = self.shared.watchdog.get() {
+            w.unpark();
+        }
+        if let Some(h) = self.watchdog.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// One queue thread's yielding.
+pub struct Turn {
+    shared: Arc<Shared>,
+    slot: usize,
+}
+
+thread_local! {
+    /// The policy to take back, while this thread is `SCHED_IDLE` by its own doing (the
+    /// watchdog may have given it back meanwhile).
+    static YIELDED: std::cell::Cell<Option<libc::c_int>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` at the calling thread's own policy: a queue thread that yielded takes it back
+/// first. A process or thread started inherits the policy of the thread that starts it,
+/// so what a queue thread starts (a checkout filter, a worktree's creation) is started
+/// through this.
+pub fn at_own_policy<T>(f: impl FnOnce() -> T) -> T {
+    if let Some(policy) = YIELDED.take() {
+        if let Err(e) = set_policy(0, policy) {
+            tracing::error!("a FUSE queue thread could not take its scheduling policy back: {e}");
+        }
+    }
+    f()
+}
+
+impl Turn {
+    /// A request arrived: one that someone waits for is served at the thread's policy.
+    pub fn serve(&mut self, waited_for: bool) {
+        if waited_for && YIELDED.get().is_some() {
+            self.back();
+        }
+    }
+
+    /// The answer is committed next: the thread turns `SCHED_IDLE` until a request comes
+    /// that someone waits for, or the watchdog turns it back.
+    pub fn answer(&mut self) {
+        let slot = &self.shared.slots[self.slot];
+        if YIELDED.get().is_some() && slot.since.load(SeqCst) != 0 {
+            return;
+        }
+        let now = now_ns();
+        if now < self.shared.busy_until.load(SeqCst) {
+            return;
+        }
+        slot.since.store(now, SeqCst);
+        if self.shared.parked.load(SeqCst) && self.shared.parked.swap(false, SeqCst) {
+            if let Some(w) = self.shared.watchdog.get() {
+                w.unpark();
+            }
+        }
+        if set_policy(0, libc::SCHED_IDLE).is_ok() {
+            YIELDED.set(Some(self.shared.policy));
+        } else {
+            slot.since.store(0, SeqCst);
+        }
+    }
+
+    fn back(&mut self) {
+        if let Err(e) = set_policy(0, self.shared.policy) {
+            tracing::error!("a FUSE queue thread could not take its scheduling policy back: {e}");
+        }
+        self.shared.slots[self.slot].since.store(0, SeqCst);
+        YIELDED.set(None);
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if YIELDED.get().is_some() {
+            self.back();
+        }
+    }
+}
+
+/// The watchdog: gives each thread idle for [`LIMIT`] its policy back, and stops all
+/// yielding for [`BACK_OFF`] when one of them was waiting for its CPU; sleeps while no
+/// thread is idle.
+fn watch(s: &Shared) {
+    let limit = LIMIT.as_nanos() as u64;
+    let back_off = BACK_OFF.as_nanos() as u64;
+    loop {
+        if s.stop.load(SeqCst) {
+            return;
+        }
+        let now = now_ns();
+        let mut next: Option<u64> = None;
+        for slot in s.slots.iter() {
+            let since = slot.since.load(SeqCst);
+            if since == 0 {
+                continue;
+            }
+            let due = since.saturating_add(limit);
+            if due <= now {
+                if slot
+                    .since
+                    .compare_exchange(since, 0, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    let tid = slot.tid.load(SeqCst);
+                    if let Err(e) = set_policy(tid, s.policy) {
+                        tracing::error!("turning an idle FUSE queue thread back: {e}");
+                    }
+                    if runnable(tid) {
+                        s.busy_until.store(now_ns() + back_off, SeqCst);
+                    }
+                }
+            } else {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        if let Some(due) = next {
+            std::thread::sleep(Duration::from_nanos((due - now).max(50_000)));
+            continue;
+        }
+        // Park, unless a thread turned idle after the look above (it sees `parked` and
+        // unparks, or this sees its `since`).
+        s.parked.store(true, SeqCst);
+        if s.slots.iter().any(|x| x.since.load(SeqCst) != 0) || s.stop.load(SeqCst) {
+            s.parked.store(false, SeqCst);
+            continue;
+        }
+        std::thread::park();
+        s.parked.store(false, SeqCst);
+    }
+}
+
+/// Whether thread `tid` of this process is runnable (state R): waiting for a CPU, as an
+/// idle thread woken for a request is while other threads keep its CPU busy.
+fn runnable(tid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .ok()
+        .and_then(|t| Some(t[t.rfind(')')? + 1..].trim_start().starts_with('R')))
+        .unwrap_or(false)
+}
+
+fn now_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime(2) into a timespec of ours.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+/// Sets thread `tid`'s policy (0: the calling thread), its nice value kept.
+fn set_policy(tid: libc::pid_t, policy: libc::c_int) -> std::io::Result<()> {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler(2) with a valid sched_param.
+    if unsafe { libc::sched_setscheduler(tid, policy, &p) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The daemon's policy, if one yielding can come back to.
+fn own_policy() -> Result<libc::c_int, String> {
+    // SAFETY: sched_getscheduler(2) of the calling thread.
+    match unsafe { libc::sched_getscheduler(0) } {
+        p @ (libc::SCHED_OTHER | libc::SCHED_BATCH) => Ok(p),
+        libc::SCHED_IDLE => Err("the daemon runs SCHED_IDLE already".into()),
+        p if p < 0 => Err(format!(
+            "its scheduling policy could not be read ({})",
+            std::io::Error::last_os_error()
+        )),
+        _ => Err("the daemon runs under a real-time policy".into()),
+    }
+}
+
+/// Whether a thread may turn `SCHED_IDLE` and back here (leaving `SCHED_IDLE` needs
+/// CAP_SYS_NICE or an RLIMIT_NICE that allows the thread's nice value). Tried on a
+/// thread of its own, which ends either way.
+fn probe(policy: libc::c_int) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("fuse-yield-probe".into())
+        .spawn(move || {
+            set_policy(0, libc::SCHED_IDLE)
+                .map_err(|e| format!("a thread cannot turn SCHED_IDLE ({e})"))?;
+            set_policy(0, policy).map_err(|e| {
+                format!(
+                    "a thread cannot leave SCHED_IDLE ({e}; it needs CAP_SYS_NICE or RLIMIT_NICE)"
+                )
+            })
+        })
+        .map_err(|e| format!("a probe thread could not start ({e})"))?
+        .join()
+        .map_err(|_| "its probe thread panicked".to_string())?
+}
+
+/// What [`own_group`] reads (files of /proc and the control groups' filesystem).
+trait GroupFiles {
+    fn read(&self, path: &str) -> Option<String>;
+    fn pid(&self) -> u32;
+    fn session_leader(&self) -> bool;
+}
+
+struct ProcFiles;
+
+impl GroupFiles for ProcFiles {
+    fn read(&self, path: &str) -> Option<String> {
+        std::fs::read_to_string(path).ok()
+    }
+    fn pid(&self) -> u32 {
+        std::process::id()
+    }
+    fn session_leader(&self) -> bool {
+        // SAFETY: getsid(2) of the calling process.
+        unsafe { libc::getsid(0) == libc::getpid() }
+    }
+}
+
+/// Ok when the daemon has a scheduling group to itself: the CPU controller's control
+/// group is its own (no other process in it), or it is the root group and the daemon
+/// leads a session of its own under the kernel's autogroup.
+fn own_group(f: &dyn GroupFiles) -> Result<(), String> {
+    let cgroups = f
+        .read("/proc/self/cgroup")
+        .ok_or("its control group could not be read")?;
+    // The CPU controller's line in cgroup v1 ("1:cpu,cpuacct:/x"), else v2's ("0::/x").
+    let mut v2 = None;
+    let mut v1 = None;
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if ctrl.is_empty() {
+            v2 = Some(path.to_string());
+        } else if ctrl.split(',').any(|c| c == "cpu") {
+            v1 = Some((ctrl.to_string(), path.to_string()));
+        }
+    }
+    let (procs, path) = match (v1, v2) {
+        (Some((ctrl, path)), _) => (format!("/sys/fs/cgroup/{ctrl}{path}/cgroup.procs"), path),
+        (None, Some(path)) => (format!("/sys/fs/cgroup{path}/cgroup.procs"), path),
+        (None, None) => return Err("its CPU control group could not be found".into()),
+    };
+    if path == "/" {
+        let autogroup = f.read("/proc/sys/kernel/sched_autogroup_enabled");
+        if autogroup.as_deref().map(str::trim) != Some("1") {
+            return Err("it shares the root control group with every program and the kernel's autogroup is off".into());
+        }
+        if !f.session_leader() {
+            return Err("it shares its session (so its autogroup) with other programs: run it in the background or as a service".into());
+        }
+        return Ok(());
+    }
+    let listed = f
+        .read(&procs)
+        .ok_or_else(|| format!("its control group {path} could not be read"))?;
+    let me = f.pid().to_string();
+    match listed
+        .lines()
+        .map(str::trim)
+        .find(|p| !p.is_empty() && *p != me)
+    {
+        Some(other) => Err(format!(
+            "its control group {path} holds other processes too (pid {other})"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct Fake {
+        files: HashMap<&'static str, &'static str>,
+        leader: bool,
+    }
+
+    impl GroupFiles for Fake {
+        fn read(&self, path: &str) -> Option<String> {
+            self.files.get(path).map(|s| s.to_string())
+        }
+        fn pid(&self) -> u32 {
+            42
+        }
+        fn session_leader(&self) -> bool {
+            self.leader
+        }
+    }
+
+    fn fake(files: &[(&'static str, &'static str)], leader: bool) -> Fake {
+        Fake {
+            files: files.iter().copied().collect(),
+            leader,
+        }
+    }
+
+    #[test]
+    fn a_group_of_its_own_is_a_service_cgroup_or_a_session_under_autogroup() {
+        let service = [
+            ("/proc/self/cgroup", "0::/system.slice/w.service\n"),
+            ("/sys/fs/cgroup/system.slice/w.service/cgroup.procs", "42\n"),
+        ];
+        assert!(own_group(&fake(&service, false)).is_ok());
+        let shared = [
+            ("/proc/self/cgroup", "0::/docker/abc\n"),
+            ("/sys/fs/cgroup/docker/abc/cgroup.procs", "1\n42\n77\n"),
+        ];
+        let why = own_group(&fake(&shared, true)).unwrap_err();
+        assert!(
+            why.contains("/docker/abc") && why.contains("pid 1"),
+            "{why}"
+        );
+        let root = [
+            ("/proc/self/cgroup", "1:cpu,cpuacct:/\n0::/\n"),
+            ("/proc/sys/kernel/sched_autogroup_enabled", "1\n"),
+        ];
+        assert!(own_group(&fake(&root, true)).is_ok());
+        assert!(own_group(&fake(&root, false))
+            .unwrap_err()
+            .contains("session"));
+        let no_autogroup = [
+            ("/proc/self/cgroup", "0::/\n"),
+            ("/proc/sys/kernel/sched_autogroup_enabled", "0\n"),
+        ];
+        assert!(own_group(&fake(&no_autogroup, true))
+            .unwrap_err()
+            .contains("autogroup is off"));
+    }
+
+    #[test]
+    fn cgroup_v1_names_the_cpu_controllers_group() {
+        let v1 = [
+            (
+                "/proc/self/cgroup",
+                "4:memory:/m\n2:cpu,cpuacct:/svc\n1:name=systemd:/x\n0::/other\n",
+            ),
+            ("/sys/fs/cgroup/cpu,cpuacct/svc/cgroup.procs", "42\n"),
+        ];
+        assert!(own_group(&fake(&v1, false)).is_ok());
+        let unreadable = [("/proc/self/cgroup", "2:cpu:/svc\n")];
+        assert!(own_group(&fake(&unreadable, false))
+            .unwrap_err()
+            .contains("/svc"));
+    }
+
+    fn policy_of(tid: libc::pid_t) -> i32 {
+        // SAFETY: sched_getscheduler(2) of a thread of this process.
+        unsafe { libc::sched_getscheduler(tid) }
+    }
+
+    /// Yielding as the daemon has it, whatever group this test process is in (the
+    /// checks of the group are tested above); None where threads may not leave
+    /// SCHED_IDLE (not root, no RLIMIT_NICE).
+    fn yielding() -> Option<Yielding> {
+        if let Err(why) = probe(libc::SCHED_OTHER) {
+            eprintln!("yielding is not possible for this test process ({why}): not checked");
+            return None;
+        }
+        Some(Yielding::begin(1, libc::SCHED_OTHER).expect("the watchdog starts"))
+    }
+
+    #[test]
+    fn the_watchdog_turns_back_a_thread_left_idle() {
+        let Some(y) = yielding() else {
+            return;
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let turn_of = &y;
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let mut t = turn_of.turn(0);
+                t.answer();
+                // SAFETY: gettid(2).
+                tx.send(unsafe { libc::gettid() }).unwrap();
+                // Idle, and no request comes: only the watchdog can turn it back.
+                let _ = done_rx.recv_timeout(Duration::from_secs(5));
+                drop(t);
+            });
+            let tid = rx.recv().unwrap();
+            assert_eq!(policy_of(tid), libc::SCHED_IDLE, "idle after its answer");
+            let start = std::time::Instant::now();
+            while policy_of(tid) != libc::SCHED_OTHER && start.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let policy = policy_of(tid);
+            done_tx.send(()).unwrap();
+            assert_eq!(
+                policy,
+                libc::SCHED_OTHER,
+                "the watchdog turned the thread back"
+            );
+        });
+    }
+
+    /// The policy of a process `sh` started now (the 41st field of its /proc stat line).
+    fn policy_of_a_child() -> String {
+        let out = std::process::Command::new("sh")
+            .args(["-c", "cut -d' ' -f41 /proc/$$/stat"])
+            .output()
+            .expect("sh runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    #[test]
+    fn what_a_thread_that_yielded_starts_runs_at_the_daemons_policy() {
+        let Some(y) = yielding() else {
+            return;
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut t = y.turn(0);
+                t.answer();
+                assert_eq!(policy_of_a_child(), "5", "a child inherits SCHED_IDLE");
+                assert_eq!(at_own_policy(policy_of_a_child), "0");
+                // SAFETY: gettid(2).
+                let tid = unsafe { libc::gettid() };
+                assert_eq!(policy_of(tid), libc::SCHED_OTHER);
+                drop(t);
+            });
+        });
+    }
+
+    #[test]
+    fn a_request_someone_waits_for_is_served_at_the_threads_policy() {
+        let Some(y) = yielding() else {
+            return;
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: gettid(2).
+                let tid = unsafe { libc::gettid() };
+                let mut t = y.turn(0);
+                t.answer();
+                t.serve(false);
+                assert_eq!(policy_of(tid), libc::SCHED_IDLE, "a RELEASE is served idle");
+                t.serve(true);
+                assert_eq!(policy_of(tid), libc::SCHED_OTHER);
+                t.answer();
+                drop(t);
+                assert_eq!(
+                    policy_of(tid),
+                    libc::SCHED_OTHER,
+                    "an ended turn leaves none idle"
+                );
+            });
+        });
+    }
+}
