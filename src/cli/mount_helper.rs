@@ -13,7 +13,7 @@ pub const MOUNT_OPTIONS: &[(&str, &str)] = &[
     ("no_passthrough", "--no-passthrough"),
     ("no_readdirplus", "--no-readdirplus"),
     ("uring=", "--uring"),
-    ("no_yield_cpu", "--no-yield-cpu"),
+    ("yield_cpu=", "--yield-cpu"),
     ("xattr", "--xattr"),
     ("filter_timeout=", "--filter-timeout"),
     ("inspect_timeout=", "--inspect-timeout"),

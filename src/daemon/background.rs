@@ -75,9 +75,7 @@ pub fn spawn_background(req: &MountRequest, log_level: Option<&str>) -> anyhow::
         cmd.arg("--no-readdirplus");
     }
     cmd.arg("--uring").arg(req.uring.to_string());
-    if !req.yield_cpu {
-        cmd.arg("--no-yield-cpu");
-    }
+    cmd.arg("--yield-cpu").arg(req.yield_cpu.to_string());
     if req.xattrs {
         cmd.arg("--xattr");
     }

@@ -24,9 +24,9 @@ pub struct MountRequest {
     pub readdirplus: bool,
     /// FUSE over io_uring: `auto` (where the kernel offers it), `off`, `on` (required).
     pub uring: crate::fs::mount::Uring,
-    /// io_uring's queue threads yield their CPU to the callers they answer, where the
-    /// system allows it; off with `--no-yield-cpu`.
-    pub yield_cpu: bool,
+    /// Whether io_uring's queue threads yield their CPU to the callers they answer
+    /// (`--yield-cpu auto|off|always`).
+    pub yield_cpu: crate::fs::mount::YieldCpu,
     /// `user.` extended attributes served (`mount --xattr`).
     pub xattrs: bool,
     /// Inodes kept before the kernel's caches of idle worktrees are dropped.

@@ -177,6 +177,7 @@ impl View {
                         "/dev/fuse"
                     }
                     .into(),
+                    yield_cpu: self.stats.yield_on.load(Ordering::Relaxed),
                     xattr_requests: self.stats.xattr_requests.load(Ordering::Relaxed),
                     nodes: self.node_count() as u64,
                     removed_files_kept_open: self.nodes.kept_open() as u64,

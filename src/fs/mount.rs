@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-pub use crate::fuse::Uring;
 use crate::fuse::{Notifier, Session};
+pub use crate::fuse::{Uring, YieldCpu};
 
 /// Whether the kernel offers FUSE over io_uring now; Err: why not and how to turn it on.
 pub fn uring_available() -> Result<(), String> {
@@ -35,9 +35,9 @@ pub struct MountOptions {
     pub uring: Uring,
     /// `user.` extended attributes served (each write then costs one more round trip).
     pub xattrs: bool,
-    /// io_uring's queue threads yield their CPU to the callers they answer, where the
-    /// system allows it (`fuse/yielding.rs`).
-    pub yield_cpu: bool,
+    /// Whether io_uring's queue threads yield their CPU to the callers they answer
+    /// (`fuse/yielding.rs`).
+    pub yield_cpu: YieldCpu,
 }
 
 /// A mounted filesystem; `run` serves it until it is unmounted.

@@ -70,6 +70,8 @@ pub struct Stats {
     pub passthrough_on: std::sync::atomic::AtomicBool,
     /// Requests come over FUSE over io_uring (else `/dev/fuse`).
     pub uring_on: std::sync::atomic::AtomicBool,
+    /// io_uring's queue threads yield their CPU to the callers they answer.
+    pub yield_on: std::sync::atomic::AtomicBool,
     /// getxattr, setxattr, listxattr and removexattr requests (each kind is declined with
     /// ENOSYS, which the kernel remembers, so at most one of each per mount).
     pub xattr_requests: AtomicU64,

@@ -19,6 +19,7 @@ pub use device::{BackingId, Device, Notifier};
 pub use reply::{Answer, DirBuf};
 pub use request::{Header, Op, SetTime, SetattrArgs};
 pub use session::Session;
+pub use yielding::YieldCpu;
 
 /// Whether requests come over io_uring (where the kernel offers it) or `/dev/fuse`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,4 +90,8 @@ pub trait Filesystem: Send + Sync + 'static {
     /// Which transport carries the requests: io_uring (`true`) or `/dev/fuse`; told at
     /// INIT, and again if the kernel refuses io_uring's entries afterwards.
     fn transport(&self, _uring: bool) {}
+
+    /// Whether io_uring's queue threads yield their CPU to the callers they answer
+    /// (`yielding.rs`); told once the queues start.
+    fn yielding(&self, _on: bool) {}
 }

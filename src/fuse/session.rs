@@ -12,7 +12,7 @@ use super::dispatch::answer;
 use super::reply::Answer;
 use super::request::{self, Op};
 use super::uring::{self, Rings};
-use super::yielding::{self, Yielding};
+use super::yielding::{self, YieldCpu, Yielding};
 use super::{Filesystem, KernelInit, Uring};
 
 /// The largest write (and read) the kernel is told to send over `/dev/fuse`.
@@ -27,8 +27,8 @@ pub struct Session<F: Filesystem> {
     device: Arc<Device>,
     threads: usize,
     uring: Uring,
-    /// Queue threads yield their CPU to the callers they answer (io_uring only).
-    yield_cpu: bool,
+    /// Whether queue threads yield their CPU to the callers they answer (io_uring only).
+    yield_cpu: YieldCpu,
 }
 
 /// How a read of `/dev/fuse` ended.
@@ -59,8 +59,14 @@ fn read_request(fd: BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<Read> {
 impl<F: Filesystem> Session<F> {
     /// A session over the mount's descriptor `fd`, served by `threads` threads reading
     /// `/dev/fuse` and, as `uring` says, by io_uring's queues, whose threads yield their
-    /// CPU to the callers they answer where `yield_cpu` and the system allow it.
-    pub fn new(fs: F, fd: OwnedFd, threads: usize, uring: Uring, yield_cpu: bool) -> Session<F> {
+    /// CPU to the callers they answer as `yield_cpu` says.
+    pub fn new(
+        fs: F,
+        fd: OwnedFd,
+        threads: usize,
+        uring: Uring,
+        yield_cpu: YieldCpu,
+    ) -> Session<F> {
         Session {
             fs: Arc::new(fs),
             device: Arc::new(Device::new(fd)),
@@ -95,6 +101,7 @@ impl<F: Filesystem> Session<F> {
         let (queues, stop) = match rings {
             Some(r) => {
                 let yielding = self.yielding(r.entries());
+                self.fs.yielding(yielding.is_some());
                 let (threads, stop) =
                     r.start(self.fs.clone(), self.device.clone(), failed, yielding)?;
                 (threads, Some(stop))
@@ -139,13 +146,13 @@ impl<F: Filesystem> Session<F> {
     /// Yielding for `entries` queue threads, if asked for and possible here (one log line
     /// saying which, and why not).
     fn yielding(&self, entries: usize) -> Option<Arc<Yielding>> {
-        if !self.yield_cpu {
+        if self.yield_cpu == YieldCpu::Off {
             tracing::info!(
-                "FUSE over io_uring: answers leave their callers to the scheduler (--no-yield-cpu)"
+                "FUSE over io_uring: answers leave their callers to the scheduler (--yield-cpu off)"
             );
             return None;
         }
-        match Yielding::start(entries) {
+        match Yielding::start(entries, self.yield_cpu) {
             Ok(y) => {
                 tracing::info!("FUSE over io_uring: each answer yields its CPU to the caller (SCHED_IDLE until the next request, {} ms at most)", yielding::LIMIT.as_millis());
                 Some(Arc::new(y))

@@ -14,21 +14,25 @@
 //! there. The thread takes its own policy back as soon as a request arrives that
 //! someone waits for; RELEASE and RELEASEDIR (nobody waits) are served as it is.
 //!
-//! A `SCHED_IDLE` thread runs only when nothing else of its scheduling group wants the
-//! CPU (its weight is 3 against 1,024). Two things bound what that can cost:
-//! * it is done only where the daemon's scheduling group holds the daemon alone (its own
-//!   session under the kernel's autogroup, or a control group of its own, as a systemd
-//!   service has): programs in other groups compete with the daemon's group at the
-//!   group's full weight, whatever its threads' policy;
-//! * a watchdog thread gives its policy back to any queue thread that has been
-//!   `SCHED_IDLE` for [`LIMIT`], so a request that came while the daemon's own other
-//!   threads kept the CPU busy waits about that long at most.
+//! A `SCHED_IDLE` thread has the lowest weight (3 against 1,024) and, woken, never
+//! preempts the thread that runs: it waits for that thread's slice to end, or a tick.
+//! Inside its scheduling group every other thread goes first; across groups the
+//! group's weight on that CPU counts, which shrinks with the load the group has there
+//! (the daemon's other threads). What bounds the cost:
+//! * a watchdog thread gives its policy back to any queue thread idle for [`LIMIT`] (an
+//!   answer or a request that came meanwhile waits about that long, and a tick, at
+//!   most), and when the thread it turned back was waiting for its CPU no thread yields
+//!   for [`BACK_OFF`]: the CPUs are busy, where yielding gains nothing;
+//! * with `auto`, it is done only where the daemon has a scheduling group to itself (its
+//!   own session under the kernel's autogroup, or a control group of its own, as a
+//!   service has), so no other program's threads go before its waiting ones.
 //!
-//! What a thread starts inherits its policy: threads and processes are started only while
-//! serving requests someone waits for, which are served at the thread's own policy.
+//! What a thread starts inherits its policy: threads and processes are started only
+//! while serving requests someone waits for (served at the thread's own policy), and
+//! what starts them runs inside [`at_own_policy`] besides.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// How long a queue thread stays `SCHED_IDLE` at most before the watchdog turns it back.
@@ -38,11 +42,51 @@ pub const LIMIT: Duration = Duration::from_millis(1);
 /// its CPU: the CPUs are busy, where yielding gains nothing and a thread may wait.
 pub const BACK_OFF: Duration = Duration::from_millis(100);
 
+/// `mount --yield-cpu`: whether io_uring's queue threads yield their CPU to the callers
+/// they answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum YieldCpu {
+    /// Where the daemon has a scheduling group to itself.
+    #[default]
+    Auto,
+    /// Never.
+    Off,
+    /// Wherever a thread may leave `SCHED_IDLE` again, in a shared group too (the
+    /// watchdog bounds each wait).
+    Always,
+}
+
+impl std::str::FromStr for YieldCpu {
+    type Err = String;
+    fn from_str(s: &str) -> Result<YieldCpu, String> {
+        match s {
+            "auto" => Ok(YieldCpu::Auto),
+            "off" => Ok(YieldCpu::Off),
+            "always" => Ok(YieldCpu::Always),
+            _ => Err(format!("'{s}' is not one of auto, off, always")),
+        }
+    }
+}
+
+impl std::fmt::Display for YieldCpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            YieldCpu::Auto => "auto",
+            YieldCpu::Off => "off",
+            YieldCpu::Always => "always",
+        })
+    }
+}
+
 /// One queue thread as the watchdog sees it.
 struct Slot {
+    /// The thread's id; 0 once it ended (under `ending`).
     tid: AtomicI32,
     /// When the thread turned `SCHED_IDLE` (monotonic ns); 0 while it runs at its policy.
     since: AtomicU64,
+    /// Held by the watchdog while it turns the thread back and by the thread as it ends,
+    /// so the watchdog never names a thread id that may be another thread's by then.
+    ending: Mutex<()>,
 }
 
 struct Shared {
@@ -50,6 +94,8 @@ struct Shared {
     /// The policy the threads take back (`SCHED_OTHER`, or `SCHED_BATCH` if the daemon
     /// was started so).
     policy: libc::c_int,
+    /// [`LIMIT`] in ns (shorter or longer in tests).
+    limit: u64,
     /// The watchdog sleeps until a thread turns idle again.
     parked: AtomicBool,
     /// No thread yields before this time (monotonic ns; see [`BACK_OFF`]).
@@ -65,24 +111,29 @@ pub struct Yielding {
 }
 
 impl Yielding {
-    /// Yielding for `threads` queue threads; Err says why it is not done here.
-    pub fn start(threads: usize) -> Result<Yielding, String> {
+    /// Yielding for `threads` queue threads as `how` asks (not `Off`); Err says why it is
+    /// not done here.
+    pub fn start(threads: usize, how: YieldCpu) -> Result<Yielding, String> {
         let policy = own_policy()?;
-        own_group(&ProcFiles)?;
+        if how == YieldCpu::Auto {
+            own_group(&ProcFiles)?;
+        }
         probe(policy)?;
-        Yielding::begin(threads, policy)
+        Yielding::begin(threads, policy, LIMIT)
     }
 
     /// Yielding back to `policy`, once the checks of [`Yielding::start`] passed.
-    fn begin(threads: usize, policy: libc::c_int) -> Result<Yielding, String> {
+    fn begin(threads: usize, policy: libc::c_int, limit: Duration) -> Result<Yielding, String> {
         let shared = Arc::new(Shared {
             slots: (0..threads)
                 .map(|_| Slot {
                     tid: AtomicI32::new(0),
                     since: AtomicU64::new(0),
+                    ending: Mutex::new(()),
                 })
                 .collect(),
             policy,
+            limit: limit.as_nanos() as u64,
             parked: AtomicBool::new(false),
             busy_until: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -139,7 +190,7 @@ thread_local! {
 /// Runs `f` at the calling thread's own policy: a queue thread that yielded takes it back
 /// first. A process or thread started inherits the policy of the thread that starts it,
 /// so what a queue thread starts (a checkout filter, a worktree's creation) is started
-/// through this.
+/// through this (`uring::unpinned`).
 pub fn at_own_policy<T>(f: impl FnOnce() -> T) -> T {
     if let Some(policy) = YIELDED.take() {
         if let Err(e) = set_policy(0, policy) {
@@ -174,14 +225,19 @@ impl Turn {
                 w.unpark();
             }
         }
-        if set_policy(0, libc::SCHED_IDLE).is_ok() {
-            YIELDED.set(Some(self.shared.policy));
-        } else {
+        if set_policy(0, libc::SCHED_IDLE).is_err() {
             slot.since.store(0, SeqCst);
+            return;
+        }
+        YIELDED.set(Some(self.shared.policy));
+        // Held up for LIMIT between the two lines above, the watchdog has turned the
+        // thread back already and looks at it no more: take the policy back here.
+        if slot.since.load(SeqCst) != now {
+            self.back();
         }
     }
 
-    fn back(&mut self) {
+    fn back(&self) {
         if let Err(e) = set_policy(0, self.shared.policy) {
             tracing::error!("a FUSE queue thread could not take its scheduling policy back: {e}");
         }
@@ -192,17 +248,19 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
+        let slot = &self.shared.slots[self.slot];
+        let _ending = slot.ending.lock().unwrap_or_else(|e| e.into_inner());
+        slot.tid.store(0, SeqCst);
         if YIELDED.get().is_some() {
             self.back();
         }
     }
 }
 
-/// The watchdog: gives each thread idle for [`LIMIT`] its policy back, and stops all
+/// The watchdog: gives each thread idle for its limit its policy back, and stops all
 /// yielding for [`BACK_OFF`] when one of them was waiting for its CPU; sleeps while no
 /// thread is idle.
 fn watch(s: &Shared) {
-    let limit = LIMIT.as_nanos() as u64;
     let back_off = BACK_OFF.as_nanos() as u64;
     loop {
         if s.stop.load(SeqCst) {
@@ -215,27 +273,31 @@ fn watch(s: &Shared) {
             if since == 0 {
                 continue;
             }
-            let due = since.saturating_add(limit);
-            if due <= now {
-                if slot
+            let due = since.saturating_add(s.limit);
+            if due > now {
+                next = Some(next.map_or(due, |n| n.min(due)));
+                continue;
+            }
+            let _ending = slot.ending.lock().unwrap_or_else(|e| e.into_inner());
+            let tid = slot.tid.load(SeqCst);
+            if tid == 0
+                || slot
                     .since
                     .compare_exchange(since, 0, SeqCst, SeqCst)
-                    .is_ok()
-                {
-                    let tid = slot.tid.load(SeqCst);
-                    if let Err(e) = set_policy(tid, s.policy) {
-                        tracing::error!("turning an idle FUSE queue thread back: {e}");
-                    }
-                    if runnable(tid) {
-                        s.busy_until.store(now_ns() + back_off, SeqCst);
-                    }
-                }
-            } else {
-                next = Some(next.map_or(due, |n| n.min(due)));
+                    .is_err()
+            {
+                continue;
+            }
+            if let Err(e) = set_policy(tid, s.policy) {
+                tracing::error!("turning an idle FUSE queue thread back: {e}");
+            }
+            if runnable(tid) {
+                s.busy_until.store(now_ns() + back_off, SeqCst);
             }
         }
         if let Some(due) = next {
-            std::thread::sleep(Duration::from_nanos((due - now).max(50_000)));
+            // Unparked early by the end (`Yielding`'s drop).
+            std::thread::park_timeout(Duration::from_nanos((due - now).max(50_000)));
             continue;
         }
         // Park, unless a thread turned idle after the look above (it sees `parked` and
@@ -250,8 +312,8 @@ fn watch(s: &Shared) {
     }
 }
 
-/// Whether thread `tid` of this process is runnable (state R): waiting for a CPU, as an
-/// idle thread woken for a request is while other threads keep its CPU busy.
+/// Whether thread `tid` of this process is runnable or running (state R): a thread left
+/// idle that is R was kept waiting for its CPU (or is serving a RELEASE).
 fn runnable(tid: libc::pid_t) -> bool {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
         .ok()
@@ -279,16 +341,22 @@ fn set_policy(tid: libc::pid_t, policy: libc::c_int) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `SCHED_RESET_ON_FORK`, or'ed into the policy `sched_getscheduler` reports.
+const RESET_ON_FORK: libc::c_int = 0x4000_0000;
+
 /// The daemon's policy, if one yielding can come back to.
 fn own_policy() -> Result<libc::c_int, String> {
     // SAFETY: sched_getscheduler(2) of the calling thread.
-    match unsafe { libc::sched_getscheduler(0) } {
-        p @ (libc::SCHED_OTHER | libc::SCHED_BATCH) => Ok(p),
-        libc::SCHED_IDLE => Err("the daemon runs SCHED_IDLE already".into()),
-        p if p < 0 => Err(format!(
+    let p = unsafe { libc::sched_getscheduler(0) };
+    if p < 0 {
+        return Err(format!(
             "its scheduling policy could not be read ({})",
             std::io::Error::last_os_error()
-        )),
+        ));
+    }
+    match p & !RESET_ON_FORK {
+        p @ (libc::SCHED_OTHER | libc::SCHED_BATCH) => Ok(p),
+        libc::SCHED_IDLE => Err("the daemon runs SCHED_IDLE already".into()),
         _ => Err("the daemon runs under a real-time policy".into()),
     }
 }
@@ -316,7 +384,9 @@ fn probe(policy: libc::c_int) -> Result<(), String> {
 /// What [`own_group`] reads (files of /proc and the control groups' filesystem).
 trait GroupFiles {
     fn read(&self, path: &str) -> Option<String>;
+    fn exists(&self, path: &str) -> bool;
     fn pid(&self) -> u32;
+    fn parent(&self) -> u32;
     fn session_leader(&self) -> bool;
 }
 
@@ -326,8 +396,14 @@ impl GroupFiles for ProcFiles {
     fn read(&self, path: &str) -> Option<String> {
         std::fs::read_to_string(path).ok()
     }
+    fn exists(&self, path: &str) -> bool {
+        std::path::Path::new(path).exists()
+    }
     fn pid(&self) -> u32 {
         std::process::id()
+    }
+    fn parent(&self) -> u32 {
+        std::os::unix::process::parent_id()
     }
     fn session_leader(&self) -> bool {
         // SAFETY: getsid(2) of the calling process.
@@ -335,9 +411,10 @@ impl GroupFiles for ProcFiles {
     }
 }
 
-/// Ok when the daemon has a scheduling group to itself: the CPU controller's control
-/// group is its own (no other process in it), or it is the root group and the daemon
-/// leads a session of its own under the kernel's autogroup.
+/// Ok when the daemon has a scheduling group to itself: the control group whose CPU
+/// controller schedules it holds no other process (but its parent, a `mount` that waits
+/// for it to be ready), or it is the real root group and the daemon leads a session of
+/// its own under the kernel's autogroup.
 fn own_group(f: &dyn GroupFiles) -> Result<(), String> {
     let cgroups = f
         .read("/proc/self/cgroup")
@@ -356,9 +433,35 @@ fn own_group(f: &dyn GroupFiles) -> Result<(), String> {
             v1 = Some((ctrl.to_string(), path.to_string()));
         }
     }
-    let (procs, path) = match (v1, v2) {
-        (Some((ctrl, path)), _) => (format!("/sys/fs/cgroup/{ctrl}{path}/cgroup.procs"), path),
-        (None, Some(path)) => (format!("/sys/fs/cgroup{path}/cgroup.procs"), path),
+    let (dir, path) = match (v1, v2) {
+        (Some((ctrl, path)), _) => (format!("/sys/fs/cgroup/{ctrl}"), path),
+        (None, Some(path)) => {
+            // Under cgroup v2 the CPU controller may be off below some group: the
+            // nearest group up the path that has it (`cpu.weight`) schedules the daemon.
+            // The real root has no `cpu.weight`; a root that has one is a namespace's (a
+            // container's), shared with everything in it.
+            let own = path.trim_end_matches('/').to_string();
+            let mut path = own.clone();
+            loop {
+                if f.exists(&format!("/sys/fs/cgroup{path}/cpu.weight")) {
+                    break;
+                }
+                match path.rfind('/') {
+                    Some(i) => path.truncate(i),
+                    None => break,
+                }
+            }
+            if path.is_empty() && f.exists("/sys/fs/cgroup/cpu.weight") {
+                return Err("its control group is the root of a control group namespace (a container's), shared with every program in it".into());
+            }
+            if !path.is_empty() && path != own {
+                return Err(format!("its CPU is shared out by the control group {path}, which holds every group below it (the CPU controller is off below it)"));
+            }
+            (
+                "/sys/fs/cgroup".to_string(),
+                if path.is_empty() { "/".into() } else { path },
+            )
+        }
         (None, None) => return Err("its CPU control group could not be found".into()),
     };
     if path == "/" {
@@ -367,21 +470,21 @@ fn own_group(f: &dyn GroupFiles) -> Result<(), String> {
             return Err("it shares the root control group with every program and the kernel's autogroup is off".into());
         }
         if !f.session_leader() {
-            return Err("it shares its session (so its autogroup) with other programs: run it in the background or as a service".into());
+            return Err("it shares its session (so its autogroup) with other programs: run it in the background or as a service, or mount with --yield-cpu always".into());
         }
         return Ok(());
     }
     let listed = f
-        .read(&procs)
+        .read(&format!("{dir}{path}/cgroup.procs"))
         .ok_or_else(|| format!("its control group {path} could not be read"))?;
-    let me = f.pid().to_string();
+    let (me, parent) = (f.pid().to_string(), f.parent().to_string());
     match listed
         .lines()
         .map(str::trim)
-        .find(|p| !p.is_empty() && *p != me)
+        .find(|p| !p.is_empty() && *p != me && *p != parent)
     {
         Some(other) => Err(format!(
-            "its control group {path} holds other processes too (pid {other})"
+            "its control group {path} holds other processes too (pid {other}); mount with --yield-cpu always to yield there too"
         )),
         None => Ok(()),
     }
@@ -401,8 +504,14 @@ mod tests {
         fn read(&self, path: &str) -> Option<String> {
             self.files.get(path).map(|s| s.to_string())
         }
+        fn exists(&self, path: &str) -> bool {
+            self.files.contains_key(path)
+        }
         fn pid(&self) -> u32 {
             42
+        }
+        fn parent(&self) -> u32 {
+            41
         }
         fn session_leader(&self) -> bool {
             self.leader
@@ -420,11 +529,17 @@ mod tests {
     fn a_group_of_its_own_is_a_service_cgroup_or_a_session_under_autogroup() {
         let service = [
             ("/proc/self/cgroup", "0::/system.slice/w.service\n"),
-            ("/sys/fs/cgroup/system.slice/w.service/cgroup.procs", "42\n"),
+            ("/sys/fs/cgroup/system.slice/w.service/cpu.weight", "100\n"),
+            // Its parent, a `mount` waiting for it to be ready, may be there still.
+            (
+                "/sys/fs/cgroup/system.slice/w.service/cgroup.procs",
+                "41\n42\n",
+            ),
         ];
         assert!(own_group(&fake(&service, false)).is_ok());
         let shared = [
             ("/proc/self/cgroup", "0::/docker/abc\n"),
+            ("/sys/fs/cgroup/docker/abc/cpu.weight", "100\n"),
             ("/sys/fs/cgroup/docker/abc/cgroup.procs", "1\n42\n77\n"),
         ];
         let why = own_group(&fake(&shared, true)).unwrap_err();
@@ -447,6 +562,39 @@ mod tests {
         assert!(own_group(&fake(&no_autogroup, true))
             .unwrap_err()
             .contains("autogroup is off"));
+        // A container's namespace shows its group as the root, which has `cpu.weight`
+        // (the real root has none).
+        let container = [
+            ("/proc/self/cgroup", "0::/\n"),
+            ("/sys/fs/cgroup/cpu.weight", "100\n"),
+            ("/proc/sys/kernel/sched_autogroup_enabled", "1\n"),
+        ];
+        assert!(own_group(&fake(&container, true))
+            .unwrap_err()
+            .contains("namespace"));
+    }
+
+    #[test]
+    fn under_cgroup_v2_the_group_with_the_cpu_controller_counts() {
+        // The controller off below system.slice: the slice shares the CPU out among
+        // every service in it, whatever the service's own group holds.
+        let slice = [
+            ("/proc/self/cgroup", "0::/system.slice/w.service\n"),
+            ("/sys/fs/cgroup/system.slice/cpu.weight", "100\n"),
+            ("/sys/fs/cgroup/system.slice/w.service/cgroup.procs", "42\n"),
+        ];
+        assert!(own_group(&fake(&slice, false))
+            .unwrap_err()
+            .contains("/system.slice,"));
+        // Off everywhere: the root group schedules it, and the autogroup rules apply.
+        let nowhere = [
+            ("/proc/self/cgroup", "0::/user.slice/session-1.scope\n"),
+            ("/proc/sys/kernel/sched_autogroup_enabled", "1\n"),
+        ];
+        assert!(own_group(&fake(&nowhere, true)).is_ok());
+        assert!(own_group(&fake(&nowhere, false))
+            .unwrap_err()
+            .contains("session"));
     }
 
     #[test]
@@ -471,19 +619,23 @@ mod tests {
     }
 
     /// Yielding as the daemon has it, whatever group this test process is in (the
-    /// checks of the group are tested above); None where threads may not leave
-    /// SCHED_IDLE (not root, no RLIMIT_NICE).
-    fn yielding() -> Option<Yielding> {
+    /// checks of the group are tested above), the watchdog turning a thread back after
+    /// `limit`; None where threads may not leave SCHED_IDLE (not root, no RLIMIT_NICE).
+    fn yielding(limit: Duration) -> Option<Yielding> {
         if let Err(why) = probe(libc::SCHED_OTHER) {
             eprintln!("yielding is not possible for this test process ({why}): not checked");
             return None;
         }
-        Some(Yielding::begin(1, libc::SCHED_OTHER).expect("the watchdog starts"))
+        Some(Yielding::begin(1, libc::SCHED_OTHER, limit).expect("the watchdog starts"))
     }
+
+    /// Long enough that no test thread held up by others' load is turned back before it
+    /// looks at its own policy.
+    const NEVER: Duration = Duration::from_secs(60);
 
     #[test]
     fn the_watchdog_turns_back_a_thread_left_idle() {
-        let Some(y) = yielding() else {
+        let Some(y) = yielding(Duration::from_millis(200)) else {
             return;
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -494,13 +646,14 @@ mod tests {
                 let mut t = turn_of.turn(0);
                 t.answer();
                 // SAFETY: gettid(2).
-                tx.send(unsafe { libc::gettid() }).unwrap();
+                let tid = unsafe { libc::gettid() };
+                tx.send((tid, policy_of(tid))).unwrap();
                 // Idle, and no request comes: only the watchdog can turn it back.
                 let _ = done_rx.recv_timeout(Duration::from_secs(5));
                 drop(t);
             });
-            let tid = rx.recv().unwrap();
-            assert_eq!(policy_of(tid), libc::SCHED_IDLE, "idle after its answer");
+            let (tid, after_answer) = rx.recv().unwrap();
+            assert_eq!(after_answer, libc::SCHED_IDLE, "idle after its answer");
             let start = std::time::Instant::now();
             while policy_of(tid) != libc::SCHED_OTHER && start.elapsed() < Duration::from_secs(2) {
                 std::thread::sleep(Duration::from_micros(200));
@@ -526,7 +679,7 @@ mod tests {
 
     #[test]
     fn what_a_thread_that_yielded_starts_runs_at_the_daemons_policy() {
-        let Some(y) = yielding() else {
+        let Some(y) = yielding(NEVER) else {
             return;
         };
         std::thread::scope(|s| {
@@ -545,7 +698,7 @@ mod tests {
 
     #[test]
     fn a_request_someone_waits_for_is_served_at_the_threads_policy() {
-        let Some(y) = yielding() else {
+        let Some(y) = yielding(NEVER) else {
             return;
         };
         std::thread::scope(|s| {

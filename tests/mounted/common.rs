@@ -123,18 +123,7 @@ impl Mounted {
         } else {
             &["--keep-min-free-percent", "0", "--keep-min-free-gib", "0"]
         };
-        let mut cmd = Command::new(program);
-        // A session of its own, as `mount` in the background has (a daemon in the
-        // session of the test's process would share its scheduling group, and its
-        // io_uring threads would not yield their CPU: see fuse/yielding.rs).
-        // SAFETY: setsid(2) is async-signal-safe.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::setsid();
-                Ok(())
-            });
-        }
-        let child = cmd
+        let child = Command::new(program)
             .arg("mount")
             .arg(mountpoint)
             .arg("--state-dir")
@@ -143,6 +132,10 @@ impl Mounted {
             .args(free_disk)
             .args(extra)
             .env("RUST_LOG", rust_log)
+            // In the test's session a daemon shares its scheduling group, where `auto`
+            // would not yield (fuse/yielding.rs): every mounted test runs yielding, in
+            // the harsher case, unless it says otherwise.
+            .env("WORKTREEFS_YIELD_CPU", "always")
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

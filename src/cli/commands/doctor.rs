@@ -393,7 +393,7 @@ fn daemon(state: &StateDir, out: &mut Vec<CheckJson>) {
                 "daemon",
                 CheckStatus::Ok,
                 format!(
-                    "pid {} serves {}: answers ({} inodes in use, passthrough {}, requests over {}, {})",
+                    "pid {} serves {}: answers ({} inodes in use, passthrough {}, requests over {}{}, {})",
                     d.pid,
                     d.mountpoint.display(),
                     v["nodes"],
@@ -403,6 +403,11 @@ fn daemon(state: &StateDir, out: &mut Vec<CheckJson>) {
                         "off"
                     },
                     v["transport"].as_str().unwrap_or("/dev/fuse"),
+                    if v["yield_cpu"] == true {
+                        " yielding the CPU to each caller"
+                    } else {
+                        ""
+                    },
                     worktreefs::report::human_bytes(v["heap_in_use"].as_u64().unwrap_or(0))
                 ),
                 None,

@@ -62,12 +62,18 @@ pub struct MountArgs {
         value_name = "auto|off|on"
     )]
     pub uring: worktreefs::fs::mount::Uring,
-    /// Over io_uring, answer without yielding the CPU to the caller. By default each
-    /// queue thread turns SCHED_IDLE as it answers (for 1 ms at most), so the caller
-    /// wakes on its own CPU instead of an idle one, where the daemon has a scheduling
-    /// group of its own (a session in the background, or a service's control group).
-    #[arg(long)]
-    pub no_yield_cpu: bool,
+    /// Over io_uring, each answer yields its CPU to the caller: the queue thread turns
+    /// SCHED_IDLE until the next request (1 ms at most), so the caller wakes on its own
+    /// CPU instead of an idle one. `auto` where the daemon has a scheduling group of
+    /// its own (in the background, or as a service), `off` never, `always` in a group
+    /// shared with other programs too (each wait is bounded to about 1 ms).
+    #[arg(
+        long,
+        env = "WORKTREEFS_YIELD_CPU",
+        default_value = "auto",
+        value_name = "auto|off|always"
+    )]
+    pub yield_cpu: worktreefs::fs::mount::YieldCpu,
     /// Keep `user.` extended attributes on files and directories of worktrees. Off by
     /// default: with attributes served, the kernel asks each file's
     /// security.capability before every write(2), one more round trip per write.
@@ -149,7 +155,7 @@ fn request(state: &StateDir, args: &MountArgs) -> anyhow::Result<MountRequest> {
         passthrough: !args.no_passthrough,
         readdirplus: !args.no_readdirplus,
         uring: args.uring,
-        yield_cpu: !args.no_yield_cpu,
+        yield_cpu: args.yield_cpu,
         xattrs: args.xattr,
         cache_nodes: args.cache_nodes,
         allow_other: args.allow_other,

@@ -173,6 +173,10 @@ impl Filesystem for WorktreeFs {
     fn transport(&self, uring: bool) {
         self.view.stats.uring_on.store(uring, Ordering::Relaxed);
     }
+
+    fn yielding(&self, on: bool) {
+        self.view.stats.yield_on.store(on, Ordering::Relaxed);
+    }
 }
 
 /// Whether this process has CAP_SYS_ADMIN (effective), which the kernel requires of a

@@ -271,6 +271,8 @@ pub struct StatsJson {
     pub passthrough_opens: u64,
     pub passthrough: bool,
     pub transport: String,
+    /// io_uring's queue threads yield their CPU to the callers they answer.
+    pub yield_cpu: bool,
     pub xattr_requests: u64,
     pub nodes: u64,
     pub removed_files_kept_open: u64,
