@@ -181,10 +181,42 @@ pub struct Turn {
     slot: usize,
 }
 
+/// A queue thread that turned `SCHED_IDLE` by its own doing (the watchdog may have given
+/// its policy back meanwhile): what it takes back, and where the watchdog watches it.
+struct Yielded {
+    shared: Arc<Shared>,
+    slot: usize,
+}
+
+impl Yielded {
+    /// Takes the thread's policy back; true when it did (else the watchdog still watches
+    /// and tries again).
+    fn back(&self) -> bool {
+        if let Err(e) = set_policy(0, self.shared.policy) {
+            tracing::error!("a FUSE queue thread could not take its scheduling policy back: {e}");
+            return false;
+        }
+        self.shared.slots[self.slot].since.store(0, SeqCst);
+        true
+    }
+}
+
 thread_local! {
-    /// The policy to take back, while this thread is `SCHED_IDLE` by its own doing (the
-    /// watchdog may have given it back meanwhile).
-    static YIELDED: std::cell::Cell<Option<libc::c_int>> = const { std::cell::Cell::new(None) };
+    static YIELDED: std::cell::RefCell<Option<Yielded>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether the calling thread turned `SCHED_IDLE` by its own doing.
+fn yielded() -> bool {
+    YIELDED.with_borrow(|y| y.is_some())
+}
+
+/// Takes the calling thread's policy back if it yielded.
+fn take_back() {
+    YIELDED.with_borrow_mut(|y| {
+        if y.as_ref().is_some_and(Yielded::back) {
+            *y = None;
+        }
+    });
 }
 
 /// Runs `f` at the calling thread's own policy: a queue thread that yielded takes it back
@@ -192,19 +224,21 @@ thread_local! {
 /// so what a queue thread starts (a checkout filter, a worktree's creation) is started
 /// through this (`uring::unpinned`).
 pub fn at_own_policy<T>(f: impl FnOnce() -> T) -> T {
-    if let Some(policy) = YIELDED.take() {
-        if let Err(e) = set_policy(0, policy) {
-            tracing::error!("a FUSE queue thread could not take its scheduling policy back: {e}");
-        }
-    }
+    take_back();
     f()
+}
+
+/// Whether the calling thread runs `SCHED_IDLE` (for checks in debug builds).
+pub fn idle_now() -> bool {
+    // SAFETY: sched_getscheduler(2) of the calling thread.
+    unsafe { libc::sched_getscheduler(0) & !RESET_ON_FORK == libc::SCHED_IDLE }
 }
 
 impl Turn {
     /// A request arrived: one that someone waits for is served at the thread's policy.
     pub fn serve(&mut self, waited_for: bool) {
-        if waited_for && YIELDED.get().is_some() {
-            self.back();
+        if waited_for {
+            take_back();
         }
     }
 
@@ -212,7 +246,7 @@ impl Turn {
     /// that someone waits for, or the watchdog turns it back.
     pub fn answer(&mut self) {
         let slot = &self.shared.slots[self.slot];
-        if YIELDED.get().is_some() && slot.since.load(SeqCst) != 0 {
+        if yielded() && slot.since.load(SeqCst) != 0 {
             return;
         }
         let now = now_ns();
@@ -229,20 +263,15 @@ impl Turn {
             slot.since.store(0, SeqCst);
             return;
         }
-        YIELDED.set(Some(self.shared.policy));
+        YIELDED.set(Some(Yielded {
+            shared: self.shared.clone(),
+            slot: self.slot,
+        }));
         // Held up for LIMIT between the two lines above, the watchdog has turned the
         // thread back already and looks at it no more: take the policy back here.
         if slot.since.load(SeqCst) != now {
-            self.back();
+            take_back();
         }
-    }
-
-    fn back(&self) {
-        if let Err(e) = set_policy(0, self.shared.policy) {
-            tracing::error!("a FUSE queue thread could not take its scheduling policy back: {e}");
-        }
-        self.shared.slots[self.slot].since.store(0, SeqCst);
-        YIELDED.set(None);
     }
 }
 
@@ -251,9 +280,9 @@ impl Drop for Turn {
         let slot = &self.shared.slots[self.slot];
         let _ending = slot.ending.lock().unwrap_or_else(|e| e.into_inner());
         slot.tid.store(0, SeqCst);
-        if YIELDED.get().is_some() {
-            self.back();
-        }
+        take_back();
+        YIELDED.set(None);
+        slot.since.store(0, SeqCst);
     }
 }
 
@@ -280,18 +309,24 @@ fn watch(s: &Shared) {
             }
             let _ending = slot.ending.lock().unwrap_or_else(|e| e.into_inner());
             let tid = slot.tid.load(SeqCst);
-            if tid == 0
-                || slot
-                    .since
-                    .compare_exchange(since, 0, SeqCst, SeqCst)
-                    .is_err()
-            {
+            if tid == 0 {
+                // Ended: nothing to watch.
+                slot.since.store(0, SeqCst);
                 continue;
             }
+            // Looked at before it is turned back (which may make it run).
+            let waiting = runnable(tid);
             if let Err(e) = set_policy(tid, s.policy) {
+                // Watched still: tried again at the next look.
                 tracing::error!("turning an idle FUSE queue thread back: {e}");
+                continue;
             }
-            if runnable(tid) {
+            if slot
+                .since
+                .compare_exchange(since, 0, SeqCst, SeqCst)
+                .is_ok()
+                && waiting
+            {
                 s.busy_until.store(now_ns() + back_off, SeqCst);
             }
         }
@@ -474,6 +509,20 @@ fn own_group(f: &dyn GroupFiles) -> Result<(), String> {
         }
         return Ok(());
     }
+    // Groups below it without a CPU controller of their own share its share.
+    let below = f
+        .read(&format!("{dir}{path}/cgroup.stat"))
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("nr_descendants "))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    if below > 0 {
+        return Err(format!(
+            "its control group {path} has {below} groups below it, which share its CPU"
+        ));
+    }
     let listed = f
         .read(&format!("{dir}{path}/cgroup.procs"))
         .ok_or_else(|| format!("its control group {path} could not be read"))?;
@@ -527,9 +576,25 @@ mod tests {
 
     #[test]
     fn a_group_of_its_own_is_a_service_cgroup_or_a_session_under_autogroup() {
+        let nested = [
+            ("/proc/self/cgroup", "0::/system.slice/w.service\n"),
+            ("/sys/fs/cgroup/system.slice/w.service/cpu.weight", "100\n"),
+            (
+                "/sys/fs/cgroup/system.slice/w.service/cgroup.stat",
+                "nr_descendants 2\nnr_dying_descendants 0\n",
+            ),
+            ("/sys/fs/cgroup/system.slice/w.service/cgroup.procs", "42\n"),
+        ];
+        assert!(own_group(&fake(&nested, false))
+            .unwrap_err()
+            .contains("2 groups below"));
         let service = [
             ("/proc/self/cgroup", "0::/system.slice/w.service\n"),
             ("/sys/fs/cgroup/system.slice/w.service/cpu.weight", "100\n"),
+            (
+                "/sys/fs/cgroup/system.slice/w.service/cgroup.stat",
+                "nr_descendants 0\n",
+            ),
             // Its parent, a `mount` waiting for it to be ready, may be there still.
             (
                 "/sys/fs/cgroup/system.slice/w.service/cgroup.procs",
@@ -635,7 +700,7 @@ mod tests {
 
     #[test]
     fn the_watchdog_turns_back_a_thread_left_idle() {
-        let Some(y) = yielding(Duration::from_millis(200)) else {
+        let Some(y) = yielding(Duration::from_secs(2)) else {
             return;
         };
         let (tx, rx) = std::sync::mpsc::channel();
@@ -649,13 +714,13 @@ mod tests {
                 let tid = unsafe { libc::gettid() };
                 tx.send((tid, policy_of(tid))).unwrap();
                 // Idle, and no request comes: only the watchdog can turn it back.
-                let _ = done_rx.recv_timeout(Duration::from_secs(5));
+                let _ = done_rx.recv_timeout(Duration::from_secs(15));
                 drop(t);
             });
             let (tid, after_answer) = rx.recv().unwrap();
             assert_eq!(after_answer, libc::SCHED_IDLE, "idle after its answer");
             let start = std::time::Instant::now();
-            while policy_of(tid) != libc::SCHED_OTHER && start.elapsed() < Duration::from_secs(2) {
+            while policy_of(tid) != libc::SCHED_OTHER && start.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(Duration::from_micros(200));
             }
             let policy = policy_of(tid);

@@ -403,7 +403,7 @@ fn daemon(state: &StateDir, out: &mut Vec<CheckJson>) {
                         "off"
                     },
                     v["transport"].as_str().unwrap_or("/dev/fuse"),
-                    if v["yield_cpu"] == true {
+                    if v["yield_cpu"] == true && v["transport"] == "io_uring" {
                         " yielding the CPU to each caller"
                     } else {
                         ""

@@ -65,8 +65,9 @@ pub struct MountArgs {
     /// Over io_uring, each answer yields its CPU to the caller: the queue thread turns
     /// SCHED_IDLE until the next request (1 ms at most), so the caller wakes on its own
     /// CPU instead of an idle one. `auto` where the daemon has a scheduling group of
-    /// its own (in the background, or as a service), `off` never, `always` in a group
-    /// shared with other programs too (each wait is bounded to about 1 ms).
+    /// its own (a service's control group, or, where CPU control groups do not split
+    /// users' sessions, a session of its own as in the background), `off` never,
+    /// `always` in a group shared with other programs too (each wait about 1 ms).
     #[arg(
         long,
         env = "WORKTREEFS_YIELD_CPU",

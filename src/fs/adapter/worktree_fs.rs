@@ -172,6 +172,9 @@ impl Filesystem for WorktreeFs {
 
     fn transport(&self, uring: bool) {
         self.view.stats.uring_on.store(uring, Ordering::Relaxed);
+        if !uring {
+            self.view.stats.yield_on.store(false, Ordering::Relaxed);
+        }
     }
 
     fn yielding(&self, on: bool) {
