@@ -490,7 +490,7 @@ fn serve_entry<F: Filesystem>(
                 0 => {
                     registered = true;
                     if let Some(t) = turn.as_mut() {
-                        t.serve(waited_for(&e));
+                        t.serve();
                     }
                     let commit_id = serve_one(fs, device, &mut e);
                     last = command(&e, device, Some(commit_id));
@@ -532,20 +532,6 @@ fn serve_entry<F: Filesystem>(
     }
 }
 
-/// Whether the caller waits for the answer to the request in `e`.
-fn waited_for(e: &Entry) -> bool {
-    let h = abi::InHeader::read_from_prefix(e.header.bytes())
-        .expect("40 bytes")
-        .0;
-    waited_for_op(h.opcode)
-}
-
-/// Whether a caller waits for the answer to a request of `opcode`: all but RELEASE and
-/// RELEASEDIR, which the kernel sends in the background.
-fn waited_for_op(opcode: u32) -> bool {
-    !matches!(opcode, abi::opcode::RELEASE | abi::opcode::RELEASEDIR)
-}
-
 /// Decodes the request in `e`'s buffers, serves it and writes the answer there; returns
 /// the commit id that sends it.
 fn serve_one<F: Filesystem>(fs: &F, device: &Arc<Device>, e: &mut Entry) -> u64 {
@@ -560,11 +546,10 @@ fn serve_one<F: Filesystem>(fs: &F, device: &Arc<Device>, e: &mut Entry) -> u64 
     // A handler that panics answers EIO: the entry goes on (over /dev/fuse a panic ended
     // one of the shared reader threads; here it would take one of this CPU's entries).
     let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // What a request starts inherits the thread's policy: one someone waits for is
-        // never served at the idle policy a yielding thread waits at (a test build
-        // answers EIO if it is).
+        // A request is never served at the idle policy a yielding thread waits at (what
+        // it starts would inherit it; a test build answers EIO if it is).
         debug_assert!(
-            !(waited_for_op(h.opcode) && super::yielding::idle_now()),
+            !super::yielding::idle_now(),
             "request {} (opcode {}) served at SCHED_IDLE",
             h.unique,
             h.opcode
