@@ -316,8 +316,10 @@ fn watch(s: &Shared) {
             // Looked at before it is turned back (which may make it run).
             let waiting = runnable(tid);
             if let Err(e) = set_policy(tid, s.policy) {
-                // Watched still: tried again at the next look.
+                // Watched still: tried again a limit later.
                 tracing::error!("turning an idle FUSE queue thread back: {e}");
+                let again = now.saturating_add(s.limit);
+                next = Some(next.map_or(again, |n| n.min(again)));
                 continue;
             }
             if slot
