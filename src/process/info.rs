@@ -2,6 +2,7 @@
 //! given the same pid), its parent, its command line, and whether it is still there.
 
 use std::fs;
+use std::io::Read;
 
 use super::pidfd::{pidfd_open, pidfd_signal};
 
@@ -20,8 +21,34 @@ pub struct ProcInfo {
 /// Reads /proc/<pid>/stat. The command may hold spaces and parentheses, so fields are
 /// counted from the last ')'.
 pub fn proc_info(pid: i32) -> Option<ProcInfo> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = read_proc(&format!("/proc/{pid}/stat")).ok()?;
     parse_stat(pid, &stat)
+}
+
+/// Reads a small `/proc` file (`stat`, `status`) whole. `fs::read_to_string` asks for its
+/// size (0 for these) and then reads in steps from 32 bytes, nine system calls for a
+/// `stat` in all; into room for 1 KiB it is one read and the one that sees the end.
+/// This runs on the first request of every new process in a worktree (`cc1`, `as`, `ld`
+/// each). A process names itself with any bytes (`prctl(PR_SET_NAME)`), so the text is
+/// taken lossily: a name that is not UTF-8 still leaves the fields after it readable.
+pub fn read_proc(path: &str) -> std::io::Result<String> {
+    let mut file = fs::File::open(path)?;
+    let mut buf = vec![0u8; 1024];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(2 * len, 0);
+        }
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    Ok(String::from_utf8(buf)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 /// How the holder of a process lease `(pid, start)` stands for the process `me` asking
@@ -48,7 +75,7 @@ pub fn liveness_for(me: i32) -> impl Fn(i64, i64) -> Liveness {
 pub fn liveness(pid: i64, start: i64) -> Liveness {
     use Liveness;
     let path = format!("/proc/{pid}/stat");
-    match fs::read_to_string(&path) {
+    match read_proc(&path) {
         Ok(stat) => match parse_stat(pid as i32, &stat) {
             // A zombie has exited: it holds nothing, whether or not it was reaped yet.
             Some(p) if p.start as i64 == start && is_zombie(&stat) => Liveness::Gone,
@@ -93,7 +120,7 @@ pub fn descends_from(tid: i32, root: (i64, i64)) -> Result<bool, String> {
 
 /// Whether process `pid` has exited but is not reaped yet.
 pub fn is_zombie_pid(pid: i32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| is_zombie(&s))
+    read_proc(&format!("/proc/{pid}/stat")).is_ok_and(|s| is_zombie(&s))
 }
 
 /// Whether a `/proc/<pid>/stat` text's state (the field after the command) says the
@@ -128,7 +155,7 @@ pub fn tgid_of(tid: i32) -> Option<i32> {
     if pidfd_open(tid).is_some() {
         return Some(tid);
     }
-    let status = fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let status = read_proc(&format!("/proc/{tid}/status")).ok()?;
     status
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
@@ -183,6 +210,44 @@ pub fn signal(pid: i64, start: i64, sig: libc::c_int) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_named_in_bytes_that_are_not_utf8_is_still_read() {
+        // A thread's stat shows its own name; `PR_SET_NAME` takes any bytes.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: plain syscalls; the name is a NUL-terminated buffer that outlives them.
+            let tid = unsafe {
+                libc::prctl(libc::PR_SET_NAME, c"w\xff\xfe(x) S".as_ptr());
+                libc::syscall(libc::SYS_gettid)
+            } as i32;
+            tx.send(tid).unwrap();
+            wait.recv().ok();
+        });
+        let tid = rx.recv().unwrap();
+        let info = proc_info(tid);
+        // Its status too (`Name:` holds the same bytes): a thread is told from its process.
+        let tgid = tgid_of(tid);
+        done.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(tgid, Some(std::process::id() as i32));
+        let info = info.expect("its stat read, though its name is not UTF-8");
+        assert_eq!(info.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(info.command, "w\u{fffd}\u{fffd}(x) S");
+    }
+
+    #[test]
+    fn read_proc_reads_past_its_first_kilobyte() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("long");
+        let text: String = (0..700).map(|i| format!("{i} ")).collect();
+        assert!(text.len() > 2048);
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(read_proc(path.to_str().unwrap()).unwrap(), text);
+        let status = read_proc("/proc/self/status").unwrap();
+        assert!(status.starts_with("Name:") && status.ends_with('\n'));
+    }
 
     #[test]
     fn proc_info_reads_this_process() {

@@ -62,7 +62,7 @@ fn exited(pidfd: &OwnedFd) -> bool {
 }
 
 fn is_zombie_or_gone(pid: libc::pid_t) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| is_zombie(&s))
+    super::info::read_proc(&format!("/proc/{pid}/stat")).map_or(true, |s| is_zombie(&s))
 }
 
 /// The children of `pid`, from `/proc/<pid>/task/*/children` (every thread's).

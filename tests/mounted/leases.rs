@@ -422,6 +422,49 @@ fn a_process_that_enters_holds_the_worktree_until_it_exits() {
 }
 
 #[test]
+fn a_shell_named_in_bytes_that_are_not_utf8_holds_its_lease() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    /// The shell, ended and reaped however the test ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let env = Env::new();
+    wtfs_ok(&env.state(), &["new", "repo/n"]);
+    let m = env.mount_with(&["--linger", "30"]);
+    let wt = m.wt("repo", "n");
+    // A process's name is the file name it was started by, any bytes (and the kernel cuts
+    // it at 15, in the middle of a character too): here a link to sh named in bytes that
+    // are not UTF-8. A link, not a copy: a copy still open for writing in another test's
+    // child would fail the exec (ETXTBSY); argv[0] stays "sh" for a busybox sh.
+    let dir = tempfile::tempdir().unwrap();
+    let shell = dir.path().join(std::ffi::OsStr::from_bytes(b"sh-\xff\xfe"));
+    std::os::unix::fs::symlink("/bin/sh", &shell).unwrap();
+    let mut child = Reaped(
+        std::process::Command::new(&shell)
+            .arg0("sh")
+            .arg("-c")
+            .arg(format!("cd '{}' && cat README.md && sleep 2", wt.display()))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id() as i64;
+    // Its cat's request finds the shell inside, the outermost: the shell holds the lease.
+    wait_until("the shell's lease", Duration::from_secs(5), || {
+        process_leases(&env, "n").iter().any(|(p, _)| *p == pid)
+    });
+    assert!(child.0.wait().unwrap().success());
+    wait_until("release after exit", Duration::from_secs(3), || {
+        process_leases(&env, "n").is_empty()
+    });
+}
+
+#[test]
 fn a_process_left_inside_inherits_the_lease_and_independent_ones_get_their_own() {
     let env = Env::new();
     wtfs_ok(&env.state(), &["new", "repo/q"]);
