@@ -292,8 +292,11 @@ for i in $(seq 1 "$RUNS"); do
 done
 # What yielding the CPU to the caller does over io_uring (fuse/yielding.rs): the stat loop,
 # the warm read of the files above and Python writing 2,000 small files, in a mount that
-# yields and one with --yield-cpu off, which side goes first alternating by run.
-write_some() { python3 - "$MNT/bench/bench-1/.bench-yield" <<'PY'
+# yields and one with --yield-cpu off, which side goes first alternating by run. Each
+# write goes to a directory of its own, removed only after the last run: creates timed
+# right after 2,000 deletes run slower by how recent the deletes are (see the small-file
+# row below), which swung this row both ways.
+write_some() { python3 - "$MNT/bench/bench-1/.bench-yield-$1" <<'PY'
 import os, sys
 root = sys.argv[1]
 os.mkdir(root)
@@ -302,24 +305,23 @@ for f in range(2000):
         fh.write(b"x" * 1024)
 PY
 }
-yield_side() { # yield_side yield|noyield
+yield_side() { # yield_side yield|noyield RUN
   if [ "$1" = yield ]; then
     remount
     yield_on=$(grep -o '"yield_cpu":[a-z]*' "$MNT/.control/stats" | cut -d: -f2)
   else
     remount --yield-cpu off
   fi
-  rm -rf "$MNT/bench/bench-1/.bench-yield"
   read_all
   time_cmd "$RUN_DIR/yield-stat-$1" stat_loop
   time_cmd "$RUN_DIR/yield-read-$1" read_all
-  time_cmd "$RUN_DIR/yield-write-$1" write_some
+  time_cmd "$RUN_DIR/yield-write-$1" write_some "$1-$2"
 }
 yield_on=false
 for i in $(seq 1 "$RUNS"); do
-  if [ $((i % 2)) = 1 ]; then yield_side yield; yield_side noyield; else yield_side noyield; yield_side yield; fi
+  if [ $((i % 2)) = 1 ]; then yield_side yield "$i"; yield_side noyield "$i"; else yield_side noyield "$i"; yield_side yield "$i"; fi
 done
-rm -rf "$MNT/bench/bench-1/.bench-yield"
+rm -rf "$MNT/bench/bench-1/".bench-yield-*
 remount
 
 
